@@ -1,0 +1,85 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels every backend answers with, so callers use errors.Is and never see driver errors.
+var (
+	// ErrNotFound: no such row.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: a unique name or key is taken.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrLostClaim: the request names a claim that is not the job's current claim.
+	ErrLostClaim = errors.New("claim lost")
+	// ErrFailedPrecondition: the row is not in a state that allows the change.
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrSchemaTooNew: the database was migrated by a newer build.
+	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+)
+
+// LostClaimError explains why a heartbeat, completion or failure was refused: the job is no
+// longer claimed by this worker, or the claim number is not the current one.
+type LostClaimError struct {
+	JobID        string
+	Worker       string   // the claimant that asked
+	FencingToken uint32   // the claim number it sent, 0 = none
+	State        JobState // the job as it is now
+	ClaimedBy    string
+	Attempts     uint32
+}
+
+func (e *LostClaimError) Error() string {
+	switch {
+	case e.State != JobClaimed:
+		return fmt.Sprintf("job %s is %s, not claimed: the claim of %s is over", e.JobID, e.State, e.Worker)
+	case e.ClaimedBy != e.Worker:
+		return fmt.Sprintf("job %s is claimed by %s (claim %d), not by %s", e.JobID, e.ClaimedBy, e.Attempts, e.Worker)
+	default:
+		return fmt.Sprintf("job %s: claim %d is stale, the current claim is %d: stop working on it", e.JobID, e.FencingToken, e.Attempts)
+	}
+}
+
+// Is makes errors.Is(err, ErrLostClaim) true.
+func (e *LostClaimError) Is(target error) bool { return target == ErrLostClaim }
+
+// ExplainLostClaim answers the refusal for a claim check that failed on job (as read in the
+// same transaction): a *LostClaimError, or nil when the claim is in fact current, which a
+// backend treats as an internal error.
+func ExplainLostClaim(job Job, worker string, fencingToken uint32) error {
+	if job.State == JobClaimed && job.ClaimedBy == worker && (fencingToken == 0 || fencingToken == job.Attempts) {
+		return nil
+	}
+	return &LostClaimError{
+		JobID:        job.ID,
+		Worker:       worker,
+		FencingToken: fencingToken,
+		State:        job.State,
+		ClaimedBy:    job.ClaimedBy,
+		Attempts:     job.Attempts,
+	}
+}
+
+// StateError refuses a change that the row's state does not allow.
+type StateError struct {
+	What string // "job j_..."
+	Msg  string
+}
+
+func (e *StateError) Error() string { return e.What + " " + e.Msg }
+
+// Is makes errors.Is(err, ErrFailedPrecondition) true.
+func (e *StateError) Is(target error) bool { return target == ErrFailedPrecondition }
+
+// SchemaTooNewError refuses to run on a schema that a newer build migrated.
+type SchemaTooNewError struct {
+	Database, Known int
+}
+
+func (e *SchemaTooNewError) Error() string {
+	return fmt.Sprintf("database schema version %d is newer than this build of ag knows (%d): run a newer ag", e.Database, e.Known)
+}
+
+// Is makes errors.Is(err, ErrSchemaTooNew) true.
+func (e *SchemaTooNewError) Is(target error) bool { return target == ErrSchemaTooNew }
