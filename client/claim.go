@@ -1,0 +1,202 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// ClaimOptions describe a claim.
+type ClaimOptions struct {
+	Worker string        // the worker's label
+	Kinds  []string      // kinds this worker runs; empty = any
+	Lease  time.Duration // 0 = the server's default (30s)
+	Wait   time.Duration // long-poll up to this long (max 60s); 0 = answer at once
+}
+
+// Claim is a claimed job. Every call it makes carries the claim's own number, so a claim that
+// was handed out again is refused instead of acting on the new claimant's job (ADR-0012).
+type Claim struct {
+	Job *agwpv1.Job
+
+	client *Client
+	worker string
+	lease  time.Duration
+
+	mu       sync.Mutex
+	progress string
+}
+
+// Claim asks for a job; it answers nil, nil when none was available within the wait.
+func (c *Client) Claim(ctx context.Context, o ClaimOptions) (*Claim, error) {
+	req := &agwpv1.ClaimJobRequest{Worker: o.Worker, Kinds: o.Kinds}
+	if o.Lease > 0 {
+		req.Lease = durationpb.New(o.Lease)
+	}
+	if o.Wait > 0 {
+		req.Wait = durationpb.New(o.Wait)
+	}
+	res, err := c.Jobs.ClaimJob(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.GetJob() == nil {
+		return nil, nil
+	}
+	lease := o.Lease
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	return &Claim{Job: res.GetJob(), client: c, worker: o.Worker, lease: lease}, nil
+}
+
+// FencingToken answers the claim's number: the job's attempts when it was claimed.
+func (h *Claim) FencingToken() uint64 { return uint64(h.Job.GetAttempts()) }
+
+// Lease answers the claim's lease length.
+func (h *Claim) Lease() time.Duration { return h.lease }
+
+// Heartbeat extends the claim's lease and reports progress. A lost or stale claim answers an
+// error for which IsLostClaim is true: stop the work, do not complete it.
+func (h *Claim) Heartbeat(ctx context.Context, progress string) (*agwpv1.HeartbeatJobResponse, error) {
+	return h.client.Jobs.HeartbeatJob(ctx, &agwpv1.HeartbeatJobRequest{
+		JobId:        h.Job.GetId(),
+		Worker:       h.worker,
+		Progress:     progress,
+		FencingToken: h.FencingToken(),
+	})
+}
+
+// CompleteOptions are what a completion reports.
+type CompleteOptions struct {
+	Result       *structpb.Struct
+	Output       string // tail of the log, <= 64 KiB
+	OutputDigest string
+	Attestation  *agwpv1.Envelope
+}
+
+// Complete finishes the job.
+func (h *Claim) Complete(ctx context.Context, o CompleteOptions) (*agwpv1.Job, error) {
+	res, err := h.client.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{
+		JobId:        h.Job.GetId(),
+		Worker:       h.worker,
+		Result:       o.Result,
+		Output:       o.Output,
+		OutputDigest: o.OutputDigest,
+		Attestation:  o.Attestation,
+		FencingToken: h.FencingToken(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetJob(), nil
+}
+
+// FailOptions are what a failure reports.
+type FailOptions struct {
+	Error      string
+	Output     string
+	RetryDelay *time.Duration // nil: the server's backoff
+	Final      bool           // do not retry
+}
+
+// Fail reports that this attempt did not finish the job.
+func (h *Claim) Fail(ctx context.Context, o FailOptions) (*agwpv1.Job, error) {
+	req := &agwpv1.FailJobRequest{
+		JobId:        h.Job.GetId(),
+		Worker:       h.worker,
+		Error:        o.Error,
+		Output:       o.Output,
+		Final:        o.Final,
+		FencingToken: h.FencingToken(),
+	}
+	if o.RetryDelay != nil {
+		req.RetryDelay = durationpb.New(*o.RetryDelay)
+	}
+	res, err := h.client.Jobs.FailJob(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return res.GetJob(), nil
+}
+
+// IsLostClaim reports whether err says the claim is no longer this worker's: a heartbeat or
+// failure answered not_found, a completion failed_precondition. The worker must stop the work
+// and must not retry the call.
+func IsLostClaim(err error) bool {
+	return IsCode(err, connect.CodeNotFound) || IsCode(err, connect.CodeFailedPrecondition)
+}
+
+// Errors a KeepAlive context is cancelled with (see context.Cause).
+var (
+	ErrClaimLost       = errors.New("claim lost: the job was handed to another claim")
+	ErrCancelRequested = errors.New("the job's cancellation was requested")
+)
+
+// KeepAlive heartbeats the claim every third of its lease until stop is called, and answers a
+// context derived from ctx that is cancelled at once when the claim is lost (cause
+// ErrClaimLost) or its cancellation is requested (cause ErrCancelRequested). Progress set with
+// SetProgress travels with the next heartbeat.
+func (h *Claim) KeepAlive(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		interval := h.lease / 3
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			hctx, hcancel := context.WithTimeout(ctx, interval)
+			res, err := h.Heartbeat(hctx, h.takeProgress())
+			hcancel()
+			switch {
+			case err != nil && IsLostClaim(err):
+				cancel(fmt.Errorf("%w: %v", ErrClaimLost, err))
+				return
+			case err == nil && res.GetCancelRequested():
+				cancel(ErrCancelRequested)
+				return
+			}
+			// Other errors (the server briefly unreachable) are retried at the next tick; the
+			// lease is three ticks long.
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// SetProgress records a line of progress for the next heartbeat.
+func (h *Claim) SetProgress(p string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.progress = p
+}
+
+func (h *Claim) takeProgress() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.progress
+	h.progress = ""
+	return p
+}

@@ -1,0 +1,163 @@
+// Package client is the Go SDK of ag: a client for every AGWP v1 service with the bearer token,
+// timeouts and retries, and a job handle that always speaks with its own claim number.
+//
+//	c := client.New("http://127.0.0.1:7777", token)
+//	claim, err := c.Claim(ctx, client.ClaimOptions{Worker: "w1", Wait: 30 * time.Second})
+//	if claim != nil {
+//		ctx, stop := claim.KeepAlive(ctx)
+//		defer stop()
+//		... do the work with ctx ...
+//		_, err = claim.Complete(ctx, client.CompleteOptions{Output: "done"})
+//	}
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
+)
+
+// Client calls an ag server.
+type Client struct {
+	Jobs  agwpv1connect.JobServiceClient
+	Admin agwpv1connect.AdminServiceClient
+
+	baseURL string
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	httpClient  *http.Client
+	timeout     time.Duration
+	retries     int
+	retryBase   time.Duration
+	useJSON     bool
+	userAgent   string
+	interceptor []connect.Interceptor
+}
+
+// WithHTTPClient uses hc for every call.
+func WithHTTPClient(hc *http.Client) Option { return func(o *options) { o.httpClient = hc } }
+
+// WithTimeout bounds each call that has no deadline of its own (default 30s); a long-polling
+// ClaimJob gets its wait on top.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRetries sets how often a call that failed with `unavailable` is tried again (default 4),
+// with exponential backoff from base (default 100ms). No other code is retried.
+func WithRetries(n int, base time.Duration) Option {
+	return func(o *options) { o.retries, o.retryBase = n, base }
+}
+
+// WithJSON speaks the Connect protocol with JSON bodies instead of binary protobuf.
+func WithJSON() Option { return func(o *options) { o.useJSON = true } }
+
+// WithUserAgent names the program in the User-Agent header.
+func WithUserAgent(ua string) Option { return func(o *options) { o.userAgent = ua } }
+
+// New answers a client of the server at baseURL (such as "http://127.0.0.1:7777") that
+// authenticates with token.
+func New(baseURL, token string, opts ...Option) *Client {
+	o := options{timeout: 30 * time.Second, retries: 4, retryBase: 100 * time.Millisecond, userAgent: "ag-go-sdk"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.httpClient == nil {
+		o.httpClient = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	baseURL = strings.TrimRight(baseURL, "/")
+	copts := []connect.ClientOption{
+		connect.WithInterceptors(callInterceptor{token: token, userAgent: o.userAgent, timeout: o.timeout, retries: o.retries, retryBase: o.retryBase}),
+	}
+	if o.useJSON {
+		copts = append(copts, connect.WithProtoJSON())
+	}
+	return &Client{
+		Jobs:    agwpv1connect.NewJobServiceClient(o.httpClient, baseURL, copts...),
+		Admin:   agwpv1connect.NewAdminServiceClient(o.httpClient, baseURL, copts...),
+		baseURL: baseURL,
+	}
+}
+
+// BaseURL answers the server's address.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// callInterceptor adds the bearer token, a default deadline, and retries on unavailable.
+type callInterceptor struct {
+	token     string
+	userAgent string
+	timeout   time.Duration
+	retries   int
+	retryBase time.Duration
+}
+
+func (ci callInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+ci.token)
+		req.Header().Set("User-Agent", ci.userAgent)
+		if _, ok := ctx.Deadline(); !ok && ci.timeout > 0 {
+			timeout := ci.timeout + longPollWait(req.Any())
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		delay := ci.retryBase
+		for attempt := 0; ; attempt++ {
+			res, err := next(ctx, req)
+			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable || attempt >= ci.retries {
+				return res, err
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
+			delay *= 2
+		}
+	}
+}
+
+func (ci callInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+ci.token)
+		conn.RequestHeader().Set("User-Agent", ci.userAgent)
+		return conn
+	}
+}
+
+func (ci callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// longPollWait answers how long a request may legitimately wait on the server.
+func longPollWait(msg any) time.Duration {
+	if cr, ok := msg.(*agwpv1.ClaimJobRequest); ok && cr.GetWait() != nil {
+		return cr.GetWait().AsDuration()
+	}
+	return 0
+}
+
+// IsCode reports whether err is a Connect error with code.
+func IsCode(err error, code connect.Code) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Code() == code
+}

@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// tokenPrefix marks ag bearer tokens so that secret scanners and people recognise them.
+const tokenPrefix = "agt_"
+
+// NewToken answers a new bearer token (256 random bits), its id and the sha256 that is stored.
+func NewToken() (token, id string, hash []byte) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	token = tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return token, store.NewID("tok"), HashToken(token)
+}
+
+// HashToken answers the stored form of a token.
+func HashToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// caller is the authenticated principal of a request.
+type caller struct {
+	principal store.Principal
+	tokenID   string
+}
+
+type callerKey struct{}
+
+func callerFrom(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// holder answers "<principal>|<label>", the form the store keeps claims and leases under.
+func (c caller) holder(label string) string { return c.principal.Name + "|" + label }
+
+// authenticator resolves bearer tokens, with a short cache so the hot path (claim, heartbeat,
+// complete) does not read the principal on every call. Revocation in this process drops the
+// cache at once; another replica's revocation is seen within authCacheTTL.
+type authenticator struct {
+	store store.Store
+	now   func() time.Time
+	ttl   time.Duration
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]authEntry
+}
+
+type authEntry struct {
+	caller  caller
+	hash    []byte
+	expires time.Time
+}
+
+const authCacheTTL = 5 * time.Second
+
+func newAuthenticator(s store.Store) *authenticator {
+	return &authenticator{store: s, now: time.Now, ttl: authCacheTTL, cache: map[[sha256.Size]byte]authEntry{}}
+}
+
+var errNoToken = errors.New("missing bearer token: send Authorization: Bearer <token>")
+
+func (a *authenticator) authenticate(ctx context.Context, authorization string) (caller, error) {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	token = strings.TrimSpace(token)
+	if !ok || token == "" {
+		return caller{}, connect.NewError(connect.CodeUnauthenticated, errNoToken)
+	}
+	if len(token) > 256 {
+		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("bearer token is not one this server issued"))
+	}
+	hash := HashToken(token)
+	key := [sha256.Size]byte(hash)
+	now := a.now()
+	a.mu.Lock()
+	e, hit := a.cache[key]
+	a.mu.Unlock()
+	if hit && now.Before(e.expires) && subtle.ConstantTimeCompare(e.hash, hash) == 1 {
+		return e.caller, nil
+	}
+	p, t, err := a.store.Authenticate(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("bearer token is unknown, revoked, or its principal is disabled"))
+	}
+	if err != nil {
+		return caller{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("authenticate: %w", err))
+	}
+	c := caller{principal: p, tokenID: t.ID}
+	a.mu.Lock()
+	if len(a.cache) > 10000 {
+		clear(a.cache)
+	}
+	a.cache[key] = authEntry{caller: c, hash: hash, expires: now.Add(a.ttl)}
+	a.mu.Unlock()
+	return c, nil
+}
+
+// forget drops cached tokens of a principal (name) or one token (id) after a revocation.
+func (a *authenticator) forget(principal, tokenID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, e := range a.cache {
+		if e.caller.principal.Name == principal || e.caller.tokenID == tokenID {
+			delete(a.cache, k)
+		}
+	}
+}
+
+// allowed lists the roles that may call each procedure besides admin, which may call all.
+// A procedure missing here is refused to everyone but admin.
+var allowed = map[string][]store.Role{
+	"/agwp.v1.JobService/EnqueueJob":          {store.RoleAgent},
+	"/agwp.v1.JobService/ClaimJob":            {store.RoleWorker},
+	"/agwp.v1.JobService/HeartbeatJob":        {store.RoleWorker},
+	"/agwp.v1.JobService/CompleteJob":         {store.RoleWorker},
+	"/agwp.v1.JobService/FailJob":             {store.RoleWorker},
+	"/agwp.v1.JobService/CancelJob":           {store.RoleAgent}, // and only its own jobs: see CancelJob
+	"/agwp.v1.JobService/GetJob":              {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.JobService/ListJobs":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.AdminService/RegisterWorkerKey": {store.RoleWorker},
+	"/agwp.v1.AdminService/WhoAmI":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
+}
+
+func mayCall(role store.Role, procedure string) bool {
+	if role == store.RoleAdmin {
+		return true
+	}
+	for _, r := range allowed[procedure] {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// authInterceptor authenticates every RPC and checks the caller's role for the procedure.
+func (a *authenticator) interceptor(onRefusal func(procedure, reason string)) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			procedure := req.Spec().Procedure
+			c, err := a.authenticate(ctx, req.Header().Get("Authorization"))
+			if err != nil {
+				onRefusal(procedure, "unauthenticated")
+				return nil, err
+			}
+			if !mayCall(c.principal.Role, procedure) {
+				onRefusal(procedure, "permission_denied")
+				return nil, connect.NewError(connect.CodePermissionDenied,
+					fmt.Errorf("principal %s has role %s, which may not call %s", c.principal.Name, c.principal.Role, procedure))
+			}
+			return next(context.WithValue(ctx, callerKey{}, c), req)
+		}
+	}
+}
+
+// Bootstrap creates the principal admin on an empty store. The token is the given one, or a
+// new random one; created is false (and token empty) when the store already had principals.
+func Bootstrap(ctx context.Context, s store.Store, token string) (adminToken string, created bool, err error) {
+	id := store.NewID("tok")
+	if token == "" {
+		token, id, _ = NewToken()
+	}
+	created, err = s.BootstrapAdmin(ctx, store.CreatePrincipalParams{
+		Name: "admin", Role: store.RoleAdmin, TokenID: id, TokenHash: HashToken(token),
+	})
+	if err != nil || !created {
+		return "", created, err
+	}
+	return token, true, nil
+}

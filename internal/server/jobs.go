@@ -1,0 +1,309 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// jobService serves JobService: it validates, calls the store, and maps the outcome.
+type jobService struct {
+	s *Server
+}
+
+func (h jobService) EnqueueJob(ctx context.Context, req *agwpv1.EnqueueJobRequest) (*agwpv1.EnqueueJobResponse, error) {
+	if err := validateEnqueue(req); err != nil {
+		return nil, err
+	}
+	payload, _ := structJSON("payload", req.GetPayload())
+	delay, _ := duration("delay", req.GetDelay(), 0, 0, maxEnqueueDelay)
+	maxAttempts := req.GetMaxAttempts()
+	if maxAttempts == 0 {
+		maxAttempts = defaultMaxAttempt
+	}
+	job, existing, err := h.s.store.EnqueueJob(ctx, store.EnqueueJobParams{
+		Kind:        req.GetKind(),
+		Payload:     payload,
+		Priority:    req.GetPriority(),
+		MaxAttempts: maxAttempts,
+		Delay:       delay,
+		UniqueKey:   req.GetUniqueKey(),
+		EnqueuedBy:  callerFrom(ctx).principal.Name,
+	})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	if !existing {
+		h.s.metrics.enqueued.Inc()
+	}
+	return &agwpv1.EnqueueJobResponse{Job: jobProto(job), Existing: existing}, nil
+}
+
+func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (*agwpv1.ClaimJobResponse, error) {
+	if err := validateClaim(req); err != nil {
+		return nil, err
+	}
+	lease, _ := duration("lease", req.GetLease(), defaultLease, minLease, maxLease)
+	wait, _ := duration("wait", req.GetWait(), 0, 0, maxClaimWait)
+	params := store.ClaimJobParams{
+		Worker: callerFrom(ctx).holder(req.GetWorker()),
+		Kinds:  req.GetKinds(),
+		Lease:  lease,
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		// Taken before looking, so an enqueue that commits after the look still wakes us.
+		signal := h.s.store.JobSignal()
+		job, err := h.s.store.ClaimJob(ctx, params)
+		if err != nil {
+			return nil, storeError(err, connect.CodeInternal)
+		}
+		if job != nil {
+			if ctx.Err() != nil {
+				h.releaseUndelivered(params.Worker, job)
+				return &agwpv1.ClaimJobResponse{}, nil
+			}
+			h.s.metrics.claims.Inc()
+			return &agwpv1.ClaimJobResponse{Job: jobProto(*job)}, nil
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return &agwpv1.ClaimJobResponse{}, nil
+		}
+		timer := time.NewTimer(min(remaining, h.s.pollInterval))
+		select {
+		case <-signal:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			// The client gave up; answering "nothing" is what it would have seen a moment later.
+			return &agwpv1.ClaimJobResponse{}, nil
+		}
+		timer.Stop()
+	}
+}
+
+// releaseUndelivered hands back a claim whose claimer went away before it could be answered, so
+// the job does not sit claimed by nobody until its lease runs out. The claim still counted: the
+// job's attempts only ever grow.
+func (h jobService) releaseUndelivered(worker string, job *store.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	zero := time.Duration(0)
+	_, err := h.s.store.FailJob(ctx, store.FailJobParams{
+		JobID: job.ID, Worker: worker, FencingToken: job.Attempts,
+		Error: "claim not delivered: the claimer went away before the answer", RetryDelay: &zero,
+	})
+	if err != nil {
+		h.s.log.Warn("release undelivered claim", "job", job.ID, "err", err)
+	}
+}
+
+// fencing reads the claim number of a heartbeat, completion or failure, refusing a request
+// without one when the server requires it.
+func (h jobService) fencing(procedure string, v uint64) (uint32, error) {
+	token, err := fencingToken("fencing_token", v)
+	if err != nil {
+		return 0, err
+	}
+	if token == 0 && h.s.requireFencing {
+		h.s.metrics.refusal(procedure, "missing_fencing_token")
+		return 0, connect.NewError(connect.CodeFailedPrecondition,
+			errors.New("fencing_token: this server requires the claim number (the claimed job's attempts) on every heartbeat, completion and failure"))
+	}
+	return token, nil
+}
+
+// claimRefusal counts a refused claim-scoped request by its reason and maps it.
+func (h jobService) claimRefusal(procedure string, err error, lostClaim connect.Code) error {
+	var lost *store.LostClaimError
+	switch {
+	case errors.As(err, &lost) && lost.State == store.JobClaimed && lost.ClaimedBy == lost.Worker:
+		h.s.metrics.refusal(procedure, "stale_claim")
+	case errors.As(err, &lost):
+		h.s.metrics.refusal(procedure, "lost_claim")
+	case errors.Is(err, store.ErrNotFound):
+		h.s.metrics.refusal(procedure, "unknown_job")
+	}
+	return storeError(err, lostClaim)
+}
+
+func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRequest) (*agwpv1.HeartbeatJobResponse, error) {
+	if err := validateHeartbeat(req); err != nil {
+		return nil, err
+	}
+	token, err := h.fencing("HeartbeatJob", req.GetFencingToken())
+	if err != nil {
+		return nil, err
+	}
+	lease, _ := duration("lease", req.GetLease(), 0, minLease, maxLease)
+	job, err := h.s.store.HeartbeatJob(ctx, store.HeartbeatJobParams{
+		JobID:        req.GetJobId(),
+		Worker:       callerFrom(ctx).holder(req.GetWorker()),
+		FencingToken: token,
+		Lease:        lease,
+		Progress:     req.GetProgress(),
+	})
+	if err != nil {
+		return nil, h.claimRefusal("HeartbeatJob", err, connect.CodeNotFound)
+	}
+	return &agwpv1.HeartbeatJobResponse{
+		LeaseExpiresAt:  timestamp(job.LeaseExpiresAt),
+		CancelRequested: job.CancelRequested,
+	}, nil
+}
+
+func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequest) (*agwpv1.CompleteJobResponse, error) {
+	if err := validateComplete(req); err != nil {
+		return nil, err
+	}
+	token, err := h.fencing("CompleteJob", req.GetFencingToken())
+	if err != nil {
+		return nil, err
+	}
+	c := callerFrom(ctx)
+	result, _ := structJSON("result", req.GetResult())
+	params := store.CompleteJobParams{
+		JobID:        req.GetJobId(),
+		Worker:       c.holder(req.GetWorker()),
+		FencingToken: token,
+		Result:       result,
+		Output:       req.GetOutput(),
+		OutputDigest: req.GetOutputDigest(),
+	}
+	if req.GetAttestation() != nil {
+		a, err := h.verifyAttestation(ctx, c, req)
+		if err != nil {
+			h.s.metrics.refusal("CompleteJob", "attestation")
+			return nil, err
+		}
+		params.Attestation = a
+	}
+	job, err := h.s.store.CompleteJob(ctx, params)
+	if err != nil {
+		return nil, h.claimRefusal("CompleteJob", err, connect.CodeFailedPrecondition)
+	}
+	h.s.metrics.completions.Inc()
+	return &agwpv1.CompleteJobResponse{Job: jobProto(job)}, nil
+}
+
+// verifyAttestation checks the envelope's signature against the keys the claiming principal
+// registered. It runs before the store's claim check, and the store keeps the envelope only if
+// that check passes in the same transaction as the completion.
+func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1.CompleteJobRequest) (*store.Attestation, error) {
+	env := attest.FromProto(req.GetAttestation())
+	if env.PayloadType == "" || len(req.GetAttestation().GetPayload()) == 0 || len(env.Signatures) == 0 {
+		return nil, invalid("attestation", "needs payload_type, payload and at least one signature")
+	}
+	keys, err := h.s.store.ListWorkerKeys(ctx, c.principal.Name)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	raw := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		raw = append(raw, k.PublicKey)
+	}
+	if _, err := attest.Verify(ctx, env, raw); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
+	}
+	data, digest, err := attest.Encode(env)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return &store.Attestation{Digest: digest, Envelope: data, JobID: req.GetJobId()}, nil
+}
+
+func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*agwpv1.FailJobResponse, error) {
+	if err := validateFail(req); err != nil {
+		return nil, err
+	}
+	token, err := h.fencing("FailJob", req.GetFencingToken())
+	if err != nil {
+		return nil, err
+	}
+	params := store.FailJobParams{
+		JobID:        req.GetJobId(),
+		Worker:       callerFrom(ctx).holder(req.GetWorker()),
+		FencingToken: token,
+		Error:        req.GetError(),
+		Output:       req.GetOutput(),
+		Final:        req.GetFinal(),
+	}
+	if req.GetRetryDelay() != nil {
+		d, _ := duration("retry_delay", req.GetRetryDelay(), 0, 0, maxRetryDelay)
+		params.RetryDelay = &d
+	}
+	job, err := h.s.store.FailJob(ctx, params)
+	if err != nil {
+		return nil, h.claimRefusal("FailJob", err, connect.CodeNotFound)
+	}
+	h.s.metrics.failures.Inc()
+	return &agwpv1.FailJobResponse{Job: jobProto(job)}, nil
+}
+
+func (h jobService) CancelJob(ctx context.Context, req *agwpv1.CancelJobRequest) (*agwpv1.CancelJobResponse, error) {
+	if err := validateID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	c := callerFrom(ctx)
+	if c.principal.Role != store.RoleAdmin {
+		job, err := h.s.store.GetJob(ctx, req.GetJobId())
+		if err != nil {
+			return nil, storeError(err, connect.CodeInternal)
+		}
+		if job.EnqueuedBy != c.principal.Name {
+			return nil, connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("job %s was enqueued by %s: only its enqueuer or an admin may cancel it", job.ID, job.EnqueuedBy))
+		}
+	}
+	job, err := h.s.store.CancelJob(ctx, req.GetJobId())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.CancelJobResponse{Job: jobProto(job)}, nil
+}
+
+func (h jobService) GetJob(ctx context.Context, req *agwpv1.GetJobRequest) (*agwpv1.GetJobResponse, error) {
+	if err := validateID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	job, err := h.s.store.GetJob(ctx, req.GetJobId())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.GetJobResponse{Job: jobProto(job)}, nil
+}
+
+func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (*agwpv1.ListJobsResponse, error) {
+	limit, err := pageSize("page_size", req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if err := validateKinds("kinds", req.GetKinds()); err != nil {
+		return nil, err
+	}
+	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken()}
+	for i, st := range req.GetStates() {
+		s, ok := storeJobState(st)
+		if !ok {
+			return nil, invalid(fmt.Sprintf("states[%d]", i), "%v is not a job state", st)
+		}
+		params.States = append(params.States, s)
+	}
+	jobs, next, err := h.s.store.ListJobs(ctx, params)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.ListJobsResponse{NextPageToken: next}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, jobProto(j))
+	}
+	return out, nil
+}

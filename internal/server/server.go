@@ -1,0 +1,184 @@
+// Package server serves AGWP v1 over ConnectRPC (Connect, gRPC and gRPC-Web) with the operational
+// endpoints beside it. Handlers are thin: they validate at the edge, call the store, and map the
+// outcome to Connect codes.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
+	"github.com/ag-coord/ag/gen/openapi"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// Config is what a server needs.
+type Config struct {
+	Store store.Store
+	// RequireFencing refuses a heartbeat, completion or failure without a claim number.
+	RequireFencing bool
+	Logger         *slog.Logger
+	// PollInterval bounds how late a long-polling claimer sees a job whose wake-up it missed
+	// (a delayed job coming due, an expired lease, a lost notification). Default 1s.
+	PollInterval time.Duration
+	// ExpireInterval is how often the server settles expired claims that cannot be claimed
+	// again. Default 5s.
+	ExpireInterval time.Duration
+	// MaxRequestBytes limits a request body. Default 8 MiB.
+	MaxRequestBytes int
+}
+
+// Server is an AGWP v1 server over one store.
+type Server struct {
+	store          store.Store
+	log            *slog.Logger
+	auth           *authenticator
+	metrics        *metrics
+	requireFencing bool
+	pollInterval   time.Duration
+	expireInterval time.Duration
+	maxBytes       int
+}
+
+// New answers a server over cfg.Store.
+func New(cfg Config) *Server {
+	s := &Server{
+		store:          cfg.Store,
+		log:            cfg.Logger,
+		auth:           newAuthenticator(cfg.Store),
+		metrics:        newMetrics(cfg.Store),
+		requireFencing: cfg.RequireFencing,
+		pollInterval:   cfg.PollInterval,
+		expireInterval: cfg.ExpireInterval,
+		maxBytes:       cfg.MaxRequestBytes,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.pollInterval <= 0 {
+		s.pollInterval = time.Second
+	}
+	if s.expireInterval <= 0 {
+		s.expireInterval = 5 * time.Second
+	}
+	if s.maxBytes <= 0 {
+		s.maxBytes = 8 << 20
+	}
+	return s
+}
+
+// Handler answers the server's HTTP handler: the AGWP services and the operational endpoints.
+func (s *Server) Handler() http.Handler {
+	opts := connect.WithHandlerOptions(
+		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
+		connect.WithReadMaxBytes(s.maxBytes),
+	)
+	mux := http.NewServeMux()
+	mux.Handle(agwpv1connect.NewJobServiceHandler(jobService{s}, opts))
+	mux.Handle(agwpv1connect.NewAdminServiceHandler(adminService{s}, opts))
+
+	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName}
+	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.store.Ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openapi.YAML)
+	})
+	return mux
+}
+
+// Run does the server's background work until ctx ends: it settles expired claims that cannot
+// be claimed again, so they do not sit CLAIMED until the next claimer comes.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.expireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := s.store.ExpireJobs(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("settle expired claims", "err", err)
+			} else if n > 0 {
+				s.log.Info("settled expired claims", "jobs", n)
+			}
+		}
+	}
+}
+
+// logInterceptor writes one line per request with the principal and the method (never a
+// token), records latency, and hides internal errors' details from clients.
+func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			res, err := next(ctx, req)
+			elapsed := time.Since(start)
+			code := "ok"
+			level := slog.LevelInfo
+			if err != nil {
+				c := connect.CodeOf(err)
+				code = c.String()
+				if c == connect.CodeInternal || c == connect.CodeUnknown {
+					level = slog.LevelError
+					s.log.Error("internal error", "procedure", req.Spec().Procedure, "err", err)
+					err = connect.NewError(c, errors.New("internal error; the server log has the details"))
+				}
+			}
+			s.metrics.latency.WithLabelValues(req.Spec().Procedure, code).Observe(elapsed.Seconds())
+			if s.log.Enabled(ctx, level) {
+				attrs := []slog.Attr{
+					slog.String("procedure", req.Spec().Procedure),
+					slog.String("code", code),
+					slog.Duration("elapsed", elapsed),
+				}
+				if c := callerFrom(ctx); c.principal.Name != "" {
+					attrs = append(attrs, slog.String("principal", c.principal.Name))
+				}
+				if err != nil && level == slog.LevelInfo {
+					attrs = append(attrs, slog.String("err", err.Error()))
+				}
+				s.log.LogAttrs(ctx, level, "rpc", attrs...)
+			}
+			return res, err
+		}
+	}
+}
+
+// healthChecker answers gRPC health checks from the store's readiness.
+type healthChecker struct{ s *Server }
+
+func (h healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service "+req.Service))
+	}
+	if err := h.s.store.Ready(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}

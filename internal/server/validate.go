@@ -1,0 +1,259 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// Limits on request fields. A request that breaks one is invalid_argument naming the field and
+// the rule, before anything changes.
+const (
+	maxLabelLen       = 128
+	maxIDLen          = 128
+	maxUniqueKeyLen   = 256
+	maxProgressBytes  = 1 << 10
+	maxOutputBytes    = 64 << 10
+	maxErrorBytes     = 4 << 10
+	maxPayloadBytes   = 1 << 20
+	maxMaxAttempts    = 100
+	defaultMaxAttempt = 5
+	defaultPageSize   = 100
+	maxPageSize       = 1000
+	defaultLease      = 30 * time.Second
+	minLease          = time.Second
+	maxLease          = time.Hour
+	maxClaimWait      = 60 * time.Second
+	maxEnqueueDelay   = 30 * 24 * time.Hour
+	maxRetryDelay     = 30 * 24 * time.Hour
+)
+
+var (
+	labelPattern     = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,128}$`)
+	kindPattern      = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+	namePattern      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	digestPattern    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	idPattern        = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+	errFieldRequired = errors.New("is required")
+)
+
+// invalid answers the invalid_argument error for a field.
+func invalid(field, format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+func validateLabel(field, label string) error {
+	if label == "" {
+		return invalid(field, "is required: a worker or holder label of 1-128 characters of [A-Za-z0-9._:@/-]")
+	}
+	if !labelPattern.MatchString(label) {
+		return invalid(field, "%q is not a label: use 1-128 characters of [A-Za-z0-9._:@/-]", truncate(label, 140))
+	}
+	return nil
+}
+
+func validateKind(field, kind string) error {
+	if !kindPattern.MatchString(kind) {
+		return invalid(field, "%q is not a job kind: use 1-64 characters of [a-z0-9_.-]", truncate(kind, 80))
+	}
+	return nil
+}
+
+func validateName(field, name string) error {
+	if !namePattern.MatchString(name) {
+		return invalid(field, "%q is not a name: start with [a-z0-9], then up to 63 of [a-z0-9._-]", truncate(name, 80))
+	}
+	return nil
+}
+
+func validateID(field, id string) error {
+	if id == "" {
+		return invalid(field, "is required")
+	}
+	if !idPattern.MatchString(id) {
+		return invalid(field, "%q is not an id", truncate(id, 140))
+	}
+	return nil
+}
+
+// fencingToken reads a claim number: 0 means not given; above the uint32 range it cannot be a
+// claim number and is refused rather than read as "none" (ADR-0012).
+func fencingToken(field string, v uint64) (uint32, error) {
+	if v > math.MaxUint32 {
+		return 0, invalid(field, "%d cannot be a claim number (at most %d): send the attempts of the claimed job", v, uint64(math.MaxUint32))
+	}
+	return uint32(v), nil
+}
+
+// duration reads an optional Duration within [lo, hi]; absent answers def.
+func duration(field string, d *durationpb.Duration, def, lo, hi time.Duration) (time.Duration, error) {
+	if d == nil {
+		return def, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid(field, "is not a valid duration: %v", err)
+	}
+	v := d.AsDuration()
+	if v < lo || v > hi {
+		return 0, invalid(field, "%s is out of range: use %s to %s", v, lo, hi)
+	}
+	return v, nil
+}
+
+func maxBytes(field, s string, limit int) error {
+	if len(s) > limit {
+		return invalid(field, "is %d bytes, more than the limit of %d", len(s), limit)
+	}
+	return nil
+}
+
+func validateDigest(field, d string) error {
+	if d != "" && !digestPattern.MatchString(d) {
+		return invalid(field, "%q is not a digest: use sha256:<64 lowercase hex>", truncate(d, 80))
+	}
+	return nil
+}
+
+// structJSON encodes a Struct as the JSON the store keeps; nil stays nil.
+func structJSON(field string, s *structpb.Struct) ([]byte, error) {
+	if s == nil {
+		return nil, nil
+	}
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, invalid(field, "cannot be encoded as JSON: %v", err)
+	}
+	if len(b) > maxPayloadBytes {
+		return nil, invalid(field, "is %d bytes of JSON, more than the limit of %d", len(b), maxPayloadBytes)
+	}
+	return b, nil
+}
+
+func pageSize(field string, n int32) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalid(field, "must not be negative")
+	case n == 0:
+		return defaultPageSize, nil
+	case n > maxPageSize:
+		return maxPageSize, nil
+	}
+	return int(n), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
+}
+
+func validateEnqueue(req *agwpv1.EnqueueJobRequest) error {
+	if err := validateKind("kind", req.GetKind()); err != nil {
+		return err
+	}
+	if req.GetMaxAttempts() > maxMaxAttempts {
+		return invalid("max_attempts", "%d is more than %d", req.GetMaxAttempts(), maxMaxAttempts)
+	}
+	if _, err := duration("delay", req.GetDelay(), 0, 0, maxEnqueueDelay); err != nil {
+		return err
+	}
+	if len(req.GetUniqueKey()) > maxUniqueKeyLen {
+		return invalid("unique_key", "is %d bytes, more than %d", len(req.GetUniqueKey()), maxUniqueKeyLen)
+	}
+	_, err := structJSON("payload", req.GetPayload())
+	return err
+}
+
+func validateKinds(field string, kinds []string) error {
+	if len(kinds) > 100 {
+		return invalid(field, "has %d kinds, more than 100", len(kinds))
+	}
+	for i, k := range kinds {
+		if err := validateKind(fmt.Sprintf("%s[%d]", field, i), k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateClaim(req *agwpv1.ClaimJobRequest) error {
+	if err := validateLabel("worker", req.GetWorker()); err != nil {
+		return err
+	}
+	if err := validateKinds("kinds", req.GetKinds()); err != nil {
+		return err
+	}
+	if _, err := duration("lease", req.GetLease(), defaultLease, minLease, maxLease); err != nil {
+		return err
+	}
+	_, err := duration("wait", req.GetWait(), 0, 0, maxClaimWait)
+	return err
+}
+
+func validateHeartbeat(req *agwpv1.HeartbeatJobRequest) error {
+	if err := validateID("job_id", req.GetJobId()); err != nil {
+		return err
+	}
+	if err := validateLabel("worker", req.GetWorker()); err != nil {
+		return err
+	}
+	if _, err := duration("lease", req.GetLease(), 0, minLease, maxLease); err != nil {
+		return err
+	}
+	if err := maxBytes("progress", req.GetProgress(), maxProgressBytes); err != nil {
+		return err
+	}
+	_, err := fencingToken("fencing_token", req.GetFencingToken())
+	return err
+}
+
+func validateComplete(req *agwpv1.CompleteJobRequest) error {
+	if err := validateID("job_id", req.GetJobId()); err != nil {
+		return err
+	}
+	if err := validateLabel("worker", req.GetWorker()); err != nil {
+		return err
+	}
+	if err := maxBytes("output", req.GetOutput(), maxOutputBytes); err != nil {
+		return err
+	}
+	if err := validateDigest("output_digest", req.GetOutputDigest()); err != nil {
+		return err
+	}
+	if _, err := structJSON("result", req.GetResult()); err != nil {
+		return err
+	}
+	_, err := fencingToken("fencing_token", req.GetFencingToken())
+	return err
+}
+
+func validateFail(req *agwpv1.FailJobRequest) error {
+	if err := validateID("job_id", req.GetJobId()); err != nil {
+		return err
+	}
+	if err := validateLabel("worker", req.GetWorker()); err != nil {
+		return err
+	}
+	if err := maxBytes("error", req.GetError(), maxErrorBytes); err != nil {
+		return err
+	}
+	if err := maxBytes("output", req.GetOutput(), maxOutputBytes); err != nil {
+		return err
+	}
+	if _, err := duration("retry_delay", req.GetRetryDelay(), 0, 0, maxRetryDelay); err != nil {
+		return err
+	}
+	_, err := fencingToken("fencing_token", req.GetFencingToken())
+	return err
+}

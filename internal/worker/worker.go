@@ -1,0 +1,251 @@
+// Package worker is the execution-plane worker's loop, used by cmd/ag-worker: it long-polls for
+// jobs of the kinds it has handlers for, keeps each claim alive with heartbeats that carry the
+// claim number, and completes or fails the job. It stops a handler as soon as its claim is lost,
+// and on shutdown it finishes or fails what it holds, never leaving a job silently claimed.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/client"
+)
+
+// Handler runs one job. It must return soon after ctx is cancelled (the claim was lost, its
+// cancellation requested, or the worker is shutting down). A returned error fails the attempt,
+// which the server retries while attempts remain; wrap it with Permanent to fail for good.
+type Handler func(ctx context.Context, job *Job) (Outcome, error)
+
+// Job is what a handler sees of its claim.
+type Job struct {
+	*agwpv1.Job
+	claim *client.Claim
+}
+
+// Progress sets the free-text progress that travels with the next heartbeat.
+func (j *Job) Progress(p string) { j.claim.SetProgress(p) }
+
+// Outcome is what a handler reports on success.
+type Outcome struct {
+	Result       *structpb.Struct
+	Output       string
+	OutputDigest string
+	Attestation  *agwpv1.Envelope
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a failure that retrying cannot fix.
+func Permanent(err error) error { return permanentError{err} }
+
+// Config is what a worker needs.
+type Config struct {
+	Client      *client.Client
+	Label       string
+	Handlers    map[string]Handler
+	Concurrency int           // default 1
+	Lease       time.Duration // default 30s
+	Wait        time.Duration // long-poll wait per claim, default 30s
+	// ShutdownGrace is how long running jobs may go on after shutdown begins before they are
+	// stopped and failed for a retry elsewhere. Default 10s.
+	ShutdownGrace time.Duration
+	Logger        *slog.Logger
+}
+
+// Worker claims and runs jobs.
+type Worker struct {
+	cfg   Config
+	kinds []string
+	log   *slog.Logger
+}
+
+// New answers a worker; it runs nothing until Run.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Client == nil || cfg.Label == "" || len(cfg.Handlers) == 0 {
+		return nil, errors.New("worker: a client, a label and at least one handler are required")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 30 * time.Second
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	kinds := make([]string, 0, len(cfg.Handlers))
+	for k := range cfg.Handlers {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return &Worker{cfg: cfg, kinds: kinds, log: cfg.Logger}, nil
+}
+
+// Run claims and runs jobs until ctx ends, then lets running jobs finish within the shutdown
+// grace and fails the ones that do not, so another worker takes them at once.
+func (w *Worker) Run(ctx context.Context) error {
+	// Jobs outlive ctx by the grace period; jobCtx ends when that runs out.
+	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelJobs()
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(w.cfg.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelJobs()
+		case <-jobCtx.Done():
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for i := 0; i < w.cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, jobCtx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) loop(ctx, jobCtx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		claim, err := w.cfg.Client.Claim(ctx, client.ClaimOptions{
+			Worker: w.cfg.Label, Kinds: w.kinds, Lease: w.cfg.Lease, Wait: w.cfg.Wait,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn("claim failed; retrying", "err", err, "in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if claim == nil {
+			continue
+		}
+		w.run(jobCtx, claim)
+	}
+}
+
+// run executes one claimed job and reports its outcome with the claim's number.
+func (w *Worker) run(ctx context.Context, claim *client.Claim) {
+	job := claim.Job
+	log := w.log.With("job", job.GetId(), "kind", job.GetKind(), "claim", job.GetAttempts())
+	log.Info("claimed")
+	handler := w.cfg.Handlers[job.GetKind()]
+
+	runCtx, stop := claim.KeepAlive(ctx)
+	start := time.Now()
+	outcome, err := handler(runCtx, &Job{Job: job, claim: claim})
+	cause := context.Cause(runCtx)
+	stop()
+
+	// Reports use a context of their own: the job context may be over (shutdown), and a report
+	// is what keeps the job from sitting claimed until its lease runs out.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	switch {
+	case errors.Is(cause, client.ErrClaimLost):
+		// Another claim owns the job now: any report would be refused, and must not be tried.
+		log.Warn("claim lost; stopped the job", "cause", cause)
+		return
+	case errors.Is(cause, client.ErrCancelRequested):
+		_, ferr := claim.Fail(rctx, client.FailOptions{Error: "cancelled on request", Final: true})
+		w.report(log, "cancelled", ferr)
+		return
+	case err == nil:
+		_, cerr := claim.Complete(rctx, client.CompleteOptions{
+			Result: outcome.Result, Output: outcome.Output, OutputDigest: outcome.OutputDigest, Attestation: outcome.Attestation,
+		})
+		w.report(log.With("elapsed", time.Since(start).Round(time.Millisecond)), "completed", cerr)
+		return
+	}
+	opts := client.FailOptions{Error: truncate(err.Error(), 4000), Output: outcome.Output}
+	var perm permanentError
+	switch {
+	case errors.As(err, &perm):
+		opts.Final = true
+	case ctx.Err() != nil:
+		// Shutting down: hand the job back now rather than after the server's backoff.
+		opts.Error = "worker shut down before the job finished: " + opts.Error
+		zero := time.Duration(0)
+		opts.RetryDelay = &zero
+	}
+	_, ferr := claim.Fail(rctx, opts)
+	w.report(log.With("err", err), "failed", ferr)
+}
+
+func (w *Worker) report(log *slog.Logger, what string, err error) {
+	switch {
+	case err == nil:
+		log.Info(what)
+	case client.IsLostClaim(err):
+		log.Warn(what+" refused: the claim was lost", "err", err)
+	default:
+		log.Error(what+" could not be reported", "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Noop is the built-in kind "ag.noop": it waits payload.ms milliseconds (default 0) and
+// completes; with payload.fail set it fails with that message instead. For smoke tests and
+// benchmarks.
+func Noop(ctx context.Context, job *Job) (Outcome, error) {
+	fields := job.GetPayload().GetFields()
+	ms := fields["ms"].GetNumberValue()
+	if ms < 0 || ms > 24*3600*1000 {
+		return Outcome{}, Permanent(fmt.Errorf("payload.ms = %v is out of range (0 to 86400000)", ms))
+	}
+	if ms > 0 {
+		t := time.NewTimer(time.Duration(ms * float64(time.Millisecond)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return Outcome{}, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+	if msg := fields["fail"].GetStringValue(); msg != "" {
+		return Outcome{}, errors.New(msg)
+	}
+	result, _ := structpb.NewStruct(map[string]any{"slept_ms": ms})
+	return Outcome{Result: result, Output: fmt.Sprintf("slept %vms\n", ms)}, nil
+}
