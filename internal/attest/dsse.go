@@ -64,7 +64,7 @@ func (v verifier) Verify(_ context.Context, data, sig []byte) error {
 	return nil
 }
 
-func (v verifier) KeyID() (string, error)     { return KeyID(v.pub), nil }
+func (v verifier) KeyID() (string, error)   { return KeyID(v.pub), nil }
 func (v verifier) Public() crypto.PublicKey { return v.pub }
 
 // ErrNotVerified: no signature of the envelope verifies with any of the keys given.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )

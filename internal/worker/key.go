@@ -12,8 +12,8 @@ import (
 	"os"
 	"path/filepath"
 
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
 // LoadOrCreateKey reads the worker's Ed25519 signing key from path (PKCS#8 PEM), creating it

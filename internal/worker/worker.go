@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
 // Handler runs one job. It must return soon after ctx is cancelled (the claim was lost, its
