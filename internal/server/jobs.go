@@ -77,17 +77,26 @@ func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (
 		if remaining <= 0 {
 			return &agwpv1.ClaimJobResponse{}, nil
 		}
-		timer := time.NewTimer(min(remaining, h.s.pollInterval))
-		select {
-		case <-signal:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		if !h.await(ctx, signal, min(remaining, h.s.pollInterval)) {
 			// The client gave up; answering "nothing" is what it would have seen a moment later.
 			return &agwpv1.ClaimJobResponse{}, nil
 		}
-		timer.Stop()
 	}
+}
+
+// await waits for a wake-up or the timeout; false when ctx ended.
+func (h jobService) await(ctx context.Context, signal <-chan struct{}, timeout time.Duration) bool {
+	h.s.waiting.Add(1)
+	defer h.s.waiting.Add(-1)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-signal:
+	case <-timer.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // releaseUndelivered hands back a claim whose claimer went away before it could be answered, so

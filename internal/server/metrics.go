@@ -22,7 +22,7 @@ type metrics struct {
 	latency     *prometheus.HistogramVec
 }
 
-func newMetrics(s store.Store) *metrics {
+func newMetrics(s store.Store, waiting func() float64) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		enqueued: prometheus.NewCounter(prometheus.CounterOpts{
@@ -50,6 +50,11 @@ func newMetrics(s store.Store) *metrics {
 	m.registry.MustRegister(m.enqueued, m.claims, m.completions, m.failures, m.refusals, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		jobStateCollector{store: s})
+	if waiting != nil {
+		m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ag_claims_waiting", Help: "Long-polling claimers waiting for a job on this replica.",
+		}, waiting))
+	}
 	return m
 }
 

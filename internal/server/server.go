@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -46,6 +47,7 @@ type Server struct {
 	pollInterval   time.Duration
 	expireInterval time.Duration
 	maxBytes       int
+	waiting        atomic.Int64 // long-polling claimers now waiting
 }
 
 // New answers a server over cfg.Store.
@@ -54,12 +56,12 @@ func New(cfg Config) *Server {
 		store:          cfg.Store,
 		log:            cfg.Logger,
 		auth:           newAuthenticator(cfg.Store),
-		metrics:        newMetrics(cfg.Store),
 		requireFencing: cfg.RequireFencing,
 		pollInterval:   cfg.PollInterval,
 		expireInterval: cfg.ExpireInterval,
 		maxBytes:       cfg.MaxRequestBytes,
 	}
+	s.metrics = newMetrics(cfg.Store, func() float64 { return float64(s.waiting.Load()) })
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -74,6 +76,9 @@ func New(cfg Config) *Server {
 	}
 	return s
 }
+
+// WaitingClaims answers how many long-polling claimers are waiting for a job now.
+func (s *Server) WaitingClaims() int64 { return s.waiting.Load() }
 
 // Handler answers the server's HTTP handler: the AGWP services and the operational endpoints.
 func (s *Server) Handler() http.Handler {

@@ -38,7 +38,12 @@ type Server struct {
 	AdminToken string
 	Store      store.Store
 	Admin      *client.Client
+
+	srv *server.Server
 }
+
+// WaitingClaims answers how many long-polling claimers wait on the server now.
+func (s *Server) WaitingClaims() int64 { return s.srv.WaitingClaims() }
 
 // OpenStore opens a fresh store of the backend for t, closed when t ends.
 func OpenStore(t testing.TB, backend string, clk clock.Clock) store.Store {
@@ -100,7 +105,7 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 		_ = hs.Shutdown(sctx)
 	})
 	url := "http://" + ln.Addr().String()
-	return &Server{URL: url, AdminToken: token, Store: st, Admin: client.New(url, token, client.WithRetries(0, 0))}
+	return &Server{URL: url, AdminToken: token, Store: st, Admin: client.New(url, token, client.WithRetries(0, 0)), srv: srv}
 }
 
 // Principal creates a principal of role and answers a client with its token.

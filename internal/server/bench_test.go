@@ -1,0 +1,61 @@
+package server_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/testutil/agtest"
+)
+
+// BenchmarkHTTPClaimComplete measures claim+complete over the API on loopback with 16
+// concurrent workers, each report carrying its claim number; it reports jobs/s.
+func BenchmarkHTTPClaimComplete(b *testing.B) {
+	for _, backend := range agtest.Backends {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			srv := agtest.Start(b, agtest.Options{Backend: backend})
+			w := srv.Principal(b, "bench", agwpv1.Role_ROLE_WORKER)
+			for i := 0; i < b.N; i++ {
+				if _, err := srv.Admin.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "ag.noop"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			const workers = 16
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < workers; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for done.Load() < int64(b.N) {
+						claim, err := w.Claim(ctx, client.ClaimOptions{Worker: "bench"})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if claim == nil {
+							return
+						}
+						if _, err := claim.Complete(ctx, client.CompleteOptions{}); err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+							b.Error(err)
+							return
+						}
+						done.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "jobs/s")
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// FuzzRequestValidation ensures validation never panics, refuses only with invalid_argument
+// naming a field, and accepts exactly the labels, kinds and claim numbers the contract allows.
+func FuzzRequestValidation(f *testing.F) {
+	f.Add("w1", "ag.noop", "job_1", uint64(1), int64(30), int64(0), "progress")
+	f.Add("", "", "", uint64(math.MaxUint32+1), int64(-1), int64(61), strings.Repeat("p", 2000))
+	f.Add("host:1/pid@x", "a-b_c.d", "job_9x2k", uint64(0), int64(3600), int64(60), "")
+	f.Add("bad label", "UPPER", "job id", uint64(math.MaxUint64), int64(3601), int64(1), "\x00")
+	f.Fuzz(func(t *testing.T, label, kind, jobID string, token uint64, leaseSec, waitSec int64, progress string) {
+		claimErr := validateClaim(&agwpv1.ClaimJobRequest{
+			Worker: label, Kinds: []string{kind},
+			Lease: durationpb.New(time.Duration(leaseSec) * time.Second),
+			Wait:  durationpb.New(time.Duration(waitSec) * time.Second),
+		})
+		labelOK := labelPattern.MatchString(label)
+		kindOK := kindPattern.MatchString(kind)
+		leaseOK := leaseSec >= 1 && leaseSec <= 3600
+		waitOK := waitSec >= 0 && waitSec <= 60
+		if (claimErr == nil) != (labelOK && kindOK && leaseOK && waitOK) {
+			t.Fatalf("claim(label %q, kind %q, lease %ds, wait %ds) = %v", label, kind, leaseSec, waitSec, claimErr)
+		}
+		hbErr := validateHeartbeat(&agwpv1.HeartbeatJobRequest{JobId: jobID, Worker: label, FencingToken: token, Progress: progress})
+		hbOK := labelOK && idPattern.MatchString(jobID) && token <= math.MaxUint32 && len(progress) <= maxProgressBytes
+		if (hbErr == nil) != hbOK {
+			t.Fatalf("heartbeat(job %q, label %q, token %d, %d bytes of progress) = %v", jobID, label, token, len(progress), hbErr)
+		}
+		for _, err := range []error{claimErr, hbErr,
+			validateComplete(&agwpv1.CompleteJobRequest{JobId: jobID, Worker: label, FencingToken: token, Output: progress, OutputDigest: kind}),
+			validateFail(&agwpv1.FailJobRequest{JobId: jobID, Worker: label, FencingToken: token, Error: progress}),
+			validateEnqueue(&agwpv1.EnqueueJobRequest{Kind: kind, UniqueKey: progress, Delay: durationpb.New(time.Duration(waitSec))}),
+		} {
+			if err == nil {
+				continue
+			}
+			if connect.CodeOf(err) != connect.CodeInvalidArgument {
+				t.Fatalf("refusal %v is not invalid_argument", err)
+			}
+			if msg := err.(*connect.Error).Message(); !strings.Contains(msg, ": ") {
+				t.Fatalf("refusal %q does not name a field", msg)
+			}
+		}
+	})
+}

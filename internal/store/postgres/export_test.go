@@ -1,0 +1,21 @@
+package postgres
+
+import "time"
+
+// WaitListening waits up to timeout until db's listener has started listening n times in all.
+func WaitListening(db *DB, n int64, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		// Taken before the count is read, so a LISTEN in between still wakes this loop.
+		ch := db.listening.Wait()
+		if db.listens.Load() >= n {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}

@@ -1,0 +1,484 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// jobFields are the columns of a job in the order scanJob reads them.
+var jobFields = []string{
+	"seq", "id", "kind", "state", "payload", "priority", "attempts", "max_attempts", "claimed_by",
+	"lease_ns", "lease_expires_at", "run_after", "created_at", "updated_at", "finished_at",
+	"last_error", "result", "output", "output_digest", "attestation_digest", "cancel_requested",
+	"progress", "enqueued_by", "unique_key",
+}
+
+// jobCols answers the job columns, qualified by alias when it is not empty.
+func jobCols(alias string) string {
+	if alias == "" {
+		return strings.Join(jobFields, ", ")
+	}
+	return alias + "." + strings.Join(jobFields, ", "+alias+".")
+}
+
+// jobScan receives a job row.
+type jobScan struct {
+	seq                   int64
+	j                     store.Job
+	state                 string
+	payload, result       *string
+	attempts, maxAttempts int64
+	leaseNS               int64
+	leaseExp, finished    *time.Time
+}
+
+func (s *jobScan) dest() []any {
+	return []any{
+		&s.seq, &s.j.ID, &s.j.Kind, &s.state, &s.payload, &s.j.Priority, &s.attempts, &s.maxAttempts,
+		&s.j.ClaimedBy, &s.leaseNS, &s.leaseExp, &s.j.RunAfter, &s.j.CreatedAt, &s.j.UpdatedAt,
+		&s.finished, &s.j.LastError, &s.result, &s.j.Output, &s.j.OutputDigest,
+		&s.j.AttestationDigest, &s.j.CancelRequested, &s.j.Progress, &s.j.EnqueuedBy, &s.j.UniqueKey,
+	}
+}
+
+func (s *jobScan) job() store.Job {
+	j := s.j
+	j.State = store.JobState(s.state)
+	j.Payload = bytesOrNil(s.payload)
+	j.Result = bytesOrNil(s.result)
+	j.Attempts = uint32(s.attempts)
+	j.MaxAttempts = uint32(s.maxAttempts)
+	j.Lease = time.Duration(s.leaseNS)
+	j.LeaseExpiresAt = utcOrZero(s.leaseExp)
+	j.FinishedAt = utcOrZero(s.finished)
+	j.RunAfter = j.RunAfter.UTC()
+	j.CreatedAt = j.CreatedAt.UTC()
+	j.UpdatedAt = j.UpdatedAt.UTC()
+	return j
+}
+
+func bytesOrNil(s *string) []byte {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}
+
+func textOrNil(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+func utcOrZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// micros is how durations enter SQL: `$n::bigint * interval '1 microsecond'` is exact, where a
+// float number of seconds would not be.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// ---- enqueue ----
+
+// A conflict on the unique key inserts nothing and answers no row; the caller then reads the
+// job that holds the key. The NOTIFY is sent by the insert's own transaction, so other
+// replicas hear of the job only once it is committed.
+var enqueueSQL = q(`
+INSERT INTO jobs (id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
+VALUES ($2, $3, 'queued', $4, $5, $6, {now} + $7::bigint * interval '1 microsecond', {now}, {now}, $8, $9)
+ON CONFLICT (unique_key) WHERE unique_key <> '' AND state IN ('queued', 'claimed') DO NOTHING
+RETURNING ` + jobCols("") + `, pg_notify('` + notifyChannel + `', '')`)
+
+// The literal conditions are those of the partial unique index, so that the planner can use it.
+var jobByUniqueKeySQL = `SELECT ` + jobCols("") + ` FROM jobs
+WHERE unique_key = $1 AND unique_key <> '' AND state IN ('queued', 'claimed')`
+
+// EnqueueJob inserts a QUEUED job, or answers the unfinished job that holds p.UniqueKey.
+func (db *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Job, bool, error) {
+	// The job holding the key may finish between the refused insert and the read; then the key
+	// is free and the insert is tried again. Each round needs another commit to interleave, so
+	// the bound is never reached in practice.
+	for range 100 {
+		var s jobScan
+		err := db.pool.QueryRow(ctx, enqueueSQL, db.now(), store.NewID("job"), p.Kind, textOrNil(p.Payload),
+			p.Priority, int64(p.MaxAttempts), micros(p.Delay), p.EnqueuedBy, p.UniqueKey).
+			Scan(append(s.dest(), nil)...)
+		if err == nil {
+			db.signal.Fire()
+			return s.job(), false, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || p.UniqueKey == "" {
+			return store.Job{}, false, mapErr("enqueue job", err)
+		}
+		err = db.pool.QueryRow(ctx, jobByUniqueKeySQL, p.UniqueKey).Scan(s.dest()...)
+		if err == nil {
+			return s.job(), true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return store.Job{}, false, mapErr("enqueue job: read the job with its unique key", err)
+		}
+	}
+	return store.Job{}, false, fmt.Errorf("postgres: enqueue job: unique key %q kept changing hands", p.UniqueKey)
+}
+
+// ---- claim ----
+
+// settleSQL settles expired claims that cannot be claimed again (ExpireJobs). Rows another
+// transaction holds are skipped: it is changing them anyway, and waiting could deadlock two
+// settlers locking in different orders. The claim below never takes such a job: it requires
+// attempts < max_attempts and no cancel request.
+const settleSQL = `
+UPDATE jobs SET
+	state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'cancelled' END,
+	last_error = CASE WHEN attempts >= max_attempts THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
+	lease_expires_at = NULL,
+	finished_at = {now},
+	updated_at = {now}
+WHERE seq IN (
+	SELECT seq FROM jobs
+	WHERE state = 'claimed' AND lease_expires_at <= {now} AND (attempts >= max_attempts OR cancel_requested)
+	FOR UPDATE SKIP LOCKED)`
+
+// claimSQL settles expired claims and takes the best claimable job in one statement, so a
+// claim costs one round trip. Due queued jobs and expired claims are searched apart, each
+// through its own index in claim order, because one OR-ed search would sort every queued job;
+// the better of the two (at most) is taken. The one not taken stays locked only until this
+// statement's transaction ends, and other claimers skip it meanwhile.
+func claimSQL(kindFilter string) string {
+	return q(`
+WITH settled AS (` + settleSQL + `),
+due AS (
+	SELECT seq, priority, run_after FROM jobs
+	WHERE state = 'queued' AND run_after <= {now}` + kindFilter + `
+	ORDER BY priority DESC, run_after, seq
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED),
+expired AS (
+	SELECT seq, priority, run_after FROM jobs
+	WHERE state = 'claimed' AND lease_expires_at <= {now} AND attempts < max_attempts AND NOT cancel_requested` + kindFilter + `
+	ORDER BY priority DESC, run_after, seq
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED),
+next AS (
+	SELECT seq FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) c
+	ORDER BY priority DESC, run_after, seq
+	LIMIT 1)
+UPDATE jobs SET
+	state = 'claimed',
+	claimed_by = $2,
+	lease_ns = $3,
+	lease_expires_at = {now} + ($3::bigint / 1000) * interval '1 microsecond',
+	attempts = jobs.attempts + 1,
+	progress = '',
+	updated_at = {now}
+FROM next
+WHERE jobs.seq = next.seq
+RETURNING ` + jobCols("jobs"))
+}
+
+var (
+	claimAnySQL   = claimSQL("")
+	claimKindsSQL = claimSQL(" AND kind = ANY($4::text[])")
+)
+
+// ClaimJob settles expired claims and claims the best claimable job, or answers nil.
+func (db *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
+	var row pgx.Row
+	if len(p.Kinds) == 0 {
+		row = db.pool.QueryRow(ctx, claimAnySQL, db.now(), p.Worker, int64(p.Lease))
+	} else {
+		row = db.pool.QueryRow(ctx, claimKindsSQL, db.now(), p.Worker, int64(p.Lease), p.Kinds)
+	}
+	var s jobScan
+	if err := row.Scan(s.dest()...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, mapErr("claim job", err)
+	}
+	j := s.job()
+	return &j, nil
+}
+
+// ExpireJobs settles expired claims that cannot be claimed again.
+func (db *DB) ExpireJobs(ctx context.Context) (int, error) {
+	tag, err := db.pool.Exec(ctx, q(settleSQL), db.now())
+	if err != nil {
+		return 0, mapErr("expire jobs", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ---- changes of a claim ----
+
+// claimCheck is the ADR-0012 check, with $2 the job id, $3 the worker and $4 the claim number
+// (0: not given). The state 'claimed' comes as parameter $<stateParam>, never as a literal:
+// with a literal the planner may prove the predicate of jobs_claimed_lease and walk every
+// claimed job instead of looking the one up by id; a parameter keeps the (generic) plan on
+// the id.
+func claimCheck(stateParam int) string {
+	return fmt.Sprintf(`id = $2 AND state = $%d AND claimed_by = $3 AND ($4::bigint = 0 OR attempts = $4::bigint)`, stateParam)
+}
+
+// claimedState is the value of claimCheck's state parameter.
+const claimedState = string(store.JobClaimed)
+
+// guardedSQL wraps a conditional UPDATE (a CTE named u returning the job columns) so that one
+// round trip answers either the changed job (true) or, when the claim check refused, the job
+// as it is (false), from which the refusal is explained.
+// More CTEs may follow u, such as one that reads u's output.
+func guardedSQL(update, more string) string {
+	return q(`WITH u AS (` + update + `)` + more + `
+SELECT true, ` + jobCols("u") + ` FROM u
+UNION ALL
+SELECT false, ` + jobCols("j") + ` FROM jobs j WHERE j.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
+}
+
+// guarded runs a guardedSQL statement and answers the changed job or the refusal.
+func (db *DB) guarded(ctx context.Context, what, sql string, jobID, worker string, token uint32, args ...any) (store.Job, error) {
+	// The refused branch reads the statement's snapshot, but the UPDATE checks the row's latest
+	// version: when a commit lands between the two, the snapshot can show a claim that the
+	// UPDATE rightly refused. Nothing was changed, so the statement is simply run again, and
+	// sees that commit.
+	for range 10 {
+		var ok bool
+		var s jobScan
+		err := db.pool.QueryRow(ctx, sql, args...).Scan(append([]any{&ok}, s.dest()...)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
+		}
+		if err != nil {
+			return store.Job{}, mapErr(what, err)
+		}
+		j := s.job()
+		if ok {
+			return j, nil
+		}
+		if err := store.ExplainLostClaim(j, worker, token); err != nil {
+			return store.Job{}, err
+		}
+	}
+	return store.Job{}, fmt.Errorf("postgres: %s: job %s: the claim check kept racing with other changes", what, jobID)
+}
+
+// A lease of 0 extends by the claim's own lease; the claim's lease length stays as claimed.
+var heartbeatSQL = guardedSQL(`
+UPDATE jobs SET
+	lease_expires_at = {now} + ((CASE WHEN $5::bigint > 0 THEN $5::bigint ELSE lease_ns END) / 1000) * interval '1 microsecond',
+	progress = CASE WHEN $6::text <> '' THEN $6::text ELSE progress END,
+	updated_at = {now}
+WHERE `+claimCheck(7)+`
+RETURNING `+jobCols(""), "")
+
+// HeartbeatJob extends the lease of a current claim.
+func (db *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
+	return db.guarded(ctx, "heartbeat job", heartbeatSQL, p.JobID, p.Worker, p.FencingToken,
+		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState)
+}
+
+// The attestation is inserted from the UPDATE's output, so it exists only when the claim check
+// passed, and in the same transaction. An envelope already stored (same digest, same bytes)
+// is kept.
+var completeSQL = guardedSQL(`
+UPDATE jobs SET
+	state = 'completed',
+	result = $5,
+	output = $6,
+	output_digest = $7,
+	attestation_digest = coalesce($8::text, ''),
+	lease_expires_at = NULL,
+	finished_at = {now},
+	updated_at = {now}
+WHERE `+claimCheck(10)+`
+RETURNING `+jobCols(""), `,
+attested AS (
+	INSERT INTO attestations (digest, envelope, job_id, created_at)
+	SELECT $8::text, $9::bytea, u.id, {now} FROM u WHERE $8::text IS NOT NULL
+	ON CONFLICT (digest) DO NOTHING)`)
+
+// CompleteJob completes a current claim's job and stores its attestation.
+func (db *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
+	var digest, envelope any
+	if p.Attestation != nil {
+		digest, envelope = p.Attestation.Digest, p.Attestation.Envelope
+	}
+	return db.guarded(ctx, "complete job", completeSQL, p.JobID, p.Worker, p.FencingToken,
+		db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
+		digest, envelope, claimedState)
+}
+
+// backoffMicros is store.Backoff by attempt: entry k, counted from 1 as SQL arrays are, is
+// Backoff(k); attempts 0 take entry 1 and attempts past the end the last (Backoff is capped
+// long before). So FailJob computes the default delay from the attempts its UPDATE reads, and
+// Backoff stays the one definition of the policy.
+var backoffMicros = func() []int64 {
+	b := make([]int64, 32)
+	for i := range b {
+		b[i] = store.Backoff(uint32(i + 1)).Microseconds()
+	}
+	return b
+}()
+
+// $5 error, $6 output, $7 final, $8 retry delay in µs (NULL: backoff), $9 the backoff table.
+// The requeue notifies other replicas from its own transaction, as an enqueue does.
+var failSQL = guardedSQL(`
+UPDATE jobs SET
+	state = CASE
+		WHEN $7::boolean OR attempts >= max_attempts THEN 'failed'
+		WHEN cancel_requested THEN 'cancelled'
+		ELSE 'queued' END,
+	finished_at = CASE WHEN $7::boolean OR attempts >= max_attempts OR cancel_requested THEN {now} END,
+	run_after = CASE
+		WHEN $7::boolean OR attempts >= max_attempts OR cancel_requested THEN run_after
+		ELSE {now} + coalesce($8::bigint, ($9::bigint[])[least(greatest(attempts, 1), cardinality($9::bigint[]))]) * interval '1 microsecond' END,
+	claimed_by = CASE WHEN $7::boolean OR attempts >= max_attempts OR cancel_requested THEN claimed_by ELSE '' END,
+	lease_expires_at = NULL,
+	last_error = $5,
+	output = $6,
+	updated_at = {now}
+WHERE `+claimCheck(10)+`
+RETURNING `+jobCols("")+`, CASE WHEN state = 'queued' THEN pg_notify('`+notifyChannel+`', '') END`, "")
+
+// FailJob records a failed attempt: FAILED, CANCELLED, or QUEUED again after a delay.
+func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
+	var delay any
+	if p.RetryDelay != nil {
+		delay = micros(*p.RetryDelay)
+	}
+	j, err := db.guarded(ctx, "fail job", failSQL, p.JobID, p.Worker, p.FencingToken,
+		db.now(), p.JobID, p.Worker, int64(p.FencingToken), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
+	if err == nil && j.State == store.JobQueued {
+		db.signal.Fire()
+	}
+	return j, err
+}
+
+// ---- cancel and reads ----
+
+var cancelSQL = q(`WITH u AS (
+	UPDATE jobs SET
+		state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+		cancel_requested = (state = 'claimed'),
+		finished_at = CASE WHEN state = 'queued' THEN {now} END,
+		updated_at = {now}
+	WHERE id = $2 AND (state = 'queued' OR (state = 'claimed' AND NOT cancel_requested))
+	RETURNING ` + jobCols("") + `)
+SELECT true, ` + jobCols("u") + ` FROM u
+UNION ALL
+SELECT false, ` + jobCols("j") + ` FROM jobs j WHERE j.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
+
+// CancelJob cancels a queued job and asks the worker of a claimed one to stop.
+func (db *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
+	// As in guarded: a refusal read from a snapshot older than the row is looked at again.
+	for range 10 {
+		var ok bool
+		var s jobScan
+		err := db.pool.QueryRow(ctx, cancelSQL, db.now(), jobID).Scan(append([]any{&ok}, s.dest()...)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
+		}
+		if err != nil {
+			return store.Job{}, mapErr("cancel job", err)
+		}
+		j := s.job()
+		if ok {
+			return j, nil
+		}
+		if j.State == store.JobClaimed && j.CancelRequested {
+			return j, nil // asked already: nothing changes
+		}
+		if j.State.Terminal() {
+			return store.Job{}, &store.StateError{What: "job " + jobID,
+				Msg: "is " + string(j.State) + "; only a queued or claimed job can be cancelled"}
+		}
+	}
+	return store.Job{}, fmt.Errorf("postgres: cancel job %s: kept racing with other changes", jobID)
+}
+
+var getJobSQL = `SELECT ` + jobCols("") + ` FROM jobs WHERE id = $1`
+
+// GetJob answers one job.
+func (db *DB) GetJob(ctx context.Context, jobID string) (store.Job, error) {
+	var s jobScan
+	if err := db.pool.QueryRow(ctx, getJobSQL, jobID).Scan(s.dest()...); err != nil {
+		return store.Job{}, mapErr("job "+jobID, err)
+	}
+	return s.job(), nil
+}
+
+var listJobsSQL = `SELECT ` + jobCols("") + ` FROM jobs
+WHERE (cardinality($1::text[]) = 0 OR state = ANY($1::text[]))
+  AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+  AND ($3::bigint = 0 OR seq < $3::bigint)
+ORDER BY seq DESC
+LIMIT $4`
+
+// ListJobs answers jobs newest first, a page at a time.
+func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job, string, error) {
+	after, err := store.DecodeSeqPageToken(p.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	states := make([]string, len(p.States))
+	for i, s := range p.States {
+		states[i] = string(s)
+	}
+	kinds := p.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	// One row more than the page tells whether there is a next page.
+	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1)
+	if err != nil {
+		return nil, "", mapErr("list jobs", err)
+	}
+	var jobs []store.Job
+	var seqs []int64
+	var s jobScan
+	_, err = pgx.ForEachRow(rows, s.dest(), func() error {
+		jobs = append(jobs, s.job())
+		seqs = append(seqs, s.seq)
+		return nil
+	})
+	if err != nil {
+		return nil, "", mapErr("list jobs", err)
+	}
+	if len(jobs) > limit {
+		return jobs[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
+	}
+	return jobs, "", nil
+}
+
+// CountJobs answers the number of jobs in each state.
+func (db *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
+	rows, err := db.pool.Query(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		return nil, mapErr("count jobs", err)
+	}
+	counts := map[store.JobState]int64{}
+	var state string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		counts[store.JobState(state)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("count jobs", err)
+	}
+	return counts, nil
+}

@@ -1,0 +1,453 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+const jobColumns = `id, kind, state, payload, priority, attempts, max_attempts, claimed_by, lease_us,
+	lease_expires_at, run_after, created_at, updated_at, finished_at, last_error, result, output,
+	output_digest, attestation_digest, cancel_requested, progress, enqueued_by, unique_key`
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanJob reads the jobColumns of a row; before are columns selected ahead of them.
+func scanJob(row scanner, before ...any) (store.Job, error) {
+	var (
+		j                                   store.Job
+		state                               string
+		leaseUS, runAfter, created, updated int64
+		leaseExpires, finished              sql.NullInt64
+	)
+	dest := append(before,
+		&j.ID, &j.Kind, &state, &j.Payload, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.ClaimedBy, &leaseUS,
+		&leaseExpires, &runAfter, &created, &updated, &finished, &j.LastError, &j.Result, &j.Output,
+		&j.OutputDigest, &j.AttestationDigest, &j.CancelRequested, &j.Progress, &j.EnqueuedBy, &j.UniqueKey)
+	if err := row.Scan(dest...); err != nil {
+		return store.Job{}, err
+	}
+	j.State = store.JobState(state)
+	j.Lease = time.Duration(leaseUS) * time.Microsecond
+	j.LeaseExpiresAt = fromNullMicros(leaseExpires)
+	j.RunAfter = fromMicros(runAfter)
+	j.CreatedAt = fromMicros(created)
+	j.UpdatedAt = fromMicros(updated)
+	j.FinishedAt = fromNullMicros(finished)
+	return j, nil
+}
+
+func getJob(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string) (store.Job, error) {
+	j, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	if err != nil {
+		return store.Job{}, interpret("job "+id, err)
+	}
+	return j, nil
+}
+
+// EnqueueJob inserts a queued job, or answers the live job that holds p.UniqueKey.
+func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Job, bool, error) {
+	now := d.now()
+	var (
+		job      store.Job
+		existing bool
+	)
+	err := d.write(ctx, "enqueue job", func(tx *sql.Tx) error {
+		if p.UniqueKey != "" {
+			// The literal conditions match the partial unique index, so SQLite can use it.
+			j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
+				WHERE unique_key = ? AND unique_key <> '' AND state IN ('queued', 'claimed')`, p.UniqueKey))
+			if err == nil {
+				job, existing = j, true
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return interpret("enqueue job: look up unique key", err)
+			}
+		}
+		var payload any
+		if p.Payload != nil {
+			payload = p.Payload
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, `INSERT INTO jobs
+			(id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
+			VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)
+			RETURNING `+jobColumns,
+			store.NewID("job"), p.Kind, payload, p.Priority, p.MaxAttempts,
+			micros(now.Add(p.Delay)), micros(now), micros(now), p.EnqueuedBy, p.UniqueKey))
+		if err != nil {
+			return interpret("enqueue job", err)
+		}
+		job = j
+		return nil
+	})
+	if err != nil {
+		return store.Job{}, false, err
+	}
+	if !existing {
+		d.signal.Fire()
+	}
+	return job, existing, nil
+}
+
+// settleExpired is ExpireJobs's statement: an expired claim that cannot be claimed again
+// ends here. FAILED wins over CANCELLED as in FailJob: the attempts ran out either way. It runs
+// before every claim, so it reads only the expired end of the lease index.
+const settleExpired = `UPDATE jobs INDEXED BY jobs_claimed_lease SET
+	state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'cancelled' END,
+	last_error = CASE WHEN attempts >= max_attempts THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
+	lease_expires_at = NULL, finished_at = ?1, updated_at = ?1
+	WHERE state = 'claimed' AND lease_expires_at <= ?1 AND (attempts >= max_attempts OR cancel_requested <> 0)`
+
+// ExpireJobs settles expired claims that cannot be claimed again.
+func (d *DB) ExpireJobs(ctx context.Context) (int, error) {
+	now := micros(d.now())
+	var n int64
+	err := d.write(ctx, "expire jobs", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, settleExpired, now)
+		if err != nil {
+			return interpret("expire jobs", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// claimSQL takes the best claimable job in one statement. The two candidates (the best queued
+// job and the best expired claim) are found separately so each walks its own index and stops
+// early; an OR over both would make SQLite sort every match. The indexes are named because
+// without statistics the planner prefers jobs_state and sorts every queued job on each claim.
+func claimSQL(kinds int) string {
+	kindFilter := ""
+	if kinds > 0 {
+		kindFilter = ` AND kind IN (` + placeholders(4, kinds) + `)`
+	}
+	return `UPDATE jobs SET state = 'claimed', claimed_by = ?1, lease_us = ?2, lease_expires_at = ?3 + ?2,
+		attempts = attempts + 1, progress = '', updated_at = ?3
+	WHERE seq = (
+		SELECT seq FROM (
+			SELECT * FROM (
+				SELECT seq, priority, run_after FROM jobs INDEXED BY jobs_queued_claim_order
+				WHERE state = 'queued' AND run_after <= ?3` + kindFilter + `
+				ORDER BY priority DESC, run_after, seq LIMIT 1)
+			UNION ALL
+			SELECT * FROM (
+				SELECT seq, priority, run_after FROM jobs INDEXED BY jobs_claimed_lease
+				WHERE state = 'claimed' AND lease_expires_at <= ?3 AND attempts < max_attempts
+					AND cancel_requested = 0` + kindFilter + `
+				ORDER BY priority DESC, run_after, seq LIMIT 1))
+		ORDER BY priority DESC, run_after, seq LIMIT 1)
+	RETURNING ` + jobColumns
+}
+
+// ClaimJob settles expired claims, then takes the best claimable job.
+func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
+	now := micros(d.now())
+	args := make([]any, 0, 3+len(p.Kinds))
+	args = append(args, p.Worker, p.Lease.Microseconds(), now)
+	for _, k := range p.Kinds {
+		args = append(args, k)
+	}
+	var job *store.Job
+	err := d.write(ctx, "claim job", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, settleExpired, now); err != nil {
+			return interpret("claim job: settle expired claims", err)
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, claimSQL(len(p.Kinds)), args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return interpret("claim job", err)
+		}
+		job = &j
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// claimCheck is the WHERE of every change a claimant makes (ADR-0012): the job is still
+// claimed by this worker and, when a claim number is given, by this claim. ?1 is the job id,
+// ?2 the worker, ?3 the claim number.
+const claimCheck = `id = ?1 AND state = 'claimed' AND claimed_by = ?2 AND (?3 = 0 OR attempts = ?3)`
+
+// refusal explains, from the job as it is in tx, why a claim check matched no row.
+func refusal(ctx context.Context, tx *sql.Tx, op, jobID, worker string, token uint32) error {
+	j, err := getJob(ctx, tx, jobID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.ExplainLostClaim(j, worker, token); err != nil {
+		return err
+	}
+	return fmt.Errorf("%s: job %s: the claim check matched no row although the claim is current", op, jobID)
+}
+
+// HeartbeatJob extends a claim's lease and records its progress.
+func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
+	now := micros(d.now())
+	var job store.Job
+	err := d.write(ctx, "heartbeat job", func(tx *sql.Tx) error {
+		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
+				lease_expires_at = ?4 + CASE WHEN ?5 > 0 THEN ?5 ELSE lease_us END,
+				progress = CASE WHEN ?6 <> '' THEN ?6 ELSE progress END,
+				updated_at = ?4
+			WHERE `+claimCheck+` RETURNING `+jobColumns,
+			p.JobID, p.Worker, p.FencingToken, now, p.Lease.Microseconds(), p.Progress))
+		if errors.Is(err, sql.ErrNoRows) {
+			return refusal(ctx, tx, "heartbeat job", p.JobID, p.Worker, p.FencingToken)
+		}
+		if err != nil {
+			return interpret("heartbeat job "+p.JobID, err)
+		}
+		job = j
+		return nil
+	})
+	return job, err
+}
+
+// CompleteJob finishes a claim's job and stores its attestation, only once the claim check passed.
+func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
+	nowT := d.now()
+	now := micros(nowT)
+	attDigest := ""
+	if p.Attestation != nil {
+		attDigest = p.Attestation.Digest
+	}
+	var result any
+	if p.Result != nil {
+		result = p.Result
+	}
+	var job store.Job
+	err := d.write(ctx, "complete job", func(tx *sql.Tx) error {
+		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
+				state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
+				result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
+			WHERE `+claimCheck+` RETURNING `+jobColumns,
+			p.JobID, p.Worker, p.FencingToken, now, result, p.Output, p.OutputDigest, attDigest))
+		if errors.Is(err, sql.ErrNoRows) {
+			return refusal(ctx, tx, "complete job", p.JobID, p.Worker, p.FencingToken)
+		}
+		if err != nil {
+			return interpret("complete job "+p.JobID, err)
+		}
+		if p.Attestation != nil {
+			// An envelope is addressed by its digest: storing the same one twice is one row.
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO attestations (digest, envelope, job_id, created_at)
+				VALUES (?, ?, ?, ?)`, p.Attestation.Digest, p.Attestation.Envelope, p.JobID, now); err != nil {
+				return interpret("complete job "+p.JobID+": store attestation", err)
+			}
+		}
+		job = j
+		return nil
+	})
+	return job, err
+}
+
+// FailJob records a failed attempt: the job is retried, failed for good, or cancelled.
+func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
+	nowT := d.now()
+	var (
+		job     store.Job
+		requeue bool
+	)
+	err := d.write(ctx, "fail job", func(tx *sql.Tx) error {
+		// The outcome depends on the job's attempts (the backoff, whether any are left), so the
+		// job is read first; the write lock is held since BEGIN IMMEDIATE, so it cannot move
+		// before the UPDATE, which still carries the claim check itself.
+		cur, err := getJob(ctx, tx, p.JobID)
+		if err != nil {
+			return fmt.Errorf("fail job: %w", err)
+		}
+		if err := store.ExplainLostClaim(cur, p.Worker, p.FencingToken); err != nil {
+			return err
+		}
+		state := store.JobQueued
+		switch {
+		case p.Final || cur.Attempts >= cur.MaxAttempts:
+			state = store.JobFailed
+		case cur.CancelRequested:
+			state = store.JobCancelled
+		}
+		requeue = state == store.JobQueued
+		runAfter, finished := cur.RunAfter, nowT
+		claimedBy := cur.ClaimedBy
+		if requeue {
+			delay := store.Backoff(cur.Attempts)
+			if p.RetryDelay != nil {
+				delay = *p.RetryDelay
+			}
+			runAfter, finished, claimedBy = nowT.Add(delay), time.Time{}, ""
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
+				state = ?4, updated_at = ?5, lease_expires_at = NULL, finished_at = ?6, run_after = ?7,
+				claimed_by = ?8, last_error = ?9, output = ?10
+			WHERE `+claimCheck+` RETURNING `+jobColumns,
+			p.JobID, p.Worker, p.FencingToken, string(state), micros(nowT), nullMicros(finished),
+			micros(runAfter), claimedBy, p.Error, p.Output))
+		if errors.Is(err, sql.ErrNoRows) {
+			return refusal(ctx, tx, "fail job", p.JobID, p.Worker, p.FencingToken)
+		}
+		if err != nil {
+			return interpret("fail job "+p.JobID, err)
+		}
+		job = j
+		return nil
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	if requeue {
+		d.signal.Fire()
+	}
+	return job, nil
+}
+
+// CancelJob cancels a queued job, or asks the worker of a claimed one to stop.
+func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
+	now := micros(d.now())
+	var job store.Job
+	err := d.write(ctx, "cancel job", func(tx *sql.Tx) error {
+		cur, err := getJob(ctx, tx, jobID)
+		if err != nil {
+			return fmt.Errorf("cancel job: %w", err)
+		}
+		var q string
+		switch cur.State {
+		case store.JobQueued:
+			q = `UPDATE jobs SET state = 'cancelled', finished_at = ?2, updated_at = ?2
+				WHERE id = ?1 AND state = 'queued' RETURNING ` + jobColumns
+		case store.JobClaimed:
+			if cur.CancelRequested {
+				job = cur
+				return nil
+			}
+			q = `UPDATE jobs SET cancel_requested = 1, updated_at = ?2
+				WHERE id = ?1 AND state = 'claimed' RETURNING ` + jobColumns
+		default:
+			return &store.StateError{What: "job " + jobID,
+				Msg: fmt.Sprintf("is %s; only a queued or claimed job can be cancelled", cur.State)}
+		}
+		j, err := scanJob(tx.QueryRowContext(ctx, q, jobID, now))
+		if err != nil {
+			return interpret("cancel job "+jobID, err)
+		}
+		job = j
+		return nil
+	})
+	return job, err
+}
+
+// GetJob answers one job.
+func (d *DB) GetJob(ctx context.Context, jobID string) (store.Job, error) {
+	j, err := getJob(ctx, d.r, jobID)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job: %w", err)
+	}
+	return j, nil
+}
+
+// ListJobs answers jobs newest first; the page token is the seq of the last job answered.
+func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job, string, error) {
+	after, err := store.DecodeSeqPageToken(p.PageToken)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	limit := pageLimit(p.Limit)
+	q := `SELECT seq, ` + jobColumns + ` FROM jobs WHERE 1 = 1`
+	var args []any
+	if after > 0 {
+		q += ` AND seq < ?`
+		args = append(args, after)
+	}
+	if len(p.States) > 0 {
+		q += ` AND state IN (` + placeholders(len(args)+1, len(p.States)) + `)`
+		for _, s := range p.States {
+			args = append(args, string(s))
+		}
+	}
+	if len(p.Kinds) > 0 {
+		q += ` AND kind IN (` + placeholders(len(args)+1, len(p.Kinds)) + `)`
+		for _, k := range p.Kinds {
+			args = append(args, k)
+		}
+	}
+	// One row more than the page tells whether another page follows.
+	q += ` ORDER BY seq DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := d.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", interpret("list jobs", err)
+	}
+	defer rows.Close()
+	var (
+		jobs []store.Job
+		seqs []int64
+	)
+	for rows.Next() {
+		var seq int64
+		j, err := scanJob(rows, &seq)
+		if err != nil {
+			return nil, "", interpret("list jobs", err)
+		}
+		jobs, seqs = append(jobs, j), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", interpret("list jobs", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = store.EncodeSeqPageToken(seqs[limit-1])
+	}
+	return jobs, next, nil
+}
+
+// CountJobs answers the number of jobs in each state.
+func (d *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		return nil, interpret("count jobs", err)
+	}
+	defer rows.Close()
+	counts := make(map[store.JobState]int64)
+	for rows.Next() {
+		var (
+			s string
+			n int64
+		)
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, interpret("count jobs", err)
+		}
+		counts[store.JobState(s)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret("count jobs", err)
+	}
+	return counts, nil
+}
+
+// GetAttestation answers a stored envelope by its digest.
+func (d *DB) GetAttestation(ctx context.Context, digest string) (store.Attestation, error) {
+	var (
+		a       store.Attestation
+		created int64
+	)
+	err := d.r.QueryRowContext(ctx, `SELECT digest, envelope, job_id, created_at FROM attestations WHERE digest = ?`, digest).
+		Scan(&a.Digest, &a.Envelope, &a.JobID, &created)
+	if err != nil {
+		return store.Attestation{}, interpret("get attestation "+digest, err)
+	}
+	a.CreatedAt = fromMicros(created)
+	return a, nil
+}

@@ -1,0 +1,294 @@
+// Package sqlite is the embedded backend of store.Store: one SQLite file in WAL mode.
+//
+// All writes go through one connection in BEGIN IMMEDIATE transactions. SQLite admits one
+// writer at a time anyway; queueing writers in database/sql instead of in SQLite's busy
+// handler avoids busy-retry sleeps, and taking the write lock when the transaction begins
+// means a read-then-write transaction can never fail with SQLITE_BUSY halfway. Reads that
+// need no transaction use a separate pool, which WAL lets run beside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// busyTimeout bounds how long a connection waits for another process holding the write lock.
+const busyTimeout = 10 * time.Second
+
+// DB is a store.Store on one SQLite file.
+type DB struct {
+	w      *sql.DB // the one writer connection
+	r      *sql.DB // readers
+	clock  clock.Clock
+	signal store.Signal
+}
+
+var _ store.Store = (*DB)(nil)
+
+// Open opens (creating it and its directory when missing) the SQLite database at path and
+// applies the migrations it lacks. A database migrated by a newer build is refused with a
+// *store.SchemaTooNewError.
+func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
+	if path == "" || path == ":memory:" {
+		// Two pools on one in-memory database would be two databases.
+		return nil, fmt.Errorf("open sqlite: a file path is required, got %q", path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: create directory: %w", path, err)
+	}
+
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+
+	w, err := sql.Open("sqlite3", dsn(abs, "_txlock", "immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, w, clk); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+
+	// The readers open after the writer has switched the file to WAL, so they never race it.
+	r, err := sql.Open("sqlite3", dsn(abs, "_query_only", "1"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	readers := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(readers)
+	r.SetMaxIdleConns(readers)
+	if err := r.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return &DB{w: w, r: r, clock: clk}, nil
+}
+
+// dsn builds a mattn/go-sqlite3 data source name. The path goes in a file: URI, escaped, so
+// that a '?' or '#' in a directory name cannot be read as the start of the parameters.
+func dsn(absPath, key, value string) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(absPath)}
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
+	q.Set("_stmt_cache_size", "64")
+	q.Set(key, value)
+	// url.URL renders "file:///abs", which SQLite reads as an empty authority and the path.
+	return u.String() + "?" + q.Encode()
+}
+
+// Close releases both pools.
+func (d *DB) Close() error {
+	return errors.Join(d.r.Close(), d.w.Close())
+}
+
+// Ready answers nil when the file is readable and its schema is the one this build knows.
+func (d *DB) Ready(ctx context.Context) error {
+	var v int
+	if err := d.r.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("ready: %w", err)
+	}
+	if known := latestVersion(); v != known {
+		if v > known {
+			return &store.SchemaTooNewError{Database: v, Known: known}
+		}
+		return fmt.Errorf("ready: schema version %d, want %d", v, known)
+	}
+	return nil
+}
+
+// JobSignal answers the channel that the next enqueue or retry closes.
+func (d *DB) JobSignal() <-chan struct{} { return d.signal.Wait() }
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations are read once: they are part of the binary.
+var migrations = sync.OnceValue(func() []migration {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			panic("sqlite: migration file without a version number: " + e.Name())
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			panic(fmt.Sprintf("sqlite: migrations must be numbered 1, 2, ... without gaps; %s is number %d", m.name, i+1))
+		}
+	}
+	return ms
+})
+
+func latestVersion() int { return len(migrations()) }
+
+// migrate applies the missing migrations in one transaction. BEGIN IMMEDIATE makes two
+// processes opening the same new file migrate it once: the second waits, then sees the version.
+func migrate(ctx context.Context, w *sql.DB, clk clock.Clock) error {
+	ms := migrations()
+	known := ms[len(ms)-1].version
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version    INTEGER PRIMARY KEY,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	if current > known {
+		return &store.SchemaTooNewError{Database: current, Known: known}
+	}
+	for _, m := range ms[current:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
+			m.version, clk.Now().UnixMicro()); err != nil {
+			return fmt.Errorf("migrate: record %s: %w", m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// write runs fn in one BEGIN IMMEDIATE transaction on the writer and commits when it answers
+// nil. fn's errors are answered as they are, so fn gives them their context.
+func (d *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", op, err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback() //nolint:errcheck // the error of fn is the one worth answering
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", op, err)
+	}
+	return nil
+}
+
+// now answers the store's time as both backends keep it: UTC, whole microseconds.
+func (d *DB) now() time.Time {
+	return d.clock.Now().UTC().Truncate(time.Microsecond)
+}
+
+// interpret maps what SQLite answers to the store's sentinels, so callers never see a driver
+// error for a missing row or a taken name, and gives every error its operation.
+func interpret(op string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrConstraint {
+		switch se.ExtendedCode {
+		case sqlite3.ErrConstraintUnique, sqlite3.ErrConstraintPrimaryKey:
+			return fmt.Errorf("%s: %w", op, store.ErrAlreadyExists)
+		case sqlite3.ErrConstraintForeignKey:
+			return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// nullMicros keeps the zero time as NULL.
+func nullMicros(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func fromNullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// placeholders answers "?n, ?n+1, ..." for count numbered parameters starting at first.
+func placeholders(first, count int) string {
+	var b strings.Builder
+	for i := range count {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+		b.WriteString(strconv.Itoa(first + i))
+	}
+	return b.String()
+}
+
+// pageLimit applies the API's page size rules: default 100, at most 1000.
+func pageLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return 100
+	case limit > 1000:
+		return 1000
+	default:
+		return limit
+	}
+}

@@ -1,0 +1,291 @@
+// Package storetest is the conformance suite of store.Store: every backend's test calls Run
+// with a factory of fresh stores, and passes all of it.
+//
+// The tests drive the store only through its interface and assert what a user of the store
+// would see. Time moves only when a test moves its clock.Fake; nothing sleeps. IDs and page
+// tokens are opaque, and no test assumes anything about a backend's timing.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// Factory answers a fresh, empty store that reads the time from clk. It closes the store with
+// t.Cleanup.
+type Factory func(t testing.TB, clk clock.Clock) store.Store
+
+type conformanceTest struct {
+	name string
+	run  func(t *testing.T, newStore Factory)
+}
+
+// tests are every test of the suite, by area. The names are snake_case so that a test reads
+// the same in `go test -run` and in the specifications that name them.
+var tests = []conformanceTest{
+	// jobs: enqueue and read
+	{"enqueue_sets_every_field_and_get_job_answers_the_same_job", testEnqueueAndGet},
+	{"enqueue_without_payload_or_delay", testEnqueueWithoutPayload},
+	{"get_job_of_an_unknown_id_is_not_found", testGetJobUnknown},
+	{"a_unique_key_answers_the_live_job_until_it_is_finished", testUniqueKey},
+	// claims
+	{"claim_sets_the_claim_and_get_job_shows_it", testClaimFields},
+	{"claim_takes_priority_first_then_run_after_then_creation", testClaimOrder},
+	{"claim_orders_expired_claims_and_queued_jobs_alike", testClaimOrderWithExpiredClaims},
+	{"claim_waits_for_the_delay_to_pass", testClaimDelay},
+	{"claim_takes_only_the_kinds_asked_for", testClaimKinds},
+	{"claim_answers_nil_when_nothing_is_claimable", testClaimNothing},
+	{"an_expired_claim_goes_to_the_next_claimer", testExpiredClaimReclaimed},
+	{"an_expired_claim_that_used_the_last_attempt_fails_instead_of_being_claimed", testExpiredLastAttemptClaim},
+	{"expire_jobs_settles_only_expired_claims_that_cannot_be_claimed_again", testExpireJobs},
+	{"an_expired_claim_with_cancel_requested_is_cancelled", testExpiredCancelRequested},
+	// heartbeat, complete, fail
+	{"heartbeat_extends_the_lease_and_records_progress", testHeartbeat},
+	{"an_expired_lease_that_nobody_claimed_can_still_be_heartbeated", testHeartbeatExpiredUnclaimed},
+	{"complete_stores_the_result_output_and_attestation", testComplete},
+	{"complete_without_an_attestation", testCompleteWithoutAttestation},
+	{"a_second_completion_is_refused_and_stores_nothing", testSecondCompletion},
+	{"fail_queues_the_job_again_after_the_retry_delay", testFailRetryDelay},
+	{"fail_without_a_retry_delay_uses_the_server_backoff", testFailBackoff},
+	{"a_final_failure_fails_the_job", testFailFinal},
+	{"a_failure_of_the_last_attempt_fails_the_job", testFailLastAttempt},
+	{"a_failure_of_a_cancel_requested_job_cancels_it", testFailCancelRequested},
+	// fencing (ADR-0012)
+	{"a_claim_number_fences_a_stale_claimant_of_the_same_name", testFencing},
+	{"only_the_current_claimant_may_heartbeat_complete_or_fail", testOnlyClaimant},
+	// cancel
+	{"cancel_cancels_a_queued_job", testCancelQueued},
+	{"cancel_of_a_claimed_job_is_requested_and_seen_by_heartbeat", testCancelClaimed},
+	{"cancel_of_a_finished_job_is_refused", testCancelFinished},
+	// listing and counting
+	{"list_jobs_answers_newest_first_and_filters", testListJobs},
+	{"list_jobs_pages_through_every_job_once", testListJobsPages},
+	{"list_jobs_refuses_a_malformed_page_token", testListJobsBadToken},
+	{"count_jobs_counts_each_state", testCountJobs},
+	// signal
+	{"job_signal_fires_after_an_enqueue_and_a_retry", testJobSignal},
+	// concurrency
+	{"concurrent_claimers_complete_every_job_exactly_once", testConcurrentClaimers},
+	{"concurrent_claimers_with_expiring_leases_complete_every_job_once_from_its_latest_claim", testConcurrentExpiry},
+	// principals and tokens
+	{"bootstrap_admin_creates_the_admin_once", testBootstrapAdmin},
+	{"create_principal_and_authenticate_with_its_token", testCreatePrincipal},
+	{"a_revoked_token_no_longer_authenticates", testRevokeToken},
+	{"a_disabled_principal_no_longer_authenticates", testDisablePrincipal},
+	{"list_principals_pages_by_name", testListPrincipals},
+	// worker keys
+	{"register_worker_key_once_per_key", testWorkerKeys},
+	// health
+	{"ready_answers_nil_on_a_fresh_store", testReady},
+}
+
+// Run runs every conformance test against the stores newStore makes, each as a parallel subtest.
+func Run(t *testing.T, newStore Factory) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newStore)
+		})
+	}
+}
+
+// RunNamed runs the one conformance test called name, as a subtest of that name. Specifications
+// name some tests; a backend's test file gives each its own top-level test with RunNamed.
+func RunNamed(t *testing.T, newStore Factory, name string) {
+	for _, tc := range tests {
+		if tc.name == name {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, newStore)
+			})
+			return
+		}
+	}
+	t.Fatalf("storetest has no test named %q", name)
+}
+
+// Names answers the names of every conformance test, in order.
+func Names() []string {
+	names := make([]string, len(tests))
+	for i, tc := range tests {
+		names[i] = tc.name
+	}
+	return names
+}
+
+// epoch is where every test's clock starts; any instant would do.
+var epoch = time.Date(2026, 10, 20, 9, 30, 0, 0, time.UTC)
+
+// bundle is what a test works with: a fresh store and the clock it reads.
+type bundle struct {
+	ctx context.Context
+	st  store.Store
+	clk *clock.Fake
+}
+
+func setup(t *testing.T, newStore Factory) *bundle {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	return &bundle{ctx: t.Context(), st: newStore(t, clk), clk: clk}
+}
+
+// enqueue enqueues with the defaults a test usually does not care about.
+func (b *bundle) enqueue(t *testing.T, p store.EnqueueJobParams) store.Job {
+	t.Helper()
+	if p.Kind == "" {
+		p.Kind = "test"
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 5
+	}
+	job, existing, err := b.st.EnqueueJob(b.ctx, p)
+	if err != nil {
+		t.Fatalf("EnqueueJob(%+v): %v", p, err)
+	}
+	if existing {
+		t.Fatalf("EnqueueJob(%+v): existing = true for a new job", p)
+	}
+	return job
+}
+
+func (b *bundle) claim(t *testing.T, worker string, lease time.Duration, kinds ...string) *store.Job {
+	t.Helper()
+	job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: kinds, Lease: lease})
+	if err != nil {
+		t.Fatalf("ClaimJob(%s): %v", worker, err)
+	}
+	return job
+}
+
+// mustClaim claims and fails the test when nothing was claimable.
+func (b *bundle) mustClaim(t *testing.T, worker string, lease time.Duration, kinds ...string) store.Job {
+	t.Helper()
+	job := b.claim(t, worker, lease, kinds...)
+	if job == nil {
+		t.Fatalf("ClaimJob(%s, kinds %v) = nil, want a job", worker, kinds)
+	}
+	return *job
+}
+
+// noClaim fails the test when a job was claimable.
+func (b *bundle) noClaim(t *testing.T, worker string, kinds ...string) {
+	t.Helper()
+	if job := b.claim(t, worker, 30*time.Second, kinds...); job != nil {
+		t.Fatalf("ClaimJob(%s, kinds %v) claimed job %s (%s, attempts %d), want nothing claimable",
+			worker, kinds, job.ID, job.Kind, job.Attempts)
+	}
+}
+
+func (b *bundle) get(t *testing.T, id string) store.Job {
+	t.Helper()
+	job, err := b.st.GetJob(b.ctx, id)
+	if err != nil {
+		t.Fatalf("GetJob(%s): %v", id, err)
+	}
+	return job
+}
+
+// unchanged asserts that the stored job is still before: used after every refused request.
+func (b *bundle) unchanged(t *testing.T, before store.Job, after string) {
+	t.Helper()
+	if diff := diffJob(b.get(t, before.ID), before); diff != "" {
+		t.Fatalf("the job changed after %s, which was refused:\n%s", after, diff)
+	}
+}
+
+// assertJob fails the test when got differs from want in any field.
+func assertJob(t *testing.T, what string, got, want store.Job) {
+	t.Helper()
+	if diff := diffJob(got, want); diff != "" {
+		t.Fatalf("%s:\n%s", what, diff)
+	}
+}
+
+// diffJob answers the fields where got differs from want, one per line. Times are compared
+// as instants and JSON as values, so that a backend may keep either in its own form.
+func diffJob(got, want store.Job) string {
+	var b strings.Builder
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range gv.NumField() {
+		name := gv.Type().Field(i).Name
+		g, w := gv.Field(i).Interface(), wv.Field(i).Interface()
+		var equal bool
+		switch gt := g.(type) {
+		case time.Time:
+			equal = gt.Equal(w.(time.Time))
+		case []byte:
+			equal = jsonEqual(gt, w.([]byte))
+			g, w = string(gt), string(w.([]byte))
+		default:
+			equal = reflect.DeepEqual(g, w)
+		}
+		if !equal {
+			fmt.Fprintf(&b, "  %s: got %v, want %v\n", name, g, w)
+		}
+	}
+	return b.String()
+}
+
+// jsonEqual compares two JSON documents as values; nil and empty are the same absent document.
+func jsonEqual(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var av, bv any
+	if json.Unmarshal(a, &av) != nil || json.Unmarshal(b, &bv) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(av, bv)
+}
+
+// wantErr fails the test unless errors.Is(err, target).
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: err = %v, want %v", what, err, target)
+	}
+}
+
+// wantLostClaim fails the test unless err is a *store.LostClaimError describing the job as it is.
+func wantLostClaim(t *testing.T, what string, err error, worker string, token uint32, now store.Job) {
+	t.Helper()
+	if !errors.Is(err, store.ErrLostClaim) {
+		t.Fatalf("%s: err = %v, want %v", what, err, store.ErrLostClaim)
+	}
+	var lost *store.LostClaimError
+	if !errors.As(err, &lost) {
+		t.Fatalf("%s: err = %v (%T), want a *store.LostClaimError", what, err, err)
+	}
+	want := store.LostClaimError{JobID: now.ID, Worker: worker, FencingToken: token,
+		State: now.State, ClaimedBy: now.ClaimedBy, Attempts: now.Attempts}
+	if *lost != want {
+		t.Fatalf("%s: LostClaimError = %+v, want %+v", what, *lost, want)
+	}
+}
+
+func ids(jobs []store.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+func reversed(s []string) []string {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
+}
+
+func durationPtr(d time.Duration) *time.Duration { return &d }
