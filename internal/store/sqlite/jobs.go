@@ -58,7 +58,7 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 		job      store.Job
 		existing bool
 	)
-	err := d.write(ctx, "enqueue job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "enqueue job", func(ctx context.Context, tx *sql.Tx) error {
 		if p.UniqueKey != "" {
 			// The literal conditions match the partial unique index, so SQLite can use it.
 			j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
@@ -109,7 +109,7 @@ const settleExpired = `UPDATE jobs INDEXED BY jobs_claimed_lease SET
 func (d *DB) ExpireJobs(ctx context.Context) (int, error) {
 	now := micros(d.now())
 	var n int64
-	err := d.write(ctx, "expire jobs", func(tx *sql.Tx) error {
+	err := d.write(ctx, "expire jobs", func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, settleExpired, now)
 		if err != nil {
 			return interpret("expire jobs", err)
@@ -156,7 +156,7 @@ func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, 
 		args = append(args, k)
 	}
 	var job *store.Job
-	err := d.write(ctx, "claim job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, settleExpired, now); err != nil {
 			return interpret("claim job: settle expired claims", err)
 		}
@@ -197,7 +197,7 @@ func refusal(ctx context.Context, tx *sql.Tx, op, jobID, worker string, token ui
 func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
 	now := micros(d.now())
 	var job store.Job
-	err := d.write(ctx, "heartbeat job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "heartbeat job", func(ctx context.Context, tx *sql.Tx) error {
 		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
 				lease_expires_at = ?4 + CASE WHEN ?5 > 0 THEN ?5 ELSE lease_us END,
 				progress = CASE WHEN ?6 <> '' THEN ?6 ELSE progress END,
@@ -229,7 +229,7 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 		result = p.Result
 	}
 	var job store.Job
-	err := d.write(ctx, "complete job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "complete job", func(ctx context.Context, tx *sql.Tx) error {
 		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
 				state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
 				result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
@@ -261,7 +261,7 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 		job     store.Job
 		requeue bool
 	)
-	err := d.write(ctx, "fail job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "fail job", func(ctx context.Context, tx *sql.Tx) error {
 		// The outcome depends on the job's attempts (the backoff, whether any are left), so the
 		// job is read first; the write lock is held since BEGIN IMMEDIATE, so it cannot move
 		// before the UPDATE, which still carries the claim check itself.
@@ -317,7 +317,7 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 	now := micros(d.now())
 	var job store.Job
-	err := d.write(ctx, "cancel job", func(tx *sql.Tx) error {
+	err := d.write(ctx, "cancel job", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := getJob(ctx, tx, jobID)
 		if err != nil {
 			return fmt.Errorf("cancel job: %w", err)

@@ -68,7 +68,7 @@ func insertToken(ctx context.Context, tx *sql.Tx, principal, id string, hash []b
 func (d *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) (bool, error) {
 	now := micros(d.now())
 	created := false
-	err := d.write(ctx, "bootstrap admin", func(tx *sql.Tx) error {
+	err := d.write(ctx, "bootstrap admin", func(ctx context.Context, tx *sql.Tx) error {
 		// BEGIN IMMEDIATE holds the write lock from here, so a concurrent bootstrap, in this
 		// process or another, sees this one's principal when its turn comes.
 		var exists bool
@@ -94,7 +94,7 @@ func (d *DB) CreatePrincipal(ctx context.Context, p store.CreatePrincipalParams)
 		pr  store.Principal
 		tok store.Token
 	)
-	err := d.write(ctx, "create principal", func(tx *sql.Tx) error {
+	err := d.write(ctx, "create principal", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		pr, tok, err = insertPrincipal(ctx, tx, p, p.Role, now)
 		if err != nil {
@@ -152,7 +152,7 @@ func (d *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) (
 // DisablePrincipal disables a principal; its tokens stop authenticating.
 func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal, error) {
 	var pr store.Principal
-	err := d.write(ctx, "disable principal", func(tx *sql.Tx) error {
+	err := d.write(ctx, "disable principal", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		pr, err = scanPrincipal(tx.QueryRowContext(ctx, `UPDATE principals SET disabled = 1 WHERE name = ?
 			RETURNING `+principalColumns, name))
@@ -168,7 +168,7 @@ func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal
 func (d *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store.Token, error) {
 	now := micros(d.now())
 	var tok store.Token
-	err := d.write(ctx, "create token", func(tx *sql.Tx) error {
+	err := d.write(ctx, "create token", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		tok, err = insertToken(ctx, tx, p.Principal, p.TokenID, p.TokenHash, now)
 		if err != nil {
@@ -183,7 +183,7 @@ func (d *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store.
 func (d *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, error) {
 	now := micros(d.now())
 	var tok store.Token
-	err := d.write(ctx, "revoke token", func(tx *sql.Tx) error {
+	err := d.write(ctx, "revoke token", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		tok, err = scanToken(tx.QueryRowContext(ctx, `UPDATE tokens SET revoked_at = coalesce(revoked_at, ?)
 			WHERE id = ? RETURNING `+tokenColumns, now, tokenID))
@@ -238,7 +238,7 @@ func scanWorkerKey(row scanner) (store.WorkerKey, error) {
 func (d *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyParams) (store.WorkerKey, error) {
 	now := micros(d.now())
 	var key store.WorkerKey
-	err := d.write(ctx, "register worker key", func(tx *sql.Tx) error {
+	err := d.write(ctx, "register worker key", func(ctx context.Context, tx *sql.Tx) error {
 		k, err := scanWorkerKey(tx.QueryRowContext(ctx, `SELECT `+workerKeyColumns+` FROM worker_keys WHERE key_id = ?`, p.KeyID))
 		switch {
 		case err == nil && k.Principal == p.Principal:

@@ -38,10 +38,15 @@ const busyTimeout = 10 * time.Second
 
 // DB is a store.Store on one SQLite file.
 type DB struct {
-	w      *sql.DB // the one writer connection
+	w      *sql.DB // the one writer connection, used only by the writer goroutine
 	r      *sql.DB // readers
 	clock  clock.Clock
 	signal store.Signal
+
+	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
+	closed     chan struct{}
+	closeOnce  sync.Once
+	writerDone chan struct{}
 }
 
 var _ store.Store = (*DB)(nil)
@@ -94,7 +99,9 @@ func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	return &DB{w: w, r: r, clock: clk}, nil
+	d := &DB{w: w, r: r, clock: clk, writes: make(chan *writeRequest), closed: make(chan struct{}), writerDone: make(chan struct{})}
+	go d.writer()
+	return d, nil
 }
 
 // dsn builds a mattn/go-sqlite3 data source name. The path goes in a file: URI, escaped, so
@@ -112,8 +119,10 @@ func dsn(absPath, key, value string) string {
 	return u.String() + "?" + q.Encode()
 }
 
-// Close releases both pools.
+// Close stops the writer after the batch it is committing and releases both pools.
 func (d *DB) Close() error {
+	d.closeOnce.Do(func() { close(d.closed) })
+	<-d.writerDone
 	return errors.Join(d.r.Close(), d.w.Close())
 }
 
@@ -209,21 +218,114 @@ func migrate(ctx context.Context, w *sql.DB, clk clock.Clock) error {
 	return nil
 }
 
-// write runs fn in one BEGIN IMMEDIATE transaction on the writer and commits when it answers
-// nil. fn's errors are answered as they are, so fn gives them their context.
-func (d *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+// maxBatch bounds how many writes share one transaction.
+const maxBatch = 64
+
+// writeRequest is a write waiting for the writer goroutine.
+type writeRequest struct {
+	op   string
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan error
+}
+
+var errClosed = errors.New("store is closed")
+
+// write runs fn in a BEGIN IMMEDIATE transaction on the writer and answers once that
+// transaction committed (or fn's error, as it is, so fn gives its errors their context).
+//
+// Writes that arrive while the writer is busy are committed together, each in a savepoint of
+// its own (group commit): a refused or failed write rolls back only itself, and the others
+// share one commit, which is where SQLite spends most of a small transaction's time. fn gets a
+// context without cancellation, because cancelling one statement on the shared connection
+// would interrupt whichever write of the batch runs at that moment.
+func (d *DB) write(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	req := &writeRequest{op: op, fn: fn, done: make(chan error, 1)}
+	select {
+	case d.writes <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case <-d.closed:
+		return fmt.Errorf("%s: %w", op, errClosed)
+	}
+	// Once taken, the write runs to its end: its outcome is what the caller must report.
+	return <-req.done
+}
+
+// writer is the one goroutine that writes: it takes a write, gathers the ones waiting behind
+// it, and commits them together.
+func (d *DB) writer() {
+	defer close(d.writerDone)
+	batch := make([]*writeRequest, 0, maxBatch)
+	for {
+		select {
+		case req := <-d.writes:
+			batch = append(batch[:0], req)
+		case <-d.closed:
+			return
+		}
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case req := <-d.writes:
+				batch = append(batch, req)
+			default:
+				break gather
+			}
+		}
+		d.commit(batch)
+	}
+}
+
+// commit runs a batch of writes in one transaction and tells each its outcome.
+func (d *DB) commit(batch []*writeRequest) {
+	ctx := context.Background()
+	errs := make([]error, len(batch))
+	defer func() {
+		for i, req := range batch {
+			req.done <- errs[i]
+		}
+	}()
+	failAll := func(format string, err error) {
+		for i, req := range batch {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf(format, req.op, err)
+			}
+		}
+	}
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("%s: begin: %w", op, err)
+		failAll("%s: begin: %w", err)
+		return
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback() //nolint:errcheck // the error of fn is the one worth answering
-		return err
+	if len(batch) == 1 {
+		if errs[0] = batch[0].fn(ctx, tx); errs[0] != nil {
+			tx.Rollback() //nolint:errcheck // the error of fn is the one worth answering
+			return
+		}
+	} else {
+		for i, req := range batch {
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT write`); err != nil {
+				tx.Rollback() //nolint:errcheck // the savepoint's error is the one to answer
+				failAll("%s: savepoint: %w", err)
+				return
+			}
+			if errs[i] = req.fn(ctx, tx); errs[i] != nil {
+				if _, err := tx.ExecContext(ctx, `ROLLBACK TO write`); err != nil {
+					tx.Rollback() //nolint:errcheck // the transaction is unusable either way
+					failAll("%s: roll back a failed write of the batch: %w", err)
+					return
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `RELEASE write`); err != nil {
+				tx.Rollback() //nolint:errcheck // the release's error is the one to answer
+				failAll("%s: release savepoint: %w", err)
+				return
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: commit: %w", op, err)
+		failAll("%s: commit: %w", err)
 	}
-	return nil
 }
 
 // now answers the store's time as both backends keep it: UTC, whole microseconds.
