@@ -1,10 +1,14 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,4 +189,52 @@ func TestJobSignalWaitsForAClaimableJob(t *testing.T) {
 
 func BenchmarkClaimComplete(b *testing.B) {
 	storetest.BenchmarkClaimComplete(b, newStore)
+}
+
+// TestGroupCommitIsolatesAFailedWrite ensures that writes committed together stay independent:
+// a write refused inside a shared transaction rolls back only itself.
+func TestGroupCommitIsolatesAFailedWrite(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)))
+	const names, tries = 16, 4
+	var wg sync.WaitGroup
+	var created, taken atomic.Int64
+	for i := 0; i < names*tries; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := s.CreatePrincipal(context.Background(), store.CreatePrincipalParams{
+				Name: fmt.Sprintf("p%d", i%names), Role: store.RoleAgent,
+				TokenID: store.NewID("tok"), TokenHash: []byte(fmt.Sprintf("hash-%d", i)),
+			})
+			switch {
+			case err == nil:
+				created.Add(1)
+			case errors.Is(err, store.ErrAlreadyExists):
+				taken.Add(1)
+			default:
+				t.Errorf("create principal: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if created.Load() != names || taken.Load() != names*(tries-1) {
+		t.Fatalf("created %d and refused %d, want %d and %d", created.Load(), taken.Load(), names, names*(tries-1))
+	}
+	ps, _, err := s.ListPrincipals(context.Background(), store.ListPrincipalsParams{Limit: 100})
+	if err != nil || len(ps) != names {
+		t.Fatalf("list = %d principals, %v; want %d", len(ps), err, names)
+	}
+	// Only the token of the write that created a name survived; the refused writes left none.
+	working := map[string]int{}
+	for i := 0; i < names*tries; i++ {
+		if p, _, err := s.Authenticate(context.Background(), []byte(fmt.Sprintf("hash-%d", i))); err == nil {
+			working[p.Name]++
+		}
+	}
+	for _, p := range ps {
+		if working[p.Name] != 1 {
+			t.Errorf("principal %s has %d working tokens, want 1", p.Name, working[p.Name])
+		}
+	}
 }
