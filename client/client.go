@@ -27,8 +27,10 @@ import (
 
 // Client calls an ag server.
 type Client struct {
-	Jobs  agwpv1connect.JobServiceClient
-	Admin agwpv1connect.AdminServiceClient
+	Jobs   agwpv1connect.JobServiceClient
+	Admin  agwpv1connect.AdminServiceClient
+	Leases agwpv1connect.LeaseServiceClient
+	Repos  agwpv1connect.RepositoryServiceClient
 
 	baseURL string
 }
@@ -91,6 +93,8 @@ func New(baseURL, token string, opts ...Option) *Client {
 	return &Client{
 		Jobs:    agwpv1connect.NewJobServiceClient(o.httpClient, baseURL, copts...),
 		Admin:   agwpv1connect.NewAdminServiceClient(o.httpClient, baseURL, copts...),
+		Leases:  agwpv1connect.NewLeaseServiceClient(o.httpClient, baseURL, copts...),
+		Repos:   agwpv1connect.NewRepositoryServiceClient(o.httpClient, baseURL, copts...),
 		baseURL: baseURL,
 	}
 }

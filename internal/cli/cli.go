@@ -29,11 +29,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // globals are the flags every client command takes.
 type globals struct {
-	server string
-	token  string
-	json   bool
-	stdout io.Writer
-	stderr io.Writer
+	server    string
+	serverSet bool
+	dir       string
+	token     string
+	json      bool
+	stdout    io.Writer
+	stderr    io.Writer
 }
 
 func envOr(name, def string) string {
@@ -55,8 +57,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&g.server, "server", envOr("AG_SERVER", "http://127.0.0.1:7777"), "server URL (AG_SERVER)")
 	pf.StringVar(&g.token, "token", os.Getenv("AG_TOKEN"), "bearer token (AG_TOKEN)")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	pf.StringVarP(&g.dir, "dir", "C", ".", "the checkout to work in")
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		g.serverSet = cmd.Flags().Changed("server") || os.Getenv("AG_SERVER") != ""
+	}
 
-	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g))
+	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g),
+		newRepoCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g))
 	return root
 }
 

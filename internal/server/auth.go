@@ -137,6 +137,22 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.JobService/ListJobs":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.AdminService/RegisterWorkerKey": {store.RoleWorker},
 	"/agwp.v1.AdminService/WhoAmI":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
+
+	"/agwp.v1.LeaseService/AcquireLease": {store.RoleAgent},
+	"/agwp.v1.LeaseService/RenewLease":   {store.RoleAgent},
+	"/agwp.v1.LeaseService/ReleaseLease": {store.RoleAgent},
+	"/agwp.v1.LeaseService/ListLeases":   {store.RoleAgent, store.RoleWorker, store.RoleReader},
+
+	"/agwp.v1.RepositoryService/GetRepository":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/ListRepositories": {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/UploadBlobs":      {store.RoleAgent},
+	"/agwp.v1.RepositoryService/FindMissingBlobs": {store.RoleAgent},
+	"/agwp.v1.RepositoryService/GetBlob":          {store.RoleAgent, store.RoleReader},
+	"/agwp.v1.RepositoryService/GetTree":          {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/Integrate":        {store.RoleAgent},
+	"/agwp.v1.RepositoryService/GetChange":        {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/ListChanges":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/WatchChange":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
 }
 
 func mayCall(role store.Role, procedure string) bool {
@@ -151,23 +167,53 @@ func mayCall(role store.Role, procedure string) bool {
 	return false
 }
 
-// authInterceptor authenticates every RPC and checks the caller's role for the procedure.
-func (a *authenticator) interceptor(onRefusal func(procedure, reason string)) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			procedure := req.Spec().Procedure
-			c, err := a.authenticate(ctx, req.Header().Get("Authorization"))
-			if err != nil {
-				onRefusal(procedure, "unauthenticated")
-				return nil, err
-			}
-			if !mayCall(c.principal.Role, procedure) {
-				onRefusal(procedure, "permission_denied")
-				return nil, connect.NewError(connect.CodePermissionDenied,
-					fmt.Errorf("principal %s has role %s, which may not call %s", c.principal.Name, c.principal.Role, procedure))
-			}
-			return next(context.WithValue(ctx, callerKey{}, c), req)
+// authInterceptor authenticates every RPC, unary and streaming, and checks the caller's role for
+// the procedure before the handler runs.
+type authInterceptor struct {
+	auth      *authenticator
+	onRefusal func(procedure, reason string)
+}
+
+func (a *authenticator) interceptor(onRefusal func(procedure, reason string)) connect.Interceptor {
+	return authInterceptor{auth: a, onRefusal: onRefusal}
+}
+
+// admit answers the context carrying the caller, or the refusal.
+func (ai authInterceptor) admit(ctx context.Context, procedure, authorization string) (context.Context, error) {
+	c, err := ai.auth.authenticate(ctx, authorization)
+	if err != nil {
+		ai.onRefusal(procedure, "unauthenticated")
+		return nil, err
+	}
+	if !mayCall(c.principal.Role, procedure) {
+		ai.onRefusal(procedure, "permission_denied")
+		return nil, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("principal %s has role %s, which may not call %s", c.principal.Name, c.principal.Role, procedure))
+	}
+	return context.WithValue(ctx, callerKey{}, c), nil
+}
+
+func (ai authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := ai.admit(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
 		}
+		return next(ctx, req)
+	}
+}
+
+func (ai authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (ai authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := ai.admit(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
 	}
 }
 

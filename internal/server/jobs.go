@@ -77,7 +77,7 @@ func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (
 		if remaining <= 0 {
 			return &agwpv1.ClaimJobResponse{}, nil
 		}
-		if !h.await(ctx, signal, min(remaining, h.s.pollInterval)) {
+		if !h.s.await(ctx, signal, min(remaining, h.s.pollInterval)) {
 			// The client gave up; answering "nothing" is what it would have seen a moment later.
 			return &agwpv1.ClaimJobResponse{}, nil
 		}
@@ -85,9 +85,9 @@ func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (
 }
 
 // await waits for a wake-up or the timeout; false when ctx ended.
-func (h jobService) await(ctx context.Context, signal <-chan struct{}, timeout time.Duration) bool {
-	h.s.waiting.Add(1)
-	defer h.s.waiting.Add(-1)
+func (s *Server) await(ctx context.Context, signal <-chan struct{}, timeout time.Duration) bool {
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {

@@ -47,7 +47,9 @@ type Server struct {
 	pollInterval   time.Duration
 	expireInterval time.Duration
 	maxBytes       int
-	waiting        atomic.Int64 // long-polling claimers now waiting
+	// maxContentRequestBytes limits RepositoryService requests, which carry file contents.
+	maxContentRequestBytes int
+	waiting                atomic.Int64 // long-polling claimers now waiting
 }
 
 // New answers a server over cfg.Store.
@@ -74,6 +76,7 @@ func New(cfg Config) *Server {
 	if s.maxBytes <= 0 {
 		s.maxBytes = 8 << 20
 	}
+	s.maxContentRequestBytes = max(s.maxBytes, maxContentBytes+(8<<20))
 	return s
 }
 
@@ -92,8 +95,16 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(agwpv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(agwpv1connect.NewAdminServiceHandler(adminService{s}, opts))
+	mux.Handle(agwpv1connect.NewLeaseServiceHandler(leaseService{s}, opts))
+	// Content requests may carry up to 64 MiB of files; the other services keep the small limit.
+	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repoService{s}, connect.WithHandlerOptions(
+		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
+		connect.WithReadMaxBytes(s.maxContentRequestBytes),
+		connect.WithCompressMinBytes(16<<10),
+	)))
 
-	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName}
+	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName}
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -181,7 +192,8 @@ type healthChecker struct{ s *Server }
 
 func (h healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
-	case "", agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName:
+	case "", agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service "+req.Service))
 	}

@@ -16,6 +16,8 @@ import (
 
 // Store is the persistence contract. Implementations are safe for concurrent use.
 type Store interface {
+	RepoStore
+
 	// EnqueueJob inserts a QUEUED job with run_after = now + Delay. When UniqueKey is set and a
 	// job with that key is QUEUED or CLAIMED, that job is answered instead and existing is true.
 	EnqueueJob(ctx context.Context, p EnqueueJobParams) (job Job, existing bool, err error)

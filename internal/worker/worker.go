@@ -173,7 +173,8 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim) {
 		log.Warn("claim lost; stopped the job", "cause", cause)
 		return
 	case errors.Is(cause, client.ErrCancelRequested):
-		_, ferr := claim.Fail(rctx, client.FailOptions{Error: "cancelled on request", Final: true})
+		// The server makes a cancel-requested job CANCELLED when its claim fails.
+		_, ferr := claim.Fail(rctx, client.FailOptions{Error: "cancelled on request"})
 		w.report(log, "cancelled", ferr)
 		return
 	case err == nil:

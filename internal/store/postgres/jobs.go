@@ -134,33 +134,43 @@ func (db *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.J
 
 // ---- claim ----
 
-// settleSQL settles expired claims that cannot be claimed again (ExpireJobs). Rows another
-// transaction holds are skipped: it is changing them anyway, and waiting could deadlock two
-// settlers locking in different orders. The claim below never takes such a job: it requires
-// attempts < max_attempts and no cancel request.
-const settleSQL = `
+// settleWhere selects the expired claims that cannot be claimed again: ExpireJobs settles
+// them, and so does every claim. Rows another transaction holds are skipped: it is changing
+// them anyway, and waiting could deadlock two settlers locking in different orders. The claim
+// never takes such a job: it requires attempts < max_attempts and no cancel request.
+const settleWhere = `state = 'claimed' AND lease_expires_at <= {now} AND (attempts >= max_attempts OR cancel_requested)`
+
+// settleSet is what settling sets, for a row that t.claim (or, in ExpireJobs, the literal
+// false) says is not being claimed.
+const settleState = `CASE WHEN jobs.attempts >= jobs.max_attempts THEN 'failed' ELSE 'cancelled' END`
+const settleError = `CASE WHEN jobs.attempts >= jobs.max_attempts THEN '` + store.LeaseExpiredError + `' ELSE jobs.last_error END`
+
+// settleSQL is ExpireJobs.
+var settleSQL = q(`
 UPDATE jobs SET
-	state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'cancelled' END,
-	last_error = CASE WHEN attempts >= max_attempts THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
+	state = ` + settleState + `,
+	last_error = ` + settleError + `,
 	lease_expires_at = NULL,
 	finished_at = {now},
 	updated_at = {now}
-WHERE seq IN (
-	SELECT seq FROM jobs
-	WHERE state = 'claimed' AND lease_expires_at <= {now} AND (attempts >= max_attempts OR cancel_requested)
-	FOR UPDATE SKIP LOCKED)`
+WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)`)
 
 // claimSQL settles expired claims and takes the best claimable job in one statement, so a
-// claim costs one round trip. Due queued jobs and expired claims are searched apart, each
-// through its own index in claim order, because one OR-ed search would sort every queued job;
-// the better of the two (at most) is taken. The one not taken stays locked only until this
-// statement's transaction ends, and other claimers skip it meanwhile.
+// claim costs one round trip, and in one UPDATE, so it pays for one: the rows to settle and
+// the row to claim are its targets, told apart by t.claim, and every SET is a CASE on it.
+// Due queued jobs and expired claims are searched apart, each through its own index in
+// claim order, because one OR-ed search would sort every queued job; the better of the two
+// (at most) is taken. The one not taken stays locked only until this statement's transaction
+// ends, and other claimers skip it meanwhile. Rows answer the settled jobs too, with
+// t.claim false.
 func claimSQL(kindFilter string) string {
 	return q(`
-WITH settled AS (` + settleSQL + `),
+WITH settle AS (
+	SELECT seq FROM jobs WHERE ` + settleWhere + `
+	FOR UPDATE SKIP LOCKED),
 due AS (
 	SELECT seq, priority, run_after FROM jobs
-	WHERE state = 'queued' AND run_after <= {now}` + kindFilter + `
+	WHERE state = 'queued' AND (run_after <= {now}) IS TRUE` + kindFilter + `
 	ORDER BY priority DESC, run_after, seq
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED),
@@ -170,21 +180,25 @@ expired AS (
 	ORDER BY priority DESC, run_after, seq
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED),
-next AS (
-	SELECT seq FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) c
+target AS (
+	(SELECT seq, true AS claim FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) c
 	ORDER BY priority DESC, run_after, seq
 	LIMIT 1)
+	UNION ALL
+	SELECT seq, false FROM settle)
 UPDATE jobs SET
-	state = 'claimed',
-	claimed_by = $2,
-	lease_ns = $3,
-	lease_expires_at = {now} + ($3::bigint / 1000) * interval '1 microsecond',
-	attempts = jobs.attempts + 1,
-	progress = '',
+	state = CASE WHEN t.claim THEN 'claimed' ELSE ` + settleState + ` END,
+	claimed_by = CASE WHEN t.claim THEN $2 ELSE jobs.claimed_by END,
+	lease_ns = CASE WHEN t.claim THEN $3 ELSE jobs.lease_ns END,
+	lease_expires_at = CASE WHEN t.claim THEN {now} + ($3::bigint / 1000) * interval '1 microsecond' END,
+	attempts = CASE WHEN t.claim THEN jobs.attempts + 1 ELSE jobs.attempts END,
+	progress = CASE WHEN t.claim THEN '' ELSE jobs.progress END,
+	last_error = CASE WHEN t.claim THEN jobs.last_error ELSE ` + settleError + ` END,
+	finished_at = CASE WHEN t.claim THEN jobs.finished_at ELSE {now} END,
 	updated_at = {now}
-FROM next
-WHERE jobs.seq = next.seq
-RETURNING ` + jobCols("jobs"))
+FROM target t
+WHERE jobs.seq = t.seq
+RETURNING t.claim, ` + jobCols("jobs"))
 }
 
 var (
@@ -194,26 +208,35 @@ var (
 
 // ClaimJob settles expired claims and claims the best claimable job, or answers nil.
 func (db *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
-	var row pgx.Row
+	var rows pgx.Rows
+	var err error
 	if len(p.Kinds) == 0 {
-		row = db.pool.QueryRow(ctx, claimAnySQL, db.now(), p.Worker, int64(p.Lease))
+		rows, err = db.pool.Query(ctx, claimAnySQL, db.now(), p.Worker, int64(p.Lease))
 	} else {
-		row = db.pool.QueryRow(ctx, claimKindsSQL, db.now(), p.Worker, int64(p.Lease), p.Kinds)
+		rows, err = db.pool.Query(ctx, claimKindsSQL, db.now(), p.Worker, int64(p.Lease), p.Kinds)
 	}
-	var s jobScan
-	if err := row.Scan(s.dest()...); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
-		}
+	if err != nil {
 		return nil, mapErr("claim job", err)
 	}
-	j := s.job()
-	return &j, nil
+	var claimed *store.Job
+	var claim bool
+	var s jobScan
+	_, err = pgx.ForEachRow(rows, append([]any{&claim}, s.dest()...), func() error {
+		if claim {
+			j := s.job()
+			claimed = &j
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("claim job", err)
+	}
+	return claimed, nil
 }
 
 // ExpireJobs settles expired claims that cannot be claimed again.
 func (db *DB) ExpireJobs(ctx context.Context) (int, error) {
-	tag, err := db.pool.Exec(ctx, q(settleSQL), db.now())
+	tag, err := db.pool.Exec(ctx, settleSQL, db.now())
 	if err != nil {
 		return 0, mapErr("expire jobs", err)
 	}
@@ -234,38 +257,35 @@ func claimCheck(stateParam int) string {
 // claimedState is the value of claimCheck's state parameter.
 const claimedState = string(store.JobClaimed)
 
-// guardedSQL wraps a conditional UPDATE (a CTE named u returning the job columns) so that one
-// round trip answers either the changed job (true) or, when the claim check refused, the job
-// as it is (false), from which the refusal is explained.
-// More CTEs may follow u, such as one that reads u's output.
-func guardedSQL(update, more string) string {
-	return q(`WITH u AS (` + update + `)` + more + `
-SELECT true, ` + jobCols("u") + ` FROM u
-UNION ALL
-SELECT false, ` + jobCols("j") + ` FROM jobs j WHERE j.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
-}
-
-// guarded runs a guardedSQL statement and answers the changed job or the refusal.
-func (db *DB) guarded(ctx context.Context, what, sql string, jobID, worker string, token uint32, args ...any) (store.Job, error) {
-	// The refused branch reads the statement's snapshot, but the UPDATE checks the row's latest
-	// version: when a commit lands between the two, the snapshot can show a claim that the
-	// UPDATE rightly refused. Nothing was changed, so the statement is simply run again, and
-	// sees that commit.
+// guarded runs a conditional UPDATE whose WHERE is the claim check and that answers the
+// changed job (and then extra columns, which are skipped), and answers that job. No row means
+// that the check refused, and changed nothing; only then is the job read, to explain the
+// refusal, so the way that succeeds costs one statement.
+func (db *DB) guarded(ctx context.Context, what, sql string, extra int, jobID, worker string, token uint32, args ...any) (store.Job, error) {
+	// The read comes after the UPDATE: a commit landing in between can show a claim that the
+	// UPDATE rightly refused and that would pass now. Nothing was changed, so the UPDATE is
+	// simply run again.
 	for range 10 {
-		var ok bool
 		var s jobScan
-		err := db.pool.QueryRow(ctx, sql, args...).Scan(append([]any{&ok}, s.dest()...)...)
+		dest := s.dest()
+		for range extra {
+			dest = append(dest, nil)
+		}
+		err := db.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+		if err == nil {
+			return s.job(), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return store.Job{}, mapErr(what, err)
+		}
+		err = db.pool.QueryRow(ctx, getJobSQL, jobID).Scan(s.dest()...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
 		}
 		if err != nil {
 			return store.Job{}, mapErr(what, err)
 		}
-		j := s.job()
-		if ok {
-			return j, nil
-		}
-		if err := store.ExplainLostClaim(j, worker, token); err != nil {
+		if err := store.ExplainLostClaim(s.job(), worker, token); err != nil {
 			return store.Job{}, err
 		}
 	}
@@ -273,24 +293,23 @@ func (db *DB) guarded(ctx context.Context, what, sql string, jobID, worker strin
 }
 
 // A lease of 0 extends by the claim's own lease; the claim's lease length stays as claimed.
-var heartbeatSQL = guardedSQL(`
+var heartbeatSQL = q(`
 UPDATE jobs SET
 	lease_expires_at = {now} + ((CASE WHEN $5::bigint > 0 THEN $5::bigint ELSE lease_ns END) / 1000) * interval '1 microsecond',
 	progress = CASE WHEN $6::text <> '' THEN $6::text ELSE progress END,
 	updated_at = {now}
-WHERE `+claimCheck(7)+`
-RETURNING `+jobCols(""), "")
+WHERE ` + claimCheck(7) + `
+RETURNING ` + jobCols(""))
 
 // HeartbeatJob extends the lease of a current claim.
 func (db *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
-	return db.guarded(ctx, "heartbeat job", heartbeatSQL, p.JobID, p.Worker, p.FencingToken,
+	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, p.Worker, p.FencingToken,
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState)
 }
 
-// The attestation is inserted from the UPDATE's output, so it exists only when the claim check
-// passed, and in the same transaction. An envelope already stored (same digest, same bytes)
-// is kept.
-var completeSQL = guardedSQL(`
+// completeUpdate completes the job, $5 result, $6 output, $7 output digest, $8 attestation
+// digest (NULL: none).
+const completeUpdate = `
 UPDATE jobs SET
 	state = 'completed',
 	result = $5,
@@ -300,22 +319,31 @@ UPDATE jobs SET
 	lease_expires_at = NULL,
 	finished_at = {now},
 	updated_at = {now}
-WHERE `+claimCheck(10)+`
-RETURNING `+jobCols(""), `,
+WHERE `
+
+// completeSQL completes without an attestation; completeAttestedSQL inserts the attestation
+// ($9 the envelope) from the UPDATE's output, so it exists only when the claim check passed,
+// and in the same transaction. An envelope already stored (same digest, same bytes) is kept.
+var (
+	completeSQL         = q(completeUpdate + claimCheck(9) + ` RETURNING ` + jobCols(""))
+	completeAttestedSQL = q(`WITH u AS (` + completeUpdate + claimCheck(10) + ` RETURNING ` + jobCols("") + `),
 attested AS (
 	INSERT INTO attestations (digest, envelope, job_id, created_at)
-	SELECT $8::text, $9::bytea, u.id, {now} FROM u WHERE $8::text IS NOT NULL
-	ON CONFLICT (digest) DO NOTHING)`)
+	SELECT $8::text, $9::bytea, u.id, {now} FROM u
+	ON CONFLICT (digest) DO NOTHING)
+SELECT ` + jobCols("u") + ` FROM u`)
+)
 
 // CompleteJob completes a current claim's job and stores its attestation.
 func (db *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
-	var digest, envelope any
-	if p.Attestation != nil {
-		digest, envelope = p.Attestation.Digest, p.Attestation.Envelope
+	if p.Attestation == nil {
+		return db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, p.Worker, p.FencingToken,
+			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
+			nil, claimedState)
 	}
-	return db.guarded(ctx, "complete job", completeSQL, p.JobID, p.Worker, p.FencingToken,
+	return db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, p.Worker, p.FencingToken,
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
-		digest, envelope, claimedState)
+		p.Attestation.Digest, p.Attestation.Envelope, claimedState)
 }
 
 // backoffMicros is store.Backoff by attempt: entry k, counted from 1 as SQL arrays are, is
@@ -332,7 +360,7 @@ var backoffMicros = func() []int64 {
 
 // $5 error, $6 output, $7 final, $8 retry delay in µs (NULL: backoff), $9 the backoff table.
 // The requeue notifies other replicas from its own transaction, as an enqueue does.
-var failSQL = guardedSQL(`
+var failSQL = q(`
 UPDATE jobs SET
 	state = CASE
 		WHEN $7::boolean OR attempts >= max_attempts THEN 'failed'
@@ -347,8 +375,8 @@ UPDATE jobs SET
 	last_error = $5,
 	output = $6,
 	updated_at = {now}
-WHERE `+claimCheck(10)+`
-RETURNING `+jobCols("")+`, CASE WHEN state = 'queued' THEN pg_notify('`+notifyChannel+`', '') END`, "")
+WHERE ` + claimCheck(10) + `
+RETURNING ` + jobCols("") + `, CASE WHEN state = 'queued' THEN pg_notify('` + notifyChannel + `', '') END`)
 
 // FailJob records a failed attempt: FAILED, CANCELLED, or QUEUED again after a delay.
 func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
@@ -356,7 +384,7 @@ func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, er
 	if p.RetryDelay != nil {
 		delay = micros(*p.RetryDelay)
 	}
-	j, err := db.guarded(ctx, "fail job", failSQL, p.JobID, p.Worker, p.FencingToken,
+	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, p.Worker, p.FencingToken,
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
 	if err == nil && j.State == store.JobQueued {
 		db.signal.Fire()

@@ -40,6 +40,8 @@ type DB struct {
 	pool   *pgxpool.Pool
 	clock  clock.Clock // nil: the database's now()
 	signal store.Signal
+	// leaseSignal is fired after a lease is released or broken, here or on another replica.
+	leaseSignal store.Signal
 
 	stopListener context.CancelFunc
 	listenerDone chan struct{}
@@ -255,14 +257,20 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // ---- notifications ----
 
-// listen fires the job signal on every ag_jobs notification from any replica, over one
-// connection of its own, reconnecting with backoff until ctx ends.
+// listen fires the job signal on every ag_jobs notification from any replica, and the lease
+// signal on every ag_leases one, over one connection of its own, reconnecting with backoff
+// until ctx ends.
 func (db *DB) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 	defer close(db.listenerDone)
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			// ag_jobs last: pg_stat_activity shows a connection's last statement, by which
+			// TestListenerSurvivesADroppedConnection finds the listeners.
+			_, err = conn.Exec(ctx, "LISTEN "+leaseChannel)
+		}
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
 		}
@@ -273,12 +281,17 @@ func (db *DB) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 			// A notification sent while we were not listening is lost; a claimer that waits
 			// for one looks again instead.
 			db.signal.Fire()
+			db.leaseSignal.Fire()
 			for {
 				var n *pgconn.Notification
 				if n, err = conn.WaitForNotification(ctx); err != nil {
 					break
 				}
-				if !db.own.has(n.PID) {
+				switch {
+				case db.own.has(n.PID):
+				case n.Channel == leaseChannel:
+					db.leaseSignal.Fire()
+				default:
 					db.signal.Fire()
 				}
 			}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -79,8 +80,12 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(versions) != 1 || versions[0] != 1 {
-		t.Fatalf("schema_version rows = %v, want [1]: one row per migration, each applied once", versions)
+	want := make([]int, postgres.KnownVersion())
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(versions, want) {
+		t.Fatalf("schema_version rows = %v, want %v: one row per migration, each applied once", versions, want)
 	}
 	// Every replica works on the one schema.
 	job, _, err := dbs[0].EnqueueJob(t.Context(), store.EnqueueJobParams{Kind: "k", MaxAttempts: 1})
@@ -98,7 +103,8 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	db := open(t, url, nil)
 	conn := connect(t, url)
-	if _, err := conn.Exec(t.Context(), `INSERT INTO schema_version (version, name) VALUES (2, '0002_future.sql')`); err != nil {
+	future := postgres.KnownVersion() + 1
+	if _, err := conn.Exec(t.Context(), `INSERT INTO schema_version (version, name) VALUES ($1, 'future.sql')`, future); err != nil {
 		t.Fatal(err)
 	}
 
@@ -114,8 +120,8 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	if !errors.As(err, &tooNew) || !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Fatalf("Open on a newer schema: err = %v (%T), want a *store.SchemaTooNewError", err, err)
 	}
-	if tooNew.Database != 2 || tooNew.Known != 1 {
-		t.Errorf("SchemaTooNewError = %+v, want Database 2, Known 1", *tooNew)
+	if tooNew.Database != future || tooNew.Known != future-1 {
+		t.Errorf("SchemaTooNewError = %+v, want Database %d, Known %d", *tooNew, future, future-1)
 	}
 }
 
@@ -212,6 +218,7 @@ func TestListenerSurvivesADroppedConnection(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	a, b := open(t, url, nil), open(t, url, nil)
 	waitListening(t, a, 1)
+	waitListening(t, b, 1) // both listeners are to be found below
 
 	woken := a.JobSignal()
 	conn := connect(t, url)

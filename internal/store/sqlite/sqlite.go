@@ -41,7 +41,9 @@ type DB struct {
 	w      *sql.DB // the one writer connection, used only by the writer goroutine
 	r      *sql.DB // readers
 	clock  clock.Clock
-	signal store.Signal
+	signal store.Signal // jobs that may have become claimable
+
+	leaseSignal store.Signal // leases released or broken
 
 	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
 	closed     chan struct{}

@@ -238,3 +238,7 @@ func TestGroupCommitIsolatesAFailedWrite(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkIntegrate(b *testing.B) {
+	storetest.BenchmarkIntegrate(b, newStore)
+}

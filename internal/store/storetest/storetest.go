@@ -88,6 +88,38 @@ var tests = []conformanceTest{
 	{"register_worker_key_once_per_key", testWorkerKeys},
 	// health
 	{"ready_answers_nil_on_a_fresh_store", testReady},
+	// repositories, blobs and revisions
+	{"create_repository_starts_with_an_empty_revision", testCreateRepository},
+	{"list_repositories_pages_by_name", testListRepositories},
+	{"blobs_are_stored_once_by_digest", testBlobs},
+	{"get_revision_of_another_repository_is_not_found", testGetRevisionNotFound},
+	{"revisions_record_parent_author_change_and_tree_digest", testRevisions},
+	// leases
+	{"lease_overlap_rule_as_a_table", testLeaseOverlapTable},
+	{"acquire_lease_grants_the_next_token_of_its_repository", testLeaseGrant},
+	{"a_lease_conflict_names_the_path_holder_and_expiry", testLeaseConflictNamesTheLease},
+	{"the_same_holder_may_hold_overlapping_leases", testSameHolderOverlaps},
+	{"token_monotonicity_under_16_concurrent_acquirers_of_overlapping_paths", testTokenMonotonicity},
+	{"renew_keeps_the_token_and_extends_the_expiry", testRenewLease},
+	{"release_ends_the_lease_and_frees_its_paths", testReleaseLease},
+	{"renew_and_release_are_refused_after_release_break_supersession_for_another_principal_or_a_wrong_token", testRenewReleaseRefused},
+	{"release_of_an_expired_lease_nobody_took_is_allowed", testReleaseExpiredLease},
+	{"break_lease_ends_a_live_or_expired_lease_once", testBreakLease},
+	{"lease_signal_fires_after_a_release_and_a_break", testLeaseSignal},
+	{"list_leases_answers_newest_first_with_filters_and_pages", testListLeases},
+	// integrate
+	{"integrate_applies_the_edits_and_moves_the_mainline", testIntegrate},
+	{"integrate_is_refused_for_an_uncovered_path", testIntegrateUncovered},
+	{"integrate_is_refused_for_a_released_or_broken_lease", testIntegrateReleased},
+	{"integrate_is_refused_for_a_lease_superseded_after_expiry", testIntegrateSuperseded},
+	{"integrate_uses_the_largest_covering_token_and_a_later_grant_makes_an_older_one_stale", testIntegrateLargestToken},
+	{"integrate_is_refused_for_another_holders_token", testIntegrateOtherHolder},
+	{"integrate_is_accepted_for_an_expired_lease_nobody_else_took", testIntegrateExpiredNobodyTook},
+	{"integrate_conflict_is_the_rebase_error_and_stores_nothing", testIntegrateConflict},
+	{"integrate_rebases_path_by_path_onto_a_mainline_that_moved_on", testIntegrateRebase},
+	{"get_change_and_list_changes", testChanges},
+	{"sixteen_agents_on_disjoint_leases_integrate_concurrently", testConcurrentDisjointIntegrates},
+	{"sixteen_agents_contending_for_one_file_hold_it_one_at_a_time", testConcurrentContention},
 }
 
 // Run runs every conformance test against the stores newStore makes, each as a parallel subtest.

@@ -1,0 +1,84 @@
+// Package repo is the content model of a repository, independent of any database: clean paths
+// and the overlap rule of leases, trees (sorted path → blob digest) with their canonical
+// encoding and digest, and the path-level rebase that Integrate applies.
+package repo
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxPathBytes bounds a path.
+const MaxPathBytes = 4096
+
+// ValidatePath checks that p is a clean relative path: '/'-separated, no leading '/', no empty,
+// "." or ".." segment, no NUL, valid UTF-8, at most MaxPathBytes. A trailing '/' names a
+// directory and is allowed only when dirOK (lease paths may be directories, edits may not).
+func ValidatePath(p string, dirOK bool) error {
+	switch {
+	case p == "":
+		return errors.New("is empty")
+	case len(p) > MaxPathBytes:
+		return fmt.Errorf("is %d bytes, more than %d", len(p), MaxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("contains NUL")
+	case !utf8.ValidString(p):
+		return errors.New("is not valid UTF-8")
+	case strings.HasPrefix(p, "/"):
+		return errors.New("starts with '/': paths are relative to the repository's root")
+	case strings.Contains(p, "\\"):
+		return errors.New("contains '\\': separate directories with '/'")
+	}
+	body := p
+	if strings.HasSuffix(p, "/") {
+		if !dirOK {
+			return errors.New("ends with '/': name a file")
+		}
+		body = strings.TrimSuffix(p, "/")
+	}
+	for _, seg := range strings.Split(body, "/") {
+		switch seg {
+		case "":
+			return errors.New("has an empty segment ('//')")
+		case ".", "..":
+			return fmt.Errorf("has a %q segment: paths must be clean", seg)
+		}
+	}
+	return nil
+}
+
+// IsDir reports whether a lease path names a directory.
+func IsDir(p string) bool { return strings.HasSuffix(p, "/") }
+
+// Overlap reports whether two lease paths overlap: they are equal, or one is a directory
+// ("a/") that contains the other. "src/a" and "src/ab" do not overlap; "src/" and "src/ab" do.
+func Overlap(p, q string) bool {
+	if p == q {
+		return true
+	}
+	if IsDir(p) && strings.HasPrefix(q, p) {
+		return true
+	}
+	return IsDir(q) && strings.HasPrefix(p, q)
+}
+
+// Covers reports whether lease path l covers the file path f: equal, or l is a directory
+// containing f.
+func Covers(l, f string) bool {
+	return l == f || (IsDir(l) && strings.HasPrefix(f, l))
+}
+
+// Ancestors answers the directory paths that contain p, outermost first: "a/b/c" → "a/",
+// "a/b/". A store finds the leases overlapping p among these, p itself, and (when p is a
+// directory) the paths that start with p.
+func Ancestors(p string) []string {
+	var out []string
+	for i := 0; i < len(p)-1; i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i+1])
+		}
+	}
+	return out
+}

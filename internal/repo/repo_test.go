@@ -1,0 +1,132 @@
+package repo
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestOverlap ensures the overlap rule of leases, as a table.
+func TestOverlap(t *testing.T) {
+	cases := []struct {
+		p, q string
+		want bool
+	}{
+		{"src/a.go", "src/a.go", true},  // file/file, same
+		{"src/a.go", "src/b.go", false}, // file/file, different
+		{"src/", "src/a.go", true},      // dir/file inside
+		{"src/a.go", "src/", true},      // file/dir, symmetric
+		{"src/", "docs/a.md", false},    // dir/file outside
+		{"src/", "src/", true},          // dir/dir, same
+		{"src/", "src/sub/", true},      // dir/dir, nested
+		{"src/sub/", "src/", true},      // nested, symmetric
+		{"src/", "srcx/", false},        // dir/dir siblings with a shared prefix
+		{"src/a", "src/ab", false},      // siblings with a shared name prefix
+		{"src/a/", "src/ab", false},     // a directory and a file sharing a name prefix
+		{"src/a/", "src/a", false},      // the directory a/ and the file a are different paths
+		{"a/b/c/d.go", "a/", true},      // deep file under a directory
+		{"a/b/c/d.go", "a/b/c/e/", false},
+	}
+	for _, c := range cases {
+		if got := Overlap(c.p, c.q); got != c.want {
+			t.Errorf("Overlap(%q, %q) = %v, want %v", c.p, c.q, got, c.want)
+		}
+		if got := Overlap(c.q, c.p); got != c.want {
+			t.Errorf("Overlap(%q, %q) = %v, want %v (symmetry)", c.q, c.p, got, c.want)
+		}
+	}
+}
+
+// TestValidatePath ensures only clean relative paths pass.
+func TestValidatePath(t *testing.T) {
+	good := []string{"a", "a/b.go", "a.b/c-d_e", "deep/er/path/x", "ünïcode/ok"}
+	for _, p := range good {
+		if err := ValidatePath(p, false); err != nil {
+			t.Errorf("ValidatePath(%q) = %v, want ok", p, err)
+		}
+	}
+	if err := ValidatePath("src/", true); err != nil {
+		t.Errorf("ValidatePath(src/, dir) = %v", err)
+	}
+	bad := []string{"", "/abs", "a//b", "./a", "a/./b", "a/..", "../x", "a\x00b", "src/", "a\\b", strings.Repeat("x", MaxPathBytes+1), "\xff"}
+	for _, p := range bad {
+		if err := ValidatePath(p, false); err == nil {
+			t.Errorf("ValidatePath(%q) = ok, want refused", p)
+		}
+	}
+}
+
+// TestTreeEncodingRoundTrips ensures the canonical encoding decodes to the same tree and that
+// the digest depends on every field.
+func TestTreeEncodingRoundTrips(t *testing.T) {
+	tree := Tree{{Path: "a.go", Digest: Digest([]byte("a")), Size: 1}, {Path: "dir/b\nc", Digest: Digest([]byte("bc")), Size: 2}}
+	got, err := DecodeTree(tree.Encode())
+	if err != nil || len(got) != 2 || got[1] != tree[1] {
+		t.Fatalf("round trip = %v, %v", got, err)
+	}
+	changed := Tree{tree[0], {Path: "dir/b\nc", Digest: tree[1].Digest, Size: 3}}
+	if tree.Digest() == changed.Digest() {
+		t.Fatal("digest ignores the size")
+	}
+	if empty, err := DecodeTree(Tree{}.Encode()); err != nil || len(empty) != 0 {
+		t.Fatalf("empty tree = %v, %v", empty, err)
+	}
+	if _, err := DecodeTree([]byte("a\x00sha256:x\x00")); err == nil {
+		t.Fatal("a truncated encoding decoded")
+	}
+}
+
+// TestRebase ensures edits apply on top of a mainline that moved on elsewhere, and that an
+// edited path that moved on is a conflict.
+func TestRebase(t *testing.T) {
+	d := func(s string) string { return Digest([]byte(s)) }
+	base := Tree{{Path: "a", Digest: d("a1"), Size: 2}, {Path: "b", Digest: d("b1"), Size: 2}}
+	mainline := Tree{{Path: "a", Digest: d("a1"), Size: 2}, {Path: "b", Digest: d("b2"), Size: 2}, {Path: "c", Digest: d("c1"), Size: 2}}
+	got, err := Rebase(base, mainline, []FileEdit{{Path: "a", Digest: d("a2"), Size: 2}, {Path: "new/x", Digest: d("x"), Size: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tree{{Path: "a", Digest: d("a2"), Size: 2}, {Path: "b", Digest: d("b2"), Size: 2}, {Path: "c", Digest: d("c1"), Size: 2}, {Path: "new/x", Digest: d("x"), Size: 1}}
+	if got.Digest() != want.Digest() {
+		t.Fatalf("rebase = %v, want %v", got, want)
+	}
+	got, err = Rebase(base, mainline, []FileEdit{{Path: "a", Delete: true}})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("delete a = %v, %v", got, err)
+	}
+	var conflict *ConflictError
+	if _, err := Rebase(base, mainline, []FileEdit{{Path: "b", Digest: d("b3")}}); !errors.As(err, &conflict) || conflict.Path != "b" {
+		t.Fatalf("edit of a path that moved on = %v, want a conflict on b", err)
+	}
+	if _, err := Rebase(base, mainline, []FileEdit{{Path: "c", Delete: true}}); !errors.As(err, &conflict) {
+		t.Fatalf("edit of a path added in the mainline = %v, want a conflict", err)
+	}
+	var collision *CollisionError
+	if _, err := Rebase(base, mainline, []FileEdit{{Path: "a/inner", Digest: d("i")}}); !errors.As(err, &collision) {
+		t.Fatalf("a file under the file a = %v, want a collision", err)
+	}
+}
+
+// FuzzPathAndOverlap ensures validation never panics, that a valid path has no empty, "." or
+// ".." segment, and that the overlap rule is symmetric and agrees with Covers.
+func FuzzPathAndOverlap(f *testing.F) {
+	f.Add("src/a.go", "src/")
+	f.Add("src/a", "src/ab")
+	f.Add("../x", "a//b")
+	f.Fuzz(func(t *testing.T, p, q string) {
+		errP := ValidatePath(p, true)
+		if errP == nil {
+			for _, seg := range strings.Split(strings.TrimSuffix(p, "/"), "/") {
+				if seg == "" || seg == "." || seg == ".." {
+					t.Fatalf("ValidatePath(%q) accepted segment %q", p, seg)
+				}
+			}
+		}
+		if Overlap(p, q) != Overlap(q, p) {
+			t.Fatalf("Overlap(%q, %q) is not symmetric", p, q)
+		}
+		if ValidatePath(q, false) == nil && errP == nil && Covers(p, q) != Overlap(p, q) {
+			t.Fatalf("Covers(%q, %q) = %v disagrees with Overlap for a file", p, q, Covers(p, q))
+		}
+	})
+}

@@ -1,0 +1,153 @@
+package repo
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Entry is one file of a tree.
+type Entry struct {
+	Path   string
+	Digest string // "sha256:<hex>" of the content
+	Size   uint64
+}
+
+// Tree is a revision's files, sorted by path.
+type Tree []Entry
+
+// Digest answers "sha256:<hex>" of b.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Encode answers the tree's canonical encoding: for each entry in path order, the path, the
+// digest and the decimal size, each ended by NUL. Paths cannot hold NUL, so it is unambiguous;
+// the tree's digest is the sha256 of this encoding.
+func (t Tree) Encode() []byte {
+	var b strings.Builder
+	for _, e := range t {
+		b.WriteString(e.Path)
+		b.WriteByte(0)
+		b.WriteString(e.Digest)
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatUint(e.Size, 10))
+		b.WriteByte(0)
+	}
+	return []byte(b.String())
+}
+
+// Digest answers the sha256 of the canonical encoding.
+func (t Tree) Digest() string { return Digest(t.Encode()) }
+
+// DecodeTree reads a canonical encoding.
+func DecodeTree(b []byte) (Tree, error) {
+	fields := strings.Split(string(b), "\x00")
+	if len(fields)%3 != 1 || fields[len(fields)-1] != "" {
+		return nil, errors.New("decode tree: truncated encoding")
+	}
+	t := make(Tree, 0, len(fields)/3)
+	for i := 0; i+2 < len(fields); i += 3 {
+		size, err := strconv.ParseUint(fields[i+2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("decode tree: size of %q: %w", fields[i], err)
+		}
+		if i > 0 && fields[i] <= fields[i-3] {
+			return nil, errors.New("decode tree: paths out of order")
+		}
+		t = append(t, Entry{Path: fields[i], Digest: fields[i+1], Size: size})
+	}
+	return t, nil
+}
+
+// Lookup answers the entry at path.
+func (t Tree) Lookup(path string) (Entry, bool) {
+	i := sort.Search(len(t), func(i int) bool { return t[i].Path >= path })
+	if i < len(t) && t[i].Path == path {
+		return t[i], true
+	}
+	return Entry{}, false
+}
+
+// FileEdit writes (Digest set) or deletes (Delete) one file.
+type FileEdit struct {
+	Path   string
+	Digest string
+	Size   uint64
+	Delete bool
+}
+
+// ConflictError says that an edited path moved on in the mainline since the base revision.
+type ConflictError struct {
+	Path string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s changed in the mainline since your base revision: sync, redo the edit, and integrate again", e.Path)
+}
+
+// Rebase applies edits made on base to mainline, path by path: an edited path whose content in
+// mainline differs from its content in base is a *ConflictError; paths not edited keep the
+// mainline's content.
+func Rebase(base, mainline Tree, edits []FileEdit) (Tree, error) {
+	byPath := make(map[string]FileEdit, len(edits))
+	for _, e := range edits {
+		b, inBase := base.Lookup(e.Path)
+		m, inMain := mainline.Lookup(e.Path)
+		if inBase != inMain || b.Digest != m.Digest {
+			return nil, &ConflictError{Path: e.Path}
+		}
+		byPath[e.Path] = e
+	}
+	out := make(Tree, 0, len(mainline)+len(edits))
+	for _, m := range mainline {
+		if e, ok := byPath[m.Path]; ok {
+			if !e.Delete {
+				out = append(out, Entry{Path: e.Path, Digest: e.Digest, Size: e.Size})
+			}
+			delete(byPath, m.Path)
+			continue
+		}
+		out = append(out, m)
+	}
+	for _, e := range byPath {
+		if !e.Delete {
+			out = append(out, Entry{Path: e.Path, Digest: e.Digest, Size: e.Size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	if err := out.checkFileDirCollisions(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CollisionError says that a path would be both a file and a directory.
+type CollisionError struct {
+	File, Under string
+}
+
+func (e *CollisionError) Error() string {
+	return fmt.Sprintf("%s would be a file and also the directory of %s", e.File, e.Under)
+}
+
+// checkFileDirCollisions refuses a tree that no file system can hold: "a" and "a/b" both files.
+func (t Tree) checkFileDirCollisions() error {
+	files := make(map[string]bool, len(t))
+	for _, e := range t {
+		files[e.Path] = true
+	}
+	for _, e := range t {
+		for _, dir := range Ancestors(e.Path) {
+			if files[strings.TrimSuffix(dir, "/")] {
+				return &CollisionError{File: strings.TrimSuffix(dir, "/"), Under: e.Path}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,388 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// Limits of content requests (api.md: 10,000 edits and 64 MiB of content per request).
+const (
+	maxEdits          = 10000
+	maxContentBytes   = 64 << 20
+	maxDigestsPerCall = 10000
+	maxMessageBytes   = 64 << 10
+	maxFencingTokens  = 1000
+	maxChangeWait     = 60 * time.Second
+)
+
+// repoService serves RepositoryService.
+type repoService struct {
+	s *Server
+}
+
+var changeStates = map[store.ChangeState]agwpv1.ChangeState{
+	store.ChangeQueued:     agwpv1.ChangeState_CHANGE_STATE_QUEUED,
+	store.ChangeValidating: agwpv1.ChangeState_CHANGE_STATE_VALIDATING,
+	store.ChangeIntegrated: agwpv1.ChangeState_CHANGE_STATE_INTEGRATED,
+	store.ChangeRejected:   agwpv1.ChangeState_CHANGE_STATE_REJECTED,
+	store.ChangeCancelled:  agwpv1.ChangeState_CHANGE_STATE_CANCELLED,
+}
+
+func repositoryProto(r store.Repository) *agwpv1.Repository {
+	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, CreatedAt: timestamp(r.CreatedAt)}
+}
+
+func changeProto(c store.Change) *agwpv1.Change {
+	return &agwpv1.Change{
+		Id:                 c.ID,
+		Repository:         c.Repository,
+		State:              changeStates[c.State],
+		BaseRevision:       c.BaseRevision,
+		CandidateRevision:  c.CandidateRevision,
+		IntegratedRevision: c.IntegratedRevision,
+		Author:             c.Author,
+		Message:            c.Message,
+		Paths:              c.Paths,
+		JobId:              c.JobID,
+		AttestationDigest:  c.AttestationDigest,
+		Reason:             c.Reason,
+		CreatedAt:          timestamp(c.CreatedAt),
+		UpdatedAt:          timestamp(c.UpdatedAt),
+	}
+}
+
+func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRepositoryRequest) (*agwpv1.CreateRepositoryResponse, error) {
+	if err := validateName("name", req.GetName()); err != nil {
+		return nil, err
+	}
+	if req.GetValidation() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented,
+			errors.New("validation: this server does not run validation policies yet; create the repository without one"))
+	}
+	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), CreatedBy: callerFrom(ctx).principal.Name})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.CreateRepositoryResponse{Repository: repositoryProto(r)}, nil
+}
+
+func (h repoService) GetRepository(ctx context.Context, req *agwpv1.GetRepositoryRequest) (*agwpv1.GetRepositoryResponse, error) {
+	if err := validateName("name", req.GetName()); err != nil {
+		return nil, err
+	}
+	r, err := h.s.store.GetRepository(ctx, req.GetName())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.GetRepositoryResponse{Repository: repositoryProto(r)}, nil
+}
+
+func (h repoService) ListRepositories(ctx context.Context, req *agwpv1.ListRepositoriesRequest) (*agwpv1.ListRepositoriesResponse, error) {
+	limit, err := pageSize("page_size", req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	rs, next, err := h.s.store.ListRepositories(ctx, store.ListRepositoriesParams{Limit: limit, PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.ListRepositoriesResponse{NextPageToken: next}
+	for _, r := range rs {
+		out.Repositories = append(out.Repositories, repositoryProto(r))
+	}
+	return out, nil
+}
+
+func (h repoService) UploadBlobs(ctx context.Context, req *agwpv1.UploadBlobsRequest) (*agwpv1.UploadBlobsResponse, error) {
+	if len(req.GetBlobs()) > maxEdits {
+		return nil, invalid("blobs", "has %d blobs, more than %d", len(req.GetBlobs()), maxEdits)
+	}
+	var total int
+	blobs := make([]store.Blob, 0, len(req.GetBlobs()))
+	out := &agwpv1.UploadBlobsResponse{}
+	for _, b := range req.GetBlobs() {
+		total += len(b)
+		if total > maxContentBytes {
+			return nil, connect.NewError(connect.CodeResourceExhausted,
+				fmt.Errorf("blobs: more than %d MiB in one request: upload in several", maxContentBytes>>20))
+		}
+		d := repo.Digest(b)
+		blobs = append(blobs, store.Blob{Digest: d, Content: b})
+		out.Digests = append(out.Digests, d)
+	}
+	if err := h.s.store.PutBlobs(ctx, blobs); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return out, nil
+}
+
+func validateDigests(field string, ds []string) error {
+	if len(ds) > maxDigestsPerCall {
+		return invalid(field, "has %d digests, more than %d", len(ds), maxDigestsPerCall)
+	}
+	for i, d := range ds {
+		if !digestPattern.MatchString(d) {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "%q is not a digest: use sha256:<64 lowercase hex>", truncate(d, 80))
+		}
+	}
+	return nil
+}
+
+func (h repoService) FindMissingBlobs(ctx context.Context, req *agwpv1.FindMissingBlobsRequest) (*agwpv1.FindMissingBlobsResponse, error) {
+	if err := validateDigests("digests", req.GetDigests()); err != nil {
+		return nil, err
+	}
+	missing, err := h.s.store.MissingBlobs(ctx, req.GetDigests())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.FindMissingBlobsResponse{Missing: missing}, nil
+}
+
+func (h repoService) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*agwpv1.GetBlobResponse, error) {
+	if err := validateDigests("digest", []string{req.GetDigest()}); err != nil {
+		return nil, invalid("digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(req.GetDigest(), 80))
+	}
+	b, err := h.s.store.GetBlob(ctx, req.GetDigest())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.GetBlobResponse{Content: b.Content, Digest: b.Digest}, nil
+}
+
+func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {
+	if err := validateName("repository", req.GetRepository()); err != nil {
+		return nil, err
+	}
+	revision := req.GetRevision()
+	if revision == "" {
+		r, err := h.s.store.GetRepository(ctx, req.GetRepository())
+		if err != nil {
+			return nil, storeError(err, connect.CodeInternal)
+		}
+		revision = r.Mainline
+	} else if err := validateID("revision", revision); err != nil {
+		return nil, err
+	}
+	rev, err := h.s.store.GetRevision(ctx, req.GetRepository(), revision)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.GetTreeResponse{
+		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Author,
+		Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
+	}
+	for _, e := range rev.Tree {
+		out.Entries = append(out.Entries, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size})
+	}
+	return out, nil
+}
+
+// integrateEdits validates the edits of an Integrate and answers them as file edits, the
+// inline contents as blobs, and the sorted edited paths.
+func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) ([]repo.FileEdit, []store.Blob, []string, error) {
+	if len(edits) == 0 {
+		return nil, nil, nil, invalid("edits", "is required: an integrate changes at least one path")
+	}
+	if len(edits) > maxEdits {
+		return nil, nil, nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("edits: %d edits, more than %d in one request", len(edits), maxEdits))
+	}
+	var (
+		out    = make([]repo.FileEdit, 0, len(edits))
+		blobs  []store.Blob
+		paths  = make([]string, 0, len(edits))
+		seen   = make(map[string]bool, len(edits))
+		total  int
+		lookup []string
+	)
+	for i, e := range edits {
+		field := fmt.Sprintf("edits[%d]", i)
+		if err := repo.ValidatePath(e.GetPath(), false); err != nil {
+			return nil, nil, nil, invalid(field+".path", "%q %v", truncate(e.GetPath(), 200), err)
+		}
+		if seen[e.GetPath()] {
+			return nil, nil, nil, invalid(field+".path", "%q is edited twice in one request", truncate(e.GetPath(), 200))
+		}
+		seen[e.GetPath()] = true
+		paths = append(paths, e.GetPath())
+		switch a := e.GetAction().(type) {
+		case *agwpv1.Edit_Delete:
+			if !a.Delete {
+				return nil, nil, nil, invalid(field+".delete", "is false: set blob_digest, content, or delete = true")
+			}
+			out = append(out, repo.FileEdit{Path: e.GetPath(), Delete: true})
+		case *agwpv1.Edit_Content:
+			total += len(a.Content)
+			if total > maxContentBytes {
+				return nil, nil, nil, connect.NewError(connect.CodeResourceExhausted,
+					fmt.Errorf("%s.content: more than %d MiB of content in one request: upload blobs first and send their digests", field, maxContentBytes>>20))
+			}
+			d := repo.Digest(a.Content)
+			blobs = append(blobs, store.Blob{Digest: d, Content: a.Content})
+			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: d, Size: uint64(len(a.Content))})
+		case *agwpv1.Edit_BlobDigest:
+			if !digestPattern.MatchString(a.BlobDigest) {
+				return nil, nil, nil, invalid(field+".blob_digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(a.BlobDigest, 80))
+			}
+			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: a.BlobDigest})
+			lookup = append(lookup, a.BlobDigest)
+		default:
+			return nil, nil, nil, invalid(field, "needs one of blob_digest, content or delete")
+		}
+	}
+	if len(lookup) > 0 {
+		missing, err := h.s.store.MissingBlobs(ctx, lookup)
+		if err != nil {
+			return nil, nil, nil, storeError(err, connect.CodeInternal)
+		}
+		if len(missing) > 0 {
+			return nil, nil, nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("blob %s is not on the server: upload it (UploadBlobs) before integrating (%d missing)", missing[0], len(missing)))
+		}
+		sizes := map[string]uint64{}
+		for _, d := range lookup {
+			if _, ok := sizes[d]; ok {
+				continue
+			}
+			b, err := h.s.store.GetBlob(ctx, d)
+			if err != nil {
+				return nil, nil, nil, storeError(err, connect.CodeInternal)
+			}
+			sizes[d] = uint64(len(b.Content))
+		}
+		for i := range out {
+			if !out[i].Delete && out[i].Size == 0 {
+				out[i].Size = sizes[out[i].Digest]
+			}
+		}
+	}
+	sort.Strings(paths)
+	return out, blobs, paths, nil
+}
+
+func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest) (*agwpv1.IntegrateResponse, error) {
+	if err := validateName("repository", req.GetRepository()); err != nil {
+		return nil, err
+	}
+	if err := validateID("base_revision", req.GetBaseRevision()); err != nil {
+		return nil, err
+	}
+	if err := validateLabel("holder", req.GetHolder()); err != nil {
+		return nil, err
+	}
+	if err := maxBytes("message", req.GetMessage(), maxMessageBytes); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetFencingTokens()); n == 0 || n > maxFencingTokens {
+		return nil, invalid("fencing_tokens", "has %d tokens: send the tokens of the leases covering the edited paths (1 to %d)", n, maxFencingTokens)
+	}
+	edits, blobs, paths, err := h.integrateEdits(ctx, req.GetEdits())
+	if err != nil {
+		return nil, err
+	}
+	holder := callerFrom(ctx).holder(req.GetHolder())
+	change, err := h.s.store.Integrate(ctx, store.IntegrateParams{
+		Repository:    req.GetRepository(),
+		BaseRevision:  req.GetBaseRevision(),
+		Holder:        holder,
+		FencingTokens: req.GetFencingTokens(),
+		Paths:         paths,
+		Message:       req.GetMessage(),
+		Blobs:         blobs,
+		Rebase: func(base, mainline repo.Tree) (repo.Tree, error) {
+			return repo.Rebase(base, mainline, edits)
+		},
+	})
+	var conflict *repo.ConflictError
+	var collision *repo.CollisionError
+	switch {
+	case errors.As(err, &conflict), errors.As(err, &collision):
+		h.s.metrics.refusal("Integrate", "conflict")
+		return nil, connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, store.ErrFailedPrecondition):
+		h.s.metrics.refusal("Integrate", "lease")
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	case err != nil:
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	h.s.log.Info("change integrated", "change", change.ID, "repository", change.Repository, "author", holder,
+		"revision", change.IntegratedRevision, "paths", len(paths))
+	return &agwpv1.IntegrateResponse{Change: changeProto(change)}, nil
+}
+
+func (h repoService) GetChange(ctx context.Context, req *agwpv1.GetChangeRequest) (*agwpv1.GetChangeResponse, error) {
+	if err := validateID("change_id", req.GetChangeId()); err != nil {
+		return nil, err
+	}
+	wait, err := duration("wait", req.GetWait(), 0, 0, maxChangeWait)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := h.s.store.GetChange(ctx, req.GetChangeId())
+		if err != nil {
+			return nil, storeError(err, connect.CodeInternal)
+		}
+		remaining := time.Until(deadline)
+		if c.State.Terminal() || remaining <= 0 {
+			return &agwpv1.GetChangeResponse{Change: changeProto(c)}, nil
+		}
+		if !h.s.await(ctx, nil, min(remaining, h.s.pollInterval)) {
+			return &agwpv1.GetChangeResponse{Change: changeProto(c)}, nil
+		}
+	}
+}
+
+func (h repoService) ListChanges(ctx context.Context, req *agwpv1.ListChangesRequest) (*agwpv1.ListChangesResponse, error) {
+	if err := validateName("repository", req.GetRepository()); err != nil {
+		return nil, err
+	}
+	limit, err := pageSize("page_size", req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	cs, next, err := h.s.store.ListChanges(ctx, store.ListChangesParams{Repository: req.GetRepository(), Limit: limit, PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.ListChangesResponse{NextPageToken: next}
+	for _, c := range cs {
+		out.Changes = append(out.Changes, changeProto(c))
+	}
+	return out, nil
+}
+
+func (h repoService) WatchChange(ctx context.Context, req *agwpv1.WatchChangeRequest, stream *connect.ServerStream[agwpv1.WatchChangeResponse]) error {
+	if err := validateID("change_id", req.GetChangeId()); err != nil {
+		return err
+	}
+	var last store.ChangeState
+	for {
+		c, err := h.s.store.GetChange(ctx, req.GetChangeId())
+		if err != nil {
+			return storeError(err, connect.CodeInternal)
+		}
+		if c.State != last {
+			if err := stream.Send(&agwpv1.WatchChangeResponse{Change: changeProto(c)}); err != nil {
+				return err
+			}
+			last = c.State
+		}
+		if c.State.Terminal() {
+			return nil
+		}
+		if !h.s.await(ctx, nil, h.s.pollInterval) {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,373 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// ---- changes ----
+
+var changeFields = []string{
+	"id", "repository", "state", "base_revision", "candidate_revision", "integrated_revision",
+	"author", "message", "paths", "job_id", "attestation_digest", "reason", "created_at", "updated_at",
+}
+
+var changeCols = strings.Join(changeFields, ", ")
+
+type changeScan struct {
+	c     store.Change
+	state string
+}
+
+func (s *changeScan) dest() []any {
+	c := &s.c
+	return []any{&c.ID, &c.Repository, &s.state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
+		&c.Author, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt}
+}
+
+func (s *changeScan) change() store.Change {
+	c := s.c
+	c.State = store.ChangeState(s.state)
+	if len(c.Paths) == 0 {
+		c.Paths = nil
+	}
+	c.CreatedAt = c.CreatedAt.UTC()
+	c.UpdatedAt = c.UpdatedAt.UTC()
+	return c
+}
+
+// GetChange answers a change.
+func (db *DB) GetChange(ctx context.Context, changeID string) (store.Change, error) {
+	var s changeScan
+	err := db.pool.QueryRow(ctx, `SELECT `+changeCols+` FROM changes WHERE id = $1`, changeID).Scan(s.dest()...)
+	if err != nil {
+		return store.Change{}, mapErr("change "+changeID, err)
+	}
+	return s.change(), nil
+}
+
+// ListChanges answers a repository's changes, newest first.
+func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]store.Change, string, error) {
+	before, err := store.DecodeSeqPageToken(p.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := db.pool.Query(ctx, `SELECT seq, `+changeCols+` FROM changes
+		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, p.Repository, before, limit+1)
+	if err != nil {
+		return nil, "", mapErr("list changes", err)
+	}
+	var out []store.Change
+	var seqs []int64
+	var seq int64
+	var s changeScan
+	_, err = pgx.ForEachRow(rows, append([]any{&seq}, s.dest()...), func() error {
+		out = append(out, s.change())
+		seqs = append(seqs, seq)
+		s.c.Paths = nil // the next row's array gets a slice of its own
+		return nil
+	})
+	if err != nil {
+		return nil, "", mapErr("list changes", err)
+	}
+	if len(out) > limit {
+		return out[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
+	}
+	return out, "", nil
+}
+
+// ---- integrate ----
+
+// integrateLockSQL locks the repository: integrations, grants and renewals of one repository run
+// one at a time, so the lease check and the move of the mainline are one step. It locks the row
+// alone: in a join, a row locked after a wait is checked again against the other tables' rows
+// of the old snapshot, which no longer match once the mainline moved.
+const integrateLockSQL = `SELECT mainline FROM repositories WHERE name = $1 FOR UPDATE`
+
+// mainlineTreeSQL reads the mainline's tree digest, and its encoding unless it is among the
+// cached digests $2. It runs after the lock, so on a snapshot that sees the mainline of the
+// last integration.
+const mainlineTreeSQL = `SELECT rv.tree_digest, CASE WHEN rv.tree_digest = ANY($2::text[]) THEN NULL ELSE t.encoding END
+FROM repositories rp JOIN revisions rv ON rv.id = rp.mainline JOIN trees t ON t.digest = rv.tree_digest
+WHERE rp.name = $1`
+
+// leaseCheckSQL reads what the lease check needs about the candidate paths $3 (the edited paths
+// and their ancestor directories, the lease paths that can cover or overlap them): 'g' rows are
+// the paths of the leases given ($2); 'n' rows the newest grant at each path, of anyone, in any
+// state (one backward index step per path).
+const leaseCheckSQL = `SELECT 'g', lp.path, l.token, l.id, l.state, l.holder, l.ended_at
+FROM leases l JOIN lease_paths lp ON lp.lease_id = l.id
+WHERE l.repository = $1 AND l.token = ANY($2::bigint[]) AND lp.path = ANY($3::text[])
+UNION ALL
+SELECT 'n', c.path, n.token, n.id, n.state, n.holder, NULL
+FROM unnest($3::text[]) AS c(path)
+CROSS JOIN LATERAL (
+	SELECT lp.token, l.id, l.state, l.holder
+	FROM lease_paths lp JOIN leases l ON l.id = lp.lease_id
+	WHERE lp.repository = $1 AND lp.path = c.path
+	ORDER BY lp.token DESC
+	LIMIT 1) n`
+
+// baseTreeSQL reads the base revision's tree digest, and its encoding unless it is among the
+// cached digests $3 or is the mainline's tree, which mainlineTreeSQL reads.
+const baseTreeSQL = `SELECT rv.tree_digest,
+	CASE WHEN rv.tree_digest = ANY($3::text[])
+		OR rv.tree_digest = (SELECT m.tree_digest FROM repositories rp JOIN revisions m ON m.id = rp.mainline WHERE rp.name = $2)
+	THEN NULL ELSE t.encoding END
+FROM revisions rv JOIN trees t ON t.digest = rv.tree_digest
+WHERE rv.id = $1 AND rv.repository = $2`
+
+// integrateSQL stores the new tree (once per digest) and revision, moves the mainline and
+// answers the change, INTEGRATED.
+var integrateSQL = q(`WITH t AS (
+	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
+rv AS (
+	INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
+	VALUES ($4, $5, $6, $7, $8, $2, {now})),
+u AS (
+	UPDATE repositories SET mainline = $4 WHERE name = $5)
+INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths, created_at, updated_at)
+VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
+RETURNING ` + changeCols)
+
+// Integrate checks the edited paths' leases, rebases the edits onto the mainline, stores the
+// new revision and moves the mainline to it, all in one transaction.
+func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
+	if p.Rebase == nil {
+		return store.Change{}, errors.New("postgres: integrate: no Rebase given")
+	}
+	tokens := make([]int64, len(p.FencingTokens))
+	for i, t := range p.FencingTokens {
+		tokens[i] = int64(t)
+	}
+	candidates := leaseCandidates(p.Paths)
+	cached := trees.digests()
+
+	// The transaction is begun and committed by statements sent with the others, so that it
+	// takes two round trips, one of them while the repository is locked. A connection left in
+	// a transaction (a failed ROLLBACK) is closed by the pool on release.
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return store.Change{}, mapErr("integrate", err)
+	}
+	defer conn.Release()
+	committed := false
+	defer func() {
+		if !committed {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			conn.Exec(rctx, "ROLLBACK") //nolint:errcheck // see above
+		}
+	}()
+
+	// The first round trip: BEGIN, the blobs (before the lock, which they do not need; in
+	// digest order), the lock, the mainline's tree, the lease check, the base revision's tree.
+	// The trees come as digests only when they are cached.
+	var batch pgx.Batch
+	batch.Queue("BEGIN")
+	if len(p.Blobs) > 0 {
+		digests, contents := blobArgs(p.Blobs)
+		batch.Queue(putBlobsSQL, digests, contents)
+	}
+	batch.Queue(integrateLockSQL, p.Repository)
+	batch.Queue(mainlineTreeSQL, p.Repository, cached)
+	batch.Queue(leaseCheckSQL, p.Repository, tokens, candidates)
+	batch.Queue(baseTreeSQL, p.BaseRevision, p.Repository, cached)
+	br := conn.SendBatch(ctx, &batch)
+	defer br.Close()
+
+	if _, err := br.Exec(); err != nil {
+		return store.Change{}, mapErr("integrate: begin", err)
+	}
+	if len(p.Blobs) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return store.Change{}, mapErr("integrate: store blobs", err)
+		}
+	}
+	var mainline, mainDigest string
+	var mainEnc []byte
+	if err := br.QueryRow().Scan(&mainline); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Change{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
+		}
+		return store.Change{}, mapErr("integrate: lock repository", err)
+	}
+	if err := br.QueryRow().Scan(&mainDigest, &mainEnc); err != nil {
+		return store.Change{}, mapErr("integrate: read the mainline", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return store.Change{}, mapErr("integrate: check leases", err)
+	}
+	check := leaseCheck{given: map[string][]grant{}, newest: map[string]grant{}}
+	var kind string
+	var g grant
+	_, err = pgx.ForEachRow(rows, []any{&kind, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
+		if kind == "g" {
+			check.given[g.path] = append(check.given[g.path], g)
+		} else {
+			check.newest[g.path] = g
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Change{}, mapErr("integrate: check leases", err)
+	}
+	if err := check.refusal(p); err != nil {
+		return store.Change{}, err
+	}
+	var baseDigest string
+	var baseEnc []byte
+	if err := br.QueryRow().Scan(&baseDigest, &baseEnc); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Change{}, fmt.Errorf("revision %s of repository %s: %w", p.BaseRevision, p.Repository, store.ErrNotFound)
+		}
+		return store.Change{}, mapErr("integrate: read the base revision", err)
+	}
+	if err := br.Close(); err != nil {
+		return store.Change{}, mapErr("integrate", err)
+	}
+
+	mainTree, err := tree(ctx, conn, mainDigest, mainEnc)
+	if err != nil {
+		return store.Change{}, err
+	}
+	// Rebase gets trees of its own, even when the base's is the mainline's.
+	baseTree := slices.Clone(mainTree)
+	if baseDigest != mainDigest {
+		if baseTree, err = tree(ctx, conn, baseDigest, baseEnc); err != nil {
+			return store.Change{}, err
+		}
+	}
+	newTree, err := p.Rebase(baseTree, mainTree)
+	if err != nil {
+		return store.Change{}, err
+	}
+	for i := 1; i < len(newTree); i++ {
+		if newTree[i-1].Path >= newTree[i].Path {
+			return store.Change{}, fmt.Errorf("postgres: integrate: the rebased tree is not sorted by path at %q", newTree[i].Path)
+		}
+	}
+	enc := newTree.Encode()
+	digest := repo.Digest(enc)
+
+	paths := p.Paths
+	if paths == nil {
+		paths = []string{}
+	}
+	// The second round trip: the new tree, revision and change, the mainline, COMMIT. After
+	// an error the server skips the COMMIT, and the deferred ROLLBACK ends the transaction.
+	var final pgx.Batch
+	final.Queue(integrateSQL, db.now(), digest, enc, store.NewID("rev"), p.Repository, mainline,
+		store.NewID("chg"), p.Holder, p.BaseRevision, p.Message, paths)
+	final.Queue("COMMIT")
+	fr := conn.SendBatch(ctx, &final)
+	defer fr.Close()
+	var s changeScan
+	if err := fr.QueryRow().Scan(s.dest()...); err != nil {
+		return store.Change{}, mapErr("integrate", err)
+	}
+	if _, err := fr.Exec(); err != nil {
+		return store.Change{}, mapErr("integrate: commit", err)
+	}
+	committed = true
+	// Every result is read: the change is committed whatever Close says.
+	fr.Close() //nolint:errcheck // see above
+	// The new tree is the next integration's mainline.
+	trees.put(digest, newTree)
+	return s.change(), nil
+}
+
+// leaseCandidates answers the lease paths that can cover or overlap one of the edited files:
+// each file and its ancestor directories, each once.
+func leaseCandidates(paths []string) []string {
+	seen := make(map[string]bool, len(paths))
+	out := make([]string, 0, len(paths))
+	add := func(c string) {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	for _, f := range paths {
+		for _, a := range repo.Ancestors(f) {
+			add(a)
+		}
+		add(f)
+	}
+	return out
+}
+
+// grant is a lease at one of its paths.
+type grant struct {
+	path   string
+	token  int64
+	id     string
+	state  string
+	holder string
+	ended  *time.Time
+}
+
+// leaseCheck holds what leaseCheckSQL read.
+type leaseCheck struct {
+	given  map[string][]grant // by lease path: the given leases of the holder there
+	newest map[string]grant   // by lease path: the newest grant there
+}
+
+// refusal applies the rule of store.IntegrateParams to each edited path in order and answers
+// the first refusal, or nil.
+func (c leaseCheck) refusal(p store.IntegrateParams) error {
+	for _, f := range p.Paths {
+		cands := append(repo.Ancestors(f), f)
+		var chosen *grant
+		var others []string
+		for _, lp := range cands {
+			for i, g := range c.given[lp] {
+				if g.holder != p.Holder {
+					others = append(others, fmt.Sprintf("token %d is %s's", g.token, g.holder))
+					continue
+				}
+				if chosen == nil || g.token > chosen.token {
+					chosen = &c.given[lp][i]
+				}
+			}
+		}
+		if chosen == nil {
+			reason := fmt.Sprintf("not leased by %s among the given tokens %v", p.Holder, p.FencingTokens)
+			if len(others) > 0 {
+				slices.Sort(others)
+				reason += " (" + strings.Join(slices.Compact(others), ", ") + ")"
+			}
+			return &store.IntegrateRefusal{Path: f, Reason: reason + ": acquire a lease that covers it"}
+		}
+		if chosen.state != string(store.LeaseActive) {
+			return &store.IntegrateRefusal{Path: f, Reason: fmt.Sprintf("lease %s (token %d) was %s at %s",
+				chosen.id, chosen.token, chosen.state, utcOrZero(chosen.ended).Format(time.RFC3339))}
+		}
+		var newer *grant
+		for _, lp := range cands {
+			if n, ok := c.newest[lp]; ok && n.token > chosen.token && (newer == nil || n.token > newer.token) {
+				newer = &n
+			}
+		}
+		if newer != nil {
+			return &store.IntegrateRefusal{Path: f,
+				Reason: fmt.Sprintf("token %d is stale: superseded by token %d granted to %s on %s",
+					chosen.token, newer.token, newer.holder, newer.path)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+var _ store.RepoStore = (*DB)(nil)
+
+// ---- repositories ----
+
+const repositoryCols = `name, mainline, validation, created_at`
+
+func repositoryDest(r *store.Repository) []any {
+	return []any{&r.Name, &r.Mainline, &r.Validation, &r.CreatedAt}
+}
+
+func finishRepository(r *store.Repository) {
+	if len(r.Validation) == 0 {
+		r.Validation = nil
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+}
+
+// bytesOrNull keeps an empty byte slice out of the database: nil and empty are both "none".
+func bytesOrNull(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// emptyTree is the tree of a new repository's first revision.
+var emptyTree = repo.Tree{}
+
+// The empty tree, the first revision and the repository in one statement: a taken name
+// inserts none of them.
+var createRepositorySQL = q(`WITH t AS (
+	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
+rv AS (
+	INSERT INTO revisions (id, repository, author, tree_digest, created_at) VALUES ($4, $5, $6, $2, {now}))
+INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
+RETURNING ` + repositoryCols)
+
+// CreateRepository creates a repository whose mainline is a new revision with the empty tree.
+func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
+	var r store.Repository
+	err := db.pool.QueryRow(ctx, createRepositorySQL, db.now(), emptyTree.Digest(), emptyTree.Encode(),
+		store.NewID("rev"), p.Name, p.CreatedBy, bytesOrNull(p.Validation)).Scan(repositoryDest(&r)...)
+	if err != nil {
+		return store.Repository{}, mapErr("repository "+p.Name, err)
+	}
+	finishRepository(&r)
+	return r, nil
+}
+
+// GetRepository answers a repository by name.
+func (db *DB) GetRepository(ctx context.Context, name string) (store.Repository, error) {
+	var r store.Repository
+	err := db.pool.QueryRow(ctx, `SELECT `+repositoryCols+` FROM repositories WHERE name = $1`, name).
+		Scan(repositoryDest(&r)...)
+	if err != nil {
+		return store.Repository{}, mapErr("repository "+name, err)
+	}
+	finishRepository(&r)
+	return r, nil
+}
+
+// ListRepositories answers repositories ordered by name, a page at a time.
+func (db *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesParams) ([]store.Repository, string, error) {
+	after, err := store.DecodeNamePageToken(p.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+repositoryCols+` FROM repositories
+		WHERE name > $1 ORDER BY name LIMIT $2`, after, limit+1)
+	if err != nil {
+		return nil, "", mapErr("list repositories", err)
+	}
+	var out []store.Repository
+	var r store.Repository
+	_, err = pgx.ForEachRow(rows, repositoryDest(&r), func() error {
+		x := r
+		x.Validation = slices.Clone(r.Validation)
+		finishRepository(&x)
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		return nil, "", mapErr("list repositories", err)
+	}
+	if len(out) > limit {
+		return out[:limit], store.EncodeNamePageToken(out[limit-1].Name), nil
+	}
+	return out, "", nil
+}
+
+// ---- blobs ----
+
+// putBlobsSQL stores blobs that are not stored yet. The rows come in digest order (see
+// blobArgs), so two transactions storing overlapping sets never wait for each other in a cycle.
+const putBlobsSQL = `INSERT INTO blobs (digest, content, size)
+SELECT d, c, octet_length(c) FROM unnest($1::text[], $2::bytea[]) AS u(d, c)
+ON CONFLICT (digest) DO NOTHING`
+
+// blobArgs answers the digests and contents of blobs sorted by digest, each digest once.
+func blobArgs(blobs []store.Blob) ([]string, [][]byte) {
+	sorted := slices.Clone(blobs)
+	slices.SortStableFunc(sorted, func(a, b store.Blob) int { return strings.Compare(a.Digest, b.Digest) })
+	sorted = slices.CompactFunc(sorted, func(a, b store.Blob) bool { return a.Digest == b.Digest })
+	digests := make([]string, len(sorted))
+	contents := make([][]byte, len(sorted))
+	for i, b := range sorted {
+		digests[i] = b.Digest
+		contents[i] = b.Content
+		if contents[i] == nil {
+			contents[i] = []byte{}
+		}
+	}
+	return digests, contents
+}
+
+// PutBlobs stores contents under their digests; a blob already stored is left as it is.
+func (db *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	digests, contents := blobArgs(blobs)
+	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, contents); err != nil {
+		return mapErr("put blobs", err)
+	}
+	return nil
+}
+
+// GetBlob answers a blob by its digest.
+func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
+	var b store.Blob
+	err := db.pool.QueryRow(ctx, `SELECT digest, content FROM blobs WHERE digest = $1`, digest).Scan(&b.Digest, &b.Content)
+	if err != nil {
+		return store.Blob{}, mapErr("blob "+digest, err)
+	}
+	if b.Content == nil {
+		b.Content = []byte{}
+	}
+	return b, nil
+}
+
+// MissingBlobs answers the digests among digests that are not stored, in the order given.
+func (db *DB) MissingBlobs(ctx context.Context, digests []string) ([]string, error) {
+	if len(digests) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT u.d FROM unnest($1::text[]) WITH ORDINALITY AS u(d, n)
+		WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = u.d) ORDER BY u.n`, digests)
+	if err != nil {
+		return nil, mapErr("missing blobs", err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, mapErr("missing blobs", err)
+	}
+	return missing, nil
+}
+
+// ---- revisions ----
+
+// GetRevision answers a revision of a repository with its tree.
+func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (store.Revision, error) {
+	var r store.Revision
+	var enc []byte
+	err := db.pool.QueryRow(ctx, `SELECT r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at,
+			CASE WHEN r.tree_digest = ANY($3::text[]) THEN NULL ELSE t.encoding END
+		FROM revisions r JOIN trees t ON t.digest = r.tree_digest
+		WHERE r.id = $1 AND r.repository = $2`, revisionID, repository, trees.digests()).
+		Scan(&r.ID, &r.Repository, &r.Parent, &r.ChangeID, &r.Author, &r.TreeDigest, &r.CreatedAt, &enc)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Revision{}, fmt.Errorf("revision %s of repository %s: %w", revisionID, repository, store.ErrNotFound)
+		}
+		return store.Revision{}, mapErr("revision "+revisionID, err)
+	}
+	if r.Tree, err = tree(ctx, db.pool, r.TreeDigest, enc); err != nil {
+		return store.Revision{}, err
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	return r, nil
+}

@@ -1,0 +1,292 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// RepoStore is the part of the store that keeps repositories, their content, file leases and
+// changes. Store embeds it.
+type RepoStore interface {
+	// CreateRepository creates a repository whose mainline is a new revision with the empty
+	// tree (author = p.CreatedBy, no parent, no change). A taken name: ErrAlreadyExists.
+	CreateRepository(ctx context.Context, p CreateRepositoryParams) (Repository, error)
+
+	// GetRepository answers a repository by name, or ErrNotFound.
+	GetRepository(ctx context.Context, name string) (Repository, error)
+
+	// ListRepositories answers repositories ordered by name.
+	ListRepositories(ctx context.Context, p ListRepositoriesParams) (repos []Repository, nextPageToken string, err error)
+
+	// PutBlobs stores contents under their digests (repo.Digest of the content, computed by the
+	// caller). A blob already stored is left as it is.
+	PutBlobs(ctx context.Context, blobs []Blob) error
+
+	// GetBlob answers a blob, or ErrNotFound.
+	GetBlob(ctx context.Context, digest string) (Blob, error)
+
+	// MissingBlobs answers the digests among digests that the store does not hold, in the order
+	// given.
+	MissingBlobs(ctx context.Context, digests []string) ([]string, error)
+
+	// GetRevision answers a revision of a repository with its tree, or ErrNotFound (also when
+	// the revision belongs to another repository).
+	GetRevision(ctx context.Context, repository, revisionID string) (Revision, error)
+
+	// AcquireLease grants a lease on p.Paths (clean lease paths, validated by the caller) to
+	// p.Holder for p.TTL, unless an ACTIVE, unexpired lease of another holder overlaps one of
+	// them: then a *LeaseConflictError (errors.Is ErrLeaseConflict) naming the first such path,
+	// its lease, holder and expiry. The grant takes the repository's next token in the same
+	// transaction, so its token is larger than every earlier grant's. Unknown repository:
+	// ErrNotFound.
+	AcquireLease(ctx context.Context, p AcquireLeaseParams) (Lease, error)
+
+	// RenewLease sets a lease's expiry to now + p.TTL, keeping its token. Refused with a
+	// *LeaseStateError (errors.Is ErrFailedPrecondition) when the lease was released or broken,
+	// when it expired and an overlapping lease was granted since, when p.Principal is not the
+	// principal of its holder, or when p.FencingToken is given (non-zero) and is not its token.
+	// Unknown lease: ErrNotFound.
+	RenewLease(ctx context.Context, p RenewLeaseParams) (Lease, error)
+
+	// ReleaseLease ends a lease (state RELEASED) with the same refusals as RenewLease, except
+	// that releasing an expired lease that nobody superseded is allowed.
+	ReleaseLease(ctx context.Context, p ReleaseLeaseParams) (Lease, error)
+
+	// BreakLease ends any lease that is not released or broken (state BROKEN). A lease already
+	// ended: *LeaseStateError. Unknown lease: ErrNotFound.
+	BreakLease(ctx context.Context, leaseID string) (Lease, error)
+
+	// GetLease answers a lease, or ErrNotFound.
+	GetLease(ctx context.Context, leaseID string) (Lease, error)
+
+	// ListLeases answers a repository's leases, newest (largest token) first. State is
+	// reported as of now: an ACTIVE lease past its expiry is answered as LeaseExpired.
+	ListLeases(ctx context.Context, p ListLeasesParams) (leases []Lease, nextPageToken string, err error)
+
+	// LeaseSignal answers a channel closed after the next release or break, so an acquirer
+	// waiting for a conflicting lease to go can look again.
+	LeaseSignal() <-chan struct{}
+
+	// Integrate, in one transaction: checks every edited path's lease (see IntegrateParams),
+	// reads the base revision's and the current mainline's trees, calls p.Rebase with them,
+	// stores the new tree and a revision (parent = the mainline, author, change), creates the
+	// change INTEGRATED, and moves the repository's mainline to the new revision. A token
+	// refusal is a *IntegrateRefusal (errors.Is ErrFailedPrecondition); Rebase's error is
+	// answered as it is and nothing is stored; unknown repository or base revision:
+	// ErrNotFound.
+	Integrate(ctx context.Context, p IntegrateParams) (Change, error)
+
+	// GetChange answers a change, or ErrNotFound.
+	GetChange(ctx context.Context, changeID string) (Change, error)
+
+	// ListChanges answers a repository's changes, newest first.
+	ListChanges(ctx context.Context, p ListChangesParams) (changes []Change, nextPageToken string, err error)
+}
+
+// Repository is a repository as stored.
+type Repository struct {
+	Name       string
+	Mainline   string // revision id
+	Validation []byte // JSON of the validation policy, or nil
+	CreatedAt  time.Time
+}
+
+// CreateRepositoryParams are the inputs of CreateRepository.
+type CreateRepositoryParams struct {
+	Name       string
+	Validation []byte
+	CreatedBy  string // principal name, the author of the first revision
+}
+
+// ListRepositoriesParams page ListRepositories.
+type ListRepositoriesParams struct {
+	Limit     int
+	PageToken string
+}
+
+// Blob is content addressed by its digest.
+type Blob struct {
+	Digest  string
+	Content []byte
+}
+
+// Revision is one state of a repository's files.
+type Revision struct {
+	ID         string
+	Repository string
+	Parent     string // "" for the first
+	ChangeID   string // "" for the first
+	Author     string
+	Tree       repo.Tree
+	TreeDigest string
+	CreatedAt  time.Time
+}
+
+// LeaseState is where a lease is in its life.
+type LeaseState string
+
+// The lease states of api.md. LeaseExpired is never stored: it is an ACTIVE lease read after
+// its expiry.
+const (
+	LeaseActive   LeaseState = "active"
+	LeaseReleased LeaseState = "released"
+	LeaseExpired  LeaseState = "expired"
+	LeaseBroken   LeaseState = "broken"
+)
+
+// Lease is an exclusive lease on paths of a repository.
+type Lease struct {
+	ID           string
+	Repository   string
+	Paths        []string
+	Holder       string // "<principal>|<label>"
+	FencingToken uint64
+	State        LeaseState
+	AcquiredAt   time.Time
+	ExpiresAt    time.Time
+	EndedAt      time.Time // zero unless released or broken
+}
+
+// AcquireLeaseParams are the inputs of AcquireLease.
+type AcquireLeaseParams struct {
+	Repository string
+	Paths      []string // clean, deduplicated
+	Holder     string
+	TTL        time.Duration
+}
+
+// RenewLeaseParams are the inputs of RenewLease.
+type RenewLeaseParams struct {
+	LeaseID      string
+	Principal    string // the caller; must be the holder's principal unless Admin
+	Admin        bool
+	FencingToken uint64
+	TTL          time.Duration
+}
+
+// ReleaseLeaseParams are the inputs of ReleaseLease.
+type ReleaseLeaseParams struct {
+	LeaseID      string
+	Principal    string
+	Admin        bool
+	FencingToken uint64
+}
+
+// ListLeasesParams filter and page ListLeases.
+type ListLeasesParams struct {
+	Repository   string
+	Holder       string // exact holder, or "<principal>|" for every label of a principal; "" = all
+	IncludeEnded bool   // also released, broken and expired leases
+	Limit        int
+	PageToken    string
+}
+
+// ChangeState is where a change is in its life.
+type ChangeState string
+
+// The change states of api.md.
+const (
+	ChangeQueued     ChangeState = "queued"
+	ChangeValidating ChangeState = "validating"
+	ChangeIntegrated ChangeState = "integrated"
+	ChangeRejected   ChangeState = "rejected"
+	ChangeCancelled  ChangeState = "cancelled"
+)
+
+// Terminal reports whether a change in this state is final.
+func (s ChangeState) Terminal() bool {
+	return s == ChangeIntegrated || s == ChangeRejected || s == ChangeCancelled
+}
+
+// Change is a set of edits submitted by Integrate.
+type Change struct {
+	ID                 string
+	Repository         string
+	State              ChangeState
+	BaseRevision       string
+	CandidateRevision  string
+	IntegratedRevision string
+	Author             string // "<principal>|<label>"
+	Message            string
+	Paths              []string
+	JobID              string
+	AttestationDigest  string
+	Reason             string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// IntegrateParams are the inputs of Integrate.
+//
+// The lease check, for every path in Paths: among the leases whose token is in FencingTokens,
+// the one with the largest token that is held by Holder and covers the path (repo.Covers) must
+// exist (else "not leased"), must not be released or broken, and no lease with a larger token
+// (of anyone, in any state) may overlap the path (else "stale, superseded by token N"). Expiry
+// alone does not refuse.
+type IntegrateParams struct {
+	Repository    string
+	BaseRevision  string
+	Holder        string
+	FencingTokens []uint64
+	Paths         []string // the edited paths, sorted, unique
+	Message       string
+	// Rebase computes the new tree from the base revision's and the mainline's trees; it runs
+	// inside the transaction, after the lease check.
+	Rebase func(base, mainline repo.Tree) (repo.Tree, error)
+	// Blobs are stored in the same transaction (content sent inline with the request).
+	Blobs []Blob
+}
+
+// ListChangesParams page ListChanges.
+type ListChangesParams struct {
+	Repository string
+	Limit      int
+	PageToken  string
+}
+
+// ErrLeaseConflict: a lease of another holder overlaps.
+var ErrLeaseConflict = errors.New("lease conflict")
+
+// LeaseConflictError names the lease that stands in the way of a grant.
+type LeaseConflictError struct {
+	Path      string // the requested path
+	LeaseID   string
+	LeasePath string // the conflicting lease's path
+	Holder    string
+	ExpiresAt time.Time
+}
+
+func (e *LeaseConflictError) Error() string {
+	return fmt.Sprintf("%s is leased to %s (lease %s on %s) until %s", e.Path, e.Holder, e.LeaseID, e.LeasePath,
+		e.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrLeaseConflict) true.
+func (e *LeaseConflictError) Is(target error) bool { return target == ErrLeaseConflict }
+
+// LeaseStateError refuses a renew, release or break of a lease that is not the caller's to
+// change.
+type LeaseStateError struct {
+	LeaseID string
+	Msg     string
+}
+
+func (e *LeaseStateError) Error() string { return "lease " + e.LeaseID + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrFailedPrecondition) true.
+func (e *LeaseStateError) Is(target error) bool { return target == ErrFailedPrecondition }
+
+// IntegrateRefusal names the edited path whose lease check failed and why.
+type IntegrateRefusal struct {
+	Path   string
+	Reason string // "not leased by alice|w1 among the given tokens", "lease 12 was released", "token 12 is stale: superseded by token 15 granted to bob|w2"
+}
+
+func (e *IntegrateRefusal) Error() string { return e.Path + ": " + e.Reason }
+
+// Is makes errors.Is(err, ErrFailedPrecondition) true.
+func (e *IntegrateRefusal) Is(target error) bool { return target == ErrFailedPrecondition }

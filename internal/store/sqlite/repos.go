@@ -1,0 +1,449 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+const repositoryColumns = `name, mainline, validation, created_at`
+
+func scanRepository(row scanner) (store.Repository, error) {
+	var (
+		r       store.Repository
+		created int64
+	)
+	if err := row.Scan(&r.Name, &r.Mainline, &r.Validation, &created); err != nil {
+		return store.Repository{}, err
+	}
+	r.CreatedAt = fromMicros(created)
+	return r, nil
+}
+
+// insertTree stores a tree's canonical encoding once and answers its digest.
+func insertTree(ctx context.Context, tx *sql.Tx, t repo.Tree) (string, error) {
+	enc := t.Encode()
+	digest := repo.Digest(enc)
+	if enc == nil {
+		enc = []byte{} // the empty tree: an empty encoding, not NULL
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO trees (digest, encoding) VALUES (?, ?)`, digest, enc); err != nil {
+		return "", interpret("store tree "+digest, err)
+	}
+	return digest, nil
+}
+
+// CreateRepository creates a repository whose mainline is a revision with the empty tree.
+func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
+	var validation any
+	if p.Validation != nil {
+		validation = p.Validation
+	}
+	var r store.Repository
+	err := d.write(ctx, "create repository", func(ctx context.Context, tx *sql.Tx) error {
+		now := micros(d.now())
+		revID := store.NewID("rev")
+		var err error
+		r, err = scanRepository(tx.QueryRowContext(ctx, `INSERT INTO repositories (name, mainline, validation, created_at)
+			VALUES (?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, validation, now))
+		if err != nil {
+			return interpret(fmt.Sprintf("create repository %q", p.Name), err)
+		}
+		digest, err := insertTree(ctx, tx, repo.Tree{})
+		if err != nil {
+			return fmt.Errorf("create repository %q: %w", p.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, author, tree_digest, created_at)
+			VALUES (?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, digest, now); err != nil {
+			return interpret(fmt.Sprintf("create repository %q: first revision", p.Name), err)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// GetRepository answers a repository by name.
+func (d *DB) GetRepository(ctx context.Context, name string) (store.Repository, error) {
+	r, err := scanRepository(d.r.QueryRowContext(ctx, `SELECT `+repositoryColumns+` FROM repositories WHERE name = ?`, name))
+	if err != nil {
+		return store.Repository{}, interpret(fmt.Sprintf("get repository %q", name), err)
+	}
+	return r, nil
+}
+
+// ListRepositories answers repositories ordered by name; the page token is the last name answered.
+func (d *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesParams) ([]store.Repository, string, error) {
+	after, err := store.DecodeNamePageToken(p.PageToken)
+	if err != nil {
+		return nil, "", fmt.Errorf("list repositories: %w", err)
+	}
+	limit := pageLimit(p.Limit)
+	rows, err := d.r.QueryContext(ctx, `SELECT `+repositoryColumns+` FROM repositories WHERE name > ? ORDER BY name LIMIT ?`,
+		after, limit+1)
+	if err != nil {
+		return nil, "", interpret("list repositories", err)
+	}
+	defer rows.Close()
+	var repos []store.Repository
+	for rows.Next() {
+		r, err := scanRepository(rows)
+		if err != nil {
+			return nil, "", interpret("list repositories", err)
+		}
+		repos = append(repos, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", interpret("list repositories", err)
+	}
+	next := ""
+	if len(repos) > limit {
+		repos = repos[:limit]
+		next = store.EncodeNamePageToken(repos[limit-1].Name)
+	}
+	return repos, next, nil
+}
+
+// insertBlobs stores blobs that are not stored yet.
+func insertBlobs(ctx context.Context, tx *sql.Tx, blobs []store.Blob) error {
+	for _, b := range blobs {
+		content := b.Content
+		if content == nil {
+			content = []byte{}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size) VALUES (?, ?, ?)`,
+			b.Digest, content, len(content)); err != nil {
+			return interpret("store blob "+b.Digest, err)
+		}
+	}
+	return nil
+}
+
+// PutBlobs stores contents under their digests, leaving stored ones as they are.
+func (d *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	return d.write(ctx, "put blobs", func(ctx context.Context, tx *sql.Tx) error {
+		return insertBlobs(ctx, tx, blobs)
+	})
+}
+
+// GetBlob answers a blob by digest.
+func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
+	b := store.Blob{Digest: digest}
+	if err := d.r.QueryRowContext(ctx, `SELECT content FROM blobs WHERE digest = ?`, digest).Scan(&b.Content); err != nil {
+		return store.Blob{}, interpret("get blob "+digest, err)
+	}
+	if b.Content == nil {
+		b.Content = []byte{}
+	}
+	return b, nil
+}
+
+// missingChunk bounds the digests of one lookup, well under SQLite's parameter limit.
+const missingChunk = 500
+
+// MissingBlobs answers the digests the store does not hold, in the order given.
+func (d *DB) MissingBlobs(ctx context.Context, digests []string) ([]string, error) {
+	held := make(map[string]bool, len(digests))
+	for chunk := range slices.Chunk(digests, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, dg := range chunk {
+			args[i] = dg
+		}
+		rows, err := d.r.QueryContext(ctx, `SELECT digest FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpret("missing blobs", err)
+		}
+		for rows.Next() {
+			var dg string
+			if err := rows.Scan(&dg); err != nil {
+				rows.Close()
+				return nil, interpret("missing blobs", err)
+			}
+			held[dg] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("missing blobs", err)
+		}
+	}
+	var missing []string
+	for _, dg := range digests {
+		if !held[dg] {
+			missing = append(missing, dg)
+		}
+	}
+	return missing, nil
+}
+
+const revisionColumns = `r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at, t.encoding`
+
+func scanRevision(row scanner) (store.Revision, error) {
+	var (
+		rev     store.Revision
+		created int64
+		enc     []byte
+	)
+	if err := row.Scan(&rev.ID, &rev.Repository, &rev.Parent, &rev.ChangeID, &rev.Author, &rev.TreeDigest, &created, &enc); err != nil {
+		return store.Revision{}, err
+	}
+	tree, err := repo.DecodeTree(enc)
+	if err != nil {
+		return store.Revision{}, fmt.Errorf("revision %s: tree %s: %w", rev.ID, rev.TreeDigest, err)
+	}
+	rev.Tree = tree
+	rev.CreatedAt = fromMicros(created)
+	return rev, nil
+}
+
+func getRevision(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, repository, id string) (store.Revision, error) {
+	rev, err := scanRevision(q.QueryRowContext(ctx, `SELECT `+revisionColumns+`
+		FROM revisions r JOIN trees t ON t.digest = r.tree_digest WHERE r.id = ? AND r.repository = ?`, id, repository))
+	if err != nil {
+		return store.Revision{}, interpret(fmt.Sprintf("revision %s of repository %q", id, repository), err)
+	}
+	return rev, nil
+}
+
+// GetRevision answers a revision of a repository with its tree.
+func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (store.Revision, error) {
+	rev, err := getRevision(ctx, d.r, repository, revisionID)
+	if err != nil {
+		return store.Revision{}, fmt.Errorf("get revision: %w", err)
+	}
+	return rev, nil
+}
+
+const changeColumns = `id, repository, state, base_revision, candidate_revision, integrated_revision, author, message,
+	paths, job_id, attestation_digest, reason, created_at, updated_at`
+
+// scanChange reads the changeColumns of a row; before are columns selected ahead of them.
+func scanChange(row scanner, before ...any) (store.Change, error) {
+	var (
+		c                store.Change
+		state, paths     string
+		created, updated int64
+	)
+	dest := append(before, &c.ID, &c.Repository, &state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
+		&c.Author, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated)
+	if err := row.Scan(dest...); err != nil {
+		return store.Change{}, err
+	}
+	if err := json.Unmarshal([]byte(paths), &c.Paths); err != nil {
+		return store.Change{}, fmt.Errorf("change %s: paths: %w", c.ID, err)
+	}
+	c.State = store.ChangeState(state)
+	c.CreatedAt = fromMicros(created)
+	c.UpdatedAt = fromMicros(updated)
+	return c, nil
+}
+
+// Integrate checks the edited paths' leases, rebases the edits onto the mainline and moves the
+// mainline to the result, all in one write.
+func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
+	if p.Rebase == nil {
+		return store.Change{}, errors.New("integrate: no Rebase function")
+	}
+	paths, err := json.Marshal(nonNil(p.Paths))
+	if err != nil {
+		return store.Change{}, fmt.Errorf("integrate: %w", err)
+	}
+	var change store.Change
+	err = d.write(ctx, "integrate", func(ctx context.Context, tx *sql.Tx) error {
+		now := micros(d.now())
+		var mainline string
+		if err := tx.QueryRowContext(ctx, `SELECT mainline FROM repositories WHERE name = ?`, p.Repository).Scan(&mainline); err != nil {
+			return interpret(fmt.Sprintf("integrate: repository %q", p.Repository), err)
+		}
+		if err := checkIntegrateLeases(ctx, tx, p); err != nil {
+			return err
+		}
+		base, err := getRevision(ctx, tx, p.Repository, p.BaseRevision)
+		if err != nil {
+			return fmt.Errorf("integrate: base %w", err)
+		}
+		head := base
+		if mainline != base.ID {
+			if head, err = getRevision(ctx, tx, p.Repository, mainline); err != nil {
+				return fmt.Errorf("integrate: mainline %w", err)
+			}
+		}
+		tree, err := p.Rebase(base.Tree, head.Tree)
+		if err != nil {
+			return err // the caller's own error, as it is
+		}
+		digest, err := insertTree(ctx, tx, tree)
+		if err != nil {
+			return fmt.Errorf("integrate: %w", err)
+		}
+		if err := insertBlobs(ctx, tx, p.Blobs); err != nil {
+			return fmt.Errorf("integrate: %w", err)
+		}
+		revID, changeID := store.NewID("rev"), store.NewID("chg")
+		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Repository, mainline, changeID, p.Holder, digest, now); err != nil {
+			return interpret("integrate: store revision", err)
+		}
+		change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
+			(id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
+			 created_at, updated_at)
+			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+			changeID, p.Repository, p.BaseRevision, revID, revID, p.Holder, p.Message, string(paths), now, now))
+		if err != nil {
+			return interpret("integrate: store change", err)
+		}
+		// Compare-and-swap: the write lock is held since the mainline was read, so it holds.
+		res, err := tx.ExecContext(ctx, `UPDATE repositories SET mainline = ? WHERE name = ? AND mainline = ?`,
+			revID, p.Repository, mainline)
+		if err != nil {
+			return interpret("integrate: move the mainline", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("integrate: the mainline of %q moved during the transaction (%d rows, %v)", p.Repository, n, err)
+		}
+		return nil
+	})
+	return change, err
+}
+
+// checkIntegrateLeases applies IntegrateParams' lease check to every edited path, in order, and
+// answers the first refusal.
+func checkIntegrateLeases(ctx context.Context, tx *sql.Tx, p store.IntegrateParams) error {
+	var given []store.Lease
+	if tokens := uniqueTokens(p.FencingTokens); len(tokens) > 0 {
+		args := make([]any, 0, 1+len(tokens))
+		args = append(args, p.Repository)
+		for _, t := range tokens {
+			args = append(args, int64(t))
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+leaseColumns+` FROM leases
+			WHERE repository = ?1 AND token IN (`+placeholders(2, len(tokens))+`)`, args...)
+		if err != nil {
+			return interpret("integrate: read the leases of the tokens", err)
+		}
+		for rows.Next() {
+			l, err := scanLease(rows)
+			if err != nil {
+				rows.Close()
+				return interpret("integrate: read the leases of the tokens", err)
+			}
+			given = append(given, l)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return interpret("integrate: read the leases of the tokens", err)
+		}
+	}
+	for _, path := range p.Paths {
+		var (
+			best   *store.Lease
+			others []string
+		)
+		for i := range given {
+			l := &given[i]
+			if !slices.ContainsFunc(l.Paths, func(lp string) bool { return repo.Covers(lp, path) }) {
+				continue
+			}
+			if l.Holder != p.Holder {
+				others = append(others, fmt.Sprintf("token %d is %s's", l.FencingToken, l.Holder))
+				continue
+			}
+			if best == nil || l.FencingToken > best.FencingToken {
+				best = l
+			}
+		}
+		if best == nil {
+			reason := fmt.Sprintf("not leased by %s among the given tokens %v", p.Holder, p.FencingTokens)
+			if len(others) > 0 {
+				slices.Sort(others)
+				reason += " (" + strings.Join(others, ", ") + ")"
+			}
+			return &store.IntegrateRefusal{Path: path, Reason: reason + ": acquire a lease that covers it"}
+		}
+		if best.State != store.LeaseActive {
+			return &store.IntegrateRefusal{Path: path, Reason: fmt.Sprintf("lease %s (token %d) was %s at %s",
+				best.ID, best.FencingToken, best.State, formatTime(best.EndedAt))}
+		}
+		o, found, err := findOverlap(ctx, tx, p.Repository, path, `lp.token > ?`, []any{int64(best.FencingToken)}, false)
+		if err != nil {
+			return interpret("integrate: look for later grants on "+path, err)
+		}
+		if found {
+			return &store.IntegrateRefusal{Path: path, Reason: fmt.Sprintf("token %d is stale: superseded by token %d granted to %s on %s",
+				best.FencingToken, o.token, o.holder, o.path)}
+		}
+	}
+	return nil
+}
+
+func uniqueTokens(tokens []uint64) []uint64 {
+	out := slices.Clone(tokens)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// GetChange answers a change.
+func (d *DB) GetChange(ctx context.Context, changeID string) (store.Change, error) {
+	c, err := scanChange(d.r.QueryRowContext(ctx, `SELECT `+changeColumns+` FROM changes WHERE id = ?`, changeID))
+	if err != nil {
+		return store.Change{}, interpret("get change "+changeID, err)
+	}
+	return c, nil
+}
+
+// ListChanges answers a repository's changes newest first; the page token is the seq of the
+// last change answered.
+func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]store.Change, string, error) {
+	before, err := store.DecodeSeqPageToken(p.PageToken)
+	if err != nil {
+		return nil, "", fmt.Errorf("list changes: %w", err)
+	}
+	limit := pageLimit(p.Limit)
+	q := `SELECT seq, ` + changeColumns + ` FROM changes WHERE repository = ?`
+	args := []any{p.Repository}
+	if before > 0 {
+		q += ` AND seq < ?`
+		args = append(args, before)
+	}
+	q += ` ORDER BY seq DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := d.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", interpret("list changes", err)
+	}
+	defer rows.Close()
+	var (
+		changes []store.Change
+		seqs    []int64
+	)
+	for rows.Next() {
+		var seq int64
+		c, err := scanChange(rows, &seq)
+		if err != nil {
+			return nil, "", interpret("list changes", err)
+		}
+		changes = append(changes, c)
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", interpret("list changes", err)
+	}
+	next := ""
+	if len(changes) > limit {
+		changes = changes[:limit]
+		next = store.EncodeSeqPageToken(seqs[limit-1])
+	}
+	return changes, next, nil
+}
