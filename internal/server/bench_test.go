@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +57,57 @@ func BenchmarkHTTPClaimComplete(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "jobs/s")
+		})
+	}
+}
+
+// BenchmarkHTTPIntegrate measures integrations over the API on loopback from 16 agents, each
+// editing its own file under its own lease (disjoint leases); it reports integrations/s.
+func BenchmarkHTTPIntegrate(b *testing.B) {
+	for _, backend := range agtest.Backends {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			srv := agtest.Start(b, agtest.Options{Backend: backend})
+			res, err := srv.Admin.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			base := res.GetRepository().GetMainline()
+			agent := srv.Principal(b, "agent", agwpv1.Role_ROLE_AGENT)
+			const agents = 16
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < agents; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					holder := fmt.Sprintf("a%d", i)
+					path := fmt.Sprintf("src/%s.go", holder)
+					lease, err := agent.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "bench", Paths: []string{path}, Holder: holder, TTL: time.Hour})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					mine := base
+					for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
+						res, err := agent.Repos.Integrate(ctx, &agwpv1.IntegrateRequest{
+							Repository: "bench", BaseRevision: mine, Holder: holder, FencingTokens: []uint64{lease.GetFencingToken()},
+							Edits: []*agwpv1.Edit{{Path: path, Action: &agwpv1.Edit_Content{Content: []byte(fmt.Sprintf("package src // %d\n", n))}}},
+						})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						// The agent's next edit is based on the revision its last one made.
+						mine = res.GetChange().GetIntegratedRevision()
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "integrations/s")
 		})
 	}
 }
