@@ -43,8 +43,9 @@ type Store interface {
 	// in the same transaction. Same claim check and refusals as HeartbeatJob.
 	CompleteJob(ctx context.Context, p CompleteJobParams) (Job, error)
 
-	// FailJob records a failed attempt of a claim. The job becomes FAILED when Final is set or
-	// attempts >= max_attempts; CANCELLED when cancel_requested; otherwise QUEUED again with
+	// FailJob records a failed attempt of a claim. The job becomes CANCELLED when
+	// cancel_requested (whatever else holds: the job was cancelled); else FAILED when Final is
+	// set or attempts >= max_attempts; otherwise QUEUED again with
 	// run_after = now + RetryDelay (nil: Backoff(attempts)) and claimed_by cleared. Same claim
 	// check and refusals as HeartbeatJob.
 	FailJob(ctx context.Context, p FailJobParams) (Job, error)
@@ -63,9 +64,9 @@ type Store interface {
 	// CountJobs answers the number of jobs in each state (states with none may be absent).
 	CountJobs(ctx context.Context) (map[JobState]int64, error)
 
-	// ExpireJobs settles claims whose lease expired and that cannot be claimed again: FAILED
-	// with last_error "lease expired" when attempts >= max_attempts, CANCELLED when
-	// cancel_requested. It answers how many jobs it settled.
+	// ExpireJobs settles claims whose lease expired and that cannot be claimed again:
+	// CANCELLED when cancel_requested, else FAILED with last_error "lease expired" when
+	// attempts >= max_attempts. It answers how many jobs it settled.
 	ExpireJobs(ctx context.Context) (int, error)
 
 	// JobSignal answers a channel that is closed after the next commit that may have made a job

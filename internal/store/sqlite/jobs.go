@@ -97,11 +97,11 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 }
 
 // settleExpired is ExpireJobs's statement: an expired claim that cannot be claimed again
-// ends here. FAILED wins over CANCELLED as in FailJob: the attempts ran out either way. It runs
+// ends here. CANCELLED wins over FAILED as in FailJob: someone asked for the job to stop. It runs
 // before every claim, so it reads only the expired end of the lease index.
 const settleExpired = `UPDATE jobs INDEXED BY jobs_claimed_lease SET
-	state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'cancelled' END,
-	last_error = CASE WHEN attempts >= max_attempts THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
+	state = CASE WHEN cancel_requested <> 0 THEN 'cancelled' ELSE 'failed' END,
+	last_error = CASE WHEN cancel_requested = 0 THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
 	lease_expires_at = NULL, finished_at = ?1, updated_at = ?1
 	WHERE state = 'claimed' AND lease_expires_at <= ?1 AND (attempts >= max_attempts OR cancel_requested <> 0)`
 
@@ -274,10 +274,10 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 		}
 		state := store.JobQueued
 		switch {
-		case p.Final || cur.Attempts >= cur.MaxAttempts:
-			state = store.JobFailed
 		case cur.CancelRequested:
 			state = store.JobCancelled
+		case p.Final || cur.Attempts >= cur.MaxAttempts:
+			state = store.JobFailed
 		}
 		requeue = state == store.JobQueued
 		runAfter, finished := cur.RunAfter, nowT

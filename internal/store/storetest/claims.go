@@ -293,7 +293,8 @@ func testFailLastAttempt(t *testing.T, newStore Factory) {
 
 func testFailCancelRequested(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
-	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 5})
+	// Cancellation wins over a final failure and over the last attempt: the job was cancelled.
+	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 1})
 	b.mustClaim(t, "p|w1", time.Minute)
 	requested, err := b.st.CancelJob(b.ctx, job.ID)
 	if err != nil {
@@ -301,7 +302,7 @@ func testFailCancelRequested(t *testing.T, newStore Factory) {
 	}
 	b.clk.Advance(time.Second)
 	now := b.clk.Now()
-	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1, Error: "stopped: cancelled"})
+	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1, Error: "stopped: cancelled", Final: true})
 	if err != nil {
 		t.Fatalf("FailJob of a cancel-requested job: %v", err)
 	}

@@ -353,7 +353,8 @@ func testExpiredCancelRequested(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	viaClaim := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 5})
 	b.mustClaim(t, "p|w1", 10*time.Second)
-	viaExpire := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 5})
+	// On its last attempt too: cancellation wins over "lease expired".
+	viaExpire := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 1})
 	b.mustClaim(t, "p|w1", 10*time.Second)
 	for _, id := range []string{viaClaim.ID, viaExpire.ID} {
 		if j, err := b.st.CancelJob(b.ctx, id); err != nil || !j.CancelRequested {
