@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -45,6 +46,7 @@ type DB struct {
 
 	leaseSignal store.Signal // leases released or broken
 
+	lastSettle atomic.Int64       // store time (µs) a claim last settled expired claims
 	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
 	closed     chan struct{}
 	closeOnce  sync.Once
