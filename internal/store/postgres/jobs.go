@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,10 +141,12 @@ func (db *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.J
 // never takes such a job: it requires attempts < max_attempts and no cancel request.
 const settleWhere = `state = 'claimed' AND lease_expires_at <= {now} AND (attempts >= max_attempts OR cancel_requested)`
 
-// settleSet is what settling sets, for a row that t.claim (or, in ExpireJobs, the literal
-// false) says is not being claimed.
-const settleState = `CASE WHEN jobs.attempts >= jobs.max_attempts THEN 'failed' ELSE 'cancelled' END`
-const settleError = `CASE WHEN jobs.attempts >= jobs.max_attempts THEN '` + store.LeaseExpiredError + `' ELSE jobs.last_error END`
+// settleState and settleError are what settling sets. CANCELLED wins over FAILED, as in
+// FailJob: someone asked for the job to stop.
+const (
+	settleState = `CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'failed' END`
+	settleError = `CASE WHEN jobs.cancel_requested THEN jobs.last_error ELSE '` + store.LeaseExpiredError + `' END`
+)
 
 // settleSQL is ExpireJobs.
 var settleSQL = q(`
@@ -155,14 +158,16 @@ UPDATE jobs SET
 	updated_at = {now}
 WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)`)
 
-// claimSQL settles expired claims and takes the best claimable job in one statement, so a
-// claim costs one round trip, and in one UPDATE, so it pays for one: the rows to settle and
-// the row to claim are its targets, told apart by t.claim, and every SET is a CASE on it.
-// Due queued jobs and expired claims are searched apart, each through its own index in
-// claim order, because one OR-ed search would sort every queued job; the better of the two
-// (at most) is taken. The one not taken stays locked only until this statement's transaction
-// ends, and other claimers skip it meanwhile. Rows answer the settled jobs too, with
-// t.claim false.
+// claimSQL settles expired claims and claims the best claimable jobs for a group of claimers
+// in one statement, and in one UPDATE, so that it pays for one: the rows to settle and the
+// rows to claim are its targets, told apart by t.n (0: settle; else the claimer, counted from
+// 1), and every SET is a CASE on it. $2 are the claimers' workers, $3 their leases in ns and
+// $4 how many they are: the best job goes to the first, the second best to the second, and so
+// on, as if they had claimed one after the other. Due queued jobs and expired claims are
+// searched apart, each through its own index in claim order, because one OR-ed search would
+// sort every queued job; the best of both are taken. Those not taken stay locked only until
+// this statement's transaction ends, and other claimers skip them meanwhile. Rows answer the
+// settled jobs too, with t.n 0.
 func claimSQL(kindFilter string) string {
 	return q(`
 WITH settle AS (
@@ -170,68 +175,106 @@ WITH settle AS (
 	FOR UPDATE SKIP LOCKED),
 due AS (
 	SELECT seq, priority, run_after FROM jobs
-	WHERE state = 'queued' AND (run_after <= {now}) IS TRUE` + kindFilter + `
+	WHERE state = 'queued' AND run_after <= {now}` + kindFilter + `
 	ORDER BY priority DESC, run_after, seq
-	LIMIT 1
+	LIMIT $4
 	FOR UPDATE SKIP LOCKED),
 expired AS (
 	SELECT seq, priority, run_after FROM jobs
 	WHERE state = 'claimed' AND lease_expires_at <= {now} AND attempts < max_attempts AND NOT cancel_requested` + kindFilter + `
 	ORDER BY priority DESC, run_after, seq
-	LIMIT 1
+	LIMIT $4
 	FOR UPDATE SKIP LOCKED),
-target AS (
-	(SELECT seq, true AS claim FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) c
+picked AS (
+	SELECT seq, row_number() OVER (ORDER BY priority DESC, run_after, seq) AS n
+	FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) c
 	ORDER BY priority DESC, run_after, seq
-	LIMIT 1)
+	LIMIT $4),
+target AS (
+	SELECT seq, n FROM picked
 	UNION ALL
-	SELECT seq, false FROM settle)
+	SELECT seq, 0 FROM settle)
 UPDATE jobs SET
-	state = CASE WHEN t.claim THEN 'claimed' ELSE ` + settleState + ` END,
-	claimed_by = CASE WHEN t.claim THEN $2 ELSE jobs.claimed_by END,
-	lease_ns = CASE WHEN t.claim THEN $3 ELSE jobs.lease_ns END,
-	lease_expires_at = CASE WHEN t.claim THEN {now} + ($3::bigint / 1000) * interval '1 microsecond' END,
-	attempts = CASE WHEN t.claim THEN jobs.attempts + 1 ELSE jobs.attempts END,
-	progress = CASE WHEN t.claim THEN '' ELSE jobs.progress END,
-	last_error = CASE WHEN t.claim THEN jobs.last_error ELSE ` + settleError + ` END,
-	finished_at = CASE WHEN t.claim THEN jobs.finished_at ELSE {now} END,
+	state = CASE WHEN t.n > 0 THEN 'claimed' ELSE ` + settleState + ` END,
+	claimed_by = CASE WHEN t.n > 0 THEN ($2::text[])[t.n] ELSE jobs.claimed_by END,
+	lease_ns = CASE WHEN t.n > 0 THEN ($3::bigint[])[t.n] ELSE jobs.lease_ns END,
+	lease_expires_at = CASE WHEN t.n > 0 THEN {now} + (($3::bigint[])[t.n] / 1000) * interval '1 microsecond' END,
+	attempts = CASE WHEN t.n > 0 THEN jobs.attempts + 1 ELSE jobs.attempts END,
+	progress = CASE WHEN t.n > 0 THEN '' ELSE jobs.progress END,
+	last_error = CASE WHEN t.n > 0 THEN jobs.last_error ELSE ` + settleError + ` END,
+	finished_at = CASE WHEN t.n > 0 THEN jobs.finished_at ELSE {now} END,
 	updated_at = {now}
 FROM target t
 WHERE jobs.seq = t.seq
-RETURNING t.claim, ` + jobCols("jobs"))
+RETURNING t.n, ` + jobCols("jobs"))
 }
 
+// The kinds are matched with array_position rather than = ANY: the planner guesses that
+// = ANY keeps few rows and that array_position ... IS NOT NULL keeps most. Expecting very few
+// due jobs of the kinds (as on a table without statistics yet, whose generic plan each
+// connection then keeps), it would find every due job through a bitmap and sort them all, on
+// every claim, instead of walking the claim-order index to the first ones.
 var (
 	claimAnySQL   = claimSQL("")
-	claimKindsSQL = claimSQL(" AND kind = ANY($4::text[])")
+	claimKindsSQL = claimSQL(" AND array_position($5::text[], kind) IS NOT NULL")
 )
 
-// ClaimJob settles expired claims and claims the best claimable job, or answers nil.
+type claimCall = call[store.ClaimJobParams, *store.Job]
+
+// ClaimJob settles expired claims and claims the best claimable job, or answers nil. Claims
+// made at the same time for the same kinds go together (see group.go).
 func (db *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
+	return db.claims.do(ctx, p, db.claimGroup, func(batch []*claimCall, c *claimCall) bool {
+		return slices.Equal(batch[0].p.Kinds, c.p.Kinds)
+	})
+}
+
+// claimGroup claims for calls that want the same kinds.
+func (db *DB) claimGroup(ctx context.Context, calls []*claimCall) {
+	err := db.claimTogether(ctx, calls)
+	if err == nil {
+		return
+	}
+	for _, c := range calls {
+		c.r = nil
+	}
+	if len(calls) == 1 {
+		calls[0].err = mapErr("claim job", err)
+		return
+	}
+	// Nothing was claimed: each claimer gets its own answer.
+	for _, c := range calls {
+		db.claimGroup(ctx, []*claimCall{c})
+	}
+}
+
+// claimTogether claims for calls in one statement, and sets the jobs they got.
+func (db *DB) claimTogether(ctx context.Context, calls []*claimCall) error {
+	workers := make([]string, len(calls))
+	leases := make([]int64, len(calls))
+	for i, c := range calls {
+		workers[i], leases[i] = c.p.Worker, int64(c.p.Lease)
+	}
 	var rows pgx.Rows
 	var err error
-	if len(p.Kinds) == 0 {
-		rows, err = db.pool.Query(ctx, claimAnySQL, db.now(), p.Worker, int64(p.Lease))
+	if kinds := calls[0].p.Kinds; len(kinds) == 0 {
+		rows, err = db.pool.Query(ctx, claimAnySQL, db.now(), workers, leases, int64(len(calls)))
 	} else {
-		rows, err = db.pool.Query(ctx, claimKindsSQL, db.now(), p.Worker, int64(p.Lease), p.Kinds)
+		rows, err = db.pool.Query(ctx, claimKindsSQL, db.now(), workers, leases, int64(len(calls)), kinds)
 	}
 	if err != nil {
-		return nil, mapErr("claim job", err)
+		return err
 	}
-	var claimed *store.Job
-	var claim bool
+	var n int64
 	var s jobScan
-	_, err = pgx.ForEachRow(rows, append([]any{&claim}, s.dest()...), func() error {
-		if claim {
+	_, err = pgx.ForEachRow(rows, append([]any{&n}, s.dest()...), func() error {
+		if n > 0 {
 			j := s.job()
-			claimed = &j
+			calls[n-1].r = &j
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, mapErr("claim job", err)
-	}
-	return claimed, nil
+	return err
 }
 
 // ExpireJobs settles expired claims that cannot be claimed again.
@@ -334,8 +377,114 @@ attested AS (
 SELECT ` + jobCols("u") + ` FROM u`)
 )
 
-// CompleteJob completes a current claim's job and stores its attestation.
+// completeGroupSQL completes the jobs of a group of calls, $2.. holding one entry per call
+// (ids, workers, claim numbers, results, outputs, output digests, and when attested,
+// attestation digests (NULL: none) and envelopes); $9 is the state 'claimed' (see
+// claimCheck). Each row's claim check is in the UPDATE's WHERE; the job ids are distinct.
+// The ids are looked up through = ANY, which keeps the plan on the id index whatever the
+// planner thinks of unnest's rows.
+func completeGroupSQL(attested bool) string {
+	update := `
+UPDATE jobs SET
+	state = 'completed',
+	result = r.result,
+	output = r.output,
+	output_digest = r.output_digest,
+	attestation_digest = coalesce(r.att_digest, ''),
+	lease_expires_at = NULL,
+	finished_at = {now},
+	updated_at = {now}
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $10::bytea[])
+	AS r(id, worker, token, result, output, output_digest, att_digest, envelope)
+WHERE jobs.id = ANY($2::text[]) AND jobs.id = r.id
+	AND jobs.state = $9 AND jobs.claimed_by = r.worker AND (r.token = 0 OR jobs.attempts = r.token)
+RETURNING ` + jobCols("jobs")
+	if !attested {
+		return q(update)
+	}
+	return q(`WITH u AS (` + update + `, r.att_digest, r.envelope),
+attested AS (
+	INSERT INTO attestations (digest, envelope, job_id, created_at)
+	SELECT att_digest, envelope, id, {now} FROM u WHERE att_digest IS NOT NULL
+	ON CONFLICT (digest) DO NOTHING)
+SELECT ` + jobCols("u") + ` FROM u`)
+}
+
+var (
+	completeGroupPlainSQL    = completeGroupSQL(false)
+	completeGroupAttestedSQL = completeGroupSQL(true)
+)
+
+type completeCall = call[store.CompleteJobParams, store.Job]
+
+// CompleteJob completes a current claim's job and stores its attestation. Completions made at
+// the same time go together (see group.go).
 func (db *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
+	return db.completes.do(ctx, p, db.completeGroup, func(batch []*completeCall, c *completeCall) bool {
+		return !slices.ContainsFunc(batch, func(b *completeCall) bool { return b.p.JobID == c.p.JobID })
+	})
+}
+
+// completeGroup completes for calls on distinct jobs. A call that the statement did not
+// complete (refused, or when the statement failed) is run alone, to get its own answer.
+func (db *DB) completeGroup(ctx context.Context, calls []*completeCall) {
+	if len(calls) == 1 {
+		calls[0].r, calls[0].err = db.completeOne(ctx, calls[0].p)
+		return
+	}
+	done, err := db.completeTogether(ctx, calls)
+	if err != nil {
+		done = nil // nothing was changed
+	}
+	for _, c := range calls {
+		if j, ok := done[c.p.JobID]; ok {
+			c.r = j
+		} else {
+			c.r, c.err = db.completeOne(ctx, c.p)
+		}
+	}
+}
+
+// completeTogether completes for calls in one statement, and answers the jobs it completed.
+func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[string]store.Job, error) {
+	n := len(calls)
+	ids, workers, results, outputs, digests := make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n)
+	tokens := make([]int64, n)
+	attDigests, envelopes := make([]*string, n), make([][]byte, n)
+	attested := false
+	for i, c := range calls {
+		p := c.p
+		ids[i], workers[i], tokens[i], outputs[i], digests[i] = p.JobID, p.Worker, int64(p.FencingToken), p.Output, p.OutputDigest
+		if len(p.Result) > 0 {
+			r := string(p.Result)
+			results[i] = &r
+		}
+		if p.Attestation != nil {
+			attDigests[i], envelopes[i] = &p.Attestation.Digest, p.Attestation.Envelope
+			attested = true
+		}
+	}
+	sql := completeGroupPlainSQL
+	if attested {
+		sql = completeGroupAttestedSQL
+	}
+	rows, err := db.pool.Query(ctx, sql, db.now(), ids, workers, tokens, results, outputs, digests, attDigests,
+		claimedState, envelopes)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]store.Job, n)
+	var s jobScan
+	_, err = pgx.ForEachRow(rows, s.dest(), func() error {
+		j := s.job()
+		done[j.ID] = j
+		return nil
+	})
+	return done, err
+}
+
+// completeOne completes one call in a statement of its own.
+func (db *DB) completeOne(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
 	if p.Attestation == nil {
 		return db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, p.Worker, p.FencingToken,
 			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
@@ -363,8 +512,8 @@ var backoffMicros = func() []int64 {
 var failSQL = q(`
 UPDATE jobs SET
 	state = CASE
-		WHEN $7::boolean OR attempts >= max_attempts THEN 'failed'
 		WHEN cancel_requested THEN 'cancelled'
+		WHEN $7::boolean OR attempts >= max_attempts THEN 'failed'
 		ELSE 'queued' END,
 	finished_at = CASE WHEN $7::boolean OR attempts >= max_attempts OR cancel_requested THEN {now} END,
 	run_after = CASE

@@ -7,8 +7,10 @@
 // database's".
 //
 // Claims take jobs with FOR UPDATE SKIP LOCKED, so claimers on any replica never wait for one
-// another. Commits that may make a job claimable send NOTIFY ag_jobs, and every replica LISTENs,
-// so a claimer long-polling on one replica is woken by an enqueue on another.
+// another. Claims, and completions, made at the same time go together in one statement
+// (group.go), each keeping its own checks. Commits that may make a job claimable send NOTIFY
+// ag_jobs, and every replica LISTENs, so a claimer long-polling on one replica is woken by an
+// enqueue on another.
 package postgres
 
 import (
@@ -42,6 +44,10 @@ type DB struct {
 	signal store.Signal
 	// leaseSignal is fired after a lease is released or broken, here or on another replica.
 	leaseSignal store.Signal
+
+	// claims and completions made at the same time go together (group.go).
+	claims    group[store.ClaimJobParams, *store.Job]
+	completes group[store.CompleteJobParams, store.Job]
 
 	stopListener context.CancelFunc
 	listenerDone chan struct{}
