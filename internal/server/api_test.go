@@ -224,7 +224,7 @@ func TestLongPollClaimIsWokenByEnqueue(t *testing.T) {
 				got <- res
 			}()
 			// Enqueue once the claimer is waiting: no job exists before, so it must be waiting.
-			waitFor(t, func() bool { return srv.WaitingClaims() > 0 })
+			waitFor(t, func() bool { return srv.WaitingRequests() > 0 })
 			job := enqueue(t, srv.Admin, "ag.noop")
 			select {
 			case res := <-got:

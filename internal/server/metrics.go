@@ -52,7 +52,7 @@ func newMetrics(s store.Store, waiting func() float64) *metrics {
 		jobStateCollector{store: s})
 	if waiting != nil {
 		m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ag_claims_waiting", Help: "Long-polling claimers waiting for a job on this replica.",
+			Name: "ag_long_polls_waiting", Help: "Long-polling requests (claims, lease acquisitions, change waits) waiting on this replica.",
 		}, waiting))
 	}
 	return m

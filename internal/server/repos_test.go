@@ -186,7 +186,7 @@ func TestAcquireLeaseWaitsForRelease(t *testing.T) {
 		_, err := bob.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: []string{"docs/x.md"}, Holder: "w2", Wait: 30 * time.Second})
 		got <- err
 	}()
-	waitFor(t, func() bool { return srv.WaitingClaims() > 0 })
+	waitFor(t, func() bool { return srv.WaitingRequests() > 0 })
 	if _, err := alice.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: la.GetId(), FencingToken: la.GetFencingToken()}); err != nil {
 		t.Fatal(err)
 	}

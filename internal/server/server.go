@@ -80,8 +80,9 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// WaitingClaims answers how many long-polling claimers are waiting for a job now.
-func (s *Server) WaitingClaims() int64 { return s.waiting.Load() }
+// WaitingRequests answers how many long-polling requests (claims, lease acquisitions, change
+// waits) are waiting now.
+func (s *Server) WaitingRequests() int64 { return s.waiting.Load() }
 
 // Handler answers the server's HTTP handler: the AGWP services and the operational endpoints.
 func (s *Server) Handler() http.Handler {

@@ -42,8 +42,8 @@ type Server struct {
 	srv *server.Server
 }
 
-// WaitingClaims answers how many long-polling claimers wait on the server now.
-func (s *Server) WaitingClaims() int64 { return s.srv.WaitingClaims() }
+// WaitingRequests answers how many long-polling requests wait on the server now.
+func (s *Server) WaitingRequests() int64 { return s.srv.WaitingRequests() }
 
 // OpenStore opens a fresh store of the backend for t, closed when t ends.
 func OpenStore(t testing.TB, backend string, clk clock.Clock) store.Store {
