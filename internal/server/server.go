@@ -49,7 +49,7 @@ type Server struct {
 	maxBytes       int
 	// maxContentRequestBytes limits RepositoryService requests, which carry file contents.
 	maxContentRequestBytes int
-	waiting                atomic.Int64 // long-polling claimers now waiting
+	waiting                atomic.Int64 // long-polling requests now waiting
 }
 
 // New answers a server over cfg.Store.
