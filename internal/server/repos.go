@@ -202,7 +202,7 @@ func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) (
 		paths  = make([]string, 0, len(edits))
 		seen   = make(map[string]bool, len(edits))
 		total  int
-		lookup []string
+		lookup []int // the edits that name an uploaded blob, whose sizes the store knows
 	)
 	for i, e := range edits {
 		field := fmt.Sprintf("edits[%d]", i)
@@ -233,36 +233,28 @@ func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) (
 			if !digestPattern.MatchString(a.BlobDigest) {
 				return nil, nil, nil, invalid(field+".blob_digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(a.BlobDigest, 80))
 			}
+			lookup = append(lookup, len(out))
 			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: a.BlobDigest})
-			lookup = append(lookup, a.BlobDigest)
 		default:
 			return nil, nil, nil, invalid(field, "needs one of blob_digest, content or delete")
 		}
 	}
 	if len(lookup) > 0 {
-		missing, err := h.s.store.MissingBlobs(ctx, lookup)
+		digests := make([]string, len(lookup))
+		for j, i := range lookup {
+			digests[j] = out[i].Digest
+		}
+		sizes, err := h.s.store.BlobSizes(ctx, digests)
 		if err != nil {
 			return nil, nil, nil, storeError(err, connect.CodeInternal)
 		}
-		if len(missing) > 0 {
-			return nil, nil, nil, connect.NewError(connect.CodeFailedPrecondition,
-				fmt.Errorf("blob %s is not on the server: upload it (UploadBlobs) before integrating (%d missing)", missing[0], len(missing)))
-		}
-		sizes := map[string]uint64{}
-		for _, d := range lookup {
-			if _, ok := sizes[d]; ok {
-				continue
+		for _, i := range lookup {
+			size, ok := sizes[out[i].Digest]
+			if !ok {
+				return nil, nil, nil, connect.NewError(connect.CodeFailedPrecondition,
+					fmt.Errorf("blob %s of %s is not on the server: upload it (UploadBlobs) before integrating", out[i].Digest, out[i].Path))
 			}
-			b, err := h.s.store.GetBlob(ctx, d)
-			if err != nil {
-				return nil, nil, nil, storeError(err, connect.CodeInternal)
-			}
-			sizes[d] = uint64(len(b.Content))
-		}
-		for i := range out {
-			if !out[i].Delete && out[i].Size == 0 {
-				out[i].Size = sizes[out[i].Digest]
-			}
+			out[i].Size = size
 		}
 	}
 	sort.Strings(paths)

@@ -33,6 +33,10 @@ type RepoStore interface {
 	// given.
 	MissingBlobs(ctx context.Context, digests []string) ([]string, error)
 
+	// BlobSizes answers the size of each blob among digests that the store holds; a digest it
+	// does not hold is absent from the answer.
+	BlobSizes(ctx context.Context, digests []string) (map[string]uint64, error)
+
 	// GetRevision answers a revision of a repository with its tree, or ErrNotFound (also when
 	// the revision belongs to another repository).
 	GetRevision(ctx context.Context, repository, revisionID string) (Revision, error)

@@ -174,6 +174,31 @@ func (db *DB) MissingBlobs(ctx context.Context, digests []string) ([]string, err
 	return missing, nil
 }
 
+// BlobSizes answers the sizes of the blobs the store holds among digests.
+func (db *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint64, error) {
+	held := make(map[string]uint64, len(digests))
+	if len(digests) == 0 {
+		return held, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT digest, size FROM blobs WHERE digest = ANY($1::text[])`, digests)
+	if err != nil {
+		return nil, mapErr("blob sizes", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var dg string
+		var size int64
+		if err := rows.Scan(&dg, &size); err != nil {
+			return nil, mapErr("blob sizes", err)
+		}
+		held[dg] = uint64(size)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("blob sizes", err)
+	}
+	return held, nil
+}
+
 // ---- revisions ----
 
 // GetRevision answers a revision of a repository with its tree.

@@ -152,37 +152,47 @@ const missingChunk = 500
 
 // MissingBlobs answers the digests the store does not hold, in the order given.
 func (d *DB) MissingBlobs(ctx context.Context, digests []string) ([]string, error) {
-	held := make(map[string]bool, len(digests))
+	held, err := d.BlobSizes(ctx, digests)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, dg := range digests {
+		if _, ok := held[dg]; !ok {
+			missing = append(missing, dg)
+		}
+	}
+	return missing, nil
+}
+
+// BlobSizes answers the sizes of the blobs the store holds among digests.
+func (d *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint64, error) {
+	held := make(map[string]uint64, len(digests))
 	for chunk := range slices.Chunk(digests, missingChunk) {
 		args := make([]any, len(chunk))
 		for i, dg := range chunk {
 			args[i] = dg
 		}
-		rows, err := d.r.QueryContext(ctx, `SELECT digest FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT digest, size FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
-			return nil, interpret("missing blobs", err)
+			return nil, interpret("blob sizes", err)
 		}
 		for rows.Next() {
 			var dg string
-			if err := rows.Scan(&dg); err != nil {
+			var size int64
+			if err := rows.Scan(&dg, &size); err != nil {
 				rows.Close()
-				return nil, interpret("missing blobs", err)
+				return nil, interpret("blob sizes", err)
 			}
-			held[dg] = true
+			held[dg] = uint64(size)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("missing blobs", err)
+			return nil, interpret("blob sizes", err)
 		}
 	}
-	var missing []string
-	for _, dg := range digests {
-		if !held[dg] {
-			missing = append(missing, dg)
-		}
-	}
-	return missing, nil
+	return held, nil
 }
 
 const revisionColumns = `r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at, t.encoding`

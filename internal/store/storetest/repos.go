@@ -253,6 +253,14 @@ func testBlobs(t *testing.T, newStore Factory) {
 	if missing, err := b.rs.MissingBlobs(b.ctx, nil); err != nil || len(missing) != 0 {
 		t.Fatalf("MissingBlobs(nil) = %v, %v; want none", missing, err)
 	}
+	sizes, err := b.rs.BlobSizes(b.ctx, []string{one.Digest, four.Digest, empty.Digest})
+	if err != nil || len(sizes) != 2 || sizes[one.Digest] != uint64(len(one.Content)) || sizes[empty.Digest] != 0 {
+		t.Fatalf("BlobSizes = %v, %v; want %s: %d and %s: 0, and nothing for the missing %s",
+			sizes, err, one.Digest, len(one.Content), empty.Digest, four.Digest)
+	}
+	if _, held := sizes[empty.Digest]; !held {
+		t.Fatalf("BlobSizes lacks the empty blob, which is held")
+	}
 	_, err = b.rs.GetBlob(b.ctx, four.Digest)
 	wantErr(t, "GetBlob of a missing blob", err, store.ErrNotFound)
 
