@@ -264,21 +264,19 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// followChange waits for a change to be final, printing its state as it moves.
+// followChange waits for a change to be final, printing each state it passes through.
 func followChange(ctx context.Context, g *globals, c *client.Client, change *agwpv1.Change) (*agwpv1.Change, error) {
-	last := change.GetState()
+	var shown agwpv1.ChangeState
 	for !finalChange(change.GetState()) {
-		if !g.json {
+		if !g.json && change.GetState() != shown {
 			fmt.Fprintf(g.stderr, "change %s: %s\n", change.GetId(), changeStateName(change.GetState()))
+			shown = change.GetState()
 		}
 		res, err := c.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: change.GetId(), Wait: durationpb.New(30 * time.Second)})
 		if err != nil {
 			return nil, err
 		}
 		change = res.GetChange()
-		if change.GetState() != last {
-			last = change.GetState()
-		}
 	}
 	return change, nil
 }
