@@ -39,6 +39,8 @@ import {
 import { createConnectTransport } from "@connectrpc/connect-node";
 
 import { AdminService } from "./gen/agwp/v1/admin_pb.js";
+import { LeaseService } from "./gen/agwp/v1/lease_pb.js";
+import { RepositoryService } from "./gen/agwp/v1/repository_pb.js";
 import { EnvelopeSchema } from "./gen/agwp/v1/attestation_pb.js";
 import {
   ClaimJobRequestSchema,
@@ -53,6 +55,8 @@ import {
 export * from "./gen/agwp/v1/admin_pb.js";
 export * from "./gen/agwp/v1/attestation_pb.js";
 export * from "./gen/agwp/v1/job_pb.js";
+export * from "./gen/agwp/v1/lease_pb.js";
+export * from "./gen/agwp/v1/repository_pb.js";
 export { Code, ConnectError } from "@connectrpc/connect";
 export type { CallOptions, Client, Interceptor, Transport } from "@connectrpc/connect";
 export type { JsonObject, JsonValue } from "@bufbuild/protobuf";
@@ -85,8 +89,9 @@ export interface AgClient {
   /** The generated clients: every method of the service, with the token and retries. */
   readonly jobs: Client<typeof JobService>;
   readonly admin: Client<typeof AdminService>;
-  /** A client of any other service of ./gen (such as LeaseService from
-   * "@ag-coord/ag-sdk/gen/agwp/v1/lease_pb"), with the same token, timeouts and retries. */
+  readonly leases: Client<typeof LeaseService>;
+  readonly repos: Client<typeof RepositoryService>;
+  /** A client of any other service of ./gen, with the same token, timeouts and retries. */
   service<T extends DescService>(service: T): Client<T>;
   /** Asks for a job; answers undefined when none was available within the wait. */
   claim(options: ClaimOptions): Promise<JobClaim | undefined>;
@@ -127,6 +132,8 @@ export function createAgClient(baseUrl: string, token: string, options: AgClient
     baseUrl,
     jobs,
     admin,
+    leases: createClient(LeaseService, transport),
+    repos: createClient(RepositoryService, transport),
     service: (service) => createClient(service, transport),
     async claim(o: ClaimOptions): Promise<JobClaim | undefined> {
       const req = create(ClaimJobRequestSchema, { worker: o.worker, kinds: o.kinds ?? [] });

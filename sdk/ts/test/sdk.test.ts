@@ -9,6 +9,7 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 
 import {
   CancelRequestedError,
+  ChangeState,
   ClaimLostError,
   Code,
   ConnectError,
@@ -253,5 +254,39 @@ describe("errors", () => {
     const anon = createAgClient(server.url, "agt_not-a-token", { retries: 3, retryBaseMs: 1, interceptors: [count] });
     await rejectsWith(anon.jobs.listJobs({}), Code.Unauthenticated, "unknown token");
     assert.equal(calls, 1, "unauthenticated is not retried");
+  });
+});
+
+describe("leases and integrate", () => {
+  it("an agent leases a file, integrates it, and another agent is refused the lease", async () => {
+    const repo = await admin.repos.createRepository({ name: "ts-app" });
+    assert.ok(repo.repository?.mainline);
+    const a = await admin.admin.createPrincipal({ name: "ts-alice", role: Role.AGENT });
+    const b = await admin.admin.createPrincipal({ name: "ts-bob", role: Role.AGENT });
+    const alice = createAgClient(server.url, a.token, { retries: 0 });
+    const bob = createAgClient(server.url, b.token, { retries: 0 });
+
+    const lease = (await alice.leases.acquireLease({ repository: "ts-app", paths: ["src/a.ts"], holder: "w1" })).lease;
+    assert.ok(lease && lease.fencingToken > 0n);
+    const refused = await rejectsWith(
+      bob.leases.acquireLease({ repository: "ts-app", paths: ["src/"], holder: "w2" }),
+      Code.Aborted,
+      "bob leases alice's directory",
+    );
+    assert.match(refused.message, /ts-alice\|w1/);
+
+    const res = await alice.repos.integrate({
+      repository: "ts-app",
+      baseRevision: repo.repository.mainline,
+      holder: "w1",
+      fencingTokens: [lease.fencingToken],
+      message: "from TypeScript",
+      edits: [{ path: "src/a.ts", action: { case: "content", value: new TextEncoder().encode("export {};\n") } }],
+    });
+    assert.equal(res.change?.state, ChangeState.INTEGRATED);
+    const tree = await bob.repos.getTree({ repository: "ts-app" });
+    assert.deepEqual(tree.entries.map((e) => e.path), ["src/a.ts"]);
+    const blob = await bob.repos.getBlob({ digest: tree.entries[0].digest });
+    assert.equal(new TextDecoder().decode(blob.content), "export {};\n");
   });
 });
