@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ var docs = []string{"docs/api.md", "docs/worker-protocol.md"}
 //     here-document (<<EOF ... EOF) as the body; $VARIABLES expand as in the shell. When the
 //     next code block is ```json it is the answer: the same fields with the same values, except
 //     ids, tokens and times, which need only be of the same kind.
-//   - `export NAME=value  # the "a.b" above`: NAME becomes field a.b of the last answer.
+//   - `export NAME=value  # the "a.b" above`: NAME becomes field a.b of the last answer (a
+//     number picks an element of a list: "entries.0.digest").
 //   - a grpcurl command: `grpcurl -plaintext [-H 'k: v'] [-d 'JSON'] 127.0.0.1:7777 WHAT`, where
 //     WHAT is `list`, `describe NAME` or `Service/Method`: the same is done over gRPC (h2c,
 //     reflection for list and describe) and must succeed.
@@ -127,6 +129,59 @@ func TestGoExample(t *testing.T) {
 	j := got.GetJob()
 	if j.GetState() != agwpv1.JobState_JOB_STATE_COMPLETED || j.GetClaimedBy() != "builder|go-1" || j.GetResult().GetFields()["artifact"].GetStringValue() != "app.tar" {
 		t.Errorf("after go-worker the job is %v", j)
+	}
+}
+
+// TestGoLeasesExample builds the Go example of "Leases and Integrate" in docs/api.md and runs it
+// against a real server as an agent: it leases a file, integrates its content, and releases the
+// lease.
+func TestGoLeasesExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	srv := agtest.Start(t, agtest.Options{})
+	ctx := context.Background()
+	if _, err := srv.Admin.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "notes"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.Admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: "alice", Role: agwpv1.Role_ROLE_AGENT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "go-leases")
+	build := exec.Command("go", "build", "-o", bin, "./internal/apidocs/examples/go-leases")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./internal/apidocs/examples/go-leases: %v\n%s", err, out)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	run := exec.CommandContext(runCtx, bin, "notes")
+	run.Env = append(os.Environ(), "AG_SERVER="+srv.URL, "AG_TOKEN="+res.GetToken())
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go-leases: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "fencing token 1") || !strings.Contains(string(out), "change: CHANGE_STATE_INTEGRATED") {
+		t.Errorf("go-leases said:\n%s", out)
+	}
+	tree, err := srv.Admin.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: "notes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tree.GetEntries()) != 1 || tree.GetEntries()[0].GetPath() != "greeting.txt" || tree.GetAuthor() != "alice|go-1" {
+		t.Fatalf("after go-leases the mainline's tree is %v", tree)
+	}
+	content, err := srv.Admin.Blob(ctx, tree.GetEntries()[0].GetDigest())
+	if err != nil || string(content) != "hello from Go\n" {
+		t.Errorf("greeting.txt is %q (%v), want %q", content, err, "hello from Go\n")
+	}
+	leases, err := srv.Admin.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: "notes", IncludeEnded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := leases.GetLeases(); len(ls) != 1 || ls[0].GetState() != agwpv1.LeaseState_LEASE_STATE_RELEASED {
+		t.Errorf("after go-leases the leases are %v, want one released", ls)
 	}
 }
 
@@ -479,6 +534,10 @@ func (r *docRunner) checkOpenAPI(where, path string, headers http.Header, body [
 var variableFields = map[string]bool{
 	"id": true, "jobId": true, "token": true, "tokenId": true, "createdAt": true,
 	"updatedAt": true, "runAfter": true, "leaseExpiresAt": true, "finishedAt": true,
+	// leases and revisions (revision ids are random, not content digests)
+	"acquiredAt": true, "expiresAt": true, "endedAt": true, "changeId": true,
+	"mainline": true, "revision": true, "parent": true, "baseRevision": true,
+	"candidateRevision": true, "integratedRevision": true,
 }
 
 // compareJSON answers how got differs from want: every field of one must be in the other with
@@ -558,14 +617,22 @@ var idPattern = regexp.MustCompile(`\b[a-z]{2,8}_[0-9A-Za-z_-]{16,}|\d{4}-\d\d-\
 
 func blankIDs(s string) string { return idPattern.ReplaceAllString(s, "<id>") }
 
-// lookup answers field a.b.c of v.
+// lookup answers field a.b.c of v; a number picks an element of a list ("entries.0.digest").
 func lookup(v any, path string) (any, bool) {
 	for _, k := range strings.Split(path, ".") {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if v, ok = m[k]; !ok {
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[k]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
 			return nil, false
 		}
 	}
