@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+type benchOptions struct {
+	jobs     int
+	workers  int
+	kind     string
+	latency  int
+	lease    time.Duration
+	enqueuer int
+}
+
+func newBenchCmd(g *globals) *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "measure a running server: claim+complete throughput and latencies with concurrent workers",
+		Long: `Drives the server at --server with the token's principal (it must be allowed to enqueue and
+to claim: an admin token does both). Two phases:
+
+  throughput  --jobs jobs are enqueued first; --workers workers then claim and complete them,
+              each report carrying its claim number; prints jobs/s and claim→complete latency.
+  latency     the workers wait (long-poll); --latency-jobs jobs are enqueued one at a time;
+              prints enqueue→claim latency with waiting workers.
+
+Jobs are of kind --kind (default ag.bench), so running ag-workers do not take them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.jobs < 1 || o.workers < 1 || o.latency < 0 || o.enqueuer < 1 {
+				return errors.New("--jobs, --workers and --enqueuers must be positive, --latency-jobs not negative")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return runBench(cmd.Context(), g, c, o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.jobs, "jobs", 10000, "jobs of the throughput phase")
+	f.IntVar(&o.workers, "workers", 16, "concurrent workers")
+	f.IntVar(&o.enqueuer, "enqueuers", 8, "concurrent enqueuers of the throughput phase")
+	f.IntVar(&o.latency, "latency-jobs", 200, "jobs of the latency phase (0: skip it)")
+	f.StringVar(&o.kind, "kind", "ag.bench", "job kind used")
+	f.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease")
+	return cmd
+}
+
+// percentiles formats p50, p90 and p99 of ds.
+func percentiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "no samples"
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  (n=%d)", r(at(0.5)), r(at(0.9)), r(at(0.99)), len(ds))
+}
+
+func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions) error {
+	worker := "bench-" + time.Now().UTC().Format("150405")
+	fmt.Fprintf(g.stdout, "ag bench against %s: %d workers, kind %s\n", c.BaseURL(), o.workers, o.kind)
+
+	// Throughput: enqueue everything first, then measure claim+complete alone.
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, o.enqueuer+o.workers)
+	for range o.enqueuer {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(o.jobs) {
+				if _, err := c.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: o.kind}); err != nil {
+					errs <- fmt.Errorf("enqueue: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return <-errs
+	}
+	fmt.Fprintf(g.stdout, "enqueue:          %d jobs in %s (%.0f jobs/s)\n", o.jobs, time.Since(start).Round(time.Millisecond),
+		float64(o.jobs)/time.Since(start).Seconds())
+
+	var done atomic.Int64
+	var mu sync.Mutex
+	var completeLat []time.Duration
+	start = time.Now()
+	for i := range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() { mu.Lock(); completeLat = append(completeLat, mine...); mu.Unlock() }()
+			for done.Load() < int64(o.jobs) {
+				claim, err := c.Claim(ctx, client.ClaimOptions{Worker: fmt.Sprintf("%s-%d", worker, i), Kinds: []string{o.kind}, Lease: o.lease, Wait: time.Second})
+				if err != nil {
+					errs <- fmt.Errorf("claim: %w", err)
+					return
+				}
+				if claim == nil {
+					continue
+				}
+				t := time.Now()
+				if _, err := claim.Complete(ctx, client.CompleteOptions{}); err != nil {
+					errs <- fmt.Errorf("complete: %w", err)
+					return
+				}
+				mine = append(mine, time.Since(t))
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(errs) > 0 {
+		return <-errs
+	}
+	fmt.Fprintf(g.stdout, "claim+complete:   %d jobs in %s: %.0f jobs/s\n", done.Load(), elapsed.Round(time.Millisecond), float64(done.Load())/elapsed.Seconds())
+	fmt.Fprintf(g.stdout, "claim→complete:   %s\n", percentiles(completeLat))
+	if o.latency == 0 {
+		return nil
+	}
+
+	// Latency: workers wait first; each job is enqueued once the one before was claimed.
+	sent := make([]time.Time, o.latency)
+	claimed := make(chan int, o.latency)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var waiting sync.WaitGroup
+	for i := range o.workers {
+		waiting.Add(1)
+		go func() {
+			defer waiting.Done()
+			for wctx.Err() == nil {
+				claim, err := c.Claim(wctx, client.ClaimOptions{Worker: fmt.Sprintf("%s-%d", worker, i), Kinds: []string{o.kind}, Lease: o.lease, Wait: 30 * time.Second})
+				if err != nil || claim == nil {
+					continue
+				}
+				claimed <- int(claim.Job.GetPayload().GetFields()["seq"].GetNumberValue())
+				_, _ = claim.Complete(ctx, client.CompleteOptions{})
+			}
+		}()
+	}
+	var enqueueLat []time.Duration
+	for seq := range o.latency {
+		payload, _ := structpb.NewStruct(map[string]any{"seq": seq})
+		sent[seq] = time.Now()
+		if _, err := c.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: o.kind, Payload: payload}); err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		select {
+		case got := <-claimed:
+			enqueueLat = append(enqueueLat, time.Since(sent[got]))
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("job %d was not claimed within 30s", seq)
+		}
+	}
+	stop()
+	waiting.Wait()
+	fmt.Fprintf(g.stdout, "enqueue→claim:    %s (workers waiting)\n", percentiles(enqueueLat))
+	return nil
+}
