@@ -19,24 +19,12 @@ type jobService struct {
 }
 
 func (h jobService) EnqueueJob(ctx context.Context, req *agwpv1.EnqueueJobRequest) (*agwpv1.EnqueueJobResponse, error) {
-	if err := validateEnqueue(req); err != nil {
+	params, err := validateEnqueue(req)
+	if err != nil {
 		return nil, err
 	}
-	payload, _ := structJSON("payload", req.GetPayload())
-	delay, _ := duration("delay", req.GetDelay(), 0, 0, maxEnqueueDelay)
-	maxAttempts := req.GetMaxAttempts()
-	if maxAttempts == 0 {
-		maxAttempts = defaultMaxAttempt
-	}
-	job, existing, err := h.s.store.EnqueueJob(ctx, store.EnqueueJobParams{
-		Kind:        req.GetKind(),
-		Payload:     payload,
-		Priority:    req.GetPriority(),
-		MaxAttempts: maxAttempts,
-		Delay:       delay,
-		UniqueKey:   req.GetUniqueKey(),
-		EnqueuedBy:  callerFrom(ctx).principal.Name,
-	})
+	params.EnqueuedBy = callerFrom(ctx).principal.Name
+	job, existing, err := h.s.store.EnqueueJob(ctx, params)
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
@@ -47,11 +35,10 @@ func (h jobService) EnqueueJob(ctx context.Context, req *agwpv1.EnqueueJobReques
 }
 
 func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (*agwpv1.ClaimJobResponse, error) {
-	if err := validateClaim(req); err != nil {
+	lease, wait, err := validateClaim(req)
+	if err != nil {
 		return nil, err
 	}
-	lease, _ := duration("lease", req.GetLease(), defaultLease, minLease, maxLease)
-	wait, _ := duration("wait", req.GetWait(), 0, 0, maxClaimWait)
 	params := store.ClaimJobParams{
 		Worker: callerFrom(ctx).holder(req.GetWorker()),
 		Kinds:  req.GetKinds(),
@@ -115,19 +102,15 @@ func (h jobService) releaseUndelivered(worker string, job *store.Job) {
 	}
 }
 
-// fencing reads the claim number of a heartbeat, completion or failure, refusing a request
-// without one when the server requires it.
-func (h jobService) fencing(procedure string, v uint64) (uint32, error) {
-	token, err := fencingToken("fencing_token", v)
-	if err != nil {
-		return 0, err
-	}
+// requireToken refuses a heartbeat, completion or failure without a claim number when the
+// server requires one.
+func (h jobService) requireToken(procedure string, token uint32) error {
 	if token == 0 && h.s.requireFencing {
 		h.s.metrics.refusal(procedure, "missing_fencing_token")
-		return 0, connect.NewError(connect.CodeFailedPrecondition,
+		return connect.NewError(connect.CodeFailedPrecondition,
 			errors.New("fencing_token: this server requires the claim number (the claimed job's attempts) on every heartbeat, completion and failure"))
 	}
-	return token, nil
+	return nil
 }
 
 // claimRefusal counts a refused claim-scoped request by its reason and maps it.
@@ -145,14 +128,13 @@ func (h jobService) claimRefusal(procedure string, err error, lostClaim connect.
 }
 
 func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRequest) (*agwpv1.HeartbeatJobResponse, error) {
-	if err := validateHeartbeat(req); err != nil {
-		return nil, err
-	}
-	token, err := h.fencing("HeartbeatJob", req.GetFencingToken())
+	token, lease, err := validateHeartbeat(req)
 	if err != nil {
 		return nil, err
 	}
-	lease, _ := duration("lease", req.GetLease(), 0, minLease, maxLease)
+	if err := h.requireToken("HeartbeatJob", token); err != nil {
+		return nil, err
+	}
 	job, err := h.s.store.HeartbeatJob(ctx, store.HeartbeatJobParams{
 		JobID:        req.GetJobId(),
 		Worker:       callerFrom(ctx).holder(req.GetWorker()),
@@ -170,15 +152,14 @@ func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRe
 }
 
 func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequest) (*agwpv1.CompleteJobResponse, error) {
-	if err := validateComplete(req); err != nil {
-		return nil, err
-	}
-	token, err := h.fencing("CompleteJob", req.GetFencingToken())
+	token, result, err := validateComplete(req)
 	if err != nil {
 		return nil, err
 	}
+	if err := h.requireToken("CompleteJob", token); err != nil {
+		return nil, err
+	}
 	c := callerFrom(ctx)
-	result, _ := structJSON("result", req.GetResult())
 	params := store.CompleteJobParams{
 		JobID:        req.GetJobId(),
 		Worker:       c.holder(req.GetWorker()),
@@ -230,11 +211,11 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 }
 
 func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*agwpv1.FailJobResponse, error) {
-	if err := validateFail(req); err != nil {
+	token, retryDelay, err := validateFail(req)
+	if err != nil {
 		return nil, err
 	}
-	token, err := h.fencing("FailJob", req.GetFencingToken())
-	if err != nil {
+	if err := h.requireToken("FailJob", token); err != nil {
 		return nil, err
 	}
 	params := store.FailJobParams{
@@ -244,10 +225,7 @@ func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*a
 		Error:        req.GetError(),
 		Output:       req.GetOutput(),
 		Final:        req.GetFinal(),
-	}
-	if req.GetRetryDelay() != nil {
-		d, _ := duration("retry_delay", req.GetRetryDelay(), 0, 0, maxRetryDelay)
-		params.RetryDelay = &d
+		RetryDelay:   retryDelay,
 	}
 	job, err := h.s.store.FailJob(ctx, params)
 	if err != nil {

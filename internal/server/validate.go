@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/store"
 )
 
 // Limits on request fields. A request that breaks one is invalid_argument naming the field and
@@ -158,21 +159,37 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
-func validateEnqueue(req *agwpv1.EnqueueJobRequest) error {
+// validateEnqueue answers the store's parameters of a valid enqueue (without the enqueuer).
+func validateEnqueue(req *agwpv1.EnqueueJobRequest) (store.EnqueueJobParams, error) {
 	if err := validateKind("kind", req.GetKind()); err != nil {
-		return err
+		return store.EnqueueJobParams{}, err
 	}
 	if req.GetMaxAttempts() > maxMaxAttempts {
-		return invalid("max_attempts", "%d is more than %d", req.GetMaxAttempts(), maxMaxAttempts)
+		return store.EnqueueJobParams{}, invalid("max_attempts", "%d is more than %d", req.GetMaxAttempts(), maxMaxAttempts)
 	}
-	if _, err := duration("delay", req.GetDelay(), 0, 0, maxEnqueueDelay); err != nil {
-		return err
+	delay, err := duration("delay", req.GetDelay(), 0, 0, maxEnqueueDelay)
+	if err != nil {
+		return store.EnqueueJobParams{}, err
 	}
 	if len(req.GetUniqueKey()) > maxUniqueKeyLen {
-		return invalid("unique_key", "is %d bytes, more than %d", len(req.GetUniqueKey()), maxUniqueKeyLen)
+		return store.EnqueueJobParams{}, invalid("unique_key", "is %d bytes, more than %d", len(req.GetUniqueKey()), maxUniqueKeyLen)
 	}
-	_, err := structJSON("payload", req.GetPayload())
-	return err
+	payload, err := structJSON("payload", req.GetPayload())
+	if err != nil {
+		return store.EnqueueJobParams{}, err
+	}
+	maxAttempts := req.GetMaxAttempts()
+	if maxAttempts == 0 {
+		maxAttempts = defaultMaxAttempt
+	}
+	return store.EnqueueJobParams{
+		Kind:        req.GetKind(),
+		Payload:     payload,
+		Priority:    req.GetPriority(),
+		MaxAttempts: maxAttempts,
+		Delay:       delay,
+		UniqueKey:   req.GetUniqueKey(),
+	}, nil
 }
 
 func validateKinds(field string, kinds []string) error {
@@ -187,73 +204,83 @@ func validateKinds(field string, kinds []string) error {
 	return nil
 }
 
-func validateClaim(req *agwpv1.ClaimJobRequest) error {
+// validateClaim answers the lease and the long-poll wait of a valid claim.
+func validateClaim(req *agwpv1.ClaimJobRequest) (lease, wait time.Duration, err error) {
 	if err := validateLabel("worker", req.GetWorker()); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := validateKinds("kinds", req.GetKinds()); err != nil {
-		return err
+		return 0, 0, err
 	}
-	if _, err := duration("lease", req.GetLease(), defaultLease, minLease, maxLease); err != nil {
-		return err
+	if lease, err = duration("lease", req.GetLease(), defaultLease, minLease, maxLease); err != nil {
+		return 0, 0, err
 	}
-	_, err := duration("wait", req.GetWait(), 0, 0, maxClaimWait)
-	return err
+	wait, err = duration("wait", req.GetWait(), 0, 0, maxClaimWait)
+	return lease, wait, err
 }
 
-func validateHeartbeat(req *agwpv1.HeartbeatJobRequest) error {
+// validateHeartbeat answers the claim number and the new lease (0: the claim's own) of a valid
+// heartbeat.
+func validateHeartbeat(req *agwpv1.HeartbeatJobRequest) (token uint32, lease time.Duration, err error) {
 	if err := validateID("job_id", req.GetJobId()); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := validateLabel("worker", req.GetWorker()); err != nil {
-		return err
+		return 0, 0, err
 	}
-	if _, err := duration("lease", req.GetLease(), 0, minLease, maxLease); err != nil {
-		return err
+	if lease, err = duration("lease", req.GetLease(), 0, minLease, maxLease); err != nil {
+		return 0, 0, err
 	}
 	if err := maxBytes("progress", req.GetProgress(), maxProgressBytes); err != nil {
-		return err
+		return 0, 0, err
 	}
-	_, err := fencingToken("fencing_token", req.GetFencingToken())
-	return err
+	token, err = fencingToken("fencing_token", req.GetFencingToken())
+	return token, lease, err
 }
 
-func validateComplete(req *agwpv1.CompleteJobRequest) error {
+// validateComplete answers the claim number and the result (JSON) of a valid completion.
+func validateComplete(req *agwpv1.CompleteJobRequest) (token uint32, result []byte, err error) {
 	if err := validateID("job_id", req.GetJobId()); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := validateLabel("worker", req.GetWorker()); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := maxBytes("output", req.GetOutput(), maxOutputBytes); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := validateDigest("output_digest", req.GetOutputDigest()); err != nil {
-		return err
+		return 0, nil, err
 	}
-	if _, err := structJSON("result", req.GetResult()); err != nil {
-		return err
+	if result, err = structJSON("result", req.GetResult()); err != nil {
+		return 0, nil, err
 	}
-	_, err := fencingToken("fencing_token", req.GetFencingToken())
-	return err
+	token, err = fencingToken("fencing_token", req.GetFencingToken())
+	return token, result, err
 }
 
-func validateFail(req *agwpv1.FailJobRequest) error {
+// validateFail answers the claim number and the retry delay (nil: the server's backoff) of a
+// valid failure.
+func validateFail(req *agwpv1.FailJobRequest) (token uint32, retryDelay *time.Duration, err error) {
 	if err := validateID("job_id", req.GetJobId()); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := validateLabel("worker", req.GetWorker()); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := maxBytes("error", req.GetError(), maxErrorBytes); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if err := maxBytes("output", req.GetOutput(), maxOutputBytes); err != nil {
-		return err
+		return 0, nil, err
 	}
-	if _, err := duration("retry_delay", req.GetRetryDelay(), 0, 0, maxRetryDelay); err != nil {
-		return err
+	if req.GetRetryDelay() != nil {
+		d, err := duration("retry_delay", req.GetRetryDelay(), 0, 0, maxRetryDelay)
+		if err != nil {
+			return 0, nil, err
+		}
+		retryDelay = &d
 	}
-	_, err := fencingToken("fencing_token", req.GetFencingToken())
-	return err
+	token, err = fencingToken("fencing_token", req.GetFencingToken())
+	return token, retryDelay, err
 }

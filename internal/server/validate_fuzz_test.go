@@ -20,7 +20,7 @@ func FuzzRequestValidation(f *testing.F) {
 	f.Add("host:1/pid@x", "a-b_c.d", "job_9x2k", uint64(0), int64(3600), int64(60), "")
 	f.Add("bad label", "UPPER", "job id", uint64(math.MaxUint64), int64(3601), int64(1), "\x00")
 	f.Fuzz(func(t *testing.T, label, kind, jobID string, token uint64, leaseSec, waitSec int64, progress string) {
-		claimErr := validateClaim(&agwpv1.ClaimJobRequest{
+		_, _, claimErr := validateClaim(&agwpv1.ClaimJobRequest{
 			Worker: label, Kinds: []string{kind},
 			Lease: durationpb.New(time.Duration(leaseSec) * time.Second),
 			Wait:  durationpb.New(time.Duration(waitSec) * time.Second),
@@ -32,16 +32,15 @@ func FuzzRequestValidation(f *testing.F) {
 		if (claimErr == nil) != (labelOK && kindOK && leaseOK && waitOK) {
 			t.Fatalf("claim(label %q, kind %q, lease %ds, wait %ds) = %v", label, kind, leaseSec, waitSec, claimErr)
 		}
-		hbErr := validateHeartbeat(&agwpv1.HeartbeatJobRequest{JobId: jobID, Worker: label, FencingToken: token, Progress: progress})
+		_, _, hbErr := validateHeartbeat(&agwpv1.HeartbeatJobRequest{JobId: jobID, Worker: label, FencingToken: token, Progress: progress})
 		hbOK := labelOK && idPattern.MatchString(jobID) && token <= math.MaxUint32 && len(progress) <= maxProgressBytes
 		if (hbErr == nil) != hbOK {
 			t.Fatalf("heartbeat(job %q, label %q, token %d, %d bytes of progress) = %v", jobID, label, token, len(progress), hbErr)
 		}
-		for _, err := range []error{claimErr, hbErr,
-			validateComplete(&agwpv1.CompleteJobRequest{JobId: jobID, Worker: label, FencingToken: token, Output: progress, OutputDigest: kind}),
-			validateFail(&agwpv1.FailJobRequest{JobId: jobID, Worker: label, FencingToken: token, Error: progress}),
-			validateEnqueue(&agwpv1.EnqueueJobRequest{Kind: kind, UniqueKey: progress, Delay: durationpb.New(time.Duration(waitSec))}),
-		} {
+		_, _, completeErr := validateComplete(&agwpv1.CompleteJobRequest{JobId: jobID, Worker: label, FencingToken: token, Output: progress, OutputDigest: kind})
+		_, _, failErr := validateFail(&agwpv1.FailJobRequest{JobId: jobID, Worker: label, FencingToken: token, Error: progress})
+		_, enqueueErr := validateEnqueue(&agwpv1.EnqueueJobRequest{Kind: kind, UniqueKey: progress, Delay: durationpb.New(time.Duration(waitSec))})
+		for _, err := range []error{claimErr, hbErr, completeErr, failErr, enqueueErr} {
 			if err == nil {
 				continue
 			}
