@@ -62,19 +62,14 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := &agwpv1.ListPrincipalsResponse{}
-			req := &agwpv1.ListPrincipalsRequest{PageSize: 1000}
-			for {
-				res, err := c.Admin.ListPrincipals(cmd.Context(), req)
-				if err != nil {
-					return err
-				}
-				out.Principals = append(out.Principals, res.GetPrincipals()...)
-				if res.GetNextPageToken() == "" {
-					break
-				}
-				req.PageToken = res.GetNextPageToken()
+			principals, err := allPages(func(token string) ([]*agwpv1.Principal, string, error) {
+				res, err := c.Admin.ListPrincipals(cmd.Context(), &agwpv1.ListPrincipalsRequest{PageSize: 1000, PageToken: token})
+				return res.GetPrincipals(), res.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
 			}
+			out := &agwpv1.ListPrincipalsResponse{Principals: principals}
 			if g.json {
 				return g.printJSON(out)
 			}

@@ -419,7 +419,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			leases, err := ws.c.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
-				Repository: ws.co.Repository, Holder: heldBy(ws), IncludeEnded: true, PageSize: 1000,
+				Repository: ws.co.Repository, Holder: heldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
 			})
 			if err != nil {
 				return err
@@ -462,8 +462,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 
 // heldBy answers the holder filter of this checkout's leases: its principal's, any label (the
 // server knows the principal; the checkout knows the label).
-func heldBy(ws *workspace) string {
-	who, err := ws.c.Admin.WhoAmI(context.Background(), &agwpv1.WhoAmIRequest{})
+func heldBy(ctx context.Context, ws *workspace) string {
+	who, err := ws.c.Admin.WhoAmI(ctx, &agwpv1.WhoAmIRequest{})
 	if err != nil {
 		return ""
 	}

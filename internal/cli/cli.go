@@ -85,6 +85,23 @@ func (g *globals) printJSON(m proto.Message) error {
 	return err
 }
 
+// allPages follows a list method's page tokens to the end and answers every item.
+func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	token := ""
+	for {
+		items, next, err := page(token)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		token = next
+	}
+}
+
 // Explain turns an error into the line a person should read.
 func Explain(err error) string {
 	var ce *connect.Error

@@ -49,19 +49,14 @@ func newRepoCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := &agwpv1.ListRepositoriesResponse{}
-			req := &agwpv1.ListRepositoriesRequest{PageSize: 1000}
-			for {
-				res, err := c.Repos.ListRepositories(cmd.Context(), req)
-				if err != nil {
-					return err
-				}
-				out.Repositories = append(out.Repositories, res.GetRepositories()...)
-				if res.GetNextPageToken() == "" {
-					break
-				}
-				req.PageToken = res.GetNextPageToken()
+			repos, err := allPages(func(token string) ([]*agwpv1.Repository, string, error) {
+				res, err := c.Repos.ListRepositories(cmd.Context(), &agwpv1.ListRepositoriesRequest{PageSize: 1000, PageToken: token})
+				return res.GetRepositories(), res.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
 			}
+			out := &agwpv1.ListRepositoriesResponse{Repositories: repos}
 			if g.json {
 				return g.printJSON(out)
 			}
