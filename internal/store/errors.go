@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // Sentinels every backend answers with, so callers use errors.Is and never see driver errors.
@@ -83,3 +85,44 @@ func (e *SchemaTooNewError) Error() string {
 
 // Is makes errors.Is(err, ErrSchemaTooNew) true.
 func (e *SchemaTooNewError) Is(target error) bool { return target == ErrSchemaTooNew }
+
+// Grant names a lease grant: its token, holder, and the path by which it overlaps another.
+type Grant struct {
+	Token  uint64
+	Holder string
+	Path   string
+}
+
+// PrincipalOf answers the principal part of a holder "<principal>|<label>".
+func PrincipalOf(holder string) string {
+	principal, _, _ := strings.Cut(holder, "|")
+	return principal
+}
+
+// ExplainLeaseChange answers why a renew or release of l by principal (admin: anyone's) with
+// token (0: not given) is refused, or nil: the lease ended, the caller is not its holder's
+// principal, the token is not its token, or it expired and a later grant overlaps it. Backends
+// pass whether l is expired now and how to find the first later overlapping grant, which is
+// looked up only for an expired lease.
+func ExplainLeaseChange(l Lease, principal string, admin bool, token uint64, expired bool,
+	laterGrant func() (Grant, bool, error)) error {
+	refuse := func(format string, a ...any) error {
+		return &LeaseStateError{LeaseID: l.ID, Msg: fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case l.State == LeaseReleased || l.State == LeaseBroken:
+		return refuse("was %s at %s: acquire a new lease", l.State, l.EndedAt.UTC().Format(time.RFC3339))
+	case !admin && PrincipalOf(l.Holder) != principal:
+		return refuse("is held by %s: principal %q may not change it", l.Holder, principal)
+	case token != 0 && token != l.FencingToken:
+		return refuse("token %d is not this lease's token %d", token, l.FencingToken)
+	case !expired:
+		return nil
+	}
+	g, found, err := laterGrant()
+	if err != nil || !found {
+		return err
+	}
+	return refuse("expired at %s and was superseded by token %d granted to %s on %s: acquire a new lease",
+		l.ExpiresAt.UTC().Format(time.RFC3339), g.Token, g.Holder, g.Path)
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ func DecodeNamePageToken(token string) (string, error) {
 }
 
 // ErrInvalidPageToken: a page token this store did not hand out.
-var ErrInvalidPageToken = fmt.Errorf("invalid page token")
+var ErrInvalidPageToken = errors.New("invalid page token")
 
 // Signal is a broadcast that waiters take before they look and that is fired after a commit.
 // Fire closes the current channel and starts a new one; it never blocks.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -222,36 +221,13 @@ func (db *DB) superseded(ctx context.Context, qr querier, l store.Lease) (supers
 	return s, true, nil
 }
 
-// principalOf answers the principal of a holder "<principal>|<label>".
-func principalOf(holder string) string {
-	p, _, _ := strings.Cut(holder, "|")
-	return p
-}
-
 // checkLeaseChange answers the refusal of a renew or release of l by principal (admin) with
-// token, or nil. An expired lease is refused when a newer grant overlaps it.
+// token, or nil (see store.ExplainLeaseChange).
 func (db *DB) checkLeaseChange(ctx context.Context, qr querier, l store.Lease, principal string, admin bool, token uint64) error {
-	refuse := func(format string, a ...any) error {
-		return &store.LeaseStateError{LeaseID: l.ID, Msg: fmt.Sprintf(format, a...)}
-	}
-	switch {
-	case l.State == store.LeaseReleased || l.State == store.LeaseBroken:
-		return refuse("was %s at %s: acquire a new lease", l.State, l.EndedAt.Format(time.RFC3339))
-	case !admin && principalOf(l.Holder) != principal:
-		return refuse("is held by %s: principal %q may not change it", l.Holder, principal)
-	case token != 0 && token != l.FencingToken:
-		return refuse("token %d is not this lease's token %d", token, l.FencingToken)
-	case l.State == store.LeaseExpired:
+	return store.ExplainLeaseChange(l, principal, admin, token, l.State == store.LeaseExpired, func() (store.Grant, bool, error) {
 		s, ok, err := db.superseded(ctx, qr, l)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return refuse("expired at %s and was superseded by token %d granted to %s on %s: acquire a new lease",
-				l.ExpiresAt.Format(time.RFC3339), s.token, s.holder, s.path)
-		}
-	}
-	return nil
+		return store.Grant{Token: uint64(s.token), Holder: s.holder, Path: s.path}, ok, err
+	})
 }
 
 // changeLease runs, in one transaction, a renew or release of a lease: it reads the lease

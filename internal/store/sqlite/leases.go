@@ -182,43 +182,23 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 	return lease, err
 }
 
-// principalOf answers the principal part of a holder "<principal>|<label>".
-func principalOf(holder string) string {
-	principal, _, _ := strings.Cut(holder, "|")
-	return principal
-}
-
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // changeRefusal explains why the holder's renew or release of l, as read in tx, is refused, or
-// answers nil: the lease ended, the caller is not its holder's principal, the token is not its
-// token, or it expired and an overlapping lease was granted since.
+// answers nil (see store.ExplainLeaseChange).
 func changeRefusal(ctx context.Context, tx *sql.Tx, l store.Lease, principal string, admin bool, token uint64, now time.Time) error {
-	switch {
-	case l.State == store.LeaseReleased || l.State == store.LeaseBroken:
-		return &store.LeaseStateError{LeaseID: l.ID,
-			Msg: fmt.Sprintf("was %s at %s: acquire a new lease", l.State, formatTime(l.EndedAt))}
-	case !admin && principalOf(l.Holder) != principal:
-		return &store.LeaseStateError{LeaseID: l.ID,
-			Msg: fmt.Sprintf("is held by %s: principal %q may not change it", l.Holder, principal)}
-	case token != 0 && token != l.FencingToken:
-		return &store.LeaseStateError{LeaseID: l.ID,
-			Msg: fmt.Sprintf("token %d is not this lease's token %d", token, l.FencingToken)}
-	case !expired(l, now):
-		return nil
-	}
-	for _, path := range l.Paths {
-		o, found, err := findOverlap(ctx, tx, l.Repository, path, `lp.token > ?`, []any{int64(l.FencingToken)}, false)
-		if err != nil {
-			return interpret("lease "+l.ID+": look for later grants", err)
+	return store.ExplainLeaseChange(l, principal, admin, token, expired(l, now), func() (store.Grant, bool, error) {
+		for _, path := range l.Paths {
+			o, found, err := findOverlap(ctx, tx, l.Repository, path, `lp.token > ?`, []any{int64(l.FencingToken)}, false)
+			if err != nil {
+				return store.Grant{}, false, interpret("lease "+l.ID+": look for later grants", err)
+			}
+			if found {
+				return store.Grant{Token: o.token, Holder: o.holder, Path: o.path}, true, nil
+			}
 		}
-		if found {
-			return &store.LeaseStateError{LeaseID: l.ID,
-				Msg: fmt.Sprintf("expired at %s and was superseded by token %d granted to %s on %s: acquire a new lease",
-					formatTime(l.ExpiresAt), o.token, o.holder, o.path)}
-		}
-	}
-	return nil
+		return store.Grant{}, false, nil
+	})
 }
 
 // RenewLease extends a lease that is still the holder's, keeping its token.
