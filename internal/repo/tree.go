@@ -76,10 +76,10 @@ func (t Tree) Lookup(path string) (Entry, bool) {
 
 // FileEdit writes (Digest set) or deletes (Delete) one file.
 type FileEdit struct {
-	Path   string
-	Digest string
-	Size   uint64
-	Delete bool
+	Path   string `json:"path"`
+	Digest string `json:"digest,omitempty"`
+	Size   uint64 `json:"size,omitempty"`
+	Delete bool   `json:"delete,omitempty"`
 }
 
 // ConflictError says that an edited path moved on in the mainline since the base revision.

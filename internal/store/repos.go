@@ -76,16 +76,58 @@ type RepoStore interface {
 	LeaseSignal() <-chan struct{}
 
 	// Integrate, in one transaction: checks every edited path's lease (see IntegrateParams),
-	// reads the base revision's and the current mainline's trees, calls p.Rebase with them,
-	// stores the new tree and a revision (parent = the mainline, author, change), creates the
-	// change INTEGRATED, and moves the repository's mainline to the new revision. A token
-	// refusal is a *IntegrateRefusal (errors.Is ErrFailedPrecondition); Rebase's error is
-	// answered as it is and nothing is stored; unknown repository or base revision:
-	// ErrNotFound.
+	// reads the base revision's and the current mainline's trees, and calls p.Rebase with them
+	// (Rebase's error is answered as it is and nothing is stored). Then:
+	//
+	// Without a validation policy on the repository it stores the new tree and a revision
+	// (parent = the mainline, author, change), creates the change INTEGRATED
+	// (candidate_revision = integrated_revision = the new revision), and moves the
+	// repository's mainline to it.
+	//
+	// With a policy it stores nothing but the blobs and the change, QUEUED, with p.Edits kept
+	// for AdvanceQueue, which builds the candidate when the change's turn comes; the mainline
+	// does not move. The change takes the repository's next queue position inside the same
+	// transaction, so queue order is commit order.
+	//
+	// A token refusal is a *IntegrateRefusal (errors.Is ErrFailedPrecondition); unknown
+	// repository or base revision: ErrNotFound.
 	Integrate(ctx context.Context, p IntegrateParams) (Change, error)
 
-	// GetChange answers a change, or ErrNotFound.
+	// GetChange answers a change, or ErrNotFound. A QUEUED change's QueuePosition is the number
+	// of QUEUED or VALIDATING changes of its repository ahead of it.
 	GetChange(ctx context.Context, changeID string) (Change, error)
+
+	// SetValidation replaces a repository's validation policy (nil: none) and answers the
+	// repository. Unknown repository: ErrNotFound.
+	SetValidation(ctx context.Context, repository string, validation []byte) (Repository, error)
+
+	// PendingQueues answers the names of the repositories that have a QUEUED or VALIDATING
+	// change, so a gate that restarts, or runs on another replica, finds the work left.
+	PendingQueues(ctx context.Context) ([]string, error)
+
+	// AdvanceQueue moves one repository's integration queue on, in one transaction that holds
+	// the repository (concurrent calls for the same repository, from any replica, are
+	// serialized; Integrate is serialized with them too). It answers every change whose state
+	// it changed, in the order it changed them. Unknown repository: ErrNotFound.
+	//
+	// 1. The VALIDATING change, if any, is settled with p.Decide(change, its candidate
+	//    revision, its job, the job's attestation or nil):
+	//    - VerdictPending: nothing more is done.
+	//    - VerdictPass: when the mainline is still the candidate's parent, the mainline moves
+	//      to the candidate (compare-and-swap) and the change becomes INTEGRATED with
+	//      integrated_revision = the candidate and attestation_digest = the job's; when the
+	//      mainline moved meanwhile, the change goes back to QUEUED at its place (candidate and
+	//      job cleared), to be rebuilt and validated again.
+	//    - VerdictReject / VerdictCancel: REJECTED / CANCELLED with the verdict's reason.
+	// 2. While no change is VALIDATING, the oldest QUEUED change gets its turn: p.Build is
+	//    called with the change, its edits, and the trees of its base revision and of the
+	//    mainline. A Build error rejects the change (reason = the error's text) and the next
+	//    change gets its turn. Otherwise, when the repository has no validation policy (it was
+	//    removed), the built tree is integrated at once as Integrate does without a policy;
+	//    with one, the tree is stored as the candidate revision (parent = the mainline,
+	//    change, author = the change's author), the job p.Job answers is enqueued (in the same
+	//    transaction), and the change becomes VALIDATING with candidate_revision and job_id.
+	AdvanceQueue(ctx context.Context, p AdvanceQueueParams) ([]Change, error)
 
 	// ListChanges answers a repository's changes, newest first.
 	ListChanges(ctx context.Context, p ListChangesParams) (changes []Change, nextPageToken string, err error)
@@ -222,6 +264,7 @@ type Change struct {
 	Reason             string
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	QueuePosition      int // GetChange only: QUEUED or VALIDATING changes ahead of a QUEUED one
 }
 
 // IntegrateParams are the inputs of Integrate.
@@ -243,6 +286,39 @@ type IntegrateParams struct {
 	Rebase func(base, mainline repo.Tree) (repo.Tree, error)
 	// Blobs are stored in the same transaction (content sent inline with the request).
 	Blobs []Blob
+	// Edits are the change's edits, kept with a QUEUED change (repository with a validation
+	// policy) so that AdvanceQueue can rebuild it on a later mainline.
+	Edits []repo.FileEdit
+}
+
+// Verdict is what the gate decided about a validated candidate.
+type Verdict struct {
+	Outcome VerdictOutcome
+	Reason  string // for VerdictReject and VerdictCancel
+}
+
+// VerdictOutcome is the kind of a Verdict.
+type VerdictOutcome int
+
+// The outcomes of a Verdict.
+const (
+	VerdictPending VerdictOutcome = iota // the validation is still running
+	VerdictPass                          // a passing, verified attestation for exactly the candidate's tree
+	VerdictReject                        // the validation failed, or could not run
+	VerdictCancel                        // the validation job was cancelled
+)
+
+// AdvanceQueueParams are the inputs of AdvanceQueue: the repository and the gate's rules, which
+// run inside its transaction.
+type AdvanceQueueParams struct {
+	Repository string
+	// Decide settles a VALIDATING change. att is nil when the job holds no attestation.
+	Decide func(c Change, candidate Revision, job Job, att *Attestation) Verdict
+	// Build answers a QUEUED change's candidate tree: its edits applied on the mainline.
+	Build func(c Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error)
+	// Job answers the validate job to enqueue for a candidate; validation is the repository's
+	// policy as stored.
+	Job func(c Change, candidate Revision, validation []byte) EnqueueJobParams
 }
 
 // ListChangesParams page ListChanges.

@@ -224,7 +224,8 @@ type FailJobParams struct {
 type ListJobsParams struct {
 	States    []JobState
 	Kinds     []string
-	Limit     int // 1..1000
+	ClaimedBy string // exact "<principal>|<label>", or "<principal>|" for every label; "" = any
+	Limit     int    // 1..1000
 	PageToken string
 }
 

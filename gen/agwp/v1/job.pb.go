@@ -1277,6 +1277,128 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type GetAttestationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sha256:<hex>" of the envelope's stored DSSE JSON.
+	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttestationRequest) Reset() {
+	*x = GetAttestationRequest{}
+	mi := &file_agwp_v1_job_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttestationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttestationRequest) ProtoMessage() {}
+
+func (x *GetAttestationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttestationRequest.ProtoReflect.Descriptor instead.
+func (*GetAttestationRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetAttestationRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type GetAttestationResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Digest   string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Envelope *Envelope              `protobuf:"bytes,2,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	// The envelope exactly as stored (DSSE JSON); its sha256 is the digest.
+	EnvelopeJson  []byte                 `protobuf:"bytes,3,opt,name=envelope_json,json=envelopeJson,proto3" json:"envelope_json,omitempty"`
+	JobId         string                 `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttestationResponse) Reset() {
+	*x = GetAttestationResponse{}
+	mi := &file_agwp_v1_job_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttestationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttestationResponse) ProtoMessage() {}
+
+func (x *GetAttestationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttestationResponse.ProtoReflect.Descriptor instead.
+func (*GetAttestationResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetAttestationResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *GetAttestationResponse) GetEnvelope() *Envelope {
+	if x != nil {
+		return x.Envelope
+	}
+	return nil
+}
+
+func (x *GetAttestationResponse) GetEnvelopeJson() []byte {
+	if x != nil {
+		return x.EnvelopeJson
+	}
+	return nil
+}
+
+func (x *GetAttestationResponse) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetAttestationResponse) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
 var File_agwp_v1_job_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_job_proto_rawDesc = "" +
@@ -1377,14 +1499,23 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\x05kinds\x18\x04 \x03(\tR\x05kinds\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.agwp.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x9a\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"/\n" +
+	"\x15GetAttestationRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"\xd6\x01\n" +
+	"\x16GetAttestationResponse\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12-\n" +
+	"\benvelope\x18\x02 \x01(\v2\x11.agwp.v1.EnvelopeR\benvelope\x12#\n" +
+	"\renvelope_json\x18\x03 \x01(\fR\fenvelopeJson\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt*\x9a\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_CLAIMED\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x03\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x052\xf8\x06\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x052\xfb\a\n" +
 	"\n" +
 	"JobService\x12p\n" +
 	"\n" +
@@ -1395,7 +1526,8 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\aFailJob\x12\x17.agwp.v1.FailJobRequest\x1a\x18.agwp.v1.FailJobResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/agwp.v1.JobService/FailJob\x12l\n" +
 	"\tCancelJob\x12\x19.agwp.v1.CancelJobRequest\x1a\x1a.agwp.v1.CancelJobResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/agwp.v1.JobService/CancelJob\x12`\n" +
 	"\x06GetJob\x12\x16.agwp.v1.GetJobRequest\x1a\x17.agwp.v1.GetJobResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/agwp.v1.JobService/GetJob\x12h\n" +
-	"\bListJobs\x12\x18.agwp.v1.ListJobsRequest\x1a\x19.agwp.v1.ListJobsResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ListJobsB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
+	"\bListJobs\x12\x18.agwp.v1.ListJobsRequest\x1a\x19.agwp.v1.ListJobsResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ListJobs\x12\x80\x01\n" +
+	"\x0eGetAttestation\x12\x1e.agwp.v1.GetAttestationRequest\x1a\x1f.agwp.v1.GetAttestationResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.JobService/GetAttestationB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
 
 var (
 	file_agwp_v1_job_proto_rawDescOnce sync.Once
@@ -1410,78 +1542,84 @@ func file_agwp_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_agwp_v1_job_proto_goTypes = []any{
-	(JobState)(0),                 // 0: agwp.v1.JobState
-	(*Job)(nil),                   // 1: agwp.v1.Job
-	(*EnqueueJobRequest)(nil),     // 2: agwp.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),    // 3: agwp.v1.EnqueueJobResponse
-	(*ClaimJobRequest)(nil),       // 4: agwp.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 5: agwp.v1.ClaimJobResponse
-	(*HeartbeatJobRequest)(nil),   // 6: agwp.v1.HeartbeatJobRequest
-	(*HeartbeatJobResponse)(nil),  // 7: agwp.v1.HeartbeatJobResponse
-	(*CompleteJobRequest)(nil),    // 8: agwp.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 9: agwp.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 10: agwp.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 11: agwp.v1.FailJobResponse
-	(*CancelJobRequest)(nil),      // 12: agwp.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 13: agwp.v1.CancelJobResponse
-	(*GetJobRequest)(nil),         // 14: agwp.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 15: agwp.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 16: agwp.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 17: agwp.v1.ListJobsResponse
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*Envelope)(nil),              // 21: agwp.v1.Envelope
+	(JobState)(0),                  // 0: agwp.v1.JobState
+	(*Job)(nil),                    // 1: agwp.v1.Job
+	(*EnqueueJobRequest)(nil),      // 2: agwp.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),     // 3: agwp.v1.EnqueueJobResponse
+	(*ClaimJobRequest)(nil),        // 4: agwp.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),       // 5: agwp.v1.ClaimJobResponse
+	(*HeartbeatJobRequest)(nil),    // 6: agwp.v1.HeartbeatJobRequest
+	(*HeartbeatJobResponse)(nil),   // 7: agwp.v1.HeartbeatJobResponse
+	(*CompleteJobRequest)(nil),     // 8: agwp.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),    // 9: agwp.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),         // 10: agwp.v1.FailJobRequest
+	(*FailJobResponse)(nil),        // 11: agwp.v1.FailJobResponse
+	(*CancelJobRequest)(nil),       // 12: agwp.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 13: agwp.v1.CancelJobResponse
+	(*GetJobRequest)(nil),          // 14: agwp.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 15: agwp.v1.GetJobResponse
+	(*ListJobsRequest)(nil),        // 16: agwp.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 17: agwp.v1.ListJobsResponse
+	(*GetAttestationRequest)(nil),  // 18: agwp.v1.GetAttestationRequest
+	(*GetAttestationResponse)(nil), // 19: agwp.v1.GetAttestationResponse
+	(*structpb.Struct)(nil),        // 20: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
+	(*Envelope)(nil),               // 23: agwp.v1.Envelope
 }
 var file_agwp_v1_job_proto_depIdxs = []int32{
 	0,  // 0: agwp.v1.Job.state:type_name -> agwp.v1.JobState
-	18, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
-	19, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
-	19, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	19, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	18, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
-	19, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	18, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
-	20, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
+	20, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
+	21, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
+	21, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
+	21, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	21, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	20, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
+	21, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
+	22, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
 	1,  // 10: agwp.v1.EnqueueJobResponse.job:type_name -> agwp.v1.Job
-	20, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
-	20, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
+	22, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
+	22, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 13: agwp.v1.ClaimJobResponse.job:type_name -> agwp.v1.Job
-	20, // 14: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
-	19, // 15: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	18, // 16: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
-	21, // 17: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
+	22, // 14: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
+	21, // 15: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 16: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
+	23, // 17: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
 	1,  // 18: agwp.v1.CompleteJobResponse.job:type_name -> agwp.v1.Job
-	20, // 19: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
+	22, // 19: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
 	1,  // 20: agwp.v1.FailJobResponse.job:type_name -> agwp.v1.Job
 	1,  // 21: agwp.v1.CancelJobResponse.job:type_name -> agwp.v1.Job
 	1,  // 22: agwp.v1.GetJobResponse.job:type_name -> agwp.v1.Job
 	0,  // 23: agwp.v1.ListJobsRequest.states:type_name -> agwp.v1.JobState
 	1,  // 24: agwp.v1.ListJobsResponse.jobs:type_name -> agwp.v1.Job
-	2,  // 25: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
-	4,  // 26: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
-	6,  // 27: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
-	8,  // 28: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
-	10, // 29: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
-	12, // 30: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
-	14, // 31: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
-	16, // 32: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
-	3,  // 33: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
-	5,  // 34: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
-	7,  // 35: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
-	9,  // 36: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
-	11, // 37: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
-	13, // 38: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
-	15, // 39: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
-	17, // 40: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	23, // 25: agwp.v1.GetAttestationResponse.envelope:type_name -> agwp.v1.Envelope
+	21, // 26: agwp.v1.GetAttestationResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 27: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
+	4,  // 28: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
+	6,  // 29: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
+	8,  // 30: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
+	10, // 31: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
+	12, // 32: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
+	14, // 33: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
+	16, // 34: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
+	18, // 35: agwp.v1.JobService.GetAttestation:input_type -> agwp.v1.GetAttestationRequest
+	3,  // 36: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
+	5,  // 37: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
+	7,  // 38: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
+	9,  // 39: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
+	11, // 40: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
+	13, // 41: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
+	15, // 42: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
+	17, // 43: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
+	19, // 44: agwp.v1.JobService.GetAttestation:output_type -> agwp.v1.GetAttestationResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_job_proto_init() }
@@ -1496,7 +1634,7 @@ func file_agwp_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_job_proto_rawDesc), len(file_agwp_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -154,11 +154,16 @@ func (x *Repository) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Validation is a repository's policy: the command a worker runs on each candidate tree, in a
+// fresh directory holding exactly that tree; exit status 0 passes.
 type Validation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Command       []string               `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
-	Timeout       *durationpb.Duration   `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv, at most 64 arguments; command[0] is looked up in the worker's PATH.
+	Command []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	// Default 10m, at most 24h; the command's process group is killed when it runs longer.
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Added to the worker's environment.
+	Env           map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +219,103 @@ func (x *Validation) GetEnv() map[string]string {
 	return nil
 }
 
+type SetValidationRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// Absent: integrate without validation from now on.
+	Validation    *Validation `protobuf:"bytes,2,opt,name=validation,proto3" json:"validation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetValidationRequest) Reset() {
+	*x = SetValidationRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetValidationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetValidationRequest) ProtoMessage() {}
+
+func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetValidationRequest.ProtoReflect.Descriptor instead.
+func (*SetValidationRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetValidationRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *SetValidationRequest) GetValidation() *Validation {
+	if x != nil {
+		return x.Validation
+	}
+	return nil
+}
+
+type SetValidationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetValidationResponse) Reset() {
+	*x = SetValidationResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetValidationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetValidationResponse) ProtoMessage() {}
+
+func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetValidationResponse.ProtoReflect.Descriptor instead.
+func (*SetValidationResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetValidationResponse) GetRepository() *Repository {
+	if x != nil {
+		return x.Repository
+	}
+	return nil
+}
+
 type CreateRepositoryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -224,7 +326,7 @@ type CreateRepositoryRequest struct {
 
 func (x *CreateRepositoryRequest) Reset() {
 	*x = CreateRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +338,7 @@ func (x *CreateRepositoryRequest) String() string {
 func (*CreateRepositoryRequest) ProtoMessage() {}
 
 func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +351,7 @@ func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRepositoryRequest) GetName() string {
@@ -275,7 +377,7 @@ type CreateRepositoryResponse struct {
 
 func (x *CreateRepositoryResponse) Reset() {
 	*x = CreateRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +389,7 @@ func (x *CreateRepositoryResponse) String() string {
 func (*CreateRepositoryResponse) ProtoMessage() {}
 
 func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +402,7 @@ func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateRepositoryResponse) GetRepository() *Repository {
@@ -319,7 +421,7 @@ type GetRepositoryRequest struct {
 
 func (x *GetRepositoryRequest) Reset() {
 	*x = GetRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +433,7 @@ func (x *GetRepositoryRequest) String() string {
 func (*GetRepositoryRequest) ProtoMessage() {}
 
 func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +446,7 @@ func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRepositoryRequest) GetName() string {
@@ -363,7 +465,7 @@ type GetRepositoryResponse struct {
 
 func (x *GetRepositoryResponse) Reset() {
 	*x = GetRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +477,7 @@ func (x *GetRepositoryResponse) String() string {
 func (*GetRepositoryResponse) ProtoMessage() {}
 
 func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +490,7 @@ func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRepositoryResponse) GetRepository() *Repository {
@@ -408,7 +510,7 @@ type ListRepositoriesRequest struct {
 
 func (x *ListRepositoriesRequest) Reset() {
 	*x = ListRepositoriesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +522,7 @@ func (x *ListRepositoriesRequest) String() string {
 func (*ListRepositoriesRequest) ProtoMessage() {}
 
 func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +535,7 @@ func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRepositoriesRequest) GetPageSize() int32 {
@@ -460,7 +562,7 @@ type ListRepositoriesResponse struct {
 
 func (x *ListRepositoriesResponse) Reset() {
 	*x = ListRepositoriesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +574,7 @@ func (x *ListRepositoriesResponse) String() string {
 func (*ListRepositoriesResponse) ProtoMessage() {}
 
 func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +587,7 @@ func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRepositoriesResponse) GetRepositories() []*Repository {
@@ -511,7 +613,7 @@ type UploadBlobsRequest struct {
 
 func (x *UploadBlobsRequest) Reset() {
 	*x = UploadBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +625,7 @@ func (x *UploadBlobsRequest) String() string {
 func (*UploadBlobsRequest) ProtoMessage() {}
 
 func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +638,7 @@ func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadBlobsRequest) GetBlobs() [][]byte {
@@ -556,7 +658,7 @@ type UploadBlobsResponse struct {
 
 func (x *UploadBlobsResponse) Reset() {
 	*x = UploadBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +670,7 @@ func (x *UploadBlobsResponse) String() string {
 func (*UploadBlobsResponse) ProtoMessage() {}
 
 func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +683,7 @@ func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadBlobsResponse) GetDigests() []string {
@@ -600,7 +702,7 @@ type FindMissingBlobsRequest struct {
 
 func (x *FindMissingBlobsRequest) Reset() {
 	*x = FindMissingBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +714,7 @@ func (x *FindMissingBlobsRequest) String() string {
 func (*FindMissingBlobsRequest) ProtoMessage() {}
 
 func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +727,7 @@ func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FindMissingBlobsRequest) GetDigests() []string {
@@ -644,7 +746,7 @@ type FindMissingBlobsResponse struct {
 
 func (x *FindMissingBlobsResponse) Reset() {
 	*x = FindMissingBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +758,7 @@ func (x *FindMissingBlobsResponse) String() string {
 func (*FindMissingBlobsResponse) ProtoMessage() {}
 
 func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +771,7 @@ func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FindMissingBlobsResponse) GetMissing() []string {
@@ -688,7 +790,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +802,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +815,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetBlobRequest) GetDigest() string {
@@ -733,7 +835,7 @@ type GetBlobResponse struct {
 
 func (x *GetBlobResponse) Reset() {
 	*x = GetBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +847,7 @@ func (x *GetBlobResponse) String() string {
 func (*GetBlobResponse) ProtoMessage() {}
 
 func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +860,7 @@ func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetBlobResponse) GetContent() []byte {
@@ -786,7 +888,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +900,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +913,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -844,7 +946,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +958,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +971,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -925,7 +1027,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1039,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1052,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -990,7 +1092,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1104,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1117,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Edit) GetPath() string {
@@ -1100,7 +1202,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1214,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1227,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -1179,7 +1281,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1293,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1306,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -1231,13 +1333,18 @@ type Change struct {
 	Reason            string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt         *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// While VALIDATING: the validate job's latest progress line ("waiting for a worker" until a
+	// worker claims it).
+	Progress string `protobuf:"bytes,15,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Changes ahead of this one in its repository's integration queue, while QUEUED.
+	QueuePosition uint32 `protobuf:"varint,16,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1356,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1369,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Change) GetId() string {
@@ -1363,6 +1470,20 @@ func (x *Change) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Change) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
+func (x *Change) GetQueuePosition() uint32 {
+	if x != nil {
+		return x.QueuePosition
+	}
+	return 0
+}
+
 type GetChangeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ChangeId string                 `protobuf:"bytes,1,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
@@ -1374,7 +1495,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1507,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1520,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -1425,7 +1546,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1558,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1571,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -1471,7 +1592,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1604,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1617,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -1530,7 +1651,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1663,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1676,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -1581,7 +1702,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1714,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1727,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -1625,7 +1746,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1758,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1771,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -1681,7 +1802,18 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x03env\x18\x03 \x03(\v2\x1c.agwp.v1.Validation.EnvEntryR\x03env\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\x14SetValidationRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x123\n" +
+	"\n" +
+	"validation\x18\x02 \x01(\v2\x13.agwp.v1.ValidationR\n" +
+	"validation\"L\n" +
+	"\x15SetValidationResponse\x123\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
+	"repository\"b\n" +
 	"\x17CreateRepositoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\n" +
@@ -1751,7 +1883,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
 	"\x06holder\x18\x06 \x01(\tR\x06holder\"<\n" +
 	"\x11IntegrateResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\x85\x04\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xc8\x04\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -1771,7 +1903,9 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"^\n" +
+	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1a\n" +
+	"\bprogress\x18\x0f \x01(\tR\bprogress\x12%\n" +
+	"\x0equeue_position\x18\x10 \x01(\rR\rqueuePosition\"^\n" +
 	"\x10GetChangeRequest\x12\x1b\n" +
 	"\tchange_id\x18\x01 \x01(\tR\bchangeId\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"<\n" +
@@ -1797,9 +1931,10 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x17CHANGE_STATE_VALIDATING\x10\x02\x12\x1b\n" +
 	"\x17CHANGE_STATE_INTEGRATED\x10\x03\x12\x19\n" +
 	"\x15CHANGE_STATE_REJECTED\x10\x04\x12\x1a\n" +
-	"\x16CHANGE_STATE_CANCELLED\x10\x052\x8c\v\n" +
+	"\x16CHANGE_STATE_CANCELLED\x10\x052\x92\f\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
+	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12\x83\x01\n" +
 	"\rGetRepository\x12\x1d.agwp.v1.GetRepositoryRequest\x1a\x1e.agwp.v1.GetRepositoryResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/GetRepository\x12\x8f\x01\n" +
 	"\x10ListRepositories\x12 .agwp.v1.ListRepositoriesRequest\x1a!.agwp.v1.ListRepositoriesResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/ListRepositories\x12{\n" +
 	"\vUploadBlobs\x12\x1b.agwp.v1.UploadBlobsRequest\x1a\x1c.agwp.v1.UploadBlobsResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/UploadBlobs\x12\x8f\x01\n" +
@@ -1824,86 +1959,92 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(ChangeState)(0),                 // 0: agwp.v1.ChangeState
 	(*Repository)(nil),               // 1: agwp.v1.Repository
 	(*Validation)(nil),               // 2: agwp.v1.Validation
-	(*CreateRepositoryRequest)(nil),  // 3: agwp.v1.CreateRepositoryRequest
-	(*CreateRepositoryResponse)(nil), // 4: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),     // 5: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),    // 6: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),  // 7: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil), // 8: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),       // 9: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),      // 10: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),  // 11: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil), // 12: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),           // 13: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),          // 14: agwp.v1.GetBlobResponse
-	(*GetTreeRequest)(nil),           // 15: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),          // 16: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                // 17: agwp.v1.TreeEntry
-	(*Edit)(nil),                     // 18: agwp.v1.Edit
-	(*IntegrateRequest)(nil),         // 19: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),        // 20: agwp.v1.IntegrateResponse
-	(*Change)(nil),                   // 21: agwp.v1.Change
-	(*GetChangeRequest)(nil),         // 22: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),        // 23: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),       // 24: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),      // 25: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),       // 26: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),      // 27: agwp.v1.WatchChangeResponse
-	nil,                              // 28: agwp.v1.Validation.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 30: google.protobuf.Duration
+	(*SetValidationRequest)(nil),     // 3: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),    // 4: agwp.v1.SetValidationResponse
+	(*CreateRepositoryRequest)(nil),  // 5: agwp.v1.CreateRepositoryRequest
+	(*CreateRepositoryResponse)(nil), // 6: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),     // 7: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),    // 8: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),  // 9: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil), // 10: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),       // 11: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),      // 12: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),  // 13: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil), // 14: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),           // 15: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),          // 16: agwp.v1.GetBlobResponse
+	(*GetTreeRequest)(nil),           // 17: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),          // 18: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                // 19: agwp.v1.TreeEntry
+	(*Edit)(nil),                     // 20: agwp.v1.Edit
+	(*IntegrateRequest)(nil),         // 21: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),        // 22: agwp.v1.IntegrateResponse
+	(*Change)(nil),                   // 23: agwp.v1.Change
+	(*GetChangeRequest)(nil),         // 24: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),        // 25: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),       // 26: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),      // 27: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),       // 28: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),      // 29: agwp.v1.WatchChangeResponse
+	nil,                              // 30: agwp.v1.Validation.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	2,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	29, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	30, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	28, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
-	2,  // 4: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	1,  // 5: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 6: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 7: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	17, // 8: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	18, // 9: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	21, // 10: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
-	0,  // 11: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	29, // 12: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	29, // 13: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 14: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	21, // 15: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	21, // 16: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	21, // 17: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	3,  // 18: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	5,  // 19: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	7,  // 20: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	9,  // 21: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	11, // 22: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	13, // 23: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	15, // 24: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	19, // 25: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	22, // 26: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	24, // 27: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	26, // 28: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	4,  // 29: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	6,  // 30: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	8,  // 31: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	10, // 32: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	12, // 33: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	14, // 34: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	16, // 35: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	20, // 36: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	23, // 37: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	25, // 38: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	27, // 39: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	31, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	32, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	30, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	2,  // 4: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
+	1,  // 5: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 6: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
+	1,  // 7: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	1,  // 8: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	1,  // 9: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	19, // 10: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	20, // 11: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	23, // 12: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	0,  // 13: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
+	31, // 14: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	31, // 15: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 16: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	23, // 17: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	23, // 18: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	23, // 19: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	5,  // 20: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	3,  // 21: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	7,  // 22: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	9,  // 23: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	11, // 24: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	13, // 25: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	15, // 26: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	17, // 27: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	21, // 28: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	24, // 29: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	26, // 30: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	28, // 31: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	6,  // 32: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	4,  // 33: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	8,  // 34: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	10, // 35: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	12, // 36: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	14, // 37: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	16, // 38: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	18, // 39: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	22, // 40: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	25, // 41: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	27, // 42: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	29, // 43: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -1911,7 +2052,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[17].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[19].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -1922,7 +2063,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,14 +46,27 @@ func (s *changeScan) change() store.Change {
 	return c
 }
 
-// GetChange answers a change.
+// getChangeSQL answers a change and, when it is QUEUED, the pending changes of its repository
+// ahead of it. The states are literals, those of changes_queue's predicate, so that the count
+// reads the queue's rows only.
+var getChangeSQL = `SELECT ` + changeCols + `,
+	CASE WHEN c.state = 'queued' THEN (
+		SELECT count(*) FROM changes a
+		WHERE a.repository = c.repository AND a.state IN ('queued', 'validating') AND a.seq < c.seq)
+	ELSE 0 END
+FROM changes c WHERE c.id = $1`
+
+// GetChange answers a change, with its place in the queue when it is QUEUED.
 func (db *DB) GetChange(ctx context.Context, changeID string) (store.Change, error) {
 	var s changeScan
-	err := db.pool.QueryRow(ctx, `SELECT `+changeCols+` FROM changes WHERE id = $1`, changeID).Scan(s.dest()...)
+	var ahead int64
+	err := db.pool.QueryRow(ctx, getChangeSQL, changeID).Scan(append(s.dest(), &ahead)...)
 	if err != nil {
 		return store.Change{}, mapErr("change "+changeID, err)
 	}
-	return s.change(), nil
+	c := s.change()
+	c.QueuePosition = int(ahead)
+	return c, nil
 }
 
 // ListChanges answers a repository's changes, newest first.
@@ -94,8 +108,9 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 // integrateLockSQL locks the repository: integrations, grants and renewals of one repository run
 // one at a time, so the lease check and the move of the mainline are one step. It locks the row
 // alone: in a join, a row locked after a wait is checked again against the other tables' rows
-// of the old snapshot, which no longer match once the mainline moved.
-const integrateLockSQL = `SELECT mainline FROM repositories WHERE name = $1 FOR UPDATE`
+// of the old snapshot, which no longer match once the mainline moved. It also tells whether
+// the repository has a validation policy: the change is then queued.
+const integrateLockSQL = `SELECT mainline, validation IS NOT NULL FROM repositories WHERE name = $1 FOR UPDATE`
 
 // mainlineTreeSQL reads the mainline's tree digest, and its encoding unless it is among the
 // cached digests $2. It runs after the lock, so on a snapshot that sees the mainline of the
@@ -143,8 +158,15 @@ INSERT INTO changes (id, repository, state, base_revision, candidate_revision, i
 VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
 RETURNING ` + changeCols)
 
+// queueChangeSQL answers the change, QUEUED with its edits. It runs under the repository's lock,
+// so its seq, its place in the queue, follows that of every change queued before it commits.
+var queueChangeSQL = q(`INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
+VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, {now}, {now})
+RETURNING ` + changeCols)
+
 // Integrate checks the edited paths' leases, rebases the edits onto the mainline, stores the
-// new revision and moves the mainline to it, all in one transaction.
+// new revision and moves the mainline to it, all in one transaction; or, when the repository
+// has a validation policy, queues the change with its edits.
 func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
 	if p.Rebase == nil {
 		return store.Change{}, errors.New("postgres: integrate: no Rebase given")
@@ -199,7 +221,8 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	}
 	var mainline, mainDigest string
 	var mainEnc []byte
-	if err := br.QueryRow().Scan(&mainline); err != nil {
+	var gated bool
+	if err := br.QueryRow().Scan(&mainline, &gated); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Change{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
 		}
@@ -256,23 +279,33 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	if err != nil {
 		return store.Change{}, err
 	}
-	for i := 1; i < len(newTree); i++ {
-		if newTree[i-1].Path >= newTree[i].Path {
-			return store.Change{}, fmt.Errorf("postgres: integrate: the rebased tree is not sorted by path at %q", newTree[i].Path)
-		}
-	}
-	enc := newTree.Encode()
-	digest := repo.Digest(enc)
-
 	paths := p.Paths
 	if paths == nil {
 		paths = []string{}
 	}
-	// The second round trip: the new tree, revision and change, the mainline, COMMIT. After
-	// an error the server skips the COMMIT, and the deferred ROLLBACK ends the transaction.
+
+	// The second round trip: the change and what goes with it, COMMIT. After an error the
+	// server skips the COMMIT, and the deferred ROLLBACK ends the transaction.
 	var final pgx.Batch
-	final.Queue(integrateSQL, db.now(), digest, enc, store.NewID("rev"), p.Repository, mainline,
-		store.NewID("chg"), p.Holder, p.BaseRevision, p.Message, paths)
+	var digest string
+	if gated {
+		// The rebased tree is not kept: AdvanceQueue builds the candidate on the mainline of
+		// the change's turn, from the edits.
+		edits, err := encodeEdits(p.Edits)
+		if err != nil {
+			return store.Change{}, err
+		}
+		final.Queue(queueChangeSQL, db.now(), store.NewID("chg"), p.Repository, p.BaseRevision, p.Holder,
+			p.Message, paths, edits)
+	} else {
+		if err := checkSorted(newTree); err != nil {
+			return store.Change{}, fmt.Errorf("postgres: integrate: the rebased tree %w", err)
+		}
+		enc := newTree.Encode()
+		digest = repo.Digest(enc)
+		final.Queue(integrateSQL, db.now(), digest, enc, store.NewID("rev"), p.Repository, mainline,
+			store.NewID("chg"), p.Holder, p.BaseRevision, p.Message, paths)
+	}
 	final.Queue("COMMIT")
 	fr := conn.SendBatch(ctx, &final)
 	defer fr.Close()
@@ -286,9 +319,35 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	committed = true
 	// Every result is read: the change is committed whatever Close says.
 	fr.Close() //nolint:errcheck // see above
-	// The new tree is the next integration's mainline.
-	trees.put(digest, newTree)
+	if !gated {
+		// The new tree is the next integration's mainline.
+		trees.put(digest, newTree)
+	}
 	return s.change(), nil
+}
+
+// checkSorted refuses a tree whose paths are not strictly increasing: its encoding would not
+// be canonical, and its digest not the one a client computes.
+func checkSorted(t repo.Tree) error {
+	for i := 1; i < len(t); i++ {
+		if t[i-1].Path >= t[i].Path {
+			return fmt.Errorf("is not sorted by path at %q", t[i].Path)
+		}
+	}
+	return nil
+}
+
+// encodeEdits answers the JSON of a change's edits as changes.edits keeps them; no edits are
+// an empty list, never null.
+func encodeEdits(edits []repo.FileEdit) ([]byte, error) {
+	if edits == nil {
+		edits = []repo.FileEdit{}
+	}
+	b, err := json.Marshal(edits)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: encode the edits: %w", err)
+	}
+	return b, nil
 }
 
 // leaseCandidates answers the lease paths that can cover or overlap one of the edited files:

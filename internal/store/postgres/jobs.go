@@ -107,22 +107,31 @@ WHERE unique_key = $1 AND unique_key <> '' AND state IN ('queued', 'claimed')`
 
 // EnqueueJob inserts a QUEUED job, or answers the unfinished job that holds p.UniqueKey.
 func (db *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Job, bool, error) {
+	j, existing, err := db.enqueue(ctx, db.pool, p)
+	if err == nil && !existing {
+		db.signal.Fire()
+	}
+	return j, existing, err
+}
+
+// enqueue is EnqueueJob on qr. In a transaction the NOTIFY is delivered when it commits; the
+// caller fires this replica's signal after the commit when the job is new.
+func (db *DB) enqueue(ctx context.Context, qr querier, p store.EnqueueJobParams) (store.Job, bool, error) {
 	// The job holding the key may finish between the refused insert and the read; then the key
 	// is free and the insert is tried again. Each round needs another commit to interleave, so
 	// the bound is never reached in practice.
 	for range 100 {
 		var s jobScan
-		err := db.pool.QueryRow(ctx, enqueueSQL, db.now(), store.NewID("job"), p.Kind, textOrNil(p.Payload),
+		err := qr.QueryRow(ctx, enqueueSQL, db.now(), store.NewID("job"), p.Kind, textOrNil(p.Payload),
 			p.Priority, int64(p.MaxAttempts), micros(p.Delay), p.EnqueuedBy, p.UniqueKey).
 			Scan(append(s.dest(), nil)...)
 		if err == nil {
-			db.signal.Fire()
 			return s.job(), false, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) || p.UniqueKey == "" {
 			return store.Job{}, false, mapErr("enqueue job", err)
 		}
-		err = db.pool.QueryRow(ctx, jobByUniqueKeySQL, p.UniqueKey).Scan(s.dest()...)
+		err = qr.QueryRow(ctx, jobByUniqueKeySQL, p.UniqueKey).Scan(s.dest()...)
 		if err == nil {
 			return s.job(), true, nil
 		}
@@ -594,10 +603,15 @@ func (db *DB) GetJob(ctx context.Context, jobID string) (store.Job, error) {
 	return s.job(), nil
 }
 
+// listJobsSQL filters by claimer $5: exact, or "<principal>|" for every label of the principal
+// (a prefix, matched with starts_with: a name is never a pattern). Like the other filters it
+// is applied while walking the jobs newest first: an index on claimed_by would cost every claim
+// and completion an index insertion, to speed up a listing.
 var listJobsSQL = `SELECT ` + jobCols("") + ` FROM jobs
 WHERE (cardinality($1::text[]) = 0 OR state = ANY($1::text[]))
   AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
   AND ($3::bigint = 0 OR seq < $3::bigint)
+  AND ($5::text = '' OR claimed_by = $5 OR (right($5, 1) = '|' AND starts_with(claimed_by, $5)))
 ORDER BY seq DESC
 LIMIT $4`
 
@@ -620,7 +634,7 @@ func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job
 		kinds = []string{}
 	}
 	// One row more than the page tells whether there is a next page.
-	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1)
+	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1, p.ClaimedBy)
 	if err != nil {
 		return nil, "", mapErr("list jobs", err)
 	}

@@ -48,6 +48,10 @@ func BenchmarkClaimComplete(b *testing.B) {
 	storetest.BenchmarkClaimComplete(b, newStore)
 }
 
+func BenchmarkIntegrate(b *testing.B) {
+	storetest.BenchmarkIntegrate(b, newStore)
+}
+
 // TestConcurrentOpenMigratesOnce ensures that replicas starting together on an empty database
 // all start, and that the schema is migrated once.
 func TestConcurrentOpenMigratesOnce(t *testing.T) {

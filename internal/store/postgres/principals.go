@@ -256,8 +256,13 @@ func (db *DB) ListWorkerKeys(ctx context.Context, principal string) ([]store.Wor
 
 // GetAttestation answers a stored envelope by its digest.
 func (db *DB) GetAttestation(ctx context.Context, digest string) (store.Attestation, error) {
+	return getAttestation(ctx, db.pool, digest)
+}
+
+// getAttestation is GetAttestation on qr, a transaction's or the pool's.
+func getAttestation(ctx context.Context, qr querier, digest string) (store.Attestation, error) {
 	var a store.Attestation
-	err := db.pool.QueryRow(ctx, `SELECT digest, envelope, job_id, created_at FROM attestations WHERE digest = $1`, digest).
+	err := qr.QueryRow(ctx, `SELECT digest, envelope, job_id, created_at FROM attestations WHERE digest = $1`, digest).
 		Scan(&a.Digest, &a.Envelope, &a.JobID, &a.CreatedAt)
 	if err != nil {
 		return store.Attestation{}, mapErr("attestation "+digest, err)

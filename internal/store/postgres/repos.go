@@ -203,9 +203,14 @@ func (db *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint6
 
 // GetRevision answers a revision of a repository with its tree.
 func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (store.Revision, error) {
+	return getRevision(ctx, db.pool, repository, revisionID)
+}
+
+// getRevision is GetRevision on qr, a transaction's or the pool's.
+func getRevision(ctx context.Context, qr querier, repository, revisionID string) (store.Revision, error) {
 	var r store.Revision
 	var enc []byte
-	err := db.pool.QueryRow(ctx, `SELECT r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at,
+	err := qr.QueryRow(ctx, `SELECT r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at,
 			CASE WHEN r.tree_digest = ANY($3::text[]) THEN NULL ELSE t.encoding END
 		FROM revisions r JOIN trees t ON t.digest = r.tree_digest
 		WHERE r.id = $1 AND r.repository = $2`, revisionID, repository, trees.digests()).
@@ -216,7 +221,7 @@ func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (s
 		}
 		return store.Revision{}, mapErr("revision "+revisionID, err)
 	}
-	if r.Tree, err = tree(ctx, db.pool, r.TreeDigest, enc); err != nil {
+	if r.Tree, err = tree(ctx, qr, r.TreeDigest, enc); err != nil {
 		return store.Revision{}, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()

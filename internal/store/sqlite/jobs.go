@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ag-coord/ag/internal/store"
@@ -59,33 +60,9 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 		existing bool
 	)
 	err := d.write(ctx, "enqueue job", func(ctx context.Context, tx *sql.Tx) error {
-		if p.UniqueKey != "" {
-			// The literal conditions match the partial unique index, so SQLite can use it.
-			j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
-				WHERE unique_key = ? AND unique_key <> '' AND state IN ('queued', 'claimed')`, p.UniqueKey))
-			if err == nil {
-				job, existing = j, true
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return interpret("enqueue job: look up unique key", err)
-			}
-		}
-		var payload any
-		if p.Payload != nil {
-			payload = p.Payload
-		}
-		j, err := scanJob(tx.QueryRowContext(ctx, `INSERT INTO jobs
-			(id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
-			VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)
-			RETURNING `+jobColumns,
-			store.NewID("job"), p.Kind, payload, p.Priority, p.MaxAttempts,
-			micros(now.Add(p.Delay)), micros(now), micros(now), p.EnqueuedBy, p.UniqueKey))
-		if err != nil {
-			return interpret("enqueue job", err)
-		}
-		job = j
-		return nil
+		var err error
+		job, existing, err = enqueueJob(ctx, tx, p, now)
+		return err
 	})
 	if err != nil {
 		return store.Job{}, false, err
@@ -94,6 +71,37 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 		d.signal.Fire()
 	}
 	return job, existing, nil
+}
+
+// enqueueJob is EnqueueJob inside a write, which AdvanceQueue shares so that a candidate and its
+// validate job are stored together. A caller that gets a new job (existing false) fires the job
+// signal once the write committed.
+func enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParams, now time.Time) (job store.Job, existing bool, err error) {
+	if p.UniqueKey != "" {
+		// The literal conditions match the partial unique index, so SQLite can use it.
+		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
+			WHERE unique_key = ? AND unique_key <> '' AND state IN ('queued', 'claimed')`, p.UniqueKey))
+		if err == nil {
+			return j, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return store.Job{}, false, interpret("enqueue job: look up unique key", err)
+		}
+	}
+	var payload any
+	if p.Payload != nil {
+		payload = p.Payload
+	}
+	j, err := scanJob(tx.QueryRowContext(ctx, `INSERT INTO jobs
+		(id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
+		VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)
+		RETURNING `+jobColumns,
+		store.NewID("job"), p.Kind, payload, p.Priority, p.MaxAttempts,
+		micros(now.Add(p.Delay)), micros(now), micros(now), p.EnqueuedBy, p.UniqueKey))
+	if err != nil {
+		return store.Job{}, false, interpret("enqueue job", err)
+	}
+	return j, false, nil
 }
 
 // settleExpired is ExpireJobs's statement: an expired claim that cannot be claimed again
@@ -389,6 +397,17 @@ func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job,
 		for _, k := range p.Kinds {
 			args = append(args, k)
 		}
+	}
+	switch {
+	case strings.HasSuffix(p.ClaimedBy, "|"):
+		// Every label of a principal: the claimants in ["alice|", "alice}"), '}' following '|'.
+		// A range, not LIKE, which would read '%' and '_' in a name as wildcards. The literal
+		// condition lets SQLite use the partial index jobs_claimed_by.
+		q += ` AND claimed_by <> '' AND claimed_by >= ? AND claimed_by < ?`
+		args = append(args, p.ClaimedBy, p.ClaimedBy[:len(p.ClaimedBy)-1]+"}")
+	case p.ClaimedBy != "":
+		q += ` AND claimed_by <> '' AND claimed_by = ?`
+		args = append(args, p.ClaimedBy)
 	}
 	// One row more than the page tells whether another page follows.
 	q += ` ORDER BY seq DESC LIMIT ?`

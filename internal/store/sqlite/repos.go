@@ -42,17 +42,13 @@ func insertTree(ctx context.Context, tx *sql.Tx, t repo.Tree) (string, error) {
 
 // CreateRepository creates a repository whose mainline is a revision with the empty tree.
 func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
-	var validation any
-	if p.Validation != nil {
-		validation = p.Validation
-	}
 	var r store.Repository
 	err := d.write(ctx, "create repository", func(ctx context.Context, tx *sql.Tx) error {
 		now := micros(d.now())
 		revID := store.NewID("rev")
 		var err error
 		r, err = scanRepository(tx.QueryRowContext(ctx, `INSERT INTO repositories (name, mainline, validation, created_at)
-			VALUES (?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, validation, now))
+			VALUES (?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, nullBytes(p.Validation), now))
 		if err != nil {
 			return interpret(fmt.Sprintf("create repository %q", p.Name), err)
 		}
@@ -259,8 +255,9 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 	return c, nil
 }
 
-// Integrate checks the edited paths' leases, rebases the edits onto the mainline and moves the
-// mainline to the result, all in one write.
+// Integrate checks the edited paths' leases and rebases the edits onto the mainline, all in one
+// write. Without a validation policy it moves the mainline to the result; with one it queues the
+// change with its edits, and AdvanceQueue takes it from there.
 func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
 	if p.Rebase == nil {
 		return store.Change{}, errors.New("integrate: no Rebase function")
@@ -269,11 +266,19 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 	if err != nil {
 		return store.Change{}, fmt.Errorf("integrate: %w", err)
 	}
+	edits, err := json.Marshal(nonNilEdits(p.Edits))
+	if err != nil {
+		return store.Change{}, fmt.Errorf("integrate: %w", err)
+	}
 	var change store.Change
 	err = d.write(ctx, "integrate", func(ctx context.Context, tx *sql.Tx) error {
 		now := micros(d.now())
-		var mainline string
-		if err := tx.QueryRowContext(ctx, `SELECT mainline FROM repositories WHERE name = ?`, p.Repository).Scan(&mainline); err != nil {
+		var (
+			mainline   string
+			validation []byte
+		)
+		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
+			Scan(&mainline, &validation); err != nil {
 			return interpret(fmt.Sprintf("integrate: repository %q", p.Repository), err)
 		}
 		if err := checkIntegrateLeases(ctx, tx, p); err != nil {
@@ -289,42 +294,92 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 				return fmt.Errorf("integrate: mainline %w", err)
 			}
 		}
+		// With a policy the tree is thrown away: the rebase only refuses a conflict now, while
+		// the agent still holds its leases, rather than when the change's turn comes.
 		tree, err := p.Rebase(base.Tree, head.Tree)
 		if err != nil {
 			return err // the caller's own error, as it is
 		}
-		digest, err := insertTree(ctx, tx, tree)
-		if err != nil {
-			return fmt.Errorf("integrate: %w", err)
-		}
 		if err := insertBlobs(ctx, tx, p.Blobs); err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
-		revID, changeID := store.NewID("rev"), store.NewID("chg")
-		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Repository, mainline, changeID, p.Holder, digest, now); err != nil {
-			return interpret("integrate: store revision", err)
+		changeID := store.NewID("chg")
+		if validation != nil {
+			// seq, taken here under the write lock, is the change's place in the queue.
+			change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
+				(id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
+				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), now, now))
+			if err != nil {
+				return interpret("integrate: store change", err)
+			}
+			return nil
+		}
+		rev, err := insertRevision(ctx, tx, p.Repository, mainline, changeID, p.Holder, tree, now)
+		if err != nil {
+			return fmt.Errorf("integrate: %w", err)
 		}
 		change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
 			(id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
 			 created_at, updated_at)
 			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
-			changeID, p.Repository, p.BaseRevision, revID, revID, p.Holder, p.Message, string(paths), now, now))
+			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), now, now))
 		if err != nil {
 			return interpret("integrate: store change", err)
 		}
-		// Compare-and-swap: the write lock is held since the mainline was read, so it holds.
-		res, err := tx.ExecContext(ctx, `UPDATE repositories SET mainline = ? WHERE name = ? AND mainline = ?`,
-			revID, p.Repository, mainline)
-		if err != nil {
-			return interpret("integrate: move the mainline", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("integrate: the mainline of %q moved during the transaction (%d rows, %v)", p.Repository, n, err)
+		if err := mustMoveMainline(ctx, tx, p.Repository, mainline, rev.ID); err != nil {
+			return fmt.Errorf("integrate: %w", err)
 		}
 		return nil
 	})
 	return change, err
+}
+
+// insertRevision stores tree, once, and a new revision of it.
+func insertRevision(ctx context.Context, tx *sql.Tx, repository, parent, changeID, author string, tree repo.Tree, now int64) (store.Revision, error) {
+	digest, err := insertTree(ctx, tx, tree)
+	if err != nil {
+		return store.Revision{}, err
+	}
+	rev := store.Revision{ID: store.NewID("rev"), Repository: repository, Parent: parent, ChangeID: changeID,
+		Author: author, Tree: tree, TreeDigest: digest, CreatedAt: fromMicros(now)}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, rev.ID, repository, parent, changeID, author, digest, now); err != nil {
+		return store.Revision{}, interpret("store revision", err)
+	}
+	return rev, nil
+}
+
+// moveMainline is the compare-and-swap of a repository's mainline: it moves to to only from
+// from, and answers whether it moved.
+func moveMainline(ctx context.Context, tx *sql.Tx, repository, from, to string) (bool, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE repositories SET mainline = ? WHERE name = ? AND mainline = ?`, to, repository, from)
+	if err != nil {
+		return false, interpret("move the mainline", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, interpret("move the mainline", err)
+	}
+	return n == 1, nil
+}
+
+// mustMoveMainline is moveMainline from a mainline read in the same write: the write lock is
+// held since, so a miss means the transaction is broken.
+func mustMoveMainline(ctx context.Context, tx *sql.Tx, repository, from, to string) error {
+	moved, err := moveMainline(ctx, tx, repository, from, to)
+	if err == nil && !moved {
+		err = fmt.Errorf("move the mainline: the mainline of %q moved during the transaction", repository)
+	}
+	return err
+}
+
+// nonNilEdits keeps absent edits as an empty JSON array.
+func nonNilEdits(e []repo.FileEdit) []repo.FileEdit {
+	if e == nil {
+		return []repo.FileEdit{}
+	}
+	return e
 }
 
 // checkIntegrateLeases applies IntegrateParams' lease check to every edited path, in order, and
@@ -404,12 +459,19 @@ func uniqueTokens(tokens []uint64) []uint64 {
 	return slices.Compact(out)
 }
 
-// GetChange answers a change.
+// GetChange answers a change, with its place in the queue while it is queued.
 func (d *DB) GetChange(ctx context.Context, changeID string) (store.Change, error) {
-	c, err := scanChange(d.r.QueryRowContext(ctx, `SELECT `+changeColumns+` FROM changes WHERE id = ?`, changeID))
+	var pos int
+	// One statement, so the position is counted in the snapshot the change was read from.
+	c, err := scanChange(d.r.QueryRowContext(ctx, `SELECT
+			CASE WHEN c.state = 'queued' THEN (SELECT count(*) FROM changes q
+				WHERE q.repository = c.repository AND q.state IN ('queued', 'validating') AND q.seq < c.seq)
+			ELSE 0 END, `+changeColumns+`
+		FROM changes c WHERE c.id = ?`, changeID), &pos)
 	if err != nil {
 		return store.Change{}, interpret("get change "+changeID, err)
 	}
+	c.QueuePosition = pos
 	return c, nil
 }
 

@@ -27,7 +27,7 @@ func put(path, content string) fileEdit { return fileEdit{path: path, content: c
 func del(path string) fileEdit          { return fileEdit{path: path, delete: true} }
 
 // integrateParams builds an Integrate of edits on base, their contents sent inline, rebased
-// with repo.Rebase.
+// with repo.Rebase, and the edits kept for a queue.
 func integrateParams(repository, base, holder string, tokens []uint64, edits ...fileEdit) store.IntegrateParams {
 	var (
 		fe    []repo.FileEdit
@@ -54,6 +54,7 @@ func integrateParams(repository, base, holder string, tokens []uint64, edits ...
 		Message:       "edit " + strings.Join(paths, ", "),
 		Rebase:        func(base, mainline repo.Tree) (repo.Tree, error) { return repo.Rebase(base, mainline, fe) },
 		Blobs:         blobs,
+		Edits:         fe,
 	}
 }
 

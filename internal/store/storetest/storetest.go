@@ -120,6 +120,18 @@ var tests = []conformanceTest{
 	{"get_change_and_list_changes", testChanges},
 	{"sixteen_agents_on_disjoint_leases_integrate_concurrently", testConcurrentDisjointIntegrates},
 	{"sixteen_agents_contending_for_one_file_hold_it_one_at_a_time", testConcurrentContention},
+	// integration queue (validation gate)
+	{"integrate_with_a_validation_policy_queues_the_change_and_leaves_the_mainline", testGateIntegrateQueues},
+	{"advance_builds_the_oldest_change_on_the_mainline_and_enqueues_its_validate_job", testGateAdvanceBuilds},
+	{"a_pass_moves_the_mainline_to_the_candidate_and_builds_the_next_change_on_it", testGatePass},
+	{"a_reject_or_cancel_settles_the_change_and_the_next_one_starts", testGateRejectAndCancel},
+	{"a_pass_on_a_mainline_that_moved_queues_the_change_again_and_rebuilds_it", testGatePassOnMovedMainline},
+	{"a_build_error_rejects_the_change_and_the_next_one_gets_its_turn", testGateBuildError},
+	{"queued_changes_are_integrated_directly_in_order_once_the_policy_is_removed", testGatePolicyRemoved},
+	{"pending_queues_names_the_repositories_with_queued_or_validating_changes", testGatePendingQueues},
+	{"set_validation_replaces_the_policy_and_get_repository_shows_it", testGateSetValidation},
+	{"list_jobs_filters_by_claimant_or_every_label_of_a_principal", testListJobsClaimedBy},
+	{"concurrent_integrates_and_advances_integrate_every_change_once_in_queue_order", testGateConcurrentOrder},
 }
 
 // Run runs every conformance test against the stores newStore makes, each as a parallel subtest.

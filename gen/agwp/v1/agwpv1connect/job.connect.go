@@ -49,6 +49,9 @@ const (
 	JobServiceGetJobProcedure = "/agwp.v1.JobService/GetJob"
 	// JobServiceListJobsProcedure is the fully-qualified name of the JobService's ListJobs RPC.
 	JobServiceListJobsProcedure = "/agwp.v1.JobService/ListJobs"
+	// JobServiceGetAttestationProcedure is the fully-qualified name of the JobService's GetAttestation
+	// RPC.
+	JobServiceGetAttestationProcedure = "/agwp.v1.JobService/GetAttestation"
 )
 
 // JobServiceClient is a client for the agwp.v1.JobService service.
@@ -73,6 +76,9 @@ type JobServiceClient interface {
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
 	// ListJobs answers jobs, newest first, filtered and paginated. Any role.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
+	// GetAttestation answers a stored DSSE envelope by its digest (a job's attestation_digest),
+	// for verification offline. Any role.
+	GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error)
 }
 
 // NewJobServiceClient constructs a client for the agwp.v1.JobService service. By default, it uses
@@ -134,19 +140,26 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
 			connect.WithClientOptions(opts...),
 		),
+		getAttestation: connect.NewClient[v1.GetAttestationRequest, v1.GetAttestationResponse](
+			httpClient,
+			baseURL+JobServiceGetAttestationProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("GetAttestation")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	enqueueJob   *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
-	claimJob     *connect.Client[v1.ClaimJobRequest, v1.ClaimJobResponse]
-	heartbeatJob *connect.Client[v1.HeartbeatJobRequest, v1.HeartbeatJobResponse]
-	completeJob  *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
-	failJob      *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
-	cancelJob    *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
-	getJob       *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
-	listJobs     *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
+	enqueueJob     *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
+	claimJob       *connect.Client[v1.ClaimJobRequest, v1.ClaimJobResponse]
+	heartbeatJob   *connect.Client[v1.HeartbeatJobRequest, v1.HeartbeatJobResponse]
+	completeJob    *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
+	failJob        *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
+	cancelJob      *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
+	getJob         *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	listJobs       *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
+	getAttestation *connect.Client[v1.GetAttestationRequest, v1.GetAttestationResponse]
 }
 
 // EnqueueJob calls agwp.v1.JobService.EnqueueJob.
@@ -221,6 +234,15 @@ func (c *jobServiceClient) ListJobs(ctx context.Context, req *v1.ListJobsRequest
 	return nil, err
 }
 
+// GetAttestation calls agwp.v1.JobService.GetAttestation.
+func (c *jobServiceClient) GetAttestation(ctx context.Context, req *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error) {
+	response, err := c.getAttestation.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // JobServiceHandler is an implementation of the agwp.v1.JobService service.
 type JobServiceHandler interface {
 	// EnqueueJob adds a job. Roles: admin, agent.
@@ -243,6 +265,9 @@ type JobServiceHandler interface {
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
 	// ListJobs answers jobs, newest first, filtered and paginated. Any role.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
+	// GetAttestation answers a stored DSSE envelope by its digest (a job's attestation_digest),
+	// for verification offline. Any role.
+	GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -300,6 +325,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceGetAttestationHandler := connect.NewUnaryHandlerSimple(
+		JobServiceGetAttestationProcedure,
+		svc.GetAttestation,
+		connect.WithSchema(jobServiceMethods.ByName("GetAttestation")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/agwp.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceEnqueueJobProcedure:
@@ -318,6 +349,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetJobHandler.ServeHTTP(w, r)
 		case JobServiceListJobsProcedure:
 			jobServiceListJobsHandler.ServeHTTP(w, r)
+		case JobServiceGetAttestationProcedure:
+			jobServiceGetAttestationHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -357,4 +390,8 @@ func (UnimplementedJobServiceHandler) GetJob(context.Context, *v1.GetJobRequest)
 
 func (UnimplementedJobServiceHandler) ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.ListJobs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.GetAttestation is not implemented"))
 }

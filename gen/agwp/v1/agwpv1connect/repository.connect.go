@@ -36,6 +36,9 @@ const (
 	// RepositoryServiceCreateRepositoryProcedure is the fully-qualified name of the RepositoryService's
 	// CreateRepository RPC.
 	RepositoryServiceCreateRepositoryProcedure = "/agwp.v1.RepositoryService/CreateRepository"
+	// RepositoryServiceSetValidationProcedure is the fully-qualified name of the RepositoryService's
+	// SetValidation RPC.
+	RepositoryServiceSetValidationProcedure = "/agwp.v1.RepositoryService/SetValidation"
 	// RepositoryServiceGetRepositoryProcedure is the fully-qualified name of the RepositoryService's
 	// GetRepository RPC.
 	RepositoryServiceGetRepositoryProcedure = "/agwp.v1.RepositoryService/GetRepository"
@@ -72,6 +75,10 @@ const (
 type RepositoryServiceClient interface {
 	// CreateRepository creates a repository whose mainline is an empty revision. Role: admin.
 	CreateRepository(context.Context, *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error)
+	// SetValidation replaces a repository's validation policy; an absent validation removes it.
+	// Changes already queued are validated under the policy in force when their turn comes.
+	// Role: admin.
+	SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error)
 	// GetRepository answers one repository. Any role.
 	GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error)
 	// ListRepositories answers repositories by name. Any role.
@@ -111,6 +118,12 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			httpClient,
 			baseURL+RepositoryServiceCreateRepositoryProcedure,
 			connect.WithSchema(repositoryServiceMethods.ByName("CreateRepository")),
+			connect.WithClientOptions(opts...),
+		),
+		setValidation: connect.NewClient[v1.SetValidationRequest, v1.SetValidationResponse](
+			httpClient,
+			baseURL+RepositoryServiceSetValidationProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("SetValidation")),
 			connect.WithClientOptions(opts...),
 		),
 		getRepository: connect.NewClient[v1.GetRepositoryRequest, v1.GetRepositoryResponse](
@@ -179,6 +192,7 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 // repositoryServiceClient implements RepositoryServiceClient.
 type repositoryServiceClient struct {
 	createRepository *connect.Client[v1.CreateRepositoryRequest, v1.CreateRepositoryResponse]
+	setValidation    *connect.Client[v1.SetValidationRequest, v1.SetValidationResponse]
 	getRepository    *connect.Client[v1.GetRepositoryRequest, v1.GetRepositoryResponse]
 	listRepositories *connect.Client[v1.ListRepositoriesRequest, v1.ListRepositoriesResponse]
 	uploadBlobs      *connect.Client[v1.UploadBlobsRequest, v1.UploadBlobsResponse]
@@ -194,6 +208,15 @@ type repositoryServiceClient struct {
 // CreateRepository calls agwp.v1.RepositoryService.CreateRepository.
 func (c *repositoryServiceClient) CreateRepository(ctx context.Context, req *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error) {
 	response, err := c.createRepository.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetValidation calls agwp.v1.RepositoryService.SetValidation.
+func (c *repositoryServiceClient) SetValidation(ctx context.Context, req *v1.SetValidationRequest) (*v1.SetValidationResponse, error) {
+	response, err := c.setValidation.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -290,6 +313,10 @@ func (c *repositoryServiceClient) WatchChange(ctx context.Context, req *v1.Watch
 type RepositoryServiceHandler interface {
 	// CreateRepository creates a repository whose mainline is an empty revision. Role: admin.
 	CreateRepository(context.Context, *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error)
+	// SetValidation replaces a repository's validation policy; an absent validation removes it.
+	// Changes already queued are validated under the policy in force when their turn comes.
+	// Role: admin.
+	SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error)
 	// GetRepository answers one repository. Any role.
 	GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error)
 	// ListRepositories answers repositories by name. Any role.
@@ -325,6 +352,12 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		RepositoryServiceCreateRepositoryProcedure,
 		svc.CreateRepository,
 		connect.WithSchema(repositoryServiceMethods.ByName("CreateRepository")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceSetValidationHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceSetValidationProcedure,
+		svc.SetValidation,
+		connect.WithSchema(repositoryServiceMethods.ByName("SetValidation")),
 		connect.WithHandlerOptions(opts...),
 	)
 	repositoryServiceGetRepositoryHandler := connect.NewUnaryHandlerSimple(
@@ -391,6 +424,8 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		switch r.URL.Path {
 		case RepositoryServiceCreateRepositoryProcedure:
 			repositoryServiceCreateRepositoryHandler.ServeHTTP(w, r)
+		case RepositoryServiceSetValidationProcedure:
+			repositoryServiceSetValidationHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetRepositoryProcedure:
 			repositoryServiceGetRepositoryHandler.ServeHTTP(w, r)
 		case RepositoryServiceListRepositoriesProcedure:
@@ -422,6 +457,10 @@ type UnimplementedRepositoryServiceHandler struct{}
 
 func (UnimplementedRepositoryServiceHandler) CreateRepository(context.Context, *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.CreateRepository is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.SetValidation is not implemented"))
 }
 
 func (UnimplementedRepositoryServiceHandler) GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error) {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEihQEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqABCgpWYWxpZGF0aW9uEg8KB2NvbW1hbmQYASADKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgNlbnYYAyADKAsyHC5hZ3dwLnYxLlZhbGlkYXRpb24uRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQChdDcmVhdGVSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSI2Cg5HZXRUcmVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhAKCHJldmlzaW9uGAIgASgJIpABCg9HZXRUcmVlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAkSIwoHZW50cmllcxgCIAMoCzISLmFnd3AudjEuVHJlZUVudHJ5EhMKC3RyZWVfZGlnZXN0GAMgASgJEg4KBnBhcmVudBgEIAEoCRIRCgljaGFuZ2VfaWQYBSABKAkSDgoGYXV0aG9yGAYgASgJIjcKCVRyZWVFbnRyeRIMCgRwYXRoGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgEIloKBEVkaXQSDAoEcGF0aBgBIAEoCRIVCgtibG9iX2RpZ2VzdBgCIAEoCUgAEhEKB2NvbnRlbnQYAyABKAxIABIQCgZkZWxldGUYBCABKAhIAEIICgZhY3Rpb24ilAEKEEludGVncmF0ZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIVCg1iYXNlX3JldmlzaW9uGAIgASgJEhwKBWVkaXRzGAMgAygLMg0uYWd3cC52MS5FZGl0EhYKDmZlbmNpbmdfdG9rZW5zGAQgAygEEg8KB21lc3NhZ2UYBSABKAkSDgoGaG9sZGVyGAYgASgJIjQKEUludGVncmF0ZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlIukCCgZDaGFuZ2USCgoCaWQYASABKAkSEgoKcmVwb3NpdG9yeRgCIAEoCRIjCgVzdGF0ZRgDIAEoDjIULmFnd3AudjEuQ2hhbmdlU3RhdGUSFQoNYmFzZV9yZXZpc2lvbhgEIAEoCRIaChJjYW5kaWRhdGVfcmV2aXNpb24YBSABKAkSGwoTaW50ZWdyYXRlZF9yZXZpc2lvbhgGIAEoCRIOCgZhdXRob3IYByABKAkSDwoHbWVzc2FnZRgIIAEoCRINCgVwYXRocxgJIAMoCRIOCgZqb2JfaWQYCiABKAkSGgoSYXR0ZXN0YXRpb25fZGlnZXN0GAsgASgJEg4KBnJlYXNvbhgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJOChBHZXRDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUdldENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlIk8KEkxpc3RDaGFuZ2VzUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlAKE0xpc3RDaGFuZ2VzUmVzcG9uc2USIAoHY2hhbmdlcxgBIAMoCzIPLmFnd3AudjEuQ2hhbmdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSInChJXYXRjaENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJIjYKE1dhdGNoQ2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UqtQEKC0NoYW5nZVN0YXRlEhwKGENIQU5HRV9TVEFURV9VTlNQRUNJRklFRBAAEhcKE0NIQU5HRV9TVEFURV9RVUVVRUQQARIbChdDSEFOR0VfU1RBVEVfVkFMSURBVElORxACEhsKF0NIQU5HRV9TVEFURV9JTlRFR1JBVEVEEAMSGQoVQ0hBTkdFX1NUQVRFX1JFSkVDVEVEEAQSGgoWQ0hBTkdFX1NUQVRFX0NBTkNFTExFRBAFMowLChFSZXBvc2l0b3J5U2VydmljZRKPAQoQQ3JlYXRlUmVwb3NpdG9yeRIgLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QaIS5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9DcmVhdGVSZXBvc2l0b3J5EoMBCg1HZXRSZXBvc2l0b3J5Eh0uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVxdWVzdBoeLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFJlcG9zaXRvcnkSjwEKEExpc3RSZXBvc2l0b3JpZXMSIC5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0GiEuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdFJlcG9zaXRvcmllcxJ7CgtVcGxvYWRCbG9icxIbLmFnd3AudjEuVXBsb2FkQmxvYnNSZXF1ZXN0GhwuYWd3cC52MS5VcGxvYWRCbG9ic1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEJsb2JzEo8BChBGaW5kTWlzc2luZ0Jsb2JzEiAuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBohLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nQmxvYnMSawoHR2V0QmxvYhIXLmFnd3AudjEuR2V0QmxvYlJlcXVlc3QaGC5hZ3dwLnYxLkdldEJsb2JSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwAUIrWilnaXRodWIuY29tL2FnLWNvb3JkL2FnL2dlbi9hZ3dwL3YxO2Fnd3B2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEihQEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqABCgpWYWxpZGF0aW9uEg8KB2NvbW1hbmQYASADKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgNlbnYYAyADKAsyHC5hZ3dwLnYxLlZhbGlkYXRpb24uRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiUAoXQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkMKGENyZWF0ZVJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IiQKFEdldFJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkiQAoVR2V0UmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiQAoXTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXgoYTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlEikKDHJlcG9zaXRvcmllcxgBIAMoCzITLmFnd3AudjEuUmVwb3NpdG9yeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiIwoSVXBsb2FkQmxvYnNSZXF1ZXN0Eg0KBWJsb2JzGAEgAygMIiYKE1VwbG9hZEJsb2JzUmVzcG9uc2USDwoHZGlnZXN0cxgBIAMoCSIqChdGaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBIPCgdkaWdlc3RzGAEgAygJIisKGEZpbmRNaXNzaW5nQmxvYnNSZXNwb25zZRIPCgdtaXNzaW5nGAEgAygJIiAKDkdldEJsb2JSZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCSIyCg9HZXRCbG9iUmVzcG9uc2USDwoHY29udGVudBgBIAEoDBIOCgZkaWdlc3QYAiABKAkiNgoOR2V0VHJlZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCSKQAQoPR2V0VHJlZVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgJEiMKB2VudHJpZXMYAiADKAsyEi5hZ3dwLnYxLlRyZWVFbnRyeRITCgt0cmVlX2RpZ2VzdBgDIAEoCRIOCgZwYXJlbnQYBCABKAkSEQoJY2hhbmdlX2lkGAUgASgJEg4KBmF1dGhvchgGIAEoCSI3CglUcmVlRW50cnkSDAoEcGF0aBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoBCJaCgRFZGl0EgwKBHBhdGgYASABKAkSFQoLYmxvYl9kaWdlc3QYAiABKAlIABIRCgdjb250ZW50GAMgASgMSAASEAoGZGVsZXRlGAQgASgISABCCAoGYWN0aW9uIpQBChBJbnRlZ3JhdGVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSFQoNYmFzZV9yZXZpc2lvbhgCIAEoCRIcCgVlZGl0cxgDIAMoCzINLmFnd3AudjEuRWRpdBIWCg5mZW5jaW5nX3Rva2VucxgEIAMoBBIPCgdtZXNzYWdlGAUgASgJEg4KBmhvbGRlchgGIAEoCSI0ChFJbnRlZ3JhdGVSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSKTAwoGQ2hhbmdlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSIwoFc3RhdGUYAyABKA4yFC5hZ3dwLnYxLkNoYW5nZVN0YXRlEhUKDWJhc2VfcmV2aXNpb24YBCABKAkSGgoSY2FuZGlkYXRlX3JldmlzaW9uGAUgASgJEhsKE2ludGVncmF0ZWRfcmV2aXNpb24YBiABKAkSDgoGYXV0aG9yGAcgASgJEg8KB21lc3NhZ2UYCCABKAkSDQoFcGF0aHMYCSADKAkSDgoGam9iX2lkGAogASgJEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcHJvZ3Jlc3MYDyABKAkSFgoOcXVldWVfcG9zaXRpb24YECABKA0iTgoQR2V0Q2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI0ChFHZXRDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSJPChJMaXN0Q2hhbmdlc1JlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJQChNMaXN0Q2hhbmdlc1Jlc3BvbnNlEiAKB2NoYW5nZXMYASADKAsyDy5hZ3dwLnYxLkNoYW5nZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSV2F0Y2hDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCSI2ChNXYXRjaENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlKrUBCgtDaGFuZ2VTdGF0ZRIcChhDSEFOR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNDSEFOR0VfU1RBVEVfUVVFVUVEEAESGwoXQ0hBTkdFX1NUQVRFX1ZBTElEQVRJTkcQAhIbChdDSEFOR0VfU1RBVEVfSU5URUdSQVRFRBADEhkKFUNIQU5HRV9TVEFURV9SRUpFQ1RFRBAEEhoKFkNIQU5HRV9TVEFURV9DQU5DRUxMRUQQBTKSDAoRUmVwb3NpdG9yeVNlcnZpY2USjwEKEENyZWF0ZVJlcG9zaXRvcnkSIC5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0GiEuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvQ3JlYXRlUmVwb3NpdG9yeRKDAQoNU2V0VmFsaWRhdGlvbhIdLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlcXVlc3QaHi5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TZXRWYWxpZGF0aW9uEoMBCg1HZXRSZXBvc2l0b3J5Eh0uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVxdWVzdBoeLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFJlcG9zaXRvcnkSjwEKEExpc3RSZXBvc2l0b3JpZXMSIC5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0GiEuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdFJlcG9zaXRvcmllcxJ7CgtVcGxvYWRCbG9icxIbLmFnd3AudjEuVXBsb2FkQmxvYnNSZXF1ZXN0GhwuYWd3cC52MS5VcGxvYWRCbG9ic1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEJsb2JzEo8BChBGaW5kTWlzc2luZ0Jsb2JzEiAuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBohLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nQmxvYnMSawoHR2V0QmxvYhIXLmFnd3AudjEuR2V0QmxvYlJlcXVlc3QaGC5hZ3dwLnYxLkdldEJsb2JSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwAUIrWilnaXRodWIuY29tL2FnLWNvb3JkL2FnL2dlbi9hZ3dwL3YxO2Fnd3B2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -54,20 +54,29 @@ export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 0);
 
 /**
+ * Validation is a repository's policy: the command a worker runs on each candidate tree, in a
+ * fresh directory holding exactly that tree; exit status 0 passes.
+ *
  * @generated from message agwp.v1.Validation
  */
 export type Validation = Message<"agwp.v1.Validation"> & {
   /**
+   * argv, at most 64 arguments; command[0] is looked up in the worker's PATH.
+   *
    * @generated from field: repeated string command = 1;
    */
   command: string[];
 
   /**
+   * Default 10m, at most 24h; the command's process group is killed when it runs longer.
+   *
    * @generated from field: google.protobuf.Duration timeout = 2;
    */
   timeout?: Duration | undefined;
 
   /**
+   * Added to the worker's environment.
+   *
    * @generated from field: map<string, string> env = 3;
    */
   env: { [key: string]: string };
@@ -79,6 +88,47 @@ export type Validation = Message<"agwp.v1.Validation"> & {
  */
 export const ValidationSchema: GenMessage<Validation> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 1);
+
+/**
+ * @generated from message agwp.v1.SetValidationRequest
+ */
+export type SetValidationRequest = Message<"agwp.v1.SetValidationRequest"> & {
+  /**
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * Absent: integrate without validation from now on.
+   *
+   * @generated from field: agwp.v1.Validation validation = 2;
+   */
+  validation?: Validation | undefined;
+};
+
+/**
+ * Describes the message agwp.v1.SetValidationRequest.
+ * Use `create(SetValidationRequestSchema)` to create a new message.
+ */
+export const SetValidationRequestSchema: GenMessage<SetValidationRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 2);
+
+/**
+ * @generated from message agwp.v1.SetValidationResponse
+ */
+export type SetValidationResponse = Message<"agwp.v1.SetValidationResponse"> & {
+  /**
+   * @generated from field: agwp.v1.Repository repository = 1;
+   */
+  repository?: Repository | undefined;
+};
+
+/**
+ * Describes the message agwp.v1.SetValidationResponse.
+ * Use `create(SetValidationResponseSchema)` to create a new message.
+ */
+export const SetValidationResponseSchema: GenMessage<SetValidationResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 3);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryRequest
@@ -100,7 +150,7 @@ export type CreateRepositoryRequest = Message<"agwp.v1.CreateRepositoryRequest">
  * Use `create(CreateRepositoryRequestSchema)` to create a new message.
  */
 export const CreateRepositoryRequestSchema: GenMessage<CreateRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 2);
+  messageDesc(file_agwp_v1_repository, 4);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryResponse
@@ -117,7 +167,7 @@ export type CreateRepositoryResponse = Message<"agwp.v1.CreateRepositoryResponse
  * Use `create(CreateRepositoryResponseSchema)` to create a new message.
  */
 export const CreateRepositoryResponseSchema: GenMessage<CreateRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 3);
+  messageDesc(file_agwp_v1_repository, 5);
 
 /**
  * @generated from message agwp.v1.GetRepositoryRequest
@@ -134,7 +184,7 @@ export type GetRepositoryRequest = Message<"agwp.v1.GetRepositoryRequest"> & {
  * Use `create(GetRepositoryRequestSchema)` to create a new message.
  */
 export const GetRepositoryRequestSchema: GenMessage<GetRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 4);
+  messageDesc(file_agwp_v1_repository, 6);
 
 /**
  * @generated from message agwp.v1.GetRepositoryResponse
@@ -151,7 +201,7 @@ export type GetRepositoryResponse = Message<"agwp.v1.GetRepositoryResponse"> & {
  * Use `create(GetRepositoryResponseSchema)` to create a new message.
  */
 export const GetRepositoryResponseSchema: GenMessage<GetRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 5);
+  messageDesc(file_agwp_v1_repository, 7);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesRequest
@@ -173,7 +223,7 @@ export type ListRepositoriesRequest = Message<"agwp.v1.ListRepositoriesRequest">
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 6);
+  messageDesc(file_agwp_v1_repository, 8);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesResponse
@@ -195,7 +245,7 @@ export type ListRepositoriesResponse = Message<"agwp.v1.ListRepositoriesResponse
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 7);
+  messageDesc(file_agwp_v1_repository, 9);
 
 /**
  * @generated from message agwp.v1.UploadBlobsRequest
@@ -212,7 +262,7 @@ export type UploadBlobsRequest = Message<"agwp.v1.UploadBlobsRequest"> & {
  * Use `create(UploadBlobsRequestSchema)` to create a new message.
  */
 export const UploadBlobsRequestSchema: GenMessage<UploadBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 8);
+  messageDesc(file_agwp_v1_repository, 10);
 
 /**
  * @generated from message agwp.v1.UploadBlobsResponse
@@ -231,7 +281,7 @@ export type UploadBlobsResponse = Message<"agwp.v1.UploadBlobsResponse"> & {
  * Use `create(UploadBlobsResponseSchema)` to create a new message.
  */
 export const UploadBlobsResponseSchema: GenMessage<UploadBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 9);
+  messageDesc(file_agwp_v1_repository, 11);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsRequest
@@ -248,7 +298,7 @@ export type FindMissingBlobsRequest = Message<"agwp.v1.FindMissingBlobsRequest">
  * Use `create(FindMissingBlobsRequestSchema)` to create a new message.
  */
 export const FindMissingBlobsRequestSchema: GenMessage<FindMissingBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 10);
+  messageDesc(file_agwp_v1_repository, 12);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsResponse
@@ -265,7 +315,7 @@ export type FindMissingBlobsResponse = Message<"agwp.v1.FindMissingBlobsResponse
  * Use `create(FindMissingBlobsResponseSchema)` to create a new message.
  */
 export const FindMissingBlobsResponseSchema: GenMessage<FindMissingBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 11);
+  messageDesc(file_agwp_v1_repository, 13);
 
 /**
  * @generated from message agwp.v1.GetBlobRequest
@@ -282,7 +332,7 @@ export type GetBlobRequest = Message<"agwp.v1.GetBlobRequest"> & {
  * Use `create(GetBlobRequestSchema)` to create a new message.
  */
 export const GetBlobRequestSchema: GenMessage<GetBlobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 12);
+  messageDesc(file_agwp_v1_repository, 14);
 
 /**
  * @generated from message agwp.v1.GetBlobResponse
@@ -304,7 +354,7 @@ export type GetBlobResponse = Message<"agwp.v1.GetBlobResponse"> & {
  * Use `create(GetBlobResponseSchema)` to create a new message.
  */
 export const GetBlobResponseSchema: GenMessage<GetBlobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 13);
+  messageDesc(file_agwp_v1_repository, 15);
 
 /**
  * @generated from message agwp.v1.GetTreeRequest
@@ -328,7 +378,7 @@ export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
  * Use `create(GetTreeRequestSchema)` to create a new message.
  */
 export const GetTreeRequestSchema: GenMessage<GetTreeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 14);
+  messageDesc(file_agwp_v1_repository, 16);
 
 /**
  * @generated from message agwp.v1.GetTreeResponse
@@ -374,7 +424,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
  * Use `create(GetTreeResponseSchema)` to create a new message.
  */
 export const GetTreeResponseSchema: GenMessage<GetTreeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 15);
+  messageDesc(file_agwp_v1_repository, 17);
 
 /**
  * @generated from message agwp.v1.TreeEntry
@@ -401,7 +451,7 @@ export type TreeEntry = Message<"agwp.v1.TreeEntry"> & {
  * Use `create(TreeEntrySchema)` to create a new message.
  */
 export const TreeEntrySchema: GenMessage<TreeEntry> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 16);
+  messageDesc(file_agwp_v1_repository, 18);
 
 /**
  * Edit writes or deletes one path.
@@ -447,7 +497,7 @@ export type Edit = Message<"agwp.v1.Edit"> & {
  * Use `create(EditSchema)` to create a new message.
  */
 export const EditSchema: GenMessage<Edit> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 17);
+  messageDesc(file_agwp_v1_repository, 19);
 
 /**
  * @generated from message agwp.v1.IntegrateRequest
@@ -495,7 +545,7 @@ export type IntegrateRequest = Message<"agwp.v1.IntegrateRequest"> & {
  * Use `create(IntegrateRequestSchema)` to create a new message.
  */
 export const IntegrateRequestSchema: GenMessage<IntegrateRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 18);
+  messageDesc(file_agwp_v1_repository, 20);
 
 /**
  * @generated from message agwp.v1.IntegrateResponse
@@ -512,7 +562,7 @@ export type IntegrateResponse = Message<"agwp.v1.IntegrateResponse"> & {
  * Use `create(IntegrateResponseSchema)` to create a new message.
  */
 export const IntegrateResponseSchema: GenMessage<IntegrateResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 19);
+  messageDesc(file_agwp_v1_repository, 21);
 
 /**
  * @generated from message agwp.v1.Change
@@ -589,6 +639,21 @@ export type Change = Message<"agwp.v1.Change"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 14;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * While VALIDATING: the validate job's latest progress line ("waiting for a worker" until a
+   * worker claims it).
+   *
+   * @generated from field: string progress = 15;
+   */
+  progress: string;
+
+  /**
+   * Changes ahead of this one in its repository's integration queue, while QUEUED.
+   *
+   * @generated from field: uint32 queue_position = 16;
+   */
+  queuePosition: number;
 };
 
 /**
@@ -596,7 +661,7 @@ export type Change = Message<"agwp.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 20);
+  messageDesc(file_agwp_v1_repository, 22);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -620,7 +685,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 21);
+  messageDesc(file_agwp_v1_repository, 23);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -637,7 +702,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 22);
+  messageDesc(file_agwp_v1_repository, 24);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -664,7 +729,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 23);
+  messageDesc(file_agwp_v1_repository, 25);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -686,7 +751,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 24);
+  messageDesc(file_agwp_v1_repository, 26);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -703,7 +768,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 25);
+  messageDesc(file_agwp_v1_repository, 27);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -720,7 +785,7 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 26);
+  messageDesc(file_agwp_v1_repository, 28);
 
 /**
  * ChangeState is where a change is in its life.
@@ -781,6 +846,18 @@ export const RepositoryService: GenService<{
     methodKind: "unary";
     input: typeof CreateRepositoryRequestSchema;
     output: typeof CreateRepositoryResponseSchema;
+  },
+  /**
+   * SetValidation replaces a repository's validation policy; an absent validation removes it.
+   * Changes already queued are validated under the policy in force when their turn comes.
+   * Role: admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.SetValidation
+   */
+  setValidation: {
+    methodKind: "unary";
+    input: typeof SetValidationRequestSchema;
+    output: typeof SetValidationResponseSchema;
   },
   /**
    * GetRepository answers one repository. Any role.

@@ -1,0 +1,301 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// ---- the integration queue ----
+//
+// A repository's queue is its QUEUED and VALIDATING changes in seq order, at most one of them
+// VALIDATING. Every step of it (Integrate queueing a change, AdvanceQueue settling or starting
+// a validation) runs under the repository's row lock, so replicas advancing the same queue
+// take turns, and each sees what the one before it committed.
+
+// SetValidation replaces a repository's validation policy.
+func (db *DB) SetValidation(ctx context.Context, repository string, validation []byte) (store.Repository, error) {
+	var r store.Repository
+	err := db.pool.QueryRow(ctx, `UPDATE repositories SET validation = $2 WHERE name = $1 RETURNING `+repositoryCols,
+		repository, bytesOrNull(validation)).Scan(repositoryDest(&r)...)
+	if err != nil {
+		return store.Repository{}, mapErr("repository "+repository, err)
+	}
+	finishRepository(&r)
+	return r, nil
+}
+
+// pendingQueuesSQL reads changes_queue alone, whose predicate is its condition.
+const pendingQueuesSQL = `SELECT DISTINCT repository FROM changes WHERE state IN ('queued', 'validating') ORDER BY repository`
+
+// PendingQueues answers the repositories that have a QUEUED or VALIDATING change, by name.
+func (db *DB) PendingQueues(ctx context.Context) ([]string, error) {
+	rows, err := db.pool.Query(ctx, pendingQueuesSQL)
+	if err != nil {
+		return nil, mapErr("pending queues", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, mapErr("pending queues", err)
+	}
+	return names, nil
+}
+
+// advanceLockSQL holds the repository for AdvanceQueue, as integrateLockSQL does for Integrate
+// (the row alone, for the same reason), and reads what the advance starts from.
+const advanceLockSQL = `SELECT mainline, validation FROM repositories WHERE name = $1 FOR UPDATE`
+
+// queueHeadSQL answers the oldest change of the repository $1 in state, with its edits. The
+// state is a literal so that the search walks changes_queue, whose predicate it implies.
+func queueHeadSQL(state store.ChangeState) string {
+	return `SELECT ` + changeCols + `, edits FROM changes
+	WHERE repository = $1 AND state = '` + string(state) + `' ORDER BY seq LIMIT 1`
+}
+
+var (
+	validatingHeadSQL = queueHeadSQL(store.ChangeValidating)
+	queuedHeadSQL     = queueHeadSQL(store.ChangeQueued)
+)
+
+// setChangeSQL writes what a step of the queue changes in a change, and answers it as it now is.
+var setChangeSQL = q(`UPDATE changes SET
+	state = $3, candidate_revision = $4, integrated_revision = $5, job_id = $6, attestation_digest = $7,
+	reason = $8, updated_at = {now}
+WHERE id = $2
+RETURNING ` + changeCols)
+
+// storeRevisionSQL stores a built tree (once per digest) and its revision, and answers the
+// revision's time.
+var storeRevisionSQL = q(`WITH t AS (
+	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING)
+INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
+VALUES ($4, $5, $6, $7, $8, $2, {now})
+RETURNING created_at`)
+
+// moveMainlineSQL is the compare-and-swap of the mainline from $2 to $3. Under the lock it
+// cannot fail; the condition keeps the rule in the statement that applies it.
+const moveMainlineSQL = `UPDATE repositories SET mainline = $3 WHERE name = $1 AND mainline = $2`
+
+// advance is one AdvanceQueue transaction.
+type advance struct {
+	db         *DB
+	tx         pgx.Tx
+	p          store.AdvanceQueueParams
+	mainline   string
+	validation []byte
+	changed    []store.Change
+	built      map[string]repo.Tree // by digest: the trees stored, cached once committed
+	enqueued   bool
+}
+
+// AdvanceQueue settles the repository's VALIDATING change, then gives the QUEUED ones their
+// turn until one is VALIDATING or none is left, in one transaction under the repository's lock.
+func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
+	if p.Decide == nil || p.Build == nil || p.Job == nil {
+		return nil, errors.New("postgres: advance queue: Decide, Build and Job are all needed")
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return nil, mapErr("advance queue", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	a := &advance{db: db, tx: tx, p: p, built: map[string]repo.Tree{}}
+	if err := tx.QueryRow(ctx, advanceLockSQL, p.Repository).Scan(&a.mainline, &a.validation); err != nil {
+		return nil, mapErr("repository "+p.Repository, err)
+	}
+	a.validation = bytesOrNull(a.validation)
+	pending, err := a.settle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !pending {
+		if err := a.next(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, mapErr("advance queue: commit", err)
+	}
+	if a.enqueued {
+		db.signal.Fire()
+	}
+	for digest, t := range a.built {
+		trees.put(digest, t)
+	}
+	return a.changed, nil
+}
+
+// head answers the oldest change of the repository that sql (validatingHeadSQL or
+// queuedHeadSQL) finds, and its edits, or false when there is none.
+func (a *advance) head(ctx context.Context, sql string) (store.Change, []repo.FileEdit, bool, error) {
+	var s changeScan
+	var js []byte
+	err := a.tx.QueryRow(ctx, sql, a.p.Repository).Scan(append(s.dest(), &js)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Change{}, nil, false, nil
+	}
+	if err != nil {
+		return store.Change{}, nil, false, mapErr("advance queue: read the queue", err)
+	}
+	c := s.change()
+	var edits []repo.FileEdit
+	if js != nil {
+		if err := json.Unmarshal(js, &edits); err != nil {
+			return store.Change{}, nil, false, fmt.Errorf("postgres: change %s: decode its edits: %w", c.ID, err)
+		}
+	}
+	return c, edits, true, nil
+}
+
+// set writes c's state, revisions, job, attestation and reason, and records the change as
+// the database answers it.
+func (a *advance) set(ctx context.Context, c store.Change) error {
+	var s changeScan
+	err := a.tx.QueryRow(ctx, setChangeSQL, a.db.now(), c.ID, string(c.State), c.CandidateRevision,
+		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason).Scan(s.dest()...)
+	if err != nil {
+		return mapErr("advance queue: change "+c.ID, err)
+	}
+	a.changed = append(a.changed, s.change())
+	return nil
+}
+
+// moveMainline moves the mainline to rev when it is still from, and reports whether it did.
+func (a *advance) moveMainline(ctx context.Context, from, rev string) (bool, error) {
+	tag, err := a.tx.Exec(ctx, moveMainlineSQL, a.p.Repository, from, rev)
+	if err != nil {
+		return false, mapErr("advance queue: move the mainline", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	a.mainline = rev
+	return true, nil
+}
+
+// settle settles the VALIDATING change, if any, and reports whether its validation is still
+// pending, which ends the advance.
+func (a *advance) settle(ctx context.Context) (pending bool, err error) {
+	c, _, ok, err := a.head(ctx, validatingHeadSQL)
+	if err != nil || !ok {
+		return false, err
+	}
+	candidate, err := getRevision(ctx, a.tx, c.Repository, c.CandidateRevision)
+	if err != nil {
+		return false, fmt.Errorf("postgres: change %s: its candidate: %w", c.ID, err)
+	}
+	var js jobScan
+	if err := a.tx.QueryRow(ctx, getJobSQL, c.JobID).Scan(js.dest()...); err != nil {
+		return false, mapErr("change "+c.ID+": its job "+c.JobID, err)
+	}
+	job := js.job()
+	var att *store.Attestation
+	if job.AttestationDigest != "" {
+		got, err := getAttestation(ctx, a.tx, job.AttestationDigest)
+		switch {
+		case err == nil:
+			att = &got
+		case !errors.Is(err, store.ErrNotFound):
+			return false, err
+		}
+	}
+	v := a.p.Decide(c, candidate, job, att)
+	switch v.Outcome {
+	case store.VerdictPending:
+		return true, nil
+	case store.VerdictPass:
+		moved, err := a.moveMainline(ctx, candidate.Parent, candidate.ID)
+		if err != nil {
+			return false, err
+		}
+		if moved {
+			c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, candidate.ID, job.AttestationDigest
+		} else {
+			// The candidate was validated on a mainline that is gone: back to its place in
+			// the queue, to be built again on the new one.
+			c.State, c.CandidateRevision, c.JobID = store.ChangeQueued, "", ""
+		}
+	case store.VerdictReject:
+		c.State, c.Reason = store.ChangeRejected, v.Reason
+	case store.VerdictCancel:
+		c.State, c.Reason = store.ChangeCancelled, v.Reason
+	default:
+		return false, fmt.Errorf("postgres: advance queue: change %s: unknown verdict %d", c.ID, v.Outcome)
+	}
+	return false, a.set(ctx, c)
+}
+
+// next gives the QUEUED changes their turn, oldest first, until one is VALIDATING or none is
+// left.
+func (a *advance) next(ctx context.Context) error {
+	for {
+		c, edits, ok, err := a.head(ctx, queuedHeadSQL)
+		if err != nil || !ok {
+			return err
+		}
+		base, err := getRevision(ctx, a.tx, c.Repository, c.BaseRevision)
+		if err != nil {
+			return fmt.Errorf("postgres: change %s: its base: %w", c.ID, err)
+		}
+		mainline, err := getRevision(ctx, a.tx, c.Repository, a.mainline)
+		if err != nil {
+			return fmt.Errorf("postgres: advance queue: the mainline: %w", err)
+		}
+		t, err := a.p.Build(c, edits, base.Tree, mainline.Tree)
+		if err != nil {
+			c.State, c.Reason = store.ChangeRejected, err.Error()
+			if err := a.set(ctx, c); err != nil {
+				return err
+			}
+			continue
+		}
+		rev, err := a.storeRevision(ctx, c, t)
+		if err != nil {
+			return err
+		}
+		if a.validation == nil {
+			// The policy was removed while the change waited: it is integrated as Integrate
+			// does without one.
+			if _, err := a.moveMainline(ctx, rev.Parent, rev.ID); err != nil {
+				return err
+			}
+			c.State, c.CandidateRevision, c.IntegratedRevision = store.ChangeIntegrated, rev.ID, rev.ID
+			if err := a.set(ctx, c); err != nil {
+				return err
+			}
+			continue
+		}
+		job, existing, err := a.db.enqueue(ctx, a.tx, a.p.Job(c, rev, a.validation))
+		if err != nil {
+			return fmt.Errorf("change %s: enqueue its validation: %w", c.ID, err)
+		}
+		a.enqueued = a.enqueued || !existing
+		c.State, c.CandidateRevision, c.JobID = store.ChangeValidating, rev.ID, job.ID
+		return a.set(ctx, c)
+	}
+}
+
+// storeRevision stores t as the revision of change c on the mainline.
+func (a *advance) storeRevision(ctx context.Context, c store.Change, t repo.Tree) (store.Revision, error) {
+	if err := checkSorted(t); err != nil {
+		return store.Revision{}, fmt.Errorf("postgres: change %s: the built tree %w", c.ID, err)
+	}
+	enc := t.Encode()
+	rev := store.Revision{ID: store.NewID("rev"), Repository: c.Repository, Parent: a.mainline, ChangeID: c.ID,
+		Author: c.Author, Tree: t, TreeDigest: repo.Digest(enc)}
+	err := a.tx.QueryRow(ctx, storeRevisionSQL, a.db.now(), rev.TreeDigest, enc, rev.ID, rev.Repository, rev.Parent,
+		rev.ChangeID, rev.Author).Scan(&rev.CreatedAt)
+	if err != nil {
+		return store.Revision{}, mapErr("advance queue: store the revision of change "+c.ID, err)
+	}
+	rev.CreatedAt = rev.CreatedAt.UTC()
+	a.built[rev.TreeDigest] = slices.Clone(t) // p.Job gets t
+	return rev, nil
+}

@@ -1,0 +1,78 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/testutil/pgtest"
+)
+
+// TestQueueLookupsUseTheQueueIndex ensures that the reads of the integration queue (its head,
+// a change's place in it, the repositories with pending work) walk the queue's index in the
+// generic plans that the store's connections use, on repositories with a long history of
+// finished changes: never a scan of every change.
+func TestQueueLookupsUseTheQueueIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// 40,000 changes in two repositories, the last 20 of each still in the queue.
+	_, err = db.pool.Exec(ctx, `
+INSERT INTO changes (id, repository, state, base_revision, author, edits, created_at, updated_at)
+SELECT 'chg_' || g, CASE WHEN g % 2 = 0 THEN 'r' ELSE 's' END,
+	CASE WHEN g > 39960 THEN 'queued' WHEN g % 10 = 0 THEN 'rejected' ELSE 'integrated' END,
+	'rev_1', 'agent|w', '[]', now(), now()
+FROM generate_series(1, 40000) AS g;
+ANALYZE`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	cases := []struct {
+		name, sql, args string
+	}{
+		{"queued head", queuedHeadSQL, "('r')"},
+		{"validating head", validatingHeadSQL, "('r')"},
+		{"get change", getChangeSQL, "('chg_39990')"},
+		{"pending queues", pendingQueuesSQL, ""},
+	}
+	for _, c := range cases {
+		if _, err := conn.Exec(ctx, "DEALLOCATE ALL"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "PREPARE s AS "+c.sql); err != nil {
+			t.Fatalf("%s: PREPARE: %v", c.name, err)
+		}
+		// EXPLAIN without ANALYZE plans the statement and runs nothing. It is sent as text:
+		// DEALLOCATE ALL dropped the statements pgx prepared for the cases before.
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE s"+c.args, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
+		}
+		if strings.Contains(plan.String(), "Seq Scan on changes") || !strings.Contains(plan.String(), "changes_queue") {
+			t.Errorf("the plan of %s does not walk changes_queue:\n%s", c.name, plan.String())
+		}
+	}
+}
