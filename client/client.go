@@ -154,8 +154,13 @@ func (ci callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 
 // longPollWait answers how long a request may legitimately wait on the server.
 func longPollWait(msg any) time.Duration {
-	if cr, ok := msg.(*agwpv1.ClaimJobRequest); ok && cr.GetWait() != nil {
-		return cr.GetWait().AsDuration()
+	switch r := msg.(type) {
+	case *agwpv1.ClaimJobRequest:
+		return r.GetWait().AsDuration()
+	case *agwpv1.GetChangeRequest:
+		return r.GetWait().AsDuration()
+	case *agwpv1.AcquireLeaseRequest:
+		return r.GetWait().AsDuration()
 	}
 	return 0
 }

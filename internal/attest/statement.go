@@ -1,0 +1,302 @@
+package attest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	testresult "github.com/in-toto/attestation/go/predicates/test_result/v0"
+	intoto "github.com/in-toto/attestation/go/v1"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// PredicateTypeTestResult is the in-toto predicate type of a validation's outcome.
+const PredicateTypeTestResult = "https://in-toto.io/attestation/test-result/v0.1"
+
+// The results a validation attests.
+const (
+	ResultPassed = "PASSED"
+	ResultFailed = "FAILED"
+)
+
+// Validation is what a worker attests about one run of a repository's validation command on
+// one candidate tree. It travels as an in-toto Statement v1: the subject is the tree
+// ("<repository>@<revision>", digest sha256), the predicate a test-result whose standard
+// fields (result, configuration, url) are completed by the fields that tie the run to its
+// claim (jobId, claimNumber, worker, times, exit code, log digest).
+type Validation struct {
+	Repository  string
+	Revision    string
+	TreeDigest  string // "sha256:<hex>"
+	Result      string // ResultPassed or ResultFailed
+	Command     []string
+	Timeout     time.Duration
+	JobID       string
+	ClaimNumber uint32
+	Worker      string // "<principal>|<label>"
+	StartedAt   time.Time
+	FinishedAt  time.Time
+	ExitCode    int    // -1 when the command was killed or did not exit by itself
+	LogDigest   string // "sha256:<hex>" of the whole log
+	Reason      string // why it failed, when it did not exit non-zero by itself ("timed out after 5m0s")
+}
+
+// Passed reports whether the validation attests a pass.
+func (v Validation) Passed() bool { return v.Result == ResultPassed }
+
+// Subject answers the in-toto subject name of the attested tree.
+func (v Validation) Subject() string { return v.Repository + "@" + v.Revision }
+
+// The predicate's fields beyond the test-result ones. They are part of the signed payload,
+// so a verifier reads exactly what the worker signed.
+type runFields struct {
+	JobID       string `json:"jobId"`
+	ClaimNumber uint32 `json:"claimNumber"`
+	Worker      string `json:"worker"`
+	StartedOn   string `json:"startedOn"`
+	FinishedOn  string `json:"finishedOn"`
+	ExitCode    int    `json:"exitCode"`
+	LogDigest   string `json:"logDigest"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// commandConfig is the content of the predicate's "command" configuration entry.
+type commandConfig struct {
+	Argv    []string `json:"argv"`
+	Timeout string   `json:"timeout,omitempty"`
+}
+
+// sha256Hex is a sha256 digest in the lowercase hex that ag's digests ("sha256:<hex>") use.
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// StatementJSON encodes v as an in-toto Statement v1 in JSON. It refuses a validation that
+// ParseStatement would not read back.
+func StatementJSON(v Validation) ([]byte, error) {
+	hexDigest, ok := strings.CutPrefix(v.TreeDigest, "sha256:")
+	if !ok || !sha256Hex.MatchString(hexDigest) {
+		return nil, fmt.Errorf("tree digest %q is not sha256:<64 lowercase hex>", v.TreeDigest)
+	}
+	if v.Result != ResultPassed && v.Result != ResultFailed {
+		return nil, fmt.Errorf("result %q is neither %s nor %s", v.Result, ResultPassed, ResultFailed)
+	}
+	switch {
+	case v.Repository == "" || v.Revision == "" || strings.Contains(v.Repository, "@"):
+		return nil, fmt.Errorf("subject %q: need a repository (without '@') and a revision", v.Subject())
+	case v.JobID == "" || v.ClaimNumber == 0:
+		return nil, errors.New("a validation names its job id and claim number")
+	case len(v.Command) == 0:
+		return nil, errors.New("a validation names its command")
+	}
+	cmd := commandConfig{Argv: v.Command}
+	if v.Timeout > 0 {
+		cmd.Timeout = v.Timeout.String()
+	}
+	cmdJSON, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	tr := &testresult.TestResult{
+		Result: v.Result,
+		Configuration: []*intoto.ResourceDescriptor{{
+			Name:      "command",
+			MediaType: "application/json",
+			Content:   cmdJSON,
+		}},
+		Url: "ag:job/" + v.JobID,
+	}
+	predicate, err := toStruct(tr)
+	if err != nil {
+		return nil, err
+	}
+	run, err := json.Marshal(runFields{
+		JobID:       v.JobID,
+		ClaimNumber: v.ClaimNumber,
+		Worker:      v.Worker,
+		StartedOn:   v.StartedAt.UTC().Format(time.RFC3339Nano),
+		FinishedOn:  v.FinishedAt.UTC().Format(time.RFC3339Nano),
+		ExitCode:    v.ExitCode,
+		LogDigest:   v.LogDigest,
+		Reason:      v.Reason,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var extra map[string]any
+	if err := json.Unmarshal(run, &extra); err != nil {
+		return nil, err
+	}
+	for k, val := range extra {
+		pv, err := structpb.NewValue(val)
+		if err != nil {
+			return nil, err
+		}
+		predicate.Fields[k] = pv
+	}
+	st := &intoto.Statement{
+		Type:          intoto.StatementTypeUri,
+		Subject:       []*intoto.ResourceDescriptor{{Name: v.Subject(), Digest: map[string]string{"sha256": hexDigest}}},
+		PredicateType: PredicateTypeTestResult,
+		Predicate:     predicate,
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("in-toto statement: %w", err)
+	}
+	return protojson.Marshal(st)
+}
+
+func toStruct(m *testresult.TestResult) (*structpb.Struct, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ErrNotAValidation: the payload is not an in-toto test-result statement about one tree with
+// the fields a validation needs.
+var ErrNotAValidation = errors.New("not a validation attestation")
+
+// ParseStatement decodes the in-toto Statement of a validation.
+func ParseStatement(payload []byte) (Validation, error) {
+	st := &intoto.Statement{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(payload, st); err != nil {
+		return Validation{}, fmt.Errorf("%w: %v", ErrNotAValidation, err)
+	}
+	if err := st.Validate(); err != nil {
+		return Validation{}, fmt.Errorf("%w: %v", ErrNotAValidation, err)
+	}
+	// Validate also lets the legacy v0.1 statement type through.
+	if st.GetType() != intoto.StatementTypeUri {
+		return Validation{}, fmt.Errorf("%w: statement type %q, want %q", ErrNotAValidation, st.GetType(), intoto.StatementTypeUri)
+	}
+	if st.GetPredicateType() != PredicateTypeTestResult {
+		return Validation{}, fmt.Errorf("%w: predicate type %q, want %q", ErrNotAValidation, st.GetPredicateType(), PredicateTypeTestResult)
+	}
+	if len(st.GetSubject()) != 1 {
+		return Validation{}, fmt.Errorf("%w: %d subjects, want the one candidate tree", ErrNotAValidation, len(st.GetSubject()))
+	}
+	subject := st.GetSubject()[0]
+	hexDigest := subject.GetDigest()["sha256"]
+	if !sha256Hex.MatchString(hexDigest) {
+		return Validation{}, fmt.Errorf("%w: the subject has no sha256 digest in lowercase hex", ErrNotAValidation)
+	}
+	var v Validation
+	v.TreeDigest = "sha256:" + hexDigest
+	// Repository names cannot hold '@'; revision ids are opaque, so split at the first one.
+	repository, revision, ok := strings.Cut(subject.GetName(), "@")
+	if !ok || repository == "" || revision == "" {
+		return Validation{}, fmt.Errorf("%w: subject name %q is not <repository>@<revision>", ErrNotAValidation, subject.GetName())
+	}
+	v.Repository, v.Revision = repository, revision
+
+	predJSON, err := protojson.Marshal(st.GetPredicate())
+	if err != nil {
+		return Validation{}, err
+	}
+	tr := &testresult.TestResult{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(predJSON, tr); err != nil {
+		return Validation{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
+	}
+	var run runFields
+	if err := json.Unmarshal(predJSON, &run); err != nil {
+		return Validation{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
+	}
+	v.Result = tr.GetResult()
+	if v.Result != ResultPassed && v.Result != ResultFailed {
+		return Validation{}, fmt.Errorf("%w: result %q is neither %s nor %s", ErrNotAValidation, v.Result, ResultPassed, ResultFailed)
+	}
+	commands := 0
+	for _, c := range tr.GetConfiguration() {
+		if c.GetName() != "command" {
+			continue
+		}
+		if commands++; commands > 1 {
+			return Validation{}, fmt.Errorf("%w: more than one command configuration", ErrNotAValidation)
+		}
+		var cmd commandConfig
+		if err := json.Unmarshal(c.GetContent(), &cmd); err != nil {
+			return Validation{}, fmt.Errorf("%w: command configuration: %v", ErrNotAValidation, err)
+		}
+		v.Command = cmd.Argv
+		if cmd.Timeout != "" {
+			if v.Timeout, err = time.ParseDuration(cmd.Timeout); err != nil {
+				return Validation{}, fmt.Errorf("%w: command timeout: %v", ErrNotAValidation, err)
+			}
+		}
+	}
+	if len(v.Command) == 0 {
+		return Validation{}, fmt.Errorf("%w: the predicate names no command", ErrNotAValidation)
+	}
+	if run.JobID == "" || run.ClaimNumber == 0 {
+		return Validation{}, fmt.Errorf("%w: the predicate names no jobId and claimNumber", ErrNotAValidation)
+	}
+	v.JobID, v.ClaimNumber, v.Worker = run.JobID, run.ClaimNumber, run.Worker
+	v.ExitCode, v.LogDigest, v.Reason = run.ExitCode, run.LogDigest, run.Reason
+	if v.StartedAt, err = parseTime(run.StartedOn); err != nil {
+		return Validation{}, fmt.Errorf("%w: startedOn: %v", ErrNotAValidation, err)
+	}
+	if v.FinishedAt, err = parseTime(run.FinishedOn); err != nil {
+		return Validation{}, fmt.Errorf("%w: finishedOn: %v", ErrNotAValidation, err)
+	}
+	return v, nil
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+// SignValidation signs v's statement into a DSSE envelope of the in-toto payload type.
+func (s *Signer) SignValidation(ctx context.Context, v Validation) (*dsse.Envelope, error) {
+	payload, err := StatementJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	return s.SignEnvelope(ctx, PayloadTypeInToto, payload)
+}
+
+// VerifyValidation checks env's signature against keys (raw Ed25519 public keys), its payload
+// type, and decodes its statement. It answers the validation and the id of the key that
+// verified.
+func VerifyValidation(ctx context.Context, env *dsse.Envelope, keys [][]byte) (Validation, string, error) {
+	keyID, err := Verify(ctx, env, keys)
+	if err != nil {
+		return Validation{}, "", err
+	}
+	if env.PayloadType != PayloadTypeInToto {
+		return Validation{}, "", fmt.Errorf("%w: payload type %q, want %q", ErrNotAValidation, env.PayloadType, PayloadTypeInToto)
+	}
+	payload, err := env.DecodeB64Payload()
+	if err != nil {
+		return Validation{}, "", fmt.Errorf("%w: payload: %v", ErrNotAValidation, err)
+	}
+	v, err := ParseStatement(payload)
+	if err != nil {
+		return Validation{}, "", err
+	}
+	return v, keyID, nil
+}
+
+// Decode parses a stored envelope (its DSSE JSON).
+func Decode(data []byte) (*dsse.Envelope, error) {
+	env := &dsse.Envelope{}
+	if err := json.Unmarshal(data, env); err != nil {
+		return nil, fmt.Errorf("decode envelope: %w", err)
+	}
+	if env.PayloadType == "" || env.Payload == "" || len(env.Signatures) == 0 {
+		return nil, errors.New("decode envelope: needs payloadType, payload and at least one signature")
+	}
+	return env, nil
+}

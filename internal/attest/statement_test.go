@@ -1,0 +1,318 @@
+package attest_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/attest"
+)
+
+const treeDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func sampleValidation() attest.Validation {
+	start := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	return attest.Validation{
+		Repository:  "shop",
+		Revision:    "rev_01J@x", // revision ids are opaque: an '@' must survive
+		TreeDigest:  treeDigest,
+		Result:      attest.ResultFailed,
+		Command:     []string{"go", "test", "./..."},
+		Timeout:     10 * time.Minute,
+		JobID:       "job_01J",
+		ClaimNumber: 3,
+		Worker:      "ci|w1",
+		StartedAt:   start,
+		FinishedAt:  start.Add(2500 * time.Millisecond),
+		ExitCode:    -1,
+		LogDigest:   "sha256:" + strings.Repeat("ab", 32),
+		Reason:      "timed out after 10m0s",
+	}
+}
+
+func newKey(t *testing.T) (ed25519.PublicKey, *attest.Signer) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, attest.NewSigner(priv)
+}
+
+// sameValidation compares field by field, times by instant.
+func sameValidation(t *testing.T, got, want attest.Validation) {
+	t.Helper()
+	if !got.StartedAt.Equal(want.StartedAt) || !got.FinishedAt.Equal(want.FinishedAt) {
+		t.Errorf("times = %v..%v, want %v..%v", got.StartedAt, got.FinishedAt, want.StartedAt, want.FinishedAt)
+	}
+	got.StartedAt, got.FinishedAt = want.StartedAt, want.FinishedAt
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+// TestStatementRoundTrips ensures ParseStatement reads back every field StatementJSON wrote,
+// and that the statement is the in-toto v1 test-result the design names.
+func TestStatementRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, v := range []attest.Validation{
+		sampleValidation(),
+		func() attest.Validation {
+			v := sampleValidation()
+			v.Result, v.ExitCode, v.Reason, v.Timeout = attest.ResultPassed, 0, "", 0
+			v.StartedAt, v.FinishedAt = time.Time{}, time.Time{}
+			return v
+		}(),
+	} {
+		data, err := attest.StatementJSON(v)
+		if err != nil {
+			t.Fatalf("StatementJSON: %v", err)
+		}
+		got, err := attest.ParseStatement(data)
+		if err != nil {
+			t.Fatalf("ParseStatement: %v\n%s", err, data)
+		}
+		sameValidation(t, got, v)
+
+		var st struct {
+			Type          string `json:"_type"`
+			PredicateType string `json:"predicateType"`
+			Subject       []struct {
+				Name   string            `json:"name"`
+				Digest map[string]string `json:"digest"`
+			} `json:"subject"`
+			Predicate map[string]any `json:"predicate"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Type != "https://in-toto.io/Statement/v1" || st.PredicateType != attest.PredicateTypeTestResult {
+			t.Errorf("statement type %q, predicate type %q", st.Type, st.PredicateType)
+		}
+		if len(st.Subject) != 1 || st.Subject[0].Name != "shop@rev_01J@x" || "sha256:"+st.Subject[0].Digest["sha256"] != treeDigest {
+			t.Errorf("subject = %+v", st.Subject)
+		}
+		if st.Predicate["result"] != v.Result || st.Predicate["jobId"] != "job_01J" || st.Predicate["claimNumber"] != 3.0 {
+			t.Errorf("predicate = %v", st.Predicate)
+		}
+	}
+}
+
+// TestStatementJSONRefusesWhatCannotBeReadBack ensures a worker cannot sign a statement that
+// verifiers would refuse.
+func TestStatementJSONRefusesWhatCannotBeReadBack(t *testing.T) {
+	t.Parallel()
+	for name, edit := range map[string]func(*attest.Validation){
+		"digest without prefix": func(v *attest.Validation) { v.TreeDigest = strings.TrimPrefix(v.TreeDigest, "sha256:") },
+		"uppercase digest":      func(v *attest.Validation) { v.TreeDigest = strings.ToUpper(v.TreeDigest) },
+		"short digest":          func(v *attest.Validation) { v.TreeDigest = "sha256:abcd" },
+		"no result":             func(v *attest.Validation) { v.Result = "" },
+		"no repository":         func(v *attest.Validation) { v.Repository = "" },
+		"'@' in repository":     func(v *attest.Validation) { v.Repository = "a@b" },
+		"no revision":           func(v *attest.Validation) { v.Revision = "" },
+		"no job":                func(v *attest.Validation) { v.JobID = "" },
+		"no claim":              func(v *attest.Validation) { v.ClaimNumber = 0 },
+		"no command":            func(v *attest.Validation) { v.Command = nil },
+	} {
+		v := sampleValidation()
+		edit(&v)
+		if _, err := attest.StatementJSON(v); err == nil {
+			t.Errorf("%s: StatementJSON accepted %+v", name, v)
+		}
+	}
+}
+
+// TestParseStatementRefusesOtherStatements ensures statements that are not a validation's
+// are refused with ErrNotAValidation.
+func TestParseStatementRefusesOtherStatements(t *testing.T) {
+	t.Parallel()
+	good, err := attest.StatementJSON(sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(st map[string]any)) []byte {
+		var st map[string]any
+		if err := json.Unmarshal(good, &st); err != nil {
+			t.Fatal(err)
+		}
+		f(st)
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	subject := func(st map[string]any) map[string]any { return st["subject"].([]any)[0].(map[string]any) }
+	pred := func(st map[string]any) map[string]any { return st["predicate"].(map[string]any) }
+	for name, payload := range map[string][]byte{
+		"not JSON":              []byte("{"),
+		"another predicate":     edit(func(st map[string]any) { st["predicateType"] = "https://slsa.dev/provenance/v1" }),
+		"legacy statement type": edit(func(st map[string]any) { st["_type"] = "https://in-toto.io/Statement/v0.1" }),
+		"two subjects":          edit(func(st map[string]any) { st["subject"] = append(st["subject"].([]any), subject(st)) }),
+		"no sha256":             edit(func(st map[string]any) { subject(st)["digest"] = map[string]any{"sha512": strings.Repeat("ab", 64)} }),
+		"uppercase digest": edit(func(st map[string]any) {
+			subject(st)["digest"] = map[string]any{"sha256": strings.ToUpper(strings.TrimPrefix(treeDigest, "sha256:"))}
+		}),
+		"subject without revision": edit(func(st map[string]any) { subject(st)["name"] = "shop" }),
+		"subject with empty repo":  edit(func(st map[string]any) { subject(st)["name"] = "@rev" }),
+		"other result":             edit(func(st map[string]any) { pred(st)["result"] = "WARNED" }),
+		"no job id":                edit(func(st map[string]any) { delete(pred(st), "jobId") }),
+		"claim zero":               edit(func(st map[string]any) { pred(st)["claimNumber"] = 0 }),
+		"negative claim":           edit(func(st map[string]any) { pred(st)["claimNumber"] = -2 }),
+		"no command":               edit(func(st map[string]any) { delete(pred(st), "configuration") }),
+		"two commands": edit(func(st map[string]any) {
+			c := pred(st)["configuration"].([]any)
+			pred(st)["configuration"] = append(c, c[0])
+		}),
+		"bad start time": edit(func(st map[string]any) { pred(st)["startedOn"] = "yesterday" }),
+	} {
+		_, err := attest.ParseStatement(payload)
+		if !errors.Is(err, attest.ErrNotAValidation) {
+			t.Errorf("%s: err = %v, want ErrNotAValidation", name, err)
+		}
+	}
+}
+
+// TestVerifyValidation ensures a signed validation verifies with its key only, and that a
+// tampered payload, another payload type or another predicate type is refused.
+func TestVerifyValidation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pub, signer := newKey(t)
+	otherPub, otherSigner := newKey(t)
+	v := sampleValidation()
+	env, err := signer.SignValidation(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("the right key", func(t *testing.T) {
+		t.Parallel()
+		got, keyID, err := attest.VerifyValidation(ctx, env, [][]byte{otherPub, pub})
+		if err != nil {
+			t.Fatalf("VerifyValidation: %v", err)
+		}
+		if want := attest.KeyID(pub); keyID != want {
+			t.Errorf("key id = %s, want %s", keyID, want)
+		}
+		sameValidation(t, got, v)
+	})
+	t.Run("another key", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := attest.VerifyValidation(ctx, env, [][]byte{otherPub})
+		if !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("err = %v, want ErrNotVerified", err)
+		}
+	})
+	t.Run("no key", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := attest.VerifyValidation(ctx, env, nil)
+		if !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("err = %v, want ErrNotVerified", err)
+		}
+	})
+	t.Run("a tampered payload", func(t *testing.T) {
+		t.Parallel()
+		payload, err := env.DecodeB64Payload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := strings.Replace(string(payload), `"FAILED"`, `"PASSED"`, 1)
+		if forged == string(payload) {
+			t.Fatalf("no result to forge in %s", payload)
+		}
+		bad := *env
+		bad.Payload = base64.StdEncoding.EncodeToString([]byte(forged))
+		if _, _, err := attest.VerifyValidation(ctx, &bad, [][]byte{pub}); !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("err = %v, want ErrNotVerified", err)
+		}
+	})
+	t.Run("a changed payload type", func(t *testing.T) {
+		t.Parallel()
+		// The type is part of what is signed: changing it breaks the signature.
+		bad := *env
+		bad.PayloadType = "application/json"
+		if _, _, err := attest.VerifyValidation(ctx, &bad, [][]byte{pub}); !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("err = %v, want ErrNotVerified", err)
+		}
+	})
+	t.Run("a signed wrong payload type", func(t *testing.T) {
+		t.Parallel()
+		payload, err := attest.StatementJSON(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong, err := signer.SignEnvelope(ctx, "application/json", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := attest.VerifyValidation(ctx, wrong, [][]byte{pub}); !errors.Is(err, attest.ErrNotAValidation) {
+			t.Errorf("err = %v, want ErrNotAValidation", err)
+		}
+	})
+	t.Run("a signed statement of another predicate type", func(t *testing.T) {
+		t.Parallel()
+		payload, err := attest.StatementJSON(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := strings.Replace(string(payload), attest.PredicateTypeTestResult, "https://slsa.dev/provenance/v1", 1)
+		wrong, err := signer.SignEnvelope(ctx, attest.PayloadTypeInToto, []byte(other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := attest.VerifyValidation(ctx, wrong, [][]byte{pub}); !errors.Is(err, attest.ErrNotAValidation) {
+			t.Errorf("err = %v, want ErrNotAValidation", err)
+		}
+	})
+	t.Run("another signer's envelope", func(t *testing.T) {
+		t.Parallel()
+		theirs, err := otherSigner.SignValidation(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := attest.VerifyValidation(ctx, theirs, [][]byte{pub}); !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("err = %v, want ErrNotVerified", err)
+		}
+	})
+}
+
+// TestEnvelopeStoredFormRoundTrips ensures the stored DSSE JSON decodes to an envelope that
+// verifies, and that the wire form converts back and forth without loss.
+func TestEnvelopeStoredFormRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pub, signer := newKey(t)
+	env, err := signer.SignValidation(ctx, sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := attest.ToProto(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, digest, err := attest.Encode(attest.FromProto(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(digest, "sha256:") || len(digest) != 71 {
+		t.Errorf("digest = %q", digest)
+	}
+	back, err := attest.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := attest.VerifyValidation(ctx, back, [][]byte{pub}); err != nil {
+		t.Errorf("VerifyValidation of the stored form: %v", err)
+	}
+	if _, err := attest.Decode([]byte(`{"payloadType":"x","payload":"","signatures":[]}`)); err == nil {
+		t.Error("Decode accepted an envelope without payload and signatures")
+	}
+}

@@ -1,0 +1,255 @@
+// Package gate runs the integration queue: each repository with a validation policy validates
+// its changes one at a time, in arrival order, and moves its mainline only on a passing,
+// verified attestation for exactly the candidate tree.
+//
+// The queue's state lives only in the store. Any replica may advance any repository's queue
+// (the store serializes them per repository), so a replica that dies leaves nothing behind
+// that another cannot take over: every replica sweeps the pending queues periodically, and
+// advances a queue at once when something it served may have moved it on (an integrate, a
+// validate job's completion or failure).
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// ValidateMaxAttempts is how many claims a validate job gets: a validation that ran is
+// completed (passed or failed) on its first; more claims are only for workers that died or
+// could not fetch the tree.
+const ValidateMaxAttempts = 3
+
+// maxReasonTail bounds the log tail kept in a rejected change's reason; the validate job keeps
+// the longer tail (64 KiB) in its output.
+const maxReasonTail = 4 << 10
+
+// Gate advances integration queues.
+type Gate struct {
+	store  store.Store
+	log    *slog.Logger
+	sweep  time.Duration
+	kicks  chan string
+	signal store.Signal
+
+	// OnChange, when set, is called with every change whose state an advance changed.
+	OnChange func(store.Change)
+}
+
+// New answers a gate over st that sweeps every queue with pending changes every sweep
+// (default 2s), which bounds how late it notices what no request told it (a validate job whose
+// lease expired for good, an advance that failed).
+func New(st store.Store, log *slog.Logger, sweep time.Duration) *Gate {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if sweep <= 0 {
+		sweep = 2 * time.Second
+	}
+	return &Gate{store: st, log: log, sweep: sweep, kicks: make(chan string, 1024)}
+}
+
+// Kick asks for an advance of repository's queue soon. It never blocks: when the gate is
+// behind, the sweep catches up.
+func (g *Gate) Kick(repository string) {
+	select {
+	case g.kicks <- repository:
+	default:
+	}
+}
+
+// Changed answers a channel closed after the next advance of this gate that changed a change.
+func (g *Gate) Changed() <-chan struct{} { return g.signal.Wait() }
+
+// Run advances queues until ctx ends: the kicked ones at once, all pending ones every sweep.
+func (g *Gate) Run(ctx context.Context) {
+	t := time.NewTicker(g.sweep)
+	defer t.Stop()
+	g.advancePending(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case name := <-g.kicks:
+			// Kicks for one repository that pile up while it advances need one advance.
+			pending := map[string]bool{name: true}
+		drain:
+			for {
+				select {
+				case n := <-g.kicks:
+					pending[n] = true
+				default:
+					break drain
+				}
+			}
+			for n := range pending {
+				g.advanceLogged(ctx, n)
+			}
+		case <-t.C:
+			g.advancePending(ctx)
+		}
+	}
+}
+
+func (g *Gate) advancePending(ctx context.Context) {
+	names, err := g.store.PendingQueues(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("list pending integration queues", "err", err)
+		}
+		return
+	}
+	for _, n := range names {
+		g.advanceLogged(ctx, n)
+	}
+}
+
+func (g *Gate) advanceLogged(ctx context.Context, name string) {
+	if _, err := g.Advance(ctx, name); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrNotFound) {
+		g.log.Warn("advance integration queue", "repository", name, "err", err)
+	}
+}
+
+// Advance moves one repository's queue on now and answers the changes whose state changed.
+func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, error) {
+	changed, err := g.store.AdvanceQueue(ctx, store.AdvanceQueueParams{
+		Repository: repository,
+		Decide:     Decide,
+		Build:      build,
+		Job:        validateJob,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changed {
+		g.log.Info("change "+string(c.State), "change", c.ID, "repository", c.Repository, "author", c.Author,
+			"candidate", c.CandidateRevision, "job", c.JobID, "reason", firstLine(c.Reason))
+		if g.OnChange != nil {
+			g.OnChange(c)
+		}
+	}
+	if len(changed) > 0 {
+		g.signal.Fire()
+	}
+	return changed, nil
+}
+
+func build(_ store.Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error) {
+	return repo.Rebase(base, mainline, edits)
+}
+
+// validateJob answers the validate job of a candidate under the repository's stored policy.
+func validateJob(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
+	p, _, err := ParsePolicy(validation)
+	if err != nil {
+		// A policy the server cannot read was not written by it; the job fails on the
+		// worker with a clear payload error rather than the queue stalling.
+		p = Policy{}
+	}
+	payload, _ := json.Marshal(client.ValidatePayload{
+		Repository:        c.Repository,
+		Change:            c.ID,
+		CandidateRevision: candidate.ID,
+		TreeDigest:        candidate.TreeDigest,
+		Command:           p.Command,
+		Timeout:           time.Duration(p.Timeout).String(),
+		Env:               p.Env,
+	})
+	return store.EnqueueJobParams{
+		Kind:        client.KindValidate,
+		Payload:     payload,
+		MaxAttempts: ValidateMaxAttempts,
+		UniqueKey:   "validate:" + c.ID + ":" + candidate.ID,
+		EnqueuedBy:  store.PrincipalOf(c.Author),
+	}
+}
+
+// Decide settles a validating change from its validate job. The attestation was verified when
+// the job was completed (signature by a key of the claiming principal, subject, job and claim);
+// Decide checks again that it attests exactly this candidate, so that nothing but a pass for
+// this tree can move the mainline.
+func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
+	switch job.State {
+	case store.JobQueued, store.JobClaimed:
+		return store.Verdict{Outcome: store.VerdictPending}
+	case store.JobCancelled:
+		return store.Verdict{Outcome: store.VerdictCancel, Reason: "the validate job " + job.ID + " was cancelled"}
+	case store.JobFailed:
+		return store.Verdict{Outcome: store.VerdictReject,
+			Reason: "validation could not run: " + job.LastError + withTail(job.Output)}
+	case store.JobCompleted:
+	default:
+		return store.Verdict{Outcome: store.VerdictPending}
+	}
+	if att == nil {
+		return store.Verdict{Outcome: store.VerdictReject, Reason: "the validate job " + job.ID + " was completed without an attestation"}
+	}
+	v, err := attestedValidation(att)
+	if err != nil {
+		return store.Verdict{Outcome: store.VerdictReject, Reason: "the attestation " + att.Digest + " is unreadable: " + err.Error()}
+	}
+	switch {
+	case v.TreeDigest != candidate.TreeDigest:
+		return store.Verdict{Outcome: store.VerdictReject,
+			Reason: fmt.Sprintf("the attestation is about tree %s, not the candidate's %s", v.TreeDigest, candidate.TreeDigest)}
+	case v.JobID != job.ID || v.ClaimNumber != job.Attempts:
+		return store.Verdict{Outcome: store.VerdictReject,
+			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.Attempts)}
+	case v.Passed():
+		return store.Verdict{Outcome: store.VerdictPass}
+	}
+	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output)}
+}
+
+func attestedValidation(att *store.Attestation) (attest.Validation, error) {
+	env, err := attest.Decode(att.Envelope)
+	if err != nil {
+		return attest.Validation{}, err
+	}
+	payload, err := env.DecodeB64Payload()
+	if err != nil {
+		return attest.Validation{}, err
+	}
+	return attest.ParseStatement(payload)
+}
+
+// failure says how a validation failed, naming the command and the worker.
+func failure(v attest.Validation) string {
+	cmd := strings.Join(v.Command, " ")
+	switch {
+	case v.Reason != "":
+		return fmt.Sprintf("validation failed: `%s` %s (worker %s)", cmd, v.Reason, v.Worker)
+	default:
+		return fmt.Sprintf("validation failed: `%s` exited with status %d (worker %s)", cmd, v.ExitCode, v.Worker)
+	}
+}
+
+// withTail answers the end of a log, to follow a reason, starting at a line.
+func withTail(output string) string {
+	if strings.TrimSpace(output) == "" {
+		return ""
+	}
+	if len(output) > maxReasonTail {
+		output = output[len(output)-maxReasonTail:]
+		if i := strings.IndexByte(output, '\n'); i >= 0 && i < len(output)-1 {
+			output = output[i+1:]
+		}
+	}
+	return "\n\n" + strings.TrimRight(output, "\n")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
