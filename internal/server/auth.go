@@ -135,6 +135,7 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.JobService/CancelJob":           {store.RoleAgent}, // and only its own jobs: see CancelJob
 	"/agwp.v1.JobService/GetJob":              {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.JobService/ListJobs":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.JobService/GetAttestation":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.AdminService/RegisterWorkerKey": {store.RoleWorker},
 	"/agwp.v1.AdminService/WhoAmI":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
 
@@ -147,12 +148,13 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/ListRepositories": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/UploadBlobs":      {store.RoleAgent},
 	"/agwp.v1.RepositoryService/FindMissingBlobs": {store.RoleAgent},
-	"/agwp.v1.RepositoryService/GetBlob":          {store.RoleAgent, store.RoleReader},
-	"/agwp.v1.RepositoryService/GetTree":          {store.RoleAgent, store.RoleWorker, store.RoleReader},
-	"/agwp.v1.RepositoryService/Integrate":        {store.RoleAgent},
-	"/agwp.v1.RepositoryService/GetChange":        {store.RoleAgent, store.RoleWorker, store.RoleReader},
-	"/agwp.v1.RepositoryService/ListChanges":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
-	"/agwp.v1.RepositoryService/WatchChange":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	// A worker reads only what its current claim needs: see workerReads.
+	"/agwp.v1.RepositoryService/GetBlob":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/GetTree":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/Integrate":   {store.RoleAgent},
+	"/agwp.v1.RepositoryService/GetChange":   {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/ListChanges": {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/WatchChange": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 }
 
 func mayCall(role store.Role, procedure string) bool {

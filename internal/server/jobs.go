@@ -168,7 +168,17 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 		Output:       req.GetOutput(),
 		OutputDigest: req.GetOutputDigest(),
 	}
-	if req.GetAttestation() != nil {
+	// A validate job's attestation moves a mainline: it is required, and checked against the
+	// job itself. Other jobs' attestations need only a valid signature by the claimant.
+	a, claim, err := h.verifyValidation(ctx, c, req, token)
+	if err != nil {
+		h.s.metrics.refusal("CompleteJob", "attestation")
+		return nil, err
+	}
+	if a != nil {
+		params.Attestation, params.FencingToken = a, claim
+	}
+	if req.GetAttestation() != nil && params.Attestation == nil {
 		a, err := h.verifyAttestation(ctx, c, req)
 		if err != nil {
 			h.s.metrics.refusal("CompleteJob", "attestation")
@@ -181,6 +191,7 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 		return nil, h.claimRefusal("CompleteJob", err, connect.CodeFailedPrecondition)
 	}
 	h.s.metrics.completions.Inc()
+	h.s.kickValidation(job)
 	return &agwpv1.CompleteJobResponse{Job: jobProto(job)}, nil
 }
 
@@ -232,6 +243,9 @@ func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*a
 		return nil, h.claimRefusal("FailJob", err, connect.CodeNotFound)
 	}
 	h.s.metrics.failures.Inc()
+	if job.State.Terminal() {
+		h.s.kickValidation(job)
+	}
 	return &agwpv1.FailJobResponse{Job: jobProto(job)}, nil
 }
 
@@ -254,6 +268,7 @@ func (h jobService) CancelJob(ctx context.Context, req *agwpv1.CancelJobRequest)
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
+	h.s.kickValidation(job)
 	return &agwpv1.CancelJobResponse{Job: jobProto(job)}, nil
 }
 

@@ -20,6 +20,7 @@ type metrics struct {
 	failures    prometheus.Counter
 	refusals    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	changes     *prometheus.CounterVec
 }
 
 func newMetrics(s store.Store, waiting func() float64) *metrics {
@@ -46,8 +47,12 @@ func newMetrics(s store.Store, waiting func() float64) *metrics {
 			Help:    "RPC latency by procedure and Connect code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"procedure", "code"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ag_gate_transitions_total",
+			Help: "Changes moved by this replica's integration queue, by the state they reached (validating, queued (rebuilt), integrated, rejected, cancelled).",
+		}, []string{"state"}),
 	}
-	m.registry.MustRegister(m.enqueued, m.claims, m.completions, m.failures, m.refusals, m.latency,
+	m.registry.MustRegister(m.enqueued, m.claims, m.completions, m.failures, m.refusals, m.latency, m.changes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		jobStateCollector{store: s})
 	if waiting != nil {
@@ -56,6 +61,10 @@ func newMetrics(s store.Store, waiting func() float64) *metrics {
 		}, waiting))
 	}
 	return m
+}
+
+func (m *metrics) changeSettled(c store.Change) {
+	m.changes.WithLabelValues(string(c.State)).Inc()
 }
 
 func (m *metrics) refusal(method, reason string) {

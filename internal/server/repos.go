@@ -38,7 +38,7 @@ var changeStates = map[store.ChangeState]agwpv1.ChangeState{
 }
 
 func repositoryProto(r store.Repository) *agwpv1.Repository {
-	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, CreatedAt: timestamp(r.CreatedAt)}
+	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, Validation: validationProto(r.Validation), CreatedAt: timestamp(r.CreatedAt)}
 }
 
 func changeProto(c store.Change) *agwpv1.Change {
@@ -64,11 +64,11 @@ func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRep
 	if err := validateName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if req.GetValidation() != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented,
-			errors.New("validation: this server does not run validation policies yet; create the repository without one"))
+	policy, err := validationPolicy("validation", req.GetValidation())
+	if err != nil {
+		return nil, err
 	}
-	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), CreatedBy: callerFrom(ctx).principal.Name})
+	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), Validation: policy, CreatedBy: callerFrom(ctx).principal.Name})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
@@ -152,6 +152,11 @@ func (h repoService) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*
 	if err := validateDigests("digest", []string{req.GetDigest()}); err != nil {
 		return nil, invalid("digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(req.GetDigest(), 80))
 	}
+	if c := callerFrom(ctx); c.principal.Role == store.RoleWorker {
+		if err := h.s.workerReads.mayReadBlob(ctx, c.principal.Name, req.GetDigest()); err != nil {
+			return nil, err
+		}
+	}
 	b, err := h.s.store.GetBlob(ctx, req.GetDigest())
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
@@ -172,6 +177,11 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 		revision = r.Mainline
 	} else if err := validateID("revision", revision); err != nil {
 		return nil, err
+	}
+	if c := callerFrom(ctx); c.principal.Role == store.RoleWorker {
+		if err := h.s.workerReads.mayReadTree(ctx, c.principal.Name, req.GetRepository(), revision); err != nil {
+			return nil, err
+		}
 	}
 	rev, err := h.s.store.GetRevision(ctx, req.GetRepository(), revision)
 	if err != nil {
@@ -290,6 +300,7 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		Paths:         paths,
 		Message:       req.GetMessage(),
 		Blobs:         blobs,
+		Edits:         edits,
 		Rebase: func(base, mainline repo.Tree) (repo.Tree, error) {
 			return repo.Rebase(base, mainline, edits)
 		},
@@ -306,8 +317,14 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 	case err != nil:
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	h.s.log.Info("change integrated", "change", change.ID, "repository", change.Repository, "author", holder,
-		"revision", change.IntegratedRevision, "paths", len(paths))
+	if change.State == store.ChangeQueued {
+		h.s.log.Info("change queued for validation", "change", change.ID, "repository", change.Repository, "author", holder,
+			"paths", len(paths))
+		h.s.gate.Kick(change.Repository)
+	} else {
+		h.s.log.Info("change integrated", "change", change.ID, "repository", change.Repository, "author", holder,
+			"revision", change.IntegratedRevision, "paths", len(paths))
+	}
 	return &agwpv1.IntegrateResponse{Change: changeProto(change)}, nil
 }
 
@@ -321,16 +338,17 @@ func (h repoService) GetChange(ctx context.Context, req *agwpv1.GetChangeRequest
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		changed := h.s.gate.Changed()
 		c, err := h.s.store.GetChange(ctx, req.GetChangeId())
 		if err != nil {
 			return nil, storeError(err, connect.CodeInternal)
 		}
 		remaining := time.Until(deadline)
 		if c.State.Terminal() || remaining <= 0 {
-			return &agwpv1.GetChangeResponse{Change: changeProto(c)}, nil
+			return &agwpv1.GetChangeResponse{Change: h.changeWithProgress(ctx, c)}, nil
 		}
-		if !h.s.await(ctx, nil, min(remaining, h.s.pollInterval)) {
-			return &agwpv1.GetChangeResponse{Change: changeProto(c)}, nil
+		if !h.s.await(ctx, changed, min(remaining, h.s.pollInterval)) {
+			return &agwpv1.GetChangeResponse{Change: h.changeWithProgress(ctx, c)}, nil
 		}
 	}
 }
@@ -358,22 +376,27 @@ func (h repoService) WatchChange(ctx context.Context, req *agwpv1.WatchChangeReq
 	if err := validateID("change_id", req.GetChangeId()); err != nil {
 		return err
 	}
-	var last store.ChangeState
+	// Each transition is sent once, and while VALIDATING each new progress line of the
+	// worker too.
+	var last *agwpv1.Change
 	for {
+		changed := h.s.gate.Changed()
 		c, err := h.s.store.GetChange(ctx, req.GetChangeId())
 		if err != nil {
 			return storeError(err, connect.CodeInternal)
 		}
-		if c.State != last {
-			if err := stream.Send(&agwpv1.WatchChangeResponse{Change: changeProto(c)}); err != nil {
+		out := h.changeWithProgress(ctx, c)
+		if last == nil || out.GetState() != last.GetState() || out.GetProgress() != last.GetProgress() ||
+			out.GetQueuePosition() != last.GetQueuePosition() || out.GetCandidateRevision() != last.GetCandidateRevision() {
+			if err := stream.Send(&agwpv1.WatchChangeResponse{Change: out}); err != nil {
 				return err
 			}
-			last = c.State
+			last = out
 		}
 		if c.State.Terminal() {
 			return nil
 		}
-		if !h.s.await(ctx, nil, h.s.pollInterval) {
+		if !h.s.await(ctx, changed, h.s.pollInterval) {
 			return nil
 		}
 	}

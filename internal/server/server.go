@@ -18,6 +18,7 @@ import (
 
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/gen/openapi"
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	ExpireInterval time.Duration
 	// MaxRequestBytes limits a request body. Default 8 MiB.
 	MaxRequestBytes int
+	// GateSweep is how often the server looks at every integration queue with pending changes,
+	// besides advancing a queue at once when a request moves it. Default 2s.
+	GateSweep time.Duration
 }
 
 // Server is an AGWP v1 server over one store.
@@ -50,6 +54,8 @@ type Server struct {
 	// maxContentRequestBytes limits RepositoryService requests, which carry file contents.
 	maxContentRequestBytes int
 	waiting                atomic.Int64 // long-polling requests now waiting
+	gate                   *gate.Gate
+	workerReads            *workerReads
 }
 
 // New answers a server over cfg.Store.
@@ -67,6 +73,9 @@ func New(cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.gate = gate.New(cfg.Store, s.log, cfg.GateSweep)
+	s.gate.OnChange = s.metrics.changeSettled
+	s.workerReads = &workerReads{s: s}
 	if s.pollInterval <= 0 {
 		s.pollInterval = time.Second
 	}
@@ -129,9 +138,16 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Run does the server's background work until ctx ends: it settles expired claims that cannot
-// be claimed again, so they do not sit CLAIMED until the next claimer comes.
+// Run does the server's background work until ctx ends: it advances the integration queues, and
+// it settles expired claims that cannot be claimed again, so they do not sit CLAIMED until the
+// next claimer comes.
 func (s *Server) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.gate.Run(ctx)
+	}()
+	defer func() { <-done }()
 	t := time.NewTicker(s.expireInterval)
 	defer t.Stop()
 	for {

@@ -1,0 +1,311 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/gate"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// validationPolicy checks a Validation message and answers its stored form; nil for none.
+func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	timeout, err := duration(field+".timeout", v.GetTimeout(), 0, gate.MinTimeout, gate.MaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	p, err := gate.NewPolicy(v.GetCommand(), timeout, v.GetEnv())
+	var pe *gate.PolicyError
+	if errors.As(err, &pe) {
+		return nil, invalid(field+"."+pe.Field, "%s", pe.Msg)
+	}
+	if err != nil {
+		return nil, invalid(field, "%v", err)
+	}
+	return p.Encode(), nil
+}
+
+func validationProto(stored []byte) *agwpv1.Validation {
+	p, ok, err := gate.ParsePolicy(stored)
+	if err != nil || !ok {
+		return nil
+	}
+	return &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env}
+}
+
+func (h repoService) SetValidation(ctx context.Context, req *agwpv1.SetValidationRequest) (*agwpv1.SetValidationResponse, error) {
+	if err := validateName("repository", req.GetRepository()); err != nil {
+		return nil, err
+	}
+	policy, err := validationPolicy("validation", req.GetValidation())
+	if err != nil {
+		return nil, err
+	}
+	r, err := h.s.store.SetValidation(ctx, req.GetRepository(), policy)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	h.s.log.Info("validation policy set", "repository", r.Name, "policy", string(policy))
+	// Queued changes of a repository whose policy was removed are integrated by the next advance.
+	h.s.gate.Kick(r.Name)
+	return &agwpv1.SetValidationResponse{Repository: repositoryProto(r)}, nil
+}
+
+// changeWithProgress answers a change as clients see it: while VALIDATING with the validate
+// job's progress line, while QUEUED with its place in the queue.
+func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *agwpv1.Change {
+	out := changeProto(c)
+	switch c.State {
+	case store.ChangeQueued:
+		out.QueuePosition = uint32(c.QueuePosition)
+	case store.ChangeValidating:
+		if c.JobID == "" {
+			break
+		}
+		job, err := h.s.store.GetJob(ctx, c.JobID)
+		if err != nil {
+			break
+		}
+		switch {
+		case job.State == store.JobQueued && job.Attempts == 0:
+			out.Progress = "waiting for a worker"
+		case job.State == store.JobQueued:
+			out.Progress = fmt.Sprintf("attempt %d failed (%s); waiting for a worker", job.Attempts, firstLine(job.LastError))
+		case job.State == store.JobClaimed && job.Progress == "":
+			out.Progress = "claimed by " + job.ClaimedBy
+		case job.State == store.JobClaimed:
+			out.Progress = job.ClaimedBy + ": " + job.Progress
+		default:
+			out.Progress = "validation " + string(job.State) + "; settling"
+		}
+	}
+	return out
+}
+
+// kickValidation advances the queue of a validate job's repository after the job moved.
+func (s *Server) kickValidation(job store.Job) {
+	if job.Kind != client.KindValidate {
+		return
+	}
+	if repository, ok := validateRepository(job.Payload); ok {
+		s.gate.Kick(repository)
+	}
+}
+
+func validateRepository(payload []byte) (string, bool) {
+	p, err := parseValidatePayload(payload)
+	if err != nil {
+		return "", false
+	}
+	return p.Repository, true
+}
+
+// verifyValidation checks a validate job's attestation before the store sees it: signed by a
+// key that the principal holding the claim registered, an in-toto test-result statement whose
+// subject is exactly the job's candidate tree, and whose job and claim number are this job's
+// current claim. It answers the envelope to store and the claim number the statement names,
+// which the store's conditional update then checks, so a statement about an earlier claim
+// cannot be stored even if the claim moves on meanwhile.
+func (h jobService) verifyValidation(ctx context.Context, c caller, req *agwpv1.CompleteJobRequest, token uint32) (*store.Attestation, uint32, error) {
+	job, err := h.s.store.GetJob(ctx, req.GetJobId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, token, nil // the store's completion answers for an unknown job
+	}
+	if err != nil {
+		return nil, 0, storeError(err, connect.CodeInternal)
+	}
+	if job.Kind != client.KindValidate {
+		return nil, token, nil
+	}
+	if req.GetAttestation() == nil {
+		return nil, 0, invalid("attestation", "is required to complete a validate job: a DSSE envelope of an in-toto statement signed with a registered worker key")
+	}
+	payload, err := parseValidatePayload(job.Payload)
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s: %w", job.ID, err))
+	}
+	env := attest.FromProto(req.GetAttestation())
+	if env.PayloadType == "" || len(req.GetAttestation().GetPayload()) == 0 || len(env.Signatures) == 0 {
+		return nil, 0, invalid("attestation", "needs payload_type, payload and at least one signature")
+	}
+	keys, err := h.workerKeys(ctx, c.principal.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	v, _, err := attest.VerifyValidation(ctx, env, keys)
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
+	}
+	switch {
+	case v.TreeDigest != payload.TreeDigest:
+		return nil, 0, invalid("attestation", "its subject is tree %s, but job %s validates tree %s", v.TreeDigest, job.ID, payload.TreeDigest)
+	case v.Repository != payload.Repository || v.Revision != payload.CandidateRevision:
+		return nil, 0, invalid("attestation", "its subject is %s, but job %s validates %s@%s", v.Subject(), job.ID, payload.Repository, payload.CandidateRevision)
+	case v.JobID != job.ID:
+		return nil, 0, invalid("attestation", "it is about job %s, not %s", v.JobID, job.ID)
+	case v.Worker != c.holder(req.GetWorker()):
+		return nil, 0, invalid("attestation", "it names worker %s, but %s is completing the job", v.Worker, c.holder(req.GetWorker()))
+	case token != 0 && v.ClaimNumber != token:
+		return nil, 0, invalid("attestation", "it names claim %d, but the request's fencing_token is %d", v.ClaimNumber, token)
+	case v.ClaimNumber != job.Attempts:
+		return nil, 0, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("attestation of job %s names claim %d, but the current claim is %d: the claim was lost", job.ID, v.ClaimNumber, job.Attempts))
+	}
+	data, digest, err := attest.Encode(env)
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInternal, err)
+	}
+	return &store.Attestation{Digest: digest, Envelope: data, JobID: job.ID}, v.ClaimNumber, nil
+}
+
+func (h jobService) workerKeys(ctx context.Context, principal string) ([][]byte, error) {
+	keys, err := h.s.store.ListWorkerKeys(ctx, principal)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	raw := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		raw = append(raw, k.PublicKey)
+	}
+	return raw, nil
+}
+
+func (h jobService) GetAttestation(ctx context.Context, req *agwpv1.GetAttestationRequest) (*agwpv1.GetAttestationResponse, error) {
+	if !digestPattern.MatchString(req.GetDigest()) {
+		return nil, invalid("digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(req.GetDigest(), 80))
+	}
+	a, err := h.s.store.GetAttestation(ctx, req.GetDigest())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	env, err := attest.Decode(a.Envelope)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("attestation %s: %w", a.Digest, err))
+	}
+	pe, err := attest.ToProto(env)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("attestation %s: %w", a.Digest, err))
+	}
+	return &agwpv1.GetAttestationResponse{
+		Digest: a.Digest, Envelope: pe, EnvelopeJson: a.Envelope, JobId: a.JobID, CreatedAt: timestamp(a.CreatedAt),
+	}, nil
+}
+
+// workerReads decides what a worker may read: only the candidate tree of a validate job it
+// holds now, and that tree's blobs. Trees are immutable, so they are cached by revision.
+type workerReads struct {
+	s  *Server
+	mu sync.Mutex
+	// trees maps a revision to the digests of its blobs; bounded by clearing when full.
+	trees map[string]map[string]bool
+}
+
+const maxCachedWorkerTrees = 64
+
+// held answers the candidates of the validate jobs the principal's workers hold now.
+func (w *workerReads) held(ctx context.Context, principal string) ([]client.ValidatePayload, error) {
+	jobs, _, err := w.s.store.ListJobs(ctx, store.ListJobsParams{
+		States: []store.JobState{store.JobClaimed}, Kinds: []string{client.KindValidate},
+		ClaimedBy: principal + "|", Limit: 1000,
+	})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := make([]client.ValidatePayload, 0, len(jobs))
+	for _, j := range jobs {
+		if p, err := parseValidatePayload(j.Payload); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (w *workerReads) mayReadTree(ctx context.Context, principal, repository, revision string) error {
+	held, err := w.held(ctx, principal)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(held, func(p client.ValidatePayload) bool {
+		return p.Repository == repository && p.CandidateRevision == revision
+	}) {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"a worker may read only the candidate revision of a validate job it holds; %s holds none for %s@%s", principal, repository, revision))
+}
+
+func (w *workerReads) mayReadBlob(ctx context.Context, principal, digest string) error {
+	held, err := w.held(ctx, principal)
+	if err != nil {
+		return err
+	}
+	for _, p := range held {
+		digests, err := w.treeDigests(ctx, p.Repository, p.CandidateRevision)
+		if err != nil {
+			return err
+		}
+		if digests[digest] {
+			return nil
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"a worker may read only the blobs of the candidate tree of a validate job it holds; %s is in none that %s holds", digest, principal))
+}
+
+func (w *workerReads) treeDigests(ctx context.Context, repository, revision string) (map[string]bool, error) {
+	w.mu.Lock()
+	d, ok := w.trees[revision]
+	w.mu.Unlock()
+	if ok {
+		return d, nil
+	}
+	rev, err := w.s.store.GetRevision(ctx, repository, revision)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	d = make(map[string]bool, len(rev.Tree))
+	for _, e := range rev.Tree {
+		d[e.Digest] = true
+	}
+	w.mu.Lock()
+	if w.trees == nil || len(w.trees) >= maxCachedWorkerTrees {
+		w.trees = make(map[string]map[string]bool)
+	}
+	w.trees[revision] = d
+	w.mu.Unlock()
+	return d, nil
+}
+
+func parseValidatePayload(payload []byte) (client.ValidatePayload, error) {
+	var p client.ValidatePayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return p, fmt.Errorf("validate payload: %w", err)
+	}
+	if p.Repository == "" || p.CandidateRevision == "" || p.TreeDigest == "" {
+		return p, errors.New("validate payload: names no repository, candidate_revision or tree_digest")
+	}
+	return p, nil
+}
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
