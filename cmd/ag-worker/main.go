@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/worker"
 )
 
@@ -40,9 +41,11 @@ func run(ctx context.Context, args []string) error {
 	server := fs.String("server", envOr("AG_SERVER", "http://127.0.0.1:7777"), "server URL (AG_SERVER)")
 	token := fs.String("token", os.Getenv("AG_TOKEN"), "bearer token of a worker principal (AG_TOKEN)")
 	label := fs.String("label", os.Getenv("AG_WORKER_LABEL"), "this worker's label, unique per running worker (AG_WORKER_LABEL)")
-	kinds := fs.String("kinds", "ag.noop", "comma-separated job kinds to run")
+	kinds := fs.String("kinds", "ag.noop", "comma-separated job kinds to run: validate, ag.noop")
 	concurrency := fs.Int("concurrency", 1, "jobs run at once")
-	keyPath := fs.String("key", "", "Ed25519 signing key (PEM); created and registered when missing (default ./ag-data/worker-LABEL.key)")
+	keyPath := fs.String("key", "", "Ed25519 signing key (PEM); created and registered when missing, its public key written to FILE.pub (default ./ag-data/worker-LABEL.key)")
+	cacheDir := fs.String("cache-dir", filepath.Join("ag-data", "blob-cache"), "blobs fetched for validate jobs, by digest; workers may share it")
+	workDir := fs.String("work-dir", os.TempDir(), "where validate jobs check out their trees, each in a fresh directory removed afterwards")
 	lease := fs.Duration("lease", 30*time.Second, "claim lease; heartbeats go every third of it")
 	wait := fs.Duration("wait", 30*time.Second, "long-poll wait per claim")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGTERM, how long running jobs may finish before they are failed for a retry")
@@ -66,27 +69,40 @@ func run(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("worker", *label)
 
+	c := client.New(*server, *token, client.WithUserAgent("ag-worker"))
+	validator := &worker.Validator{Client: c, CacheDir: *cacheDir, WorkDir: *workDir, Logger: log}
 	handlers := map[string]worker.Handler{}
 	for _, k := range strings.Split(*kinds, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "ag.noop":
 			handlers[k] = worker.Noop
+		case client.KindValidate:
+			handlers[k] = validator.Handle
 		case "":
 		default:
-			return fmt.Errorf("--kinds: this worker has no handler for %q (it runs: ag.noop)", k)
+			return fmt.Errorf("--kinds: this worker has no handler for %q (it runs: %s, ag.noop)", k, client.KindValidate)
 		}
 	}
 	if len(handlers) == 0 {
 		return errors.New("--kinds: name at least one kind")
 	}
+	if handlers[client.KindValidate] != nil {
+		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+			return fmt.Errorf("--cache-dir: %w", err)
+		}
+		if fi, err := os.Stat(*workDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--work-dir %s: not a directory", *workDir)
+		}
+	}
 
-	c := client.New(*server, *token, client.WithUserAgent("ag-worker"))
 	if *keyPath == "" {
 		*keyPath = filepath.Join("ag-data", "worker-"+strings.NewReplacer("/", "_", ":", "_").Replace(*label)+".key")
 	}
-	if _, err := worker.LoadOrCreateKey(ctx, c, *keyPath); err != nil {
+	key, err := worker.LoadOrCreateKey(ctx, c, *keyPath)
+	if err != nil {
 		return err
 	}
+	validator.Signer = attest.NewSigner(key)
 	w, err := worker.New(worker.Config{
 		Client: c, Label: *label, Handlers: handlers, Concurrency: *concurrency,
 		Lease: *lease, Wait: *wait, ShutdownGrace: *grace, Logger: log,

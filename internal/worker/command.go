@@ -1,0 +1,298 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits of what travels to the server (AGWP: progress <= 1 KiB, output <= 64 KiB).
+const (
+	maxProgressBytes = 1 << 10
+	maxOutputBytes   = 64 << 10
+)
+
+// runSpec is one run of a command in its own process group.
+type runSpec struct {
+	Argv     []string
+	Dir      string
+	Env      []string // the command's whole environment
+	Timeout  time.Duration
+	LogPath  string                // stdout and stderr, together, go here
+	Grace    time.Duration         // between SIGTERM and SIGKILL when the command is stopped
+	Progress func(lastLine string) // called with each non-empty line of output, truncated
+}
+
+// runResult is what a run did.
+type runResult struct {
+	Pgid       int // the process group of the command: its pid
+	StartedAt  time.Time
+	FinishedAt time.Time
+	ExitCode   int  // -1 when it was killed or died of a signal
+	TimedOut   bool // stopped when its timeout ran out
+	Reason     string
+	LogDigest  string // "sha256:<hex>" of the whole log
+	LogBytes   int64
+	Tail       string // the log's last maxOutputBytes, from a line boundary when possible
+	Survivors  bool   // some process of the group was still alive after SIGKILL
+}
+
+// runCommand runs s.Argv in s.Dir as the leader of a new process group, with its output in
+// s.LogPath. When the command exits, times out or ctx ends, every process left in its group is
+// killed (SIGTERM, then SIGKILL after the grace) before runCommand returns. It answers the
+// outcome of a command that exited or timed out; an error when the command could not start or
+// its log could not be written, and context.Cause(ctx) when ctx ended first.
+func runCommand(ctx context.Context, s runSpec) (runResult, error) {
+	var res runResult
+	if len(s.Argv) == 0 {
+		return res, errors.New("no command")
+	}
+	path, err := lookPath(s.Argv[0], s.Dir, s.Env)
+	if err != nil {
+		return res, err
+	}
+	logFile, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return res, fmt.Errorf("create log: %w", err)
+	}
+	defer logFile.Close()
+	// The command writes to a pipe of ours (not straight to the file) so that its lines can be
+	// followed and hashed as they come. Both ends are *os.File: Wait does not wait for the
+	// pipe, only for the command.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("create output pipe: %w", err)
+	}
+	defer pr.Close()
+	cmd := &exec.Cmd{Path: path, Args: s.Argv, Dir: s.Dir, Env: s.Env, Stdout: pw, Stderr: pw}
+	inOwnGroup(cmd)
+	sink := &logSink{file: logFile, hash: sha256.New(), progress: s.Progress}
+
+	res.StartedAt = time.Now()
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
+	}
+	res.Pgid = cmd.Process.Pid
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(sink, pr)
+		sink.flush()
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	timer := time.NewTimer(s.Timeout)
+	defer timer.Stop()
+	var waitErr error
+	stopped := false
+	select {
+	case waitErr = <-exited:
+	case <-timer.C:
+		res.TimedOut = true
+		waitErr = stopGroup(res.Pgid, exited, s.Grace)
+	case <-ctx.Done():
+		stopped = true
+		waitErr = stopGroup(res.Pgid, exited, s.Grace)
+	}
+	res.FinishedAt = time.Now()
+	// The leader is gone; what it left behind in its group goes too, exited or not.
+	res.Survivors = !killGroup(res.Pgid, 5*time.Second)
+	// The pipe ends when the last process holding it is gone. One that left the group may hold
+	// it open for ever: stop reading after a moment.
+	select {
+	case <-copied:
+	case <-time.After(max(s.Grace, 100*time.Millisecond)):
+		_ = pr.SetReadDeadline(time.Now())
+		<-copied
+	}
+	if stopped {
+		return res, context.Cause(ctx)
+	}
+	if sink.err != nil {
+		return res, fmt.Errorf("write log: %w", sink.err)
+	}
+
+	var exitErr *exec.ExitError
+	switch {
+	case res.TimedOut:
+		res.ExitCode = -1
+		res.Reason = "timed out after " + s.Timeout.String()
+	case waitErr == nil:
+		res.ExitCode = 0
+	case errors.As(waitErr, &exitErr):
+		res.ExitCode = exitErr.ExitCode()
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode = -1
+			res.Reason = fmt.Sprintf("died of signal %d (%v)", int(ws.Signal()), ws.Signal())
+		}
+	default:
+		return res, fmt.Errorf("wait for %s: %w", s.Argv[0], waitErr)
+	}
+	res.LogDigest = "sha256:" + hex.EncodeToString(sink.hash.Sum(nil))
+	res.LogBytes = sink.size
+	if res.Tail, err = logTail(s.LogPath, sink.size, maxOutputBytes); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// stopGroup asks the group to terminate, kills it when the leader has not exited within grace,
+// and answers the leader's exit.
+func stopGroup(pgid int, exited <-chan error, grace time.Duration) error {
+	signalGroup(pgid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-exited:
+		return err
+	case <-t.C:
+	}
+	signalGroup(pgid, syscall.SIGKILL)
+	return <-exited
+}
+
+// lookPath finds the command's executable: a name with a '/' relative to the checkout dir, a
+// bare name in the absolute directories of the command's PATH. Relative PATH entries are
+// skipped: they would find programs in the tree under validation instead of the worker's.
+func lookPath(name, dir string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		found, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("command %q: %w", name, err)
+		}
+		return found, nil
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v // the last one is the one the command sees
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		if found, err := exec.LookPath(filepath.Join(d, name)); err == nil {
+			return found, nil
+		}
+	}
+	return "", fmt.Errorf("command %q: %w (PATH=%s)", name, exec.ErrNotFound, pathEnv)
+}
+
+// logSink writes the command's output to the log file and its hash, and reports each
+// non-empty line as progress. A write error is kept, not returned, so the command is never
+// blocked on a full pipe.
+type logSink struct {
+	file     *os.File
+	hash     hash.Hash
+	size     int64
+	err      error
+	progress func(string)
+	line     []byte // the current line, at most maxProgressBytes+utf8.UTFMax bytes of it
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	n := len(p)
+	if s.err == nil {
+		_, s.err = s.file.Write(p)
+	}
+	s.hash.Write(p)
+	s.size += int64(len(p))
+	if s.progress == nil {
+		return n, nil
+	}
+	for len(p) > 0 {
+		i := bytes.IndexAny(p, "\r\n")
+		if i < 0 {
+			s.keep(p)
+			break
+		}
+		s.keep(p[:i])
+		s.flush()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (s *logSink) keep(p []byte) {
+	if room := maxProgressBytes + utf8.UTFMax - len(s.line); room > 0 {
+		s.line = append(s.line, p[:min(room, len(p))]...)
+	}
+}
+
+// flush ends the current line: a line that is not blank becomes the progress.
+func (s *logSink) flush() {
+	if s.progress != nil && len(bytes.TrimSpace(s.line)) > 0 {
+		s.progress(progressLine(string(s.line)))
+	}
+	s.line = s.line[:0]
+}
+
+// progressLine answers s as valid UTF-8 of at most maxProgressBytes, without surrounding
+// space.
+func progressLine(s string) string {
+	s = strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) <= maxProgressBytes {
+		return s
+	}
+	cut := maxProgressBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// logTail answers the last limit bytes of the log at path, whose size is size, as valid UTF-8.
+// When it is cut it starts after a newline, unless the part kept has none.
+func logTail(path string, size int64, limit int) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read log: %w", err)
+	}
+	defer f.Close()
+	start := max(0, size-int64(limit))
+	from := start
+	if start > 0 {
+		from-- // one byte more, to know whether start is at a line boundary
+	}
+	b := make([]byte, size-from)
+	if _, err := f.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read log: %w", err)
+	}
+	if start > 0 {
+		before := b[0]
+		b = b[1:]
+		if before != '\n' {
+			if i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b) {
+				b = b[i+1:]
+			}
+		}
+	}
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	for len(s) > limit { // replacement characters are longer than the bytes they replace
+		s = s[len(s)-limit:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return s, nil
+}

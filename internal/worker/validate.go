@@ -1,0 +1,416 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// Validator runs the jobs of kind "validate" (client.KindValidate): it checks out the
+// candidate tree the job names, runs the repository's validation command in it, and signs an
+// in-toto attestation of the outcome. Its Handle is a Handler.
+//
+// The command runs with the worker's own rights: it can read whatever the worker can, the
+// worker's key included. Run workers for code you do not trust inside a sandbox.
+type Validator struct {
+	Client *client.Client
+	Signer *attest.Signer
+	// CacheDir keeps fetched blobs by digest. Workers may share it: every file in it appears
+	// whole (written aside, then renamed) and is checked against its digest when used.
+	CacheDir string
+	// WorkDir is where each run gets a fresh temporary directory (default os.TempDir()),
+	// removed when the run ends.
+	WorkDir string
+	Logger  *slog.Logger
+	// KillGrace is how long a command that is stopped (timeout, lost claim, shutdown) has
+	// between SIGTERM and SIGKILL. Default 2s.
+	KillGrace time.Duration
+}
+
+// blobFetchers bounds the blobs fetched at once.
+const blobFetchers = 8
+
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// Handle runs one validate job. A command that exits, with any status, or times out completes
+// the job with a signed attestation of PASSED or FAILED. A payload that cannot be run, or a
+// tree that is not the one the job names, fails it for good; a tree or blob that cannot be
+// fetched, or a command that cannot be started, fails this attempt. When ctx ends before the
+// command does, the command is killed and Handle answers ctx's cause.
+func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
+	if v.Client == nil || v.Signer == nil || v.CacheDir == "" {
+		return Outcome{}, errors.New("validator: a client, a signer and a cache directory are required")
+	}
+	p, err := client.ParseValidatePayload(job.GetPayload())
+	if err != nil {
+		return Outcome{}, Permanent(err)
+	}
+	timeout, err := p.TimeoutDuration()
+	if err != nil {
+		return Outcome{}, Permanent(err)
+	}
+	env, err := commandEnv(os.Environ(), p.Env)
+	if err != nil {
+		return Outcome{}, Permanent(err)
+	}
+	log := v.logger().With("job", job.GetId(), "repository", p.Repository, "revision", p.CandidateRevision)
+
+	job.Progress("fetching tree")
+	tree, err := v.fetchTree(ctx, p)
+	if err != nil {
+		return Outcome{}, orCause(ctx, err)
+	}
+	if err := v.fetchBlobs(ctx, tree); err != nil {
+		return Outcome{}, orCause(ctx, err)
+	}
+	dir, err := os.MkdirTemp(v.workDir(), "ag-validate-")
+	if err != nil {
+		return Outcome{}, fmt.Errorf("create work directory: %w", err)
+	}
+	defer func() {
+		if err := removeAll(dir); err != nil {
+			log.Warn("could not remove the work directory", "dir", dir, "err", err)
+		}
+	}()
+	// The log lives beside the checkout, not in it, where the command would see it.
+	checkout := filepath.Join(dir, "tree")
+	if err := os.Mkdir(checkout, 0o755); err != nil {
+		return Outcome{}, fmt.Errorf("create work directory: %w", err)
+	}
+	if err := v.materialize(ctx, checkout, tree); err != nil {
+		return Outcome{}, orCause(ctx, err)
+	}
+
+	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
+	log.Info("running", "command", p.Command, "files", len(tree), "timeout", timeout)
+	res, err := runCommand(ctx, runSpec{
+		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
+		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress,
+	})
+	if res.Survivors {
+		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
+	}
+	if err != nil {
+		return Outcome{}, orCause(ctx, err)
+	}
+
+	result := attest.ResultFailed
+	if res.ExitCode == 0 && !res.TimedOut {
+		result = attest.ResultPassed
+	}
+	val := attest.Validation{
+		Repository:  p.Repository,
+		Revision:    p.CandidateRevision,
+		TreeDigest:  p.TreeDigest,
+		Result:      result,
+		Command:     p.Command,
+		Timeout:     timeout,
+		JobID:       job.GetId(),
+		ClaimNumber: job.GetAttempts(),
+		Worker:      job.GetClaimedBy(),
+		StartedAt:   res.StartedAt,
+		FinishedAt:  res.FinishedAt,
+		ExitCode:    res.ExitCode,
+		LogDigest:   res.LogDigest,
+		Reason:      res.Reason,
+	}
+	signed, err := v.Signer.SignValidation(ctx, val)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("sign the attestation: %w", err)
+	}
+	envelope, err := attest.ToProto(signed)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("sign the attestation: %w", err)
+	}
+	fields := map[string]any{
+		"result":      result,
+		"exit_code":   res.ExitCode,
+		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+	}
+	if res.Reason != "" {
+		fields["reason"] = res.Reason
+	}
+	resultStruct, err := structpb.NewStruct(fields)
+	if err != nil {
+		return Outcome{}, err
+	}
+	log.Info("validated", "result", result, "exit_code", res.ExitCode, "reason", res.Reason,
+		"elapsed", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
+	return Outcome{Result: resultStruct, Output: res.Tail, OutputDigest: res.LogDigest, Attestation: envelope}, nil
+}
+
+// orCause answers ctx's cause when ctx has ended (the error is then most likely its
+// consequence), err otherwise.
+func orCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+func (v *Validator) logger() *slog.Logger {
+	if v.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return v.Logger
+}
+
+func (v *Validator) workDir() string {
+	if v.WorkDir == "" {
+		return os.TempDir()
+	}
+	return v.WorkDir
+}
+
+func (v *Validator) killGrace() time.Duration {
+	if v.KillGrace <= 0 {
+		return 2 * time.Second
+	}
+	return v.KillGrace
+}
+
+// commandEnv answers the command's environment: the worker's, without its token, then the
+// payload's (which wins), in a stable order.
+func commandEnv(base []string, extra map[string]string) ([]string, error) {
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		if strings.HasPrefix(kv, "AG_TOKEN=") {
+			continue // the command under validation must not act as the worker
+		}
+		env = append(env, kv)
+	}
+	keys := make([]string, 0, len(extra))
+	for k, val := range extra {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(val, 0) {
+			return nil, fmt.Errorf("validate payload: env %q: names hold no '=' or NUL, values no NUL", k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k]) // exec uses the last value of a repeated name
+	}
+	return env, nil
+}
+
+// fetchTree answers the candidate's files, after checking that they are the tree the job
+// names: the server's digest and the digest of the entries themselves.
+func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (repo.Tree, error) {
+	res, err := v.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: p.Repository, Revision: p.CandidateRevision})
+	if err != nil {
+		return nil, fmt.Errorf("get the tree of %s@%s: %w", p.Repository, p.CandidateRevision, err)
+	}
+	if res.GetRevision() != p.CandidateRevision {
+		return nil, fmt.Errorf("asked for the tree of revision %s, the server answered revision %s", p.CandidateRevision, res.GetRevision())
+	}
+	if res.GetTreeDigest() != p.TreeDigest {
+		return nil, Permanent(fmt.Errorf("the tree of %s@%s is %s, but the job validates tree %s",
+			p.Repository, p.CandidateRevision, res.GetTreeDigest(), p.TreeDigest))
+	}
+	tree := make(repo.Tree, 0, len(res.GetEntries()))
+	for _, e := range res.GetEntries() {
+		if err := repo.ValidatePath(e.GetPath(), false); err != nil {
+			return nil, Permanent(fmt.Errorf("the tree of %s@%s holds path %q, which %v", p.Repository, p.CandidateRevision, e.GetPath(), err))
+		}
+		if !digestPattern.MatchString(e.GetDigest()) {
+			return nil, Permanent(fmt.Errorf("the tree of %s@%s names %q for %s: not a digest", p.Repository, p.CandidateRevision, e.GetDigest(), e.GetPath()))
+		}
+		tree = append(tree, repo.Entry{Path: e.GetPath(), Digest: e.GetDigest(), Size: e.GetSize()})
+	}
+	sort.Slice(tree, func(i, j int) bool { return tree[i].Path < tree[j].Path })
+	if got := tree.Digest(); got != p.TreeDigest {
+		return nil, Permanent(fmt.Errorf("the entries the server answered for %s@%s hash to %s, not to the job's tree %s",
+			p.Repository, p.CandidateRevision, got, p.TreeDigest))
+	}
+	return tree, nil
+}
+
+// blobPath answers where the blob of digest is kept in the cache: sha256/ab/abcdef...
+func (v *Validator) blobPath(digest string) string {
+	hexDigest := strings.TrimPrefix(digest, "sha256:")
+	return filepath.Join(v.CacheDir, "sha256", hexDigest[:2], hexDigest)
+}
+
+// fetchBlobs fetches the blobs of tree that the cache lacks, several at a time.
+func (v *Validator) fetchBlobs(ctx context.Context, tree repo.Tree) error {
+	var missing []string
+	seen := map[string]bool{}
+	for _, e := range tree {
+		if seen[e.Digest] {
+			continue
+		}
+		seen[e.Digest] = true
+		if _, err := os.Stat(v.blobPath(e.Digest)); err != nil {
+			missing = append(missing, e.Digest)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	todo := make(chan string)
+	var wg sync.WaitGroup
+	for range min(blobFetchers, len(missing)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range todo {
+				if err := v.fetchBlob(ctx, d); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+	}
+feed:
+	for _, d := range missing {
+		select {
+		case todo <- d:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(todo)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// fetchBlob fetches one blob (the client checks its digest) into the cache.
+func (v *Validator) fetchBlob(ctx context.Context, digest string) error {
+	content, err := v.Client.Blob(ctx, digest)
+	if err != nil {
+		return fmt.Errorf("get blob %s: %w", digest, err)
+	}
+	path := v.blobPath(digest)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("blob cache: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("blob cache: %w", err)
+	}
+	defer os.Remove(f.Name()) // gone already after the rename
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// Another worker sharing the cache may do the same at once: same content, either wins.
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("blob cache: %w", err)
+	}
+	return nil
+}
+
+// materialize writes the files of tree under root, which must be empty, from the blob cache.
+// It refuses a path that is not clean or would land outside root.
+func (v *Validator) materialize(ctx context.Context, root string, tree repo.Tree) error {
+	for _, e := range tree {
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+		dst, err := localPath(root, e.Path)
+		if err != nil {
+			return err
+		}
+		if !digestPattern.MatchString(e.Digest) {
+			return fmt.Errorf("check out %s: %q is not a digest", e.Path, e.Digest)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("check out %s: %w", e.Path, err)
+		}
+		if err := v.copyBlob(dst, e); err != nil {
+			return fmt.Errorf("check out %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+// localPath answers where the tree path p goes under root, refusing any path that is not clean
+// or does not stay inside root.
+func localPath(root, p string) (string, error) {
+	if err := repo.ValidatePath(p, false); err != nil {
+		return "", fmt.Errorf("refused to check out path %q: it %v", p, err)
+	}
+	local := filepath.FromSlash(p)
+	if !filepath.IsLocal(local) {
+		return "", fmt.Errorf("refused to check out path %q: it leaves the checkout", p)
+	}
+	dst := filepath.Join(root, local)
+	if rel, err := filepath.Rel(root, dst); err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("refused to check out path %q: it leaves the checkout", p)
+	}
+	return dst, nil
+}
+
+// copyBlob copies e's blob from the cache to dst (a new file, mode 0644), checking its digest
+// and size on the way. A cached blob that does not match its digest is removed, so the next
+// attempt fetches it again.
+func (v *Validator) copyBlob(dst string, e repo.Entry) error {
+	src, err := os.Open(v.blobPath(e.Digest))
+	if err != nil {
+		return fmt.Errorf("blob cache: %w", err)
+	}
+	defer src.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), src)
+	if err == nil {
+		err = out.Chmod(0o644) // whatever the umask
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != e.Digest {
+		_ = os.Remove(v.blobPath(e.Digest))
+		return fmt.Errorf("the cached blob %s has digest %s: removed it from the cache", e.Digest, got)
+	}
+	if uint64(n) != e.Size {
+		return fmt.Errorf("the tree says %d bytes, blob %s has %d", e.Size, e.Digest, n)
+	}
+	return nil
+}
+
+// removeAll removes dir, also when the command left directories without write permission.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(path, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
