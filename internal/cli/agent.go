@@ -250,11 +250,28 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 				}
 			}
 			if g.json {
-				return g.printJSON(change)
+				if err := g.printJSON(change); err != nil {
+					return err
+				}
+				if s := change.GetState(); s == agwpv1.ChangeState_CHANGE_STATE_REJECTED || s == agwpv1.ChangeState_CHANGE_STATE_CANCELLED {
+					return fmt.Errorf("change %s was %s", change.GetId(), changeStateName(s))
+				}
+				return nil
 			}
-			fmt.Fprintf(g.stdout, "change %s %s: %d paths, mainline %s\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()), change.GetIntegratedRevision())
-			if change.GetReason() != "" {
-				fmt.Fprintf(g.stdout, "reason: %s\n", change.GetReason())
+			switch change.GetState() {
+			case agwpv1.ChangeState_CHANGE_STATE_INTEGRATED:
+				fmt.Fprintf(g.stdout, "change %s integrated: %d paths, mainline %s\n", change.GetId(), len(change.GetPaths()), change.GetIntegratedRevision())
+				if d := change.GetAttestationDigest(); d != "" {
+					fmt.Fprintf(g.stdout, "validated: attestation %s\n", d)
+				}
+			case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
+				fmt.Fprintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()))
+				if change.GetReason() != "" {
+					fmt.Fprintf(g.stdout, "reason: %s\n", change.GetReason())
+				}
+				return fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), changeStateName(change.GetState()))
+			default:
+				fmt.Fprintf(g.stdout, "change %s %s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()), change.GetId())
 			}
 			return nil
 		},
@@ -262,23 +279,6 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVarP(&message, "message", "m", "", "what the change does (required)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the change and return without waiting for its outcome")
 	return cmd
-}
-
-// followChange waits for a change to be final, printing each state it passes through.
-func followChange(ctx context.Context, g *globals, c *client.Client, change *agwpv1.Change) (*agwpv1.Change, error) {
-	var shown agwpv1.ChangeState
-	for !finalChange(change.GetState()) {
-		if !g.json && change.GetState() != shown {
-			fmt.Fprintf(g.stderr, "change %s: %s\n", change.GetId(), changeStateName(change.GetState()))
-			shown = change.GetState()
-		}
-		res, err := c.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: change.GetId(), Wait: durationpb.New(30 * time.Second)})
-		if err != nil {
-			return nil, err
-		}
-		change = res.GetChange()
-	}
-	return change, nil
 }
 
 func finalChange(s agwpv1.ChangeState) bool {

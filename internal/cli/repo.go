@@ -20,16 +20,23 @@ import (
 
 func newRepoCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "repo", Short: "create, list and import repositories"}
+	var createPolicy validationFlags
 	create := &cobra.Command{
-		Use:   "create NAME",
-		Short: "create a repository with an empty mainline (admin)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "create NAME [-- COMMAND ARGS...]",
+		Short: "create a repository with an empty mainline (admin); with a command, changes reach the mainline only after it passed on a worker",
+		Example: `  ag repo create app
+  ag repo create app --timeout 15m -- go test ./...`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			validation, err := createPolicy.validation(args[1:])
+			if err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			res, err := c.Repos.CreateRepository(cmd.Context(), &agwpv1.CreateRepositoryRequest{Name: args[0]})
+			res, err := c.Repos.CreateRepository(cmd.Context(), &agwpv1.CreateRepositoryRequest{Name: args[0], Validation: validation})
 			if err != nil {
 				return err
 			}
@@ -37,7 +44,70 @@ func newRepoCmd(g *globals) *cobra.Command {
 				return g.printJSON(res)
 			}
 			fmt.Fprintf(g.stdout, "created repository %s (mainline %s)\n", res.GetRepository().GetName(), res.GetRepository().GetMainline())
+			if v := res.GetRepository().GetValidation(); v != nil {
+				fmt.Fprintf(g.stdout, "validation: %s\n", describeValidation(v))
+			}
 			return nil
+		},
+	}
+	createPolicy.register(create)
+	var setPolicy validationFlags
+	var none bool
+	setValidation := &cobra.Command{
+		Use:   "set-validation NAME {-- COMMAND ARGS... | --none}",
+		Short: "set the command every change of a repository must pass before it reaches the mainline (admin)",
+		Long: `Sets a repository's validation policy: a worker (ag-worker --kinds validate) runs COMMAND in
+a fresh directory holding exactly the candidate tree (the mainline with the change applied), and
+the change reaches the mainline only when it exits 0 and the worker's signed attestation
+verifies. Changes already queued are validated under the policy in force when their turn comes.
+--none removes the policy: changes integrate at once again.`,
+		Example: `  ag repo set-validation app --timeout 15m --env GOFLAGS=-mod=mod -- go test ./...
+  ag repo set-validation app --none`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var validation *agwpv1.Validation
+			switch {
+			case none && len(args) > 1:
+				return errors.New("--none takes no command")
+			case !none && len(args) == 1:
+				return errors.New("name the command after --, e.g. `ag repo set-validation app -- go test ./...`, or pass --none")
+			case !none:
+				var err error
+				if validation, err = setPolicy.validation(args[1:]); err != nil {
+					return err
+				}
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Repos.SetValidation(cmd.Context(), &agwpv1.SetValidationRequest{Repository: args[0], Validation: validation})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res)
+			}
+			if v := res.GetRepository().GetValidation(); v != nil {
+				fmt.Fprintf(g.stdout, "repository %s: validation %s\n", res.GetRepository().GetName(), describeValidation(v))
+			} else {
+				fmt.Fprintf(g.stdout, "repository %s: no validation; changes integrate at once\n", res.GetRepository().GetName())
+			}
+			return nil
+		},
+	}
+	setPolicy.register(setValidation)
+	setValidation.Flags().BoolVar(&none, "none", false, "remove the validation policy")
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "show a repository: its mainline, the change and attestation behind it, and its validation policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return showRepository(cmd.Context(), g, c, args[0])
 		},
 	}
 	list := &cobra.Command{
@@ -61,9 +131,13 @@ func newRepoCmd(g *globals) *cobra.Command {
 				return g.printJSON(out)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMAINLINE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tMAINLINE\tVALIDATION\tCREATED")
 			for _, r := range out.GetRepositories() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.GetName(), r.GetMainline(), formatTime(r.GetCreatedAt()))
+				v := "-"
+				if r.GetValidation() != nil {
+					v = describeValidation(r.GetValidation())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetMainline(), v, formatTime(r.GetCreatedAt()))
 			}
 			return tw.Flush()
 		},
@@ -86,7 +160,7 @@ never followed; .git/ and .ag/ are skipped.`,
 	}
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
-	cmd.AddCommand(create, list, importCmd)
+	cmd.AddCommand(create, setValidation, show, list, importCmd)
 	return cmd
 }
 

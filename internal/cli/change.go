@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// validationFlags are the policy flags of `ag repo create` and `ag repo set-validation`; the
+// command itself follows the repository name, after --.
+type validationFlags struct {
+	timeout time.Duration
+	env     []string
+}
+
+func (f *validationFlags) register(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "kill the validation command after this long and reject the change (default 10m on the server, at most 24h)")
+	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
+}
+
+// validation answers the policy for command, nil when command is empty (and no flag was given).
+func (f *validationFlags) validation(command []string) (*agwpv1.Validation, error) {
+	if len(command) == 0 {
+		if f.timeout != 0 || len(f.env) > 0 {
+			return nil, errors.New("--timeout and --env belong to a validation command: name it after --, e.g. `-- go test ./...`")
+		}
+		return nil, nil
+	}
+	v := &agwpv1.Validation{Command: command}
+	if f.timeout != 0 {
+		v.Timeout = durationpb.New(f.timeout)
+	}
+	for _, kv := range f.env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--env %q: use NAME=VALUE", kv)
+		}
+		if v.Env == nil {
+			v.Env = map[string]string{}
+		}
+		v.Env[name] = value
+	}
+	return v, nil
+}
+
+func describeValidation(v *agwpv1.Validation) string {
+	s := "`" + strings.Join(v.GetCommand(), " ") + "`"
+	if v.GetTimeout() != nil {
+		s += " (timeout " + v.GetTimeout().AsDuration().String() + ")"
+	}
+	return s
+}
+
+func showRepository(ctx context.Context, g *globals, c *client.Client, name string) error {
+	r, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name})
+	if err != nil {
+		return err
+	}
+	tree, err := c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: name})
+	if err != nil {
+		return err
+	}
+	var change *agwpv1.Change
+	if id := tree.GetChangeId(); id != "" {
+		res, err := c.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: id})
+		if err != nil {
+			return err
+		}
+		change = res.GetChange()
+	}
+	if g.json {
+		return g.printJSON(r)
+	}
+	repo := r.GetRepository()
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "repository\t%s\n", repo.GetName())
+	fmt.Fprintf(tw, "mainline\t%s\n", repo.GetMainline())
+	fmt.Fprintf(tw, "tree\t%s (%d files)\n", tree.GetTreeDigest(), len(tree.GetEntries()))
+	if change != nil {
+		fmt.Fprintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), firstLineOf(change.GetMessage()))
+		if d := change.GetAttestationDigest(); d != "" {
+			fmt.Fprintf(tw, "attestation\t%s (ag attestation get %s)\n", d, d)
+		} else {
+			fmt.Fprintf(tw, "attestation\tnone: integrated without validation\n")
+		}
+	}
+	if v := repo.GetValidation(); v != nil {
+		fmt.Fprintf(tw, "validation\t%s\n", describeValidation(v))
+	} else {
+		fmt.Fprintf(tw, "validation\tnone: changes integrate at once\n")
+	}
+	return tw.Flush()
+}
+
+func newChangeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "change", Short: "show and follow changes"}
+	var wait bool
+	show := &cobra.Command{
+		Use:   "show CHANGE_ID",
+		Short: "show a change; with --wait, follow it until it is integrated, rejected or cancelled",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Repos.GetChange(cmd.Context(), &agwpv1.GetChangeRequest{ChangeId: args[0]})
+			if err != nil {
+				return err
+			}
+			change := res.GetChange()
+			if wait {
+				if change, err = followChange(cmd.Context(), g, c, change); err != nil {
+					return err
+				}
+			}
+			if g.json {
+				return g.printJSON(change)
+			}
+			printChange(g.stdout, change)
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&wait, "wait", false, "follow the change until it is final")
+	var limit int
+	list := &cobra.Command{
+		Use:   "list REPOSITORY",
+		Short: "list a repository's changes, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Repos.ListChanges(cmd.Context(), &agwpv1.ListChangesRequest{Repository: args[0], PageSize: int32(limit)})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CHANGE\tSTATE\tAUTHOR\tPATHS\tREVISION\tCREATED\tMESSAGE")
+			for _, ch := range res.GetChanges() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ch.GetId(), changeStateName(ch.GetState()), ch.GetAuthor(),
+					len(ch.GetPaths()), dash(ch.GetIntegratedRevision()), formatTime(ch.GetCreatedAt()), firstLineOf(ch.GetMessage()))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 50, "at most this many changes")
+	cmd.AddCommand(show, list)
+	return cmd
+}
+
+func printChange(w io.Writer, ch *agwpv1.Change) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "change\t%s\n", ch.GetId())
+	fmt.Fprintf(tw, "repository\t%s\n", ch.GetRepository())
+	fmt.Fprintf(tw, "state\t%s\n", changeStateName(ch.GetState()))
+	fmt.Fprintf(tw, "author\t%s\n", ch.GetAuthor())
+	fmt.Fprintf(tw, "message\t%s\n", firstLineOf(ch.GetMessage()))
+	fmt.Fprintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
+	fmt.Fprintf(tw, "base\t%s\n", ch.GetBaseRevision())
+	fmt.Fprintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
+	fmt.Fprintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
+	fmt.Fprintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
+	fmt.Fprintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
+	fmt.Fprintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
+	fmt.Fprintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
+	_ = tw.Flush()
+	if ch.GetReason() != "" {
+		fmt.Fprintf(w, "reason: %s\n", ch.GetReason())
+	}
+}
+
+// followChange waits for a change to be final, printing to stderr each state it passes through
+// and, while it is validated, the worker's progress lines. It follows WatchChange, and opens it
+// again when the stream ends early (a server restart, a load balancer's idle timeout).
+func followChange(ctx context.Context, g *globals, c *client.Client, change *agwpv1.Change) (*agwpv1.Change, error) {
+	var shown *agwpv1.Change
+	show := func(ch *agwpv1.Change) {
+		if g.json {
+			return
+		}
+		if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() &&
+			ch.GetQueuePosition() == shown.GetQueuePosition() {
+			return
+		}
+		line := "change " + ch.GetId() + ": " + changeStateName(ch.GetState())
+		switch ch.GetState() {
+		case agwpv1.ChangeState_CHANGE_STATE_QUEUED:
+			if n := ch.GetQueuePosition(); n > 0 {
+				line += fmt.Sprintf(" (%d ahead)", n)
+			}
+		case agwpv1.ChangeState_CHANGE_STATE_VALIDATING:
+			if p := ch.GetProgress(); p != "" {
+				line += ": " + p
+			}
+		}
+		fmt.Fprintln(g.stderr, line)
+		shown = ch
+	}
+	backoff := 200 * time.Millisecond
+	for !finalChange(change.GetState()) {
+		show(change)
+		stream, err := c.Repos.WatchChange(ctx, &agwpv1.WatchChangeRequest{ChangeId: change.GetId()})
+		if err != nil {
+			return nil, err
+		}
+		for stream.Receive() {
+			change = stream.Msg().GetChange()
+			show(change)
+			backoff = 200 * time.Millisecond
+		}
+		err = stream.Err()
+		_ = stream.Close()
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil && !client.IsCode(err, connect.CodeUnavailable) && !client.IsCode(err, connect.CodeDeadlineExceeded):
+			return nil, err
+		case !finalChange(change.GetState()):
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+	return change, nil
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
