@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -27,6 +28,8 @@ func storeError(err error, lostClaim connect.Code) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, store.ErrFailedPrecondition):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, store.ErrAttestationRequired):
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: is required: %w (a DSSE envelope of an in-toto statement signed with a registered worker key)", err))
 	case errors.Is(err, store.ErrInvalidPageToken):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("page_token: not a token this server handed out"))
 	case errors.Is(err, context.Canceled):

@@ -131,9 +131,6 @@ func (h jobService) verifyValidation(ctx context.Context, c caller, req *agwpv1.
 	if job.Kind != client.KindValidate {
 		return nil, token, nil
 	}
-	if req.GetAttestation() == nil {
-		return nil, 0, invalid("attestation", "is required to complete a validate job: a DSSE envelope of an in-toto statement signed with a registered worker key")
-	}
 	payload, err := parseValidatePayload(job.Payload)
 	if err != nil {
 		return nil, 0, connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s: %w", job.ID, err))

@@ -123,6 +123,8 @@ func (h jobService) claimRefusal(procedure string, err error, lostClaim connect.
 		h.s.metrics.refusal(procedure, "lost_claim")
 	case errors.Is(err, store.ErrNotFound):
 		h.s.metrics.refusal(procedure, "unknown_job")
+	case errors.Is(err, store.ErrAttestationRequired):
+		h.s.metrics.refusal(procedure, "attestation")
 	}
 	return storeError(err, lostClaim)
 }
@@ -168,15 +170,19 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 		Output:       req.GetOutput(),
 		OutputDigest: req.GetOutputDigest(),
 	}
-	// A validate job's attestation moves a mainline: it is required, and checked against the
-	// job itself. Other jobs' attestations need only a valid signature by the claimant.
-	a, claim, err := h.verifyValidation(ctx, c, req, token)
-	if err != nil {
-		h.s.metrics.refusal("CompleteJob", "attestation")
-		return nil, err
-	}
-	if a != nil {
-		params.Attestation, params.FencingToken = a, claim
+	// A validate job's attestation moves a mainline: it is checked against the job itself.
+	// Other jobs' attestations need only a valid signature by the claimant. A validate job
+	// completed without one is refused by the store's own update, so completions without an
+	// attestation cost no read here.
+	if req.GetAttestation() != nil {
+		a, claim, err := h.verifyValidation(ctx, c, req, token)
+		if err != nil {
+			h.s.metrics.refusal("CompleteJob", "attestation")
+			return nil, err
+		}
+		if a != nil {
+			params.Attestation, params.FencingToken = a, claim
+		}
 	}
 	if req.GetAttestation() != nil && params.Attestation == nil {
 		a, err := h.verifyAttestation(ctx, c, req)

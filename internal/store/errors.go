@@ -19,7 +19,26 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	// ErrSchemaTooNew: the database was migrated by a newer build.
 	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+	// ErrAttestationRequired: a validate job is completed only with an attestation, which is
+	// what its change's gate decides on.
+	ErrAttestationRequired = errors.New("a validate job is completed only with an attestation")
 )
+
+// KindValidate is the kind of the integration queue's validation jobs.
+const KindValidate = "validate"
+
+// ExplainRefusedCompletion answers the refusal for a completion whose conditional update
+// matched no row: the claim is lost (ExplainLostClaim), or the job is a validate job and the
+// completion carries no attestation. nil means the job, as read, would have been completed.
+func ExplainRefusedCompletion(job Job, worker string, fencingToken uint32, attested bool) error {
+	if err := ExplainLostClaim(job, worker, fencingToken); err != nil {
+		return err
+	}
+	if job.Kind == KindValidate && !attested {
+		return fmt.Errorf("job %s: %w", job.ID, ErrAttestationRequired)
+	}
+	return nil
+}
 
 // LostClaimError explains why a heartbeat, completion or failure was refused: the job is no
 // longer claimed by this worker, or the claim number is not the current one.

@@ -40,7 +40,9 @@ type Store interface {
 
 	// CompleteJob moves a claim's job to COMPLETED with its result, output and, when given, the
 	// attestation, which is stored (addressed by its digest) only after the claim check passed,
-	// in the same transaction. Same claim check and refusals as HeartbeatJob.
+	// in the same transaction. Same claim check and refusals as HeartbeatJob; besides, a job of
+	// kind KindValidate without an attestation is refused with ErrAttestationRequired (checked
+	// in the same conditional update, so it costs nothing to other completions).
 	CompleteJob(ctx context.Context, p CompleteJobParams) (Job, error)
 
 	// FailJob records a failed attempt of a claim. The job becomes CANCELLED when

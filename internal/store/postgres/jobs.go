@@ -313,7 +313,7 @@ const claimedState = string(store.JobClaimed)
 // changed job (and then extra columns, which are skipped), and answers that job. No row means
 // that the check refused, and changed nothing; only then is the job read, to explain the
 // refusal, so the way that succeeds costs one statement.
-func (db *DB) guarded(ctx context.Context, what, sql string, extra int, jobID, worker string, token uint32, args ...any) (store.Job, error) {
+func (db *DB) guarded(ctx context.Context, what, sql string, extra int, jobID string, explain func(store.Job) error, args ...any) (store.Job, error) {
 	// The read comes after the UPDATE: a commit landing in between can show a claim that the
 	// UPDATE rightly refused and that would pass now. Nothing was changed, so the UPDATE is
 	// simply run again.
@@ -337,11 +337,23 @@ func (db *DB) guarded(ctx context.Context, what, sql string, extra int, jobID, w
 		if err != nil {
 			return store.Job{}, mapErr(what, err)
 		}
-		if err := store.ExplainLostClaim(s.job(), worker, token); err != nil {
+		if err := explain(s.job()); err != nil {
 			return store.Job{}, err
 		}
 	}
 	return store.Job{}, fmt.Errorf("postgres: %s: job %s: the claim check kept racing with other changes", what, jobID)
+}
+
+// lostClaim explains a refused heartbeat or failure.
+func lostClaim(worker string, token uint32) func(store.Job) error {
+	return func(j store.Job) error { return store.ExplainLostClaim(j, worker, token) }
+}
+
+// refusedCompletion explains a refused completion.
+func refusedCompletion(p store.CompleteJobParams) func(store.Job) error {
+	return func(j store.Job) error {
+		return store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, p.Attestation != nil)
+	}
 }
 
 // A lease of 0 extends by the claim's own lease; the claim's lease length stays as claimed.
@@ -355,7 +367,7 @@ RETURNING ` + jobCols(""))
 
 // HeartbeatJob extends the lease of a current claim.
 func (db *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
-	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, p.Worker, p.FencingToken,
+	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, lostClaim(p.Worker, p.FencingToken),
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState)
 }
 
@@ -377,7 +389,7 @@ WHERE `
 // ($9 the envelope) from the UPDATE's output, so it exists only when the claim check passed,
 // and in the same transaction. An envelope already stored (same digest, same bytes) is kept.
 var (
-	completeSQL         = q(completeUpdate + claimCheck(9) + ` RETURNING ` + jobCols(""))
+	completeSQL         = q(completeUpdate + claimCheck(9) + ` AND kind <> '` + store.KindValidate + `' RETURNING ` + jobCols(""))
 	completeAttestedSQL = q(`WITH u AS (` + completeUpdate + claimCheck(10) + ` RETURNING ` + jobCols("") + `),
 attested AS (
 	INSERT INTO attestations (digest, envelope, job_id, created_at)
@@ -407,6 +419,7 @@ FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::te
 	AS r(id, worker, token, result, output, output_digest, att_digest, envelope)
 WHERE jobs.id = ANY($2::text[]) AND jobs.id = r.id
 	AND jobs.state = $9 AND jobs.claimed_by = r.worker AND (r.token = 0 OR jobs.attempts = r.token)
+	AND (r.att_digest IS NOT NULL OR jobs.kind <> '` + store.KindValidate + `')
 RETURNING ` + jobCols("jobs")
 	if !attested {
 		return q(update)
@@ -495,11 +508,11 @@ func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[
 // completeOne completes one call in a statement of its own.
 func (db *DB) completeOne(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
 	if p.Attestation == nil {
-		return db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, p.Worker, p.FencingToken,
+		return db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, refusedCompletion(p),
 			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
 			nil, claimedState)
 	}
-	return db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, p.Worker, p.FencingToken,
+	return db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, refusedCompletion(p),
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
 		p.Attestation.Digest, p.Attestation.Envelope, claimedState)
 }
@@ -542,7 +555,7 @@ func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, er
 	if p.RetryDelay != nil {
 		delay = micros(*p.RetryDelay)
 	}
-	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, p.Worker, p.FencingToken,
+	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, lostClaim(p.Worker, p.FencingToken),
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
 	if err == nil && j.State == store.JobQueued {
 		db.signal.Fire()

@@ -249,10 +249,17 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
 				state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
 				result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
-			WHERE `+claimCheck+` RETURNING `+jobColumns,
+			WHERE `+claimCheck+` AND (kind <> '`+store.KindValidate+`' OR ?8 <> '') RETURNING `+jobColumns,
 			p.JobID, p.Worker, p.FencingToken, now, result, p.Output, p.OutputDigest, attDigest))
 		if errors.Is(err, sql.ErrNoRows) {
-			return refusal(ctx, tx, "complete job", p.JobID, p.Worker, p.FencingToken)
+			j, err := getJob(ctx, tx, p.JobID)
+			if err != nil {
+				return fmt.Errorf("complete job: %w", err)
+			}
+			if err := store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, attDigest != ""); err != nil {
+				return err
+			}
+			return fmt.Errorf("complete job: job %s: the claim check matched no row although the claim is current", p.JobID)
 		}
 		if err != nil {
 			return interpret("complete job "+p.JobID, err)

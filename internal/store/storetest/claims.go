@@ -81,7 +81,7 @@ func testHeartbeatExpiredUnclaimed(t *testing.T, newStore Factory) {
 
 func testComplete(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
-	job := b.enqueue(t, store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"tree":"t1"}`)})
+	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build", Payload: []byte(`{"tree":"t1"}`)})
 	claimed := b.mustClaim(t, "p|w1", time.Minute)
 	b.clk.Advance(40 * time.Second)
 	now := b.clk.Now()
@@ -140,7 +140,7 @@ func testCompleteWithoutAttestation(t *testing.T, newStore Factory) {
 
 func testSecondCompletion(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
-	job := b.enqueue(t, store.EnqueueJobParams{Kind: "validate"})
+	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
 	b.mustClaim(t, "p|w1", time.Minute)
 	first := attestation(job.ID, "first")
 	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1,
@@ -322,7 +322,7 @@ func testFailCancelRequested(t *testing.T, newStore Factory) {
 func testFencing(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	const worker = "p|w1"
-	job := b.enqueue(t, store.EnqueueJobParams{Kind: "validate", MaxAttempts: 5})
+	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build", MaxAttempts: 5})
 	first := b.mustClaim(t, worker, 30*time.Second)
 	if first.Attempts != 1 {
 		t.Fatalf("first claim: attempts %d, want 1", first.Attempts)
@@ -386,8 +386,8 @@ func testFencing(t *testing.T, newStore Factory) {
 	}
 
 	// A claim number of another worker's claim is not this worker's.
-	otherJob := b.enqueue(t, store.EnqueueJobParams{Kind: "validate"})
-	other := b.mustClaim(t, "p|w2", time.Minute, "validate")
+	otherJob := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
+	other := b.mustClaim(t, "p|w2", time.Minute, "build")
 	if other.ID != otherJob.ID || other.Attempts != 1 {
 		t.Fatalf("claim by p|w2: %s attempts %d, want %s attempts 1", other.ID, other.Attempts, otherJob.ID)
 	}
@@ -566,5 +566,65 @@ func testCancelFinished(t *testing.T, newStore Factory) {
 			t.Fatalf("CancelJob of a %s job: err = %v (%T), want a *store.StateError", before.State, err, err)
 		}
 		b.unchanged(t, before, "CancelJob of a "+string(before.State)+" job")
+	}
+}
+
+// testValidateNeedsAttestation: a validate job completed without an attestation is refused and
+// nothing changes, also when other completions go in the same group commit; with one it
+// completes.
+func testValidateNeedsAttestation(t *testing.T, newStore Factory) {
+	b := setup(t, newStore)
+	const n = 8
+	kinds := map[string]string{}
+	for i := range n {
+		kind := "build"
+		if i%2 == 0 {
+			kind = store.KindValidate
+		}
+		j := b.enqueue(t, store.EnqueueJobParams{Kind: kind})
+		kinds[j.ID] = kind
+	}
+	claimed := map[string]store.Job{}
+	for range n {
+		j := b.mustClaim(t, "p|w1", time.Minute)
+		claimed[j.ID] = j
+	}
+	// Every completion at once, none attested: the build jobs complete, the validate jobs are
+	// refused whatever group they land in.
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for id := range claimed {
+		go func() {
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "p|w1", FencingToken: 1, Output: "done"})
+			ids <- id
+			errs <- err
+		}()
+	}
+	for range n {
+		id, err := <-ids, <-errs
+		switch kinds[id] {
+		case store.KindValidate:
+			if !errors.Is(err, store.ErrAttestationRequired) {
+				t.Fatalf("validate job %s completed without an attestation: err = %v, want ErrAttestationRequired", id, err)
+			}
+			assertJob(t, "a validate job after a refused completion", b.get(t, id), claimed[id])
+		default:
+			if err != nil {
+				t.Fatalf("build job %s: CompleteJob: %v", id, err)
+			}
+			if got := b.get(t, id); got.State != store.JobCompleted {
+				t.Fatalf("build job %s is %s after its completion", id, got.State)
+			}
+		}
+	}
+	for id, kind := range kinds {
+		if kind != store.KindValidate {
+			continue
+		}
+		att := attestation(id, "passed")
+		done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "p|w1", FencingToken: 1, Attestation: att})
+		if err != nil || done.State != store.JobCompleted || done.AttestationDigest != att.Digest {
+			t.Fatalf("validate job %s with an attestation: %s %q, %v", id, done.State, done.AttestationDigest, err)
+		}
 	}
 }

@@ -55,7 +55,7 @@ func testConcurrentClaimers(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	enqueued := make(map[string]bool, jobs)
 	for range jobs {
-		enqueued[b.enqueue(t, store.EnqueueJobParams{Kind: "validate"}).ID] = true
+		enqueued[b.enqueue(t, store.EnqueueJobParams{Kind: "build"}).ID] = true
 	}
 
 	var (
@@ -136,7 +136,7 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 	)
 	b := setup(t, newStore)
 	for range jobs {
-		b.enqueue(t, store.EnqueueJobParams{Kind: "validate", MaxAttempts: 1 << 20})
+		b.enqueue(t, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1 << 20})
 	}
 
 	type claim struct {
@@ -275,7 +275,7 @@ func BenchmarkClaimComplete(b *testing.B, newStore Factory) {
 	st := newStore(b, clk)
 	ctx := b.Context()
 	for range b.N {
-		if _, _, err := st.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"tree":"t"}`), MaxAttempts: 5}); err != nil {
+		if _, _, err := st.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "build", Payload: []byte(`{"tree":"t"}`), MaxAttempts: 5}); err != nil {
 			b.Fatalf("EnqueueJob: %v", err)
 		}
 	}
@@ -285,7 +285,7 @@ func BenchmarkClaimComplete(b *testing.B, newStore Factory) {
 	b.RunParallel(func(pb *testing.PB) {
 		worker := fmt.Sprintf("bench|w%d", n.Add(1))
 		for pb.Next() {
-			job, err := st.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"validate"}, Lease: time.Minute})
+			job, err := st.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute})
 			if err != nil || job == nil {
 				b.Errorf("ClaimJob = %v, %v; want a job", job, err)
 				return

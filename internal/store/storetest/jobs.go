@@ -45,7 +45,7 @@ func testEnqueueAndGet(t *testing.T, newStore Factory) {
 	assertJob(t, "EnqueueJob", job, want)
 	assertJob(t, "GetJob after EnqueueJob", b.get(t, job.ID), want)
 
-	other := b.enqueue(t, store.EnqueueJobParams{Kind: "validate"})
+	other := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
 	if other.ID == job.ID {
 		t.Fatalf("two jobs got the same id %s", job.ID)
 	}
@@ -78,7 +78,7 @@ func testGetJobUnknown(t *testing.T, newStore Factory) {
 
 func testUniqueKey(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
-	p := store.EnqueueJobParams{Kind: "validate", MaxAttempts: 3, UniqueKey: "change-1"}
+	p := store.EnqueueJobParams{Kind: "build", MaxAttempts: 3, UniqueKey: "change-1"}
 	first := b.enqueue(t, p)
 	if first.UniqueKey != "change-1" {
 		t.Fatalf("UniqueKey = %q, want change-1", first.UniqueKey)
@@ -105,13 +105,13 @@ func testUniqueKey(t *testing.T, newStore Factory) {
 	assertJob(t, "the existing job", got, first)
 
 	// Another key is another job.
-	other, existing, err := b.st.EnqueueJob(b.ctx, store.EnqueueJobParams{Kind: "validate", MaxAttempts: 3, UniqueKey: "change-2"})
+	other, existing, err := b.st.EnqueueJob(b.ctx, store.EnqueueJobParams{Kind: "build", MaxAttempts: 3, UniqueKey: "change-2"})
 	if err != nil || existing || other.ID == first.ID {
 		t.Fatalf("EnqueueJob(other key) = %s, existing %v, %v; want a new job", other.ID, existing, err)
 	}
 
 	// Claimed: still the first job, as it is now.
-	claimed := b.mustClaim(t, "p|w1", time.Minute, "validate")
+	claimed := b.mustClaim(t, "p|w1", time.Minute, "build")
 	if claimed.ID != first.ID {
 		t.Fatalf("claimed %s, want %s", claimed.ID, first.ID)
 	}
@@ -143,7 +143,7 @@ func testUniqueKey(t *testing.T, newStore Factory) {
 
 func testClaimFields(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
-	job := b.enqueue(t, store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"a":1}`), Priority: 2, MaxAttempts: 3, EnqueuedBy: "alice"})
+	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build", Payload: []byte(`{"a":1}`), Priority: 2, MaxAttempts: 3, EnqueuedBy: "alice"})
 	b.clk.Advance(5 * time.Second)
 	now := b.clk.Now()
 

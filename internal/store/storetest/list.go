@@ -62,7 +62,7 @@ func testListJobs(t *testing.T, newStore Factory) {
 	// Claim the two newest (highest priority): all[5] validate, all[4] build; complete all[5].
 	b.mustClaim(t, "p|w1", time.Minute)
 	b.mustClaim(t, "p|w1", time.Minute)
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: all[5].ID, Worker: "p|w1"}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: all[5].ID, Worker: "p|w1", Attestation: attestation(all[5].ID, "passed")}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
 

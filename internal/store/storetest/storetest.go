@@ -56,6 +56,7 @@ var tests = []conformanceTest{
 	{"complete_stores_the_result_output_and_attestation", testComplete},
 	{"complete_without_an_attestation", testCompleteWithoutAttestation},
 	{"a_second_completion_is_refused_and_stores_nothing", testSecondCompletion},
+	{"a_validate_job_is_completed_only_with_an_attestation", testValidateNeedsAttestation},
 	{"fail_queues_the_job_again_after_the_retry_delay", testFailRetryDelay},
 	{"fail_without_a_retry_delay_uses_the_server_backoff", testFailBackoff},
 	{"a_final_failure_fails_the_job", testFailFinal},
