@@ -395,6 +395,8 @@ type workerOpts struct {
 	Lease       time.Duration // default 2s
 	Concurrency int           // default 1
 	Grace       time.Duration // --shutdown-grace; 0: the worker's default
+	Kinds       string        // --kinds; empty: the worker's default (ag.noop)
+	WorkDir     string        // --work-dir; empty: the worker's default
 }
 
 // startWorker starts an ag-worker process against s and waits until it has registered its key
@@ -415,6 +417,12 @@ func (s *server) startWorker(t *testing.T, o workerOpts) *proc {
 		"--lease", o.Lease.String(), "--wait", "10s", "--concurrency", strconv.Itoa(o.Concurrency)}
 	if o.Grace > 0 {
 		args = append(args, "--shutdown-grace", o.Grace.String())
+	}
+	if o.Kinds != "" {
+		args = append(args, "--kinds", o.Kinds)
+	}
+	if o.WorkDir != "" {
+		args = append(args, "--work-dir", o.WorkDir)
 	}
 	p := startProc(t, "ag-worker "+o.Label, workerBin, dir, cleanEnv(), args...)
 	eventually(t, "ag-worker "+o.Label+" to start", func() (bool, string) {
@@ -471,4 +479,65 @@ func mustAG(t *testing.T, args ...string) string {
 		t.Fatalf("ag %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
 	}
 	return out
+}
+
+// agRun is an ag command line running in the background.
+type agRun struct {
+	args   []string
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan struct{} // closed when it has exited
+	err    error         // Wait's error, set before done is closed
+}
+
+// startAG starts the ag command line in the background; it is killed when t ends. Its stderr
+// may be read while it runs.
+func startAG(t *testing.T, args ...string) *agRun {
+	t.Helper()
+	r := &agRun{args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	r.cmd = exec.Command(agBin, args...)
+	r.cmd.Dir = t.TempDir()
+	r.cmd.Env = cleanEnv()
+	r.cmd.Stdout, r.cmd.Stderr = r.stdout, r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start ag %s: %v", strings.Join(args, " "), err)
+	}
+	go func() {
+		r.err = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	})
+	return r
+}
+
+func (r *agRun) exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to waitFor for the command to exit and answers its stdout, stderr and exit code.
+func (r *agRun) wait(t *testing.T) (stdout, stderr string, code int) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(waitFor):
+		t.Fatalf("ag %s did not exit within %v\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), waitFor, r.stdout, r.stderr)
+	}
+	var exit *exec.ExitError
+	switch {
+	case r.err == nil:
+	case errors.As(r.err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("ag %s: %v\nstderr:\n%s", strings.Join(r.args, " "), r.err, r.stderr)
+	}
+	return r.stdout.String(), r.stderr.String(), code
 }

@@ -321,6 +321,13 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		h.s.log.Info("change queued for validation", "change", change.ID, "repository", change.Repository, "author", holder,
 			"paths", len(paths))
 		h.s.gate.Kick(change.Repository)
+		// The answer is the change as queued, with its place in the queue (0 when the gate has
+		// already taken it).
+		out := changeProto(change)
+		if c, err := h.s.store.GetChange(ctx, change.ID); err == nil && c.State == store.ChangeQueued {
+			out.QueuePosition = uint32(c.QueuePosition)
+		}
+		return &agwpv1.IntegrateResponse{Change: out}, nil
 	} else {
 		h.s.log.Info("change integrated", "change", change.ID, "repository", change.Repository, "author", holder,
 			"revision", change.IntegratedRevision, "paths", len(paths))
