@@ -93,6 +93,10 @@ func run(ctx context.Context, args []string) error {
 		if fi, err := os.Stat(*workDir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("--work-dir %s: not a directory", *workDir)
 		}
+		// What a killed worker left there: its command's processes and its directory.
+		if err := validator.ReapOrphans(ctx); err != nil {
+			log.Warn("could not clean up after dead workers", "work_dir", *workDir, "err", err)
+		}
 	}
 
 	if *keyPath == "" {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,10 @@ type runSpec struct {
 	LogPath  string                // stdout and stderr, together, go here
 	Grace    time.Duration         // between SIGTERM and SIGKILL when the command is stopped
 	Progress func(lastLine string) // called with each non-empty line of output, truncated
+	// GroupFile, when set, receives the command's process group id as soon as it has started,
+	// for ReapOrphans to find the group should the worker die. The command does not run on
+	// unrecorded: when the file cannot be written, the group is killed and that is the error.
+	GroupFile string
 }
 
 // runResult is what a run did.
@@ -52,8 +57,8 @@ type runResult struct {
 // runCommand runs s.Argv in s.Dir as the leader of a new process group, with its output in
 // s.LogPath. When the command exits, times out or ctx ends, every process left in its group is
 // killed (SIGTERM, then SIGKILL after the grace) before runCommand returns. It answers the
-// outcome of a command that exited or timed out; an error when the command could not start or
-// its log could not be written, and context.Cause(ctx) when ctx ended first.
+// outcome of a command that exited or timed out; an error when the command could not start, or
+// its log or s.GroupFile could not be written, and context.Cause(ctx) when ctx ended first.
 func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	var res runResult
 	if len(s.Argv) == 0 {
@@ -81,20 +86,25 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	sink := &logSink{file: logFile, hash: sha256.New(), progress: s.Progress}
 
 	res.StartedAt = time.Now()
-	err = cmd.Start()
+	exited, err := startCommand(cmd)
 	pw.Close()
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
 	}
 	res.Pgid = cmd.Process.Pid
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if s.GroupFile != "" { // before any output is read: progress comes after the record
+		if err := os.WriteFile(s.GroupFile, []byte(strconv.Itoa(res.Pgid)+"\n"), 0o644); err != nil {
+			cancel(fmt.Errorf("record the process group: %w", err)) // stops the command below
+		}
+	}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
 		_, _ = io.Copy(sink, pr)
 		sink.flush()
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()

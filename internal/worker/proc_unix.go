@@ -4,19 +4,22 @@ package worker
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
 
+// fileLocks tells whether lockFile really locks: run directories can then be told orphaned.
+const fileLocks = true
+
 // inOwnGroup makes cmd the leader of a new process group, so that it and every process it
-// starts (unless one leaves the group on purpose) can be signalled at once.
+// starts (unless one leaves the group on purpose) can be signalled at once. Where the system
+// allows it, the leader is also killed as soon as the worker dies (see dieWithWorker).
 func inOwnGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithWorker(cmd.SysProcAttr)
 }
 
 // signalGroup sends sig to every process of the group pgid.
@@ -41,46 +44,29 @@ func killGroup(pgid int, wait time.Duration) bool {
 }
 
 // groupAlive reports whether a process of the group pgid is still alive. Killed processes stay
-// zombies until their parent (or init) reaps them; a zombie runs nothing, so it does not count.
+// zombies until their parent (or init) reaps them; a zombie runs nothing, so it does not count
+// where the system lets us tell (liveMembers).
 func groupAlive(pgid int) bool {
-	err := syscall.Kill(-pgid, 0)
-	if errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
 		return false
 	}
-	if runtime.GOOS != "linux" {
-		return err == nil || errors.Is(err, syscall.EPERM)
-	}
-	procs, rerr := os.ReadDir("/proc")
-	if rerr != nil {
-		return true
-	}
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		state, group, ok := parseStat(string(stat))
-		if ok && group == pgid && state != "Z" && state != "X" {
-			return true
-		}
-	}
-	return false
+	members, err := liveMembers(pgid)
+	return err != nil || len(members) > 0
 }
 
-// parseStat reads the state and the process group of a /proc/PID/stat line:
-// "pid (comm) state ppid pgrp ...", where comm may hold spaces and parentheses.
-func parseStat(stat string) (state string, pgrp int, ok bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", 0, false
+// lockFile takes an exclusive flock on f without waiting: errLocked when another open file
+// description holds it, in this process or another. The lock lasts until f is closed, and
+// dies with the process, however it dies.
+func lockFile(f *os.File) error {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return errLocked
 	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 3 {
-		return "", 0, false
-	}
-	pgrp, err := strconv.Atoi(f[2])
-	return f[0], pgrp, err == nil
+	return err
+}
+
+// ownedByUs reports whether fi is owned by this process's effective user.
+func ownedByUs(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }

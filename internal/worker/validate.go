@@ -38,7 +38,8 @@ type Validator struct {
 	// whole (written aside, then renamed) and is checked against its digest when used.
 	CacheDir string
 	// WorkDir is where each run gets a fresh temporary directory (default os.TempDir()),
-	// removed when the run ends.
+	// removed when the run ends. Workers may share it: each holds a lock on the directories
+	// of its runs, and ReapOrphans removes only those that no live worker holds.
 	WorkDir string
 	Logger  *slog.Logger
 	// KillGrace is how long a command that is stopped (timeout, lost claim, shutdown) has
@@ -82,12 +83,13 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err := v.fetchBlobs(ctx, tree); err != nil {
 		return Outcome{}, orCause(ctx, err)
 	}
-	dir, err := os.MkdirTemp(v.workDir(), "ag-validate-")
+	rd, err := newRunDir(v.workDir())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("create work directory: %w", err)
 	}
+	dir := rd.path
 	defer func() {
-		if err := removeAll(dir); err != nil {
+		if err := rd.remove(); err != nil {
 			log.Warn("could not remove the work directory", "dir", dir, "err", err)
 		}
 	}()
@@ -105,6 +107,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	res, err := runCommand(ctx, runSpec{
 		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
 		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress,
+		GroupFile: rd.groupFile(),
 	})
 	if res.Survivors {
 		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
