@@ -17,6 +17,7 @@ import (
 // Store is the persistence contract. Implementations are safe for concurrent use.
 type Store interface {
 	RepoStore
+	AuditStore
 
 	// EnqueueJob inserts a QUEUED job with run_after = now + Delay. When UniqueKey is set and a
 	// job with that key is QUEUED or CLAIMED, that job is answered instead and existing is true.

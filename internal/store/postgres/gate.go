@@ -20,14 +20,24 @@ import (
 // a validation) runs under the repository's row lock, so replicas advancing the same queue
 // take turns, and each sees what the one before it committed.
 
+// setValidationSQL replaces the policy and records the repository.validation_set event ($4
+// and $5 the actor, $6 the details).
+var setValidationSQL = q(`WITH r AS (
+	UPDATE repositories SET validation = $3 WHERE name = $2 RETURNING ` + repositoryCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $4, $5, 'repository.validation_set', 'repository/' || r.name, $6 FROM r)
+SELECT ` + repositoryCols + ` FROM r`)
+
 // SetValidation replaces a repository's validation policy.
 func (db *DB) SetValidation(ctx context.Context, repository string, validation []byte) (store.Repository, error) {
 	var r store.Repository
-	err := db.pool.QueryRow(ctx, `UPDATE repositories SET validation = $2 WHERE name = $1 RETURNING `+repositoryCols,
-		repository, bytesOrNull(validation)).Scan(repositoryDest(&r)...)
+	actor := store.ActorOf(ctx)
+	err := db.pool.QueryRow(ctx, setValidationSQL, db.now(), repository, bytesOrNull(validation), actor.Principal, actor.Holder,
+		details(map[string]any{"validation": jsonValue(validation)})).Scan(repositoryDest(&r)...)
 	if err != nil {
 		return store.Repository{}, mapErr("repository "+repository, err)
 	}
+	db.audited()
 	finishRepository(&r)
 	return r, nil
 }
@@ -64,12 +74,17 @@ var (
 	queuedHeadSQL     = queueHeadSQL(store.ChangeQueued)
 )
 
-// setChangeSQL writes what a step of the queue changes in a change, and answers it as it now is.
-var setChangeSQL = q(`UPDATE changes SET
-	state = $3, candidate_revision = $4, integrated_revision = $5, job_id = $6, attestation_digest = $7,
-	reason = $8, updated_at = {now}
-WHERE id = $2
-RETURNING ` + changeCols)
+// setChangeSQL writes what a step of the queue changes in a change, records its event ($9 the
+// action, $10 and $11 the actor, $12 the details) and answers the change as it now is.
+var setChangeSQL = q(`WITH c AS (
+	UPDATE changes SET
+		state = $3, candidate_revision = $4, integrated_revision = $5, job_id = $6, attestation_digest = $7,
+		reason = $8, updated_at = {now}
+	WHERE id = $2
+	RETURNING ` + changeCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $10, $11, $9, 'change/' || c.id, $12 FROM c)
+SELECT ` + changeCols + ` FROM c`)
 
 // storeRevisionSQL stores a built tree (once per digest) and its revision, and answers the
 // revision's time.
@@ -95,8 +110,22 @@ type advance struct {
 	enqueued   bool
 }
 
+// integratedDetails are the details of a change.integrated event of c, integrated as rev.
+func integratedDetails(c store.Change, rev string) map[string]any {
+	paths := c.Paths
+	if paths == nil {
+		paths = []string{}
+	}
+	d := map[string]any{"repository": c.Repository, "revision": rev, "paths": paths}
+	if c.AttestationDigest != "" {
+		d["attestation_digest"] = c.AttestationDigest
+	}
+	return d
+}
+
 // AdvanceQueue settles the repository's VALIDATING change, then gives the QUEUED ones their
 // turn until one is VALIDATING or none is left, in one transaction under the repository's lock.
+// Its events, the validation job's enqueue too, are the server's own (store.SystemPrincipal).
 func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
 	if p.Decide == nil || p.Build == nil || p.Job == nil {
 		return nil, errors.New("postgres: advance queue: Decide, Build and Job are all needed")
@@ -126,6 +155,9 @@ func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]s
 	if a.enqueued {
 		db.signal.Fire()
 	}
+	if len(a.changed) > 0 {
+		db.audited()
+	}
 	for digest, t := range a.built {
 		trees.put(digest, t)
 	}
@@ -154,12 +186,17 @@ func (a *advance) head(ctx context.Context, sql string) (store.Change, []repo.Fi
 	return c, edits, true, nil
 }
 
-// set writes c's state, revisions, job, attestation and reason, and records the change as
-// the database answers it.
-func (a *advance) set(ctx context.Context, c store.Change) error {
+// set writes c's state, revisions, job, attestation and reason with the audit event action
+// and its details (nil: none), and records the change as the database answers it.
+func (a *advance) set(ctx context.Context, c store.Change, action string, det map[string]any) error {
 	var s changeScan
+	var detJSON []byte
+	if det != nil {
+		detJSON = details(det)
+	}
 	err := a.tx.QueryRow(ctx, setChangeSQL, a.db.now(), c.ID, string(c.State), c.CandidateRevision,
-		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason).Scan(s.dest()...)
+		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, action, systemActor.Principal, systemActor.Holder,
+		textOrNil(detJSON)).Scan(s.dest()...)
 	if err != nil {
 		return mapErr("advance queue: change "+c.ID, err)
 	}
@@ -207,6 +244,8 @@ func (a *advance) settle(ctx context.Context) (pending bool, err error) {
 		}
 	}
 	v := a.p.Decide(c, candidate, job, att)
+	var action string
+	var det map[string]any
 	switch v.Outcome {
 	case store.VerdictPending:
 		return true, nil
@@ -217,19 +256,23 @@ func (a *advance) settle(ctx context.Context) (pending bool, err error) {
 		}
 		if moved {
 			c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, candidate.ID, job.AttestationDigest
+			action, det = "change.integrated", integratedDetails(c, candidate.ID)
 		} else {
 			// The candidate was validated on a mainline that is gone: back to its place in
 			// the queue, to be built again on the new one.
 			c.State, c.CandidateRevision, c.JobID = store.ChangeQueued, "", ""
+			action = "change.requeued"
 		}
 	case store.VerdictReject:
 		c.State, c.Reason = store.ChangeRejected, v.Reason
+		action, det = "change.rejected", map[string]any{"reason": v.Reason}
 	case store.VerdictCancel:
 		c.State, c.Reason = store.ChangeCancelled, v.Reason
+		action, det = "change.cancelled", map[string]any{"reason": v.Reason}
 	default:
 		return false, fmt.Errorf("postgres: advance queue: change %s: unknown verdict %d", c.ID, v.Outcome)
 	}
-	return false, a.set(ctx, c)
+	return false, a.set(ctx, c, action, det)
 }
 
 // next gives the QUEUED changes their turn, oldest first, until one is VALIDATING or none is
@@ -251,7 +294,7 @@ func (a *advance) next(ctx context.Context) error {
 		t, err := a.p.Build(c, edits, base.Tree, mainline.Tree)
 		if err != nil {
 			c.State, c.Reason = store.ChangeRejected, err.Error()
-			if err := a.set(ctx, c); err != nil {
+			if err := a.set(ctx, c, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
 				return err
 			}
 			continue
@@ -267,18 +310,18 @@ func (a *advance) next(ctx context.Context) error {
 				return err
 			}
 			c.State, c.CandidateRevision, c.IntegratedRevision = store.ChangeIntegrated, rev.ID, rev.ID
-			if err := a.set(ctx, c); err != nil {
+			if err := a.set(ctx, c, "change.integrated", integratedDetails(c, rev.ID)); err != nil {
 				return err
 			}
 			continue
 		}
-		job, existing, err := a.db.enqueue(ctx, a.tx, a.p.Job(c, rev, a.validation))
+		job, existing, err := a.db.enqueue(ctx, a.tx, a.p.Job(c, rev, a.validation), systemActor)
 		if err != nil {
 			return fmt.Errorf("change %s: enqueue its validation: %w", c.ID, err)
 		}
 		a.enqueued = a.enqueued || !existing
 		c.State, c.CandidateRevision, c.JobID = store.ChangeValidating, rev.ID, job.ID
-		return a.set(ctx, c)
+		return a.set(ctx, c, "change.validating", map[string]any{"candidate_revision": rev.ID, "job": job.ID})
 	}
 }
 

@@ -24,7 +24,7 @@ func BenchmarkClaimCompleteConcurrently(b *testing.B) {
 	defer db.Close()
 	ctx := context.Background()
 	for range b.N {
-		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"tree":"t"}`), MaxAttempts: 5}); err != nil {
+		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "build", Payload: []byte(`{"tree":"t"}`), MaxAttempts: 5}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -38,7 +38,7 @@ func BenchmarkClaimCompleteConcurrently(b *testing.B) {
 		wg.Go(func() {
 			worker := fmt.Sprintf("bench|w%d", w)
 			for left.Add(-1) >= 0 {
-				job, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"validate"}, Lease: time.Minute})
+				job, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute})
 				if err != nil || job == nil {
 					b.Errorf("ClaimJob = %v, %v; want a job", job, err)
 					return

@@ -145,24 +145,38 @@ const baseTreeSQL = `SELECT rv.tree_digest,
 FROM revisions rv JOIN trees t ON t.digest = rv.tree_digest
 WHERE rv.id = $1 AND rv.repository = $2`
 
-// integrateSQL stores the new tree (once per digest) and revision, moves the mainline and
-// answers the change, INTEGRATED.
+// integrateSQL stores the new tree (once per digest) and revision, moves the mainline, records
+// the change.integrated event (by the holder $8) and answers the change, INTEGRATED.
 var integrateSQL = q(`WITH t AS (
 	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
 rv AS (
 	INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
 	VALUES ($4, $5, $6, $7, $8, $2, {now})),
 u AS (
-	UPDATE repositories SET mainline = $4 WHERE name = $5)
-INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths, created_at, updated_at)
-VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
-RETURNING ` + changeCols)
+	UPDATE repositories SET mainline = $4 WHERE name = $5),
+c AS (
+	INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths, created_at, updated_at)
+	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
+	RETURNING ` + changeCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, split_part(c.author, '|', 1), c.author, 'change.integrated', 'change/' || c.id, ` + jsonObject(
+	mem("paths", jsonTexts("c.paths")),
+	mem("repository", jsonText("c.repository")),
+	mem("revision", jsonText("c.integrated_revision"))) + ` FROM c)
+SELECT ` + changeCols + ` FROM c`)
 
-// queueChangeSQL answers the change, QUEUED with its edits. It runs under the repository's lock,
-// so its seq, its place in the queue, follows that of every change queued before it commits.
-var queueChangeSQL = q(`INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
-VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, {now}, {now})
-RETURNING ` + changeCols)
+// queueChangeSQL answers the change, QUEUED with its edits, and records the change.queued
+// event (by the holder $5). It runs under the repository's lock, so its seq, its place in the
+// queue, follows that of every change queued before it commits.
+var queueChangeSQL = q(`WITH c AS (
+	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
+	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, {now}, {now})
+	RETURNING ` + changeCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, split_part(c.author, '|', 1), c.author, 'change.queued', 'change/' || c.id, ` + jsonObject(
+	mem("paths", jsonTexts("c.paths")),
+	mem("repository", jsonText("c.repository"))) + ` FROM c)
+SELECT ` + changeCols + ` FROM c`)
 
 // Integrate checks the edited paths' leases, rebases the edits onto the mainline, stores the
 // new revision and moves the mainline to it, all in one transaction; or, when the repository
@@ -319,6 +333,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	committed = true
 	// Every result is read: the change is committed whatever Close says.
 	fr.Close() //nolint:errcheck // see above
+	db.audited()
 	if !gated {
 		// The new tree is the next integration's mainline.
 		trees.put(digest, newTree)

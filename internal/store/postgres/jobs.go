@@ -92,14 +92,36 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // ---- enqueue ----
 
-// A conflict on the unique key inserts nothing and answers no row; the caller then reads the
-// job that holds the key. The NOTIFY is sent by the insert's own transaction, so other
-// replicas hear of the job only once it is committed.
-var enqueueSQL = q(`
-INSERT INTO jobs (id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
-VALUES ($2, $3, 'queued', $4, $5, $6, {now} + $7::bigint * interval '1 microsecond', {now}, {now}, $8, $9)
-ON CONFLICT (unique_key) WHERE unique_key <> '' AND state IN ('queued', 'claimed') DO NOTHING
-RETURNING ` + jobCols("") + `, pg_notify('` + notifyChannel + `', '')`)
+// A conflict on the unique key inserts nothing and answers no row, and records no event; the
+// caller then reads the job that holds the key. The NOTIFY is sent by the insert's own
+// transaction, so other replicas hear of the job only once it is committed. $10 and $11 are the
+// event's principal and holder, $12 its details.
+var enqueueSQL = q(`WITH j AS (
+	INSERT INTO jobs (id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
+	VALUES ($2, $3, 'queued', $4, $5, $6, {now} + $7::bigint * interval '1 microsecond', {now}, {now}, $8, $9)
+	ON CONFLICT (unique_key) WHERE unique_key <> '' AND state IN ('queued', 'claimed') DO NOTHING
+	RETURNING ` + jobCols("") + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $10, $11, 'job.enqueued', 'job/' || j.id, $12 FROM j)
+SELECT ` + jobCols("j") + `, pg_notify('` + notifyChannel + `', '') FROM j`)
+
+// The details of the job events that the statements build, from the job's row u as they
+// changed it.
+var (
+	jobObjectClaimed = jsonObject(
+		mem("claim", jsonInt("u.attempts")),
+		mem("lease_expires_at", jsonTime("u.lease_expires_at")))
+	jobObjectExpired = jsonObject(
+		mem("claim", jsonInt("u.attempts")),
+		mem("state", jsonWord("u.state")))
+)
+
+// workerEvents answers the audit insert of event action (an SQL expression) with details (an
+// SQL expression) for each job of u, by the worker whose claim it is.
+func workerEvents(action, details string) string {
+	return auditInsert + `SELECT {now}, split_part(u.claimed_by, '|', 1), u.claimed_by, ` + action + `, 'job/' || u.id, ` +
+		details + ` FROM u`
+}
 
 // The literal conditions are those of the partial unique index, so that the planner can use it.
 var jobByUniqueKeySQL = `SELECT ` + jobCols("") + ` FROM jobs
@@ -107,23 +129,31 @@ WHERE unique_key = $1 AND unique_key <> '' AND state IN ('queued', 'claimed')`
 
 // EnqueueJob inserts a QUEUED job, or answers the unfinished job that holds p.UniqueKey.
 func (db *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Job, bool, error) {
-	j, existing, err := db.enqueue(ctx, db.pool, p)
+	j, existing, err := db.enqueue(ctx, db.pool, p, principalActor(ctx, p.EnqueuedBy))
 	if err == nil && !existing {
 		db.signal.Fire()
+		db.audited()
 	}
 	return j, existing, err
 }
 
-// enqueue is EnqueueJob on qr. In a transaction the NOTIFY is delivered when it commits; the
-// caller fires this replica's signal after the commit when the job is new.
-func (db *DB) enqueue(ctx context.Context, qr querier, p store.EnqueueJobParams) (store.Job, bool, error) {
+// enqueue is EnqueueJob on qr, recording the job.enqueued event by actor. In a transaction the
+// NOTIFY is delivered when it commits; the caller fires this replica's signals after the commit
+// when the job is new.
+func (db *DB) enqueue(ctx context.Context, qr querier, p store.EnqueueJobParams, actor store.Actor) (store.Job, bool, error) {
+	var d detailsBuilder
+	d.str("kind", p.Kind).int("max_attempts", int64(p.MaxAttempts)).int("priority", int64(p.Priority))
+	if p.UniqueKey != "" {
+		d.str("unique_key", p.UniqueKey)
+	}
+	det := d.done()
 	// The job holding the key may finish between the refused insert and the read; then the key
 	// is free and the insert is tried again. Each round needs another commit to interleave, so
 	// the bound is never reached in practice.
 	for range 100 {
 		var s jobScan
 		err := qr.QueryRow(ctx, enqueueSQL, db.now(), store.NewID("job"), p.Kind, textOrNil(p.Payload),
-			p.Priority, int64(p.MaxAttempts), micros(p.Delay), p.EnqueuedBy, p.UniqueKey).
+			p.Priority, int64(p.MaxAttempts), micros(p.Delay), p.EnqueuedBy, p.UniqueKey, actor.Principal, actor.Holder, det).
 			Scan(append(s.dest(), nil)...)
 		if err == nil {
 			return s.job(), false, nil
@@ -157,15 +187,19 @@ const (
 	settleError = `CASE WHEN jobs.cancel_requested THEN jobs.last_error ELSE '` + store.LeaseExpiredError + `' END`
 )
 
-// settleSQL is ExpireJobs.
-var settleSQL = q(`
-UPDATE jobs SET
-	state = ` + settleState + `,
-	last_error = ` + settleError + `,
-	lease_expires_at = NULL,
-	finished_at = {now},
-	updated_at = {now}
-WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)`)
+// settleSQL is ExpireJobs; it answers how many jobs it settled.
+var settleSQL = q(`WITH u AS (
+	UPDATE jobs SET
+		state = ` + settleState + `,
+		last_error = ` + settleError + `,
+		lease_expires_at = NULL,
+		finished_at = {now},
+		updated_at = {now}
+	WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)
+	RETURNING id, attempts, state),
+ev AS (` + auditInsert + `
+	SELECT {now}, '` + store.SystemPrincipal + `', '', 'job.expired', 'job/' || u.id, ` + jobObjectExpired + ` FROM u)
+SELECT count(*) FROM u`)
 
 // claimSQL settles expired claims and claims the best claimable jobs for a group of claimers
 // in one statement, and in one UPDATE, so that it pays for one: the rows to settle and the
@@ -176,7 +210,8 @@ WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOC
 // searched apart, each through its own index in claim order, because one OR-ed search would
 // sort every queued job; the best of both are taken. Those not taken stay locked only until
 // this statement's transaction ends, and other claimers skip them meanwhile. Rows answer the
-// settled jobs too, with t.n 0.
+// settled jobs too, with t.n 0. Each changed job's event (job.claimed by its claimer,
+// job.expired by the server) is inserted by the same statement.
 func claimSQL(kindFilter string) string {
 	return q(`
 WITH settle AS (
@@ -202,7 +237,8 @@ picked AS (
 target AS (
 	SELECT seq, n FROM picked
 	UNION ALL
-	SELECT seq, 0 FROM settle)
+	SELECT seq, 0 FROM settle),
+u AS (
 UPDATE jobs SET
 	state = CASE WHEN t.n > 0 THEN 'claimed' ELSE ` + settleState + ` END,
 	claimed_by = CASE WHEN t.n > 0 THEN ($2::text[])[t.n] ELSE jobs.claimed_by END,
@@ -215,7 +251,16 @@ UPDATE jobs SET
 	updated_at = {now}
 FROM target t
 WHERE jobs.seq = t.seq
-RETURNING t.n, ` + jobCols("jobs"))
+RETURNING t.n, ` + jobCols("jobs") + `),
+ev AS (` + auditInsert + `
+	SELECT {now},
+		CASE WHEN u.n > 0 THEN split_part(u.claimed_by, '|', 1) ELSE '` + store.SystemPrincipal + `' END,
+		CASE WHEN u.n > 0 THEN u.claimed_by ELSE '' END,
+		CASE WHEN u.n > 0 THEN 'job.claimed' ELSE 'job.expired' END,
+		'job/' || u.id,
+		CASE WHEN u.n > 0 THEN ` + jobObjectClaimed + ` ELSE ` + jobObjectExpired + ` END
+	FROM u)
+SELECT u.n, ` + jobCols("u") + ` FROM u`)
 }
 
 // The kinds are matched with array_position rather than = ANY: the planner guesses that
@@ -276,23 +321,29 @@ func (db *DB) claimTogether(ctx context.Context, calls []*claimCall) error {
 	}
 	var n int64
 	var s jobScan
-	_, err = pgx.ForEachRow(rows, append([]any{&n}, s.dest()...), func() error {
+	tag, err := pgx.ForEachRow(rows, append([]any{&n}, s.dest()...), func() error {
 		if n > 0 {
 			j := s.job()
 			calls[n-1].r = &j
 		}
 		return nil
 	})
+	if err == nil && tag.RowsAffected() > 0 {
+		db.audited()
+	}
 	return err
 }
 
 // ExpireJobs settles expired claims that cannot be claimed again.
 func (db *DB) ExpireJobs(ctx context.Context) (int, error) {
-	tag, err := db.pool.Exec(ctx, settleSQL, db.now())
-	if err != nil {
+	var n int64
+	if err := db.pool.QueryRow(ctx, settleSQL, db.now()).Scan(&n); err != nil {
 		return 0, mapErr("expire jobs", err)
 	}
-	return int(tag.RowsAffected()), nil
+	if n > 0 {
+		db.audited()
+	}
+	return int(n), nil
 }
 
 // ---- changes of a claim ----
@@ -388,21 +439,46 @@ WHERE `
 // completeSQL completes without an attestation; completeAttestedSQL inserts the attestation
 // ($9 the envelope) from the UPDATE's output, so it exists only when the claim check passed,
 // and in the same transaction. An envelope already stored (same digest, same bytes) is kept.
+// Both record the job.completed event in the same statement, its details the claim number
+// between the halves that completedDetails answers ($10 and $11, or $11 and $12).
 var (
-	completeSQL         = q(completeUpdate + claimCheck(9) + ` AND kind <> '` + store.KindValidate + `' RETURNING ` + jobCols(""))
+	completeSQL = q(`WITH u AS (` + completeUpdate + claimCheck(9) + ` AND kind <> '` + store.KindValidate + `' RETURNING ` + jobCols("") + `),
+ev AS (` + completedEvents("$10::text", "$11::text") + `)
+SELECT ` + jobCols("u") + ` FROM u`)
 	completeAttestedSQL = q(`WITH u AS (` + completeUpdate + claimCheck(10) + ` RETURNING ` + jobCols("") + `),
 attested AS (
 	INSERT INTO attestations (digest, envelope, job_id, created_at)
 	SELECT $8::text, $9::bytea, u.id, {now} FROM u
-	ON CONFLICT (digest) DO NOTHING)
+	ON CONFLICT (digest) DO NOTHING),
+ev AS (` + completedEvents("$11::text", "$12::text") + `)
 SELECT ` + jobCols("u") + ` FROM u`)
 )
 
+// completedEvents inserts the job.completed events of the jobs u completed, whose details are
+// the claim number between the SQL expressions head and tail.
+func completedEvents(head, tail string) string {
+	return workerEvents(`'job.completed'`, head+` || (u.attempts)::text || `+tail)
+}
+
+// completedDetails answers the text of a job.completed event's details before and after the
+// claim number, which the statement reads from the job (a completion need not give it): all
+// but one member are known before the statement runs, and the JSON is built here, at less
+// cost than by the statement.
+func completedDetails(p store.CompleteJobParams) (head, tail string) {
+	if p.Attestation == nil {
+		head = `{"claim":`
+	} else {
+		head = string(appendJSONString([]byte(`{"attestation_digest":`), p.Attestation.Digest)) + `,"claim":`
+	}
+	return head, string(append(appendJSONString([]byte(`,"output_digest":`), p.OutputDigest), '}'))
+}
+
 // completeGroupSQL completes the jobs of a group of calls, $2.. holding one entry per call
 // (ids, workers, claim numbers, results, outputs, output digests, and when attested,
-// attestation digests (NULL: none) and envelopes); $9 is the state 'claimed' (see
-// claimCheck). Each row's claim check is in the UPDATE's WHERE; the job ids are distinct.
-// The ids are looked up through = ANY, which keeps the plan on the id index whatever the
+// attestation digests (NULL: none) and envelopes; $11 and $12 the halves of the events'
+// details); $9 is the state 'claimed' (see claimCheck). Each row's claim check is in the
+// UPDATE's WHERE; the job ids are distinct. The completions' events are inserted by the same
+// statement. The ids are looked up through = ANY, which keeps the plan on the id index whatever the
 // planner thinks of unnest's rows.
 func completeGroupSQL(attested bool) string {
 	update := `
@@ -415,20 +491,23 @@ UPDATE jobs SET
 	lease_expires_at = NULL,
 	finished_at = {now},
 	updated_at = {now}
-FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $10::bytea[])
-	AS r(id, worker, token, result, output, output_digest, att_digest, envelope)
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $10::bytea[], $11::text[], $12::text[])
+	AS r(id, worker, token, result, output, output_digest, att_digest, envelope, det_head, det_tail)
 WHERE jobs.id = ANY($2::text[]) AND jobs.id = r.id
 	AND jobs.state = $9 AND jobs.claimed_by = r.worker AND (r.token = 0 OR jobs.attempts = r.token)
 	AND (r.att_digest IS NOT NULL OR jobs.kind <> '` + store.KindValidate + `')
-RETURNING ` + jobCols("jobs")
+RETURNING ` + jobCols("jobs") + `, r.det_head, r.det_tail`
 	if !attested {
-		return q(update)
+		return q(`WITH u AS (` + update + `),
+ev AS (` + completedEvents("u.det_head", "u.det_tail") + `)
+SELECT ` + jobCols("u") + ` FROM u`)
 	}
 	return q(`WITH u AS (` + update + `, r.att_digest, r.envelope),
 attested AS (
 	INSERT INTO attestations (digest, envelope, job_id, created_at)
 	SELECT att_digest, envelope, id, {now} FROM u WHERE att_digest IS NOT NULL
-	ON CONFLICT (digest) DO NOTHING)
+	ON CONFLICT (digest) DO NOTHING),
+ev AS (` + completedEvents("u.det_head", "u.det_tail") + `)
 SELECT ` + jobCols("u") + ` FROM u`)
 }
 
@@ -473,10 +552,12 @@ func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[
 	ids, workers, results, outputs, digests := make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n)
 	tokens := make([]int64, n)
 	attDigests, envelopes := make([]*string, n), make([][]byte, n)
+	heads, tails := make([]string, n), make([]string, n)
 	attested := false
 	for i, c := range calls {
 		p := c.p
 		ids[i], workers[i], tokens[i], outputs[i], digests[i] = p.JobID, p.Worker, int64(p.FencingToken), p.Output, p.OutputDigest
+		heads[i], tails[i] = completedDetails(p)
 		if len(p.Result) > 0 {
 			r := string(p.Result)
 			results[i] = &r
@@ -491,7 +572,7 @@ func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[
 		sql = completeGroupAttestedSQL
 	}
 	rows, err := db.pool.Query(ctx, sql, db.now(), ids, workers, tokens, results, outputs, digests, attDigests,
-		claimedState, envelopes)
+		claimedState, envelopes, heads, tails)
 	if err != nil {
 		return nil, err
 	}
@@ -502,19 +583,28 @@ func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[
 		done[j.ID] = j
 		return nil
 	})
+	if err == nil && len(done) > 0 {
+		db.audited()
+	}
 	return done, err
 }
 
 // completeOne completes one call in a statement of its own.
-func (db *DB) completeOne(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
+func (db *DB) completeOne(ctx context.Context, p store.CompleteJobParams) (j store.Job, err error) {
+	head, tail := completedDetails(p)
 	if p.Attestation == nil {
-		return db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, refusedCompletion(p),
+		j, err = db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, refusedCompletion(p),
 			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
-			nil, claimedState)
+			nil, claimedState, head, tail)
+	} else {
+		j, err = db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, refusedCompletion(p),
+			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
+			p.Attestation.Digest, p.Attestation.Envelope, claimedState, head, tail)
 	}
-	return db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, refusedCompletion(p),
-		db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
-		p.Attestation.Digest, p.Attestation.Envelope, claimedState)
+	if err == nil {
+		db.audited()
+	}
+	return j, err
 }
 
 // backoffMicros is store.Backoff by attempt: entry k, counted from 1 as SQL arrays are, is
@@ -530,8 +620,10 @@ var backoffMicros = func() []int64 {
 }()
 
 // $5 error, $6 output, $7 final, $8 retry delay in µs (NULL: backoff), $9 the backoff table.
-// The requeue notifies other replicas from its own transaction, as an enqueue does.
-var failSQL = q(`
+// The requeue notifies other replicas from its own transaction, as an enqueue does. The
+// job.failed event, by the worker $3 (claimed_by is cleared on a retry), is inserted by the
+// same statement.
+var failSQL = q(`WITH u AS (
 UPDATE jobs SET
 	state = CASE
 		WHEN cancel_requested THEN 'cancelled'
@@ -547,7 +639,12 @@ UPDATE jobs SET
 	output = $6,
 	updated_at = {now}
 WHERE ` + claimCheck(10) + `
-RETURNING ` + jobCols("") + `, CASE WHEN state = 'queued' THEN pg_notify('` + notifyChannel + `', '') END`)
+RETURNING ` + jobCols("") + `),
+ev AS (` + auditInsert + `SELECT {now}, split_part($3, '|', 1), $3, 'job.failed', 'job/' || u.id, ` + jsonObject(
+	mem("claim", jsonInt("u.attempts")),
+	mem("error", jsonText("$5")),
+	mem("state", jsonWord("u.state"))) + ` FROM u)
+SELECT ` + jobCols("u") + `, CASE WHEN u.state = 'queued' THEN pg_notify('` + notifyChannel + `', '') END FROM u`)
 
 // FailJob records a failed attempt: FAILED, CANCELLED, or QUEUED again after a delay.
 func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
@@ -557,8 +654,11 @@ func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, er
 	}
 	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, lostClaim(p.Worker, p.FencingToken),
 		db.now(), p.JobID, p.Worker, int64(p.FencingToken), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
-	if err == nil && j.State == store.JobQueued {
-		db.signal.Fire()
+	if err == nil {
+		db.audited()
+		if j.State == store.JobQueued {
+			db.signal.Fire()
+		}
 	}
 	return j, err
 }
@@ -572,18 +672,23 @@ var cancelSQL = q(`WITH u AS (
 		finished_at = CASE WHEN state = 'queued' THEN {now} END,
 		updated_at = {now}
 	WHERE id = $2 AND (state = 'queued' OR (state = 'claimed' AND NOT cancel_requested))
-	RETURNING ` + jobCols("") + `)
+	RETURNING ` + jobCols("") + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $3, $4, CASE WHEN u.state = 'cancelled' THEN 'job.cancelled' ELSE 'job.cancel_requested' END,
+		'job/' || u.id, NULL FROM u)
 SELECT true, ` + jobCols("u") + ` FROM u
 UNION ALL
 SELECT false, ` + jobCols("j") + ` FROM jobs j WHERE j.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
 
 // CancelJob cancels a queued job and asks the worker of a claimed one to stop.
 func (db *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
+	actor := store.ActorOf(ctx)
 	// As in guarded: a refusal read from a snapshot older than the row is looked at again.
 	for range 10 {
 		var ok bool
 		var s jobScan
-		err := db.pool.QueryRow(ctx, cancelSQL, db.now(), jobID).Scan(append([]any{&ok}, s.dest()...)...)
+		err := db.pool.QueryRow(ctx, cancelSQL, db.now(), jobID, actor.Principal, actor.Holder).
+			Scan(append([]any{&ok}, s.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
 		}
@@ -592,6 +697,7 @@ func (db *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 		}
 		j := s.job()
 		if ok {
+			db.audited()
 			return j, nil
 		}
 		if j.State == store.JobClaimed && j.CancelRequested {

@@ -117,6 +117,7 @@ const lockRepositorySQL = `SELECT true FROM repositories WHERE name = $1 FOR NO 
 // acquireSQL grants the lease unless an active, unexpired lease of another holder overlaps one
 // of the paths: it answers one row, with the conflict (the first requested path that has one)
 // or with the new lease. The token is the repository's counter, incremented only on a grant.
+// A grant records its lease.granted event, by the holder $3.
 var acquireSQL = q(`WITH o AS (` + overlapSQL(2, 4, "lp.active") + `),
 conflict AS (
 	SELECT o.i, l.id, o.path, l.holder, l.expires_at
@@ -135,7 +136,13 @@ ins AS (
 	RETURNING *),
 insp AS (
 	INSERT INTO lease_paths (lease_id, repository, path, token)
-	SELECT ins.id, ins.repository, p, ins.token FROM ins, unnest($10::text[]) AS p)
+	SELECT ins.id, ins.repository, p, ins.token FROM ins, unnest($10::text[]) AS p),
+ev AS (` + auditInsert + `
+	SELECT {now}, split_part($3, '|', 1), $3, 'lease.granted', 'lease/' || ins.id, ` + jsonObject(
+	mem("expires_at", jsonTime("ins.expires_at")),
+	mem("paths", jsonTexts("ins.paths")),
+	mem("repository", jsonText("ins.repository")),
+	mem("token", jsonInt("ins.token"))) + ` FROM ins)
 SELECT c.i, c.id, c.path, c.holder, c.expires_at, ` + leaseCols("ins") + `
 FROM (SELECT 1) AS one LEFT JOIN conflict c ON true LEFT JOIN ins ON true`)
 
@@ -191,6 +198,7 @@ func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (sto
 	}
 	s := leaseScan{l: store.Lease{ID: *lID, Repository: *lRepo, Paths: lPaths, Holder: *lHolder,
 		AcquiredAt: *lAcq, ExpiresAt: *lExp}, token: *lToken, state: *lSt, ended: lEnded}
+	db.audited()
 	return s.lease(), nil
 }
 
@@ -230,6 +238,18 @@ func (db *DB) checkLeaseChange(ctx context.Context, qr querier, l store.Lease, p
 	})
 }
 
+// leaseEvents answers the audit insert of event action for each lease of u, by the actor
+// whose principal and holder are parameters $p and $p+1, with details (an SQL expression).
+func leaseEvents(action string, p int, details string) string {
+	return fmt.Sprintf(auditInsert+`SELECT {now}, $%d, $%d, '%s', 'lease/' || u.id, %s FROM u`, p, p+1, action, details)
+}
+
+// The details of the lease events, from the row u of the lease as changed.
+var (
+	leaseObjectRenewed = jsonObject(mem("expires_at", jsonTime("u.expires_at")), mem("token", jsonInt("u.token")))
+	leaseObjectEnded   = jsonObject(mem("token", jsonInt("u.token")))
+)
+
 // changeLease runs, in one transaction, a renew or release of a lease: it reads the lease
 // locked (after its repository's row, as grants take it, when lockRepository), checks the
 // refusals and runs update ($1 now, $2 the lease id, then more), which answers leaseCols.
@@ -268,8 +288,12 @@ func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockReposit
 	return s.lease(), nil
 }
 
-var renewSQL = q(`UPDATE leases l SET expires_at = {now} + $3::bigint * interval '1 microsecond'
-WHERE l.id = $2 RETURNING ` + leaseCols("l"))
+// renewSQL renews a lease that changeLease read and locked; $4 and $5 are the actor.
+var renewSQL = q(`WITH u AS (
+	UPDATE leases l SET expires_at = {now} + $3::bigint * interval '1 microsecond'
+	WHERE l.id = $2 RETURNING ` + leaseCols("l") + `),
+ev AS (` + leaseEvents("lease.renewed", 4, leaseObjectRenewed) + `)
+SELECT ` + leaseCols("u") + ` FROM u`)
 
 // liveAndCallers is the condition of the fast path of a renew or release: the lease is active
 // and unexpired ($2 its id), and the caller may change it ($3 admin, $4 principal, $5 token or
@@ -281,8 +305,12 @@ const liveAndCallers = `l.id = $2 AND l.state = 'active' AND l.expires_at > {now
 const lockLeaseRepositorySQL = `SELECT true FROM repositories
 WHERE name = (SELECT repository FROM leases WHERE id = $1) FOR NO KEY UPDATE`
 
-var renewFastSQL = q(`UPDATE leases l SET expires_at = {now} + $6::bigint * interval '1 microsecond'
-WHERE ` + liveAndCallers + ` RETURNING ` + leaseCols("l"))
+// renewFastSQL renews a live lease of the caller's; $7 and $8 are the actor.
+var renewFastSQL = q(`WITH u AS (
+	UPDATE leases l SET expires_at = {now} + $6::bigint * interval '1 microsecond'
+	WHERE ` + liveAndCallers + ` RETURNING ` + leaseCols("l") + `),
+ev AS (` + leaseEvents("lease.renewed", 7, leaseObjectRenewed) + `)
+SELECT ` + leaseCols("u") + ` FROM u`)
 
 // fastLeaseChange runs sql, a statement on liveAndCallers, after lock (with its argument) when
 // it is given, in one round trip and one implicit transaction. It answers ok = false when the
@@ -320,57 +348,72 @@ func (db *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.L
 	// A live lease of the caller's is renewed in one round trip, under the repository's lock
 	// (see changeLease); the rest is explained, or renewed when it expired unsuperseded, by
 	// the slow path.
+	actor := store.ActorOf(ctx)
 	l, ok, err := db.fastLeaseChange(ctx, "renew lease", lockLeaseRepositorySQL, renewFastSQL, p.LeaseID, p.Admin,
-		p.Principal, p.FencingToken, micros(p.TTL))
-	if err != nil || ok {
-		return l, err
+		p.Principal, p.FencingToken, micros(p.TTL), actor.Principal, actor.Holder)
+	if err == nil && !ok {
+		l, err = db.changeLease(ctx, "renew lease", p.LeaseID, true, p.Principal, p.Admin, p.FencingToken, renewSQL,
+			micros(p.TTL), actor.Principal, actor.Holder)
 	}
-	return db.changeLease(ctx, "renew lease", p.LeaseID, true, p.Principal, p.Admin, p.FencingToken, renewSQL, micros(p.TTL))
+	if err != nil {
+		return store.Lease{}, err
+	}
+	db.audited()
+	return l, nil
 }
 
-// endLeaseSQL ends a lease in state $3 when it is still active, with its paths, and notifies
-// the other replicas in the same transaction. The lease as it is now is answered either way,
-// with whether this statement ended it.
+// endLeaseSQL breaks a lease when it is still active, with its paths, records the
+// lease.broken event (by the actor $3, $4) and notifies the other replicas in the same
+// transaction. The lease as it is now is answered either way, with whether this statement
+// ended it.
 var endLeaseSQL = q(`WITH u AS (
-	UPDATE leases l SET state = $3, ended_at = {now}
+	UPDATE leases l SET state = 'broken', ended_at = {now}
 	WHERE l.id = $2 AND l.state = 'active'
 	RETURNING ` + leaseCols("l") + `, pg_notify('` + leaseChannel + `', '')),
 p AS (
-	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u))
+	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u)),
+ev AS (` + leaseEvents("lease.broken", 3, leaseObjectEnded) + `)
 SELECT true, ` + leaseCols("u") + ` FROM u
 UNION ALL
 SELECT false, ` + leaseCols("l") + ` FROM leases l WHERE l.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
 
-// releaseSQL releases a lease that changeLease read and locked.
+// releaseSQL releases a lease that changeLease read and locked; $3 and $4 are the actor.
 var releaseSQL = q(`WITH u AS (
 	UPDATE leases l SET state = 'released', ended_at = {now}
 	WHERE l.id = $2
 	RETURNING ` + leaseCols("l") + `, pg_notify('` + leaseChannel + `', '')),
 p AS (
-	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u))
+	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u)),
+ev AS (` + leaseEvents("lease.released", 3, leaseObjectEnded) + `)
 SELECT ` + leaseCols("u") + ` FROM u`)
 
-// releaseFastSQL releases a live lease of the caller's, as releaseSQL does.
+// releaseFastSQL releases a live lease of the caller's, as releaseSQL does; $6 and $7 are the
+// actor.
 var releaseFastSQL = q(`WITH u AS (
 	UPDATE leases l SET state = 'released', ended_at = {now}
 	WHERE ` + liveAndCallers + `
 	RETURNING ` + leaseCols("l") + `, pg_notify('` + leaseChannel + `', '')),
 p AS (
-	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u))
+	UPDATE lease_paths SET active = false WHERE lease_id IN (SELECT id FROM u)),
+ev AS (` + leaseEvents("lease.released", 6, leaseObjectEnded) + `)
 SELECT ` + leaseCols("u") + ` FROM u`)
 
 // ReleaseLease ends a lease (RELEASED), with the refusals of RenewLease.
 func (db *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (store.Lease, error) {
 	// A live lease of the caller's is released in one statement; the rest is explained, or
 	// released when it expired unsuperseded, by the slow path.
-	l, ok, err := db.fastLeaseChange(ctx, "release lease", "", releaseFastSQL, p.LeaseID, p.Admin, p.Principal, p.FencingToken)
+	actor := store.ActorOf(ctx)
+	l, ok, err := db.fastLeaseChange(ctx, "release lease", "", releaseFastSQL, p.LeaseID, p.Admin, p.Principal, p.FencingToken,
+		actor.Principal, actor.Holder)
 	if err == nil && !ok {
-		l, err = db.changeLease(ctx, "release lease", p.LeaseID, false, p.Principal, p.Admin, p.FencingToken, releaseSQL)
+		l, err = db.changeLease(ctx, "release lease", p.LeaseID, false, p.Principal, p.Admin, p.FencingToken, releaseSQL,
+			actor.Principal, actor.Holder)
 	}
 	if err != nil {
 		return store.Lease{}, err
 	}
 	db.leaseSignal.Fire()
+	db.audited()
 	return l, nil
 }
 
@@ -378,7 +421,8 @@ func (db *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (sto
 func (db *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, error) {
 	var ended bool
 	var s leaseScan
-	err := db.pool.QueryRow(ctx, endLeaseSQL, db.now(), leaseID, string(store.LeaseBroken)).
+	actor := store.ActorOf(ctx)
+	err := db.pool.QueryRow(ctx, endLeaseSQL, db.now(), leaseID, actor.Principal, actor.Holder).
 		Scan(append([]any{&ended}, s.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Lease{}, fmt.Errorf("lease %s: %w", leaseID, store.ErrNotFound)
@@ -392,6 +436,7 @@ func (db *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, erro
 			Msg: fmt.Sprintf("was already %s at %s", l.State, l.EndedAt.Format(time.RFC3339))}
 	}
 	db.leaseSignal.Fire()
+	db.audited()
 	return l, nil
 }
 

@@ -44,6 +44,8 @@ type DB struct {
 	signal store.Signal
 	// leaseSignal is fired after a lease is released or broken, here or on another replica.
 	leaseSignal store.Signal
+	// auditSignal is fired after a commit of this store that wrote audit events.
+	auditSignal store.Signal
 
 	// claims and completions made at the same time go together (group.go).
 	claims    group[store.ClaimJobParams, *store.Job]

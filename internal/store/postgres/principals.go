@@ -33,23 +33,33 @@ func finishToken(t *store.Token, revoked *time.Time) {
 	t.RevokedAt = utcOrZero(revoked)
 }
 
-// createPrincipalSQL inserts a principal and its first token in one statement (one
-// transaction): a taken name or token hash inserts neither.
+// createPrincipalSQL inserts a principal and its first token, and their principal.created and
+// token.created events (by the actor $7, $8), in one statement (one transaction): a taken name
+// or token hash inserts none of them.
 var createPrincipalSQL = q(`WITH p AS (
 	INSERT INTO principals (id, name, role, created_at) VALUES ($2, $3, $4, {now})
 	RETURNING ` + principalCols + `),
 t AS (
 	INSERT INTO tokens (id, principal, hash, created_at) SELECT $5, p.name, $6, {now} FROM p
-	RETURNING ` + tokenCols + `)
+	RETURNING ` + tokenCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $7, $8, 'principal.created', 'principal/' || p.name, ` + jsonObject(mem("role", jsonText("p.role"))) + ` FROM p
+	UNION ALL
+	SELECT {now}, $7, $8, 'token.created', 'token/' || t.id, ` + tokenObject + ` FROM t)
 SELECT p.id, p.name, p.role, p.disabled, p.created_at, t.id, t.principal, t.created_at, t.revoked_at FROM p, t`)
 
 // CreatePrincipal creates a principal and its first token.
 func (db *DB) CreatePrincipal(ctx context.Context, p store.CreatePrincipalParams) (store.Principal, store.Token, error) {
-	return db.createPrincipal(ctx, db.pool, p)
+	pr, tok, err := db.createPrincipal(ctx, db.pool, p)
+	if err == nil {
+		db.audited()
+	}
+	return pr, tok, err
 }
 
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 func (db *DB) createPrincipal(ctx context.Context, qr querier, p store.CreatePrincipalParams) (store.Principal, store.Token, error) {
@@ -58,7 +68,9 @@ func (db *DB) createPrincipal(ctx context.Context, qr querier, p store.CreatePri
 	var role string
 	var revoked *time.Time
 	dest := append(principalDest(&pr, &role), tokenDest(&tok, &revoked)...)
-	err := qr.QueryRow(ctx, createPrincipalSQL, db.now(), store.NewID("prn"), p.Name, string(p.Role), p.TokenID, p.TokenHash).Scan(dest...)
+	actor := store.ActorOf(ctx)
+	err := qr.QueryRow(ctx, createPrincipalSQL, db.now(), store.NewID("prn"), p.Name, string(p.Role), p.TokenID, p.TokenHash,
+		actor.Principal, actor.Holder).Scan(dest...)
 	if err != nil {
 		return store.Principal{}, store.Token{}, mapErr("principal "+p.Name, err)
 	}
@@ -96,6 +108,7 @@ func (db *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams)
 	if err := tx.Commit(ctx); err != nil {
 		return false, mapErr("bootstrap admin: commit", err)
 	}
+	db.audited()
 	return true, nil
 }
 
@@ -145,47 +158,105 @@ func (db *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) 
 	return out, "", nil
 }
 
+// disablePrincipalSQL disables an enabled principal and records the principal.disabled event
+// (by the actor $3, $4); the principal is answered either way, with whether this statement
+// disabled it.
+var disablePrincipalSQL = q(`WITH u AS (
+	UPDATE principals SET disabled = true WHERE name = $2 AND NOT disabled
+	RETURNING ` + principalCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $3, $4, 'principal.disabled', 'principal/' || u.name, NULL FROM u)
+SELECT true, ` + principalCols + ` FROM u
+UNION ALL
+SELECT false, ` + principalCols + ` FROM principals WHERE name = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
+
 // DisablePrincipal disables a principal; its tokens stop authenticating.
 func (db *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal, error) {
 	var pr store.Principal
 	var role string
-	err := db.pool.QueryRow(ctx, `UPDATE principals SET disabled = true WHERE name = $1 RETURNING `+principalCols, name).
-		Scan(principalDest(&pr, &role)...)
+	var changed bool
+	actor := store.ActorOf(ctx)
+	err := db.pool.QueryRow(ctx, disablePrincipalSQL, db.now(), name, actor.Principal, actor.Holder).
+		Scan(append([]any{&changed}, principalDest(&pr, &role)...)...)
 	if err != nil {
 		return store.Principal{}, mapErr("principal "+name, err)
 	}
+	if changed {
+		db.audited()
+	}
+	// Unchanged, it was disabled already, possibly by a transaction that committed while this
+	// one waited for the row, and that the statement's snapshot does not show. Principals are
+	// never enabled again.
+	pr.Disabled = true
 	finishPrincipal(&pr, role)
 	return pr, nil
 }
+
+// tokenObject is the details of the token events of t.
+var tokenObject = jsonObject(mem("principal", jsonText("t.principal")))
+
+// createTokenSQL adds a token to the principal $3 and records the token.created event (by the
+// actor $5, $6).
+var createTokenSQL = q(`WITH t AS (
+	INSERT INTO tokens (id, principal, hash, created_at)
+	SELECT $2, name, $4, {now} FROM principals WHERE name = $3
+	RETURNING ` + tokenCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $5, $6, 'token.created', 'token/' || t.id, ` + tokenObject + ` FROM t)
+SELECT ` + tokenCols + ` FROM t`)
 
 // CreateToken adds a token to an existing principal.
 func (db *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store.Token, error) {
 	var tok store.Token
 	var revoked *time.Time
-	err := db.pool.QueryRow(ctx, q(`INSERT INTO tokens (id, principal, hash, created_at)
-		SELECT $2, name, $4, {now} FROM principals WHERE name = $3
-		RETURNING `+tokenCols), db.now(), p.TokenID, p.Principal, p.TokenHash).Scan(tokenDest(&tok, &revoked)...)
+	actor := store.ActorOf(ctx)
+	err := db.pool.QueryRow(ctx, createTokenSQL, db.now(), p.TokenID, p.Principal, p.TokenHash, actor.Principal, actor.Holder).
+		Scan(tokenDest(&tok, &revoked)...)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Token{}, fmt.Errorf("principal %s: %w", p.Principal, store.ErrNotFound)
 		}
 		return store.Token{}, mapErr("token "+p.TokenID, err)
 	}
+	db.audited()
 	finishToken(&tok, revoked)
 	return tok, nil
 }
 
+// revokeTokenSQL revokes a valid token and records the token.revoked event (by the actor $3,
+// $4); the token is answered either way, with whether this statement revoked it.
+var revokeTokenSQL = q(`WITH t AS (
+	UPDATE tokens SET revoked_at = {now} WHERE id = $2 AND revoked_at IS NULL
+	RETURNING ` + tokenCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $3, $4, 'token.revoked', 'token/' || t.id, ` + tokenObject + ` FROM t)
+SELECT true, ` + tokenCols + ` FROM t
+UNION ALL
+SELECT false, ` + tokenCols + ` FROM tokens WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM t)`)
+
 // RevokeToken revokes a token; revoking it again keeps the first revocation time.
 func (db *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, error) {
-	var tok store.Token
-	var revoked *time.Time
-	err := db.pool.QueryRow(ctx, q(`UPDATE tokens SET revoked_at = coalesce(revoked_at, {now}) WHERE id = $2
-		RETURNING `+tokenCols), db.now(), tokenID).Scan(tokenDest(&tok, &revoked)...)
-	if err != nil {
-		return store.Token{}, mapErr("token "+tokenID, err)
+	actor := store.ActorOf(ctx)
+	// A token found valid by a statement that did not revoke it was revoked by a transaction
+	// that committed while this one waited for the row: the next statement sees its time.
+	for range 10 {
+		var tok store.Token
+		var revoked *time.Time
+		var changed bool
+		err := db.pool.QueryRow(ctx, revokeTokenSQL, db.now(), tokenID, actor.Principal, actor.Holder).
+			Scan(append([]any{&changed}, tokenDest(&tok, &revoked)...)...)
+		if err != nil {
+			return store.Token{}, mapErr("token "+tokenID, err)
+		}
+		if changed {
+			db.audited()
+		}
+		if changed || revoked != nil {
+			finishToken(&tok, revoked)
+			return tok, nil
+		}
 	}
-	finishToken(&tok, revoked)
-	return tok, nil
+	return store.Token{}, fmt.Errorf("postgres: revoke token %s: kept racing with other changes", tokenID)
 }
 
 // Authenticate answers the valid token whose sha256 is tokenHash and its enabled principal.
@@ -210,14 +281,28 @@ func (db *DB) Authenticate(ctx context.Context, tokenHash []byte) (store.Princip
 
 const workerKeyCols = `key_id, principal, public_key, created_at`
 
+// registerWorkerKeySQL records a key that is not registered yet, and its
+// worker_key.registered event (by the actor $5, $6); a registered key answers no row.
+var registerWorkerKeySQL = q(`WITH k AS (
+	INSERT INTO worker_keys (key_id, principal, public_key, created_at)
+	VALUES ($2, $3, $4, {now}) ON CONFLICT (key_id) DO NOTHING
+	RETURNING ` + workerKeyCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $5, $6, 'worker_key.registered', 'worker_key/' || k.key_id, ` +
+	jsonObject(mem("principal", jsonText("k.principal"))) + ` FROM k)
+SELECT ` + workerKeyCols + ` FROM k`)
+
 // RegisterWorkerKey records a worker's public key, or answers it when the same principal
 // registered it before.
 func (db *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyParams) (store.WorkerKey, error) {
 	var k store.WorkerKey
 	dest := []any{&k.KeyID, &k.Principal, &k.PublicKey, &k.CreatedAt}
-	err := db.pool.QueryRow(ctx, q(`INSERT INTO worker_keys (key_id, principal, public_key, created_at)
-		VALUES ($2, $3, $4, {now}) ON CONFLICT (key_id) DO NOTHING RETURNING `+workerKeyCols),
-		db.now(), p.KeyID, p.Principal, p.PublicKey).Scan(dest...)
+	actor := store.ActorOf(ctx)
+	err := db.pool.QueryRow(ctx, registerWorkerKeySQL, db.now(), p.KeyID, p.Principal, p.PublicKey, actor.Principal, actor.Holder).
+		Scan(dest...)
+	if err == nil {
+		db.audited()
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Taken: a statement of its own sees the row even when its insert committed only
 		// while ours waited on it. Keys are never deleted, so it is there.

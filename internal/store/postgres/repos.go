@@ -41,23 +41,34 @@ func bytesOrNull(b []byte) []byte {
 // emptyTree is the tree of a new repository's first revision.
 var emptyTree = repo.Tree{}
 
-// The empty tree, the first revision and the repository in one statement: a taken name
-// inserts none of them.
+// The empty tree, the first revision, the repository and its repository.created event ($8 and
+// $9 the actor, $10 the details) in one statement: a taken name inserts none of them.
 var createRepositorySQL = q(`WITH t AS (
 	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
 rv AS (
-	INSERT INTO revisions (id, repository, author, tree_digest, created_at) VALUES ($4, $5, $6, $2, {now}))
-INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
-RETURNING ` + repositoryCols)
+	INSERT INTO revisions (id, repository, author, tree_digest, created_at) VALUES ($4, $5, $6, $2, {now})),
+r AS (
+	INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
+	RETURNING ` + repositoryCols + `),
+ev AS (` + auditInsert + `
+	SELECT {now}, $8, $9, 'repository.created', 'repository/' || r.name, $10 FROM r)
+SELECT ` + repositoryCols + ` FROM r`)
 
 // CreateRepository creates a repository whose mainline is a new revision with the empty tree.
 func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
 	var r store.Repository
+	actor := principalActor(ctx, p.CreatedBy)
+	var det []byte
+	if len(p.Validation) > 0 {
+		det = details(map[string]any{"validation": jsonValue(p.Validation)})
+	}
 	err := db.pool.QueryRow(ctx, createRepositorySQL, db.now(), emptyTree.Digest(), emptyTree.Encode(),
-		store.NewID("rev"), p.Name, p.CreatedBy, bytesOrNull(p.Validation)).Scan(repositoryDest(&r)...)
+		store.NewID("rev"), p.Name, p.CreatedBy, bytesOrNull(p.Validation), actor.Principal, actor.Holder, textOrNil(det)).
+		Scan(repositoryDest(&r)...)
 	if err != nil {
 		return store.Repository{}, mapErr("repository "+p.Name, err)
 	}
+	db.audited()
 	finishRepository(&r)
 	return r, nil
 }

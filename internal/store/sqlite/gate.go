@@ -13,6 +13,8 @@ import (
 
 // SetValidation replaces a repository's validation policy.
 func (d *DB) SetValidation(ctx context.Context, repository string, validation []byte) (store.Repository, error) {
+	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var r store.Repository
 	err := d.write(ctx, "set validation", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
@@ -21,7 +23,9 @@ func (d *DB) SetValidation(ctx context.Context, repository string, validation []
 		if err != nil {
 			return interpret(fmt.Sprintf("set validation of repository %q", repository), err)
 		}
-		return nil
+		var det details
+		det.raw("validation", r.Validation)
+		return d.record(ctx, tx, now, actor, "repository.validation_set", "repository/"+r.Name, det.done())
 	})
 	return r, err
 }
@@ -70,7 +74,7 @@ func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]st
 		enqueued bool
 	)
 	err := d.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		q := queue{ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
+		q := queue{d: d, ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
 		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
 			Scan(&q.mainline, &q.validation); err != nil {
 			return interpret(op, err)
@@ -91,8 +95,10 @@ func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]st
 	return changed, nil
 }
 
-// queue is one AdvanceQueue's view of a repository, inside its write.
+// queue is one AdvanceQueue's view of a repository, inside its write. Every event it records
+// is the integration queue's: the server's own (store.SystemPrincipal).
 type queue struct {
+	d          *DB
 	ctx        context.Context
 	tx         *sql.Tx
 	op         string
@@ -123,8 +129,9 @@ func (q *queue) head(state store.ChangeState) (c store.Change, edits []repo.File
 	return c, edits, true, nil
 }
 
-// update applies set to change id, which must still be in state from, and answers it as it is
-// now. args are set's parameters from ?3 on (?1 is the id, ?2 the time).
+// update applies set to change id, which must still be in state from, records the change's
+// event, and answers it as it is now. args are set's parameters from ?3 on (?1 is the id, ?2 the
+// time).
 func (q *queue) update(id string, from store.ChangeState, set string, args ...any) (store.Change, error) {
 	all := append([]any{id, q.now}, args...)
 	c, err := scanChange(q.tx.QueryRowContext(q.ctx, `UPDATE changes SET `+set+`, updated_at = ?2
@@ -132,7 +139,39 @@ func (q *queue) update(id string, from store.ChangeState, set string, args ...an
 	if err != nil {
 		return store.Change{}, interpret(fmt.Sprintf("%s: update change %s", q.op, id), err)
 	}
+	if err := q.record(from, c); err != nil {
+		return store.Change{}, err
+	}
 	return c, nil
+}
+
+// record records the event of c's move from state from to its state now.
+func (q *queue) record(from store.ChangeState, c store.Change) error {
+	var (
+		action string
+		det    details
+	)
+	switch c.State {
+	case store.ChangeIntegrated:
+		return q.d.recordIntegrated(q.ctx, q.tx, q.now, systemActor, c)
+	case store.ChangeValidating:
+		action = "change.validating"
+		det.str("candidate_revision", c.CandidateRevision).str("job", c.JobID)
+	case store.ChangeRejected:
+		action = "change.rejected"
+		det.str("reason", c.Reason)
+	case store.ChangeCancelled:
+		action = "change.cancelled"
+		det.str("reason", c.Reason)
+	case store.ChangeQueued:
+		if from != store.ChangeValidating {
+			return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
+		}
+		return q.d.record(q.ctx, q.tx, q.now, systemActor, "change.requeued", "change/"+c.ID, nil)
+	default:
+		return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
+	}
+	return q.d.record(q.ctx, q.tx, q.now, systemActor, action, "change/"+c.ID, det.done())
 }
 
 // settle decides the validating change, if any, and answers whether the queue may move on.
@@ -260,7 +299,7 @@ func (q *queue) next(p store.AdvanceQueueParams, changed *[]store.Change) (bool,
 			*changed = append(*changed, integrated)
 			continue
 		}
-		job, existing, err := enqueueJob(q.ctx, q.tx, p.Job(c, candidate, q.validation), fromMicros(q.now))
+		job, existing, err := q.d.enqueueJob(q.ctx, q.tx, p.Job(c, candidate, q.validation), fromMicros(q.now), systemActor)
 		if err != nil {
 			return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
 		}

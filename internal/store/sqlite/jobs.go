@@ -55,13 +55,14 @@ func getJob(ctx context.Context, q interface {
 // EnqueueJob inserts a queued job, or answers the live job that holds p.UniqueKey.
 func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Job, bool, error) {
 	now := d.now()
+	actor := principalActor(ctx, p.EnqueuedBy)
 	var (
 		job      store.Job
 		existing bool
 	)
 	err := d.write(ctx, "enqueue job", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		job, existing, err = enqueueJob(ctx, tx, p, now)
+		job, existing, err = d.enqueueJob(ctx, tx, p, now, actor)
 		return err
 	})
 	if err != nil {
@@ -74,9 +75,9 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 }
 
 // enqueueJob is EnqueueJob inside a write, which AdvanceQueue shares so that a candidate and its
-// validate job are stored together. A caller that gets a new job (existing false) fires the job
-// signal once the write committed.
-func enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParams, now time.Time) (job store.Job, existing bool, err error) {
+// validate job are stored together; a new job's event names actor. A caller that gets a new job
+// (existing false) fires the job signal once the write committed.
+func (d *DB) enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParams, now time.Time, actor store.Actor) (job store.Job, existing bool, err error) {
 	if p.UniqueKey != "" {
 		// The literal conditions match the partial unique index, so SQLite can use it.
 		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
@@ -101,31 +102,73 @@ func enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParams, now t
 	if err != nil {
 		return store.Job{}, false, interpret("enqueue job", err)
 	}
+	var det details
+	det.str("kind", j.Kind).int("max_attempts", int64(j.MaxAttempts)).int("priority", int64(j.Priority)).strIf("unique_key", j.UniqueKey)
+	if err := d.record(ctx, tx, micros(now), actor, "job.enqueued", "job/"+j.ID, det.done()); err != nil {
+		return store.Job{}, false, err
+	}
 	return j, false, nil
 }
 
 // settleExpired is ExpireJobs's statement: an expired claim that cannot be claimed again
 // ends here. CANCELLED wins over FAILED as in FailJob: someone asked for the job to stop. It runs
-// before every claim, so it reads only the expired end of the lease index.
+// before every claim, so it reads only the expired end of the lease index. It answers what the
+// jobs' job.expired events record.
 const settleExpired = `UPDATE jobs INDEXED BY jobs_claimed_lease SET
 	state = CASE WHEN cancel_requested <> 0 THEN 'cancelled' ELSE 'failed' END,
 	last_error = CASE WHEN cancel_requested = 0 THEN '` + store.LeaseExpiredError + `' ELSE last_error END,
 	lease_expires_at = NULL, finished_at = ?1, updated_at = ?1
-	WHERE state = 'claimed' AND lease_expires_at <= ?1 AND (attempts >= max_attempts OR cancel_requested <> 0)`
+	WHERE state = 'claimed' AND lease_expires_at <= ?1 AND (attempts >= max_attempts OR cancel_requested <> 0)
+	RETURNING id, attempts, state`
+
+// settle runs settleExpired in tx, records a job.expired event for each job it settled, and
+// answers how many it settled.
+func (d *DB) settle(ctx context.Context, tx *sql.Tx, now int64) (int, error) {
+	rows, err := tx.QueryContext(ctx, settleExpired, now)
+	if err != nil {
+		return 0, interpret("settle expired claims", err)
+	}
+	type settled struct {
+		id, state string
+		attempts  int64
+	}
+	var jobs []settled
+	for rows.Next() {
+		var s settled
+		if err := rows.Scan(&s.id, &s.attempts, &s.state); err != nil {
+			rows.Close()
+			return 0, interpret("settle expired claims", err)
+		}
+		jobs = append(jobs, s)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, interpret("settle expired claims", err)
+	}
+	for _, s := range jobs {
+		var det details
+		det.int("claim", s.attempts).str("state", s.state)
+		if err := d.record(ctx, tx, now, systemActor, "job.expired", "job/"+s.id, det.done()); err != nil {
+			return 0, err
+		}
+	}
+	return len(jobs), nil
+}
 
 // ExpireJobs settles expired claims that cannot be claimed again.
 func (d *DB) ExpireJobs(ctx context.Context) (int, error) {
 	now := micros(d.now())
-	var n int64
+	var n int
 	err := d.write(ctx, "expire jobs", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, settleExpired, now)
+		var err error
+		n, err = d.settle(ctx, tx, now)
 		if err != nil {
-			return interpret("expire jobs", err)
+			return fmt.Errorf("expire jobs: %w", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		return nil
 	})
-	return int(n), err
+	return n, err
 }
 
 // claimSQL takes the best claimable job in one statement. The two candidates (the best queued
@@ -161,6 +204,7 @@ const settleEvery = 250 * time.Millisecond
 // ClaimJob settles expired claims, then takes the best claimable job.
 func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
 	now := micros(d.now())
+	actor := holderActor(ctx, p.Worker)
 	args := make([]any, 0, 3+len(p.Kinds))
 	args = append(args, p.Worker, p.Lease.Microseconds(), now)
 	for _, k := range p.Kinds {
@@ -171,8 +215,8 @@ func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, 
 		// The claim itself never hands out a job that settling would end, so settling may lag
 		// a little; doing it at most every settleEvery keeps it off most claims.
 		if now-d.lastSettle.Load() >= settleEvery.Microseconds() {
-			if _, err := tx.ExecContext(ctx, settleExpired, now); err != nil {
-				return interpret("claim job: settle expired claims", err)
+			if _, err := d.settle(ctx, tx, now); err != nil {
+				return fmt.Errorf("claim job: %w", err)
 			}
 			d.lastSettle.Store(now)
 		}
@@ -182,6 +226,11 @@ func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, 
 		}
 		if err != nil {
 			return interpret("claim job", err)
+		}
+		var det details
+		det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
+		if err := d.record(ctx, tx, now, actor, "job.claimed", "job/"+j.ID, det.done()); err != nil {
+			return err
 		}
 		job = &j
 		return nil
@@ -244,6 +293,7 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 	if p.Result != nil {
 		result = p.Result
 	}
+	actor := holderActor(ctx, p.Worker)
 	var job store.Job
 	err := d.write(ctx, "complete job", func(ctx context.Context, tx *sql.Tx) error {
 		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
@@ -271,6 +321,11 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 				return interpret("complete job "+p.JobID+": store attestation", err)
 			}
 		}
+		var det details
+		det.strIf("attestation_digest", j.AttestationDigest).int("claim", int64(j.Attempts)).str("output_digest", j.OutputDigest)
+		if err := d.record(ctx, tx, now, actor, "job.completed", "job/"+j.ID, det.done()); err != nil {
+			return err
+		}
 		job = j
 		return nil
 	})
@@ -280,6 +335,7 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 // FailJob records a failed attempt: the job is retried, failed for good, or cancelled.
 func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
 	nowT := d.now()
+	actor := holderActor(ctx, p.Worker)
 	var (
 		job     store.Job
 		requeue bool
@@ -324,6 +380,11 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 		if err != nil {
 			return interpret("fail job "+p.JobID, err)
 		}
+		var det details
+		det.int("claim", int64(j.Attempts)).str("error", p.Error).str("state", string(state))
+		if err := d.record(ctx, tx, micros(nowT), actor, "job.failed", "job/"+j.ID, det.done()); err != nil {
+			return err
+		}
 		job = j
 		return nil
 	})
@@ -339,17 +400,19 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 // CancelJob cancels a queued job, or asks the worker of a claimed one to stop.
 func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var job store.Job
 	err := d.write(ctx, "cancel job", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := getJob(ctx, tx, jobID)
 		if err != nil {
 			return fmt.Errorf("cancel job: %w", err)
 		}
-		var q string
+		var q, action string
 		switch cur.State {
 		case store.JobQueued:
 			q = `UPDATE jobs SET state = 'cancelled', finished_at = ?2, updated_at = ?2
 				WHERE id = ?1 AND state = 'queued' RETURNING ` + jobColumns
+			action = "job.cancelled"
 		case store.JobClaimed:
 			if cur.CancelRequested {
 				job = cur
@@ -357,6 +420,7 @@ func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 			}
 			q = `UPDATE jobs SET cancel_requested = 1, updated_at = ?2
 				WHERE id = ?1 AND state = 'claimed' RETURNING ` + jobColumns
+			action = "job.cancel_requested"
 		default:
 			return &store.StateError{What: "job " + jobID,
 				Msg: fmt.Sprintf("is %s; only a queued or claimed job can be cancelled", cur.State)}
@@ -364,6 +428,9 @@ func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 		j, err := scanJob(tx.QueryRowContext(ctx, q, jobID, now))
 		if err != nil {
 			return interpret("cancel job "+jobID, err)
+		}
+		if err := d.record(ctx, tx, now, actor, action, "job/"+j.ID, nil); err != nil {
+			return err
 		}
 		job = j
 		return nil

@@ -144,6 +144,7 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
+	actor := holderActor(ctx, p.Holder)
 	var lease store.Lease
 	err = d.write(ctx, "acquire lease", func(ctx context.Context, tx *sql.Tx) error {
 		// The time is read under the write lock, so grants and ends are ordered as they commit.
@@ -176,6 +177,11 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 				return interpret("acquire lease: record path "+path, err)
 			}
 		}
+		var det details
+		det.time("expires_at", l.ExpiresAt).strs("paths", l.Paths).str("repository", l.Repository).int("token", int64(l.FencingToken))
+		if err := d.record(ctx, tx, micros(now), actor, "lease.granted", "lease/"+l.ID, det.done()); err != nil {
+			return err
+		}
 		lease = l
 		return nil
 	})
@@ -203,6 +209,7 @@ func changeRefusal(ctx context.Context, tx *sql.Tx, l store.Lease, principal str
 
 // RenewLease extends a lease that is still the holder's, keeping its token.
 func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Lease, error) {
+	actor := store.ActorOf(ctx)
 	var lease store.Lease
 	err := d.write(ctx, "renew lease", func(ctx context.Context, tx *sql.Tx) error {
 		now := d.now()
@@ -218,6 +225,11 @@ func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Le
 		if err != nil {
 			return interpret("renew lease "+p.LeaseID, err)
 		}
+		var det details
+		det.time("expires_at", l.ExpiresAt).int("token", int64(l.FencingToken))
+		if err := d.record(ctx, tx, micros(now), actor, "lease.renewed", "lease/"+l.ID, det.done()); err != nil {
+			return err
+		}
 		lease = reported(l, now)
 		return nil
 	})
@@ -226,6 +238,7 @@ func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Le
 
 // ReleaseLease ends a lease that is still the holder's.
 func (d *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (store.Lease, error) {
+	actor := store.ActorOf(ctx)
 	var lease store.Lease
 	err := d.write(ctx, "release lease", func(ctx context.Context, tx *sql.Tx) error {
 		now := d.now()
@@ -241,7 +254,10 @@ func (d *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (stor
 		if err != nil {
 			return interpret("release lease "+p.LeaseID, err)
 		}
-		return endPaths(ctx, tx, p.LeaseID)
+		if err := endPaths(ctx, tx, p.LeaseID); err != nil {
+			return err
+		}
+		return d.recordLeaseEnd(ctx, tx, micros(now), actor, "lease.released", lease)
 	})
 	if err != nil {
 		return store.Lease{}, err
@@ -259,8 +275,16 @@ func endPaths(ctx context.Context, tx *sql.Tx, leaseID string) error {
 	return nil
 }
 
+// recordLeaseEnd records the release or break of l.
+func (d *DB) recordLeaseEnd(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, action string, l store.Lease) error {
+	var det details
+	det.int("token", int64(l.FencingToken))
+	return d.record(ctx, tx, now, actor, action, "lease/"+l.ID, det.done())
+}
+
 // BreakLease ends any lease that has not ended.
 func (d *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, error) {
+	actor := store.ActorOf(ctx)
 	var lease store.Lease
 	err := d.write(ctx, "break lease", func(ctx context.Context, tx *sql.Tx) error {
 		now := d.now()
@@ -277,7 +301,10 @@ func (d *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, error
 		if err != nil {
 			return interpret("break lease "+leaseID, err)
 		}
-		return endPaths(ctx, tx, leaseID)
+		if err := endPaths(ctx, tx, leaseID); err != nil {
+			return err
+		}
+		return d.recordLeaseEnd(ctx, tx, micros(now), actor, "lease.broken", lease)
 	})
 	if err != nil {
 		return store.Lease{}, err

@@ -41,25 +41,37 @@ func scanToken(row scanner) (store.Token, error) {
 	return t, nil
 }
 
-func insertPrincipal(ctx context.Context, tx *sql.Tx, p store.CreatePrincipalParams, role store.Role, now int64) (store.Principal, store.Token, error) {
+// insertPrincipal creates a principal and its first token, and records both.
+func (d *DB) insertPrincipal(ctx context.Context, tx *sql.Tx, p store.CreatePrincipalParams, role store.Role, now int64, actor store.Actor) (store.Principal, store.Token, error) {
 	pr, err := scanPrincipal(tx.QueryRowContext(ctx, `INSERT INTO principals (id, name, role, created_at)
 		VALUES (?, ?, ?, ?) RETURNING `+principalColumns, store.NewID("prn"), p.Name, string(role), now))
 	if err != nil {
 		return store.Principal{}, store.Token{}, interpret(fmt.Sprintf("principal %q", p.Name), err)
 	}
-	tok, err := insertToken(ctx, tx, p.Name, p.TokenID, p.TokenHash, now)
+	var det details
+	det.str("role", string(pr.Role))
+	if err := d.record(ctx, tx, now, actor, "principal.created", "principal/"+pr.Name, det.done()); err != nil {
+		return store.Principal{}, store.Token{}, err
+	}
+	tok, err := d.insertToken(ctx, tx, p.Name, p.TokenID, p.TokenHash, now, actor)
 	if err != nil {
 		return store.Principal{}, store.Token{}, err
 	}
 	return pr, tok, nil
 }
 
-func insertToken(ctx context.Context, tx *sql.Tx, principal, id string, hash []byte, now int64) (store.Token, error) {
+// insertToken creates a token and records it.
+func (d *DB) insertToken(ctx context.Context, tx *sql.Tx, principal, id string, hash []byte, now int64, actor store.Actor) (store.Token, error) {
 	tok, err := scanToken(tx.QueryRowContext(ctx, `INSERT INTO tokens (id, principal, hash, created_at)
 		VALUES (?, ?, ?, ?) RETURNING `+tokenColumns, id, principal, hash, now))
 	if err != nil {
 		// A missing principal is the foreign key; a taken id or hash is the unique constraint.
 		return store.Token{}, interpret(fmt.Sprintf("token %s of principal %q", id, principal), err)
+	}
+	var det details
+	det.str("principal", tok.Principal)
+	if err := d.record(ctx, tx, now, actor, "token.created", "token/"+tok.ID, det.done()); err != nil {
+		return store.Token{}, err
 	}
 	return tok, nil
 }
@@ -67,6 +79,7 @@ func insertToken(ctx context.Context, tx *sql.Tx, principal, id string, hash []b
 // BootstrapAdmin creates the first principal, an admin, when there is none.
 func (d *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) (bool, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	created := false
 	err := d.write(ctx, "bootstrap admin", func(ctx context.Context, tx *sql.Tx) error {
 		// BEGIN IMMEDIATE holds the write lock from here, so a concurrent bootstrap, in this
@@ -78,7 +91,7 @@ func (d *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) 
 		if exists {
 			return nil
 		}
-		if _, _, err := insertPrincipal(ctx, tx, p, store.RoleAdmin, now); err != nil {
+		if _, _, err := d.insertPrincipal(ctx, tx, p, store.RoleAdmin, now, actor); err != nil {
 			return fmt.Errorf("bootstrap admin: %w", err)
 		}
 		created = true
@@ -90,13 +103,14 @@ func (d *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) 
 // CreatePrincipal creates a principal and its first token.
 func (d *DB) CreatePrincipal(ctx context.Context, p store.CreatePrincipalParams) (store.Principal, store.Token, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var (
 		pr  store.Principal
 		tok store.Token
 	)
 	err := d.write(ctx, "create principal", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		pr, tok, err = insertPrincipal(ctx, tx, p, p.Role, now)
+		pr, tok, err = d.insertPrincipal(ctx, tx, p, p.Role, now, actor)
 		if err != nil {
 			return fmt.Errorf("create principal: %w", err)
 		}
@@ -149,17 +163,27 @@ func (d *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) (
 	return prs, next, nil
 }
 
-// DisablePrincipal disables a principal; its tokens stop authenticating.
+// DisablePrincipal disables a principal; its tokens stop authenticating. Only the first time
+// is recorded: disabling a disabled principal changes nothing.
 func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal, error) {
+	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var pr store.Principal
 	err := d.write(ctx, "disable principal", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		pr, err = scanPrincipal(tx.QueryRowContext(ctx, `UPDATE principals SET disabled = 1 WHERE name = ?
+		pr, err = scanPrincipal(tx.QueryRowContext(ctx, `UPDATE principals SET disabled = 1 WHERE name = ? AND disabled = 0
 			RETURNING `+principalColumns, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			pr, err = scanPrincipal(tx.QueryRowContext(ctx, `SELECT `+principalColumns+` FROM principals WHERE name = ?`, name))
+			if err != nil {
+				return interpret(fmt.Sprintf("disable principal %q", name), err)
+			}
+			return nil
+		}
 		if err != nil {
 			return interpret(fmt.Sprintf("disable principal %q", name), err)
 		}
-		return nil
+		return d.record(ctx, tx, now, actor, "principal.disabled", "principal/"+pr.Name, nil)
 	})
 	return pr, err
 }
@@ -167,10 +191,11 @@ func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal
 // CreateToken adds a token to an existing principal.
 func (d *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store.Token, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var tok store.Token
 	err := d.write(ctx, "create token", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		tok, err = insertToken(ctx, tx, p.Principal, p.TokenID, p.TokenHash, now)
+		tok, err = d.insertToken(ctx, tx, p.Principal, p.TokenID, p.TokenHash, now, actor)
 		if err != nil {
 			return fmt.Errorf("create token: %w", err)
 		}
@@ -179,18 +204,29 @@ func (d *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store.
 	return tok, err
 }
 
-// RevokeToken revokes a token; a second revocation keeps the first time.
+// RevokeToken revokes a token; a second revocation keeps the first time, and only the first
+// is recorded.
 func (d *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var tok store.Token
 	err := d.write(ctx, "revoke token", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		tok, err = scanToken(tx.QueryRowContext(ctx, `UPDATE tokens SET revoked_at = coalesce(revoked_at, ?)
-			WHERE id = ? RETURNING `+tokenColumns, now, tokenID))
+		tok, err = scanToken(tx.QueryRowContext(ctx, `UPDATE tokens SET revoked_at = ?
+			WHERE id = ? AND revoked_at IS NULL RETURNING `+tokenColumns, now, tokenID))
+		if errors.Is(err, sql.ErrNoRows) {
+			tok, err = scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, tokenID))
+			if err != nil {
+				return interpret("revoke token "+tokenID, err)
+			}
+			return nil
+		}
 		if err != nil {
 			return interpret("revoke token "+tokenID, err)
 		}
-		return nil
+		var det details
+		det.str("principal", tok.Principal)
+		return d.record(ctx, tx, now, actor, "token.revoked", "token/"+tok.ID, det.done())
 	})
 	return tok, err
 }
@@ -237,6 +273,7 @@ func scanWorkerKey(row scanner) (store.WorkerKey, error) {
 // RegisterWorkerKey records a worker's public key, once per key.
 func (d *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyParams) (store.WorkerKey, error) {
 	now := micros(d.now())
+	actor := store.ActorOf(ctx)
 	var key store.WorkerKey
 	err := d.write(ctx, "register worker key", func(ctx context.Context, tx *sql.Tx) error {
 		k, err := scanWorkerKey(tx.QueryRowContext(ctx, `SELECT `+workerKeyColumns+` FROM worker_keys WHERE key_id = ?`, p.KeyID))
@@ -254,7 +291,9 @@ func (d *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyPar
 		if err != nil {
 			return interpret(fmt.Sprintf("register worker key %s of principal %q", p.KeyID, p.Principal), err)
 		}
-		return nil
+		var det details
+		det.str("principal", key.Principal)
+		return d.record(ctx, tx, now, actor, "worker_key.registered", "worker_key/"+key.KeyID, det.done())
 	})
 	return key, err
 }

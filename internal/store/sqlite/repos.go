@@ -42,6 +42,7 @@ func insertTree(ctx context.Context, tx *sql.Tx, t repo.Tree) (string, error) {
 
 // CreateRepository creates a repository whose mainline is a revision with the empty tree.
 func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
+	actor := principalActor(ctx, p.CreatedBy)
 	var r store.Repository
 	err := d.write(ctx, "create repository", func(ctx context.Context, tx *sql.Tx) error {
 		now := micros(d.now())
@@ -60,7 +61,11 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 			VALUES (?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, digest, now); err != nil {
 			return interpret(fmt.Sprintf("create repository %q: first revision", p.Name), err)
 		}
-		return nil
+		var det details
+		if r.Validation != nil {
+			det.raw("validation", r.Validation)
+		}
+		return d.record(ctx, tx, now, actor, "repository.created", "repository/"+r.Name, det.done())
 	})
 	return r, err
 }
@@ -270,6 +275,7 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 	if err != nil {
 		return store.Change{}, fmt.Errorf("integrate: %w", err)
 	}
+	actor := holderActor(ctx, p.Holder)
 	var change store.Change
 	err = d.write(ctx, "integrate", func(ctx context.Context, tx *sql.Tx) error {
 		now := micros(d.now())
@@ -313,7 +319,9 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			if err != nil {
 				return interpret("integrate: store change", err)
 			}
-			return nil
+			var det details
+			det.strs("paths", change.Paths).str("repository", change.Repository)
+			return d.record(ctx, tx, now, actor, "change.queued", "change/"+change.ID, det.done())
 		}
 		rev, err := insertRevision(ctx, tx, p.Repository, mainline, changeID, p.Holder, tree, now)
 		if err != nil {
@@ -330,9 +338,17 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 		if err := mustMoveMainline(ctx, tx, p.Repository, mainline, rev.ID); err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
-		return nil
+		return d.recordIntegrated(ctx, tx, now, actor, change)
 	})
 	return change, err
+}
+
+// recordIntegrated records that change c was integrated.
+func (d *DB) recordIntegrated(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, c store.Change) error {
+	var det details
+	det.strIf("attestation_digest", c.AttestationDigest).strs("paths", c.Paths).str("repository", c.Repository).
+		str("revision", c.IntegratedRevision)
+	return d.record(ctx, tx, now, actor, "change.integrated", "change/"+c.ID, det.done())
 }
 
 // insertRevision stores tree, once, and a new revision of it.

@@ -45,6 +45,11 @@ type DB struct {
 	signal store.Signal // jobs that may have become claimable
 
 	leaseSignal store.Signal // leases released or broken
+	auditSignal store.Signal // commits that wrote audit events
+
+	// audited tells the writer that the batch it is committing wrote audit events (record sets
+	// it). Only the writer goroutine touches it.
+	audited bool
 
 	lastSettle atomic.Int64       // store time (µs) a claim last settled expired claims
 	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
@@ -283,6 +288,7 @@ func (d *DB) writer() {
 // commit runs a batch of writes in one transaction and tells each its outcome.
 func (d *DB) commit(batch []*writeRequest) {
 	ctx := context.Background()
+	d.audited = false
 	errs := make([]error, len(batch))
 	defer func() {
 		for i, req := range batch {
@@ -329,6 +335,11 @@ func (d *DB) commit(batch []*writeRequest) {
 	}
 	if err := tx.Commit(); err != nil {
 		failAll("%s: commit: %w", err)
+		return
+	}
+	if d.audited {
+		// Before the writers hear of their commit: once a write returned, the sealer is awake.
+		d.auditSignal.Fire()
 	}
 }
 

@@ -133,6 +133,15 @@ var tests = []conformanceTest{
 	{"set_validation_replaces_the_policy_and_get_repository_shows_it", testGateSetValidation},
 	{"list_jobs_filters_by_claimant_or_every_label_of_a_principal", testListJobsClaimedBy},
 	{"concurrent_integrates_and_advances_integrate_every_change_once_in_queue_order", testGateConcurrentOrder},
+	// audit log
+	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
+	{"refused_requests_and_changes_of_nothing_write_no_audit_event", testAuditRefusalsWriteNothing},
+	{"sealing_gives_pending_events_seq_in_insertion_order_once_and_links_the_chain", testAuditSealing},
+	{"sealing_takes_at_most_its_limit_of_the_oldest_pending_events", testAuditSealBatches},
+	{"events_of_8_concurrent_writers_are_sealed_exactly_once_by_2_sealers_in_a_chain_that_verifies", testAuditConcurrentWritersAndSealers},
+	{"list_audit_events_pages_by_seq_and_lists_sealed_events_only", testAuditListPages},
+	{"latest_audit_checkpoint_is_not_found_before_the_first_seal_and_the_newest_after", testAuditCheckpoints},
+	{"audit_signal_fires_after_a_commit_that_wrote_events", testAuditSignal},
 }
 
 // Run runs every conformance test against the stores newStore makes, each as a parallel subtest.

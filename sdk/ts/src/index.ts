@@ -39,6 +39,7 @@ import {
 import { createConnectTransport } from "@connectrpc/connect-node";
 
 import { AdminService } from "./gen/agwp/v1/admin_pb.js";
+import { AuditService } from "./gen/agwp/v1/audit_pb.js";
 import { LeaseService } from "./gen/agwp/v1/lease_pb.js";
 import { RepositoryService } from "./gen/agwp/v1/repository_pb.js";
 import { EnvelopeSchema } from "./gen/agwp/v1/attestation_pb.js";
@@ -54,6 +55,7 @@ import {
 
 export * from "./gen/agwp/v1/admin_pb.js";
 export * from "./gen/agwp/v1/attestation_pb.js";
+export * from "./gen/agwp/v1/audit_pb.js";
 export * from "./gen/agwp/v1/job_pb.js";
 export * from "./gen/agwp/v1/lease_pb.js";
 export * from "./gen/agwp/v1/repository_pb.js";
@@ -91,6 +93,7 @@ export interface AgClient {
   readonly admin: Client<typeof AdminService>;
   readonly leases: Client<typeof LeaseService>;
   readonly repos: Client<typeof RepositoryService>;
+  readonly audit: Client<typeof AuditService>;
   /** A client of any other service of ./gen, with the same token, timeouts and retries. */
   service<T extends DescService>(service: T): Client<T>;
   /** Asks for a job; answers undefined when none was available within the wait. */
@@ -134,6 +137,7 @@ export function createAgClient(baseUrl: string, token: string, options: AgClient
     admin,
     leases: createClient(LeaseService, transport),
     repos: createClient(RepositoryService, transport),
+    audit: createClient(AuditService, transport),
     service: (service) => createClient(service, transport),
     async claim(o: ClaimOptions): Promise<JobClaim | undefined> {
       const req = create(ClaimJobRequestSchema, { worker: o.worker, kinds: o.kinds ?? [] });

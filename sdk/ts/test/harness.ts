@@ -71,6 +71,7 @@ export async function startServer(extraArgs: string[] = []): Promise<AgServer> {
     const addr = `127.0.0.1:${await freePort()}`;
     const proc = spawn(bin, ["serve", "--addr", addr, "--db", `sqlite:${join(dir, "ag.db")}`, "--poll-interval", "100ms", ...extraArgs], {
       env: cleanEnv({ AG_BOOTSTRAP_TOKEN: adminToken }),
+      cwd: dir, // the server's default files (its audit key) go with its database
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";

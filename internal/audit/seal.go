@@ -1,0 +1,169 @@
+package audit
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// SealFunc answers the store.SealAuditParams.Seal that seals with s: the pending events get
+// seq head.Size+1, head.Size+2, ... in the order given, their prev hash and hash (the chain),
+// and their Merkle tree's stored hashes (tlog.StoredHashes, reading the tree's earlier hashes
+// with hashes and the batch's own from memory); then the new head, the tree hash and a
+// checkpoint signed by s, created at now().
+func (s *Signer) SealFunc(now func() time.Time) func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+	return func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+		return s.seal(now, head, pending, hashes)
+	}
+}
+
+func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []store.AuditEvent, hashes HashesFunc) (store.AuditSeal, error) {
+	if len(pending) == 0 {
+		return store.AuditSeal{}, fmt.Errorf("seal: no pending events")
+	}
+	if head.Size == 0 && len(head.Hash) != 0 || head.Size > 0 && len(head.Hash) != HashSize {
+		return store.AuditSeal{}, fmt.Errorf("seal: a head of %d events with a hash of %d bytes", head.Size, len(head.Hash))
+	}
+	size, err := int64Size(head.Size + uint64(len(pending)))
+	if err != nil {
+		return store.AuditSeal{}, err
+	}
+	r := &sealReader{base: tlog.StoredHashCount(int64(head.Size)), stored: map[int64]tlog.Hash{}, read: hashes}
+	// TreeHash reads the old tree's right edge (the roots of its complete subtrees) in one
+	// call: exactly the old hashes StoredHashes will need below, so they are read once.
+	if _, err := tlog.TreeHash(int64(head.Size), r); err != nil {
+		return store.AuditSeal{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
+	}
+
+	out := store.AuditSeal{Events: make([]store.AuditEvent, len(pending))}
+	prev := head.Hash
+	if head.Size == 0 {
+		prev = zeroHash
+	}
+	for i, e := range pending {
+		e.Seq = head.Size + uint64(i) + 1
+		canonical, err := Canonical(e)
+		if err != nil {
+			return store.AuditSeal{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
+		}
+		e.PrevHash = bytes.Clone(prev)
+		e.Hash = ChainHash(prev, canonical)
+		prev = e.Hash
+		out.Events[i] = e
+
+		n := int64(e.Seq - 1)
+		if at := tlog.StoredHashIndex(0, n); at != r.base+int64(len(r.batch)) {
+			return store.AuditSeal{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+int64(len(r.batch)))
+		}
+		hs, err := tlog.StoredHashes(n, canonical, r)
+		if err != nil {
+			return store.AuditSeal{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
+		}
+		r.batch = append(r.batch, hs...)
+	}
+
+	root, err := tlog.TreeHash(size, r)
+	if err != nil {
+		return store.AuditSeal{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
+	}
+	out.TreeHashes = make([]store.AuditTreeHash, len(r.batch))
+	for i := range r.batch {
+		out.TreeHashes[i] = store.AuditTreeHash{Index: r.base + int64(i), Hash: bytes.Clone(r.batch[i][:])}
+	}
+	out.Head = store.AuditHead{Size: uint64(size), Hash: bytes.Clone(prev)}
+	cp := Checkpoint{Origin: s.Origin(), Size: uint64(size), Root: root, Head: out.Head.Hash}
+	msg, err := s.SignCheckpoint(cp)
+	if err != nil {
+		return store.AuditSeal{}, fmt.Errorf("seal: sign the checkpoint: %w", err)
+	}
+	out.Checkpoint = store.AuditCheckpoint{
+		Size: cp.Size, RootHash: bytes.Clone(root[:]), HeadHash: bytes.Clone(prev), Note: msg, CreatedAt: now(),
+	}
+	return out, nil
+}
+
+// sealReader reads the tree's hashes during a seal: those the store holds (indexes below base)
+// through read, once each, and those the batch computed (from base on) from memory.
+type sealReader struct {
+	base   int64
+	batch  []tlog.Hash
+	stored map[int64]tlog.Hash
+	read   HashesFunc
+}
+
+func (r *sealReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	var missing []int64
+	for i, x := range indexes {
+		switch h, ok := r.stored[x]; {
+		case x >= r.base && x-r.base < int64(len(r.batch)):
+			out[i] = r.batch[x-r.base]
+		case x >= r.base:
+			return nil, fmt.Errorf("tree hash %d is not computed yet (%d known)", x, r.base+int64(len(r.batch)))
+		case ok:
+			out[i] = h
+		default:
+			missing = append(missing, x)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	raw, err := r.read(missing)
+	if err != nil {
+		return nil, err
+	}
+	got, err := toHashes(missing, raw)
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range missing {
+		r.stored[x] = got[i]
+	}
+	for i, x := range indexes {
+		if x < r.base {
+			out[i] = r.stored[x]
+		}
+	}
+	return out, nil
+}
+
+// memTree is a Merkle tree held in memory: its stored hashes in tlog's numbering.
+type memTree struct {
+	n      int64
+	hashes []tlog.Hash
+}
+
+func (t *memTree) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		if x < 0 || x >= int64(len(t.hashes)) {
+			return nil, fmt.Errorf("tree hash %d is not stored (%d are)", x, len(t.hashes))
+		}
+		out[i] = t.hashes[x]
+	}
+	return out, nil
+}
+
+// add appends the record whose canonical form is canonical.
+func (t *memTree) add(canonical []byte) error {
+	hs, err := tlog.StoredHashes(t.n, canonical, t)
+	if err != nil {
+		return err
+	}
+	t.hashes = append(t.hashes, hs...)
+	t.n++
+	return nil
+}
+
+// root answers the tree hash of the first n records.
+func (t *memTree) root(n uint64) (tlog.Hash, error) {
+	if n > uint64(t.n) {
+		return tlog.Hash{}, fmt.Errorf("a tree of %d events holds no tree of %d", t.n, n)
+	}
+	return tlog.TreeHash(int64(n), t)
+}

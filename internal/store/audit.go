@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// AuditStore keeps the audit log: every state change writes an event in its own transaction
+// (a plain insert: writers never wait on the chain), and SealAudit later gives the events
+// their place in the hash chain and the Merkle tree, in batches, under a lock on the log's
+// head that serializes sealers on every replica. Store embeds it.
+//
+// Which methods write which events (Action, Subject, Details keys):
+//
+//	CreatePrincipal, BootstrapAdmin principal.created   principal/<name>   role
+//	DisablePrincipal               principal.disabled  principal/<name>   (only when it was enabled)
+//	CreatePrincipal, CreateToken   token.created       token/<id>         principal
+//	RevokeToken                    token.revoked       token/<id>         principal (only the first time)
+//	RegisterWorkerKey              worker_key.registered worker_key/<key id> principal (only when new)
+//	EnqueueJob                     job.enqueued        job/<id>           kind, priority, max_attempts, unique_key (when set); not when an existing job is answered
+//	ClaimJob                       job.claimed         job/<id>           claim (the claim number), lease_expires_at
+//	CompleteJob                    job.completed       job/<id>           claim, output_digest, attestation_digest (when attested)
+//	FailJob                        job.failed          job/<id>           claim, error, state (queued: retried; failed; cancelled)
+//	CancelJob                      job.cancelled | job.cancel_requested  job/<id>
+//	ExpireJobs, ClaimJob's settling job.expired       job/<id>           claim, state (failed or cancelled)
+//	AcquireLease                   lease.granted       lease/<id>         repository, paths, token, expires_at
+//	RenewLease                     lease.renewed       lease/<id>         token, expires_at
+//	ReleaseLease                   lease.released      lease/<id>         token
+//	BreakLease                     lease.broken        lease/<id>         token
+//	CreateRepository               repository.created  repository/<name>  validation (the policy object, when set)
+//	SetValidation                  repository.validation_set repository/<name> validation (object or null)
+//	Integrate, AdvanceQueue        change.integrated   change/<id>        repository, revision, paths, attestation_digest (when validated)
+//	Integrate                      change.queued       change/<id>        repository, paths
+//	AdvanceQueue                   change.validating   change/<id>        candidate_revision, job
+//	AdvanceQueue                   change.rejected | change.cancelled  change/<id>  reason
+//	AdvanceQueue                   change.requeued     change/<id>        (a pass on a mainline that moved)
+//
+// Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
+// event are the worker or holder the method was given when it has one ("<principal>|<label>":
+// Principal = the part before "|", Holder = the whole), else ActorOf(ctx); actions the server
+// takes by itself (expiry, the integration queue) have Principal SystemPrincipal.
+type AuditStore interface {
+	// SealAudit seals up to p.Limit unsealed events, oldest (by insertion) first, in one
+	// transaction that holds the log's head: it calls p.Seal with the head, the pending events
+	// and a reader of the Merkle tree's stored hashes, then stores what Seal answers (each
+	// event's seq, prev hash and hash; the new tree hashes; the new head; the checkpoint). It
+	// answers how many events it sealed (0: nothing pending, and p.Seal is not called).
+	SealAudit(ctx context.Context, p SealAuditParams) (int, error)
+
+	// ListAuditEvents answers sealed events with seq > p.AfterSeq, by seq, at most p.Limit.
+	ListAuditEvents(ctx context.Context, p ListAuditEventsParams) ([]AuditEvent, error)
+
+	// LatestAuditCheckpoint answers the newest checkpoint, or ErrNotFound before the first seal.
+	LatestAuditCheckpoint(ctx context.Context) (AuditCheckpoint, error)
+
+	// ReadAuditHashes answers the Merkle tree's stored hashes at indexes (tlog.StoredHashIndex
+	// numbering), in order; an index not stored is an error.
+	ReadAuditHashes(ctx context.Context, indexes []int64) ([][]byte, error)
+
+	// AuditSignal answers a channel closed after the next commit of this store that wrote
+	// audit events, so a sealer need not poll while the server is busy.
+	AuditSignal() <-chan struct{}
+}
+
+// SystemPrincipal is the principal of the events the server causes by itself.
+const SystemPrincipal = "ag"
+
+// Actor is who causes a state change.
+type Actor struct {
+	Principal string
+	Holder    string // "<principal>|<label>" when acting under a label
+}
+
+type actorKey struct{}
+
+// WithActor answers ctx carrying the actor that store methods record in audit events.
+func WithActor(ctx context.Context, a Actor) context.Context {
+	return context.WithValue(ctx, actorKey{}, a)
+}
+
+// ActorOf answers the actor ctx carries, or the server itself.
+func ActorOf(ctx context.Context) Actor {
+	if a, ok := ctx.Value(actorKey{}).(Actor); ok && a.Principal != "" {
+		return a
+	}
+	return Actor{Principal: SystemPrincipal}
+}
+
+// AuditEvent is one event of the audit log.
+type AuditEvent struct {
+	ID        int64  // insertion order, internal to the store
+	Seq       uint64 // 0 until sealed; then 1, 2, ... in seal order
+	Time      time.Time
+	Principal string
+	Holder    string
+	Action    string
+	Subject   string
+	Details   []byte // JSON object, or nil
+	PrevHash  []byte // 32 bytes once sealed (all zero for seq 1)
+	Hash      []byte // 32 bytes once sealed
+}
+
+// AuditHead is the end of the sealed chain: its size and the hash of its last event (nil for
+// an empty log).
+type AuditHead struct {
+	Size uint64
+	Hash []byte
+}
+
+// AuditTreeHash is one stored hash of the Merkle tree.
+type AuditTreeHash struct {
+	Index int64
+	Hash  []byte
+}
+
+// AuditCheckpoint is a signed statement of the log's size, Merkle root and head hash.
+type AuditCheckpoint struct {
+	Size      uint64
+	RootHash  []byte
+	HeadHash  []byte
+	Note      []byte // the signed note (C2SP checkpoint)
+	CreatedAt time.Time
+}
+
+// AuditSeal is what a seal stores.
+type AuditSeal struct {
+	Events     []AuditEvent // the pending events, matched by ID, with Seq, PrevHash and Hash set
+	TreeHashes []AuditTreeHash
+	Head       AuditHead
+	Checkpoint AuditCheckpoint
+}
+
+// SealAuditParams are the inputs of SealAudit.
+type SealAuditParams struct {
+	Limit int
+	// Seal runs inside the transaction; hashes reads stored tree hashes in that transaction.
+	Seal func(head AuditHead, pending []AuditEvent, hashes func(indexes []int64) ([][]byte, error)) (AuditSeal, error)
+}
+
+// ListAuditEventsParams page ListAuditEvents.
+type ListAuditEventsParams struct {
+	AfterSeq uint64
+	Limit    int // 1..10000
+}

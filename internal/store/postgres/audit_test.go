@@ -1,0 +1,548 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/audit"
+	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/store/postgres"
+	"github.com/ag-coord/ag/internal/testutil/pgtest"
+)
+
+// newSigner answers a fresh audit key.
+func newSigner(t *testing.T) *audit.Signer {
+	t.Helper()
+	s, err := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "audit.key"), "ag-test")
+	if err != nil {
+		t.Fatalf("LoadOrCreateKey: %v", err)
+	}
+	return s
+}
+
+// sealAll seals until nothing is pending, limit events at a time, and answers how many it sealed.
+func sealAll(t *testing.T, db *postgres.DB, signer *audit.Signer, limit int) int {
+	t.Helper()
+	total := 0
+	for {
+		n, err := db.SealAudit(t.Context(), store.SealAuditParams{Limit: limit, Seal: signer.SealFunc(time.Now)})
+		if err != nil {
+			t.Fatalf("SealAudit: %v", err)
+		}
+		if n == 0 {
+			return total
+		}
+		total += n
+	}
+}
+
+// allEvents answers every sealed event, by seq.
+func allEvents(t *testing.T, db *postgres.DB) []store.AuditEvent {
+	t.Helper()
+	var out []store.AuditEvent
+	for {
+		page, err := db.ListAuditEvents(t.Context(), store.ListAuditEventsParams{AfterSeq: uint64(len(out)), Limit: 10000})
+		if err != nil {
+			t.Fatalf("ListAuditEvents: %v", err)
+		}
+		if len(page) == 0 {
+			return out
+		}
+		out = append(out, page...)
+	}
+}
+
+// verify checks db's sealed log against its newest checkpoint, opened with signer's key.
+func verify(t *testing.T, db *postgres.DB, signer *audit.Signer) error {
+	t.Helper()
+	cp, err := db.LatestAuditCheckpoint(t.Context())
+	if err != nil {
+		t.Fatalf("LatestAuditCheckpoint: %v", err)
+	}
+	c, err := audit.OpenCheckpoint(cp.Note, signer.VerifierKey())
+	if err != nil {
+		t.Fatalf("OpenCheckpoint: %v", err)
+	}
+	_, err = audit.Verify(allEvents(t, db), c)
+	return err
+}
+
+// claim claims a job of kind for worker. Another claimer may take the job this one would have
+// taken, while the one left for it is not committed yet when it looks: then it looks again.
+func claim(ctx context.Context, db *postgres.DB, worker, kind string) (*store.Job, error) {
+	for range 100 {
+		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{kind}, Lease: time.Minute})
+		if err != nil || j != nil {
+			return j, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil, errors.New("no job to claim")
+}
+
+// writeSome runs a few state changes of every kind of writer on db, as worker "<who>|w".
+func writeSome(ctx context.Context, db *postgres.DB, who string) error {
+	actx := store.WithActor(ctx, store.Actor{Principal: "admin"})
+	if _, _, err := db.CreatePrincipal(actx, store.CreatePrincipalParams{Name: who, Role: store.RoleWorker,
+		TokenID: store.NewID("tok"), TokenHash: []byte(store.NewID("hash"))}); err != nil {
+		return fmt.Errorf("CreatePrincipal: %w", err)
+	}
+	worker := who + "|w"
+	for i := range 3 {
+		if _, _, err := db.EnqueueJob(actx, store.EnqueueJobParams{Kind: "build", MaxAttempts: 3, EnqueuedBy: "admin",
+			UniqueKey: fmt.Sprintf("%s-%d", who, i)}); err != nil {
+			return fmt.Errorf("EnqueueJob: %w", err)
+		}
+		j, err := claim(ctx, db, worker, "build")
+		if err != nil {
+			return fmt.Errorf("ClaimJob: %w", err)
+		}
+		if i == 1 {
+			_, err = db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+				Error: "it \"broke\"\n<&>", Final: true})
+		} else {
+			_, err = db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+				Output: "ok", OutputDigest: "sha256:00"})
+		}
+		if err != nil {
+			return fmt.Errorf("finishing job %s: %w", j.ID, err)
+		}
+	}
+	repoName := "repo-" + who
+	if _, err := db.CreateRepository(actx, store.CreateRepositoryParams{Name: repoName, CreatedBy: "admin",
+		Validation: []byte(`{"kind": "validate", "timeout": 1.50}`)}); err != nil {
+		return fmt.Errorf("CreateRepository: %w", err)
+	}
+	l, err := db.AcquireLease(actx, store.AcquireLeaseParams{Repository: repoName, Paths: []string{"a.go", "src/"},
+		Holder: worker, TTL: time.Minute})
+	if err != nil {
+		return fmt.Errorf("AcquireLease: %w", err)
+	}
+	wctx := store.WithActor(ctx, store.Actor{Principal: who, Holder: worker})
+	if _, err := db.ReleaseLease(wctx, store.ReleaseLeaseParams{LeaseID: l.ID, Principal: who}); err != nil {
+		return fmt.Errorf("ReleaseLease: %w", err)
+	}
+	return nil
+}
+
+// TestTwoReplicasSealingAtOnceMakeOneChain ensures that sealers on two replicas, sealing in
+// loops while writers on both write, give every event exactly one place: seqs 1..N each once,
+// every prev_hash the hash before it, and checkpoints whose sizes grow with each seal, each
+// stating the root and head of the events it covers.
+func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	dbs := []*postgres.DB{open(t, url, nil), open(t, url, nil)}
+	signer := newSigner(t)
+	ctx := t.Context()
+
+	// The seals in the order they ran: Seal runs under the head's lock, and the next seal's
+	// only after the commit of this one.
+	type sealRun struct{ from, n uint64 }
+	var mu sync.Mutex
+	var runs []sealRun
+	seal := signer.SealFunc(time.Now)
+	recording := func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+		s, err := seal(head, pending, hashes)
+		if err == nil {
+			mu.Lock()
+			runs = append(runs, sealRun{head.Size, uint64(len(pending))})
+			mu.Unlock()
+		}
+		return s, err
+	}
+
+	var writers sync.WaitGroup
+	for r, db := range dbs {
+		for w := range 4 {
+			writers.Go(func() {
+				if err := writeSome(ctx, db, fmt.Sprintf("r%dw%d", r, w)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		// Claims and completions in groups, on both replicas.
+		for w := range 8 {
+			writers.Go(func() {
+				worker := fmt.Sprintf("g%d|w%d", r, w)
+				for range 10 {
+					if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "k", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+						t.Errorf("EnqueueJob: %v", err)
+						return
+					}
+					j, err := claim(ctx, db, worker, "k")
+					if err != nil {
+						t.Errorf("ClaimJob: %v", err)
+						return
+					}
+					if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts}); err != nil {
+						t.Errorf("CompleteJob: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	var done atomic.Bool
+	var sealers sync.WaitGroup
+	for _, db := range dbs {
+		for range 2 {
+			sealers.Go(func() {
+				for !done.Load() {
+					if _, err := db.SealAudit(ctx, store.SealAuditParams{Limit: 7, Seal: recording}); err != nil {
+						t.Errorf("SealAudit: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	writers.Wait()
+	done.Store(true)
+	sealers.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, db := range dbs {
+		for {
+			n, err := db.SealAudit(ctx, store.SealAuditParams{Limit: 50, Seal: recording})
+			if err != nil {
+				t.Fatalf("SealAudit: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
+
+	var total int
+	if err := connect(t, url).QueryRow(ctx, `SELECT count(*) FROM audit_events`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	events := allEvents(t, dbs[1])
+	if len(events) != total {
+		t.Fatalf("%d events sealed of %d written", len(events), total)
+	}
+	ids := map[int64]bool{}
+	for i, e := range events {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d of the list has seq %d", i+1, e.Seq)
+		}
+		if ids[e.ID] {
+			t.Fatalf("event id %d sealed twice", e.ID)
+		}
+		ids[e.ID] = true
+		prev := make([]byte, 32)
+		if i > 0 {
+			prev = events[i-1].Hash
+		}
+		if !bytes.Equal(e.PrevHash, prev) {
+			t.Fatalf("seq %d: prev_hash %x, want %x", e.Seq, e.PrevHash, prev)
+		}
+	}
+
+	if len(runs) < 2 {
+		t.Fatalf("%d seals ran; want several", len(runs))
+	}
+	var size uint64
+	for i, r := range runs {
+		if r.from != size || r.n == 0 {
+			t.Fatalf("seal %d sealed %d events after %d; the seal before ended at %d", i, r.n, r.from, size)
+		}
+		size += r.n
+	}
+	if size != uint64(total) {
+		t.Fatalf("the seals sealed %d events, want %d", size, total)
+	}
+
+	rows, err := connect(t, url).Query(ctx, `SELECT size, root_hash, head_hash, note FROM audit_checkpoints ORDER BY created_at, size`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var last uint64
+	var checkpoints int
+	for rows.Next() {
+		var cp store.AuditCheckpoint
+		var cpSize int64
+		if err := rows.Scan(&cpSize, &cp.RootHash, &cp.HeadHash, &cp.Note); err != nil {
+			t.Fatal(err)
+		}
+		cp.Size = uint64(cpSize)
+		if cp.Size <= last {
+			t.Fatalf("checkpoint of size %d after one of size %d", cp.Size, last)
+		}
+		last = cp.Size
+		checkpoints++
+		c, err := audit.OpenCheckpoint(cp.Note, signer.VerifierKey())
+		if err != nil {
+			t.Fatalf("checkpoint %d: %v", cp.Size, err)
+		}
+		root, err := audit.RootAt(events, cp.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Size != cp.Size || c.Root != root || !bytes.Equal(cp.RootHash, root[:]) ||
+			!bytes.Equal(c.Head, events[cp.Size-1].Hash) || !bytes.Equal(cp.HeadHash, c.Head) {
+			t.Fatalf("checkpoint %d does not state the root and head of its first %d events", cp.Size, cp.Size)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if checkpoints != len(runs) || last != uint64(total) {
+		t.Fatalf("%d checkpoints up to size %d; want %d (one per seal) up to %d", checkpoints, last, len(runs), total)
+	}
+	if err := verify(t, dbs[0], signer); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// TestTamperingIsNamed ensures that a change made to the stored log behind the store's back (an
+// event's field edited, an event deleted or inserted, two events swapped, the whole chain
+// recomputed) fails verification, naming the first event that does not verify.
+func TestTamperingIsNamed(t *testing.T) {
+	t.Parallel()
+	const target = 5 // the event tampered with, well inside the log
+	tests := []struct {
+		name string
+		sql  string
+		// want is the seq Verify must name; 0: target.
+		want func(size uint64) uint64
+	}{
+		{name: "time", sql: `UPDATE audit_events SET time = time + interval '1 microsecond' WHERE seq = 5`},
+		{name: "principal", sql: `UPDATE audit_events SET principal = 'mallory' WHERE seq = 5`},
+		{name: "holder", sql: `UPDATE audit_events SET holder = 'mallory|m' WHERE seq = 5`},
+		{name: "action", sql: `UPDATE audit_events SET action = 'job.cancelled' WHERE seq = 5`},
+		{name: "subject", sql: `UPDATE audit_events SET subject = 'job/job_other' WHERE seq = 5`},
+		{name: "details", sql: `UPDATE audit_events SET details = '{"role":"worker","x":1}' WHERE seq = 5`},
+		{name: "details removed", sql: `UPDATE audit_events SET details = NULL WHERE seq = 5`},
+		{name: "deleted", sql: `DELETE FROM audit_events WHERE seq = 5`},
+		{name: "deleted and renumbered", sql: `
+			DELETE FROM audit_events WHERE seq = 5;
+			UPDATE audit_events SET seq = -seq WHERE seq > 5;
+			UPDATE audit_events SET seq = -seq - 1 WHERE seq < 0`},
+		{name: "last deleted", sql: `DELETE FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)`,
+			want: func(size uint64) uint64 { return size }},
+		{name: "inserted", sql: `
+			UPDATE audit_events SET seq = -seq WHERE seq >= 5;
+			UPDATE audit_events SET seq = -seq + 1 WHERE seq < 0;
+			INSERT INTO audit_events (time, principal, holder, action, subject, details, seq, prev_hash, hash)
+			SELECT time, 'mallory', '', 'principal.created', 'principal/mallory', '{"role":"admin"}', 5, hash, hash
+			FROM audit_events WHERE seq = 4`},
+		{name: "appended", sql: `
+			INSERT INTO audit_events (time, principal, holder, action, subject, details, seq, prev_hash, hash)
+			SELECT time, 'mallory', '', 'principal.created', 'principal/mallory', '{"role":"admin"}', seq + 1, hash, hash
+			FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)`,
+			want: func(size uint64) uint64 { return size + 1 }},
+		{name: "swapped", sql: `
+			UPDATE audit_events SET seq = -seq WHERE seq IN (5, 6);
+			UPDATE audit_events SET seq = CASE seq WHEN -5 THEN 6 ELSE 5 END WHERE seq IN (-5, -6)`},
+		{name: "contents swapped", sql: `
+			UPDATE audit_events a SET time = b.time, principal = b.principal, holder = b.holder, action = b.action,
+				subject = b.subject, details = b.details
+			FROM audit_events b WHERE (a.seq, b.seq) IN ((5, 6), (6, 5))`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t)
+			db := open(t, url, nil)
+			signer := newSigner(t)
+			if err := writeSome(t.Context(), db, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			size := uint64(sealAll(t, db, signer, 4))
+			if size < 2*target {
+				t.Fatalf("%d events sealed; the test needs more", size)
+			}
+			if err := verify(t, db, signer); err != nil {
+				t.Fatalf("Verify before tampering: %v", err)
+			}
+			if _, err := connect(t, url).Exec(t.Context(), tt.sql); err != nil {
+				t.Fatalf("tamper: %v", err)
+			}
+			want := uint64(target)
+			if tt.want != nil {
+				want = tt.want(size)
+			}
+			err := verify(t, db, signer)
+			var ve *audit.VerifyError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Verify after tampering = %v; want a *audit.VerifyError", err)
+			}
+			if ve.Seq != want {
+				t.Fatalf("Verify after tampering names seq %d (%v); want %d", ve.Seq, err, want)
+			}
+		})
+	}
+}
+
+// TestRecomputedChainIsCaughtByTheCheckpoint ensures that an edit whose every later hash was
+// recomputed, so that the chain holds, is named at the signed checkpoint's size.
+func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	signer := newSigner(t)
+	if err := writeSome(t.Context(), db, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	size := uint64(sealAll(t, db, signer, 1000))
+
+	conn := connect(t, url)
+	if _, err := conn.Exec(t.Context(), `UPDATE audit_events SET principal = 'mallory' WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	// The events as the store now answers them, their chain recomputed from seq 3 on.
+	events := allEvents(t, db)
+	for i := 2; i < len(events); i++ {
+		canon, err := audit.Canonical(events[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		events[i].PrevHash = events[i-1].Hash
+		events[i].Hash = audit.ChainHash(events[i].PrevHash, canon)
+		if _, err := conn.Exec(t.Context(), `UPDATE audit_events SET prev_hash = $2, hash = $3 WHERE seq = $1`,
+			int64(events[i].Seq), events[i].PrevHash, events[i].Hash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := verify(t, db, signer)
+	var ve *audit.VerifyError
+	if !errors.As(err, &ve) || ve.Seq != size {
+		t.Fatalf("Verify after rewriting the chain = %v; want a *audit.VerifyError at seq %d", err, size)
+	}
+}
+
+// TestGroupCommitsRecordEachCall ensures that claims and completions that went together in one
+// statement record one event each, by their own worker, with their own claim.
+func TestGroupCommitsRecordEachCall(t *testing.T) {
+	t.Parallel()
+	db := open(t, pgtest.NewDatabase(t), nil)
+	ctx := t.Context()
+	const workers, perWorker = 24, 8
+	for range workers * perWorker {
+		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "k", MaxAttempts: 2, EnqueuedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			worker := fmt.Sprintf("p%d|w%d", w%3, w)
+			for range perWorker {
+				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"k"}, Lease: time.Minute})
+				if err != nil || j == nil {
+					t.Errorf("ClaimJob = %v, %v", j, err)
+					return
+				}
+				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+					OutputDigest: "sha256:" + j.ID}); err != nil {
+					t.Errorf("CompleteJob: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	sealAll(t, db, newSigner(t), 1000)
+
+	jobs, _, err := db.ListJobs(ctx, store.ListJobsParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byJob := map[string][]store.AuditEvent{}
+	for _, e := range allEvents(t, db) {
+		byJob[e.Subject] = append(byJob[e.Subject], e)
+	}
+	for _, j := range jobs {
+		evs := byJob["job/"+j.ID]
+		var actions []string
+		for _, e := range evs {
+			actions = append(actions, e.Action)
+		}
+		if !slices.Equal(actions, []string{"job.enqueued", "job.claimed", "job.completed"}) {
+			t.Fatalf("job %s: events %v", j.ID, actions)
+		}
+		for _, e := range evs[1:] {
+			if e.Holder != j.ClaimedBy || e.Principal != store.PrincipalOf(j.ClaimedBy) {
+				t.Fatalf("job %s claimed by %s: %s by %q, holder %q", j.ID, j.ClaimedBy, e.Action, e.Principal, e.Holder)
+			}
+		}
+		var claimed map[string]any
+		if err := json.Unmarshal(evs[1].Details, &claimed); err != nil {
+			t.Fatalf("job %s: job.claimed details %s: %v", j.ID, evs[1].Details, err)
+		}
+		if claimed["claim"] != float64(1) || len(claimed) != 2 {
+			t.Fatalf("job %s: job.claimed details %s", j.ID, evs[1].Details)
+		}
+		want := fmt.Sprintf(`{"claim":1,"output_digest":"sha256:%s"}`, j.ID)
+		if string(evs[2].Details) != want {
+			t.Fatalf("job %s: job.completed details %s, want %s", j.ID, evs[2].Details, want)
+		}
+	}
+}
+
+// TestDetailsBuiltInSQLAreCompactJSON ensures that details that statements build themselves
+// are compact JSON objects, keys in order, times in UTC with microseconds, and strings meaning
+// exactly what was given, whatever they hold.
+func TestDetailsBuiltInSQLAreCompactJSON(t *testing.T) {
+	t.Parallel()
+	db := open(t, pgtest.NewDatabase(t), nil)
+	ctx := t.Context()
+	odd := "quote \" backslash \\ newline \n tab \t nul-free \x01 <&> é 世 \u2028"
+	if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: odd, Priority: -3, MaxAttempts: 4000000000, UniqueKey: odd, EnqueuedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: "bob|b1", Lease: 90 * time.Second})
+	if err != nil || j == nil {
+		t.Fatalf("ClaimJob = %v, %v", j, err)
+	}
+	if _, err := db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Worker: "bob|b1", FencingToken: j.Attempts, Error: odd}); err != nil {
+		t.Fatal(err)
+	}
+	sealAll(t, db, newSigner(t), 1000)
+	events := allEvents(t, db)
+	if len(events) != 3 {
+		t.Fatalf("%d events, want 3", len(events))
+	}
+	want := []map[string]any{
+		{"kind": odd, "max_attempts": 4000000000, "priority": -3, "unique_key": odd},
+		{"claim": 1, "lease_expires_at": j.LeaseExpiresAt.Format("2006-01-02T15:04:05.000000Z07:00")},
+		{"claim": 1, "error": odd, "state": "queued"},
+	}
+	for i, e := range events {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, e.Details); err != nil || !bytes.Equal(compact.Bytes(), e.Details) {
+			t.Errorf("%s details %s are not compact JSON (%v)", e.Action, e.Details, err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(e.Details, &got); err != nil {
+			t.Fatalf("%s details %s: %v", e.Action, e.Details, err)
+		}
+		wantJSON, _ := json.Marshal(want[i])
+		var w map[string]any
+		json.Unmarshal(wantJSON, &w) //nolint:errcheck // just marshalled
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s details = %v, want %v", e.Action, got, w)
+		}
+		if _, err := audit.Canonical(e); err != nil {
+			t.Errorf("%s: Canonical: %v", e.Action, err)
+		}
+	}
+	if events[1].Principal != "bob" || events[1].Holder != "bob|b1" || events[0].Principal != "admin" || events[0].Holder != "" {
+		t.Errorf("actors: %q %q, %q %q", events[0].Principal, events[0].Holder, events[1].Principal, events[1].Holder)
+	}
+}
