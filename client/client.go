@@ -31,6 +31,7 @@ type Client struct {
 	Admin  agwpv1connect.AdminServiceClient
 	Leases agwpv1connect.LeaseServiceClient
 	Repos  agwpv1connect.RepositoryServiceClient
+	Audit  agwpv1connect.AuditServiceClient
 
 	baseURL string
 }
@@ -95,6 +96,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 		Admin:   agwpv1connect.NewAdminServiceClient(o.httpClient, baseURL, copts...),
 		Leases:  agwpv1connect.NewLeaseServiceClient(o.httpClient, baseURL, copts...),
 		Repos:   agwpv1connect.NewRepositoryServiceClient(o.httpClient, baseURL, copts...),
+		Audit:   agwpv1connect.NewAuditServiceClient(o.httpClient, baseURL, copts...),
 		baseURL: baseURL,
 	}
 }
@@ -160,6 +162,8 @@ func longPollWait(msg any) time.Duration {
 	case *agwpv1.GetChangeRequest:
 		return r.GetWait().AsDuration()
 	case *agwpv1.AcquireLeaseRequest:
+		return r.GetWait().AsDuration()
+	case *agwpv1.ListAuditEventsRequest:
 		return r.GetWait().AsDuration()
 	}
 	return 0

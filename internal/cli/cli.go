@@ -63,7 +63,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 
 	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g),
-		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newAttestationCmd(g), newBenchCmd(g))
+		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
 	return root
 }
 

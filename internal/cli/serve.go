@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -30,6 +31,8 @@ type serveOptions struct {
 	logLevel       string
 	logFormat      string
 	pollInterval   time.Duration
+	auditKey       string
+	auditOrigin    string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -55,6 +58,8 @@ admin, whose token is $AG_BOOTSTRAP_TOKEN or a random token printed once to stde
 	f.StringVar(&o.logLevel, "log-level", envOr("AG_LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", envOr("AG_LOG_FORMAT", "text"), "text or json")
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
+	f.StringVar(&o.auditKey, "audit-key", envOr("AG_AUDIT_KEY", "ag-data/audit.key"), "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (AG_AUDIT_KEY)")
+	f.StringVar(&o.auditOrigin, "audit-origin", envOr("AG_AUDIT_ORIGIN", "ag"), "the name of this audit log in its signed checkpoints, used when the key is created (AG_AUDIT_ORIGIN)")
 	return cmd
 }
 
@@ -123,7 +128,12 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 
-	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval})
+	signer, err := audit.LoadOrCreateKey(o.auditKey, o.auditOrigin)
+	if err != nil {
+		return fmt.Errorf("--audit-key %s: %w", o.auditKey, err)
+	}
+	log.Info("audit log", "key", o.auditKey, "verifier_key", signer.VerifierKey())
+	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)

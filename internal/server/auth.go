@@ -139,6 +139,11 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.AdminService/RegisterWorkerKey": {store.RoleWorker},
 	"/agwp.v1.AdminService/WhoAmI":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
 
+	"/agwp.v1.AuditService/ListAuditEvents":     {store.RoleReader},
+	"/agwp.v1.AuditService/GetCheckpoint":       {store.RoleReader},
+	"/agwp.v1.AuditService/GetInclusionProof":   {store.RoleReader},
+	"/agwp.v1.AuditService/GetConsistencyProof": {store.RoleReader},
+
 	"/agwp.v1.LeaseService/AcquireLease": {store.RoleAgent},
 	"/agwp.v1.LeaseService/RenewLease":   {store.RoleAgent},
 	"/agwp.v1.LeaseService/ReleaseLease": {store.RoleAgent},
@@ -192,6 +197,7 @@ func (ai authInterceptor) admit(ctx context.Context, procedure, authorization st
 		return nil, connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("principal %s has role %s, which may not call %s", c.principal.Name, c.principal.Role, procedure))
 	}
+	ctx = store.WithActor(ctx, store.Actor{Principal: c.principal.Name})
 	return context.WithValue(ctx, callerKey{}, c), nil
 }
 

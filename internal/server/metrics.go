@@ -21,6 +21,7 @@ type metrics struct {
 	refusals    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	changes     *prometheus.CounterVec
+	sealed      prometheus.Counter
 }
 
 func newMetrics(s store.Store, waiting func() float64) *metrics {
@@ -52,7 +53,10 @@ func newMetrics(s store.Store, waiting func() float64) *metrics {
 			Help: "Changes moved by this replica's integration queue, by the state they reached (validating, queued (rebuilt), integrated, rejected, cancelled).",
 		}, []string{"state"}),
 	}
-	m.registry.MustRegister(m.enqueued, m.claims, m.completions, m.failures, m.refusals, m.latency, m.changes,
+	m.sealed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ag_audit_events_sealed_total", Help: "Audit events this replica sealed into the chain.",
+	})
+	m.registry.MustRegister(m.enqueued, m.claims, m.completions, m.failures, m.refusals, m.latency, m.changes, m.sealed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		jobStateCollector{store: s})
 	if waiting != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/gen/openapi"
+	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -39,6 +41,9 @@ type Config struct {
 	// GateSweep is how often the server looks at every integration queue with pending changes,
 	// besides advancing a queue at once when a request moves it. Default 2s.
 	GateSweep time.Duration
+	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
+	// same key. Nil: events are recorded but this server does not seal them.
+	AuditSigner *audit.Signer
 }
 
 // Server is an AGWP v1 server over one store.
@@ -56,6 +61,8 @@ type Server struct {
 	waiting                atomic.Int64 // long-polling requests now waiting
 	gate                   *gate.Gate
 	workerReads            *workerReads
+	auditSigner            *audit.Signer
+	sealed                 store.Signal // fired after this server sealed events
 }
 
 // New answers a server over cfg.Store.
@@ -68,6 +75,7 @@ func New(cfg Config) *Server {
 		pollInterval:   cfg.PollInterval,
 		expireInterval: cfg.ExpireInterval,
 		maxBytes:       cfg.MaxRequestBytes,
+		auditSigner:    cfg.AuditSigner,
 	}
 	s.metrics = newMetrics(cfg.Store, func() float64 { return float64(s.waiting.Load()) })
 	if s.log == nil {
@@ -106,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(agwpv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(agwpv1connect.NewAdminServiceHandler(adminService{s}, opts))
 	mux.Handle(agwpv1connect.NewLeaseServiceHandler(leaseService{s}, opts))
+	mux.Handle(agwpv1connect.NewAuditServiceHandler(auditService{s}, opts))
 	// Content requests may carry up to 64 MiB of files; the other services keep the small limit.
 	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repoService{s}, connect.WithHandlerOptions(
 		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
@@ -114,7 +123,7 @@ func (s *Server) Handler() http.Handler {
 	)))
 
 	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
-		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName}
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName}
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -138,16 +147,15 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Run does the server's background work until ctx ends: it advances the integration queues, and
+// Run does the server's background work until ctx ends: it advances the integration queues,
+// seals the audit log, and
 // it settles expired claims that cannot be claimed again, so they do not sit CLAIMED until the
 // next claimer comes.
 func (s *Server) Run(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.gate.Run(ctx)
-	}()
-	defer func() { <-done }()
+	var background sync.WaitGroup
+	background.Go(func() { s.gate.Run(ctx) })
+	background.Go(func() { s.sealLoop(ctx) })
+	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)
 	defer t.Stop()
 	for {
@@ -210,7 +218,7 @@ type healthChecker struct{ s *Server }
 func (h healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
 	case "", agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
-		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName:
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service "+req.Service))
 	}

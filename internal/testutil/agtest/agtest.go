@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/clock"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/store"
@@ -87,7 +88,11 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	if poll == 0 {
 		poll = 50 * time.Millisecond
 	}
-	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll})
+	signer, err := audit.LoadOrCreateKey(filepath.Join(t.TempDir(), "audit.key"), "ag-test")
+	if err != nil {
+		t.Fatalf("audit key: %v", err)
+	}
+	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
