@@ -298,7 +298,12 @@ SELECT ` + leaseCols("u") + ` FROM u`)
 // liveAndCallers is the condition of the fast path of a renew or release: the lease is active
 // and unexpired ($2 its id), and the caller may change it ($3 admin, $4 principal, $5 token or
 // 0). When it holds, none of the refusals applies.
-const liveAndCallers = `l.id = $2 AND l.state = 'active' AND l.expires_at > {now}
+//
+// "Unexpired" is judged at the time the statement runs (clock_timestamp), after the
+// repository's lock was taken, not at the transaction's start (now()): a grant that held the
+// lock meanwhile may have found the lease expired and given its paths to someone else, and a
+// renewal judged by the earlier time would then extend a superseded lease.
+const liveAndCallers = `l.id = $2 AND l.state = 'active' AND l.expires_at > coalesce($1::timestamptz, clock_timestamp())
 	AND ($3::boolean OR split_part(l.holder, '|', 1) = $4::text) AND ($5::bigint = 0 OR l.token = $5)`
 
 // lockLeaseRepositorySQL takes the lock of the lease's repository as lockRepositorySQL does.
