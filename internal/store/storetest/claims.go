@@ -591,17 +591,20 @@ func testValidateNeedsAttestation(t *testing.T, newStore Factory) {
 	}
 	// Every completion at once, none attested: the build jobs complete, the validate jobs are
 	// refused whatever group they land in.
-	errs := make(chan error, n)
-	ids := make(chan string, n)
+	type answer struct {
+		id  string
+		err error
+	}
+	answers := make(chan answer, n)
 	for id := range claimed {
 		go func() {
 			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "p|w1", FencingToken: 1, Output: "done"})
-			ids <- id
-			errs <- err
+			answers <- answer{id, err}
 		}()
 	}
 	for range n {
-		id, err := <-ids, <-errs
+		a := <-answers
+		id, err := a.id, a.err
 		switch kinds[id] {
 		case store.KindValidate:
 			if !errors.Is(err, store.ErrAttestationRequired) {
