@@ -14,7 +14,7 @@ import (
 //
 //	CreatePrincipal, BootstrapAdmin principal.created   principal/<name>   role
 //	DisablePrincipal               principal.disabled  principal/<name>   (only when it was enabled)
-//	CreatePrincipal, CreateToken   token.created       token/<id>         principal
+//	CreatePrincipal, CreateToken, BootstrapAdmin token.created token/<id>   principal
 //	RevokeToken                    token.revoked       token/<id>         principal (only the first time)
 //	RegisterWorkerKey              worker_key.registered worker_key/<key id> principal (only when new)
 //	EnqueueJob                     job.enqueued        job/<id>           kind, priority, max_attempts, unique_key (when set); not when an existing job is answered
@@ -38,7 +38,9 @@ import (
 // Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
 // event are the worker or holder the method was given when it has one ("<principal>|<label>":
 // Principal = the part before "|", Holder = the whole), else ActorOf(ctx); actions the server
-// takes by itself (expiry, the integration queue) have Principal SystemPrincipal.
+// takes by itself (expiry, the integration queue, including the validate jobs it enqueues)
+// have Principal SystemPrincipal. A FailJob's actor is its worker parameter (a retry clears
+// claimed_by).
 type AuditStore interface {
 	// SealAudit seals up to p.Limit unsealed events, oldest (by insertion) first, in one
 	// transaction that holds the log's head: it calls p.Seal with the head, the pending events
