@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -133,14 +132,14 @@ func (d *detailsBuilder) key(k string) *detailsBuilder {
 		d.b = append(d.b, ',')
 	}
 	d.last = k
-	d.b = appendJSONString(d.b, k)
+	d.b = store.AppendJSONString(d.b, k)
 	d.b = append(d.b, ':')
 	return d
 }
 
 func (d *detailsBuilder) str(k, v string) *detailsBuilder {
 	d.key(k)
-	d.b = appendJSONString(d.b, v)
+	d.b = store.AppendJSONString(d.b, v)
 	return d
 }
 
@@ -156,49 +155,6 @@ func (d *detailsBuilder) done() string {
 		return "{}"
 	}
 	return string(append(d.b, '}'))
-}
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json does with HTML escaping
-// off; invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // details answers the compact JSON of a details object (keys sorted, HTML left unescaped).

@@ -468,9 +468,9 @@ func completedDetails(p store.CompleteJobParams) (head, tail string) {
 	if p.Attestation == nil {
 		head = `{"claim":`
 	} else {
-		head = string(appendJSONString([]byte(`{"attestation_digest":`), p.Attestation.Digest)) + `,"claim":`
+		head = string(store.AppendJSONString([]byte(`{"attestation_digest":`), p.Attestation.Digest)) + `,"claim":`
 	}
-	return head, string(append(appendJSONString([]byte(`,"output_digest":`), p.OutputDigest), '}'))
+	return head, string(append(store.AppendJSONString([]byte(`,"output_digest":`), p.OutputDigest), '}'))
 }
 
 // completeGroupSQL completes the jobs of a group of calls, $2.. holding one entry per call

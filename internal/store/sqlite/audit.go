@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -86,13 +85,13 @@ func (x *details) key(k string) {
 		x.b = append(x.b, ',')
 	}
 	x.last = k
-	x.b = appendJSONString(x.b, k)
+	x.b = store.AppendJSONString(x.b, k)
 	x.b = append(x.b, ':')
 }
 
 func (x *details) str(k, v string) *details {
 	x.key(k)
-	x.b = appendJSONString(x.b, v)
+	x.b = store.AppendJSONString(x.b, v)
 	return x
 }
 
@@ -126,7 +125,7 @@ func (x *details) strs(k string, v []string) *details {
 		if i > 0 {
 			x.b = append(x.b, ',')
 		}
-		x.b = appendJSONString(x.b, s)
+		x.b = store.AppendJSONString(x.b, s)
 	}
 	x.b = append(x.b, ']')
 	return x
@@ -142,7 +141,7 @@ func (x *details) raw(k string, v []byte) *details {
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, v); err != nil {
-		x.b = appendJSONString(x.b, string(v))
+		x.b = store.AppendJSONString(x.b, string(v))
 		return x
 	}
 	x.b = append(x.b, buf.Bytes()...)
@@ -158,49 +157,6 @@ func (x *details) done() []byte {
 
 // detailsTimeLayout is how times appear in details.
 const detailsTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json does with HTML escaping
-// off; invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
 
 // ---- seal ----
 
