@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ag-coord/ag/internal/secretfile"
 )
 
 // LoadOrCreatePrivateKey reads an Ed25519 private key from path (PEM "PRIVATE KEY", PKCS#8),
@@ -53,38 +55,7 @@ func createPrivateKey(path string) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create key directory: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".key-*")
-	if err != nil {
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	defer os.Remove(f.Name())
-	// CreateTemp makes the file 0600 already; say so for whoever changes this.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
-		f.Close()
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := os.Link(f.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	return nil
+	return secretfile.Create(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 }
 
 // ParsePrivateKey reads an Ed25519 private key in PEM "PRIVATE KEY" (PKCS#8) form.

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/ag-coord/ag/internal/secretfile"
 )
 
 // Signer signs the audit log's checkpoints with a note signer key (Ed25519).
@@ -87,38 +89,7 @@ func createKey(path, origin string) error {
 	if _, err := note.NewSigner(skey); err != nil {
 		return fmt.Errorf("origin %q: not a valid key name (non-empty, without spaces or '+')", origin)
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create key directory: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".audit-key-*")
-	if err != nil {
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	defer os.Remove(f.Name())
-	// CreateTemp makes the file 0600 already; say so for whoever changes this.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	if _, err := f.WriteString(skey + "\n"); err != nil {
-		f.Close()
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write key %s: %w", path, err)
-	}
-	if err := os.Link(f.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		return fmt.Errorf("create key %s: %w", path, err)
-	}
-	return nil
+	return secretfile.Create(path, []byte(skey+"\n"))
 }
 
 // writePublicKey writes the verifier key to path unless it holds it already, replacing the file
