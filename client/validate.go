@@ -39,14 +39,19 @@ func (p ValidatePayload) TimeoutDuration() (time.Duration, error) {
 // ParseValidatePayload reads a validate job's payload and checks that it names everything a
 // worker needs.
 func ParseValidatePayload(payload *structpb.Struct) (ValidatePayload, error) {
-	var p ValidatePayload
 	if payload == nil {
-		return p, errors.New("validate payload: missing")
+		return ValidatePayload{}, errors.New("validate payload: missing")
 	}
 	data, err := payload.MarshalJSON()
 	if err != nil {
-		return p, fmt.Errorf("validate payload: %w", err)
+		return ValidatePayload{}, fmt.Errorf("validate payload: %w", err)
 	}
+	return ParseValidatePayloadJSON(data)
+}
+
+// ParseValidatePayloadJSON is ParseValidatePayload for the payload's JSON.
+func ParseValidatePayloadJSON(data []byte) (ValidatePayload, error) {
+	var p ValidatePayload
 	if err := json.Unmarshal(data, &p); err != nil {
 		return p, fmt.Errorf("validate payload: %w", err)
 	}

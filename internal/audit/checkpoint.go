@@ -137,3 +137,20 @@ func OpenCheckpoint(msg []byte, verifierKey string) (Checkpoint, error) {
 	}
 	return c, nil
 }
+
+// NoteSignature answers the first signature of a signed note, without verifying it: the id of
+// its key ("<name>+<8 hex digits>") and the signature bytes.
+func NoteSignature(msg []byte) (id string, sig []byte, err error) {
+	_, err = note.Open(msg, note.VerifierList())
+	var unverified *note.UnverifiedNoteError
+	if !errors.As(err, &unverified) || len(unverified.Note.UnverifiedSigs) == 0 {
+		return "", nil, fmt.Errorf("checkpoint note: no signature: %v", err)
+	}
+	s := unverified.Note.UnverifiedSigs[0]
+	raw, err := base64.StdEncoding.DecodeString(s.Base64)
+	if err != nil || len(raw) <= 4 {
+		return "", nil, fmt.Errorf("checkpoint note: malformed signature of %s", s.Name)
+	}
+	// The signature's first four bytes are the key hash, which keyID names.
+	return keyID(s.Name, s.Hash), raw[4:], nil
+}

@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -138,25 +136,10 @@ func (h auditService) GetCheckpoint(ctx context.Context, _ *agwpv1.GetCheckpoint
 	}
 	// The signature and its key come from the note itself, so that a checkpoint signed by a
 	// key this replica does not hold is shown as it is (and fails verification).
-	n, err := note.Open(cp.Note, note.VerifierList())
-	if err == nil || isUnverifiedNote(err) {
-		if un, ok := err.(*note.UnverifiedNoteError); ok {
-			n = un.Note
-		}
-		if n != nil && len(n.UnverifiedSigs) > 0 {
-			sig := n.UnverifiedSigs[0]
-			out.KeyId = fmt.Sprintf("%s+%08x", sig.Name, sig.Hash)
-			if raw, err := base64.StdEncoding.DecodeString(sig.Base64); err == nil && len(raw) > 4 {
-				out.Signature = raw[4:]
-			}
-		}
+	if keyID, sig, err := audit.NoteSignature(cp.Note); err == nil {
+		out.KeyId, out.Signature = keyID, sig
 	}
 	return out, nil
-}
-
-func isUnverifiedNote(err error) bool {
-	_, ok := err.(*note.UnverifiedNoteError)
-	return ok
 }
 
 // treeSize answers size, or the newest checkpoint's when size is 0.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -107,41 +106,47 @@ func (s *Server) kickValidation(job store.Job) {
 }
 
 func validateRepository(payload []byte) (string, bool) {
-	p, err := parseValidatePayload(payload)
+	p, err := client.ParseValidatePayloadJSON(payload)
 	if err != nil {
 		return "", false
 	}
 	return p.Repository, true
 }
 
-// verifyValidation checks a validate job's attestation before the store sees it: signed by a
-// key that the principal holding the claim registered, an in-toto test-result statement whose
-// subject is exactly the job's candidate tree, and whose job and claim number are this job's
-// current claim. It answers the envelope to store and the claim number the statement names,
-// which the store's conditional update then checks, so a statement about an earlier claim
-// cannot be stored even if the claim moves on meanwhile.
-func (h jobService) verifyValidation(ctx context.Context, c caller, req *agwpv1.CompleteJobRequest, token uint32) (*store.Attestation, uint32, error) {
-	job, err := h.s.store.GetJob(ctx, req.GetJobId())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, token, nil // the store's completion answers for an unknown job
-	}
-	if err != nil {
-		return nil, 0, storeError(err, connect.CodeInternal)
-	}
-	if job.Kind != client.KindValidate {
-		return nil, token, nil
-	}
-	payload, err := parseValidatePayload(job.Payload)
-	if err != nil {
-		return nil, 0, connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s: %w", job.ID, err))
-	}
+// verifyAttestation checks a completion's envelope before the store sees it: it must be
+// signed by a key that the principal holding the claim registered. A validate job's envelope
+// moves a mainline, so it must also be an in-toto test-result statement whose subject is
+// exactly the job's candidate tree, and whose job, worker and claim number are this job's
+// current claim. It answers the envelope to store and the claim number for the store's
+// conditional update (for a validate job, the one the statement names), so a statement about
+// an earlier claim cannot be stored even if the claim moves on meanwhile.
+func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1.CompleteJobRequest, token uint32) (*store.Attestation, uint32, error) {
 	env := attest.FromProto(req.GetAttestation())
 	if env.PayloadType == "" || len(req.GetAttestation().GetPayload()) == 0 || len(env.Signatures) == 0 {
 		return nil, 0, invalid("attestation", "needs payload_type, payload and at least one signature")
 	}
+	job, err := h.s.store.GetJob(ctx, req.GetJobId())
+	if err != nil {
+		return nil, 0, storeError(err, connect.CodeInternal) // an unknown job: not_found, as the store answers
+	}
 	keys, err := h.workerKeys(ctx, c.principal.Name)
 	if err != nil {
 		return nil, 0, err
+	}
+	data, digest, err := attest.Encode(env)
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInternal, err)
+	}
+	stored := &store.Attestation{Digest: digest, Envelope: data, JobID: job.ID}
+	if job.Kind != client.KindValidate {
+		if _, err := attest.Verify(ctx, env, keys); err != nil {
+			return nil, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
+		}
+		return stored, token, nil
+	}
+	payload, err := client.ParseValidatePayloadJSON(job.Payload)
+	if err != nil {
+		return nil, 0, connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s: %w", job.ID, err))
 	}
 	v, _, err := attest.VerifyValidation(ctx, env, keys)
 	if err != nil {
@@ -162,11 +167,7 @@ func (h jobService) verifyValidation(ctx context.Context, c caller, req *agwpv1.
 		return nil, 0, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("attestation of job %s names claim %d, but the current claim is %d: the claim was lost", job.ID, v.ClaimNumber, job.Attempts))
 	}
-	data, digest, err := attest.Encode(env)
-	if err != nil {
-		return nil, 0, connect.NewError(connect.CodeInternal, err)
-	}
-	return &store.Attestation{Digest: digest, Envelope: data, JobID: job.ID}, v.ClaimNumber, nil
+	return stored, v.ClaimNumber, nil
 }
 
 func (h jobService) workerKeys(ctx context.Context, principal string) ([][]byte, error) {
@@ -224,7 +225,7 @@ func (w *workerReads) held(ctx context.Context, principal string) ([]client.Vali
 	}
 	out := make([]client.ValidatePayload, 0, len(jobs))
 	for _, j := range jobs {
-		if p, err := parseValidatePayload(j.Payload); err == nil {
+		if p, err := client.ParseValidatePayloadJSON(j.Payload); err == nil {
 			out = append(out, p)
 		}
 	}
@@ -285,17 +286,6 @@ func (w *workerReads) treeDigests(ctx context.Context, repository, revision stri
 	w.trees[revision] = d
 	w.mu.Unlock()
 	return d, nil
-}
-
-func parseValidatePayload(payload []byte) (client.ValidatePayload, error) {
-	var p client.ValidatePayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return p, fmt.Errorf("validate payload: %w", err)
-	}
-	if p.Repository == "" || p.CandidateRevision == "" || p.TreeDigest == "" {
-		return p, errors.New("validate payload: names no repository, candidate_revision or tree_digest")
-	}
-	return p, nil
 }
 
 func firstLine(s string) string {

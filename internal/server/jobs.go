@@ -9,7 +9,6 @@ import (
 	"connectrpc.com/connect"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
-	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -170,27 +169,15 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 		Output:       req.GetOutput(),
 		OutputDigest: req.GetOutputDigest(),
 	}
-	// A validate job's attestation moves a mainline: it is checked against the job itself.
-	// Other jobs' attestations need only a valid signature by the claimant. A validate job
-	// completed without one is refused by the store's own update, so completions without an
-	// attestation cost no read here.
+	// A validate job completed without an attestation is refused by the store's own update,
+	// so completions without one cost no read here.
 	if req.GetAttestation() != nil {
-		a, claim, err := h.verifyValidation(ctx, c, req, token)
+		a, claim, err := h.verifyAttestation(ctx, c, req, token)
 		if err != nil {
 			h.s.metrics.refusal("CompleteJob", "attestation")
 			return nil, err
 		}
-		if a != nil {
-			params.Attestation, params.FencingToken = a, claim
-		}
-	}
-	if req.GetAttestation() != nil && params.Attestation == nil {
-		a, err := h.verifyAttestation(ctx, c, req)
-		if err != nil {
-			h.s.metrics.refusal("CompleteJob", "attestation")
-			return nil, err
-		}
-		params.Attestation = a
+		params.Attestation, params.FencingToken = a, claim
 	}
 	job, err := h.s.store.CompleteJob(ctx, params)
 	if err != nil {
@@ -199,32 +186,6 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 	h.s.metrics.completions.Inc()
 	h.s.kickValidation(job)
 	return &agwpv1.CompleteJobResponse{Job: jobProto(job)}, nil
-}
-
-// verifyAttestation checks the envelope's signature against the keys the claiming principal
-// registered. It runs before the store's claim check, and the store keeps the envelope only if
-// that check passes in the same transaction as the completion.
-func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1.CompleteJobRequest) (*store.Attestation, error) {
-	env := attest.FromProto(req.GetAttestation())
-	if env.PayloadType == "" || len(req.GetAttestation().GetPayload()) == 0 || len(env.Signatures) == 0 {
-		return nil, invalid("attestation", "needs payload_type, payload and at least one signature")
-	}
-	keys, err := h.s.store.ListWorkerKeys(ctx, c.principal.Name)
-	if err != nil {
-		return nil, storeError(err, connect.CodeInternal)
-	}
-	raw := make([][]byte, 0, len(keys))
-	for _, k := range keys {
-		raw = append(raw, k.PublicKey)
-	}
-	if _, err := attest.Verify(ctx, env, raw); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
-	}
-	data, digest, err := attest.Encode(env)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	return &store.Attestation{Digest: digest, Envelope: data, JobID: req.GetJobId()}, nil
 }
 
 func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*agwpv1.FailJobResponse, error) {
