@@ -566,6 +566,131 @@ func (x *ClaimJobResponse) GetJob() *Job {
 	return nil
 }
 
+type ClaimJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in ClaimJobRequest.
+	Worker string               `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Kinds  []string             `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Lease  *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Long-poll until at least one job is claimable (max 60s); 0 = answer at once.
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The most jobs to claim: 1..256; 0 = 1.
+	MaxJobs       uint32 `protobuf:"varint,5,opt,name=max_jobs,json=maxJobs,proto3" json:"max_jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimJobsRequest) Reset() {
+	*x = ClaimJobsRequest{}
+	mi := &file_agwp_v1_job_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimJobsRequest) ProtoMessage() {}
+
+func (x *ClaimJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimJobsRequest.ProtoReflect.Descriptor instead.
+func (*ClaimJobsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClaimJobsRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ClaimJobsRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *ClaimJobsRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *ClaimJobsRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *ClaimJobsRequest) GetMaxJobs() uint32 {
+	if x != nil {
+		return x.MaxJobs
+	}
+	return 0
+}
+
+// The jobs claimed, best first; empty when there was nothing to claim. Each job's attempts is
+// its claim number.
+type ClaimJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimJobsResponse) Reset() {
+	*x = ClaimJobsResponse{}
+	mi := &file_agwp_v1_job_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimJobsResponse) ProtoMessage() {}
+
+func (x *ClaimJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimJobsResponse.ProtoReflect.Descriptor instead.
+func (*ClaimJobsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ClaimJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
 type HeartbeatJobRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -582,7 +707,7 @@ type HeartbeatJobRequest struct {
 
 func (x *HeartbeatJobRequest) Reset() {
 	*x = HeartbeatJobRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[5]
+	mi := &file_agwp_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +719,7 @@ func (x *HeartbeatJobRequest) String() string {
 func (*HeartbeatJobRequest) ProtoMessage() {}
 
 func (x *HeartbeatJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[5]
+	mi := &file_agwp_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +732,7 @@ func (x *HeartbeatJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatJobRequest) GetJobId() string {
@@ -655,7 +780,7 @@ type HeartbeatJobResponse struct {
 
 func (x *HeartbeatJobResponse) Reset() {
 	*x = HeartbeatJobResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[6]
+	mi := &file_agwp_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +792,7 @@ func (x *HeartbeatJobResponse) String() string {
 func (*HeartbeatJobResponse) ProtoMessage() {}
 
 func (x *HeartbeatJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[6]
+	mi := &file_agwp_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +805,7 @@ func (x *HeartbeatJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatJobResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -716,7 +841,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[7]
+	mi := &file_agwp_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +853,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[7]
+	mi := &file_agwp_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +866,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -802,7 +927,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[8]
+	mi := &file_agwp_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +939,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[8]
+	mi := &file_agwp_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +952,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -835,6 +960,159 @@ func (x *CompleteJobResponse) GetJob() *Job {
 		return x.Job
 	}
 	return nil
+}
+
+type CompleteJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..256 completions, of distinct jobs; each as in CompleteJob.
+	Completions   []*CompleteJobRequest `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteJobsRequest) Reset() {
+	*x = CompleteJobsRequest{}
+	mi := &file_agwp_v1_job_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteJobsRequest) ProtoMessage() {}
+
+func (x *CompleteJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteJobsRequest.ProtoReflect.Descriptor instead.
+func (*CompleteJobsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CompleteJobsRequest) GetCompletions() []*CompleteJobRequest {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
+type CompleteJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per completion, in the order of the request.
+	Results       []*CompleteJobsResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteJobsResponse) Reset() {
+	*x = CompleteJobsResponse{}
+	mi := &file_agwp_v1_job_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteJobsResponse) ProtoMessage() {}
+
+func (x *CompleteJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteJobsResponse.ProtoReflect.Descriptor instead.
+func (*CompleteJobsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CompleteJobsResponse) GetResults() []*CompleteJobsResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The outcome of one completion of a CompleteJobs call: the completed job, or why it was
+// refused, with the code and message CompleteJob would have answered.
+type CompleteJobsResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Empty when completed; otherwise a Connect error code such as "failed_precondition".
+	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteJobsResult) Reset() {
+	*x = CompleteJobsResult{}
+	mi := &file_agwp_v1_job_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteJobsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteJobsResult) ProtoMessage() {}
+
+func (x *CompleteJobsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteJobsResult.ProtoReflect.Descriptor instead.
+func (*CompleteJobsResult) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CompleteJobsResult) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *CompleteJobsResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *CompleteJobsResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
 }
 
 type FailJobRequest struct {
@@ -856,7 +1134,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[9]
+	mi := &file_agwp_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1146,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[9]
+	mi := &file_agwp_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1159,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -942,7 +1220,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[10]
+	mi := &file_agwp_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1232,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[10]
+	mi := &file_agwp_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1245,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -986,7 +1264,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[11]
+	mi := &file_agwp_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1276,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[11]
+	mi := &file_agwp_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1289,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1030,7 +1308,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[12]
+	mi := &file_agwp_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1320,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[12]
+	mi := &file_agwp_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1333,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1074,7 +1352,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[13]
+	mi := &file_agwp_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1364,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[13]
+	mi := &file_agwp_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1377,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1118,7 +1396,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[14]
+	mi := &file_agwp_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1408,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[14]
+	mi := &file_agwp_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1421,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1168,7 +1446,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[15]
+	mi := &file_agwp_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1458,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[15]
+	mi := &file_agwp_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1471,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsRequest) GetPageSize() int32 {
@@ -1235,7 +1513,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[16]
+	mi := &file_agwp_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1525,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[16]
+	mi := &file_agwp_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1538,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1287,7 +1565,7 @@ type GetAttestationRequest struct {
 
 func (x *GetAttestationRequest) Reset() {
 	*x = GetAttestationRequest{}
-	mi := &file_agwp_v1_job_proto_msgTypes[17]
+	mi := &file_agwp_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1577,7 @@ func (x *GetAttestationRequest) String() string {
 func (*GetAttestationRequest) ProtoMessage() {}
 
 func (x *GetAttestationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[17]
+	mi := &file_agwp_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1590,7 @@ func (x *GetAttestationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttestationRequest.ProtoReflect.Descriptor instead.
 func (*GetAttestationRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetAttestationRequest) GetDigest() string {
@@ -1336,7 +1614,7 @@ type GetAttestationResponse struct {
 
 func (x *GetAttestationResponse) Reset() {
 	*x = GetAttestationResponse{}
-	mi := &file_agwp_v1_job_proto_msgTypes[18]
+	mi := &file_agwp_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1626,7 @@ func (x *GetAttestationResponse) String() string {
 func (*GetAttestationResponse) ProtoMessage() {}
 
 func (x *GetAttestationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_job_proto_msgTypes[18]
+	mi := &file_agwp_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1639,7 @@ func (x *GetAttestationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttestationResponse.ProtoReflect.Descriptor instead.
 func (*GetAttestationResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetAttestationResponse) GetDigest() string {
@@ -1452,7 +1730,15 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"2\n" +
 	"\x10ClaimJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"\xb6\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"\xbb\x01\n" +
+	"\x10ClaimJobsRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12-\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x19\n" +
+	"\bmax_jobs\x18\x05 \x01(\rR\amaxJobs\"5\n" +
+	"\x11ClaimJobsResponse\x12 \n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.agwp.v1.JobR\x04jobs\"\xb6\x01\n" +
 	"\x13HeartbeatJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12/\n" +
@@ -1471,7 +1757,16 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\routput_digest\x18\x06 \x01(\tR\foutputDigest\x12#\n" +
 	"\rfencing_token\x18\a \x01(\x04R\ffencingToken\"5\n" +
 	"\x13CompleteJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"\xe4\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"T\n" +
+	"\x13CompleteJobsRequest\x12=\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1b.agwp.v1.CompleteJobRequestR\vcompletions\"M\n" +
+	"\x14CompleteJobsResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.agwp.v1.CompleteJobsResultR\aresults\"x\n" +
+	"\x12CompleteJobsResult\x12\x1e\n" +
+	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xe4\x01\n" +
 	"\x0eFailJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x14\n" +
@@ -1515,14 +1810,16 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\x11JOB_STATE_CLAIMED\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x03\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x052\xfb\a\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x052\xe3\t\n" +
 	"\n" +
 	"JobService\x12p\n" +
 	"\n" +
 	"EnqueueJob\x12\x1a.agwp.v1.EnqueueJobRequest\x1a\x1b.agwp.v1.EnqueueJobResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/agwp.v1.JobService/EnqueueJob\x12h\n" +
-	"\bClaimJob\x12\x18.agwp.v1.ClaimJobRequest\x1a\x19.agwp.v1.ClaimJobResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ClaimJob\x12x\n" +
+	"\bClaimJob\x12\x18.agwp.v1.ClaimJobRequest\x1a\x19.agwp.v1.ClaimJobResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ClaimJob\x12l\n" +
+	"\tClaimJobs\x12\x19.agwp.v1.ClaimJobsRequest\x1a\x1a.agwp.v1.ClaimJobsResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/agwp.v1.JobService/ClaimJobs\x12x\n" +
 	"\fHeartbeatJob\x12\x1c.agwp.v1.HeartbeatJobRequest\x1a\x1d.agwp.v1.HeartbeatJobResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /agwp.v1.JobService/HeartbeatJob\x12t\n" +
-	"\vCompleteJob\x12\x1b.agwp.v1.CompleteJobRequest\x1a\x1c.agwp.v1.CompleteJobResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/agwp.v1.JobService/CompleteJob\x12d\n" +
+	"\vCompleteJob\x12\x1b.agwp.v1.CompleteJobRequest\x1a\x1c.agwp.v1.CompleteJobResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/agwp.v1.JobService/CompleteJob\x12x\n" +
+	"\fCompleteJobs\x12\x1c.agwp.v1.CompleteJobsRequest\x1a\x1d.agwp.v1.CompleteJobsResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /agwp.v1.JobService/CompleteJobs\x12d\n" +
 	"\aFailJob\x12\x17.agwp.v1.FailJobRequest\x1a\x18.agwp.v1.FailJobResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/agwp.v1.JobService/FailJob\x12l\n" +
 	"\tCancelJob\x12\x19.agwp.v1.CancelJobRequest\x1a\x1a.agwp.v1.CancelJobResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/agwp.v1.JobService/CancelJob\x12`\n" +
 	"\x06GetJob\x12\x16.agwp.v1.GetJobRequest\x1a\x17.agwp.v1.GetJobResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/agwp.v1.JobService/GetJob\x12h\n" +
@@ -1542,7 +1839,7 @@ func file_agwp_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agwp_v1_job_proto_goTypes = []any{
 	(JobState)(0),                  // 0: agwp.v1.JobState
 	(*Job)(nil),                    // 1: agwp.v1.Job
@@ -1550,76 +1847,91 @@ var file_agwp_v1_job_proto_goTypes = []any{
 	(*EnqueueJobResponse)(nil),     // 3: agwp.v1.EnqueueJobResponse
 	(*ClaimJobRequest)(nil),        // 4: agwp.v1.ClaimJobRequest
 	(*ClaimJobResponse)(nil),       // 5: agwp.v1.ClaimJobResponse
-	(*HeartbeatJobRequest)(nil),    // 6: agwp.v1.HeartbeatJobRequest
-	(*HeartbeatJobResponse)(nil),   // 7: agwp.v1.HeartbeatJobResponse
-	(*CompleteJobRequest)(nil),     // 8: agwp.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),    // 9: agwp.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),         // 10: agwp.v1.FailJobRequest
-	(*FailJobResponse)(nil),        // 11: agwp.v1.FailJobResponse
-	(*CancelJobRequest)(nil),       // 12: agwp.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),      // 13: agwp.v1.CancelJobResponse
-	(*GetJobRequest)(nil),          // 14: agwp.v1.GetJobRequest
-	(*GetJobResponse)(nil),         // 15: agwp.v1.GetJobResponse
-	(*ListJobsRequest)(nil),        // 16: agwp.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),       // 17: agwp.v1.ListJobsResponse
-	(*GetAttestationRequest)(nil),  // 18: agwp.v1.GetAttestationRequest
-	(*GetAttestationResponse)(nil), // 19: agwp.v1.GetAttestationResponse
-	(*structpb.Struct)(nil),        // 20: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
-	(*Envelope)(nil),               // 23: agwp.v1.Envelope
+	(*ClaimJobsRequest)(nil),       // 6: agwp.v1.ClaimJobsRequest
+	(*ClaimJobsResponse)(nil),      // 7: agwp.v1.ClaimJobsResponse
+	(*HeartbeatJobRequest)(nil),    // 8: agwp.v1.HeartbeatJobRequest
+	(*HeartbeatJobResponse)(nil),   // 9: agwp.v1.HeartbeatJobResponse
+	(*CompleteJobRequest)(nil),     // 10: agwp.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),    // 11: agwp.v1.CompleteJobResponse
+	(*CompleteJobsRequest)(nil),    // 12: agwp.v1.CompleteJobsRequest
+	(*CompleteJobsResponse)(nil),   // 13: agwp.v1.CompleteJobsResponse
+	(*CompleteJobsResult)(nil),     // 14: agwp.v1.CompleteJobsResult
+	(*FailJobRequest)(nil),         // 15: agwp.v1.FailJobRequest
+	(*FailJobResponse)(nil),        // 16: agwp.v1.FailJobResponse
+	(*CancelJobRequest)(nil),       // 17: agwp.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 18: agwp.v1.CancelJobResponse
+	(*GetJobRequest)(nil),          // 19: agwp.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 20: agwp.v1.GetJobResponse
+	(*ListJobsRequest)(nil),        // 21: agwp.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 22: agwp.v1.ListJobsResponse
+	(*GetAttestationRequest)(nil),  // 23: agwp.v1.GetAttestationRequest
+	(*GetAttestationResponse)(nil), // 24: agwp.v1.GetAttestationResponse
+	(*structpb.Struct)(nil),        // 25: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
+	(*Envelope)(nil),               // 28: agwp.v1.Envelope
 }
 var file_agwp_v1_job_proto_depIdxs = []int32{
 	0,  // 0: agwp.v1.Job.state:type_name -> agwp.v1.JobState
-	20, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
-	21, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
-	21, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	21, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	20, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
-	21, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
-	22, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
+	25, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
+	26, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
+	26, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
+	26, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	26, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
+	26, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
+	27, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
 	1,  // 10: agwp.v1.EnqueueJobResponse.job:type_name -> agwp.v1.Job
-	22, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
-	22, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
+	27, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
+	27, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 13: agwp.v1.ClaimJobResponse.job:type_name -> agwp.v1.Job
-	22, // 14: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
-	21, // 15: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	20, // 16: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
-	23, // 17: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
-	1,  // 18: agwp.v1.CompleteJobResponse.job:type_name -> agwp.v1.Job
-	22, // 19: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
-	1,  // 20: agwp.v1.FailJobResponse.job:type_name -> agwp.v1.Job
-	1,  // 21: agwp.v1.CancelJobResponse.job:type_name -> agwp.v1.Job
-	1,  // 22: agwp.v1.GetJobResponse.job:type_name -> agwp.v1.Job
-	0,  // 23: agwp.v1.ListJobsRequest.states:type_name -> agwp.v1.JobState
-	1,  // 24: agwp.v1.ListJobsResponse.jobs:type_name -> agwp.v1.Job
-	23, // 25: agwp.v1.GetAttestationResponse.envelope:type_name -> agwp.v1.Envelope
-	21, // 26: agwp.v1.GetAttestationResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 27: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
-	4,  // 28: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
-	6,  // 29: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
-	8,  // 30: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
-	10, // 31: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
-	12, // 32: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
-	14, // 33: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
-	16, // 34: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
-	18, // 35: agwp.v1.JobService.GetAttestation:input_type -> agwp.v1.GetAttestationRequest
-	3,  // 36: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
-	5,  // 37: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
-	7,  // 38: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
-	9,  // 39: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
-	11, // 40: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
-	13, // 41: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
-	15, // 42: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
-	17, // 43: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
-	19, // 44: agwp.v1.JobService.GetAttestation:output_type -> agwp.v1.GetAttestationResponse
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	27, // 14: agwp.v1.ClaimJobsRequest.lease:type_name -> google.protobuf.Duration
+	27, // 15: agwp.v1.ClaimJobsRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 16: agwp.v1.ClaimJobsResponse.jobs:type_name -> agwp.v1.Job
+	27, // 17: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
+	26, // 18: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	25, // 19: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
+	28, // 20: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
+	1,  // 21: agwp.v1.CompleteJobResponse.job:type_name -> agwp.v1.Job
+	10, // 22: agwp.v1.CompleteJobsRequest.completions:type_name -> agwp.v1.CompleteJobRequest
+	14, // 23: agwp.v1.CompleteJobsResponse.results:type_name -> agwp.v1.CompleteJobsResult
+	1,  // 24: agwp.v1.CompleteJobsResult.job:type_name -> agwp.v1.Job
+	27, // 25: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
+	1,  // 26: agwp.v1.FailJobResponse.job:type_name -> agwp.v1.Job
+	1,  // 27: agwp.v1.CancelJobResponse.job:type_name -> agwp.v1.Job
+	1,  // 28: agwp.v1.GetJobResponse.job:type_name -> agwp.v1.Job
+	0,  // 29: agwp.v1.ListJobsRequest.states:type_name -> agwp.v1.JobState
+	1,  // 30: agwp.v1.ListJobsResponse.jobs:type_name -> agwp.v1.Job
+	28, // 31: agwp.v1.GetAttestationResponse.envelope:type_name -> agwp.v1.Envelope
+	26, // 32: agwp.v1.GetAttestationResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 33: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
+	4,  // 34: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
+	6,  // 35: agwp.v1.JobService.ClaimJobs:input_type -> agwp.v1.ClaimJobsRequest
+	8,  // 36: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
+	10, // 37: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
+	12, // 38: agwp.v1.JobService.CompleteJobs:input_type -> agwp.v1.CompleteJobsRequest
+	15, // 39: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
+	17, // 40: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
+	19, // 41: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
+	21, // 42: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
+	23, // 43: agwp.v1.JobService.GetAttestation:input_type -> agwp.v1.GetAttestationRequest
+	3,  // 44: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
+	5,  // 45: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
+	7,  // 46: agwp.v1.JobService.ClaimJobs:output_type -> agwp.v1.ClaimJobsResponse
+	9,  // 47: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
+	11, // 48: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
+	13, // 49: agwp.v1.JobService.CompleteJobs:output_type -> agwp.v1.CompleteJobsResponse
+	16, // 50: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
+	18, // 51: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
+	20, // 52: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
+	22, // 53: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
+	24, // 54: agwp.v1.JobService.GetAttestation:output_type -> agwp.v1.GetAttestationResponse
+	44, // [44:55] is the sub-list for method output_type
+	33, // [33:44] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_job_proto_init() }
@@ -1634,7 +1946,7 @@ func file_agwp_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_job_proto_rawDesc), len(file_agwp_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,10 +37,14 @@ const (
 	JobServiceEnqueueJobProcedure = "/agwp.v1.JobService/EnqueueJob"
 	// JobServiceClaimJobProcedure is the fully-qualified name of the JobService's ClaimJob RPC.
 	JobServiceClaimJobProcedure = "/agwp.v1.JobService/ClaimJob"
+	// JobServiceClaimJobsProcedure is the fully-qualified name of the JobService's ClaimJobs RPC.
+	JobServiceClaimJobsProcedure = "/agwp.v1.JobService/ClaimJobs"
 	// JobServiceHeartbeatJobProcedure is the fully-qualified name of the JobService's HeartbeatJob RPC.
 	JobServiceHeartbeatJobProcedure = "/agwp.v1.JobService/HeartbeatJob"
 	// JobServiceCompleteJobProcedure is the fully-qualified name of the JobService's CompleteJob RPC.
 	JobServiceCompleteJobProcedure = "/agwp.v1.JobService/CompleteJob"
+	// JobServiceCompleteJobsProcedure is the fully-qualified name of the JobService's CompleteJobs RPC.
+	JobServiceCompleteJobsProcedure = "/agwp.v1.JobService/CompleteJobs"
 	// JobServiceFailJobProcedure is the fully-qualified name of the JobService's FailJob RPC.
 	JobServiceFailJobProcedure = "/agwp.v1.JobService/FailJob"
 	// JobServiceCancelJobProcedure is the fully-qualified name of the JobService's CancelJob RPC.
@@ -62,12 +66,17 @@ type JobServiceClient interface {
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
 	// HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
 	// A lost or stale claim is not_found. Role: worker.
+	// Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
+	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	HeartbeatJob(context.Context, *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error)
 	// CompleteJob finishes a claimed job. A lost or stale claim is failed_precondition and nothing
 	// is stored. Role: worker.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	// FailJob reports that a claim could not finish its job; the job is retried after a delay while
 	// attempts remain. A lost or stale claim is not_found. Role: worker.
+	// Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
+	// with its own claim number, and answered on its own.
+	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// CancelJob cancels a job that is not finished. A claimed job is only marked cancel_requested;
 	// its worker sees that on its next heartbeat. Roles: admin, the job's enqueuer.
@@ -104,6 +113,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("ClaimJob")),
 			connect.WithClientOptions(opts...),
 		),
+		claimJobs: connect.NewClient[v1.ClaimJobsRequest, v1.ClaimJobsResponse](
+			httpClient,
+			baseURL+JobServiceClaimJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("ClaimJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		heartbeatJob: connect.NewClient[v1.HeartbeatJobRequest, v1.HeartbeatJobResponse](
 			httpClient,
 			baseURL+JobServiceHeartbeatJobProcedure,
@@ -114,6 +129,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			httpClient,
 			baseURL+JobServiceCompleteJobProcedure,
 			connect.WithSchema(jobServiceMethods.ByName("CompleteJob")),
+			connect.WithClientOptions(opts...),
+		),
+		completeJobs: connect.NewClient[v1.CompleteJobsRequest, v1.CompleteJobsResponse](
+			httpClient,
+			baseURL+JobServiceCompleteJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("CompleteJobs")),
 			connect.WithClientOptions(opts...),
 		),
 		failJob: connect.NewClient[v1.FailJobRequest, v1.FailJobResponse](
@@ -153,8 +174,10 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 type jobServiceClient struct {
 	enqueueJob     *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
 	claimJob       *connect.Client[v1.ClaimJobRequest, v1.ClaimJobResponse]
+	claimJobs      *connect.Client[v1.ClaimJobsRequest, v1.ClaimJobsResponse]
 	heartbeatJob   *connect.Client[v1.HeartbeatJobRequest, v1.HeartbeatJobResponse]
 	completeJob    *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
+	completeJobs   *connect.Client[v1.CompleteJobsRequest, v1.CompleteJobsResponse]
 	failJob        *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
 	cancelJob      *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
 	getJob         *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
@@ -180,6 +203,15 @@ func (c *jobServiceClient) ClaimJob(ctx context.Context, req *v1.ClaimJobRequest
 	return nil, err
 }
 
+// ClaimJobs calls agwp.v1.JobService.ClaimJobs.
+func (c *jobServiceClient) ClaimJobs(ctx context.Context, req *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error) {
+	response, err := c.claimJobs.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // HeartbeatJob calls agwp.v1.JobService.HeartbeatJob.
 func (c *jobServiceClient) HeartbeatJob(ctx context.Context, req *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error) {
 	response, err := c.heartbeatJob.CallUnary(ctx, connect.NewRequest(req))
@@ -192,6 +224,15 @@ func (c *jobServiceClient) HeartbeatJob(ctx context.Context, req *v1.HeartbeatJo
 // CompleteJob calls agwp.v1.JobService.CompleteJob.
 func (c *jobServiceClient) CompleteJob(ctx context.Context, req *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error) {
 	response, err := c.completeJob.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// CompleteJobs calls agwp.v1.JobService.CompleteJobs.
+func (c *jobServiceClient) CompleteJobs(ctx context.Context, req *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error) {
+	response, err := c.completeJobs.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -251,12 +292,17 @@ type JobServiceHandler interface {
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
 	// HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
 	// A lost or stale claim is not_found. Role: worker.
+	// Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
+	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	HeartbeatJob(context.Context, *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error)
 	// CompleteJob finishes a claimed job. A lost or stale claim is failed_precondition and nothing
 	// is stored. Role: worker.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	// FailJob reports that a claim could not finish its job; the job is retried after a delay while
 	// attempts remain. A lost or stale claim is not_found. Role: worker.
+	// Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
+	// with its own claim number, and answered on its own.
+	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// CancelJob cancels a job that is not finished. A claimed job is only marked cancel_requested;
 	// its worker sees that on its next heartbeat. Roles: admin, the job's enqueuer.
@@ -289,6 +335,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("ClaimJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceClaimJobsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceClaimJobsProcedure,
+		svc.ClaimJobs,
+		connect.WithSchema(jobServiceMethods.ByName("ClaimJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceHeartbeatJobHandler := connect.NewUnaryHandlerSimple(
 		JobServiceHeartbeatJobProcedure,
 		svc.HeartbeatJob,
@@ -299,6 +351,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		JobServiceCompleteJobProcedure,
 		svc.CompleteJob,
 		connect.WithSchema(jobServiceMethods.ByName("CompleteJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceCompleteJobsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceCompleteJobsProcedure,
+		svc.CompleteJobs,
+		connect.WithSchema(jobServiceMethods.ByName("CompleteJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
 	jobServiceFailJobHandler := connect.NewUnaryHandlerSimple(
@@ -337,10 +395,14 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceEnqueueJobHandler.ServeHTTP(w, r)
 		case JobServiceClaimJobProcedure:
 			jobServiceClaimJobHandler.ServeHTTP(w, r)
+		case JobServiceClaimJobsProcedure:
+			jobServiceClaimJobsHandler.ServeHTTP(w, r)
 		case JobServiceHeartbeatJobProcedure:
 			jobServiceHeartbeatJobHandler.ServeHTTP(w, r)
 		case JobServiceCompleteJobProcedure:
 			jobServiceCompleteJobHandler.ServeHTTP(w, r)
+		case JobServiceCompleteJobsProcedure:
+			jobServiceCompleteJobsHandler.ServeHTTP(w, r)
 		case JobServiceFailJobProcedure:
 			jobServiceFailJobHandler.ServeHTTP(w, r)
 		case JobServiceCancelJobProcedure:
@@ -368,12 +430,20 @@ func (UnimplementedJobServiceHandler) ClaimJob(context.Context, *v1.ClaimJobRequ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.ClaimJob is not implemented"))
 }
 
+func (UnimplementedJobServiceHandler) ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.ClaimJobs is not implemented"))
+}
+
 func (UnimplementedJobServiceHandler) HeartbeatJob(context.Context, *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.HeartbeatJob is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.CompleteJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.CompleteJobs is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error) {

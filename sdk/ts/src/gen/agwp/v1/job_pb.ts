@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/job.proto.
  */
 export const file_agwp_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("ChFhZ3dwL3YxL2pvYi5wcm90bxIHYWd3cC52MSKEBQoDSm9iEgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSIAoFc3RhdGUYAyABKA4yES5hZ3dwLnYxLkpvYlN0YXRlEigKB3BheWxvYWQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCHByaW9yaXR5GAUgASgFEhAKCGF0dGVtcHRzGAYgASgNEhQKDG1heF9hdHRlbXB0cxgHIAEoDRISCgpjbGFpbWVkX2J5GAggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCXJ1bl9hZnRlchgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKbGFzdF9lcnJvchgNIAEoCRInCgZyZXN1bHQYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgPIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGBAgASgIEhAKCHByb2dyZXNzGBEgASgJEhMKC2VucXVldWVkX2J5GBIgASgJEg4KBm91dHB1dBgTIAEoCRIVCg1vdXRwdXRfZGlnZXN0GBQgASgJEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp1bmlxdWVfa2V5GBYgASgJIrEBChFFbnF1ZXVlSm9iUmVxdWVzdBIMCgRraW5kGAEgASgJEigKB3BheWxvYWQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCHByaW9yaXR5GAMgASgFEhQKDG1heF9hdHRlbXB0cxgEIAEoDRIoCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgp1bmlxdWVfa2V5GAYgASgJIkEKEkVucXVldWVKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYhIQCghleGlzdGluZxgCIAEoCCKDAQoPQ2xhaW1Kb2JSZXF1ZXN0Eg4KBndvcmtlchgBIAEoCRINCgVraW5kcxgCIAMoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIi0KEENsYWltSm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IiiAEKE0hlYXJ0YmVhdEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBndvcmtlchgCIAEoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghwcm9ncmVzcxgEIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAUgASgEImYKFEhlYXJ0YmVhdEpvYlJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgiwwEKEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEicKBnJlc3VsdBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGb3V0cHV0GAQgASgJEiYKC2F0dGVzdGF0aW9uGAUgASgLMhEuYWd3cC52MS5FbnZlbG9wZRIVCg1vdXRwdXRfZGlnZXN0GAYgASgJEhUKDWZlbmNpbmdfdG9rZW4YByABKAQiMAoTQ29tcGxldGVKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYiKlAQoORmFpbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBndvcmtlchgCIAEoCRINCgVlcnJvchgDIAEoCRIuCgtyZXRyeV9kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZvdXRwdXQYBSABKAkSFQoNZmVuY2luZ190b2tlbhgGIAEoBBINCgVmaW5hbBgHIAEoCCIsCg9GYWlsSm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IiIgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiLgoRQ2FuY2VsSm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiKwoOR2V0Sm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IiagoPTGlzdEpvYnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEiEKBnN0YXRlcxgDIAMoDjIRLmFnd3AudjEuSm9iU3RhdGUSDQoFa2luZHMYBCADKAkiRwoQTGlzdEpvYnNSZXNwb25zZRIaCgRqb2JzGAEgAygLMgwuYWd3cC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKFUdldEF0dGVzdGF0aW9uUmVxdWVzdBIOCgZkaWdlc3QYASABKAkipAEKFkdldEF0dGVzdGF0aW9uUmVzcG9uc2USDgoGZGlnZXN0GAEgASgJEiMKCGVudmVsb3BlGAIgASgLMhEuYWd3cC52MS5FbnZlbG9wZRIVCg1lbnZlbG9wZV9qc29uGAMgASgMEg4KBmpvYl9pZBgEIAEoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqaAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhUKEUpPQl9TVEFURV9DTEFJTUVEEAISFwoTSk9CX1NUQVRFX0NPTVBMRVRFRBADEhQKEEpPQl9TVEFURV9GQUlMRUQQBBIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAUy+wcKCkpvYlNlcnZpY2UScAoKRW5xdWV1ZUpvYhIaLmFnd3AudjEuRW5xdWV1ZUpvYlJlcXVlc3QaGy5hZ3dwLnYxLkVucXVldWVKb2JSZXNwb25zZSIpgtPkkwIjOgEqIh4vYWd3cC52MS5Kb2JTZXJ2aWNlL0VucXVldWVKb2ISaAoIQ2xhaW1Kb2ISGC5hZ3dwLnYxLkNsYWltSm9iUmVxdWVzdBoZLmFnd3AudjEuQ2xhaW1Kb2JSZXNwb25zZSIngtPkkwIhOgEqIhwvYWd3cC52MS5Kb2JTZXJ2aWNlL0NsYWltSm9iEngKDEhlYXJ0YmVhdEpvYhIcLmFnd3AudjEuSGVhcnRiZWF0Sm9iUmVxdWVzdBodLmFnd3AudjEuSGVhcnRiZWF0Sm9iUmVzcG9uc2UiK4LT5JMCJToBKiIgL2Fnd3AudjEuSm9iU2VydmljZS9IZWFydGJlYXRKb2ISdAoLQ29tcGxldGVKb2ISGy5hZ3dwLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBocLmFnd3AudjEuQ29tcGxldGVKb2JSZXNwb25zZSIqgtPkkwIkOgEqIh8vYWd3cC52MS5Kb2JTZXJ2aWNlL0NvbXBsZXRlSm9iEmQKB0ZhaWxKb2ISFy5hZ3dwLnYxLkZhaWxKb2JSZXF1ZXN0GhguYWd3cC52MS5GYWlsSm9iUmVzcG9uc2UiJoLT5JMCIDoBKiIbL2Fnd3AudjEuSm9iU2VydmljZS9GYWlsSm9iEmwKCUNhbmNlbEpvYhIZLmFnd3AudjEuQ2FuY2VsSm9iUmVxdWVzdBoaLmFnd3AudjEuQ2FuY2VsSm9iUmVzcG9uc2UiKILT5JMCIjoBKiIdL2Fnd3AudjEuSm9iU2VydmljZS9DYW5jZWxKb2ISYAoGR2V0Sm9iEhYuYWd3cC52MS5HZXRKb2JSZXF1ZXN0GhcuYWd3cC52MS5HZXRKb2JSZXNwb25zZSIlgtPkkwIfOgEqIhovYWd3cC52MS5Kb2JTZXJ2aWNlL0dldEpvYhJoCghMaXN0Sm9icxIYLmFnd3AudjEuTGlzdEpvYnNSZXF1ZXN0GhkuYWd3cC52MS5MaXN0Sm9ic1Jlc3BvbnNlIieC0+STAiE6ASoiHC9hZ3dwLnYxLkpvYlNlcnZpY2UvTGlzdEpvYnMSgAEKDkdldEF0dGVzdGF0aW9uEh4uYWd3cC52MS5HZXRBdHRlc3RhdGlvblJlcXVlc3QaHy5hZ3dwLnYxLkdldEF0dGVzdGF0aW9uUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuSm9iU2VydmljZS9HZXRBdHRlc3RhdGlvbkIrWilnaXRodWIuY29tL2FnLWNvb3JkL2FnL2dlbi9hZ3dwL3YxO2Fnd3B2MWIGcHJvdG8z", [file_agwp_v1_attestation, file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChFhZ3dwL3YxL2pvYi5wcm90bxIHYWd3cC52MSKEBQoDSm9iEgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSIAoFc3RhdGUYAyABKA4yES5hZ3dwLnYxLkpvYlN0YXRlEigKB3BheWxvYWQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCHByaW9yaXR5GAUgASgFEhAKCGF0dGVtcHRzGAYgASgNEhQKDG1heF9hdHRlbXB0cxgHIAEoDRISCgpjbGFpbWVkX2J5GAggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCXJ1bl9hZnRlchgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKbGFzdF9lcnJvchgNIAEoCRInCgZyZXN1bHQYDiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgPIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGBAgASgIEhAKCHByb2dyZXNzGBEgASgJEhMKC2VucXVldWVkX2J5GBIgASgJEg4KBm91dHB1dBgTIAEoCRIVCg1vdXRwdXRfZGlnZXN0GBQgASgJEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp1bmlxdWVfa2V5GBYgASgJIrEBChFFbnF1ZXVlSm9iUmVxdWVzdBIMCgRraW5kGAEgASgJEigKB3BheWxvYWQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCHByaW9yaXR5GAMgASgFEhQKDG1heF9hdHRlbXB0cxgEIAEoDRIoCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgp1bmlxdWVfa2V5GAYgASgJIkEKEkVucXVldWVKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYhIQCghleGlzdGluZxgCIAEoCCKDAQoPQ2xhaW1Kb2JSZXF1ZXN0Eg4KBndvcmtlchgBIAEoCRINCgVraW5kcxgCIAMoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIi0KEENsYWltSm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IilgEKEENsYWltSm9ic1JlcXVlc3QSDgoGd29ya2VyGAEgASgJEg0KBWtpbmRzGAIgAygJEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIbWF4X2pvYnMYBSABKA0iLwoRQ2xhaW1Kb2JzUmVzcG9uc2USGgoEam9icxgBIAMoCzIMLmFnd3AudjEuSm9iIogBChNIZWFydGJlYXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZ3b3JrZXIYAiABKAkSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcHJvZ3Jlc3MYBCABKAkSFQoNZmVuY2luZ190b2tlbhgFIAEoBCJmChRIZWFydGJlYXRKb2JSZXNwb25zZRI0ChBsZWFzZV9leHBpcmVzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIIsMBChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBndvcmtlchgCIAEoCRInCgZyZXN1bHQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBm91dHB1dBgEIAEoCRImCgthdHRlc3RhdGlvbhgFIAEoCzIRLmFnd3AudjEuRW52ZWxvcGUSFQoNb3V0cHV0X2RpZ2VzdBgGIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAcgASgEIjAKE0NvbXBsZXRlSm9iUmVzcG9uc2USGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2IiRwoTQ29tcGxldGVKb2JzUmVxdWVzdBIwCgtjb21wbGV0aW9ucxgBIAMoCzIbLmFnd3AudjEuQ29tcGxldGVKb2JSZXF1ZXN0IkQKFENvbXBsZXRlSm9ic1Jlc3BvbnNlEiwKB3Jlc3VsdHMYASADKAsyGy5hZ3dwLnYxLkNvbXBsZXRlSm9ic1Jlc3VsdCJaChJDb21wbGV0ZUpvYnNSZXN1bHQSGQoDam9iGAEgASgLMgwuYWd3cC52MS5Kb2ISEgoKZXJyb3JfY29kZRgCIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAMgASgJIqUBCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEg0KBWVycm9yGAMgASgJEi4KC3JldHJ5X2RlbGF5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBm91dHB1dBgFIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAYgASgEEg0KBWZpbmFsGAcgASgIIiwKD0ZhaWxKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYiIiChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIuChFDYW5jZWxKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIrCg5HZXRKb2JSZXNwb25zZRIZCgNqb2IYASABKAsyDC5hZ3dwLnYxLkpvYiJqCg9MaXN0Sm9ic1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSIQoGc3RhdGVzGAMgAygOMhEuYWd3cC52MS5Kb2JTdGF0ZRINCgVraW5kcxgEIAMoCSJHChBMaXN0Sm9ic1Jlc3BvbnNlEhoKBGpvYnMYASADKAsyDC5hZ3dwLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoVR2V0QXR0ZXN0YXRpb25SZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCSKkAQoWR2V0QXR0ZXN0YXRpb25SZXNwb25zZRIOCgZkaWdlc3QYASABKAkSIwoIZW52ZWxvcGUYAiABKAsyES5hZ3dwLnYxLkVudmVsb3BlEhUKDWVudmVsb3BlX2pzb24YAyABKAwSDgoGam9iX2lkGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKpoBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBKT0JfU1RBVEVfUVVFVUVEEAESFQoRSk9CX1NUQVRFX0NMQUlNRUQQAhIXChNKT0JfU1RBVEVfQ09NUExFVEVEEAMSFAoQSk9CX1NUQVRFX0ZBSUxFRBAEEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBTLjCQoKSm9iU2VydmljZRJwCgpFbnF1ZXVlSm9iEhouYWd3cC52MS5FbnF1ZXVlSm9iUmVxdWVzdBobLmFnd3AudjEuRW5xdWV1ZUpvYlJlc3BvbnNlIimC0+STAiM6ASoiHi9hZ3dwLnYxLkpvYlNlcnZpY2UvRW5xdWV1ZUpvYhJoCghDbGFpbUpvYhIYLmFnd3AudjEuQ2xhaW1Kb2JSZXF1ZXN0GhkuYWd3cC52MS5DbGFpbUpvYlJlc3BvbnNlIieC0+STAiE6ASoiHC9hZ3dwLnYxLkpvYlNlcnZpY2UvQ2xhaW1Kb2ISbAoJQ2xhaW1Kb2JzEhkuYWd3cC52MS5DbGFpbUpvYnNSZXF1ZXN0GhouYWd3cC52MS5DbGFpbUpvYnNSZXNwb25zZSIogtPkkwIiOgEqIh0vYWd3cC52MS5Kb2JTZXJ2aWNlL0NsYWltSm9icxJ4CgxIZWFydGJlYXRKb2ISHC5hZ3dwLnYxLkhlYXJ0YmVhdEpvYlJlcXVlc3QaHS5hZ3dwLnYxLkhlYXJ0YmVhdEpvYlJlc3BvbnNlIiuC0+STAiU6ASoiIC9hZ3dwLnYxLkpvYlNlcnZpY2UvSGVhcnRiZWF0Sm9iEnQKC0NvbXBsZXRlSm9iEhsuYWd3cC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaHC5hZ3dwLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2UiKoLT5JMCJDoBKiIfL2Fnd3AudjEuSm9iU2VydmljZS9Db21wbGV0ZUpvYhJ4CgxDb21wbGV0ZUpvYnMSHC5hZ3dwLnYxLkNvbXBsZXRlSm9ic1JlcXVlc3QaHS5hZ3dwLnYxLkNvbXBsZXRlSm9ic1Jlc3BvbnNlIiuC0+STAiU6ASoiIC9hZ3dwLnYxLkpvYlNlcnZpY2UvQ29tcGxldGVKb2JzEmQKB0ZhaWxKb2ISFy5hZ3dwLnYxLkZhaWxKb2JSZXF1ZXN0GhguYWd3cC52MS5GYWlsSm9iUmVzcG9uc2UiJoLT5JMCIDoBKiIbL2Fnd3AudjEuSm9iU2VydmljZS9GYWlsSm9iEmwKCUNhbmNlbEpvYhIZLmFnd3AudjEuQ2FuY2VsSm9iUmVxdWVzdBoaLmFnd3AudjEuQ2FuY2VsSm9iUmVzcG9uc2UiKILT5JMCIjoBKiIdL2Fnd3AudjEuSm9iU2VydmljZS9DYW5jZWxKb2ISYAoGR2V0Sm9iEhYuYWd3cC52MS5HZXRKb2JSZXF1ZXN0GhcuYWd3cC52MS5HZXRKb2JSZXNwb25zZSIlgtPkkwIfOgEqIhovYWd3cC52MS5Kb2JTZXJ2aWNlL0dldEpvYhJoCghMaXN0Sm9icxIYLmFnd3AudjEuTGlzdEpvYnNSZXF1ZXN0GhkuYWd3cC52MS5MaXN0Sm9ic1Jlc3BvbnNlIieC0+STAiE6ASoiHC9hZ3dwLnYxLkpvYlNlcnZpY2UvTGlzdEpvYnMSgAEKDkdldEF0dGVzdGF0aW9uEh4uYWd3cC52MS5HZXRBdHRlc3RhdGlvblJlcXVlc3QaHy5hZ3dwLnYxLkdldEF0dGVzdGF0aW9uUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuSm9iU2VydmljZS9HZXRBdHRlc3RhdGlvbkIrWilnaXRodWIuY29tL2FnLWNvb3JkL2FnL2dlbi9hZ3dwL3YxO2Fnd3B2MWIGcHJvdG8z", [file_agwp_v1_attestation, file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Job
@@ -295,6 +295,69 @@ export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*
   messageDesc(file_agwp_v1_job, 4);
 
 /**
+ * @generated from message agwp.v1.ClaimJobsRequest
+ */
+export type ClaimJobsRequest = Message<"agwp.v1.ClaimJobsRequest"> & {
+  /**
+   * As in ClaimJobRequest.
+   *
+   * @generated from field: string worker = 1;
+   */
+  worker: string;
+
+  /**
+   * @generated from field: repeated string kinds = 2;
+   */
+  kinds: string[];
+
+  /**
+   * @generated from field: google.protobuf.Duration lease = 3;
+   */
+  lease?: Duration | undefined;
+
+  /**
+   * Long-poll until at least one job is claimable (max 60s); 0 = answer at once.
+   *
+   * @generated from field: google.protobuf.Duration wait = 4;
+   */
+  wait?: Duration | undefined;
+
+  /**
+   * The most jobs to claim: 1..256; 0 = 1.
+   *
+   * @generated from field: uint32 max_jobs = 5;
+   */
+  maxJobs: number;
+};
+
+/**
+ * Describes the message agwp.v1.ClaimJobsRequest.
+ * Use `create(ClaimJobsRequestSchema)` to create a new message.
+ */
+export const ClaimJobsRequestSchema: GenMessage<ClaimJobsRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_job, 5);
+
+/**
+ * The jobs claimed, best first; empty when there was nothing to claim. Each job's attempts is
+ * its claim number.
+ *
+ * @generated from message agwp.v1.ClaimJobsResponse
+ */
+export type ClaimJobsResponse = Message<"agwp.v1.ClaimJobsResponse"> & {
+  /**
+   * @generated from field: repeated agwp.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+};
+
+/**
+ * Describes the message agwp.v1.ClaimJobsResponse.
+ * Use `create(ClaimJobsResponseSchema)` to create a new message.
+ */
+export const ClaimJobsResponseSchema: GenMessage<ClaimJobsResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_job, 6);
+
+/**
  * @generated from message agwp.v1.HeartbeatJobRequest
  */
 export type HeartbeatJobRequest = Message<"agwp.v1.HeartbeatJobRequest"> & {
@@ -335,7 +398,7 @@ export type HeartbeatJobRequest = Message<"agwp.v1.HeartbeatJobRequest"> & {
  * Use `create(HeartbeatJobRequestSchema)` to create a new message.
  */
 export const HeartbeatJobRequestSchema: GenMessage<HeartbeatJobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 5);
+  messageDesc(file_agwp_v1_job, 7);
 
 /**
  * @generated from message agwp.v1.HeartbeatJobResponse
@@ -357,7 +420,7 @@ export type HeartbeatJobResponse = Message<"agwp.v1.HeartbeatJobResponse"> & {
  * Use `create(HeartbeatJobResponseSchema)` to create a new message.
  */
 export const HeartbeatJobResponseSchema: GenMessage<HeartbeatJobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 6);
+  messageDesc(file_agwp_v1_job, 8);
 
 /**
  * @generated from message agwp.v1.CompleteJobRequest
@@ -412,7 +475,7 @@ export type CompleteJobRequest = Message<"agwp.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 7);
+  messageDesc(file_agwp_v1_job, 9);
 
 /**
  * @generated from message agwp.v1.CompleteJobResponse
@@ -429,7 +492,77 @@ export type CompleteJobResponse = Message<"agwp.v1.CompleteJobResponse"> & {
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 8);
+  messageDesc(file_agwp_v1_job, 10);
+
+/**
+ * @generated from message agwp.v1.CompleteJobsRequest
+ */
+export type CompleteJobsRequest = Message<"agwp.v1.CompleteJobsRequest"> & {
+  /**
+   * 1..256 completions, of distinct jobs; each as in CompleteJob.
+   *
+   * @generated from field: repeated agwp.v1.CompleteJobRequest completions = 1;
+   */
+  completions: CompleteJobRequest[];
+};
+
+/**
+ * Describes the message agwp.v1.CompleteJobsRequest.
+ * Use `create(CompleteJobsRequestSchema)` to create a new message.
+ */
+export const CompleteJobsRequestSchema: GenMessage<CompleteJobsRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_job, 11);
+
+/**
+ * @generated from message agwp.v1.CompleteJobsResponse
+ */
+export type CompleteJobsResponse = Message<"agwp.v1.CompleteJobsResponse"> & {
+  /**
+   * One per completion, in the order of the request.
+   *
+   * @generated from field: repeated agwp.v1.CompleteJobsResult results = 1;
+   */
+  results: CompleteJobsResult[];
+};
+
+/**
+ * Describes the message agwp.v1.CompleteJobsResponse.
+ * Use `create(CompleteJobsResponseSchema)` to create a new message.
+ */
+export const CompleteJobsResponseSchema: GenMessage<CompleteJobsResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_job, 12);
+
+/**
+ * The outcome of one completion of a CompleteJobs call: the completed job, or why it was
+ * refused, with the code and message CompleteJob would have answered.
+ *
+ * @generated from message agwp.v1.CompleteJobsResult
+ */
+export type CompleteJobsResult = Message<"agwp.v1.CompleteJobsResult"> & {
+  /**
+   * @generated from field: agwp.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * Empty when completed; otherwise a Connect error code such as "failed_precondition".
+   *
+   * @generated from field: string error_code = 2;
+   */
+  errorCode: string;
+
+  /**
+   * @generated from field: string error_message = 3;
+   */
+  errorMessage: string;
+};
+
+/**
+ * Describes the message agwp.v1.CompleteJobsResult.
+ * Use `create(CompleteJobsResultSchema)` to create a new message.
+ */
+export const CompleteJobsResultSchema: GenMessage<CompleteJobsResult> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_job, 13);
 
 /**
  * @generated from message agwp.v1.FailJobRequest
@@ -483,7 +616,7 @@ export type FailJobRequest = Message<"agwp.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 9);
+  messageDesc(file_agwp_v1_job, 14);
 
 /**
  * @generated from message agwp.v1.FailJobResponse
@@ -500,7 +633,7 @@ export type FailJobResponse = Message<"agwp.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 10);
+  messageDesc(file_agwp_v1_job, 15);
 
 /**
  * @generated from message agwp.v1.CancelJobRequest
@@ -517,7 +650,7 @@ export type CancelJobRequest = Message<"agwp.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 11);
+  messageDesc(file_agwp_v1_job, 16);
 
 /**
  * @generated from message agwp.v1.CancelJobResponse
@@ -534,7 +667,7 @@ export type CancelJobResponse = Message<"agwp.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 12);
+  messageDesc(file_agwp_v1_job, 17);
 
 /**
  * @generated from message agwp.v1.GetJobRequest
@@ -551,7 +684,7 @@ export type GetJobRequest = Message<"agwp.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 13);
+  messageDesc(file_agwp_v1_job, 18);
 
 /**
  * @generated from message agwp.v1.GetJobResponse
@@ -568,7 +701,7 @@ export type GetJobResponse = Message<"agwp.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 14);
+  messageDesc(file_agwp_v1_job, 19);
 
 /**
  * @generated from message agwp.v1.ListJobsRequest
@@ -606,7 +739,7 @@ export type ListJobsRequest = Message<"agwp.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 15);
+  messageDesc(file_agwp_v1_job, 20);
 
 /**
  * @generated from message agwp.v1.ListJobsResponse
@@ -630,7 +763,7 @@ export type ListJobsResponse = Message<"agwp.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 16);
+  messageDesc(file_agwp_v1_job, 21);
 
 /**
  * @generated from message agwp.v1.GetAttestationRequest
@@ -649,7 +782,7 @@ export type GetAttestationRequest = Message<"agwp.v1.GetAttestationRequest"> & {
  * Use `create(GetAttestationRequestSchema)` to create a new message.
  */
 export const GetAttestationRequestSchema: GenMessage<GetAttestationRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 17);
+  messageDesc(file_agwp_v1_job, 22);
 
 /**
  * @generated from message agwp.v1.GetAttestationResponse
@@ -688,7 +821,7 @@ export type GetAttestationResponse = Message<"agwp.v1.GetAttestationResponse"> &
  * Use `create(GetAttestationResponseSchema)` to create a new message.
  */
 export const GetAttestationResponseSchema: GenMessage<GetAttestationResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_job, 18);
+  messageDesc(file_agwp_v1_job, 23);
 
 /**
  * JobState is where a job is in its life.
@@ -764,7 +897,16 @@ export const JobService: GenService<{
   /**
    * HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
    * A lost or stale claim is not_found. Role: worker.
+   * Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
    *
+   * @generated from rpc agwp.v1.JobService.ClaimJobs
+   */
+  claimJobs: {
+    methodKind: "unary";
+    input: typeof ClaimJobsRequestSchema;
+    output: typeof ClaimJobsResponseSchema;
+  },
+  /**
    * @generated from rpc agwp.v1.JobService.HeartbeatJob
    */
   heartbeatJob: {
@@ -786,7 +928,17 @@ export const JobService: GenService<{
   /**
    * FailJob reports that a claim could not finish its job; the job is retried after a delay while
    * attempts remain. A lost or stale claim is not_found. Role: worker.
+   * Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
+   * with its own claim number, and answered on its own.
    *
+   * @generated from rpc agwp.v1.JobService.CompleteJobs
+   */
+  completeJobs: {
+    methodKind: "unary";
+    input: typeof CompleteJobsRequestSchema;
+    output: typeof CompleteJobsResponseSchema;
+  },
+  /**
    * @generated from rpc agwp.v1.JobService.FailJob
    */
   failJob: {
