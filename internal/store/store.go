@@ -32,6 +32,12 @@ type Store interface {
 	// being claimed. Answers nil, nil when nothing is claimable.
 	ClaimJob(ctx context.Context, p ClaimJobParams) (*Job, error)
 
+	// ClaimJobs is ClaimJob for up to p.Max jobs (0 or 1: one) in one transaction: it takes the
+	// p.Max best claimable jobs, each with its own claim (attempts + 1) and its own job.claimed
+	// event, and answers them best first, as if ClaimJob had been called p.Max times in a row.
+	// Answers an empty slice when nothing is claimable.
+	ClaimJobs(ctx context.Context, p ClaimJobParams) ([]Job, error)
+
 	// HeartbeatJob extends the lease of a claim to now + Lease (0 = the claim's own lease) and
 	// records Progress when it is not empty. It is applied only when the job is CLAIMED by
 	// Worker and, when FencingToken is not 0, attempts == FencingToken. An expired lease that
@@ -45,6 +51,13 @@ type Store interface {
 	// kind KindValidate without an attestation is refused with ErrAttestationRequired (checked
 	// in the same conditional update, so it costs nothing to other completions).
 	CompleteJob(ctx context.Context, p CompleteJobParams) (Job, error)
+
+	// CompleteJobs applies each of ps as CompleteJob would, each with its own claim check, and
+	// answers one outcome per completion, in the order of ps: the completed job, or the refusal
+	// CompleteJob would have answered. A refused completion changes nothing and does not stop the
+	// others. The job ids must be distinct. The error is for the batch as a whole (the database
+	// failed), and then no completion was applied.
+	CompleteJobs(ctx context.Context, ps []CompleteJobParams) ([]CompleteJobOutcome, error)
 
 	// FailJob records a failed attempt of a claim. The job becomes CANCELLED when
 	// cancel_requested (whatever else holds: the job was cancelled); else FAILED when Final is
@@ -185,11 +198,12 @@ type EnqueueJobParams struct {
 	EnqueuedBy  string
 }
 
-// ClaimJobParams are the inputs of ClaimJob.
+// ClaimJobParams are the inputs of ClaimJob and ClaimJobs.
 type ClaimJobParams struct {
 	Worker string // "<principal>|<label>"
 	Kinds  []string
 	Lease  time.Duration
+	Max    int // ClaimJobs: the most jobs to claim; 0 = 1. ClaimJob ignores it.
 }
 
 // HeartbeatJobParams are the inputs of HeartbeatJob.
@@ -210,6 +224,14 @@ type CompleteJobParams struct {
 	Output       string
 	OutputDigest string
 	Attestation  *Attestation // nil: none
+}
+
+// CompleteJobOutcome is what CompleteJobs answers for one completion: Job when it was applied,
+// else Err, the refusal CompleteJob would have answered (ErrNotFound, a *LostClaimError,
+// ErrAttestationRequired).
+type CompleteJobOutcome struct {
+	Job Job
+	Err error
 }
 
 // FailJobParams are the inputs of FailJob.

@@ -15,19 +15,20 @@ import (
 // groupMax at a time. A call that finds a statement slot free runs at once, alone, so a lone
 // caller waits for nobody.
 //
-// Each call keeps its own semantics inside the shared statement: a claim takes the best job
-// not taken by the calls before it in the group, as if they had run one after the other; a
-// completion's claim check is in the conditional UPDATE's WHERE, row by row, and a refused
-// completion changes nothing (it is then run alone, to tell why). A statement that fails
-// changes nothing either, and its calls are then run one by one, so that each gets its own
-// answer.
+// Each call keeps its own semantics inside the shared statement: a claim takes the best jobs,
+// as many as it asks for, among those not taken by the calls before it in the group, as if
+// they had run one after the other; a completion's claim check is in the conditional UPDATE's
+// WHERE, row by row, and a refused completion changes nothing (it is then run alone, to tell
+// why). A statement that fails changes nothing either, and its calls are then run one by one,
+// so that each gets its own answer.
 
 // groupBusy is how many statements of one kind (claims, completions) run at once. Beyond
 // that, calls queue and go together. Two: one statement can be on the wire while the other
 // is in the database.
 const groupBusy = 2
 
-// groupMax is the most calls one statement serves.
+// groupMax is the most calls one statement serves. A kind may hold a statement to less, by
+// what its calls ask for (claimFits).
 const groupMax = 32
 
 // call is one call of a group: its context, parameters and outcome.

@@ -201,15 +201,15 @@ func TestClaimGroupHandsOutJobsInClaimOrder(t *testing.T) {
 	}
 	for i, c := range calls {
 		if i == 3 {
-			if c.r != nil {
-				t.Errorf("claimer 3 of 3 jobs got %s, want none", c.r.ID)
+			if len(c.r) != 0 {
+				t.Errorf("claimer 3 of 3 jobs got %s, want none", c.r[0].ID)
 			}
 			continue
 		}
-		j := c.r
-		if j == nil || j.ID != want[i] {
-			t.Fatalf("claimer %d got %v, want job %s", i, j, want[i])
+		if len(c.r) != 1 || c.r[0].ID != want[i] {
+			t.Fatalf("claimer %d got %v, want job %s", i, c.r, want[i])
 		}
+		j := &c.r[0]
 		if j.State != store.JobClaimed || j.ClaimedBy != c.p.Worker || j.Attempts != 1 ||
 			j.Lease != c.p.Lease || !j.LeaseExpiresAt.Equal(clk.Now().Add(c.p.Lease)) {
 			t.Errorf("claimer %d: job %+v, want claimed by %s, attempt 1, lease %v", i, *j, c.p.Worker, c.p.Lease)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -206,12 +208,13 @@ SELECT count(*) FROM u`)
 // rows to claim are its targets, told apart by t.n (0: settle; else the claimer, counted from
 // 1), and every SET is a CASE on it. $2 are the claimers' workers, $3 their leases in ns and
 // $4 how many they are: the best job goes to the first, the second best to the second, and so
-// on, as if they had claimed one after the other. Due queued jobs and expired claims are
-// searched apart, each through its own index in claim order, because one OR-ed search would
-// sort every queued job; the best of both are taken. Those not taken stay locked only until
-// this statement's transaction ends, and other claimers skip them meanwhile. Rows answer the
-// settled jobs too, with t.n 0. Each changed job's event (job.claimed by its claimer,
-// job.expired by the server) is inserted by the same statement.
+// on, as if they had claimed one after the other; a claimer of several jobs is as many
+// consecutive claimers. Due queued jobs and expired claims are searched apart, each through
+// its own index in claim order, because one OR-ed search would sort every queued job; the
+// best of both are taken. Those not taken stay locked only until this statement's
+// transaction ends, and other claimers skip them meanwhile. Rows answer the settled jobs too,
+// with t.n 0. Each changed job's event (job.claimed by its claimer, job.expired by the
+// server) is inserted by the same statement.
 func claimSQL(kindFilter string) string {
 	return q(`
 WITH settle AS (
@@ -273,14 +276,48 @@ var (
 	claimKindsSQL = claimSQL(" AND array_position($5::text[], kind) IS NOT NULL")
 )
 
-type claimCall = call[store.ClaimJobParams, *store.Job]
+type claimCall = call[store.ClaimJobParams, []store.Job]
+
+// claimPlacesMax is the most jobs one claim statement asks for, whatever the calls it
+// serves: the statement's sort, locks and answer grow with it, and a call queued behind a
+// statement that large would wait for all of it. A call asking for more goes alone.
+const claimPlacesMax = 512
 
 // ClaimJob settles expired claims and claims the best claimable job, or answers nil. Claims
 // made at the same time for the same kinds go together (see group.go).
 func (db *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
-	return db.claims.do(ctx, p, db.claimGroup, func(batch []*claimCall, c *claimCall) bool {
-		return slices.Equal(batch[0].p.Kinds, c.p.Kinds)
-	})
+	p.Max = 1
+	jobs, err := db.claims.do(ctx, p, db.claimGroup, claimFits)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	return &jobs[0], nil
+}
+
+// ClaimJobs settles expired claims and claims the p.Max best claimable jobs. It goes in the
+// same groups as ClaimJob, taking p.Max consecutive places of its statement.
+func (db *DB) ClaimJobs(ctx context.Context, p store.ClaimJobParams) ([]store.Job, error) {
+	jobs, err := db.claims.do(ctx, p, db.claimGroup, claimFits)
+	if err != nil {
+		return nil, err
+	}
+	if jobs == nil {
+		jobs = []store.Job{}
+	}
+	return jobs, nil
+}
+
+// claimFits lets c join claims for the same kinds while the statement stays within
+// claimPlacesMax jobs.
+func claimFits(batch []*claimCall, c *claimCall) bool {
+	if !slices.Equal(batch[0].p.Kinds, c.p.Kinds) {
+		return false
+	}
+	n := claimPlaces(c.p)
+	for _, b := range batch {
+		n += claimPlaces(b.p)
+	}
+	return n <= claimPlacesMax
 }
 
 // claimGroup claims for calls that want the same kinds.
@@ -302,36 +339,76 @@ func (db *DB) claimGroup(ctx context.Context, calls []*claimCall) {
 	}
 }
 
-// claimTogether claims for calls in one statement, and sets the jobs they got.
+// claimPlaces is how many places of a claim statement a call takes: the jobs it asks for.
+func claimPlaces(p store.ClaimJobParams) int { return max(p.Max, 1) }
+
+// claimTogether claims for calls in one statement, and sets the jobs they got. Each call
+// holds claimPlaces consecutive places, in the order of calls.
 func (db *DB) claimTogether(ctx context.Context, calls []*claimCall) error {
-	workers := make([]string, len(calls))
-	leases := make([]int64, len(calls))
-	for i, c := range calls {
-		workers[i], leases[i] = c.p.Worker, int64(c.p.Lease)
+	total := 0
+	for _, c := range calls {
+		total += claimPlaces(c.p)
+	}
+	workers := make([]string, 0, total)
+	leases := make([]int64, 0, total)
+	for _, c := range calls {
+		for range claimPlaces(c.p) {
+			workers, leases = append(workers, c.p.Worker), append(leases, int64(c.p.Lease))
+		}
 	}
 	var rows pgx.Rows
 	var err error
 	if kinds := calls[0].p.Kinds; len(kinds) == 0 {
-		rows, err = db.pool.Query(ctx, claimAnySQL, db.now(), workers, leases, int64(len(calls)))
+		rows, err = db.pool.Query(ctx, claimAnySQL, db.now(), workers, leases, int64(total))
 	} else {
-		rows, err = db.pool.Query(ctx, claimKindsSQL, db.now(), workers, leases, int64(len(calls)), kinds)
+		rows, err = db.pool.Query(ctx, claimKindsSQL, db.now(), workers, leases, int64(total), kinds)
 	}
 	if err != nil {
 		return err
 	}
+	// The statement numbers its claims 1..K, K the jobs it found, and every one of them is
+	// claimed (its row is locked by then); rows come in the UPDATE's order, which need not be
+	// that one, so each job is put at its place. Calls get their places' runs of the one array,
+	// capped so that appending to one cannot overwrite another's.
+	var jobs []store.Job
+	got := 0
 	var n int64
 	var s jobScan
 	tag, err := pgx.ForEachRow(rows, append([]any{&n}, s.dest()...), func() error {
 		if n > 0 {
-			j := s.job()
-			calls[n-1].r = &j
+			if jobs == nil {
+				// Room for every place up to a bound, so that the usual statement allocates
+				// once, while one that asks for many and finds few does not pay for them all.
+				jobs = make([]store.Job, 0, min(total, 64))
+			}
+			if int(n) > len(jobs) {
+				jobs = slices.Grow(jobs, int(n)-len(jobs))[:n]
+			}
+			jobs[n-1] = s.job()
+			got++
 		}
 		return nil
 	})
-	if err == nil && tag.RowsAffected() > 0 {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() > 0 {
 		db.audited()
 	}
-	return err
+	start := 0
+	for _, c := range calls {
+		lo, hi := min(start, len(jobs)), min(start+claimPlaces(c.p), len(jobs))
+		start += claimPlaces(c.p)
+		if hi == lo {
+			continue
+		}
+		c.r = jobs[lo:hi:hi]
+		if got != len(jobs) {
+			// Should the statement ever leave a place empty, no caller gets a job without an id.
+			c.r = slices.DeleteFunc(slices.Clone(c.r), func(j store.Job) bool { return j.ID == "" })
+		}
+	}
+	return nil
 }
 
 // ExpireJobs settles expired claims that cannot be claimed again.
@@ -544,6 +621,63 @@ func (db *DB) completeGroup(ctx context.Context, calls []*completeCall) {
 			c.r, c.err = db.completeOne(ctx, c.p)
 		}
 	}
+}
+
+// completeChunkMax is the most completions one statement of CompleteJobs applies: past that
+// the round trip is shared by so many that a larger statement gains little, while its arrays,
+// its locks and its answer keep growing.
+const completeChunkMax = 256
+
+// CompleteJobs completes the jobs of current claims, in as few statements as it can, each
+// completion with its own claim check. A completion that its statement did not complete is
+// run alone, as in completeGroup, to get its own answer.
+func (db *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([]store.CompleteJobOutcome, error) {
+	out := make([]store.CompleteJobOutcome, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	// A job given twice would join two rows of a statement to one job, and the UPDATE would
+	// apply either of them; so only its first completion goes in a statement, and the others
+	// run alone afterwards, to be answered as CompleteJob would answer them then.
+	calls := make([]completeCall, len(ps))
+	batch := make([]*completeCall, 0, len(ps))
+	firstOf := make(map[string]int, len(ps))
+	for i := range ps {
+		calls[i].p = ps[i]
+		if _, dup := firstOf[ps[i].JobID]; !dup {
+			firstOf[ps[i].JobID] = i
+			batch = append(batch, &calls[i])
+		}
+	}
+	var completed map[string]store.Job
+	for chunk := range slices.Chunk(batch, completeChunkMax) {
+		done, err := db.completeTogether(ctx, chunk)
+		if err != nil {
+			// The statement changed nothing. When nothing was changed before it either, and
+			// what failed is the database (the connection, the context) rather than this
+			// statement, the batch fails as a whole, as the contract has it, instead of trying
+			// each completion against a database that is not there.
+			var pgErr *pgconn.PgError
+			if len(completed) == 0 && !errors.As(err, &pgErr) {
+				return nil, mapErr("complete jobs", err)
+			}
+			continue // its completions run alone below
+		}
+		if completed == nil {
+			completed = done
+		} else {
+			maps.Copy(completed, done)
+		}
+	}
+	// In the order of ps, so that a job's later completions run after its first.
+	for i, p := range ps {
+		if j, ok := completed[p.JobID]; ok && firstOf[p.JobID] == i {
+			out[i].Job = j
+		} else {
+			out[i].Job, out[i].Err = db.completeOne(ctx, p)
+		}
+	}
+	return out, nil
 }
 
 // completeTogether completes for calls in one statement, and answers the jobs it completed.

@@ -48,7 +48,7 @@ type DB struct {
 	auditSignal store.Signal
 
 	// claims and completions made at the same time go together (group.go).
-	claims    group[store.ClaimJobParams, *store.Job]
+	claims    group[store.ClaimJobParams, []store.Job]
 	completes group[store.CompleteJobParams, store.Job]
 
 	stopListener context.CancelFunc

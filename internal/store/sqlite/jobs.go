@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
+	"sort"
 	"strings"
 	"time"
 
@@ -171,31 +173,40 @@ func (d *DB) ExpireJobs(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// claimSQL takes the best claimable job in one statement. The two candidates (the best queued
-// job and the best expired claim) are found separately so each walks its own index and stops
-// early; an OR over both would make SQLite sort every match. The indexes are named because
-// without statistics the planner prefers jobs_state and sorts every queued job on each claim.
-func claimSQL(kinds int) string {
+// claimSQL takes the ?4 best claimable jobs in one statement; one is for ?4 = 1. The queued
+// jobs and the expired claims are searched separately so each walks its own index and stops
+// after ?4 rows (the ?4 best of both are among them); an OR over both would make SQLite sort
+// every match. The indexes are named because without statistics the planner prefers jobs_state
+// and sorts every queued job on each claim. The limits are ?4 + 0 because SQLite compiles a
+// statement again whenever a bare LIMIT parameter is bound, to plan for its value: that would
+// be on every claim. A single claim compares seq with = rather than IN, which spares it the
+// temporary table of IN. RETURNING answers rows in no set order, so each comes with its seq for
+// the claim order to be restored.
+func claimSQL(kinds int, one bool) string {
 	kindFilter := ""
 	if kinds > 0 {
-		kindFilter = ` AND kind IN (` + placeholders(4, kinds) + `)`
+		kindFilter = ` AND kind IN (` + placeholders(5, kinds) + `)`
+	}
+	in := "IN"
+	if one {
+		in = "="
 	}
 	return `UPDATE jobs SET state = 'claimed', claimed_by = ?1, lease_us = ?2, lease_expires_at = ?3 + ?2,
 		attempts = attempts + 1, progress = '', updated_at = ?3
-	WHERE seq = (
+	WHERE seq ` + in + ` (
 		SELECT seq FROM (
 			SELECT * FROM (
 				SELECT seq, priority, run_after FROM jobs INDEXED BY jobs_queued_claim_order
 				WHERE state = 'queued' AND run_after <= ?3` + kindFilter + `
-				ORDER BY priority DESC, run_after, seq LIMIT 1)
+				ORDER BY priority DESC, run_after, seq LIMIT ?4 + 0)
 			UNION ALL
 			SELECT * FROM (
 				SELECT seq, priority, run_after FROM jobs INDEXED BY jobs_claimed_lease
 				WHERE state = 'claimed' AND lease_expires_at <= ?3 AND attempts < max_attempts
 					AND cancel_requested = 0` + kindFilter + `
-				ORDER BY priority DESC, run_after, seq LIMIT 1))
-		ORDER BY priority DESC, run_after, seq LIMIT 1)
-	RETURNING ` + jobColumns
+				ORDER BY priority DESC, run_after, seq LIMIT ?4 + 0))
+		ORDER BY priority DESC, run_after, seq LIMIT ?4 + 0)
+	RETURNING seq, ` + jobColumns
 }
 
 // settleEvery is how often a claim settles expired claims first (ExpireJobs always does).
@@ -203,42 +214,152 @@ const settleEvery = 250 * time.Millisecond
 
 // ClaimJob settles expired claims, then takes the best claimable job.
 func (d *DB) ClaimJob(ctx context.Context, p store.ClaimJobParams) (*store.Job, error) {
+	jobs, err := d.claimJobs(ctx, "claim job", p, 1)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	return &jobs[0], nil
+}
+
+// ClaimJobs settles expired claims, then takes the p.Max best claimable jobs.
+func (d *DB) ClaimJobs(ctx context.Context, p store.ClaimJobParams) ([]store.Job, error) {
+	return d.claimJobs(ctx, "claim jobs", p, max(p.Max, 1))
+}
+
+// claimJobs is ClaimJob and ClaimJobs: it claims up to n jobs in one write and answers them in
+// claim order, never nil.
+func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n int) ([]store.Job, error) {
 	now := micros(d.now())
 	actor := holderActor(ctx, p.Worker)
-	args := make([]any, 0, 3+len(p.Kinds))
-	args = append(args, p.Worker, p.Lease.Microseconds(), now)
+	args := make([]any, 0, 4+len(p.Kinds))
+	args = append(args, p.Worker, p.Lease.Microseconds(), now, n)
 	for _, k := range p.Kinds {
 		args = append(args, k)
 	}
-	var job *store.Job
-	err := d.write(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
+	// n comes from the caller: it bounds the answer, not what is allocated before there is one.
+	jobs := make([]store.Job, 0, min(n, 64))
+	err := d.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		// The claim itself never hands out a job that settling would end, so settling may lag
 		// a little; doing it at most every settleEvery keeps it off most claims.
 		if now-d.lastSettle.Load() >= settleEvery.Microseconds() {
 			if _, err := d.settle(ctx, tx, now); err != nil {
-				return fmt.Errorf("claim job: %w", err)
+				return fmt.Errorf("%s: %w", op, err)
 			}
 			d.lastSettle.Store(now)
 		}
-		j, err := scanJob(tx.QueryRowContext(ctx, claimSQL(len(p.Kinds)), args...))
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+		rows, err := tx.QueryContext(ctx, claimSQL(len(p.Kinds), n == 1), args...)
 		if err != nil {
-			return interpret("claim job", err)
+			return interpret(op, err)
 		}
-		var det details
-		det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
-		if err := d.record(ctx, tx, now, actor, "job.claimed", "job/"+j.ID, det.done()); err != nil {
-			return err
+		var (
+			seq  int64
+			seqs = make([]int64, 0, cap(jobs))
+		)
+		for rows.Next() {
+			j, err := scanJob(rows, &seq)
+			if err != nil {
+				rows.Close()
+				return interpret(op, err)
+			}
+			jobs, seqs = append(jobs, j), append(seqs, seq)
 		}
-		job = &j
-		return nil
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return interpret(op, err)
+		}
+		if len(jobs) > 1 {
+			sort.Sort(claimOrder{jobs, seqs})
+		}
+		events := make([]event, len(jobs))
+		for i, j := range jobs {
+			var det details
+			det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
+			events[i] = event{actor: actor, action: "job.claimed", subject: "job/" + j.ID, details: det.done()}
+		}
+		return d.recordAll(ctx, tx, now, events)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return job, nil
+	return jobs, nil
+}
+
+// claimOrder sorts claimed jobs, whose seqs are seqs, in claim order: priority desc, run_after,
+// seq. A claim changes neither priority nor run_after, so this is the order the candidates had.
+type claimOrder struct {
+	jobs []store.Job
+	seqs []int64
+}
+
+func (o claimOrder) Len() int { return len(o.jobs) }
+
+func (o claimOrder) Less(a, b int) bool {
+	ja, jb := &o.jobs[a], &o.jobs[b]
+	if ja.Priority != jb.Priority {
+		return ja.Priority > jb.Priority
+	}
+	if !ja.RunAfter.Equal(jb.RunAfter) {
+		return ja.RunAfter.Before(jb.RunAfter)
+	}
+	return o.seqs[a] < o.seqs[b]
+}
+
+func (o claimOrder) Swap(a, b int) {
+	o.jobs[a], o.jobs[b] = o.jobs[b], o.jobs[a]
+	o.seqs[a], o.seqs[b] = o.seqs[b], o.seqs[a]
+}
+
+// event is an audit event that recordAll inserts.
+type event struct {
+	actor           store.Actor
+	action, subject string
+	details         []byte
+}
+
+// maxEventRows bounds the rows of one insert of recordAll (6 parameters each).
+const maxEventRows = 64
+
+// eventInserts holds the insert of 1, 2, 4, ... maxEventRows events, by log2 of the count.
+// recordAll uses only these: a batch of any size takes a few of them, and few distinct
+// statements stay in the driver's statement cache instead of being prepared on every batch.
+var eventInserts = func() []string {
+	var qs []string
+	for n := 1; n <= maxEventRows; n *= 2 {
+		qs = append(qs, `INSERT INTO audit_events (time, principal, holder, action, subject, details) VALUES `+rows(n, 6))
+	}
+	return qs
+}()
+
+// recordAll is record for events of one time, inserted by one statement per power of two in
+// their count rather than one each: a statement's round trip is most of what an event costs.
+func (d *DB) recordAll(ctx context.Context, tx *sql.Tx, now int64, events []event) error {
+	switch {
+	case !auditEnabled || len(events) == 0:
+		return nil
+	case len(events) == 1:
+		e := events[0]
+		return d.record(ctx, tx, now, e.actor, e.action, e.subject, e.details)
+	}
+	args := make([]any, 0, 6*min(len(events), maxEventRows))
+	for len(events) > 0 {
+		log := min(bits.Len(uint(len(events)))-1, len(eventInserts)-1)
+		chunk := events[:1<<log]
+		events = events[len(chunk):]
+		args = args[:0]
+		for _, e := range chunk {
+			var det any
+			if e.details != nil {
+				det = string(e.details) // TEXT, as record writes it
+			}
+			args = append(args, now, e.actor.Principal, e.actor.Holder, e.action, e.subject, det)
+		}
+		if _, err := tx.ExecContext(ctx, eventInserts[log], args...); err != nil {
+			return interpret(fmt.Sprintf("record %d audit events, the first %s of %s", len(chunk), chunk[0].action, chunk[0].subject), err)
+		}
+	}
+	d.audited = true
+	return nil
 }
 
 // claimCheck is the WHERE of every change a claimant makes (ADR-0012): the job is still
@@ -283,8 +404,66 @@ func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (stor
 
 // CompleteJob finishes a claim's job and stores its attestation, only once the claim check passed.
 func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
-	nowT := d.now()
-	now := micros(nowT)
+	now := micros(d.now())
+	actor := holderActor(ctx, p.Worker)
+	var job store.Job
+	err := d.write(ctx, "complete job", func(ctx context.Context, tx *sql.Tx) error {
+		j, refused, err := completeJob(ctx, tx, p, now)
+		if err != nil {
+			return err
+		}
+		if refused != nil {
+			return refused
+		}
+		e := completedEvent(j, actor)
+		if err := d.record(ctx, tx, now, e.actor, e.action, e.subject, e.details); err != nil {
+			return err
+		}
+		job = j
+		return nil
+	})
+	return job, err
+}
+
+// CompleteJobs applies each completion as CompleteJob does, all in one write.
+func (d *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([]store.CompleteJobOutcome, error) {
+	out := make([]store.CompleteJobOutcome, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	now := micros(d.now())
+	actors := make([]store.Actor, len(ps))
+	for i, p := range ps {
+		actors[i] = holderActor(ctx, p.Worker)
+	}
+	err := d.write(ctx, "complete jobs", func(ctx context.Context, tx *sql.Tx) error {
+		events := make([]event, 0, len(ps))
+		for i, p := range ps {
+			j, refused, err := completeJob(ctx, tx, p, now)
+			if err != nil {
+				return err
+			}
+			if refused != nil {
+				// The claim check matched no row, so the refusal changed nothing: no savepoint
+				// is needed for the others to go on.
+				out[i].Err = refused
+				continue
+			}
+			out[i].Job = j
+			events = append(events, completedEvent(j, actors[i]))
+		}
+		return d.recordAll(ctx, tx, now, events)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// completeJob applies one completion in tx: the conditional UPDATE and, once it passed, the
+// attestation. A refusal (refused) changed nothing and is the caller's answer for this
+// completion; err is a failure of the database, after which the write must roll back.
+func completeJob(ctx context.Context, tx *sql.Tx, p store.CompleteJobParams, now int64) (job store.Job, refused, err error) {
 	attDigest := ""
 	if p.Attestation != nil {
 		attDigest = p.Attestation.Digest
@@ -293,43 +472,44 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 	if p.Result != nil {
 		result = p.Result
 	}
-	actor := holderActor(ctx, p.Worker)
-	var job store.Job
-	err := d.write(ctx, "complete job", func(ctx context.Context, tx *sql.Tx) error {
-		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
-				state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
-				result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
-			WHERE `+claimCheck+` AND (kind <> '`+store.KindValidate+`' OR ?8 <> '') RETURNING `+jobColumns,
-			p.JobID, p.Worker, p.FencingToken, now, result, p.Output, p.OutputDigest, attDigest))
-		if errors.Is(err, sql.ErrNoRows) {
-			j, err := getJob(ctx, tx, p.JobID)
-			if err != nil {
-				return fmt.Errorf("complete job: %w", err)
-			}
-			if err := store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, attDigest != ""); err != nil {
-				return err
-			}
-			return fmt.Errorf("complete job: job %s: the claim check matched no row although the claim is current", p.JobID)
+	j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
+			state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
+			result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
+		WHERE `+claimCheck+` AND (kind <> '`+store.KindValidate+`' OR ?8 <> '') RETURNING `+jobColumns,
+		p.JobID, p.Worker, p.FencingToken, now, result, p.Output, p.OutputDigest, attDigest))
+	if errors.Is(err, sql.ErrNoRows) {
+		j, err := getJob(ctx, tx, p.JobID)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Job{}, fmt.Errorf("complete job: %w", err), nil
 		}
 		if err != nil {
-			return interpret("complete job "+p.JobID, err)
+			return store.Job{}, nil, fmt.Errorf("complete job: %w", err)
 		}
-		if p.Attestation != nil {
-			// An envelope is addressed by its digest: storing the same one twice is one row.
-			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO attestations (digest, envelope, job_id, created_at)
-				VALUES (?, ?, ?, ?)`, p.Attestation.Digest, p.Attestation.Envelope, p.JobID, now); err != nil {
-				return interpret("complete job "+p.JobID+": store attestation", err)
-			}
+		if err := store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, attDigest != ""); err != nil {
+			return store.Job{}, err, nil
 		}
-		var det details
-		det.strIf("attestation_digest", j.AttestationDigest).int("claim", int64(j.Attempts)).str("output_digest", j.OutputDigest)
-		if err := d.record(ctx, tx, now, actor, "job.completed", "job/"+j.ID, det.done()); err != nil {
-			return err
+		// Not a rule's refusal but a contradiction: still this completion's answer only, since
+		// nothing changed.
+		return store.Job{}, fmt.Errorf("complete job: job %s: the claim check matched no row although the claim is current", p.JobID), nil
+	}
+	if err != nil {
+		return store.Job{}, nil, interpret("complete job "+p.JobID, err)
+	}
+	if p.Attestation != nil {
+		// An envelope is addressed by its digest: storing the same one twice is one row.
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO attestations (digest, envelope, job_id, created_at)
+			VALUES (?, ?, ?, ?)`, p.Attestation.Digest, p.Attestation.Envelope, p.JobID, now); err != nil {
+			return store.Job{}, nil, interpret("complete job "+p.JobID+": store attestation", err)
 		}
-		job = j
-		return nil
-	})
-	return job, err
+	}
+	return j, nil, nil
+}
+
+// completedEvent is the job.completed event of a completed job.
+func completedEvent(j store.Job, actor store.Actor) event {
+	var det details
+	det.strIf("attestation_digest", j.AttestationDigest).int("claim", int64(j.Attempts)).str("output_digest", j.OutputDigest)
+	return event{actor: actor, action: "job.completed", subject: "job/" + j.ID, details: det.done()}
 }
 
 // FailJob records a failed attempt: the job is retried, failed for good, or cancelled.

@@ -656,6 +656,61 @@ var auditCases = []auditCase{
 				map[string]any{"claim": 1, "lease_expires_at": b.clk.Now().Add(time.Minute)}},
 		}
 	}},
+	{"claim_jobs", func(t *testing.T, b *abundle) []auditWant {
+		spent := b.enqueue(t, store.EnqueueJobParams{Priority: 9, MaxAttempts: 1})
+		again := b.enqueue(t, store.EnqueueJobParams{Priority: 5, MaxAttempts: 3})
+		b.mustClaim(t, "runner|w1", time.Minute)
+		b.mustClaim(t, "runner|w1", time.Minute)
+		first := b.enqueue(t, store.EnqueueJobParams{Priority: 2})
+		second := b.enqueue(t, store.EnqueueJobParams{Priority: 1})
+		left := b.enqueue(t, store.EnqueueJobParams{Priority: 0})
+		b.markLog(t)
+		b.clk.Advance(2 * time.Minute)
+		// One job.claimed per job claimed, each with its claim number; the expired claim on its
+		// last attempt is settled as ClaimJob settles it; left is not claimed: no event.
+		got := b.claimJobs(t, "runner|w2", 30*time.Second, 3)
+		wantJobIDs(t, "ClaimJobs(max 3)", got, again, first, second)
+		if b.get(t, left.ID).State != store.JobQueued {
+			t.Fatalf("ClaimJobs(max 3) took a fourth job")
+		}
+		expires := b.clk.Now().Add(30 * time.Second)
+		return []auditWant{
+			{"job.expired", "job/" + spent.ID, system, map[string]any{"claim": 1, "state": "failed"}},
+			{"job.claimed", "job/" + again.ID, holderOf("runner|w2"), map[string]any{"claim": 2, "lease_expires_at": expires}},
+			{"job.claimed", "job/" + first.ID, holderOf("runner|w2"), map[string]any{"claim": 1, "lease_expires_at": expires}},
+			{"job.claimed", "job/" + second.ID, holderOf("runner|w2"), map[string]any{"claim": 1, "lease_expires_at": expires}},
+		}
+	}},
+	{"complete_jobs", func(t *testing.T, b *abundle) []auditWant {
+		b.enqueue(t, store.EnqueueJobParams{Kind: "build", Priority: 4})
+		b.enqueue(t, store.EnqueueJobParams{Kind: store.KindValidate, Priority: 3})
+		b.enqueue(t, store.EnqueueJobParams{Kind: store.KindValidate, Priority: 2})
+		b.enqueue(t, store.EnqueueJobParams{Kind: "build", Priority: 1})
+		built := b.mustClaim(t, "runner|w1", time.Minute)
+		attested := b.mustClaim(t, "runner|w2", time.Minute)
+		unattested := b.mustClaim(t, "runner|w1", time.Minute)
+		others := b.mustClaim(t, "runner|w3", time.Minute)
+		b.markLog(t)
+		att := attestation(attested.ID, "passed")
+		outs := b.completeJobs(t, []store.CompleteJobParams{
+			{JobID: built.ID, Worker: "runner|w1", FencingToken: 1, Result: []byte(`{"ok":true}`), OutputDigest: "sha256:out1"},
+			{JobID: unattested.ID, Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out3"},
+			{JobID: others.ID, Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out4"},
+			{JobID: store.NewID("job"), Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out5"},
+			{JobID: attested.ID, Worker: "runner|w2", FencingToken: 1, OutputDigest: "sha256:out2", Attestation: att},
+		})
+		for i, want := range []error{nil, store.ErrAttestationRequired, store.ErrLostClaim, store.ErrNotFound, nil} {
+			if want == nil && outs[i].Err != nil || want != nil && !errors.Is(outs[i].Err, want) {
+				t.Fatalf("CompleteJobs: outcome %d: err = %v, want %v", i, outs[i].Err, want)
+			}
+		}
+		// One job.completed per job completed, with its own worker; none for the refusals.
+		return []auditWant{
+			{"job.completed", "job/" + built.ID, holderOf("runner|w1"), map[string]any{"claim": 1, "output_digest": "sha256:out1"}},
+			{"job.completed", "job/" + attested.ID, holderOf("runner|w2"),
+				map[string]any{"claim": 1, "output_digest": "sha256:out2", "attestation_digest": att.Digest}},
+		}
+	}},
 	// leases
 	{"acquire_lease", func(t *testing.T, b *abundle) []auditWant {
 		b.createRepo(t, "web")
@@ -947,6 +1002,41 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 				return fmt.Errorf("claimed %s", job.ID)
 			}
 			return err
+		}},
+		{"ClaimJobs with nothing claimable", func() error {
+			jobs, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: "runner|w3", Kinds: []string{"nothing"}, Lease: time.Minute, Max: 5})
+			if err == nil && len(jobs) != 0 {
+				return fmt.Errorf("claimed %d jobs, the first %s", len(jobs), jobs[0].ID)
+			}
+			return err
+		}},
+		{"CompleteJobs of no completion", func() error {
+			outs, err := b.st.CompleteJobs(b.ctx, []store.CompleteJobParams{})
+			if err == nil && len(outs) != 0 {
+				return fmt.Errorf("answered %d outcomes", len(outs))
+			}
+			return err
+		}},
+		{"CompleteJobs whose every completion is refused", func() error {
+			ps := []store.CompleteJobParams{
+				{JobID: unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"},
+				{JobID: validate.ID, Worker: "runner|w2", FencingToken: 1},
+				{JobID: "job_unknown", Worker: "runner|w1", FencingToken: 1},
+				{JobID: done.ID, Worker: "runner|w1"},
+			}
+			outs, err := b.st.CompleteJobs(b.ctx, ps)
+			if err != nil {
+				return err
+			}
+			if len(outs) != len(ps) {
+				return fmt.Errorf("answered %d outcomes for %d completions", len(outs), len(ps))
+			}
+			for i, want := range []error{store.ErrLostClaim, store.ErrAttestationRequired, store.ErrNotFound, store.ErrLostClaim} {
+				if err := wantIs(outs[i].Err, want); err != nil {
+					return fmt.Errorf("completion %d: %w", i, err)
+				}
+			}
+			return nil
 		}},
 		{"HeartbeatJob (heartbeats are not audited)", func() error {
 			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: unique.ID, Worker: "runner|w1", FencingToken: 1, Progress: "half"})

@@ -99,8 +99,16 @@ func testConcurrentClaimers(t *testing.T, newStore Factory) {
 		return
 	}
 
+	wantEachJobClaimedAndCompletedOnce(t, b, func(id string) bool { return enqueued[id] }, claims, completed, jobs)
+}
+
+// wantEachJobClaimedAndCompletedOnce checks what concurrent claimers of jobs enqueued jobs leave:
+// claims (job -> the claims it was handed out to) and completed (job -> completions) hold each
+// enqueued job once, and the store has every job completed and nothing else.
+func wantEachJobClaimedAndCompletedOnce(t *testing.T, b *bundle, enqueued func(id string) bool, claims map[string][]string, completed map[string]int, jobs int) {
+	t.Helper()
 	for id, by := range claims {
-		if !enqueued[id] {
+		if !enqueued(id) {
 			t.Fatalf("claimed job %s was never enqueued", id)
 		}
 		if len(by) != 1 {
@@ -117,7 +125,7 @@ func testConcurrentClaimers(t *testing.T, newStore Factory) {
 	if err != nil {
 		t.Fatalf("CountJobs: %v", err)
 	}
-	if counts[store.JobCompleted] != jobs || counts[store.JobQueued]+counts[store.JobClaimed] != 0 {
+	if counts[store.JobCompleted] != int64(jobs) || counts[store.JobQueued]+counts[store.JobClaimed] != 0 {
 		t.Fatalf("CountJobs = %v, want %d completed and nothing else", counts, jobs)
 	}
 }

@@ -79,6 +79,15 @@ var tests = []conformanceTest{
 	// concurrency
 	{"concurrent_claimers_complete_every_job_exactly_once", testConcurrentClaimers},
 	{"concurrent_claimers_with_expiring_leases_complete_every_job_once_from_its_latest_claim", testConcurrentExpiry},
+	// batches: ClaimJobs and CompleteJobs
+	{"claim_jobs_takes_the_max_best_jobs_in_claim_order_and_answers_them_best_first", testClaimJobsOrder},
+	{"claim_jobs_of_max_0_claims_one_and_answers_only_what_is_claimable", testClaimJobsLimits},
+	{"claim_jobs_claims_expired_claims_again_in_claim_order", testClaimJobsExpiredClaims},
+	{"claim_jobs_settles_expired_claims_that_cannot_be_claimed_again", testClaimJobsSettlesExpiredClaims},
+	{"claim_jobs_answers_what_as_many_claim_job_calls_in_a_row_would", testClaimJobsAsClaimJobCalls},
+	{"concurrent_claim_jobs_and_complete_jobs_complete_every_job_exactly_once", testConcurrentClaimJobs},
+	{"complete_jobs_answers_each_completion_as_complete_job_would_in_order", testCompleteJobsMixed},
+	{"complete_jobs_of_no_completion_answers_none", testCompleteJobsEmpty},
 	// principals and tokens
 	{"bootstrap_admin_creates_the_admin_once", testBootstrapAdmin},
 	{"create_principal_and_authenticate_with_its_token", testCreatePrincipal},
