@@ -27,10 +27,6 @@ import (
 
 var _ store.AuditStore = (*DB)(nil)
 
-// auditInsert starts the insert of audit events; a SELECT or VALUES of (time, principal, holder,
-// action, subject, details) follows.
-const auditInsert = `INSERT INTO audit_events (time, principal, holder, action, subject, details) `
-
 // AuditSignal answers a channel closed after the next commit of this store that wrote audit
 // events. Other replicas' events are found by the sealer's polling.
 func (db *DB) AuditSignal() <-chan struct{} { return db.auditSignal.Wait() }

@@ -29,6 +29,9 @@ const insertAuditEventSQL = `INSERT INTO audit_events (time, principal, holder, 
 // goroutine runs it, and the commit of its batch fires the audit signal. The actor comes from
 // the method's caller: the ctx a write function gets is the writer's, which carries no actor.
 func (d *DB) record(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, action, subject string, details []byte) error {
+	if !auditEnabled {
+		return nil
+	}
 	var det any
 	if details != nil {
 		det = string(details) // TEXT, as written

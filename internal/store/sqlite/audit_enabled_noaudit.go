@@ -1,0 +1,7 @@
+//go:build agbench_noaudit
+
+package sqlite
+
+// auditEnabled is false in a build for measuring what the audit log costs
+// (docs/benchmarks.md): record writes no event. Never a build to deploy: its tests fail.
+const auditEnabled = false
