@@ -85,7 +85,15 @@ type CompleteOptions struct {
 
 // Complete finishes the job.
 func (h *Claim) Complete(ctx context.Context, o CompleteOptions) (*agwpv1.Job, error) {
-	res, err := h.client.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{
+	res, err := h.client.Jobs.CompleteJob(ctx, h.completeRequest(o))
+	if err != nil {
+		return nil, err
+	}
+	return res.GetJob(), nil
+}
+
+func (h *Claim) completeRequest(o CompleteOptions) *agwpv1.CompleteJobRequest {
+	return &agwpv1.CompleteJobRequest{
 		JobId:        h.Job.GetId(),
 		Worker:       h.worker,
 		Result:       o.Result,
@@ -93,11 +101,7 @@ func (h *Claim) Complete(ctx context.Context, o CompleteOptions) (*agwpv1.Job, e
 		OutputDigest: o.OutputDigest,
 		Attestation:  o.Attestation,
 		FencingToken: h.FencingToken(),
-	})
-	if err != nil {
-		return nil, err
 	}
-	return res.GetJob(), nil
 }
 
 // FailOptions are what a failure reports.

@@ -23,6 +23,7 @@ type benchOptions struct {
 	latency  int
 	lease    time.Duration
 	enqueuer int
+	batch    int
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -34,7 +35,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 to claim: an admin token does both). Two phases:
 
   throughput  --jobs jobs are enqueued first; --workers workers then claim and complete them,
-              each report carrying its claim number; prints jobs/s and claim→complete latency.
+              up to --batch jobs per call (ClaimJobs, CompleteJobs; 1: ClaimJob, CompleteJob),
+              each completion carrying its own claim number; prints jobs/s and claim→complete
+              latency.
   latency     the workers wait (long-poll); --latency-jobs jobs are enqueued one at a time;
               prints enqueue→claim latency with waiting workers.
 
@@ -43,6 +46,9 @@ Jobs are of kind --kind (default ag.bench), so running ag-workers do not take th
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.jobs < 1 || o.workers < 1 || o.latency < 0 || o.enqueuer < 1 {
 				return errors.New("--jobs, --workers and --enqueuers must be positive, --latency-jobs not negative")
+			}
+			if o.batch < 1 || o.batch > client.MaxBatch {
+				return fmt.Errorf("--batch must be 1 to %d, got %d", client.MaxBatch, o.batch)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -56,9 +62,56 @@ Jobs are of kind --kind (default ag.bench), so running ag-workers do not take th
 	f.IntVar(&o.workers, "workers", 16, "concurrent workers")
 	f.IntVar(&o.enqueuer, "enqueuers", 8, "concurrent enqueuers of the throughput phase")
 	f.IntVar(&o.latency, "latency-jobs", 200, "jobs of the latency phase (0: skip it)")
+	f.IntVar(&o.batch, "batch", 32, "jobs claimed and completed per call (1: one call per claim and per completion)")
 	f.StringVar(&o.kind, "kind", "ag.bench", "job kind used")
 	f.DurationVar(&o.lease, "lease", 30*time.Second, "claim lease")
 	return cmd
+}
+
+// claimAndComplete claims up to batch jobs and completes them, with one call each way when
+// batch > 1. It answers how many it completed and each one's claim→complete latency.
+func claimAndComplete(ctx context.Context, c *client.Client, opts client.ClaimOptions, batch int) (int, []time.Duration, error) {
+	if batch == 1 {
+		claim, err := c.Claim(ctx, opts)
+		if err != nil || claim == nil {
+			return 0, nil, wrapErr("claim", err)
+		}
+		t := time.Now()
+		if _, err := claim.Complete(ctx, client.CompleteOptions{}); err != nil {
+			return 0, nil, fmt.Errorf("complete: %w", err)
+		}
+		return 1, []time.Duration{time.Since(t)}, nil
+	}
+	claims, err := c.ClaimMany(ctx, opts, batch)
+	if err != nil || len(claims) == 0 {
+		return 0, nil, wrapErr("claim", err)
+	}
+	t := time.Now()
+	cs := make([]client.Completion, len(claims))
+	for i, cl := range claims {
+		cs[i].Claim = cl
+	}
+	_, refusals, err := c.CompleteMany(ctx, cs)
+	if err != nil {
+		return 0, nil, fmt.Errorf("complete: %w", err)
+	}
+	if err := errors.Join(refusals...); err != nil {
+		return 0, nil, fmt.Errorf("complete: %w", err)
+	}
+	lat := time.Since(t)
+	lats := make([]time.Duration, len(claims))
+	for i := range lats {
+		lats[i] = lat
+	}
+	return len(claims), lats, nil
+}
+
+// wrapErr gives err its operation; nil stays nil.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // percentiles formats p50, p90 and p99 of ds.
@@ -74,7 +127,7 @@ func percentiles(ds []time.Duration) string {
 
 func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions) error {
 	worker := "bench-" + time.Now().UTC().Format("150405")
-	fmt.Fprintf(g.stdout, "ag bench against %s: %d workers, kind %s\n", c.BaseURL(), o.workers, o.kind)
+	fmt.Fprintf(g.stdout, "ag bench against %s: %d workers, batch %d, kind %s\n", c.BaseURL(), o.workers, o.batch, o.kind)
 
 	// Throughput: enqueue everything first, then measure claim+complete alone.
 	start := time.Now()
@@ -110,22 +163,15 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 			defer wg.Done()
 			var mine []time.Duration
 			defer func() { mu.Lock(); completeLat = append(completeLat, mine...); mu.Unlock() }()
+			opts := client.ClaimOptions{Worker: fmt.Sprintf("%s-%d", worker, i), Kinds: []string{o.kind}, Lease: o.lease, Wait: time.Second}
 			for done.Load() < int64(o.jobs) {
-				claim, err := c.Claim(ctx, client.ClaimOptions{Worker: fmt.Sprintf("%s-%d", worker, i), Kinds: []string{o.kind}, Lease: o.lease, Wait: time.Second})
+				n, lat, err := claimAndComplete(ctx, c, opts, o.batch)
 				if err != nil {
-					errs <- fmt.Errorf("claim: %w", err)
+					errs <- err
 					return
 				}
-				if claim == nil {
-					continue
-				}
-				t := time.Now()
-				if _, err := claim.Complete(ctx, client.CompleteOptions{}); err != nil {
-					errs <- fmt.Errorf("complete: %w", err)
-					return
-				}
-				mine = append(mine, time.Since(t))
-				done.Add(1)
+				mine = append(mine, lat...)
+				done.Add(int64(n))
 			}
 		}()
 	}

@@ -129,8 +129,10 @@ func (a *authenticator) forget(principal, tokenID string) {
 var allowed = map[string][]store.Role{
 	"/agwp.v1.JobService/EnqueueJob":          {store.RoleAgent},
 	"/agwp.v1.JobService/ClaimJob":            {store.RoleWorker},
+	"/agwp.v1.JobService/ClaimJobs":           {store.RoleWorker},
 	"/agwp.v1.JobService/HeartbeatJob":        {store.RoleWorker},
 	"/agwp.v1.JobService/CompleteJob":         {store.RoleWorker},
+	"/agwp.v1.JobService/CompleteJobs":        {store.RoleWorker},
 	"/agwp.v1.JobService/FailJob":             {store.RoleWorker},
 	"/agwp.v1.JobService/CancelJob":           {store.RoleAgent}, // and only its own jobs: see CancelJob
 	"/agwp.v1.JobService/GetJob":              {store.RoleAgent, store.RoleWorker, store.RoleReader},

@@ -61,6 +61,64 @@ func BenchmarkHTTPClaimComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkHTTPClaimCompleteBatch measures claim+complete over the API on loopback with 8
+// concurrent workers, each claiming up to 32 jobs per ClaimJobs call and completing them with
+// one CompleteJobs call, every completion carrying its own claim number; it reports jobs/s.
+func BenchmarkHTTPClaimCompleteBatch(b *testing.B) {
+	for _, backend := range agtest.Backends {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			srv := agtest.Start(b, agtest.Options{Backend: backend})
+			w := srv.Principal(b, "bench", agwpv1.Role_ROLE_WORKER)
+			for i := 0; i < b.N; i++ {
+				if _, err := srv.Admin.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "ag.noop"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			const workers, batch = 8, 32
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < workers; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for done.Load() < int64(b.N) {
+						claims, err := w.ClaimMany(ctx, client.ClaimOptions{Worker: fmt.Sprintf("bench-%d", i)}, batch)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if len(claims) == 0 {
+							return
+						}
+						cs := make([]client.Completion, len(claims))
+						for k, c := range claims {
+							cs[k].Claim = c
+						}
+						_, refusals, err := w.CompleteMany(ctx, cs)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for _, r := range refusals {
+							if r != nil {
+								b.Error(r)
+								return
+							}
+						}
+						done.Add(int64(len(claims)))
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "jobs/s")
+		})
+	}
+}
+
 // BenchmarkHTTPIntegrate measures integrations over the API on loopback from 16 agents, each
 // editing its own file under its own lease (disjoint leases); it reports integrations/s.
 func BenchmarkHTTPIntegrate(b *testing.B) {

@@ -38,34 +38,68 @@ func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (
 	if err != nil {
 		return nil, err
 	}
-	params := store.ClaimJobParams{
+	jobs, err := h.claim(ctx, store.ClaimJobParams{
 		Worker: callerFrom(ctx).holder(req.GetWorker()),
 		Kinds:  req.GetKinds(),
 		Lease:  lease,
+		Max:    1,
+	}, wait)
+	if err != nil || len(jobs) == 0 {
+		return &agwpv1.ClaimJobResponse{}, err
 	}
+	return &agwpv1.ClaimJobResponse{Job: jobProto(jobs[0])}, nil
+}
+
+func (h jobService) ClaimJobs(ctx context.Context, req *agwpv1.ClaimJobsRequest) (*agwpv1.ClaimJobsResponse, error) {
+	lease, wait, most, err := validateClaimJobs(req)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := h.claim(ctx, store.ClaimJobParams{
+		Worker: callerFrom(ctx).holder(req.GetWorker()),
+		Kinds:  req.GetKinds(),
+		Lease:  lease,
+		Max:    most,
+	}, wait)
+	if err != nil {
+		return nil, err
+	}
+	res := &agwpv1.ClaimJobsResponse{Jobs: make([]*agwpv1.Job, len(jobs))}
+	for i, j := range jobs {
+		res.Jobs[i] = jobProto(j)
+	}
+	return res, nil
+}
+
+// claim claims up to p.Max jobs, waiting up to wait for the first to become claimable. A claim
+// whose caller went away before the answer is handed back at once, so its jobs do not sit
+// claimed by nobody until the lease runs out.
+func (h jobService) claim(ctx context.Context, p store.ClaimJobParams, wait time.Duration) ([]store.Job, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Taken before looking, so an enqueue that commits after the look still wakes us.
 		signal := h.s.store.JobSignal()
-		job, err := h.s.store.ClaimJob(ctx, params)
+		jobs, err := h.s.store.ClaimJobs(ctx, p)
 		if err != nil {
 			return nil, storeError(err, connect.CodeInternal)
 		}
-		if job != nil {
+		if len(jobs) > 0 {
 			if ctx.Err() != nil {
-				h.releaseUndelivered(params.Worker, job)
-				return &agwpv1.ClaimJobResponse{}, nil
+				for i := range jobs {
+					h.releaseUndelivered(p.Worker, &jobs[i])
+				}
+				return nil, nil
 			}
-			h.s.metrics.claims.Inc()
-			return &agwpv1.ClaimJobResponse{Job: jobProto(*job)}, nil
+			h.s.metrics.claims.Add(float64(len(jobs)))
+			return jobs, nil
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			return &agwpv1.ClaimJobResponse{}, nil
+			return nil, nil
 		}
 		if !h.s.await(ctx, signal, min(remaining, h.s.pollInterval)) {
 			// The client gave up; answering "nothing" is what it would have seen a moment later.
-			return &agwpv1.ClaimJobResponse{}, nil
+			return nil, nil
 		}
 	}
 }
@@ -157,8 +191,67 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := h.requireToken("CompleteJob", token); err != nil {
+	params, err := h.completion(ctx, "CompleteJob", req, token, result)
+	if err != nil {
 		return nil, err
+	}
+	job, err := h.s.store.CompleteJob(ctx, params)
+	if err != nil {
+		return nil, h.claimRefusal("CompleteJob", err, connect.CodeFailedPrecondition)
+	}
+	h.completed(job)
+	return &agwpv1.CompleteJobResponse{Job: jobProto(job)}, nil
+}
+
+func (h jobService) CompleteJobs(ctx context.Context, req *agwpv1.CompleteJobsRequest) (*agwpv1.CompleteJobsResponse, error) {
+	tokens, results, err := validateCompleteJobs(req)
+	if err != nil {
+		return nil, err
+	}
+	cs := req.GetCompletions()
+	res := &agwpv1.CompleteJobsResponse{Results: make([]*agwpv1.CompleteJobsResult, len(cs))}
+	refused := func(i int, err error) {
+		r := &agwpv1.CompleteJobsResult{ErrorCode: connect.CodeOf(err).String(), ErrorMessage: err.Error()}
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			r.ErrorMessage = ce.Message()
+		}
+		res.Results[i] = r
+	}
+	// Each completion is checked on its own; those that pass go to the store together.
+	params := make([]store.CompleteJobParams, 0, len(cs))
+	index := make([]int, 0, len(cs))
+	for i, c := range cs {
+		p, err := h.completion(ctx, "CompleteJobs", c, tokens[i], results[i])
+		if err != nil {
+			refused(i, err)
+			continue
+		}
+		params = append(params, p)
+		index = append(index, i)
+	}
+	if len(params) > 0 {
+		outcomes, err := h.s.store.CompleteJobs(ctx, params)
+		if err != nil {
+			return nil, storeError(err, connect.CodeInternal)
+		}
+		for k, o := range outcomes {
+			if o.Err != nil {
+				refused(index[k], h.claimRefusal("CompleteJobs", o.Err, connect.CodeFailedPrecondition))
+				continue
+			}
+			h.completed(o.Job)
+			res.Results[index[k]] = &agwpv1.CompleteJobsResult{Job: jobProto(o.Job)}
+		}
+	}
+	return res, nil
+}
+
+// completion checks what CompleteJob and CompleteJobs check beyond the request's form (the claim
+// number the server may require, the attestation) and answers the store's parameters.
+func (h jobService) completion(ctx context.Context, procedure string, req *agwpv1.CompleteJobRequest, token uint32, result []byte) (store.CompleteJobParams, error) {
+	if err := h.requireToken(procedure, token); err != nil {
+		return store.CompleteJobParams{}, err
 	}
 	c := callerFrom(ctx)
 	params := store.CompleteJobParams{
@@ -174,18 +267,18 @@ func (h jobService) CompleteJob(ctx context.Context, req *agwpv1.CompleteJobRequ
 	if req.GetAttestation() != nil {
 		a, claim, err := h.verifyAttestation(ctx, c, req, token)
 		if err != nil {
-			h.s.metrics.refusal("CompleteJob", "attestation")
-			return nil, err
+			h.s.metrics.refusal(procedure, "attestation")
+			return store.CompleteJobParams{}, err
 		}
 		params.Attestation, params.FencingToken = a, claim
 	}
-	job, err := h.s.store.CompleteJob(ctx, params)
-	if err != nil {
-		return nil, h.claimRefusal("CompleteJob", err, connect.CodeFailedPrecondition)
-	}
+	return params, nil
+}
+
+// completed counts an accepted completion and lets the gate act on a validate job's result.
+func (h jobService) completed(job store.Job) {
 	h.s.metrics.completions.Inc()
 	h.s.kickValidation(job)
-	return &agwpv1.CompleteJobResponse{Job: jobProto(job)}, nil
 }
 
 func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*agwpv1.FailJobResponse, error) {

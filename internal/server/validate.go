@@ -35,6 +35,7 @@ const (
 	minLease          = time.Second
 	maxLease          = time.Hour
 	maxClaimWait      = 60 * time.Second
+	maxBatch          = 256 // jobs of one ClaimJobs, completions of one CompleteJobs
 	maxEnqueueDelay   = 30 * 24 * time.Hour
 	maxRetryDelay     = 30 * 24 * time.Hour
 )
@@ -217,6 +218,47 @@ func validateClaim(req *agwpv1.ClaimJobRequest) (lease, wait time.Duration, err 
 	}
 	wait, err = duration("wait", req.GetWait(), 0, 0, maxClaimWait)
 	return lease, wait, err
+}
+
+// validateClaimJobs answers the lease, the wait and the most jobs of a valid ClaimJobs.
+func validateClaimJobs(req *agwpv1.ClaimJobsRequest) (lease, wait time.Duration, most int, err error) {
+	lease, wait, err = validateClaim(&agwpv1.ClaimJobRequest{
+		Worker: req.GetWorker(), Kinds: req.GetKinds(), Lease: req.GetLease(), Wait: req.GetWait(),
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	most = int(max(req.GetMaxJobs(), 1))
+	if req.GetMaxJobs() > maxBatch {
+		return 0, 0, 0, invalid("max_jobs", "at most %d, got %d", maxBatch, req.GetMaxJobs())
+	}
+	return lease, wait, most, nil
+}
+
+// validateCompleteJobs checks a CompleteJobs request as a whole: the number of completions,
+// each one as CompleteJob checks it (the error names its index), and that no job comes twice.
+// It answers each completion's claim number and result.
+func validateCompleteJobs(req *agwpv1.CompleteJobsRequest) (tokens []uint32, results [][]byte, err error) {
+	cs := req.GetCompletions()
+	if len(cs) == 0 || len(cs) > maxBatch {
+		return nil, nil, invalid("completions", "1 to %d completions, got %d", maxBatch, len(cs))
+	}
+	tokens, results = make([]uint32, len(cs)), make([][]byte, len(cs))
+	seen := make(map[string]int, len(cs))
+	for i, c := range cs {
+		if tokens[i], results[i], err = validateComplete(c); err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				return nil, nil, connect.NewError(ce.Code(), fmt.Errorf("completions[%d].%s", i, ce.Message()))
+			}
+			return nil, nil, err
+		}
+		if j, dup := seen[c.GetJobId()]; dup {
+			return nil, nil, invalid(fmt.Sprintf("completions[%d].job_id", i), "job %s is completed by completions[%d] already", c.GetJobId(), j)
+		}
+		seen[c.GetJobId()] = i
+	}
+	return tokens, results, nil
 }
 
 // validateHeartbeat answers the claim number and the new lease (0: the claim's own) of a valid

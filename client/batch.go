@@ -1,0 +1,86 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// MaxBatch is the most jobs one ClaimMany claims and the most claims one CompleteMany completes.
+const MaxBatch = 256
+
+// ClaimMany asks for up to most jobs (1..MaxBatch) in one call; it answers none when none was
+// available within the wait, and returns as soon as at least one was. Each claim has its own
+// number and is reported on as if Claim had answered it.
+func (c *Client) ClaimMany(ctx context.Context, o ClaimOptions, most int) ([]*Claim, error) {
+	if most < 1 || most > MaxBatch {
+		return nil, fmt.Errorf("claim many: most must be 1 to %d, got %d", MaxBatch, most)
+	}
+	req := &agwpv1.ClaimJobsRequest{Worker: o.Worker, Kinds: o.Kinds, MaxJobs: uint32(most)}
+	if o.Lease > 0 {
+		req.Lease = durationpb.New(o.Lease)
+	}
+	if o.Wait > 0 {
+		req.Wait = durationpb.New(o.Wait)
+	}
+	res, err := c.Jobs.ClaimJobs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	lease := o.Lease
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	claims := make([]*Claim, len(res.GetJobs()))
+	for i, j := range res.GetJobs() {
+		claims[i] = &Claim{Job: j, client: c, worker: o.Worker, lease: lease}
+	}
+	return claims, nil
+}
+
+// Completion is one completion of a CompleteMany call.
+type Completion struct {
+	Claim *Claim
+	CompleteOptions
+}
+
+// CompleteMany completes several claims in one call (1..MaxBatch, of distinct jobs), each with
+// its own claim number. It answers, in the order of cs, the completed job or nil, and the
+// refusal of each completion that was refused, as the error CompleteJob would have answered
+// (IsLostClaim, IsCode work on it). err is for the call as a whole: then nothing is known to
+// have been completed.
+func (c *Client) CompleteMany(ctx context.Context, cs []Completion) (jobs []*agwpv1.Job, refusals []error, err error) {
+	if len(cs) == 0 || len(cs) > MaxBatch {
+		return nil, nil, fmt.Errorf("complete many: 1 to %d completions, got %d", MaxBatch, len(cs))
+	}
+	req := &agwpv1.CompleteJobsRequest{Completions: make([]*agwpv1.CompleteJobRequest, len(cs))}
+	for i, c := range cs {
+		req.Completions[i] = c.Claim.completeRequest(c.CompleteOptions)
+	}
+	res, err := c.Jobs.CompleteJobs(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(res.GetResults()) != len(cs) {
+		return nil, nil, fmt.Errorf("complete many: %d results for %d completions", len(res.GetResults()), len(cs))
+	}
+	jobs, refusals = make([]*agwpv1.Job, len(cs)), make([]error, len(cs))
+	for i, r := range res.GetResults() {
+		if r.GetErrorCode() == "" {
+			jobs[i] = r.GetJob()
+			continue
+		}
+		var code connect.Code
+		if err := code.UnmarshalText([]byte(r.GetErrorCode())); err != nil {
+			code = connect.CodeUnknown
+		}
+		refusals[i] = connect.NewError(code, errors.New(r.GetErrorMessage()))
+	}
+	return jobs, refusals, nil
+}
