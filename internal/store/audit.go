@@ -42,11 +42,14 @@ import (
 // have Principal SystemPrincipal. A FailJob's actor is its worker parameter (a retry clears
 // claimed_by).
 type AuditStore interface {
-	// SealAudit seals up to p.Limit unsealed events, oldest (by insertion) first, in one
-	// transaction that holds the log's head: it calls p.Seal with the head, the pending events
-	// and a reader of the Merkle tree's stored hashes, then stores what Seal answers (each
-	// event's seq, prev hash and hash; the new tree hashes; the new head; the checkpoint). It
-	// answers how many events it sealed (0: nothing pending, and p.Seal is not called).
+	// SealAudit seals up to p.Limit unsealed events, oldest (by insertion) first: it calls
+	// p.Seal with the head, the pending events and a reader of the Merkle tree's stored hashes,
+	// then stores what Seal answers (each event's seq, prev hash and hash; the new tree hashes;
+	// the new head; the checkpoint) only if the head is still the one Seal continued, in one
+	// transaction (PostgreSQL holds the head's row throughout; SQLite computes the seal from a
+	// snapshot, outside its one writer, and checks the head when it stores it, computing again
+	// if another sealer moved it). It answers how many events it sealed (0: nothing pending, and
+	// p.Seal is not called). p.Seal may be called more than once.
 	SealAudit(ctx context.Context, p SealAuditParams) (int, error)
 
 	// ListAuditEvents answers sealed events with seq > p.AfterSeq, by seq, at most p.Limit.
@@ -135,7 +138,7 @@ type AuditSeal struct {
 // SealAuditParams are the inputs of SealAudit.
 type SealAuditParams struct {
 	Limit int
-	// Seal runs inside the transaction; hashes reads stored tree hashes in that transaction.
+	// Seal computes a seal; hashes reads stored tree hashes as of the head Seal is given.
 	Seal func(head AuditHead, pending []AuditEvent, hashes func(indexes []int64) ([][]byte, error)) (AuditSeal, error)
 }
 

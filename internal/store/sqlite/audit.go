@@ -166,7 +166,16 @@ const detailsTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 // defaultSealLimit is SealAudit's batch when the caller gives none.
 const defaultSealLimit = 1000
 
-// SealAudit seals up to p.Limit pending events, oldest first, in one write.
+// sealAttempts bounds how often a seal is computed again because another sealer (another
+// process on the same file) moved the head meanwhile.
+const sealAttempts = 10
+
+// SealAudit seals up to p.Limit pending events, oldest first. The seal is computed from a read
+// snapshot, outside the one writer, and only stored by a write, which checks that the head is
+// still the one the seal continues: hashing and signing a batch takes milliseconds, and every
+// claim and completion would wait for them if they ran in the write. Events committed after the
+// snapshot have larger ids than any it saw, so the batch is still the oldest pending events
+// when it is stored.
 func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error) {
 	if p.Seal == nil {
 		return 0, errors.New("seal audit: no Seal function")
@@ -175,43 +184,78 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 	if limit <= 0 {
 		limit = defaultSealLimit
 	}
-	var sealed int
-	err := d.write(ctx, "seal audit", func(ctx context.Context, tx *sql.Tx) error {
-		var (
-			head         store.AuditHead
-			size, lastID int64
-		)
-		if err := tx.QueryRowContext(ctx, `SELECT size, hash, last_id FROM audit_head WHERE one = 1`).
-			Scan(&size, &head.Hash, &lastID); err != nil {
-			return interpret("seal audit: read the head", err)
-		}
-		head.Size = uint64(size)
-		if err := checkHead(ctx, tx, head, lastID); err != nil {
-			return err
-		}
-		pending, err := pendingEvents(ctx, tx, lastID, limit)
+	for range sealAttempts {
+		head, lastID, pending, seal, err := d.computeSeal(ctx, p.Seal, limit)
 		if err != nil || len(pending) == 0 {
-			return err
+			return 0, err
 		}
-		seal, err := p.Seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
-			return readAuditHashes(ctx, tx, indexes)
+		err = d.write(ctx, "seal audit", func(ctx context.Context, tx *sql.Tx) error {
+			now, nowID, err := readHead(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if now.Size != head.Size || !bytes.Equal(now.Hash, head.Hash) || nowID != lastID {
+				return errHeadMoved
+			}
+			return storeSeal(ctx, tx, head, seal, micros(d.now()))
 		})
+		if errors.Is(err, errHeadMoved) {
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("seal audit: %w", err)
+			return 0, err
 		}
-		if err := checkSeal(head, pending, seal); err != nil {
-			return fmt.Errorf("seal audit: %w", err)
-		}
-		if err := storeSeal(ctx, tx, head, seal, micros(d.now())); err != nil {
-			return err
-		}
-		sealed = len(pending)
-		return nil
+		return len(pending), nil
+	}
+	return 0, fmt.Errorf("seal audit: the head moved during %d seals in a row", sealAttempts)
+}
+
+// errHeadMoved says that a seal computed from a snapshot no longer continues the head.
+var errHeadMoved = errors.New("seal audit: the head moved since the seal was computed")
+
+// computeSeal reads the head and up to limit pending events in one read transaction (one
+// snapshot) and seals them with seal, which reads tree hashes in that snapshot too.
+func (d *DB) computeSeal(ctx context.Context, seal func(store.AuditHead, []store.AuditEvent, func([]int64) ([][]byte, error)) (store.AuditSeal, error), limit int) (
+	head store.AuditHead, lastID int64, pending []store.AuditEvent, sealed store.AuditSeal, err error,
+) {
+	tx, err := d.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return head, 0, nil, sealed, interpret("seal audit: begin", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
+	if head, lastID, err = readHead(ctx, tx); err != nil {
+		return head, 0, nil, sealed, err
+	}
+	if err = checkHead(ctx, tx, head, lastID); err != nil {
+		return head, 0, nil, sealed, err
+	}
+	if pending, err = pendingEvents(ctx, tx, lastID, limit); err != nil || len(pending) == 0 {
+		return head, lastID, nil, sealed, err
+	}
+	sealed, err = seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
+		return readAuditHashes(ctx, tx, indexes)
 	})
 	if err != nil {
-		return 0, err
+		return head, 0, nil, sealed, fmt.Errorf("seal audit: %w", err)
 	}
-	return sealed, nil
+	if err := checkSeal(head, pending, sealed); err != nil {
+		return head, 0, nil, sealed, fmt.Errorf("seal audit: %w", err)
+	}
+	return head, lastID, pending, sealed, nil
+}
+
+// readHead reads the head and the id of its last event.
+func readHead(ctx context.Context, tx *sql.Tx) (store.AuditHead, int64, error) {
+	var (
+		head         store.AuditHead
+		size, lastID int64
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT size, hash, last_id FROM audit_head WHERE one = 1`).
+		Scan(&size, &head.Hash, &lastID); err != nil {
+		return head, 0, interpret("seal audit: read the head", err)
+	}
+	head.Size = uint64(size)
+	return head, lastID, nil
 }
 
 // checkHead refuses to seal after the head's event was deleted or renumbered: ids would then
@@ -235,10 +279,11 @@ func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int
 }
 
 // pendingEvents reads up to limit unsealed events in insertion order: those after the last
-// sealed one, lastID (see 0004_audit.sql).
+// sealed one, lastID (see 0004_audit.sql). The limit is "? + 0" because SQLite prepares a
+// statement again whenever a bare LIMIT parameter is bound.
 func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]store.AuditEvent, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, time, principal, holder, action, subject, details
-		FROM audit_events WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ?`, lastID, limit)
+		FROM audit_events WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ? + 0`, lastID, limit)
 	if err != nil {
 		return nil, interpret("seal audit: read pending events", err)
 	}
