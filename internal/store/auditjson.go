@@ -2,9 +2,11 @@ package store
 
 import "unicode/utf8"
 
-// AppendJSONString appends s as a JSON string, escaped as encoding/json does with HTML escaping
-// off; invalid UTF-8 becomes U+FFFD. Both backends build audit details with it on their write
-// paths, where encoding/json's reflection costs more than the write.
+// AppendJSONString appends s as a valid JSON string, escaped much as encoding/json does with
+// HTML escaping off (it writes \b and \f as \u0008 and \u000c, and leaves U+2028 and U+2029
+// as they are); invalid UTF-8 becomes U+FFFD. Both backends build audit details with it on
+// their write paths, where encoding/json's reflection costs more than the write. The hashes
+// cover the canonical form (internal/audit), which re-escapes details as encoding/json does.
 func AppendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
