@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"bytes"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,13 @@ func TestChaosShort(t *testing.T) {
 	// integrated and rejected changes.
 	if rep.StaleRefused == 0 {
 		t.Errorf("no request with a superseded claim number or lease token was refused")
+	}
+	// The batch worker claimed and completed through ClaimJobs and CompleteJobs, whose items
+	// the checks above covered as they cover single calls.
+	for _, m := range []string{"ClaimJobs", "CompleteJobs"} {
+		if !slices.ContainsFunc(rep.Ops, func(c chaos.OpCount) bool { return c.Method == m && c.Calls > 0 && c.Jobs > 0 }) {
+			t.Errorf("no %s call with a job was recorded", m)
+		}
 	}
 	if rep.GatedIntegrated == 0 || rep.ValidationFailures == 0 {
 		t.Errorf("gated repository: %d changes integrated, %d rejected by a failing validation; want some of each", rep.GatedIntegrated, rep.ValidationFailures)

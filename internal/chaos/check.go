@@ -332,7 +332,9 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 
 	// The recorded workers' completions and failures against the log: an accepted one is there
 	// with its claim number; a refused one (never also tried with an unknown outcome) is not.
+	// The items of CompleteJobs calls are recorded as CompleteJob ops and count here alike.
 	reported := map[string]map[string]bool{} // method|job|claim|holder → outcomes
+	inBatch := map[string]bool{}
 	for _, op := range ops {
 		if op.Method != "CompleteJob" && op.Method != "FailJob" {
 			continue
@@ -342,6 +344,9 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 			reported[k] = map[string]bool{}
 		}
 		reported[k][op.Outcome] = true
+		if op.Batch != "" {
+			inBatch[k] = true
+		}
 	}
 	inLog := map[string]uint64{}
 	for id, h := range byJob {
@@ -370,7 +375,7 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 			}
 		}
 	}
-	c.done(invCompletion, "%d completions of %d jobs; %d recorded reports matched with the log", completions, len(byJob), len(reported))
+	c.done(invCompletion, "%d completions of %d jobs; %d recorded reports matched with the log (%d sent in batches)", completions, len(byJob), len(reported), len(inBatch))
 }
 
 func mustNum(e event, key string) uint64 {
@@ -381,8 +386,15 @@ func mustNum(e event, key string) uint64 {
 // ---- recorded expectations ----
 
 func (r *run) checkExpectations(c *checker, ops []Op) {
-	calls := map[int64][]Op{}
-	var staleClaims, staleLeases, current int
+	// The tries of one call, per job: the items of a batch call are about several jobs, each
+	// with its own outcome, and each is one request of its own for this check.
+	type callKey struct {
+		call int64
+		job  string
+	}
+	calls := map[callKey][]Op{}
+	var order []callKey
+	var staleClaims, staleInBatches, staleLeases, current int
 	for _, op := range ops {
 		inv := invStaleLease
 		if strings.HasSuffix(op.Method, "Job") {
@@ -392,6 +404,9 @@ func (r *run) checkExpectations(c *checker, ops []Op) {
 		case ExpectRefused:
 			if inv == invStaleClaim {
 				staleClaims++
+				if op.Batch != "" {
+					staleInBatches++
+				}
 			} else {
 				staleLeases++
 			}
@@ -404,10 +419,15 @@ func (r *run) checkExpectations(c *checker, ops []Op) {
 				}
 			}
 		case ExpectAccepted:
-			calls[op.Call] = append(calls[op.Call], op)
+			k := callKey{op.Call, op.Job}
+			if calls[k] == nil {
+				order = append(order, k)
+			}
+			calls[k] = append(calls[k], op)
 		}
 	}
-	for _, tries := range calls {
+	for _, k := range order {
+		tries := calls[k]
 		current++
 		unknownBefore := false
 		for _, op := range tries {
@@ -423,7 +443,7 @@ func (r *run) checkExpectations(c *checker, ops []Op) {
 			}
 		}
 	}
-	c.done(invStaleClaim, "%d requests with a superseded claim number", staleClaims)
+	c.done(invStaleClaim, "%d requests with a superseded claim number (%d of them items of batch calls)", staleClaims, staleInBatches)
 	c.done(invStaleLease, "%d requests with a superseded lease token", staleLeases)
 	c.done(invCurrent, "%d calls with the current claim or token", current)
 }
@@ -431,7 +451,11 @@ func (r *run) checkExpectations(c *checker, ops []Op) {
 func describeOp(op Op) string {
 	switch op.Method {
 	case "HeartbeatJob", "CompleteJob", "FailJob":
-		return fmt.Sprintf("%s of job %s with claim %d by worker %s", op.Method, op.Job, op.Claim, op.Worker)
+		d := fmt.Sprintf("%s of job %s with claim %d by worker %s", op.Method, op.Job, op.Claim, op.Worker)
+		if op.Batch != "" {
+			d += fmt.Sprintf(" (item %d of a %s call)", op.BatchItem, op.Batch)
+		}
+		return d
 	case "Integrate":
 		return fmt.Sprintf("Integrate of %s %v with tokens %v by holder %s", op.Repo, op.Paths, op.Tokens, op.Holder)
 	case "RenewLease", "ReleaseLease":

@@ -3,10 +3,14 @@ package chaos
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
@@ -225,3 +229,177 @@ func TestSchedule(t *testing.T) {
 		t.Errorf("a 15 s run restarts PostgreSQL: %v", fs)
 	}
 }
+
+// completeJobsOps records one CompleteJobs call of worker rw2, all with claim 1, as the
+// recorder does, with the answer's results in the order of jobs and exp attached to the call.
+func completeJobsOps(t *testing.T, jobs []string, results []*agwpv1.CompleteJobsResult, callErr error, exp expectation) []Op {
+	t.Helper()
+	req := &agwpv1.CompleteJobsRequest{}
+	for _, id := range jobs {
+		req.Completions = append(req.Completions, &agwpv1.CompleteJobRequest{JobId: id, Worker: "rw2", FencingToken: 1})
+	}
+	var answer any
+	if callErr == nil {
+		answer = &agwpv1.CompleteJobsResponse{Results: results}
+	}
+	base := Op{Call: exp.call, Actor: "rw2", Method: "CompleteJobs", Start: t0.Add(5 * time.Second), End: t0.Add(5100 * time.Millisecond)}
+	requestFields(&base, req)
+	ops := recordOps(base, req, answer, callErr, func(int64) int64 { return 1 })
+	for i := range ops {
+		exp.apply(&ops[i])
+	}
+	return ops
+}
+
+// TestRecordBatchOps ensures a batch call is recorded as one op per item shaped as the single
+// call's: a ClaimJobs answer as ClaimJob ops, each with its claim number, an empty one as one
+// op; a CompleteJobs answer as CompleteJob ops with each item's own outcome and the call's
+// times, every item unknown when the call got no answer, and an expectation only on the items
+// it names.
+func TestRecordBatchOps(t *testing.T) {
+	exp := timeAfter(3 * time.Second)
+	claim := &agwpv1.ClaimJobsRequest{Worker: "rw2", Kinds: []string{"ag.noop"}, MaxJobs: 4}
+	base := Op{Method: "ClaimJobs"}
+	requestFields(&base, claim)
+	got := recordOps(base, claim, &agwpv1.ClaimJobsResponse{Jobs: []*agwpv1.Job{
+		{Id: "j1", State: agwpv1.JobState_JOB_STATE_CLAIMED, Attempts: 1, LeaseExpiresAt: exp},
+		{Id: "j2", State: agwpv1.JobState_JOB_STATE_CLAIMED, Attempts: 3, LeaseExpiresAt: exp},
+	}}, nil, func(int64) int64 { return 9 })
+	if len(got) != 2 {
+		t.Fatalf("ClaimJobs with two jobs: %d ops, want 2: %+v", len(got), got)
+	}
+	for i, want := range []struct {
+		job   string
+		claim uint64
+	}{{"j1", 1}, {"j2", 3}} {
+		op := got[i]
+		if op.Method != "ClaimJob" || op.Batch != "ClaimJobs" || op.BatchReq != 9 || op.BatchItem != i+1 || op.Job != want.job ||
+			op.Claim != want.claim || op.Worker != "rw2" || op.Outcome != outcomeOK || !op.ExpiresAt.Equal(t0.Add(3*time.Second)) {
+			t.Errorf("ClaimJobs item %d: %+v, want a ClaimJob op of job %s with claim %d", i+1, op, want.job, want.claim)
+		}
+	}
+	if got := recordOps(base, claim, &agwpv1.ClaimJobsResponse{}, nil, func(int64) int64 { return 10 }); len(got) != 1 || got[0].Job != "" || got[0].Outcome != outcomeOK {
+		t.Errorf("empty ClaimJobs answer: %+v, want one ok op without a job", got)
+	}
+
+	results := []*agwpv1.CompleteJobsResult{
+		{Job: &agwpv1.Job{Id: "j1", State: agwpv1.JobState_JOB_STATE_COMPLETED, Attempts: 1}},
+		{ErrorCode: "failed_precondition", ErrorMessage: "claim 1 is not current"},
+		{ErrorCode: "unavailable", ErrorMessage: "try again"},
+	}
+	x := expectation{call: 5, method: "CompleteJob", expect: ExpectRefused, wantCode: connect.CodeFailedPrecondition, items: map[string]string{"j2": "claim 2 took over"}}
+	got = completeJobsOps(t, []string{"j1", "j2", "j3"}, results, nil, x)
+	want := []struct{ outcome, code string }{{outcomeOK, "ok"}, {outcomeRefused, "failed_precondition"}, {outcomeUnknown, "unavailable"}}
+	if len(got) != len(want) {
+		t.Fatalf("CompleteJobs of three: %d ops, want 3: %+v", len(got), got)
+	}
+	for i, w := range want {
+		op := got[i]
+		if op.Method != "CompleteJob" || op.Batch != "CompleteJobs" || op.BatchItem != i+1 || op.Claim != 1 || op.Worker != "rw2" ||
+			op.Outcome != w.outcome || op.Code != w.code || op.Call != 5 || !op.End.Equal(t0.Add(5100*time.Millisecond)) {
+			t.Errorf("CompleteJobs item %d: %+v, want a CompleteJob op %s with %s", i+1, op, w.outcome, w.code)
+		}
+		if wantExpect := i == 1; (op.Expect == ExpectRefused) != wantExpect {
+			t.Errorf("CompleteJobs item %d (job %s): expectation %q; only j2's item is expected refused", i+1, op.Job, op.ExpectS)
+		}
+	}
+	if got[1].WantCode != "failed_precondition" || got[1].Why != "claim 2 took over" {
+		t.Errorf("j2's expectation: code %q, why %q", got[1].WantCode, got[1].Why)
+	}
+
+	for _, callErr := range []error{connect.NewError(connect.CodeUnavailable, errors.New("replica down")), errors.New("connection reset")} {
+		got = completeJobsOps(t, []string{"j1", "j2"}, nil, callErr, expectation{})
+		if len(got) != 2 || got[0].Outcome != outcomeUnknown || got[1].Outcome != outcomeUnknown || got[1].Job != "j2" {
+			t.Errorf("CompleteJobs without an answer (%v): %+v, want both items unknown", callErr, got)
+		}
+	}
+	got = completeJobsOps(t, []string{"j1", "j2"}, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("completions[1].job_id: twice")), expectation{})
+	if len(got) != 2 || got[0].Outcome != outcomeRefused || got[1].Code != "invalid_argument" {
+		t.Errorf("CompleteJobs refused as a whole: %+v, want both items refused with invalid_argument", got)
+	}
+	got = completeJobsOps(t, []string{"j1", "j2"}, results[:1], nil, expectation{})
+	if len(got) != 2 || got[0].Outcome != outcomeUnknown || got[1].Outcome != outcomeUnknown {
+		t.Errorf("CompleteJobs answered with one result for two: %+v, want both items unknown", got)
+	}
+}
+
+// TestCheckBatchCompletion ensures a completion in a CompleteJobs call accepted from a stale
+// claim number is named, both by the audit log (a completion from other than the latest claim)
+// and by the harness's expectation, while its refused items, and an item accepted from a claim
+// nobody took over, are not.
+func TestCheckBatchCompletion(t *testing.T) {
+	var l log
+	for _, id := range []string{"j1", "j2", "j3"} {
+		l.add(t, 0, "admin", "job.enqueued", "job/"+id, nil)
+		l.add(t, time.Second, "recorder|rw2", "job.claimed", "job/"+id, map[string]any{"claim": 1, "lease_expires_at": ts(3 * time.Second)})
+	}
+	// rw2 pauses; j1 and j2 are claimed by another worker, j3 is not.
+	l.add(t, 4*time.Second, "fleet|w1", "job.claimed", "job/j1", map[string]any{"claim": 2, "lease_expires_at": ts(6 * time.Second)})
+	l.add(t, 4*time.Second, "fleet|w1", "job.claimed", "job/j2", map[string]any{"claim": 2, "lease_expires_at": ts(6 * time.Second)})
+	l.add(t, 4500*time.Millisecond, "fleet|w1", "job.completed", "job/j2", map[string]any{"claim": 2})
+	// The broken server accepts j1's stale item; j3's is current.
+	l.add(t, 5*time.Second, "recorder|rw2", "job.completed", "job/j1", map[string]any{"claim": 1})
+	l.add(t, 5*time.Second, "recorder|rw2", "job.completed", "job/j3", map[string]any{"claim": 1})
+	final := []*agwpv1.Job{job("j1", agwpv1.JobState_JOB_STATE_COMPLETED, 2), job("j2", agwpv1.JobState_JOB_STATE_COMPLETED, 2),
+		job("j3", agwpv1.JobState_JOB_STATE_COMPLETED, 1)}
+
+	stale := map[string]string{"j1": "claimed again with claim 2", "j2": "completed with claim 2"}
+	x := expectation{call: 1, method: "CompleteJob", expect: ExpectRefused, wantCode: connect.CodeFailedPrecondition, items: stale}
+	ops := completeJobsOps(t, []string{"j1", "j2", "j3"}, []*agwpv1.CompleteJobsResult{
+		{Job: job("j1", agwpv1.JobState_JOB_STATE_COMPLETED, 2)},
+		{ErrorCode: "failed_precondition", ErrorMessage: "the job is completed"},
+		{Job: job("j3", agwpv1.JobState_JOB_STATE_COMPLETED, 1)},
+	}, nil, x)
+
+	c := runJobs(&l, final, ops)
+	(&run{}).checkExpectations(c, ops)
+	got := violated(c, invCompletion)
+	if len(got) == 0 || !slices.ContainsFunc(got, func(v string) bool {
+		return strings.Contains(v, "claim 1") && strings.Contains(v, "latest claim was 2")
+	}) {
+		t.Errorf("violations of %q: %q, want one naming j1's claim 1 accepted while claim 2 was the latest", invCompletion, got)
+	}
+	got = violated(c, invStaleClaim)
+	if len(got) != 1 || !strings.Contains(got[0], "job j1") || !strings.Contains(got[0], "item 1 of a CompleteJobs call") || !strings.Contains(got[0], "was accepted") {
+		t.Errorf("violations of %q: %q, want one naming j1's accepted batch item", invStaleClaim, got)
+	}
+	for _, v := range c.violations {
+		if !strings.Contains(v.What, "j1") {
+			t.Errorf("violation about another job than j1: %s", v)
+		}
+	}
+
+	// The same batch answered right: j1's item refused too. Nothing is wrong.
+	var good log
+	good.events = slices.DeleteFunc(slices.Clone(l.events), func(e event) bool {
+		return e.Action == "job.completed" && e.Subject == "job/j1"
+	})
+	ops = completeJobsOps(t, []string{"j1", "j2", "j3"}, []*agwpv1.CompleteJobsResult{
+		{ErrorCode: "failed_precondition", ErrorMessage: "claim 1 is not current"},
+		{ErrorCode: "failed_precondition", ErrorMessage: "the job is completed"},
+		{Job: job("j3", agwpv1.JobState_JOB_STATE_COMPLETED, 1)},
+	}, nil, x)
+	final[0] = job("j1", agwpv1.JobState_JOB_STATE_CLAIMED, 2)
+	c = runJobs(&good, final, ops)
+	(&run{}).checkExpectations(c, ops)
+	if len(c.violations) != 0 {
+		t.Errorf("violations when the stale items were refused: %v", c.violations)
+	}
+}
+
+// TestCheckExpectationsBatchCurrent ensures an expectation that current claims are accepted is
+// checked per item of a batch call: one item accepted does not excuse another refused.
+func TestCheckExpectationsBatchCurrent(t *testing.T) {
+	x := expectation{call: 1, method: "CompleteJob", expect: ExpectAccepted, why: "current"}
+	ops := completeJobsOps(t, []string{"j1", "j2"}, []*agwpv1.CompleteJobsResult{
+		{Job: job("j1", agwpv1.JobState_JOB_STATE_COMPLETED, 1)},
+		{ErrorCode: "failed_precondition", ErrorMessage: "lost"},
+	}, nil, x)
+	c := &checker{checked: map[string]string{}}
+	(&run{}).checkExpectations(c, ops)
+	if got := violated(c, invCurrent); len(got) != 1 || !strings.Contains(got[0], "job j2") {
+		t.Errorf("violations of %q: %q, want one naming j2", invCurrent, got)
+	}
+}
+
+func timeAfter(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(t0.Add(d)) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -74,6 +75,14 @@ type Op struct {
 	Change  string   `json:"change,omitempty"`
 	LeaseNS int64    `json:"lease_ns,omitempty"` // the claim's lease asked for
 
+	// A call of a batch method (ClaimJobs, CompleteJobs) is recorded as one Op per item, each
+	// shaped as the single call's would be (Method "ClaimJob" or "CompleteJob", its own job,
+	// claim number and outcome, the call's Start and End), so that every check applies to the
+	// items unchanged. These fields say which call carried the item.
+	Batch     string `json:"batch,omitempty"`      // the batch method
+	BatchReq  int64  `json:"batch_req,omitempty"`  // the request, shared by the Ops of its items
+	BatchItem int    `json:"batch_item,omitempty"` // 1-based: the completion's place in the request, the job's in the answer
+
 	// The answer.
 	Outcome   string    `json:"outcome"`
 	Code      string    `json:"code"` // "ok" or the Connect code
@@ -90,10 +99,11 @@ type Op struct {
 
 // History is the log of every request and answer of the recorded clients.
 type History struct {
-	mu    sync.Mutex
-	ops   []Op
-	seq   atomic.Int64
-	calls atomic.Int64
+	mu      sync.Mutex
+	ops     []Op
+	seq     atomic.Int64
+	calls   atomic.Int64
+	batches atomic.Int64 // requests of batch methods, for Op.BatchReq
 }
 
 func (h *History) add(op Op) {
@@ -128,6 +138,29 @@ type expectation struct {
 	expect   Expect
 	wantCode connect.Code
 	why      string
+	// items narrows an expectation about a batch call to the items of these jobs, each with
+	// its own reason (in place of why): a batch may mix stale claims with current ones. nil:
+	// the expectation is about every item (and about a single call).
+	items map[string]string
+}
+
+// apply sets the expectation on a recorded op it is about.
+func (e expectation) apply(op *Op) {
+	if e.method != op.Method || e.expect == ExpectAny {
+		return
+	}
+	why := e.why
+	if e.items != nil {
+		w, ok := e.items[op.Job]
+		if !ok {
+			return
+		}
+		why = w
+	}
+	op.Expect, op.ExpectS, op.Why = e.expect, e.expect.String(), why
+	if e.expect == ExpectRefused {
+		op.WantCode = e.wantCode.String()
+	}
 }
 
 type expectKey struct{}
@@ -153,30 +186,93 @@ func (r recorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		ctx, cancel := context.WithTimeout(ctx, r.timeout+longPollWait(req.Any()))
 		defer cancel()
 		op := Op{Actor: r.actor, Replica: r.replica, Method: methodName(req.Spec().Procedure), Start: time.Now()}
-		if e, ok := ctx.Value(expectKey{}).(expectation); ok {
-			op.Call = e.call
-			if e.method == op.Method && e.expect != ExpectAny {
-				op.Expect, op.ExpectS, op.Why = e.expect, e.expect.String(), e.why
-				if e.expect == ExpectRefused {
-					op.WantCode = e.wantCode.String()
-				}
-			}
-		}
+		e, _ := ctx.Value(expectKey{}).(expectation)
+		op.Call = e.call
 		requestFields(&op, req.Any())
 		res, err := next(ctx, req)
 		op.End = time.Now()
-		op.Outcome, op.Code = classify(err)
-		if err != nil {
-			op.Message = err.Error()
-			if len(op.Message) > 300 {
-				op.Message = op.Message[:300] + "..."
-			}
-		} else {
-			responseFields(&op, res.Any())
+		var answer any
+		if err == nil {
+			answer = res.Any()
 		}
-		r.h.add(op)
+		for _, o := range recordOps(op, req.Any(), answer, err, r.h.batches.Add) {
+			e.apply(&o)
+			r.h.add(o)
+		}
 		return res, err
 	}
+}
+
+// recordOps answers the ops that record one request (op: its common fields and the request's
+// key fields) and its answer (nil when the call failed with err): one, or one per item of a
+// batch call.
+// nextReq numbers a batch call's request.
+func recordOps(op Op, req, answer any, err error, nextReq func(int64) int64) []Op {
+	op.Outcome, op.Code = classify(err)
+	if err != nil {
+		op.Message = err.Error()
+		if len(op.Message) > 300 {
+			op.Message = op.Message[:300] + "..."
+		}
+	}
+	switch m := req.(type) {
+	case *agwpv1.ClaimJobsRequest:
+		// As ClaimJob: a failed call, or an empty answer, is one op without a job; a call that
+		// got no answer may have claimed jobs, which the audit log shows, as for ClaimJob.
+		op.Method, op.Batch, op.BatchReq = "ClaimJob", "ClaimJobs", nextReq(1)
+		res, _ := answer.(*agwpv1.ClaimJobsResponse) // nil when the call failed
+		jobs := res.GetJobs()
+		if len(jobs) == 0 {
+			return []Op{op}
+		}
+		ops := make([]Op, len(jobs))
+		for i, j := range jobs {
+			ops[i] = op
+			ops[i].BatchItem = i + 1
+			responseFields(&ops[i], &agwpv1.ClaimJobResponse{Job: j})
+		}
+		return ops
+	case *agwpv1.CompleteJobsRequest:
+		op.Method, op.Batch, op.BatchReq = "CompleteJob", "CompleteJobs", nextReq(1)
+		cs := m.GetCompletions()
+		res, _ := answer.(*agwpv1.CompleteJobsResponse)
+		results := res.GetResults()
+		if err == nil && len(results) != len(cs) {
+			// An answer that cannot be matched to its completions says of none of them
+			// whether it was applied.
+			op.Outcome, op.Code = outcomeUnknown, "unmatched"
+			op.Message = fmt.Sprintf("%d results for %d completions", len(results), len(cs))
+		}
+		ops := make([]Op, len(cs))
+		for i, c := range cs {
+			o := op
+			o.BatchItem = i + 1
+			requestFields(&o, c)
+			if o.Outcome == outcomeOK {
+				// The call went through; each item has its own outcome, classified as
+				// CompleteJob's error would be.
+				r := results[i]
+				if r.GetErrorCode() == "" {
+					responseFields(&o, &agwpv1.CompleteJobResponse{Job: r.GetJob()})
+				} else {
+					var code connect.Code
+					if code.UnmarshalText([]byte(r.GetErrorCode())) != nil {
+						code = connect.CodeUnknown
+					}
+					o.Outcome, o.Code = classify(connect.NewError(code, errors.New(r.GetErrorMessage())))
+					o.Message = r.GetErrorMessage()
+				}
+			}
+			// Otherwise the call failed as a whole: refused (nothing applied) or with no
+			// answer (each item's outcome unknown), as a CompleteJob that failed so.
+			ops[i] = o
+		}
+		return ops
+	}
+	if err == nil {
+		responseFields(&op, answer)
+	}
+	return []Op{op}
 }
 
 func (r recorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -194,6 +290,8 @@ func (r recorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 func longPollWait(msg any) time.Duration {
 	switch m := msg.(type) {
 	case *agwpv1.ClaimJobRequest:
+		return m.GetWait().AsDuration()
+	case *agwpv1.ClaimJobsRequest:
 		return m.GetWait().AsDuration()
 	case *agwpv1.AcquireLeaseRequest:
 		return m.GetWait().AsDuration()
@@ -237,6 +335,9 @@ func requestFields(op *Op, msg any) {
 	case *agwpv1.EnqueueJobRequest:
 		op.Kind = m.GetKind()
 	case *agwpv1.ClaimJobRequest:
+		op.Worker, op.LeaseNS = m.GetWorker(), int64(m.GetLease().AsDuration())
+		op.Kind = strings.Join(m.GetKinds(), ",")
+	case *agwpv1.ClaimJobsRequest:
 		op.Worker, op.LeaseNS = m.GetWorker(), int64(m.GetLease().AsDuration())
 		op.Kind = strings.Join(m.GetKinds(), ",")
 	case *agwpv1.HeartbeatJobRequest:

@@ -18,7 +18,7 @@ type Report struct {
 	Faults      map[FaultKind]int // injected, by kind
 	FaultErrors []string          // faults that could not be injected or recovered from
 
-	Ops    []OpCount // recorded requests by method
+	Ops    []OpCount // recorded requests by method; a batch method's by item
 	Checks []Check   // every invariant, with what it checked
 
 	Violations []Violation
@@ -44,20 +44,39 @@ type Check struct {
 	Violations int
 }
 
-// OpCount counts a method's recorded requests by outcome.
+// OpCount counts a method's recorded requests by outcome. A batch method (ClaimJobs,
+// CompleteJobs) is counted apart from its single counterpart, by item: its ops (one per job
+// claimed or completion sent, or one for a call that claimed nothing), its calls and its jobs.
 type OpCount struct {
 	Method                  string
 	OK, Refused, Unknown    int
 	ExpectedRefusalsRefused int
+	Calls, Jobs             int // of a batch method: requests, and the jobs they claimed or reported on
 }
 
 func countOps(ops []Op) []OpCount {
 	by := map[string]*OpCount{}
+	calls := map[int64]bool{}
 	for _, op := range ops {
-		c := by[op.Method]
+		method := op.Method
+		if op.Batch != "" {
+			// The items are recorded under the single method's name for the checks; the
+			// summary counts them under the method that carried them.
+			method = op.Batch
+		}
+		c := by[method]
 		if c == nil {
-			c = &OpCount{Method: op.Method}
-			by[op.Method] = c
+			c = &OpCount{Method: method}
+			by[method] = c
+		}
+		if op.Batch != "" {
+			if !calls[op.BatchReq] {
+				calls[op.BatchReq] = true
+				c.Calls++
+			}
+			if op.Job != "" {
+				c.Jobs++
+			}
 		}
 		switch op.Outcome {
 		case outcomeOK:
@@ -91,12 +110,19 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  not injected: %s\n", e)
 	}
 
-	fmt.Fprintf(w, "\noperations of the recorded clients (ok / refused / no answer):\n")
+	fmt.Fprintf(w, "\noperations of the recorded clients (ok / refused / no answer; batch calls by item):\n")
 	var tot OpCount
 	for _, c := range r.Ops {
-		extra := ""
+		var notes []string
+		if c.Calls > 0 {
+			notes = append(notes, fmt.Sprintf("%d calls, %d jobs", c.Calls, c.Jobs))
+		}
 		if c.ExpectedRefusalsRefused > 0 {
-			extra = fmt.Sprintf("   (%d stale, refused as they must be)", c.ExpectedRefusalsRefused)
+			notes = append(notes, fmt.Sprintf("%d stale, refused as they must be", c.ExpectedRefusalsRefused))
+		}
+		extra := ""
+		if len(notes) > 0 {
+			extra = "   (" + strings.Join(notes, "; ") + ")"
 		}
 		fmt.Fprintf(w, "  %-18s %6d / %5d / %4d%s\n", c.Method, c.OK, c.Refused, c.Unknown, extra)
 		tot.OK, tot.Refused, tot.Unknown = tot.OK+c.OK, tot.Refused+c.Refused, tot.Unknown+c.Unknown

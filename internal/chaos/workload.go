@@ -61,6 +61,7 @@ type expect struct {
 	e      Expect
 	code   connect.Code
 	why    string
+	items  map[string]string // of a batch call: the jobs whose items it is about, each with its reason; nil: every item
 }
 
 // call runs fn against one replica after the other, starting with the next in turn, until it
@@ -68,7 +69,7 @@ type expect struct {
 // Every request fn makes is recorded as part of one call.
 func (a *actor) call(ctx context.Context, x expect, fn func(ctx context.Context, c *client.Client) error) error {
 	id := a.r.hist.calls.Add(1)
-	ctx = withExpectation(ctx, expectation{call: id, method: x.method, expect: x.e, wantCode: x.code, why: x.why})
+	ctx = withExpectation(ctx, expectation{call: id, method: x.method, expect: x.e, wantCode: x.code, why: x.why, items: x.items})
 	var err error
 	for range a.clients {
 		a.mu.Lock()
@@ -108,7 +109,9 @@ func (r *run) newActors() {
 	r.enqueuer = &enqueuer{actor: r.newActor("enqueuer", "enqueuer", 1)}
 	for i := range r.cfg.RecordedWorkers {
 		name := fmt.Sprintf("rw%d", i+1)
-		r.recorded = append(r.recorded, &recWorker{actor: r.newActor(name, "recorder", uint64(100+i)), label: name})
+		// Every other recorded worker takes its jobs in batches, so that ClaimJobs and
+		// CompleteJobs meet the same faults and checks as their single counterparts beside them.
+		r.recorded = append(r.recorded, &recWorker{actor: r.newActor(name, "recorder", uint64(100+i)), label: name, batch: i%2 == 1})
 	}
 	r.prober = &prober{actor: r.newActor("prober", "recorder", 2), enq: r.newActor("prober-enqueue", "enqueuer", 3)}
 	for i := range r.cfg.Agents {
@@ -119,12 +122,17 @@ func (r *run) newActors() {
 
 // ---- the enqueuer ----
 
-// enqueuer enqueues ag.noop jobs that sleep a little, some that fail, and cancels a few.
+// enqueuer enqueues ag.noop jobs that sleep a little, some that fail, and cancels a few. Now
+// and then it enqueues a burst of jobs that all become claimable at one instant.
 type enqueuer struct {
 	*actor
 	mu   sync.Mutex
 	jobs []string
 }
+
+// burstDelay is how long after its start a burst's jobs become claimable: enough for its
+// enqueues to be done.
+const burstDelay = 400 * time.Millisecond
 
 func (e *enqueuer) run(ctx context.Context) {
 	for ctx.Err() == nil {
@@ -132,42 +140,61 @@ func (e *enqueuer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		fields := map[string]any{"ms": 10 + e.intn(140)}
-		failing := e.float() < 0.08
-		if failing {
-			fields["fail"] = "failing on purpose"
-		}
-		payload, _ := structpb.NewStruct(fields)
-		req := &agwpv1.EnqueueJobRequest{Kind: "ag.noop", Payload: payload}
-		// A failing job is retried after the server's backoff (1 s, 2 s, ...): two attempts
-		// keep it inside the run.
-		if failing || e.float() < 0.2 {
-			req.MaxAttempts = 2
-		}
-		var id string
-		err := e.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
-			res, err := c.Jobs.EnqueueJob(ctx, req)
-			if err == nil {
-				id = res.GetJob().GetId()
+		// Jobs enqueued one by one are each claimed at once by whichever poller wakes first,
+		// so a ClaimJobs would only ever get one. A burst's jobs become claimable together
+		// (each one's delay counts down to the same instant): the pollers race for them, and
+		// a batch worker that is waiting takes several in one claim.
+		if e.float() < 0.1 {
+			due := time.Now().Add(burstDelay)
+			for n := 4 + e.intn(9); n > 0 && ctx.Err() == nil; n-- {
+				e.enqueue(ctx, time.Until(due))
 			}
-			return err
-		})
-		if err != nil {
 			continue
 		}
-		e.mu.Lock()
-		e.jobs = append(e.jobs, id)
-		var cancel string
-		if e.float() < 0.04 && len(e.jobs) > 3 {
-			cancel = e.jobs[len(e.jobs)-1-e.intn(3)]
+		e.enqueue(ctx, 0)
+	}
+}
+
+// enqueue enqueues one job, claimable after delay, and now and then cancels one of the last.
+func (e *enqueuer) enqueue(ctx context.Context, delay time.Duration) {
+	fields := map[string]any{"ms": 10 + e.intn(140)}
+	failing := e.float() < 0.08
+	if failing {
+		fields["fail"] = "failing on purpose"
+	}
+	payload, _ := structpb.NewStruct(fields)
+	req := &agwpv1.EnqueueJobRequest{Kind: "ag.noop", Payload: payload}
+	if delay > 0 {
+		req.Delay = durationpb.New(delay)
+	}
+	// A failing job is retried after the server's backoff (1 s, 2 s, ...): two attempts
+	// keep it inside the run.
+	if failing || e.float() < 0.2 {
+		req.MaxAttempts = 2
+	}
+	var id string
+	err := e.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
+		res, err := c.Jobs.EnqueueJob(ctx, req)
+		if err == nil {
+			id = res.GetJob().GetId()
 		}
-		e.mu.Unlock()
-		if cancel != "" {
-			_ = e.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
-				_, err := c.Jobs.CancelJob(ctx, &agwpv1.CancelJobRequest{JobId: cancel})
-				return err
-			})
-		}
+		return err
+	})
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	e.jobs = append(e.jobs, id)
+	var cancel string
+	if e.float() < 0.04 && len(e.jobs) > 3 {
+		cancel = e.jobs[len(e.jobs)-1-e.intn(3)]
+	}
+	e.mu.Unlock()
+	if cancel != "" {
+		_ = e.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
+			_, err := c.Jobs.CancelJob(ctx, &agwpv1.CancelJobRequest{JobId: cancel})
+			return err
+		})
 	}
 }
 
@@ -175,29 +202,44 @@ func (e *enqueuer) run(ctx context.Context) {
 
 // recWorker claims ag.noop jobs beside the ag-worker processes, heartbeats, completes or fails
 // them, and now and then pauses past its claim's lease and then reports with the old number.
+// A batch worker claims up to maxBatch jobs at a time (ClaimJobs), runs them side by side and
+// completes those it completes in one CompleteJobs call.
 type recWorker struct {
 	*actor
 	label string
+	batch bool
 }
+
+// maxBatch is the most jobs a batch worker asks for: a few, so that a batch holds both jobs
+// that are still its own and jobs whose claims were taken over when it pauses.
+const maxBatch = 8
 
 func (w *recWorker) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		var job *agwpv1.Job
+		var claims []*client.Claim
 		err := w.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
-			claim, err := c.Claim(ctx, client.ClaimOptions{Worker: w.label, Kinds: []string{"ag.noop"}, Lease: workerLease, Wait: time.Second})
+			opts := client.ClaimOptions{Worker: w.label, Kinds: []string{"ag.noop"}, Lease: workerLease, Wait: time.Second}
+			if w.batch {
+				var err error
+				claims, err = c.ClaimMany(ctx, opts, 2+w.intn(maxBatch-1))
+				return err
+			}
+			claim, err := c.Claim(ctx, opts)
+			claims = nil
 			if claim != nil {
-				job = claim.Job
+				claims = []*client.Claim{claim}
 			}
 			return err
 		})
-		if err != nil {
+		switch {
+		case err != nil:
 			sleep(ctx, 100*time.Millisecond)
-			continue
+		case len(claims) == 0:
+		case w.batch:
+			w.workBatch(ctx, claims)
+		default:
+			w.work(ctx, claims[0].Job)
 		}
-		if job == nil {
-			continue
-		}
-		w.work(ctx, job)
 	}
 }
 
@@ -246,6 +288,95 @@ func (w *recWorker) reportLate(ctx context.Context, jobID string, n uint64) {
 	why := fmt.Sprintf("after its pause the job was %s with claim %d by %q", j.GetState(), j.GetAttempts(), j.GetClaimedBy())
 	_ = w.heartbeat(ctx, jobID, n, expect{method: "HeartbeatJob", e: ExpectRefused, code: connect.CodeNotFound, why: why})
 	_ = w.complete(ctx, jobID, n, expect{method: "CompleteJob", e: ExpectRefused, code: connect.CodeFailedPrecondition, why: why})
+}
+
+// workBatch runs the jobs of one ClaimJobs answer side by side, as a worker of many short jobs
+// does, fails those it fails one by one and completes the others in one CompleteJobs call.
+func (w *recWorker) workBatch(ctx context.Context, claims []*client.Claim) {
+	if w.float() < 0.1 {
+		// Stalled past the leases, as a worker whose heartbeats stopped; but it goes on
+		// heartbeating the first job of a batch of several, so that its late report (one call,
+		// every job with its old claim number) mixes a current claim with stale ones.
+		for _, cl := range claims {
+			_ = w.heartbeat(ctx, cl.Job.GetId(), cl.FencingToken(), expect{})
+		}
+		var kept []*client.Claim
+		if len(claims) > 1 {
+			kept = claims[:1]
+		}
+		for end := time.Now().Add(workerLease + 800*time.Millisecond); ctx.Err() == nil && time.Now().Before(end); {
+			sleep(ctx, min(600*time.Millisecond, time.Until(end)))
+			for _, cl := range kept {
+				_ = w.heartbeat(ctx, cl.Job.GetId(), cl.FencingToken(), expect{})
+			}
+		}
+		w.reportLateBatch(ctx, claims)
+		return
+	}
+	var longest time.Duration
+	for _, cl := range claims {
+		longest = max(longest, time.Duration(cl.Job.GetPayload().GetFields()["ms"].GetNumberValue())*time.Millisecond)
+	}
+	sleep(ctx, longest/2)
+	for _, cl := range claims {
+		_ = w.heartbeat(ctx, cl.Job.GetId(), cl.FencingToken(), expect{})
+	}
+	sleep(ctx, longest/2)
+	var done []*client.Claim
+	for _, cl := range claims {
+		switch p := w.float(); {
+		case cl.Job.GetPayload().GetFields()["fail"].GetStringValue() != "" || p < 0.1:
+			_ = w.fail(ctx, cl.Job.GetId(), cl.FencingToken(), false, expect{})
+		case p < 0.13:
+			_ = w.fail(ctx, cl.Job.GetId(), cl.FencingToken(), true, expect{})
+		default:
+			done = append(done, cl)
+		}
+	}
+	if len(done) > 0 {
+		_ = w.completeMany(ctx, done, expect{})
+	}
+}
+
+// reportLateBatch is reportLate for a batch: the jobs whose claims are no longer current go
+// into one CompleteJobs call with those still its own, and each of their items must be refused
+// while the others may be accepted; a refused item holds back no other.
+func (w *recWorker) reportLateBatch(ctx context.Context, claims []*client.Claim) {
+	stale := map[string]string{}
+	for _, cl := range claims {
+		id, n := cl.Job.GetId(), cl.FencingToken()
+		var j *agwpv1.Job
+		if err := w.call(ctx, expect{}, func(ctx context.Context, c *client.Client) error {
+			res, err := c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: id})
+			j = res.GetJob()
+			return err
+		}); err != nil {
+			continue // not known to be stale: reported with no expectation
+		}
+		if j.GetAttempts() == uint32(n) && j.GetState() == agwpv1.JobState_JOB_STATE_CLAIMED && j.GetClaimedBy() == "recorder|"+w.label {
+			continue // nobody took it meanwhile: the claim is still this one's
+		}
+		why := fmt.Sprintf("after its pause the job was %s with claim %d by %q", j.GetState(), j.GetAttempts(), j.GetClaimedBy())
+		stale[id] = why
+		_ = w.heartbeat(ctx, id, n, expect{method: "HeartbeatJob", e: ExpectRefused, code: connect.CodeNotFound, why: why})
+	}
+	_ = w.completeMany(ctx, claims, expect{method: "CompleteJob", e: ExpectRefused, code: connect.CodeFailedPrecondition, items: stale})
+}
+
+// completeMany completes claims in one CompleteJobs call. x is about the call's items
+// (method "CompleteJob"), as they are recorded.
+func (w *recWorker) completeMany(ctx context.Context, claims []*client.Claim, x expect) error {
+	result, _ := structpb.NewStruct(map[string]any{"by": w.label, "batch": len(claims)})
+	cs := make([]client.Completion, len(claims))
+	for i, cl := range claims {
+		cs[i] = client.Completion{Claim: cl, CompleteOptions: client.CompleteOptions{Result: result, Output: "done in a batch by " + w.label}}
+	}
+	// A refused item is an answer, not a failure of the call: only a call with no answer is
+	// tried again on the next replica, with every item, as CompleteJob would be.
+	return w.call(ctx, x, func(ctx context.Context, c *client.Client) error {
+		_, _, err := c.CompleteMany(ctx, cs)
+		return err
+	})
 }
 
 func (w *recWorker) heartbeat(ctx context.Context, jobID string, n uint64, x expect) error {
