@@ -45,6 +45,7 @@ import { RepositoryService } from "./gen/agwp/v1/repository_pb.js";
 import { EnvelopeSchema } from "./gen/agwp/v1/attestation_pb.js";
 import {
   ClaimJobRequestSchema,
+  ClaimJobsRequestSchema,
   CompleteJobRequestSchema,
   FailJobRequestSchema,
   HeartbeatJobRequestSchema,
@@ -98,6 +99,18 @@ export interface AgClient {
   service<T extends DescService>(service: T): Client<T>;
   /** Asks for a job; answers undefined when none was available within the wait. */
   claim(options: ClaimOptions): Promise<JobClaim | undefined>;
+  /** Asks for up to max jobs (1..256) in one call (ClaimJobs), each with its own claim number;
+   * answers [] when none was available within the wait, and answers as soon as one was. */
+  claimMany(options: ClaimOptions & { max: number }): Promise<JobClaim[]>;
+  /** Completes several claims (1..256, of distinct jobs) in one call (CompleteJobs). Each is
+   * checked on its own: the answer has, in order, the completed Job or the ConnectError
+   * CompleteJob would have rejected with (isLostClaim works on it). */
+  completeMany(items: CompleteManyItem[], options?: CallOptions): Promise<Array<Job | ConnectError>>;
+}
+
+/** One completion of completeMany. */
+export interface CompleteManyItem extends Omit<CompleteOptions, "signal"> {
+  claim: JobClaim;
 }
 
 /** What a claim asks for. */
@@ -146,6 +159,23 @@ export function createAgClient(baseUrl: string, token: string, options: AgClient
       const res = await jobs.claimJob(req, { signal: o.signal, timeoutMs: timeoutMs + (o.waitMs ?? 0) });
       if (!res.job) return undefined;
       return new JobClaim(client, res.job, o.worker, o.leaseMs || DEFAULT_LEASE_MS);
+    },
+    async claimMany(o: ClaimOptions & { max: number }): Promise<JobClaim[]> {
+      const req = create(ClaimJobsRequestSchema, { worker: o.worker, kinds: o.kinds ?? [], maxJobs: o.max });
+      if (o.leaseMs) req.lease = durationFromMs(o.leaseMs);
+      if (o.waitMs) req.wait = durationFromMs(o.waitMs);
+      const res = await jobs.claimJobs(req, { signal: o.signal, timeoutMs: timeoutMs + (o.waitMs ?? 0) });
+      return res.jobs.map((job) => new JobClaim(client, job, o.worker, o.leaseMs || DEFAULT_LEASE_MS));
+    },
+    async completeMany(items: CompleteManyItem[], options?: CallOptions): Promise<Array<Job | ConnectError>> {
+      const res = await jobs.completeJobs(
+        { completions: items.map(({ claim, ...o }) => claim.completeRequest(o)) },
+        options,
+      );
+      return res.results.map((r) => {
+        if (!r.errorCode) return r.job!;
+        return new ConnectError(r.errorMessage, codeOf(r.errorCode));
+      });
     },
   };
   return client;
@@ -203,6 +233,12 @@ export class CancelRequestedError extends Error {
   }
 }
 
+/** codeOf reads a Connect error code as CompleteJobs writes it ("failed_precondition"). */
+function codeOf(name: string): Code {
+  const key = name.replace(/(^|_)([a-z])/g, (_m, _u, c: string) => c.toUpperCase()) as keyof typeof Code;
+  return typeof Code[key] === "number" ? Code[key] : Code.Unknown;
+}
+
 /** isLostClaim reports whether err says the claim is no longer this worker's: a heartbeat or
  * failure answered not_found, a completion failed_precondition. Stop the work; do not retry. */
 export function isLostClaim(err: unknown): boolean {
@@ -251,7 +287,13 @@ export class JobClaim {
   /** Finishes the job. A lost or stale claim rejects with failed_precondition and nothing is
    * stored: do not retry it. */
   async complete(o: CompleteOptions = {}): Promise<Job> {
-    const req = create(CompleteJobRequestSchema, {
+    const res = await this.#client.jobs.completeJob(this.completeRequest(o), { signal: o.signal });
+    return res.job!;
+  }
+
+  /** The CompleteJob request of this claim: complete and completeMany send it. */
+  completeRequest(o: Omit<CompleteOptions, "signal">) {
+    return create(CompleteJobRequestSchema, {
       jobId: this.job.id,
       worker: this.worker,
       result: o.result,
@@ -260,8 +302,6 @@ export class JobClaim {
       attestation: o.attestation,
       fencingToken: this.fencingToken,
     });
-    const res = await this.#client.jobs.completeJob(req, { signal: o.signal });
-    return res.job!;
   }
 
   /** Reports that this claim did not finish the job; it is queued again after retryDelayMs

@@ -17,6 +17,7 @@ import {
   isLostClaim,
   JobSchema,
   JobService,
+  JobClaim,
   JobState,
   Role,
   type AgClient,
@@ -123,6 +124,39 @@ describe("a TypeScript worker", () => {
     assert.equal(again?.fencingToken, 2n, "the second claim's number is 2");
     const final = await again!.fail({ error: "for good", final: true });
     assert.equal(final.state, JobState.FAILED);
+  });
+});
+
+describe("batches", () => {
+  it("claims several jobs in one call and completes them in one, each checked on its own", async () => {
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push((await enqueue("ts.batch")).id);
+    const claims = await worker.claimMany({ worker: "ts-b", kinds: ["ts.batch"], max: 5, waitMs: 2_000 });
+    assert.deepEqual(
+      claims.map((c) => c.job.id),
+      ids,
+      "the three jobs, best (oldest) first",
+    );
+    for (const c of claims) assert.equal(c.fencingToken, 1n, "each job has its own claim number");
+
+    // The second claim reports with a number that is not its own: refused, the others complete.
+    const [first, second, third] = claims as [JobClaim, JobClaim, JobClaim];
+    const forged = new JobClaim(worker, { ...second.job, attempts: 7 }, second.worker, second.leaseMs);
+    const results = await worker.completeMany([
+      { claim: first, output: "one" },
+      { claim: forged },
+      { claim: third, result: { n: 3 } },
+    ]);
+    assert.equal(results.length, 3);
+    const [r1, r2, r3] = results;
+    assert.ok(!(r1 instanceof ConnectError) && r1?.state === JobState.COMPLETED && r1.output === "one");
+    assert.ok(r2 instanceof ConnectError, "the stale completion is refused");
+    assert.equal(r2.code, Code.FailedPrecondition);
+    assert.ok(isLostClaim(r2));
+    assert.ok(!(r3 instanceof ConnectError) && r3?.state === JobState.COMPLETED);
+    assert.equal((await getJob(second.job.id)).state, JobState.CLAIMED, "the refused completion changed nothing");
+
+    assert.deepEqual(await worker.claimMany({ worker: "ts-b", kinds: ["ts.batch"], max: 5 }), [], "nothing left");
   });
 });
 
