@@ -541,7 +541,7 @@ var variableFields = map[string]bool{
 }
 
 // compareJSON answers how got differs from want: every field of one must be in the other with
-// the same value, or, for variableFields, a value of the same kind. Messages of errors may name
+// the same value, or, for variableFields, a value of the same kind. Messages of errors (and errorMessage of a CompleteJobs result) may name
 // ids, so they are compared with the ids of both blanked out.
 func compareJSON(path string, want, got any) []string {
 	switch w := want.(type) {
@@ -576,7 +576,7 @@ func compareJSON(path string, want, got any) []string {
 				if reflect.TypeOf(wv) != reflect.TypeOf(gv) {
 					diffs = append(diffs, fmt.Sprintf("%s: want a %T, got %v", p, wv, gv))
 				}
-			case k == "message":
+			case k == "message" || k == "errorMessage": // a CompleteJobs result carries its error's message
 				ws, _ := wv.(string)
 				gs, _ := gv.(string)
 				if blankIDs(ws) != blankIDs(gs) {
