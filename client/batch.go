@@ -60,8 +60,8 @@ func (c *Client) CompleteMany(ctx context.Context, cs []Completion) (jobs []*agw
 		return nil, nil, fmt.Errorf("complete many: 1 to %d completions, got %d", MaxBatch, len(cs))
 	}
 	req := &agwpv1.CompleteJobsRequest{Completions: make([]*agwpv1.CompleteJobRequest, len(cs))}
-	for i, c := range cs {
-		req.Completions[i] = c.Claim.completeRequest(c.CompleteOptions)
+	for i, cm := range cs {
+		req.Completions[i] = cm.Claim.completeRequest(cm.CompleteOptions)
 	}
 	res, err := c.Jobs.CompleteJobs(ctx, req)
 	if err != nil {
@@ -72,15 +72,22 @@ func (c *Client) CompleteMany(ctx context.Context, cs []Completion) (jobs []*agw
 	}
 	jobs, refusals = make([]*agwpv1.Job, len(cs)), make([]error, len(cs))
 	for i, r := range res.GetResults() {
-		if r.GetErrorCode() == "" {
+		if refusals[i] = ResultError(r); refusals[i] == nil {
 			jobs[i] = r.GetJob()
-			continue
 		}
-		var code connect.Code
-		if err := code.UnmarshalText([]byte(r.GetErrorCode())); err != nil {
-			code = connect.CodeUnknown
-		}
-		refusals[i] = connect.NewError(code, errors.New(r.GetErrorMessage()))
 	}
 	return jobs, refusals, nil
+}
+
+// ResultError answers the refusal one result of CompleteJobs reports, as the *connect.Error
+// CompleteJob would have answered, or nil when the completion was applied.
+func ResultError(r *agwpv1.CompleteJobsResult) error {
+	if r.GetErrorCode() == "" {
+		return nil
+	}
+	var code connect.Code
+	if err := code.UnmarshalText([]byte(r.GetErrorCode())); err != nil {
+		code = connect.CodeUnknown
+	}
+	return connect.NewError(code, errors.New(r.GetErrorMessage()))
 }

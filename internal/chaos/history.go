@@ -205,8 +205,7 @@ func (r recorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 
 // recordOps answers the ops that record one request (op: its common fields and the request's
 // key fields) and its answer (nil when the call failed with err): one, or one per item of a
-// batch call.
-// nextReq numbers a batch call's request.
+// batch call, whose request nextReq numbers.
 func recordOps(op Op, req, answer any, err error, nextReq func(int64) int64) []Op {
 	op.Outcome, op.Code = classify(err)
 	if err != nil {
@@ -252,14 +251,10 @@ func recordOps(op Op, req, answer any, err error, nextReq func(int64) int64) []O
 				// The call went through; each item has its own outcome, classified as
 				// CompleteJob's error would be.
 				r := results[i]
-				if r.GetErrorCode() == "" {
+				if rerr := client.ResultError(r); rerr == nil {
 					responseFields(&o, &agwpv1.CompleteJobResponse{Job: r.GetJob()})
 				} else {
-					var code connect.Code
-					if code.UnmarshalText([]byte(r.GetErrorCode())) != nil {
-						code = connect.CodeUnknown
-					}
-					o.Outcome, o.Code = classify(connect.NewError(code, errors.New(r.GetErrorMessage())))
+					o.Outcome, o.Code = classify(rerr)
 					o.Message = r.GetErrorMessage()
 				}
 			}

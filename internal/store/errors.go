@@ -57,6 +57,10 @@ func (e *LostClaimError) Error() string {
 		return fmt.Sprintf("job %s is %s, not claimed: the claim of %s is over", e.JobID, e.State, e.Worker)
 	case e.ClaimedBy != e.Worker:
 		return fmt.Sprintf("job %s is claimed by %s (claim %d), not by %s", e.JobID, e.ClaimedBy, e.Attempts, e.Worker)
+	case e.FencingToken > e.Attempts:
+		// Not an old claim: a number no claim of this job has had, which a worker gets only by
+		// sending something other than the claimed job's attempts.
+		return fmt.Sprintf("job %s: claim %d was never made, the current claim is %d: send the attempts of the job as it was claimed", e.JobID, e.FencingToken, e.Attempts)
 	default:
 		return fmt.Sprintf("job %s: claim %d is stale, the current claim is %d: stop working on it", e.JobID, e.FencingToken, e.Attempts)
 	}

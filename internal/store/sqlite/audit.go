@@ -185,7 +185,7 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 		limit = defaultSealLimit
 	}
 	for range sealAttempts {
-		head, lastID, pending, seal, err := d.computeSeal(ctx, p.Seal, limit)
+		head, lastID, pending, seal, err := d.computeSeal(ctx, p, limit)
 		if err != nil || len(pending) == 0 {
 			return 0, err
 		}
@@ -214,8 +214,8 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 var errHeadMoved = errors.New("seal audit: the head moved since the seal was computed")
 
 // computeSeal reads the head and up to limit pending events in one read transaction (one
-// snapshot) and seals them with seal, which reads tree hashes in that snapshot too.
-func (d *DB) computeSeal(ctx context.Context, seal func(store.AuditHead, []store.AuditEvent, func([]int64) ([][]byte, error)) (store.AuditSeal, error), limit int) (
+// snapshot) and seals them with p.Seal, which reads tree hashes in that snapshot too.
+func (d *DB) computeSeal(ctx context.Context, p store.SealAuditParams, limit int) (
 	head store.AuditHead, lastID int64, pending []store.AuditEvent, sealed store.AuditSeal, err error,
 ) {
 	tx, err := d.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -232,7 +232,7 @@ func (d *DB) computeSeal(ctx context.Context, seal func(store.AuditHead, []store
 	if pending, err = pendingEvents(ctx, tx, lastID, limit); err != nil || len(pending) == 0 {
 		return head, lastID, nil, sealed, err
 	}
-	sealed, err = seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
+	sealed, err = p.Seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
 		return readAuditHashes(ctx, tx, indexes)
 	})
 	if err != nil {
