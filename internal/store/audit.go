@@ -42,7 +42,9 @@ import (
 // have Principal SystemPrincipal. A FailJob's actor is its worker parameter (a retry clears
 // claimed_by).
 type AuditStore interface {
-	// SealAudit seals up to p.Limit unsealed events, oldest (by insertion) first: it calls
+	// SealAudit seals the oldest unsealed events (by insertion), p.Limit of them or a few more:
+	// the events one transaction wrote are stored together (auditrecord.go) and sealed
+	// together, so a seal takes whole transactions' events until it has p.Limit. It calls
 	// p.Seal with the head, the pending events and a reader of the Merkle tree's stored hashes,
 	// then stores what Seal answers (each event's seq, prev hash and hash; the new tree hashes;
 	// the new head; the checkpoint) only if the head is still the one Seal continued, in one
@@ -93,7 +95,7 @@ func ActorOf(ctx context.Context) Actor {
 
 // AuditEvent is one event of the audit log.
 type AuditEvent struct {
-	ID        int64  // insertion order, internal to the store
+	ID        int64  // the stored record holding it (one per transaction): insertion order, internal to the store
 	Seq       uint64 // 0 until sealed; then 1, 2, ... in seal order
 	Time      time.Time
 	Principal string
@@ -129,7 +131,7 @@ type AuditCheckpoint struct {
 
 // AuditSeal is what a seal stores.
 type AuditSeal struct {
-	Events     []AuditEvent // the pending events, matched by ID, with Seq, PrevHash and Hash set
+	Events     []AuditEvent // the pending events, in their order, with Seq, PrevHash and Hash set
 	TreeHashes []AuditTreeHash
 	Head       AuditHead
 	Checkpoint AuditCheckpoint

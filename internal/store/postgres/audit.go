@@ -19,11 +19,19 @@ import (
 
 // ---- the audit log ----
 //
-// Every state change inserts its events into audit_events in its own statement or
-// transaction, most often as one more data-modifying CTE of the statement that makes the
-// change (auditInsert ... SELECT ... FROM the change's rows), so that recording costs no round
-// trip. Writers never touch audit_head: only SealAudit does, holding its row, which serializes
-// the sealers of every replica.
+// The log is two tables of appended rows (store/auditrecord.go, migrations/0005_audit_records.sql).
+// Every statement that changes state inserts one row into audit_records holding all the events
+// it records, as a JSON array, most often as one more data-modifying CTE of the statement
+// itself (auditRecord(SELECT ... FROM the change's rows)), so that recording costs no round
+// trip, and one row however many jobs a grouped claim or completion changes. A seal sets each
+// record's place in the chain and its events' hashes in that row, and stores the Merkle tree
+// hashes it computed as one row of audit_tree_blocks. An event used to be a row of its own,
+// which a seal updated, and a tree hash too: a seal wrote a row per event and two more, which
+// cost about a quarter of the claims and completions the server could make; it now writes a
+// row per record and one more.
+//
+// Writers never touch audit_head: only SealAudit does, holding its row, which serializes the
+// sealers of every replica.
 
 var _ store.AuditStore = (*DB)(nil)
 
@@ -178,32 +186,44 @@ func jsonValue(b []byte) json.RawMessage {
 	return buf.Bytes()
 }
 
+// ---- records ----
+
+// recordEventJSON is the JSON text of the event e in a record, as store.DecodeAuditRecord reads
+// it (see auditRecord): the time in microseconds (extract answers numeric, so they are exact),
+// the strings escaped by to_json, the details as written.
+var recordEventJSON = `'{"t":' || (extract(epoch FROM e.time) * 1000000)::bigint || ',"p":' || ` + jsonText("e.principal") +
+	` || ',"h":' || ` + jsonText("e.holder") + ` || ',"a":' || ` + jsonText("e.action") +
+	` || ',"s":' || ` + jsonText("e.subject") + ` || coalesce(',"d":' || (e.details)::text, '') || '}'`
+
 // ---- seal ----
 
-// sealReadSQL reads the pending events, oldest first. It runs after audit_head is locked, so on
-// a snapshot that sees what the seal before committed.
-const sealReadSQL = `SELECT id, time, principal, holder, action, subject, details FROM audit_events
-WHERE seq IS NULL ORDER BY id LIMIT $1`
+// sealReadSQL reads the oldest pending records, in insertion order: as each holds an event at
+// least, $1 records hold the $1 events a seal takes, and usually many more, of which only those
+// needed are decoded. It runs after audit_head is locked, so on a snapshot that sees what the
+// seal before committed.
+const sealReadSQL = `SELECT id, events FROM audit_records WHERE seq IS NULL ORDER BY id LIMIT $1`
 
-// sealWriteSQL stores a seal: each event's place ($1..$4: ids, seqs, prev hashes, hashes), the
-// new tree hashes ($5, $6), the head ($7, $8; $14 its size before) and the checkpoint ($9..$13).
-// It answers how many events it sealed and whether it moved the head: an event sealed already is
-// not sealed again, and the transaction is then rolled back.
-var sealWriteSQL = `WITH e AS (
-	UPDATE audit_events a SET seq = u.seq, prev_hash = u.prev_hash, hash = u.hash
-	FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bytea[]) AS u(id, seq, prev_hash, hash)
+// sealWriteSQL stores a seal: each record's place ($1..$4: ids, seqs, prev hashes, hashes), the
+// block of new tree hashes ($5 its first index, $6 the hashes), the head ($7, $8; $14 its size
+// before) and the checkpoint ($9..$13). It answers how many records it sealed and whether it
+// moved the head: a record sealed already is not sealed again, and the transaction is then
+// rolled back.
+const sealWriteSQL = `WITH r AS (
+	UPDATE audit_records a SET seq = u.seq, prev_hash = u.prev_hash, hashes = u.hashes
+	FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bytea[]) AS u(id, seq, prev_hash, hashes)
 	WHERE a.id = ANY($1::bigint[]) AND a.id = u.id AND a.seq IS NULL
 	RETURNING 1),
-t AS (
-	INSERT INTO audit_tree_hashes (idx, hash) SELECT * FROM unnest($5::bigint[], $6::bytea[])),
+b AS (
+	INSERT INTO audit_tree_blocks (first, hashes) VALUES ($5, $6)),
 h AS (
 	UPDATE audit_head SET size = $7, hash = $8 WHERE size = $14 RETURNING 1),
 c AS (
 	INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at)
 	VALUES ($9, $10, $11, $12, coalesce($13::timestamptz, now())))
-SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`
+SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM h)`
 
-// SealAudit seals up to p.Limit pending events in one transaction that holds audit_head.
+// SealAudit seals the oldest pending records, p.Limit events or a little more (whole records),
+// in one transaction that holds audit_head.
 func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error) {
 	if p.Seal == nil {
 		return 0, errors.New("postgres: seal audit: no Seal given")
@@ -229,29 +249,14 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, mapErr("seal audit: lock the head", err)
 	}
 	head.Size = uint64(size)
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return 0, mapErr("seal audit: read pending events", err)
-	}
-	var pending []store.AuditEvent
-	var e store.AuditEvent
-	var det *string
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Time, &e.Principal, &e.Holder, &e.Action, &e.Subject, &det}, func() error {
-		x := e
-		x.Time = x.Time.UTC()
-		x.Details = bytesOrNil(det)
-		pending = append(pending, x)
-		return nil
-	})
-	if err == nil {
-		err = br.Close()
-	} else {
-		br.Close()
+	records, err := readPendingRecords(br, limit)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		return 0, mapErr("seal audit: read pending events", err)
+		return 0, mapErr("seal audit: read pending records", err)
 	}
+	pending := store.TakeAuditRecords(records, limit)
 	if len(pending) == 0 {
 		return 0, nil
 	}
@@ -262,77 +267,73 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	if err != nil {
 		return 0, fmt.Errorf("postgres: seal audit: %w", err)
 	}
-	if err := checkSeal(head, pending, seal); err != nil {
+	sealed, first, block, err := store.AuditSealRows(head, pending, seal)
+	if err != nil {
 		return 0, fmt.Errorf("postgres: seal audit: %w", err)
 	}
-	n := len(seal.Events)
-	ids, seqs, prevs, hashes := make([]int64, n), make([]int64, n), make([][]byte, n), make([][]byte, n)
-	for i, e := range seal.Events {
-		ids[i], seqs[i], prevs[i], hashes[i] = e.ID, int64(e.Seq), e.PrevHash, e.Hash
-	}
-	idxs, treeHashes := make([]int64, len(seal.TreeHashes)), make([][]byte, len(seal.TreeHashes))
-	for i, h := range seal.TreeHashes {
-		idxs[i], treeHashes[i] = h.Index, h.Hash
+	ids, seqs, prevs, hashes := make([]int64, len(sealed)), make([]int64, len(sealed)), make([][]byte, len(sealed)), make([][]byte, len(sealed))
+	for i, r := range sealed {
+		ids[i], seqs[i], prevs[i], hashes[i] = r.ID, int64(r.Seq), r.PrevHash, r.Hashes
 	}
 	cp := seal.Checkpoint
 	var created any
 	if !cp.CreatedAt.IsZero() {
 		created = cp.CreatedAt
 	}
-	var sealed, moved int64
 	note := cp.Note
 	if note == nil {
 		note = []byte{}
 	}
-	err = tx.QueryRow(ctx, sealWriteSQL, ids, seqs, prevs, hashes, idxs, treeHashes, int64(seal.Head.Size), seal.Head.Hash,
-		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created, int64(head.Size)).Scan(&sealed, &moved)
+	var updated, moved int64
+	err = tx.QueryRow(ctx, sealWriteSQL, ids, seqs, prevs, hashes, first, block, int64(seal.Head.Size), seal.Head.Hash,
+		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created, int64(head.Size)).Scan(&updated, &moved)
 	if err != nil {
 		return 0, mapErr("seal audit: store the seal", err)
 	}
-	if int(sealed) != n || moved != 1 {
-		return 0, fmt.Errorf("postgres: seal audit: %d of %d events were pending still, head moved %d times: nothing sealed",
-			sealed, n, moved)
+	if int(updated) != len(sealed) || moved != 1 {
+		return 0, fmt.Errorf("postgres: seal audit: %d of %d records were pending still, head moved %d times: nothing sealed",
+			updated, len(sealed), moved)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, mapErr("seal audit: commit", err)
 	}
-	return n, nil
+	return len(pending), nil
 }
 
-// checkSeal refuses a seal that does not give exactly the pending events, in their order, the
-// places that follow head: the store keeps only what continues its chain.
-func checkSeal(head store.AuditHead, pending []store.AuditEvent, seal store.AuditSeal) error {
-	if len(seal.Events) != len(pending) {
-		return fmt.Errorf("%d events pending, %d sealed", len(pending), len(seal.Events))
+// readPendingRecords decodes the pending records that sealReadSQL answers on br, up to the one
+// that reaches limit events: the seal takes no more.
+func readPendingRecords(br pgx.BatchResults, limit int) ([][]store.AuditEvent, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
 	}
-	for i, e := range seal.Events {
-		if e.ID != pending[i].ID {
-			return fmt.Errorf("sealed event %d is event id %d, want id %d (insertion order)", i, e.ID, pending[i].ID)
+	defer rows.Close()
+	var records [][]store.AuditEvent
+	for n := 0; n < limit && rows.Next(); {
+		var id int64
+		var text []byte
+		if err := rows.Scan(&id, &text); err != nil {
+			return nil, err
 		}
-		if want := head.Size + uint64(i) + 1; e.Seq != want {
-			return fmt.Errorf("event id %d sealed as seq %d, want %d", e.ID, e.Seq, want)
+		events, err := store.DecodeAuditRecord(id, text)
+		if err != nil {
+			return nil, err
 		}
-		if len(e.Hash) == 0 || len(e.PrevHash) == 0 {
-			return fmt.Errorf("event id %d sealed without its hashes", e.ID)
-		}
+		records = append(records, events)
+		n += len(events)
 	}
-	n := head.Size + uint64(len(pending))
-	if seal.Head.Size != n || seal.Checkpoint.Size != n {
-		return fmt.Errorf("head size %d and checkpoint size %d, want %d", seal.Head.Size, seal.Checkpoint.Size, n)
-	}
-	if last := seal.Events[len(seal.Events)-1].Hash; !bytes.Equal(seal.Head.Hash, last) {
-		return errors.New("the head's hash is not the last sealed event's")
-	}
-	if n > math.MaxInt64 {
-		return fmt.Errorf("log size %d is out of range", n)
-	}
-	return nil
+	return records, rows.Err()
 }
 
 // readAuditHashesSQL answers the stored tree hashes at the indexes $1, in their order; NULL for
-// an index not stored.
-const readAuditHashesSQL = `SELECT h.hash FROM unnest($1::bigint[]) WITH ORDINALITY AS u(idx, n)
-LEFT JOIN audit_tree_hashes h ON h.idx = u.idx ORDER BY u.n`
+// an index not stored. Index i is in the block with the greatest first <= i, if that block
+// reaches it; only its own 32 bytes are read from the block and sent.
+const readAuditHashesSQL = `SELECT CASE WHEN u.idx - b.first < octet_length(b.hashes) / 32
+	THEN substring(b.hashes FROM ((u.idx - b.first) * 32 + 1)::int FOR 32) END
+FROM unnest($1::bigint[]) WITH ORDINALITY AS u(idx, n)
+LEFT JOIN LATERAL (
+	SELECT first, hashes FROM audit_tree_blocks WHERE first <= u.idx ORDER BY first DESC LIMIT 1) b ON true
+ORDER BY u.n`
 
 func readAuditHashes(ctx context.Context, qr querier, indexes []int64) ([][]byte, error) {
 	if len(indexes) == 0 {
@@ -364,10 +365,12 @@ func (db *DB) ReadAuditHashes(ctx context.Context, indexes []int64) ([][]byte, e
 // maxAuditPage is the most events one ListAuditEvents answers.
 const maxAuditPage = 10000
 
-// listAuditEventsSQL answers sealed events after seq $1, by seq, at most $2. The condition on
-// seq implies that of audit_events_seq, which it walks.
-const listAuditEventsSQL = `SELECT id, seq, time, principal, holder, action, subject, details, prev_hash, hash
-FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2`
+// listAuditRecordsSQL answers the sealed records that hold events $1 to $2, by seq: the one
+// holding $1 (the greatest seq <= $1) and those starting after it, up to $2. Both walk
+// audit_records_seq.
+const listAuditRecordsSQL = `SELECT id, seq, events, prev_hash, hashes FROM audit_records
+WHERE seq >= coalesce((SELECT max(seq) FROM audit_records WHERE seq <= $1), $1) AND seq <= $2
+ORDER BY seq`
 
 // ListAuditEvents answers sealed events after p.AfterSeq, by seq.
 func (db *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams) ([]store.AuditEvent, error) {
@@ -376,21 +379,32 @@ func (db *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams
 		limit = 100
 	}
 	limit = min(limit, maxAuditPage)
-	rows, err := db.pool.Query(ctx, listAuditEventsSQL, int64(min(p.AfterSeq, math.MaxInt64)), limit)
+	if p.AfterSeq >= math.MaxInt64 {
+		return nil, nil
+	}
+	from := int64(p.AfterSeq) + 1
+	to := from + int64(limit) - 1
+	if to < from {
+		to = math.MaxInt64
+	}
+	rows, err := db.pool.Query(ctx, listAuditRecordsSQL, from, to)
 	if err != nil {
 		return nil, mapErr("list audit events", err)
 	}
 	var out []store.AuditEvent
-	var e store.AuditEvent
-	var seq int64
-	var det *string
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &seq, &e.Time, &e.Principal, &e.Holder, &e.Action, &e.Subject, &det, &e.PrevHash, &e.Hash}, func() error {
-		x := e
-		x.Seq = uint64(seq)
-		x.Time = x.Time.UTC()
-		x.Details = bytesOrNil(det)
-		out = append(out, x)
-		e.PrevHash, e.Hash = nil, nil // the next row's get slices of their own
+	var id, seq int64
+	var text, prev, hashes []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &text, &prev, &hashes}, func() error {
+		events, err := store.ExpandAuditRecord(id, uint64(seq), text, prev, hashes)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if e.Seq > p.AfterSeq && len(out) < limit {
+				out = append(out, e)
+			}
+		}
+		text, prev, hashes = nil, nil, nil // the next row's get slices of their own
 		return nil
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,22 +226,23 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 	}
 
 	var total int
-	if err := connect(t, url).QueryRow(ctx, `SELECT count(*) FROM audit_events`).Scan(&total); err != nil {
+	if err := connect(t, url).QueryRow(ctx, `SELECT coalesce(sum(json_array_length(events::json)), 0) FROM audit_records`).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
 	events := allEvents(t, dbs[1])
 	if len(events) != total {
 		t.Fatalf("%d events sealed of %d written", len(events), total)
 	}
-	ids := map[int64]bool{}
+	// The events of a record are sealed together, in one run of seqs.
+	records := map[int64]bool{}
 	for i, e := range events {
 		if e.Seq != uint64(i+1) {
 			t.Fatalf("event %d of the list has seq %d", i+1, e.Seq)
 		}
-		if ids[e.ID] {
-			t.Fatalf("event id %d sealed twice", e.ID)
+		if (i == 0 || e.ID != events[i-1].ID) && records[e.ID] {
+			t.Fatalf("event %d of record %d is sealed apart from the record's events before it", e.Seq, e.ID)
 		}
-		ids[e.ID] = true
+		records[e.ID] = true
 		prev := make([]byte, 32)
 		if i > 0 {
 			prev = events[i-1].Hash
@@ -306,50 +309,127 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 	}
 }
 
+// tamperLog writes a log to tamper with and seals it, limit events at a time: writeSome's, in
+// which event 5 and event 6 are records of their own, then a claim of three jobs in one
+// statement, whose events make one record, and a completion. It answers the log's size and the
+// seq of the claim's record.
+func tamperLog(t *testing.T, db *postgres.DB, signer *audit.Signer, limit int) (size, claims uint64) {
+	t.Helper()
+	ctx := t.Context()
+	if err := writeSome(ctx, db, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "batch", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "alice|w", Kinds: []string{"batch"}, Lease: time.Minute, Max: 3})
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(jobs), err)
+	}
+	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: jobs[0].ID, Worker: "alice|w", FencingToken: jobs[0].Attempts}); err != nil {
+		t.Fatal(err)
+	}
+	size = uint64(sealAll(t, db, signer, limit))
+
+	events := allEvents(t, db)
+	inRecord := map[int64]int{}
+	for _, e := range events {
+		inRecord[e.ID]++
+	}
+	for _, seq := range []uint64{5, 6, size} {
+		if n := inRecord[events[seq-1].ID]; n != 1 {
+			t.Fatalf("event %d is one of the %d events of its record; the test needs it alone", seq, n)
+		}
+	}
+	for _, e := range events {
+		if e.Action == "job.claimed" && e.Subject == "job/"+jobs[0].ID {
+			claims = e.Seq
+		}
+	}
+	if claims == 0 || inRecord[events[claims-1].ID] != 3 || claims+2 >= size {
+		t.Fatalf("the claim of three jobs is not one record of three events inside the log (events %+v)", events)
+	}
+	for i, j := range jobs {
+		if e := events[claims-1+uint64(i)]; e.ID != events[claims-1].ID || e.Action != "job.claimed" || e.Subject != "job/"+j.ID {
+			t.Fatalf("event %d is %s %s of record %d, want the claim of job %s", e.Seq, e.Action, e.Subject, e.ID, j.ID)
+		}
+	}
+	return size, claims
+}
+
 // TestTamperingIsNamed ensures that a change made to the stored log behind the store's back (an
-// event's field edited, an event deleted or inserted, two events swapped, the whole chain
-// recomputed) fails verification, naming the first event that does not verify.
+// event's field edited, an event deleted or inserted, two events swapped, in a record of one
+// event or of several, a record's hashes cut) fails verification, naming the first event that
+// does not verify; and that a record no longer readable makes the listing fail, naming it.
 func TestTamperingIsNamed(t *testing.T) {
 	t.Parallel()
-	const target = 5 // the event tampered with, well inside the log
+	const target = 5 // the event tampered with, well inside the log, a record of its own
+	// In sql, {claims} is the seq of the claim's record of three events. want answers the seq
+	// that Verify must name, given the log's size and {claims}; nil: target. A negative seq: the
+	// log verifies.
 	tests := []struct {
-		name string
-		sql  string
-		// want is the seq Verify must name; 0: target.
-		want func(size uint64) uint64
+		name       string
+		sql        string
+		want       func(size, claims uint64) int64
+		unreadable bool // the listing fails, naming want
 	}{
-		{name: "time", sql: `UPDATE audit_events SET time = time + interval '1 microsecond' WHERE seq = 5`},
-		{name: "principal", sql: `UPDATE audit_events SET principal = 'mallory' WHERE seq = 5`},
-		{name: "holder", sql: `UPDATE audit_events SET holder = 'mallory|m' WHERE seq = 5`},
-		{name: "action", sql: `UPDATE audit_events SET action = 'job.cancelled' WHERE seq = 5`},
-		{name: "subject", sql: `UPDATE audit_events SET subject = 'job/job_other' WHERE seq = 5`},
-		{name: "details", sql: `UPDATE audit_events SET details = '{"role":"worker","x":1}' WHERE seq = 5`},
-		{name: "details removed", sql: `UPDATE audit_events SET details = NULL WHERE seq = 5`},
-		{name: "deleted", sql: `DELETE FROM audit_events WHERE seq = 5`},
+		{name: "every record rewritten in another JSON form, the same events", sql: `
+			UPDATE audit_records SET events = events::jsonb::text`,
+			want: func(_, _ uint64) int64 { return -1 }},
+		{name: "time", sql: `UPDATE audit_records
+			SET events = jsonb_set(events::jsonb, '{0,t}', to_jsonb((events::jsonb #>> '{0,t}')::bigint + 1))::text WHERE seq = 5`},
+		{name: "principal", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,p}', '"mallory"')::text WHERE seq = 5`},
+		{name: "holder", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,h}', '"mallory|m"')::text WHERE seq = 5`},
+		{name: "action", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,a}', '"job.cancelled"')::text WHERE seq = 5`},
+		{name: "subject", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,s}', '"job/job_other"')::text WHERE seq = 5`},
+		{name: "details", sql: `UPDATE audit_records
+			SET events = jsonb_set(events::jsonb, '{0,d}', '{"role":"worker","x":1}')::text WHERE seq = 5`},
+		{name: "details removed", sql: `UPDATE audit_records SET events = (events::jsonb #- '{0,d}')::text WHERE seq = 5`},
+		{name: "deleted", sql: `DELETE FROM audit_records WHERE seq = 5`},
 		{name: "deleted and renumbered", sql: `
-			DELETE FROM audit_events WHERE seq = 5;
-			UPDATE audit_events SET seq = -seq WHERE seq > 5;
-			UPDATE audit_events SET seq = -seq - 1 WHERE seq < 0`},
-		{name: "last deleted", sql: `DELETE FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)`,
-			want: func(size uint64) uint64 { return size }},
+			DELETE FROM audit_records WHERE seq = 5;
+			UPDATE audit_records SET seq = -seq WHERE seq > 5;
+			UPDATE audit_records SET seq = -seq - 1 WHERE seq < 0`},
+		{name: "last deleted", sql: `DELETE FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records)`,
+			want: func(size, _ uint64) int64 { return int64(size) }},
 		{name: "inserted", sql: `
-			UPDATE audit_events SET seq = -seq WHERE seq >= 5;
-			UPDATE audit_events SET seq = -seq + 1 WHERE seq < 0;
-			INSERT INTO audit_events (time, principal, holder, action, subject, details, seq, prev_hash, hash)
-			SELECT time, 'mallory', '', 'principal.created', 'principal/mallory', '{"role":"admin"}', 5, hash, hash
-			FROM audit_events WHERE seq = 4`},
+			UPDATE audit_records SET seq = -seq WHERE seq >= 5;
+			UPDATE audit_records SET seq = -seq + 1 WHERE seq < 0;
+			INSERT INTO audit_records (events, seq, prev_hash, hashes)
+			SELECT '[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]', 5,
+				substring(hashes FROM octet_length(hashes) - 31), substring(hashes FROM octet_length(hashes) - 31)
+			FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records WHERE seq <= 4)`},
 		{name: "appended", sql: `
-			INSERT INTO audit_events (time, principal, holder, action, subject, details, seq, prev_hash, hash)
-			SELECT time, 'mallory', '', 'principal.created', 'principal/mallory', '{"role":"admin"}', seq + 1, hash, hash
-			FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)`,
-			want: func(size uint64) uint64 { return size + 1 }},
+			INSERT INTO audit_records (events, seq, prev_hash, hashes)
+			SELECT '[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]',
+				seq + octet_length(hashes) / 32, substring(hashes FROM octet_length(hashes) - 31), substring(hashes FROM octet_length(hashes) - 31)
+			FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records)`,
+			want: func(size, _ uint64) int64 { return int64(size) + 1 }},
 		{name: "swapped", sql: `
-			UPDATE audit_events SET seq = -seq WHERE seq IN (5, 6);
-			UPDATE audit_events SET seq = CASE seq WHEN -5 THEN 6 ELSE 5 END WHERE seq IN (-5, -6)`},
+			UPDATE audit_records SET seq = -seq WHERE seq IN (5, 6);
+			UPDATE audit_records SET seq = CASE seq WHEN -5 THEN 6 ELSE 5 END WHERE seq IN (-5, -6)`},
 		{name: "contents swapped", sql: `
-			UPDATE audit_events a SET time = b.time, principal = b.principal, holder = b.holder, action = b.action,
-				subject = b.subject, details = b.details
-			FROM audit_events b WHERE (a.seq, b.seq) IN ((5, 6), (6, 5))`},
+			UPDATE audit_records a SET events = b.events
+			FROM audit_records b WHERE (a.seq, b.seq) IN ((5, 6), (6, 5))`},
+
+		{name: "middle event of a record edited", sql: `UPDATE audit_records
+			SET events = jsonb_set(events::jsonb, '{1,p}', '"mallory"')::text WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
+		{name: "middle event of a record deleted", sql: `UPDATE audit_records
+			SET events = (events::jsonb - 1)::text WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
+		{name: "events of a record swapped", sql: `UPDATE audit_records
+			SET events = jsonb_build_array(events::jsonb -> 1, events::jsonb -> 0, events::jsonb -> 2)::text WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) }},
+		{name: "event added to a record", sql: `UPDATE audit_records
+			SET events = (events::jsonb || jsonb_build_array(events::jsonb -> 2))::text WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) + 3 }},
+		{name: "hashes of a record cut", sql: `UPDATE audit_records SET hashes = substring(hashes FOR 40) WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
+		{name: "record unreadable", sql: `UPDATE audit_records SET events = '[{"t":0,' WHERE seq = {claims}`,
+			want: func(_, claims uint64) int64 { return int64(claims) }, unreadable: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -357,29 +437,44 @@ func TestTamperingIsNamed(t *testing.T) {
 			url := pgtest.NewDatabase(t)
 			db := open(t, url, nil)
 			signer := newSigner(t)
-			if err := writeSome(t.Context(), db, "alice"); err != nil {
-				t.Fatal(err)
-			}
-			size := uint64(sealAll(t, db, signer, 4))
+			size, claims := tamperLog(t, db, signer, 4)
 			if size < 2*target {
 				t.Fatalf("%d events sealed; the test needs more", size)
 			}
 			if err := verify(t, db, signer); err != nil {
 				t.Fatalf("Verify before tampering: %v", err)
 			}
-			if _, err := connect(t, url).Exec(t.Context(), tt.sql); err != nil {
+			sql := strings.ReplaceAll(tt.sql, "{claims}", strconv.FormatUint(claims, 10))
+			if _, err := connect(t, url).Exec(t.Context(), sql); err != nil {
 				t.Fatalf("tamper: %v", err)
 			}
-			want := uint64(target)
+			want := int64(target)
 			if tt.want != nil {
-				want = tt.want(size)
+				want = tt.want(size, claims)
+			}
+
+			if tt.unreadable {
+				// From the start, and from the middle of the record.
+				for _, after := range []uint64{0, uint64(want)} {
+					_, err := db.ListAuditEvents(t.Context(), store.ListAuditEventsParams{AfterSeq: after, Limit: 10000})
+					if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("audit record of event %d:", want)) {
+						t.Fatalf("ListAuditEvents after %d, a record unreadable = %v; want an error naming event %d", after, err, want)
+					}
+				}
+				return
 			}
 			err := verify(t, db, signer)
+			if want < 0 {
+				if err != nil {
+					t.Fatalf("Verify = %v; want the log to verify", err)
+				}
+				return
+			}
 			var ve *audit.VerifyError
 			if !errors.As(err, &ve) {
 				t.Fatalf("Verify after tampering = %v; want a *audit.VerifyError", err)
 			}
-			if ve.Seq != want {
+			if ve.Seq != uint64(want) {
 				t.Fatalf("Verify after tampering names seq %d (%v); want %d", ve.Seq, err, want)
 			}
 		})
@@ -393,16 +488,15 @@ func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	db := open(t, url, nil)
 	signer := newSigner(t)
-	if err := writeSome(t.Context(), db, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	size := uint64(sealAll(t, db, signer, 1000))
+	size, _ := tamperLog(t, db, signer, 1000)
 
 	conn := connect(t, url)
-	if _, err := conn.Exec(t.Context(), `UPDATE audit_events SET principal = 'mallory' WHERE seq = 3`); err != nil {
+	if _, err := conn.Exec(t.Context(), `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,p}', '"mallory"')::text
+		WHERE seq = 3`); err != nil {
 		t.Fatal(err)
 	}
-	// The events as the store now answers them, their chain recomputed from seq 3 on.
+	// The events as the store now answers them, their chain recomputed from seq 3 on, and
+	// stored back record by record.
 	events := allEvents(t, db)
 	for i := 2; i < len(events); i++ {
 		canon, err := audit.Canonical(events[i])
@@ -411,8 +505,14 @@ func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
 		}
 		events[i].PrevHash = events[i-1].Hash
 		events[i].Hash = audit.ChainHash(events[i].PrevHash, canon)
-		if _, err := conn.Exec(t.Context(), `UPDATE audit_events SET prev_hash = $2, hash = $3 WHERE seq = $1`,
-			int64(events[i].Seq), events[i].PrevHash, events[i].Hash); err != nil {
+	}
+	for i := 2; i < len(events); {
+		first, hashes := events[i], []byte{}
+		for ; i < len(events) && events[i].ID == first.ID; i++ {
+			hashes = append(hashes, events[i].Hash...)
+		}
+		if _, err := conn.Exec(t.Context(), `UPDATE audit_records SET prev_hash = $2, hashes = $3 WHERE seq = $1`,
+			int64(first.Seq), first.PrevHash, hashes); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -420,6 +520,50 @@ func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
 	var ve *audit.VerifyError
 	if !errors.As(err, &ve) || ve.Seq != size {
 		t.Fatalf("Verify after rewriting the chain = %v; want a *audit.VerifyError at seq %d", err, size)
+	}
+}
+
+// TestAStatementWritesOneRecord ensures that the events of one statement make one record, in
+// the order the statement made them, and that a statement that changes nothing writes none.
+func TestAStatementWritesOneRecord(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	ctx := store.WithActor(t.Context(), store.Actor{Principal: "admin"})
+	records := func() int {
+		t.Helper()
+		var n int
+		if err := connect(t, url).QueryRow(ctx, `SELECT count(*) FROM audit_records`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, _, err := db.CreatePrincipal(ctx, store.CreatePrincipalParams{Name: "bob", Role: store.RoleWorker,
+		TokenID: store.NewID("tok"), TokenHash: []byte("h")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := records(); n != 1 {
+		t.Fatalf("CreatePrincipal wrote %d records, want 1", n)
+	}
+	for range 2 {
+		if _, err := db.DisablePrincipal(ctx, "bob"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := records(); n != 2 {
+		t.Fatalf("after disabling a principal twice, %d records, want 2: the second changed nothing", n)
+	}
+	sealAll(t, db, newSigner(t), 1000)
+	events := allEvents(t, db)
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Action)
+	}
+	if want := []string{"principal.created", "token.created", "principal.disabled"}; !slices.Equal(got, want) {
+		t.Fatalf("the log holds %v, want %v", got, want)
+	}
+	if events[0].ID != events[1].ID || events[1].ID == events[2].ID {
+		t.Fatalf("the events are of records %d, %d and %d; want the first two of one record", events[0].ID, events[1].ID, events[2].ID)
 	}
 }
 

@@ -1,6 +1,11 @@
 package postgres
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // WaitListening waits up to timeout until db's listener has started listening n times in all.
 func WaitListening(db *DB, n int64, timeout time.Duration) bool {
@@ -22,3 +27,13 @@ func WaitListening(db *DB, n int64, timeout time.Duration) bool {
 
 // KnownVersion answers the schema version this build migrates to.
 func KnownVersion() int { return knownVersion() }
+
+// MigrateTo migrates the database at url as a build whose last migration is version would.
+func MigrateTo(ctx context.Context, url string, version int) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return migrate(ctx, pool, version)
+}

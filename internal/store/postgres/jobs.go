@@ -103,8 +103,7 @@ var enqueueSQL = q(`WITH j AS (
 	VALUES ($2, $3, 'queued', $4, $5, $6, {now} + $7::bigint * interval '1 microsecond', {now}, {now}, $8, $9)
 	ON CONFLICT (unique_key) WHERE unique_key <> '' AND state IN ('queued', 'claimed') DO NOTHING
 	RETURNING ` + jobCols("") + `),
-ev AS (` + auditInsert + `
-	SELECT {now}, $10, $11, 'job.enqueued', 'job/' || j.id, $12 FROM j)
+ev AS (` + auditRecord(`SELECT {now}, $10, $11, 'job.enqueued', 'job/' || j.id, $12 FROM j`) + `)
 SELECT ` + jobCols("j") + `, pg_notify('` + notifyChannel + `', '') FROM j`)
 
 // The details of the job events that the statements build, from the job's row u as they
@@ -118,11 +117,11 @@ var (
 		mem("state", jsonWord("u.state")))
 )
 
-// workerEvents answers the audit insert of event action (an SQL expression) with details (an
+// workerEvents answers the audit record of event action (an SQL expression) with details (an
 // SQL expression) for each job of u, by the worker whose claim it is.
 func workerEvents(action, details string) string {
-	return auditInsert + `SELECT {now}, split_part(u.claimed_by, '|', 1), u.claimed_by, ` + action + `, 'job/' || u.id, ` +
-		details + ` FROM u`
+	return auditRecord(`SELECT {now}, split_part(u.claimed_by, '|', 1), u.claimed_by, ` + action + `, 'job/' || u.id, ` +
+		details + ` FROM u`)
 }
 
 // The literal conditions are those of the partial unique index, so that the planner can use it.
@@ -199,8 +198,7 @@ var settleSQL = q(`WITH u AS (
 		updated_at = {now}
 	WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)
 	RETURNING id, attempts, state),
-ev AS (` + auditInsert + `
-	SELECT {now}, '` + store.SystemPrincipal + `', '', 'job.expired', 'job/' || u.id, ` + jobObjectExpired + ` FROM u)
+ev AS (` + auditRecord(`SELECT {now}, '`+store.SystemPrincipal+`', '', 'job.expired', 'job/' || u.id, `+jobObjectExpired+` FROM u`) + `)
 SELECT count(*) FROM u`)
 
 // claimSQL settles expired claims and claims the best claimable jobs for a group of claimers
@@ -255,14 +253,13 @@ UPDATE jobs SET
 FROM target t
 WHERE jobs.seq = t.seq
 RETURNING t.n, ` + jobCols("jobs") + `),
-ev AS (` + auditInsert + `
-	SELECT {now},
-		CASE WHEN u.n > 0 THEN split_part(u.claimed_by, '|', 1) ELSE '` + store.SystemPrincipal + `' END,
+ev AS (` + auditRecord(`SELECT {now},
+		CASE WHEN u.n > 0 THEN split_part(u.claimed_by, '|', 1) ELSE '`+store.SystemPrincipal+`' END,
 		CASE WHEN u.n > 0 THEN u.claimed_by ELSE '' END,
 		CASE WHEN u.n > 0 THEN 'job.claimed' ELSE 'job.expired' END,
 		'job/' || u.id,
-		CASE WHEN u.n > 0 THEN ` + jobObjectClaimed + ` ELSE ` + jobObjectExpired + ` END
-	FROM u)
+		CASE WHEN u.n > 0 THEN `+jobObjectClaimed+` ELSE `+jobObjectExpired+` END
+	FROM u`) + `)
 SELECT u.n, ` + jobCols("u") + ` FROM u`)
 }
 
@@ -531,7 +528,7 @@ ev AS (` + completedEvents("$11::text", "$12::text") + `)
 SELECT ` + jobCols("u") + ` FROM u`)
 )
 
-// completedEvents inserts the job.completed events of the jobs u completed, whose details are
+// completedEvents records the job.completed events of the jobs u completed, whose details are
 // the claim number between the SQL expressions head and tail.
 func completedEvents(head, tail string) string {
 	return workerEvents(`'job.completed'`, head+` || (u.attempts)::text || `+tail)
@@ -774,10 +771,10 @@ UPDATE jobs SET
 	updated_at = {now}
 WHERE ` + claimCheck(10) + `
 RETURNING ` + jobCols("") + `),
-ev AS (` + auditInsert + `SELECT {now}, split_part($3, '|', 1), $3, 'job.failed', 'job/' || u.id, ` + jsonObject(
+ev AS (` + auditRecord(`SELECT {now}, split_part($3, '|', 1), $3, 'job.failed', 'job/' || u.id, `+jsonObject(
 	mem("claim", jsonInt("u.attempts")),
 	mem("error", jsonText("$5")),
-	mem("state", jsonWord("u.state"))) + ` FROM u)
+	mem("state", jsonWord("u.state")))+` FROM u`) + `)
 SELECT ` + jobCols("u") + `, CASE WHEN u.state = 'queued' THEN pg_notify('` + notifyChannel + `', '') END FROM u`)
 
 // FailJob records a failed attempt: FAILED, CANCELLED, or QUEUED again after a delay.
@@ -807,9 +804,8 @@ var cancelSQL = q(`WITH u AS (
 		updated_at = {now}
 	WHERE id = $2 AND (state = 'queued' OR (state = 'claimed' AND NOT cancel_requested))
 	RETURNING ` + jobCols("") + `),
-ev AS (` + auditInsert + `
-	SELECT {now}, $3, $4, CASE WHEN u.state = 'cancelled' THEN 'job.cancelled' ELSE 'job.cancel_requested' END,
-		'job/' || u.id, NULL FROM u)
+ev AS (` + auditRecord(`SELECT {now}, $3, $4, CASE WHEN u.state = 'cancelled' THEN 'job.cancelled' ELSE 'job.cancel_requested' END,
+		'job/' || u.id, NULL FROM u`) + `)
 SELECT true, ` + jobCols("u") + ` FROM u
 UNION ALL
 SELECT false, ` + jobCols("j") + ` FROM jobs j WHERE j.id = $2 AND NOT EXISTS (SELECT 1 FROM u)`)

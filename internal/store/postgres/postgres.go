@@ -127,7 +127,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, knownVersion()); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -224,10 +224,10 @@ func knownVersion() int { return len(migrations) }
 // migrationLock is the advisory lock key under which replicas migrate, one at a time.
 const migrationLock = 0x61675f6d69677231 // "ag_migr1"
 
-// migrate applies the migrations the database lacks, all in one transaction under an advisory
-// lock, so that replicas starting together migrate once and a failed migration leaves nothing
-// half done.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// migrate applies the migrations the database lacks up to version target (knownVersion() but
+// in tests of a migration), all in one transaction under an advisory lock, so that replicas
+// starting together migrate once and a failed migration leaves nothing half done.
+func migrate(ctx context.Context, pool *pgxpool.Pool, target int) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
@@ -249,7 +249,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if current > knownVersion() {
 		return &store.SchemaTooNewError{Database: current, Known: knownVersion()}
 	}
-	for _, m := range migrations[current:] {
+	for _, m := range migrations[min(current, target):target] {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("postgres: migration %s: %w", m.name, err)
 		}

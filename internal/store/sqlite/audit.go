@@ -10,7 +10,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ag-coord/ag/internal/store"
@@ -22,25 +21,26 @@ import (
 
 var _ store.AuditStore = (*DB)(nil)
 
-const insertAuditEventSQL = `INSERT INTO audit_events (time, principal, holder, action, subject, details)
-	VALUES (?, ?, ?, ?, ?, ?)`
+// record adds one audit event to the record of the batch the writer is committing, which
+// commit stores in its transaction (storeRecord): only the writer goroutine runs it. The actor
+// comes from the method's caller: the ctx a write function gets is the writer's, which carries
+// no actor.
+func (d *DB) record(now int64, actor store.Actor, action, subject string, details []byte) {
+	if auditEnabled {
+		d.events.Add(now, actor, action, subject, details)
+	}
+}
 
-// record inserts one audit event in tx, which must be a write's transaction: only the writer
-// goroutine runs it, and the commit of its batch fires the audit signal. The actor comes from
-// the method's caller: the ctx a write function gets is the writer's, which carries no actor.
-func (d *DB) record(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, action, subject string, details []byte) error {
-	if !auditEnabled {
-		return nil
+// storeRecord stores the events of the batch as one record, and answers whether it did.
+func (d *DB) storeRecord(ctx context.Context, tx *sql.Tx) (bool, error) {
+	if d.events.Len() == 0 {
+		return false, nil
 	}
-	var det any
-	if details != nil {
-		det = string(details) // TEXT, as written
+	n := d.events.Len()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (events) VALUES (?)`, string(d.events.Text())); err != nil {
+		return false, interpret(fmt.Sprintf("record %d audit events", n), err)
 	}
-	if _, err := tx.ExecContext(ctx, insertAuditEventSQL, now, actor.Principal, actor.Holder, action, subject, det); err != nil {
-		return interpret("record audit event "+action+" of "+subject, err)
-	}
-	d.audited = true
-	return nil
+	return true, nil
 }
 
 // AuditSignal answers the channel that the next commit that wrote audit events closes.
@@ -170,12 +170,14 @@ const defaultSealLimit = 1000
 // process on the same file) moved the head meanwhile.
 const sealAttempts = 10
 
-// SealAudit seals up to p.Limit pending events, oldest first. The seal is computed from a read
-// snapshot, outside the one writer, and only stored by a write, which checks that the head is
-// still the one the seal continues: hashing and signing a batch takes milliseconds, and every
-// claim and completion would wait for them if they ran in the write. Events committed after the
-// snapshot have larger ids than any it saw, so the batch is still the oldest pending events
-// when it is stored.
+// SealAudit seals the oldest pending records, p.Limit events or a little more (whole records).
+// The seal is computed from a read snapshot, outside the one writer, and only stored by a
+// write, which checks that the head is still the one the seal continues: hashing and signing a
+// batch takes milliseconds, and every claim and completion would wait for them if they ran in
+// the write. Records committed after the snapshot have larger ids than any it saw, so the batch
+// is still the oldest pending records when it is stored. Should other sealers (other processes
+// on the file) move the head sealAttempts-1 times in a row, the last attempt computes its seal
+// in the write, where nothing can move the head.
 func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error) {
 	if p.Seal == nil {
 		return 0, errors.New("seal audit: no Seal function")
@@ -184,20 +186,20 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 	if limit <= 0 {
 		limit = defaultSealLimit
 	}
-	for range sealAttempts {
-		head, lastID, pending, seal, err := d.computeSeal(ctx, p, limit)
-		if err != nil || len(pending) == 0 {
+	for range sealAttempts - 1 {
+		c, err := d.computeSealFromSnapshot(ctx, p, limit)
+		if err != nil || len(c.pending) == 0 {
 			return 0, err
 		}
 		err = d.write(ctx, "seal audit", func(ctx context.Context, tx *sql.Tx) error {
-			now, nowID, err := readHead(ctx, tx)
+			head, lastID, err := readHead(ctx, tx)
 			if err != nil {
 				return err
 			}
-			if now.Size != head.Size || !bytes.Equal(now.Hash, head.Hash) || nowID != lastID {
+			if head.Size != c.head.Size || !bytes.Equal(head.Hash, c.head.Hash) || lastID != c.lastID {
 				return errHeadMoved
 			}
-			return storeSeal(ctx, tx, head, seal, micros(d.now()))
+			return storeSeal(ctx, tx, c.head, c.pending, c.seal, micros(d.now()))
 		})
 		if errors.Is(err, errHeadMoved) {
 			continue
@@ -205,43 +207,64 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 		if err != nil {
 			return 0, err
 		}
-		return len(pending), nil
+		return len(c.pending), nil
 	}
-	return 0, fmt.Errorf("seal audit: the head moved during %d seals in a row", sealAttempts)
+	var n int
+	err := d.write(ctx, "seal audit", func(ctx context.Context, tx *sql.Tx) error {
+		c, err := computeSeal(ctx, tx, p, limit)
+		if err != nil || len(c.pending) == 0 {
+			return err
+		}
+		n = len(c.pending)
+		return storeSeal(ctx, tx, c.head, c.pending, c.seal, micros(d.now()))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // errHeadMoved says that a seal computed from a snapshot no longer continues the head.
 var errHeadMoved = errors.New("seal audit: the head moved since the seal was computed")
 
-// computeSeal reads the head and up to limit pending events in one read transaction (one
-// snapshot) and seals them with p.Seal, which reads tree hashes in that snapshot too.
-func (d *DB) computeSeal(ctx context.Context, p store.SealAuditParams, limit int) (
-	head store.AuditHead, lastID int64, pending []store.AuditEvent, sealed store.AuditSeal, err error,
-) {
+// computedSeal is a seal of pending after head, whose last sealed record was lastID.
+type computedSeal struct {
+	head    store.AuditHead
+	lastID  int64
+	pending []store.AuditEvent
+	seal    store.AuditSeal
+}
+
+// computeSealFromSnapshot is computeSeal in a read transaction of its own: one snapshot.
+func (d *DB) computeSealFromSnapshot(ctx context.Context, p store.SealAuditParams, limit int) (computedSeal, error) {
 	tx, err := d.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return head, 0, nil, sealed, interpret("seal audit: begin", err)
+		return computedSeal{}, interpret("seal audit: begin", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
-	if head, lastID, err = readHead(ctx, tx); err != nil {
-		return head, 0, nil, sealed, err
+	return computeSeal(ctx, tx, p, limit)
+}
+
+// computeSeal reads the head and the pending records a seal of limit events takes, in tx, and
+// seals their events with p.Seal, which reads tree hashes in tx too. No pending event: a
+// computedSeal without events, and p.Seal is not called.
+func computeSeal(ctx context.Context, tx *sql.Tx, p store.SealAuditParams, limit int) (c computedSeal, err error) {
+	if c.head, c.lastID, err = readHead(ctx, tx); err != nil {
+		return computedSeal{}, err
 	}
-	if err = checkHead(ctx, tx, head, lastID); err != nil {
-		return head, 0, nil, sealed, err
+	if err = checkHead(ctx, tx, c.head, c.lastID); err != nil {
+		return computedSeal{}, err
 	}
-	if pending, err = pendingEvents(ctx, tx, lastID, limit); err != nil || len(pending) == 0 {
-		return head, lastID, nil, sealed, err
+	if c.pending, err = pendingEvents(ctx, tx, c.lastID, limit); err != nil || len(c.pending) == 0 {
+		return computedSeal{}, err
 	}
-	sealed, err = p.Seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
+	c.seal, err = p.Seal(c.head, slices.Clone(c.pending), func(indexes []int64) ([][]byte, error) {
 		return readAuditHashes(ctx, tx, indexes)
 	})
 	if err != nil {
-		return head, 0, nil, sealed, fmt.Errorf("seal audit: %w", err)
+		return computedSeal{}, fmt.Errorf("seal audit: %w", err)
 	}
-	if err := checkSeal(head, pending, sealed); err != nil {
-		return head, 0, nil, sealed, fmt.Errorf("seal audit: %w", err)
-	}
-	return head, lastID, pending, sealed, nil
+	return c, nil
 }
 
 // readHead reads the head and the id of its last event.
@@ -258,124 +281,87 @@ func readHead(ctx context.Context, tx *sql.Tx) (store.AuditHead, int64, error) {
 	return head, lastID, nil
 }
 
-// checkHead refuses to seal after the head's event was deleted or renumbered: ids would then
-// be taken again by new events, which would hide among the sealed ones (0004_audit.sql) and never
-// be sealed. Only tampering with the file does that, and verification names it; the seal stops,
-// loudly, rather than lose events quietly.
+// checkHead refuses to seal after the head's record was deleted or renumbered: ids would then
+// be taken again by new records, which would hide among the sealed ones (0004_audit.sql) and
+// never be sealed. Only tampering with the file does that, and verification names it; the seal
+// stops, loudly, rather than lose events quietly.
 func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int64) error {
 	if head.Size == 0 {
 		return nil
 	}
-	var seq sql.NullInt64
-	err := tx.QueryRowContext(ctx, `SELECT seq FROM audit_events WHERE id = ?`, lastID).Scan(&seq)
+	var (
+		seq    sql.NullInt64
+		hashes []byte
+	)
+	err := tx.QueryRowContext(ctx, `SELECT seq, hashes FROM audit_records WHERE id = ?`, lastID).Scan(&seq, &hashes)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return interpret("seal audit: read the head's event", err)
+		return interpret("seal audit: read the head's record", err)
 	}
-	if err != nil || !seq.Valid || uint64(seq.Int64) != head.Size {
-		return fmt.Errorf("seal audit: the head's event (seq %d, id %d) is missing or renumbered: the log was tampered with; "+
+	if err != nil || !seq.Valid || seq.Int64 <= 0 || uint64(seq.Int64)+uint64(len(hashes)/store.AuditHashSize)-1 != head.Size {
+		return fmt.Errorf("seal audit: the head's record (ending at seq %d, id %d) is missing or renumbered: the log was tampered with; "+
 			"nothing is sealed until it is restored", head.Size, lastID)
 	}
 	return nil
 }
 
-// pendingEvents reads up to limit unsealed events in insertion order: those after the last
-// sealed one, lastID (see 0004_audit.sql). The limit is "? + 0" because SQLite prepares a
-// statement again whenever a bare LIMIT parameter is bound.
+// pendingEvents reads the events of the unsealed records a seal of limit events takes, in
+// insertion order: the records after the last sealed one, lastID (see 0004_audit.sql). Each
+// record holds an event at least, so limit records are enough. The limit is "? + 0" because
+// SQLite prepares a statement again whenever a bare LIMIT parameter is bound.
 func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]store.AuditEvent, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, time, principal, holder, action, subject, details
-		FROM audit_events WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ? + 0`, lastID, limit)
+	rows, err := tx.QueryContext(ctx, `SELECT id, events FROM audit_records WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ? + 0`, lastID, limit)
 	if err != nil {
 		return nil, interpret("seal audit: read pending events", err)
 	}
 	defer rows.Close()
-	var pending []store.AuditEvent
-	for rows.Next() {
+	var (
+		records [][]store.AuditEvent
+		n       int
+	)
+	for rows.Next() && n < limit {
 		var (
-			e       store.AuditEvent
-			t       int64
-			details sql.NullString
+			id   int64
+			text []byte
 		)
-		if err := rows.Scan(&e.ID, &t, &e.Principal, &e.Holder, &e.Action, &e.Subject, &details); err != nil {
+		if err := rows.Scan(&id, &text); err != nil {
 			return nil, interpret("seal audit: read pending events", err)
 		}
-		e.Time = fromMicros(t)
-		if details.Valid {
-			e.Details = []byte(details.String)
+		events, err := store.DecodeAuditRecord(id, text)
+		if err != nil {
+			return nil, fmt.Errorf("seal audit: %w", err)
 		}
-		pending = append(pending, e)
+		records = append(records, events)
+		n += len(events)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpret("seal audit: read pending events", err)
 	}
-	return pending, nil
+	return store.TakeAuditRecords(records, limit), nil
 }
 
-// checkSeal refuses a seal that does not give exactly the pending events, in their order, the
-// places that follow head: the store keeps only what continues its chain.
-func checkSeal(head store.AuditHead, pending []store.AuditEvent, seal store.AuditSeal) error {
-	if len(seal.Events) != len(pending) {
-		return fmt.Errorf("%d events pending, %d sealed", len(pending), len(seal.Events))
+// storeSeal stores what a seal answers, once store.AuditSealRows checked it: each record's
+// place and hashes, exactly once, the block of new tree hashes, the head and the checkpoint.
+func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, pending []store.AuditEvent, seal store.AuditSeal, now int64) error {
+	records, first, block, err := store.AuditSealRows(head, pending, seal)
+	if err != nil {
+		return fmt.Errorf("seal audit: %w", err)
 	}
-	for i, e := range seal.Events {
-		if e.ID != pending[i].ID {
-			return fmt.Errorf("sealed event %d is event id %d, want id %d (insertion order)", i, e.ID, pending[i].ID)
-		}
-		if want := head.Size + uint64(i) + 1; e.Seq != want {
-			return fmt.Errorf("event id %d sealed as seq %d, want %d", e.ID, e.Seq, want)
-		}
-		if len(e.Hash) == 0 || len(e.PrevHash) == 0 {
-			return fmt.Errorf("event id %d sealed without its hashes", e.ID)
-		}
-	}
-	n := head.Size + uint64(len(pending))
-	if seal.Head.Size != n || seal.Checkpoint.Size != n {
-		return fmt.Errorf("head size %d and checkpoint size %d, want %d", seal.Head.Size, seal.Checkpoint.Size, n)
-	}
-	if last := seal.Events[len(seal.Events)-1].Hash; !bytes.Equal(seal.Head.Hash, last) {
-		return errors.New("the head's hash is not the last sealed event's")
-	}
-	if n > math.MaxInt64 {
-		return fmt.Errorf("log size %d is out of range", n)
-	}
-	return nil
-}
-
-// sealChunk bounds the rows of one statement of storeSeal: 4 parameters each, well under
-// SQLite's limit. A seal of the server's batch (1000 events) takes a handful of statements.
-const sealChunk = 250
-
-// storeSeal stores what a checked seal answers: each event's place, exactly once, the new tree
-// hashes, the head and the checkpoint.
-func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, seal store.AuditSeal, now int64) error {
-	for chunk := range slices.Chunk(seal.Events, sealChunk) {
-		args := make([]any, 0, 4*len(chunk))
-		for _, e := range chunk {
-			args = append(args, e.ID, int64(e.Seq), e.PrevHash, e.Hash)
-		}
-		// checkSeal made the ids the pending ones, each once: every row of v must update an
-		// event that is still pending, or nothing is sealed.
-		res, err := tx.ExecContext(ctx, `WITH v (id, seq, prev_hash, hash) AS (VALUES `+rows(len(chunk), 4)+`)
-			UPDATE audit_events SET seq = v.seq, prev_hash = v.prev_hash, hash = v.hash FROM v
-			WHERE audit_events.id = v.id AND audit_events.seq IS NULL`, args...)
+	for _, r := range records {
+		// Every record must still be pending, or nothing is sealed.
+		res, err := tx.ExecContext(ctx, `UPDATE audit_records SET seq = ?, prev_hash = ?, hashes = ? WHERE id = ? AND seq IS NULL`,
+			int64(r.Seq), r.PrevHash, r.Hashes, r.ID)
 		if err != nil {
-			return interpret(fmt.Sprintf("seal audit: events %d to %d", chunk[0].Seq, chunk[len(chunk)-1].Seq), err)
+			return interpret(fmt.Sprintf("seal audit: the record of event %d", r.Seq), err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n != int64(len(chunk)) {
-			return fmt.Errorf("seal audit: %d of events %d to %d were pending (%v): nothing sealed",
-				n, chunk[0].Seq, chunk[len(chunk)-1].Seq, err)
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("seal audit: the record of event %d was not pending (%v): nothing sealed", r.Seq, err)
 		}
 	}
-	for chunk := range slices.Chunk(seal.TreeHashes, 2*sealChunk) {
-		args := make([]any, 0, 2*len(chunk))
-		for _, h := range chunk {
-			args = append(args, h.Index, h.Hash)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO audit_tree_hashes (idx, hash) VALUES `+rows(len(chunk), 2), args...); err != nil {
-			return interpret(fmt.Sprintf("seal audit: tree hashes %d to %d", chunk[0].Index, chunk[len(chunk)-1].Index), err)
-		}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_tree_blocks (first, hashes) VALUES (?, ?)`, first, block); err != nil {
+		return interpret(fmt.Sprintf("seal audit: tree hashes from %d", first), err)
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE audit_head SET size = ?, hash = ?, last_id = ? WHERE one = 1 AND size = ?`,
-		int64(seal.Head.Size), seal.Head.Hash, seal.Events[len(seal.Events)-1].ID, int64(head.Size))
+		int64(seal.Head.Size), seal.Head.Hash, records[len(records)-1].ID, int64(head.Size))
 	if err != nil {
 		return interpret("seal audit: move the head", err)
 	}
@@ -398,51 +384,27 @@ func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, seal store
 	return nil
 }
 
-// rows answers n rows of width parameters for a VALUES clause: "(?, ?), (?, ?), ...".
-func rows(n, width int) string {
-	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", width), ", ") + ")"
-	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
-}
-
-// hashChunk bounds the indexes of one lookup, well under SQLite's parameter limit.
-const hashChunk = 500
-
-// readAuditHashes answers the stored tree hashes at indexes, in their order.
+// readAuditHashes answers the stored tree hashes at indexes, in their order: each from the
+// block of the seal that stored it, the one that starts last at or before it.
 func readAuditHashes(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, indexes []int64) ([][]byte, error) {
-	found := make(map[int64][]byte, len(indexes))
-	for chunk := range slices.Chunk(indexes, hashChunk) {
-		args := make([]any, len(chunk))
-		for i, idx := range chunk {
-			args[i] = idx
-		}
-		rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM audit_tree_hashes WHERE idx IN (`+placeholders(1, len(chunk))+`)`, args...)
-		if err != nil {
-			return nil, interpret("read audit hashes", err)
-		}
-		for rows.Next() {
-			var (
-				idx  int64
-				hash []byte
-			)
-			if err := rows.Scan(&idx, &hash); err != nil {
-				rows.Close()
+	out := make([][]byte, len(indexes))
+	var (
+		first int64 = -1
+		block []byte
+	)
+	for i, idx := range indexes {
+		h, ok := store.AuditBlockHash(first, block, idx)
+		if !ok {
+			err := q.QueryRowContext(ctx, `SELECT first, hashes FROM audit_tree_blocks WHERE first <= ? ORDER BY first DESC LIMIT 1`, idx).
+				Scan(&first, &block)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return nil, interpret("read audit hashes", err)
 			}
-			found[idx] = hash
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, interpret("read audit hashes", err)
-		}
-	}
-	out := make([][]byte, len(indexes))
-	for i, idx := range indexes {
-		h, ok := found[idx]
-		if !ok {
-			return nil, fmt.Errorf("read audit hashes: tree hash %d: %w", idx, store.ErrNotFound)
+			if h, ok = store.AuditBlockHash(first, block, idx); err != nil || !ok {
+				return nil, fmt.Errorf("read audit hashes: tree hash %d: %w", idx, store.ErrNotFound)
+			}
 		}
 		out[i] = h
 	}
@@ -459,35 +421,40 @@ func (d *DB) ReadAuditHashes(ctx context.Context, indexes []int64) ([][]byte, er
 // maxAuditPage is the most events one ListAuditEvents answers.
 const maxAuditPage = 10000
 
-// ListAuditEvents answers sealed events after p.AfterSeq, by seq.
+// ListAuditEvents answers sealed events after p.AfterSeq, by seq: those of the records from the
+// one holding event AfterSeq+1 on. Each record holds an event at least, so limit records are
+// enough.
 func (d *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams) ([]store.AuditEvent, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
 	}
 	limit = min(limit, maxAuditPage)
-	rows, err := d.r.QueryContext(ctx, `SELECT id, seq, time, principal, holder, action, subject, details, prev_hash, hash
-		FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`, int64(min(p.AfterSeq, math.MaxInt64)), limit)
+	after := int64(min(p.AfterSeq, math.MaxInt64-1))
+	rows, err := d.r.QueryContext(ctx, `SELECT id, seq, events, prev_hash, hashes FROM audit_records
+		WHERE seq >= coalesce((SELECT max(seq) FROM audit_records WHERE seq <= ?1 + 1), 1) ORDER BY seq LIMIT ?2 + 0`, after, limit)
 	if err != nil {
 		return nil, interpret("list audit events", err)
 	}
 	defer rows.Close()
 	var events []store.AuditEvent
-	for rows.Next() {
+	for rows.Next() && len(events) < limit {
 		var (
-			e       store.AuditEvent
-			seq, t  int64
-			details sql.NullString
+			id, seq                int64
+			text, prevHash, hashes []byte
 		)
-		if err := rows.Scan(&e.ID, &seq, &t, &e.Principal, &e.Holder, &e.Action, &e.Subject, &details, &e.PrevHash, &e.Hash); err != nil {
+		if err := rows.Scan(&id, &seq, &text, &prevHash, &hashes); err != nil {
 			return nil, interpret("list audit events", err)
 		}
-		e.Seq = uint64(seq)
-		e.Time = fromMicros(t)
-		if details.Valid {
-			e.Details = []byte(details.String)
+		record, err := store.ExpandAuditRecord(id, uint64(seq), text, prevHash, hashes)
+		if err != nil {
+			return nil, fmt.Errorf("list audit events: %w", err)
 		}
-		events = append(events, e)
+		for _, e := range record {
+			if e.Seq > p.AfterSeq && len(events) < limit {
+				events = append(events, e)
+			}
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpret("list audit events", err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +27,10 @@ type tamperLog struct {
 	events []store.AuditEvent
 }
 
-// newTamperLog writes a log of 12 events of several kinds to a new file, seals it in two
-// batches with a real audit key, and closes the store.
+// newTamperLog writes a log of 18 events of several kinds to a new file, seals it in two
+// batches (events 1-5 and 6-18) with a real audit key, and closes the store. Its records (one
+// per transaction) are [1 2] [3 4] [5] [6] [7] ... [15] [16 17 18]: a principal is created with
+// its token, and the last three events are one ClaimJobs call's.
 func newTamperLog(t *testing.T) tamperLog {
 	t.Helper()
 	ctx := store.WithActor(t.Context(), store.Actor{Principal: "admin", Holder: "admin|console"})
@@ -85,14 +89,50 @@ func newTamperLog(t *testing.T) tamperLog {
 	if _, err := db.DisablePrincipal(ctx, "bob"); err != nil { // 12
 		t.Fatalf("DisablePrincipal: %v", err)
 	}
+	for range 3 { // 13-15
+		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "test", MaxAttempts: 1, EnqueuedBy: "alice"}); err != nil {
+			t.Fatalf("EnqueueJob: %v", err)
+		}
+	}
+	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "runner|w2", Lease: time.Minute, Max: 3}); err != nil || len(jobs) != 3 { // 16-18
+		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(jobs), err)
+	}
 	seal()
 
 	log := tamperLog{path: path, key: signer.VerifierKey()}
 	log.events, err = db.ListAuditEvents(ctx, store.ListAuditEventsParams{Limit: 1000})
-	if err != nil || len(log.events) != 12 {
-		t.Fatalf("ListAuditEvents = %d events, %v; want 12", len(log.events), err)
+	if err != nil || len(log.events) != 18 {
+		t.Fatalf("ListAuditEvents = %d events, %v; want 18", len(log.events), err)
+	}
+	var records []string
+	for i, e := range log.events {
+		if i == 0 || e.ID != log.events[i-1].ID {
+			records = append(records, "")
+		}
+		records[len(records)-1] += fmt.Sprint(" ", e.Seq)
+	}
+	if got := fmt.Sprint(records); got != "[ 1 2  3 4  5  6  7  8  9  10  11  12  13  14  15  16 17 18]" {
+		t.Fatalf("the log's records hold the events %s, want one record per transaction", got)
 	}
 	return log
+}
+
+// at answers where event seq is stored: the seq of its record (its first event's) and its index
+// in the record's array.
+func (l tamperLog) at(seq uint64) (record uint64, index int) {
+	e := l.events[seq-1]
+	for _, f := range l.events {
+		if f.ID == e.ID {
+			return f.Seq, int(seq - f.Seq)
+		}
+	}
+	panic("no event " + fmt.Sprint(seq))
+}
+
+// edit answers the statement that sets the member key of event seq to the SQL value.
+func (l tamperLog) edit(seq uint64, key, value string) string {
+	r, i := l.at(seq)
+	return fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].%s', %s) WHERE seq = %d`, i, key, value, r)
 }
 
 // verify reads the log from the file as the server would export it and verifies it against its
@@ -106,7 +146,7 @@ func (l tamperLog) verify(t *testing.T) error {
 	defer db.Close()
 	events, err := db.ListAuditEvents(t.Context(), store.ListAuditEventsParams{Limit: 1000})
 	if err != nil {
-		t.Fatalf("ListAuditEvents: %v", err)
+		return err
 	}
 	cp, err := db.LatestAuditCheckpoint(t.Context())
 	if err != nil {
@@ -139,55 +179,73 @@ func (l tamperLog) tamper(t *testing.T, statements ...string) {
 	}
 }
 
+// chain answers the statements that store events, from the first one's record on, with their
+// hashes recomputed after edits: each record's prev_hash and hashes.
+func chain(prev []byte, events []store.AuditEvent) []string {
+	var stmts []string
+	for i := 0; i < len(events); {
+		first, hashes := events[i], []byte{}
+		recordPrev := prev
+		for ; i < len(events) && events[i].ID == first.ID; i++ {
+			canonical, err := audit.Canonical(events[i])
+			if err != nil {
+				panic(err)
+			}
+			prev = audit.ChainHash(prev, canonical)
+			hashes = append(hashes, prev...)
+		}
+		stmts = append(stmts, fmt.Sprintf(`UPDATE audit_records SET prev_hash = x'%x', hashes = x'%x' WHERE seq = %d`, recordPrev, hashes, first.Seq))
+	}
+	return stmts
+}
+
 // TestAuditTamperingIsDetected edits a sealed log in its file in each way an attacker with the
 // file could, and checks that verification fails naming the first event that does not verify.
 func TestAuditTamperingIsDetected(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		// sql answers the statements that tamper with log (of 12 events, sealed in two batches
-		// of 5 and 7).
+		// sql answers the statements that tamper with log (see newTamperLog).
 		sql     func(l tamperLog) []string
 		wantSeq uint64
 	}{
-		{"edit_an_events_time", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET time = time + 1000000 WHERE seq = 7`}
+		{"edit_an_events_time", func(l tamperLog) []string {
+			r, i := l.at(7)
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') + 1000000) WHERE seq = %d`, i, i, r)}
 		}, 7},
-		{"edit_an_events_time_by_a_microsecond", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET time = time - 1 WHERE seq = 2`}
+		{"edit_an_events_time_by_a_microsecond", func(l tamperLog) []string {
+			r, i := l.at(2)
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') - 1) WHERE seq = %d`, i, i, r)}
 		}, 2},
-		{"edit_an_events_principal", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET principal = 'mallory' WHERE seq = 6`}
-		}, 6},
-		{"edit_an_events_holder", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET holder = 'runner|w2' WHERE seq = 6`}
-		}, 6},
-		{"edit_an_events_action", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET action = 'job.failed' WHERE seq = 7`}
-		}, 7},
-		{"edit_an_events_subject", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET subject = 'principal/mallory' WHERE seq = 1`}
-		}, 1},
-		{"edit_an_events_details", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET details = '{"role":"admin"}' WHERE seq = 3`}
-		}, 3},
-		{"remove_an_events_details", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET details = NULL WHERE seq = 9`}
+		{"edit_an_events_principal", func(l tamperLog) []string { return []string{l.edit(6, "p", `'mallory'`)} }, 6},
+		{"edit_an_events_holder", func(l tamperLog) []string { return []string{l.edit(6, "h", `'runner|w2'`)} }, 6},
+		{"edit_an_events_action", func(l tamperLog) []string { return []string{l.edit(7, "a", `'job.failed'`)} }, 7},
+		{"edit_an_events_subject", func(l tamperLog) []string { return []string{l.edit(1, "s", `'principal/mallory'`)} }, 1},
+		{"edit_an_events_details", func(l tamperLog) []string { return []string{l.edit(3, "d", `json('{"role":"admin"}')`)} }, 3},
+		{"remove_an_events_details", func(l tamperLog) []string {
+			r, i := l.at(9)
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d].d') WHERE seq = %d`, i, r)}
 		}, 9},
-		{"edit_an_event_of_the_last_batch", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET subject = 'principal/alice' WHERE seq = 12`}
-		}, 12},
-		{"delete_an_event", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_events WHERE seq = 4`}
+		{"edit_the_middle_event_of_a_record", func(l tamperLog) []string { return []string{l.edit(17, "s", `'job/job_forged'`)} }, 17},
+		{"edit_the_last_event", func(l tamperLog) []string { return []string{l.edit(18, "p", `'mallory'`)} }, 18},
+		{"delete_an_event_from_its_record", func(l tamperLog) []string {
+			r, i := l.at(4)
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d]') WHERE seq = %d`, i, r)}
 		}, 4},
-		{"delete_an_event_and_renumber_the_rest", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_events WHERE seq = 4`,
-				`UPDATE audit_events SET seq = -(seq - 1) WHERE seq > 4`, `UPDATE audit_events SET seq = -seq WHERE seq < 0`}
-		}, 4},
-		{"delete_the_last_event", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_events WHERE seq = 12`}
-		}, 12},
-		{"insert_an_event_chained_to_the_one_before", func(l tamperLog) []string {
+		{"delete_the_middle_event_of_a_record", func(l tamperLog) []string {
+			return []string{`UPDATE audit_records SET events = json_remove(events, '$[1]') WHERE seq = 16`}
+		}, 17},
+		{"delete_a_record", func(tamperLog) []string {
+			return []string{`DELETE FROM audit_records WHERE seq = 5`}
+		}, 5},
+		{"delete_a_record_and_renumber_the_rest", func(tamperLog) []string {
+			return []string{`DELETE FROM audit_records WHERE seq = 5`,
+				`UPDATE audit_records SET seq = -(seq - 1) WHERE seq > 5`, `UPDATE audit_records SET seq = -seq WHERE seq < 0`}
+		}, 5},
+		{"delete_the_last_record", func(tamperLog) []string {
+			return []string{`DELETE FROM audit_records WHERE seq = 16`}
+		}, 16},
+		{"insert_a_record_chained_to_the_one_before", func(l tamperLog) []string {
 			// The inserted event is chained correctly to event 5, so it verifies by itself; the
 			// event after it, the old event 6, no longer follows its predecessor.
 			forged := l.events[5]
@@ -196,44 +254,39 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 			if err != nil {
 				panic(err)
 			}
-			hash := audit.ChainHash(forged.PrevHash, canonical)
-			return []string{`UPDATE audit_events SET seq = -(seq + 1) WHERE seq >= 6`, `UPDATE audit_events SET seq = -seq WHERE seq < 0`,
-				fmt.Sprintf(`INSERT INTO audit_events (time, principal, holder, action, subject, details, seq, prev_hash, hash)
-					VALUES (%d, '%s', '%s', '%s', '%s', '%s', 6, x'%x', x'%x')`,
-					forged.Time.UnixMicro(), forged.Principal, forged.Holder, forged.Action, forged.Subject, forged.Details,
-					forged.PrevHash, hash)}
+			var r store.AuditRecordBuilder
+			r.Add(forged.Time.UnixMicro(), store.Actor{Principal: forged.Principal, Holder: forged.Holder}, forged.Action, forged.Subject, forged.Details)
+			return []string{`UPDATE audit_records SET seq = -(seq + 1) WHERE seq >= 6`, `UPDATE audit_records SET seq = -seq WHERE seq < 0`,
+				fmt.Sprintf(`INSERT INTO audit_records (events, seq, prev_hash, hashes) VALUES ('%s', 6, x'%x', x'%x')`,
+					r.Text(), forged.PrevHash, audit.ChainHash(forged.PrevHash, canonical))}
 		}, 7},
-		{"insert_an_event_with_a_made_up_seq", func(l tamperLog) []string {
-			return []string{fmt.Sprintf(`INSERT INTO audit_events (time, principal, holder, action, subject, seq, prev_hash, hash)
-				VALUES (0, 'mallory', '', 'principal.created', 'principal/mallory', 100, x'%x', x'%x')`, l.events[11].Hash, l.events[11].Hash)}
-		}, 13},
-		{"swap_two_events_seq", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET seq = -seq WHERE seq IN (3, 8)`,
-				`UPDATE audit_events SET seq = CASE seq WHEN -3 THEN 8 ELSE 3 END WHERE seq IN (-3, -8)`}
+		{"insert_a_record_with_a_made_up_seq", func(l tamperLog) []string {
+			var r store.AuditRecordBuilder
+			r.Add(0, store.Actor{Principal: "mallory"}, "principal.created", "principal/mallory", nil)
+			return []string{fmt.Sprintf(`INSERT INTO audit_records (events, seq, prev_hash, hashes) VALUES ('%s', 100, x'%x', x'%x')`,
+				r.Text(), l.events[17].Hash, l.events[17].Hash)}
+		}, 19},
+		{"swap_two_records_seq", func(tamperLog) []string {
+			return []string{`UPDATE audit_records SET seq = -seq WHERE seq IN (3, 8)`,
+				`UPDATE audit_records SET seq = CASE seq WHEN -3 THEN 8 ELSE 3 END WHERE seq IN (-3, -8)`}
 		}, 3},
-		{"swap_two_adjacent_events_seq", func(tamperLog) []string {
-			return []string{`UPDATE audit_events SET seq = -seq WHERE seq IN (10, 11)`,
-				`UPDATE audit_events SET seq = CASE seq WHEN -10 THEN 11 ELSE 10 END WHERE seq IN (-10, -11)`}
+		{"swap_two_adjacent_records_seq", func(tamperLog) []string {
+			return []string{`UPDATE audit_records SET seq = -seq WHERE seq IN (10, 11)`,
+				`UPDATE audit_records SET seq = CASE seq WHEN -10 THEN 11 ELSE 10 END WHERE seq IN (-10, -11)`}
 		}, 10},
+		{"swap_two_events_of_a_record", func(tamperLog) []string {
+			return []string{`UPDATE audit_records SET events = json_array(json_extract(events, '$[1]'), json_extract(events, '$[0]'), json_extract(events, '$[2]')) WHERE seq = 16`}
+		}, 16},
+		{"cut_a_records_hashes_short", func(tamperLog) []string {
+			return []string{`UPDATE audit_records SET hashes = substr(hashes, 1, 64) WHERE seq = 16`}
+		}, 18},
 		{"edit_an_event_and_rebuild_the_chain_after_it", func(l tamperLog) []string {
 			// Every hash from the edited event on is recomputed: the chain verifies, but the
 			// signed checkpoint names another head and root.
-			stmts := []string{`UPDATE audit_events SET principal = 'mallory' WHERE seq = 8`}
-			prev := l.events[6].Hash
-			for _, e := range l.events[7:] {
-				if e.Seq == 8 {
-					e.Principal = "mallory"
-				}
-				canonical, err := audit.Canonical(e)
-				if err != nil {
-					panic(err)
-				}
-				hash := audit.ChainHash(prev, canonical)
-				stmts = append(stmts, fmt.Sprintf(`UPDATE audit_events SET prev_hash = x'%x', hash = x'%x' WHERE seq = %d`, prev, hash, e.Seq))
-				prev = hash
-			}
-			return stmts
-		}, 12},
+			events := slices.Clone(l.events[7:])
+			events[0].Principal = "mallory"
+			return append([]string{l.edit(8, "p", `'mallory'`)}, chain(l.events[6].Hash, events)...)
+		}, 18},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -254,6 +307,19 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 			t.Logf("Verify: %v", ve)
 		})
 	}
+}
+
+// TestAuditUnreadableRecordIsNamed ensures that a record made unreadable in the file fails
+// ListAuditEvents with an error naming the record's first event, rather than dropping it.
+func TestAuditUnreadableRecordIsNamed(t *testing.T) {
+	t.Parallel()
+	l := newTamperLog(t)
+	l.tamper(t, `UPDATE audit_records SET events = '[{"t":1,' WHERE seq = 16`)
+	err := l.verify(t)
+	if err == nil || !strings.Contains(err.Error(), "the audit record of event 16") {
+		t.Fatalf("ListAuditEvents of a log with an unreadable record = %v, want an error naming event 16", err)
+	}
+	t.Logf("ListAuditEvents: %v", err)
 }
 
 // BenchmarkSealAudit measures how many events a seal stores per second, with internal/audit's
@@ -336,7 +402,7 @@ func BenchmarkClaimCompleteSealed(b *testing.B) {
 func TestAuditSealStopsWhenTheHeadsEventIsGone(t *testing.T) {
 	t.Parallel()
 	l := newTamperLog(t)
-	l.tamper(t, `DELETE FROM audit_events WHERE seq = 12`)
+	l.tamper(t, `DELETE FROM audit_records WHERE seq = 16`)
 	db, err := sqlite.Open(t.Context(), l.path, store.Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)

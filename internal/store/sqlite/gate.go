@@ -25,7 +25,8 @@ func (d *DB) SetValidation(ctx context.Context, repository string, validation []
 		}
 		var det details
 		det.raw("validation", r.Validation)
-		return d.record(ctx, tx, now, actor, "repository.validation_set", "repository/"+r.Name, det.done())
+		d.record(now, actor, "repository.validation_set", "repository/"+r.Name, det.done())
+		return nil
 	})
 	return r, err
 }
@@ -153,7 +154,8 @@ func (q *queue) record(from store.ChangeState, c store.Change) error {
 	)
 	switch c.State {
 	case store.ChangeIntegrated:
-		return q.d.recordIntegrated(q.ctx, q.tx, q.now, systemActor, c)
+		q.d.recordIntegrated(q.now, systemActor, c)
+		return nil
 	case store.ChangeValidating:
 		action = "change.validating"
 		det.str("candidate_revision", c.CandidateRevision).str("job", c.JobID)
@@ -167,11 +169,13 @@ func (q *queue) record(from store.ChangeState, c store.Change) error {
 		if from != store.ChangeValidating {
 			return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
 		}
-		return q.d.record(q.ctx, q.tx, q.now, systemActor, "change.requeued", "change/"+c.ID, nil)
+		q.d.record(q.now, systemActor, "change.requeued", "change/"+c.ID, nil)
+		return nil
 	default:
 		return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
 	}
-	return q.d.record(q.ctx, q.tx, q.now, systemActor, action, "change/"+c.ID, det.done())
+	q.d.record(q.now, systemActor, action, "change/"+c.ID, det.done())
+	return nil
 }
 
 // settle decides the validating change, if any, and answers whether the queue may move on.

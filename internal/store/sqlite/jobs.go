@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/bits"
 	"sort"
 	"strings"
 	"time"
@@ -106,9 +105,7 @@ func (d *DB) enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParam
 	}
 	var det details
 	det.str("kind", j.Kind).int("max_attempts", int64(j.MaxAttempts)).int("priority", int64(j.Priority)).strIf("unique_key", j.UniqueKey)
-	if err := d.record(ctx, tx, micros(now), actor, "job.enqueued", "job/"+j.ID, det.done()); err != nil {
-		return store.Job{}, false, err
-	}
+	d.record(micros(now), actor, "job.enqueued", "job/"+j.ID, det.done())
 	return j, false, nil
 }
 
@@ -151,9 +148,7 @@ func (d *DB) settle(ctx context.Context, tx *sql.Tx, now int64) (int, error) {
 	for _, s := range jobs {
 		var det details
 		det.int("claim", s.attempts).str("state", s.state)
-		if err := d.record(ctx, tx, now, systemActor, "job.expired", "job/"+s.id, det.done()); err != nil {
-			return 0, err
-		}
+		d.record(now, systemActor, "job.expired", "job/"+s.id, det.done())
 	}
 	return len(jobs), nil
 }
@@ -277,7 +272,8 @@ func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n
 			det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
 			events[i] = event{actor: actor, action: "job.claimed", subject: "job/" + j.ID, details: det.done()}
 		}
-		return d.recordAll(ctx, tx, now, events)
+		d.recordAll(now, events)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -310,56 +306,18 @@ func (o claimOrder) Swap(a, b int) {
 	o.seqs[a], o.seqs[b] = o.seqs[b], o.seqs[a]
 }
 
-// event is an audit event that recordAll inserts.
+// event is an audit event of a batch of jobs, which recordAll records.
 type event struct {
 	actor           store.Actor
 	action, subject string
 	details         []byte
 }
 
-// maxEventRows bounds the rows of one insert of recordAll (6 parameters each).
-const maxEventRows = 64
-
-// eventInserts holds the insert of 1, 2, 4, ... maxEventRows events, by log2 of the count.
-// recordAll uses only these: a batch of any size takes a few of them, and few distinct
-// statements stay in the driver's statement cache instead of being prepared on every batch.
-var eventInserts = func() []string {
-	var qs []string
-	for n := 1; n <= maxEventRows; n *= 2 {
-		qs = append(qs, `INSERT INTO audit_events (time, principal, holder, action, subject, details) VALUES `+rows(n, 6))
+// recordAll records events of one time.
+func (d *DB) recordAll(now int64, events []event) {
+	for _, e := range events {
+		d.record(now, e.actor, e.action, e.subject, e.details)
 	}
-	return qs
-}()
-
-// recordAll is record for events of one time, inserted by one statement per power of two in
-// their count rather than one each: a statement's round trip is most of what an event costs.
-func (d *DB) recordAll(ctx context.Context, tx *sql.Tx, now int64, events []event) error {
-	switch {
-	case !auditEnabled || len(events) == 0:
-		return nil
-	case len(events) == 1:
-		e := events[0]
-		return d.record(ctx, tx, now, e.actor, e.action, e.subject, e.details)
-	}
-	args := make([]any, 0, 6*min(len(events), maxEventRows))
-	for len(events) > 0 {
-		log := min(bits.Len(uint(len(events)))-1, len(eventInserts)-1)
-		chunk := events[:1<<log]
-		events = events[len(chunk):]
-		args = args[:0]
-		for _, e := range chunk {
-			var det any
-			if e.details != nil {
-				det = string(e.details) // TEXT, as record writes it
-			}
-			args = append(args, now, e.actor.Principal, e.actor.Holder, e.action, e.subject, det)
-		}
-		if _, err := tx.ExecContext(ctx, eventInserts[log], args...); err != nil {
-			return interpret(fmt.Sprintf("record %d audit events, the first %s of %s", len(chunk), chunk[0].action, chunk[0].subject), err)
-		}
-	}
-	d.audited = true
-	return nil
 }
 
 // claimCheck is the WHERE of every change a claimant makes (ADR-0012): the job is still
@@ -416,9 +374,7 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 			return refused
 		}
 		e := completedEvent(j, actor)
-		if err := d.record(ctx, tx, now, e.actor, e.action, e.subject, e.details); err != nil {
-			return err
-		}
+		d.record(now, e.actor, e.action, e.subject, e.details)
 		job = j
 		return nil
 	})
@@ -452,7 +408,8 @@ func (d *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([]
 			out[i].Job = j
 			events = append(events, completedEvent(j, actors[i]))
 		}
-		return d.recordAll(ctx, tx, now, events)
+		d.recordAll(now, events)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -562,9 +519,7 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 		}
 		var det details
 		det.int("claim", int64(j.Attempts)).str("error", p.Error).str("state", string(state))
-		if err := d.record(ctx, tx, micros(nowT), actor, "job.failed", "job/"+j.ID, det.done()); err != nil {
-			return err
-		}
+		d.record(micros(nowT), actor, "job.failed", "job/"+j.ID, det.done())
 		job = j
 		return nil
 	})
@@ -609,9 +564,7 @@ func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 		if err != nil {
 			return interpret("cancel job "+jobID, err)
 		}
-		if err := d.record(ctx, tx, now, actor, action, "job/"+j.ID, nil); err != nil {
-			return err
-		}
+		d.record(now, actor, action, "job/"+j.ID, nil)
 		job = j
 		return nil
 	})

@@ -179,9 +179,7 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 		}
 		var det details
 		det.time("expires_at", l.ExpiresAt).strs("paths", l.Paths).str("repository", l.Repository).int("token", int64(l.FencingToken))
-		if err := d.record(ctx, tx, micros(now), actor, "lease.granted", "lease/"+l.ID, det.done()); err != nil {
-			return err
-		}
+		d.record(micros(now), actor, "lease.granted", "lease/"+l.ID, det.done())
 		lease = l
 		return nil
 	})
@@ -227,9 +225,7 @@ func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Le
 		}
 		var det details
 		det.time("expires_at", l.ExpiresAt).int("token", int64(l.FencingToken))
-		if err := d.record(ctx, tx, micros(now), actor, "lease.renewed", "lease/"+l.ID, det.done()); err != nil {
-			return err
-		}
+		d.record(micros(now), actor, "lease.renewed", "lease/"+l.ID, det.done())
 		lease = reported(l, now)
 		return nil
 	})
@@ -257,7 +253,8 @@ func (d *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (stor
 		if err := endPaths(ctx, tx, p.LeaseID); err != nil {
 			return err
 		}
-		return d.recordLeaseEnd(ctx, tx, micros(now), actor, "lease.released", lease)
+		d.recordLeaseEnd(micros(now), actor, "lease.released", lease)
+		return nil
 	})
 	if err != nil {
 		return store.Lease{}, err
@@ -276,10 +273,10 @@ func endPaths(ctx context.Context, tx *sql.Tx, leaseID string) error {
 }
 
 // recordLeaseEnd records the release or break of l.
-func (d *DB) recordLeaseEnd(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, action string, l store.Lease) error {
+func (d *DB) recordLeaseEnd(now int64, actor store.Actor, action string, l store.Lease) {
 	var det details
 	det.int("token", int64(l.FencingToken))
-	return d.record(ctx, tx, now, actor, action, "lease/"+l.ID, det.done())
+	d.record(now, actor, action, "lease/"+l.ID, det.done())
 }
 
 // BreakLease ends any lease that has not ended.
@@ -304,7 +301,8 @@ func (d *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, error
 		if err := endPaths(ctx, tx, leaseID); err != nil {
 			return err
 		}
-		return d.recordLeaseEnd(ctx, tx, micros(now), actor, "lease.broken", lease)
+		d.recordLeaseEnd(micros(now), actor, "lease.broken", lease)
+		return nil
 	})
 	if err != nil {
 		return store.Lease{}, err

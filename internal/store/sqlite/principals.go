@@ -50,9 +50,7 @@ func (d *DB) insertPrincipal(ctx context.Context, tx *sql.Tx, p store.CreatePrin
 	}
 	var det details
 	det.str("role", string(pr.Role))
-	if err := d.record(ctx, tx, now, actor, "principal.created", "principal/"+pr.Name, det.done()); err != nil {
-		return store.Principal{}, store.Token{}, err
-	}
+	d.record(now, actor, "principal.created", "principal/"+pr.Name, det.done())
 	tok, err := d.insertToken(ctx, tx, p.Name, p.TokenID, p.TokenHash, now, actor)
 	if err != nil {
 		return store.Principal{}, store.Token{}, err
@@ -70,9 +68,7 @@ func (d *DB) insertToken(ctx context.Context, tx *sql.Tx, principal, id string, 
 	}
 	var det details
 	det.str("principal", tok.Principal)
-	if err := d.record(ctx, tx, now, actor, "token.created", "token/"+tok.ID, det.done()); err != nil {
-		return store.Token{}, err
-	}
+	d.record(now, actor, "token.created", "token/"+tok.ID, det.done())
 	return tok, nil
 }
 
@@ -183,7 +179,8 @@ func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal
 		if err != nil {
 			return interpret(fmt.Sprintf("disable principal %q", name), err)
 		}
-		return d.record(ctx, tx, now, actor, "principal.disabled", "principal/"+pr.Name, nil)
+		d.record(now, actor, "principal.disabled", "principal/"+pr.Name, nil)
+		return nil
 	})
 	return pr, err
 }
@@ -226,7 +223,8 @@ func (d *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, erro
 		}
 		var det details
 		det.str("principal", tok.Principal)
-		return d.record(ctx, tx, now, actor, "token.revoked", "token/"+tok.ID, det.done())
+		d.record(now, actor, "token.revoked", "token/"+tok.ID, det.done())
+		return nil
 	})
 	return tok, err
 }
@@ -293,7 +291,8 @@ func (d *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyPar
 		}
 		var det details
 		det.str("principal", key.Principal)
-		return d.record(ctx, tx, now, actor, "worker_key.registered", "worker_key/"+key.KeyID, det.done())
+		d.record(now, actor, "worker_key.registered", "worker_key/"+key.KeyID, det.done())
+		return nil
 	})
 	return key, err
 }

@@ -65,7 +65,8 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		if r.Validation != nil {
 			det.raw("validation", r.Validation)
 		}
-		return d.record(ctx, tx, now, actor, "repository.created", "repository/"+r.Name, det.done())
+		d.record(now, actor, "repository.created", "repository/"+r.Name, det.done())
+		return nil
 	})
 	return r, err
 }
@@ -321,7 +322,8 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			}
 			var det details
 			det.strs("paths", change.Paths).str("repository", change.Repository)
-			return d.record(ctx, tx, now, actor, "change.queued", "change/"+change.ID, det.done())
+			d.record(now, actor, "change.queued", "change/"+change.ID, det.done())
+			return nil
 		}
 		rev, err := insertRevision(ctx, tx, p.Repository, mainline, changeID, p.Holder, tree, now)
 		if err != nil {
@@ -338,17 +340,18 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 		if err := mustMoveMainline(ctx, tx, p.Repository, mainline, rev.ID); err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
-		return d.recordIntegrated(ctx, tx, now, actor, change)
+		d.recordIntegrated(now, actor, change)
+		return nil
 	})
 	return change, err
 }
 
 // recordIntegrated records that change c was integrated.
-func (d *DB) recordIntegrated(ctx context.Context, tx *sql.Tx, now int64, actor store.Actor, c store.Change) error {
+func (d *DB) recordIntegrated(now int64, actor store.Actor, c store.Change) {
 	var det details
 	det.strIf("attestation_digest", c.AttestationDigest).strs("paths", c.Paths).str("repository", c.Repository).
 		str("revision", c.IntegratedRevision)
-	return d.record(ctx, tx, now, actor, "change.integrated", "change/"+c.ID, det.done())
+	d.record(now, actor, "change.integrated", "change/"+c.ID, det.done())
 }
 
 // insertRevision stores tree, once, and a new revision of it.

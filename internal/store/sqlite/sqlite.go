@@ -47,9 +47,9 @@ type DB struct {
 	leaseSignal store.Signal // leases released or broken
 	auditSignal store.Signal // commits that wrote audit events
 
-	// audited tells the writer that the batch it is committing wrote audit events (record sets
-	// it). Only the writer goroutine touches it.
-	audited bool
+	// events gathers the audit events of the batch the writer is committing: they are stored
+	// as one record just before the commit (storeRecord). Only the writer goroutine touches it.
+	events store.AuditRecordBuilder
 
 	lastSettle atomic.Int64       // store time (µs) a claim last settled expired claims
 	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
@@ -288,7 +288,7 @@ func (d *DB) writer() {
 // commit runs a batch of writes in one transaction and tells each its outcome.
 func (d *DB) commit(batch []*writeRequest) {
 	ctx := context.Background()
-	d.audited = false
+	d.events.Reset(store.AuditRecordMark{})
 	errs := make([]error, len(batch))
 	defer func() {
 		for i, req := range batch {
@@ -302,6 +302,7 @@ func (d *DB) commit(batch []*writeRequest) {
 			}
 		}
 	}
+	var audited bool
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		failAll("%s: begin: %w", err)
@@ -312,6 +313,11 @@ func (d *DB) commit(batch []*writeRequest) {
 			tx.Rollback() //nolint:errcheck // the error of fn is the one worth answering
 			return
 		}
+		if audited, err = d.storeRecord(ctx, tx); err != nil {
+			tx.Rollback() //nolint:errcheck // the record's error is the one to answer
+			errs[0] = fmt.Errorf("%s: %w", batch[0].op, err)
+			return
+		}
 	} else {
 		for i, req := range batch {
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT write`); err != nil {
@@ -319,7 +325,9 @@ func (d *DB) commit(batch []*writeRequest) {
 				failAll("%s: savepoint: %w", err)
 				return
 			}
+			mark := d.events.Mark()
 			if errs[i] = req.fn(ctx, tx); errs[i] != nil {
+				d.events.Reset(mark) // its events were rolled back with it
 				if _, err := tx.ExecContext(ctx, `ROLLBACK TO write`); err != nil {
 					tx.Rollback() //nolint:errcheck // the transaction is unusable either way
 					failAll("%s: roll back a failed write of the batch: %w", err)
@@ -332,12 +340,17 @@ func (d *DB) commit(batch []*writeRequest) {
 				return
 			}
 		}
+		if audited, err = d.storeRecord(ctx, tx); err != nil {
+			tx.Rollback() //nolint:errcheck // the record's error is the one to answer
+			failAll("%s: %w", err)
+			return
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		failAll("%s: commit: %w", err)
 		return
 	}
-	if d.audited {
+	if audited {
 		// Before the writers hear of their commit: once a write returned, the sealer is awake.
 		d.auditSignal.Fire()
 	}

@@ -1193,7 +1193,7 @@ func testAuditSealing(t *testing.T, newStore Factory) {
 				if e.Seq != 0 || e.PrevHash != nil || e.Hash != nil {
 					t.Errorf("pending event %s has seq %d and hashes %x %x, want none", e.Subject, e.Seq, e.PrevHash, e.Hash)
 				}
-				if i > 0 && e.ID <= pending[i-1].ID {
+				if i > 0 && e.ID < pending[i-1].ID {
 					t.Errorf("pending events are not in insertion order: id %d after %d", e.ID, pending[i-1].ID)
 				}
 			}
@@ -1264,8 +1264,9 @@ func testAuditSealing(t *testing.T, newStore Factory) {
 	}
 }
 
-// testAuditSealBatches checks that a seal takes at most its limit, the oldest pending events
-// first, and that events written between seals come after those written before.
+// testAuditSealBatches checks that a seal takes its limit, the oldest pending events first (each
+// enqueue is a transaction of one event), and that events written between seals come after
+// those written before.
 func testAuditSealBatches(t *testing.T, newStore Factory) {
 	b := setupAudit(t, newStore)
 	var subjects []string
@@ -1295,6 +1296,54 @@ func testAuditSealBatches(t *testing.T, newStore Factory) {
 	}
 	if !slices.Equal(got, subjects) {
 		t.Fatalf("the log holds\n  %v\nwant the insertion order\n  %v", got, subjects)
+	}
+}
+
+// testAuditSealTakesWholeRecords checks that the events one call writes in one transaction (a
+// ClaimJobs of three jobs) are sealed together, even past a seal's limit, and that
+// ListAuditEvents pages through them one by one.
+func testAuditSealTakesWholeRecords(t *testing.T, newStore Factory) {
+	b := setupAudit(t, newStore)
+	var jobs []string
+	for range 3 {
+		jobs = append(jobs, "job/"+b.enqueue(t, store.EnqueueJobParams{}).ID)
+	}
+	claimed, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: "runner|w1", Lease: time.Minute, Max: 3})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(claimed), err)
+	}
+	if n := b.seal(t, 2); n != 2 {
+		t.Fatalf("SealAudit(limit 2) of 3 enqueues and a claim of 3 sealed %d, want 2", n)
+	}
+	// One enqueue is left, then the claim's three events: the seal reaches its limit with the
+	// claim's first event and takes the other two with it.
+	if n := b.seal(t, 2); n != 4 {
+		t.Fatalf("the second SealAudit(limit 2) sealed %d, want 4: the claim's three events together", n)
+	}
+	if n := b.seal(t, 2); n != 0 {
+		t.Fatalf("the third SealAudit(limit 2) sealed %d, want 0", n)
+	}
+	events := b.verifyLog(t)
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Action+" "+e.Subject)
+	}
+	var want []string
+	for _, j := range jobs {
+		want = append(want, "job.enqueued "+j)
+	}
+	for _, j := range claimed {
+		want = append(want, "job.claimed job/"+j.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the log holds\n  %v\nwant\n  %v", got, want)
+	}
+	for after := uint64(0); after < 6; after++ {
+		page, err := b.st.ListAuditEvents(b.ctx, store.ListAuditEventsParams{AfterSeq: after, Limit: 1})
+		if err != nil || len(page) != 1 || page[0].Seq != after+1 || !bytes.Equal(page[0].Hash, events[after].Hash) ||
+			!bytes.Equal(page[0].PrevHash, events[after].PrevHash) {
+			t.Fatalf("ListAuditEvents(after %d, limit 1) = %+v, %v; want event %d as the whole log has it", after, page, err, after+1)
+		}
 	}
 }
 

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Both stores keep the audit log in two tables of appended rows (docs/adr/0015-audit-records.md):
+//
+//   - audit_records: one row per transaction that wrote events, holding all of them as a JSON
+//     array (the record, written by AuditRecordBuilder or by SQL that writes the same form).
+//     A seal sets its seq (the seq of its first event), prev_hash (the chain's hash before
+//     its first event) and hashes (the chain hash of each event, HashSize bytes each, in order).
+//   - audit_tree_blocks: one row per seal, holding the Merkle tree hashes the seal stored
+//     (tlog.StoredHashIndex numbering, contiguous) from index first on, HashSize bytes each.
+//
+// A transaction then costs its writer one row however many events it writes, and a seal one
+// row per record plus one, not a row per event and two per tree hash.
+
+// AuditHashSize is the size of every hash of the audit log: SHA-256.
+const AuditHashSize = 32
+
+// An event of a record is a JSON object with these members: "t" the time in unix microseconds,
+// "p" the principal, "h" the holder, "a" the action, "s" the subject, and "d" the details as
+// they were written (absent when there are none).
+type recordEvent struct {
+	T int64           `json:"t"`
+	P string          `json:"p"`
+	H string          `json:"h"`
+	A string          `json:"a"`
+	S string          `json:"s"`
+	D json.RawMessage `json:"d"`
+}
+
+// AuditRecordBuilder builds the JSON text of an audit record, event by event.
+type AuditRecordBuilder struct {
+	b []byte
+	n int
+}
+
+// Add appends an event that happened at micros (unix microseconds). Details that are not valid JSON (no writer makes them) are kept as a
+// JSON string, so that a record is always readable.
+func (r *AuditRecordBuilder) Add(micros int64, a Actor, action, subject string, details []byte) {
+	if r.n == 0 {
+		r.b = append(r.b[:0], '[')
+	} else {
+		r.b = append(r.b, ',')
+	}
+	r.n++
+	r.b = append(r.b, `{"t":`...)
+	r.b = strconv.AppendInt(r.b, micros, 10)
+	r.b = append(r.b, `,"p":`...)
+	r.b = AppendJSONString(r.b, a.Principal)
+	r.b = append(r.b, `,"h":`...)
+	r.b = AppendJSONString(r.b, a.Holder)
+	r.b = append(r.b, `,"a":`...)
+	r.b = AppendJSONString(r.b, action)
+	r.b = append(r.b, `,"s":`...)
+	r.b = AppendJSONString(r.b, subject)
+	if details != nil {
+		r.b = append(r.b, `,"d":`...)
+		if json.Valid(details) {
+			r.b = append(r.b, details...)
+		} else {
+			r.b = AppendJSONString(r.b, string(details))
+		}
+	}
+	r.b = append(r.b, '}')
+}
+
+// Len answers how many events the record holds.
+func (r *AuditRecordBuilder) Len() int { return r.n }
+
+// AuditRecordMark is a point to which a builder can be reset.
+type AuditRecordMark struct{ size, n int }
+
+// Mark answers the builder's present point.
+func (r *AuditRecordBuilder) Mark() AuditRecordMark { return AuditRecordMark{len(r.b), r.n} }
+
+// Reset drops the events added after m (those of a write that was rolled back).
+func (r *AuditRecordBuilder) Reset(m AuditRecordMark) { r.b, r.n = r.b[:m.size], m.n }
+
+// Text answers the record's JSON text and empties the builder; nil when it holds no event.
+func (r *AuditRecordBuilder) Text() []byte {
+	if r.n == 0 {
+		return nil
+	}
+	out := append(bytes.Clone(r.b), ']')
+	r.b, r.n = r.b[:0], 0
+	return out
+}
+
+// DecodeAuditRecord answers the events of the record id, whose JSON text is text, in order,
+// with ID id and without their places in the chain.
+func DecodeAuditRecord(id int64, text []byte) ([]AuditEvent, error) {
+	var raw []recordEvent
+	if err := json.Unmarshal(text, &raw); err != nil {
+		return nil, fmt.Errorf("audit record %d is not a JSON array of events: %w", id, err)
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("audit record %d holds no event", id)
+	}
+	out := make([]AuditEvent, len(raw))
+	for i, e := range raw {
+		out[i] = AuditEvent{ID: id, Time: time.UnixMicro(e.T).UTC(), Principal: e.P, Holder: e.H, Action: e.A, Subject: e.S}
+		if len(e.D) > 0 && string(e.D) != "null" {
+			out[i].Details = e.D
+		}
+	}
+	return out, nil
+}
+
+// ExpandAuditRecord answers the events of a sealed record as ListAuditEvents answers them: the
+// i-th event is seq+i, with prevHash before it and the i-th hash of hashes after it. A record
+// whose hashes do not match its events (a tampered file) is answered as it is stored: an event
+// without a hash of its own gets none, so verification names it.
+func ExpandAuditRecord(id int64, seq uint64, text, prevHash, hashes []byte) ([]AuditEvent, error) {
+	if seq == 0 {
+		return nil, fmt.Errorf("audit record %d is not sealed", id)
+	}
+	events, err := DecodeAuditRecord(id, text)
+	if err != nil {
+		return nil, fmt.Errorf("the audit record of event %d: %w", seq, err)
+	}
+	prev := prevHash
+	for i := range events {
+		events[i].Seq = seq + uint64(i)
+		events[i].PrevHash = prev
+		var h []byte
+		if lo := i * AuditHashSize; lo+AuditHashSize <= len(hashes) {
+			h = hashes[lo : lo+AuditHashSize : lo+AuditHashSize]
+		}
+		events[i].Hash = h
+		prev = h
+	}
+	return events, nil
+}
+
+// SealedAuditRecord is what a seal stores in one record.
+type SealedAuditRecord struct {
+	ID       int64
+	Seq      uint64 // of its first event
+	PrevHash []byte
+	Hashes   []byte // AuditHashSize bytes per event
+}
+
+// AuditSealRows checks that seal gives exactly the pending events, in their order, the places
+// that follow head, and answers what a store writes for it: each record's row and the seal's
+// block of tree hashes, which must start where head's tree ends.
+func AuditSealRows(head AuditHead, pending []AuditEvent, seal AuditSeal) (records []SealedAuditRecord, first int64, block []byte, err error) {
+	if len(pending) == 0 || len(seal.Events) != len(pending) {
+		return nil, 0, nil, fmt.Errorf("%d events pending, %d sealed", len(pending), len(seal.Events))
+	}
+	for i, e := range seal.Events {
+		if e.ID != pending[i].ID {
+			return nil, 0, nil, fmt.Errorf("sealed event %d is of record %d, want record %d (insertion order)", i, e.ID, pending[i].ID)
+		}
+		if want := head.Size + uint64(i) + 1; e.Seq != want {
+			return nil, 0, nil, fmt.Errorf("event %d of record %d sealed as seq %d, want %d", i, e.ID, e.Seq, want)
+		}
+		if len(e.Hash) != AuditHashSize || len(e.PrevHash) != AuditHashSize {
+			return nil, 0, nil, fmt.Errorf("event %d sealed without its hashes", e.Seq)
+		}
+		if i == 0 || e.ID != seal.Events[i-1].ID {
+			records = append(records, SealedAuditRecord{ID: e.ID, Seq: e.Seq, PrevHash: e.PrevHash,
+				Hashes: make([]byte, 0, AuditHashSize*countRecord(seal.Events[i:]))})
+		} else if !bytes.Equal(e.PrevHash, seal.Events[i-1].Hash) {
+			return nil, 0, nil, fmt.Errorf("event %d does not follow event %d in the chain", e.Seq, e.Seq-1)
+		}
+		r := &records[len(records)-1]
+		r.Hashes = append(r.Hashes, e.Hash...)
+	}
+	n := head.Size + uint64(len(pending))
+	if n > math.MaxInt64 {
+		return nil, 0, nil, fmt.Errorf("log size %d is out of range", n)
+	}
+	if seal.Head.Size != n || seal.Checkpoint.Size != n {
+		return nil, 0, nil, fmt.Errorf("head size %d and checkpoint size %d, want %d", seal.Head.Size, seal.Checkpoint.Size, n)
+	}
+	if last := seal.Events[len(seal.Events)-1].Hash; !bytes.Equal(seal.Head.Hash, last) {
+		return nil, 0, nil, errors.New("the head's hash is not the last sealed event's")
+	}
+	first = tlog.StoredHashCount(int64(head.Size))
+	if want := tlog.StoredHashCount(int64(n)) - first; int64(len(seal.TreeHashes)) != want {
+		return nil, 0, nil, fmt.Errorf("%d tree hashes for events %d to %d, want %d", len(seal.TreeHashes), head.Size+1, n, want)
+	}
+	block = make([]byte, 0, AuditHashSize*len(seal.TreeHashes))
+	for i, h := range seal.TreeHashes {
+		if h.Index != first+int64(i) || len(h.Hash) != AuditHashSize {
+			return nil, 0, nil, fmt.Errorf("tree hash %d of the seal is index %d of %d bytes, want index %d of %d",
+				i, h.Index, len(h.Hash), first+int64(i), AuditHashSize)
+		}
+		block = append(block, h.Hash...)
+	}
+	return records, first, block, nil
+}
+
+// countRecord answers how many of events, from the first on, are of the first's record.
+func countRecord(events []AuditEvent) int {
+	n := 1
+	for n < len(events) && events[n].ID == events[0].ID {
+		n++
+	}
+	return n
+}
+
+// AuditBlockHash answers the tree hash at index idx from the block of hashes that starts at
+// first, or false when the block does not hold it.
+func AuditBlockHash(first int64, block []byte, idx int64) ([]byte, bool) {
+	if idx < first || (idx-first) >= int64(len(block)/AuditHashSize) {
+		return nil, false
+	}
+	lo := (idx - first) * AuditHashSize
+	return bytes.Clone(block[lo : lo+AuditHashSize]), true
+}
+
+// TakeAuditRecords answers the oldest of the pending records (in insertion order) that a seal
+// of limit events takes: whole records, up to the one that reaches limit, so that a backlog is
+// sealed in batches of at least limit events.
+func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
+	var out []AuditEvent
+	for _, r := range records {
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, r...)
+	}
+	return out
+}
