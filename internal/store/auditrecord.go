@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -100,6 +101,14 @@ func (r *AuditRecordBuilder) Text() []byte {
 // DecodeAuditRecord answers the events of the record id, whose JSON text is text, in order,
 // with ID id and without their places in the chain.
 func DecodeAuditRecord(id int64, text []byte) ([]AuditEvent, error) {
+	if events, ok := decodeRecordAsWritten(id, text); ok {
+		return events, nil
+	}
+	return decodeRecordJSON(id, text)
+}
+
+// decodeRecordJSON is DecodeAuditRecord with encoding/json, for any JSON text.
+func decodeRecordJSON(id int64, text []byte) ([]AuditEvent, error) {
 	var raw []recordEvent
 	if err := json.Unmarshal(text, &raw); err != nil {
 		return nil, fmt.Errorf("audit record %d is not a JSON array of events: %w", id, err)
@@ -233,4 +242,148 @@ func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
 		out = append(out, r...)
 	}
 	return out
+}
+
+// decodeRecordAsWritten reads a record in the exact form its writers give it (members in the
+// order t, p, h, a, s, d; no whitespace; strings without escapes; details an object), several
+// times faster than encoding/json, which costs a seal about as much as hashing the events does.
+// Anything else answers false, and DecodeAuditRecord reads it with encoding/json.
+func decodeRecordAsWritten(id int64, text []byte) ([]AuditEvent, bool) {
+	r := recordReader{b: text}
+	if !r.lit("[") {
+		return nil, false
+	}
+	events := make([]AuditEvent, 0, bytes.Count(text, []byte(`{"t":`)))
+	for {
+		e := AuditEvent{ID: id}
+		if len(events) > 0 {
+			// The events of a record are most often one actor's: equal strings are shared.
+			last := events[len(events)-1]
+			e.Principal, e.Holder, e.Action, e.Subject = last.Principal, last.Holder, last.Action, last.Subject
+		}
+		var (
+			t  int64
+			ok bool
+		)
+		if !r.lit(`{"t":`) {
+			return nil, false
+		}
+		if t, ok = r.int(); !ok {
+			return nil, false
+		}
+		e.Time = time.UnixMicro(t).UTC()
+		for _, f := range [...]struct {
+			key string
+			dst *string
+		}{{`,"p":`, &e.Principal}, {`,"h":`, &e.Holder}, {`,"a":`, &e.Action}, {`,"s":`, &e.Subject}} {
+			if !r.lit(f.key) {
+				return nil, false
+			}
+			if *f.dst, ok = r.str(*f.dst); !ok {
+				return nil, false
+			}
+		}
+		if r.lit(`,"d":`) {
+			if e.Details, ok = r.object(); !ok {
+				return nil, false
+			}
+		}
+		if !r.lit("}") {
+			return nil, false
+		}
+		events = append(events, e)
+		if r.lit("]") {
+			return events, r.i == len(r.b)
+		}
+		if !r.lit(",") {
+			return nil, false
+		}
+	}
+}
+
+// recordReader reads a record's text from b[i:].
+type recordReader struct {
+	b []byte
+	i int
+}
+
+// lit reads s if it comes next.
+func (r *recordReader) lit(s string) bool {
+	if len(r.b)-r.i < len(s) || string(r.b[r.i:r.i+len(s)]) != s {
+		return false
+	}
+	r.i += len(s)
+	return true
+}
+
+// int reads an integer of at most 18 digits, which cannot overflow.
+func (r *recordReader) int() (int64, bool) {
+	neg := r.lit("-")
+	start := r.i
+	if len(r.b)-r.i > 1 && r.b[r.i] == '0' && r.b[r.i+1] >= '0' && r.b[r.i+1] <= '9' {
+		return 0, false // a leading zero, which JSON has not
+	}
+	var n int64
+	for r.i < len(r.b) && r.b[r.i] >= '0' && r.b[r.i] <= '9' && r.i-start < 18 {
+		n = n*10 + int64(r.b[r.i]-'0')
+		r.i++
+	}
+	if r.i == start || r.i < len(r.b) && r.b[r.i] >= '0' && r.b[r.i] <= '9' {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// str reads a string without escapes or control characters, valid UTF-8; when it equals like,
+// it answers like rather than a copy.
+func (r *recordReader) str(like string) (string, bool) {
+	if !r.lit(`"`) {
+		return "", false
+	}
+	start := r.i
+	for r.i < len(r.b) && r.b[r.i] != '"' {
+		if c := r.b[r.i]; c == '\\' || c < 0x20 {
+			return "", false
+		}
+		r.i++
+	}
+	if r.i == len(r.b) || !utf8.Valid(r.b[start:r.i]) {
+		return "", false
+	}
+	r.i++
+	if string(r.b[start:r.i-1]) == like {
+		return like, true
+	}
+	return string(r.b[start : r.i-1]), true
+}
+
+// object reads a JSON object, nested values and escaped strings included, and answers its text
+// as it is. It checks only the nesting: the canonical form parses the details, and refuses
+// details that are not JSON.
+func (r *recordReader) object() ([]byte, bool) {
+	if r.i >= len(r.b) || r.b[r.i] != '{' {
+		return nil, false
+	}
+	start, depth := r.i, 0
+	for ; r.i < len(r.b); r.i++ {
+		switch r.b[r.i] {
+		case '"':
+			for r.i++; r.i < len(r.b) && r.b[r.i] != '"'; r.i++ {
+				if r.b[r.i] == '\\' {
+					r.i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				r.i++
+				return r.b[start:r.i:r.i], true
+			}
+		}
+	}
+	return nil, false
 }
