@@ -88,12 +88,13 @@ func (r *AuditRecordBuilder) Mark() AuditRecordMark { return AuditRecordMark{len
 // Reset drops the events added after m (those of a write that was rolled back).
 func (r *AuditRecordBuilder) Reset(m AuditRecordMark) { r.b, r.n = r.b[:m.size], m.n }
 
-// Text answers the record's JSON text and empties the builder; nil when it holds no event.
-func (r *AuditRecordBuilder) Text() []byte {
+// Text answers the record's JSON text and empties the builder, keeping its buffer for the next
+// record; "" when it holds no event. A string, as the stores bind it: one copy per record.
+func (r *AuditRecordBuilder) Text() string {
 	if r.n == 0 {
-		return nil
+		return ""
 	}
-	out := append(bytes.Clone(r.b), ']')
+	out := string(append(r.b, ']'))
 	r.b, r.n = r.b[:0], 0
 	return out
 }

@@ -26,7 +26,7 @@ func randomRecord(rng *rand.Rand, plain bool) []byte {
 		pick := func() string { return words[rng.IntN(len(words))] }
 		b.Add(rng.Int64N(4e15)-1e15, Actor{Principal: pick(), Holder: pick()}, pick(), pick(), details[rng.IntN(len(details))])
 	}
-	return b.Text()
+	return []byte(b.Text())
 }
 
 // TestRecordDecodersAgree ensures that the decoder of records as written answers exactly what
@@ -97,7 +97,7 @@ func BenchmarkDecodeAuditRecord(b *testing.B) {
 		r.Add(time.Now().UnixMicro(), Actor{Principal: "bench", Holder: "bench|bench-3"}, "job.completed",
 			fmt.Sprintf("job/job_%026d", i), []byte(`{"claim":1,"output_digest":"sha256:0123456789abcdef"}`))
 	}
-	text := r.Text()
+	text := []byte(r.Text())
 	for _, d := range []struct {
 		name   string
 		decode func(int64, []byte) ([]AuditEvent, error)

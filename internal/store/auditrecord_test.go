@@ -25,7 +25,7 @@ func TestAuditRecordRoundTrip(t *testing.T) {
 		{store.Actor{Principal: "bob"}, "principal.disabled", "principal/bob", []byte(`{}`)},
 	}
 	var b store.AuditRecordBuilder
-	if b.Text() != nil {
+	if b.Text() != "" {
 		t.Fatalf("an empty builder's Text is not nil")
 	}
 	b.Add(at.UnixMicro(), kept[0].actor, kept[0].action, kept[0].subject, kept[0].details)
@@ -38,8 +38,8 @@ func TestAuditRecordRoundTrip(t *testing.T) {
 	if b.Len() != 3 {
 		t.Fatalf("Len = %d, want 3", b.Len())
 	}
-	text := b.Text()
-	if b.Len() != 0 || b.Text() != nil {
+	text := []byte(b.Text())
+	if b.Len() != 0 || b.Text() != "" {
 		t.Fatalf("Text did not empty the builder")
 	}
 	got, err := store.DecodeAuditRecord(7, text)
@@ -64,7 +64,7 @@ func TestAuditRecordKeepsInvalidDetailsReadable(t *testing.T) {
 	t.Parallel()
 	var b store.AuditRecordBuilder
 	b.Add(0, store.Actor{Principal: "alice"}, "job.failed", "job/j1", []byte(`{"unterminated`))
-	got, err := store.DecodeAuditRecord(1, b.Text())
+	got, err := store.DecodeAuditRecord(1, []byte(b.Text()))
 	if err != nil || len(got) != 1 || string(got[0].Details) != `"{\"unterminated"` {
 		t.Fatalf("DecodeAuditRecord = %+v, %v; want the details as a JSON string", got, err)
 	}
@@ -79,7 +79,7 @@ func TestExpandAuditRecordAnswersWhatIsStored(t *testing.T) {
 	for range 3 {
 		b.Add(0, store.Actor{Principal: "alice"}, "job.claimed", "job/j", nil)
 	}
-	text := b.Text()
+	text := []byte(b.Text())
 	prev := bytes.Repeat([]byte{9}, 32)
 	hashes := append(bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)...)
 	events, err := store.ExpandAuditRecord(4, 10, text, prev, hashes)

@@ -133,6 +133,20 @@ func sameEvent(got, want store.AuditEvent) string {
 	return ""
 }
 
+// oldSchemaLog makes a database of schema 4 holding a log in its layout (oldLayoutEvents, sealed
+// by two signed seals of 4 and 5 events, the rest pending) and answers its URL, the signer, the
+// sealed events and the last checkpoint.
+func oldSchemaLog(t *testing.T) (string, *audit.Signer, []store.AuditEvent, store.AuditCheckpoint) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	if err := postgres.MigrateTo(t.Context(), url, 4); err != nil {
+		t.Fatalf("migrate to schema 4: %v", err)
+	}
+	signer := newSigner(t)
+	sealed, cp := writeOldLayoutLog(t, url, signer, oldLayoutEvents(), 4, 5)
+	return url, signer, sealed, cp
+}
+
 // TestMigrationToAuditRecordsKeepsTheLog ensures that a log of schema 4 (a row per event and per
 // tree hash) migrated to audit records answers the same events, byte for byte, which verify
 // against the old checkpoint; and that the log goes on: its pending events and new ones are
@@ -140,14 +154,9 @@ func sameEvent(got, want store.AuditEvent) string {
 func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.NewDatabase(t)
-	if err := postgres.MigrateTo(ctx, url, 4); err != nil {
-		t.Fatalf("migrate to schema 4: %v", err)
-	}
-	signer := newSigner(t)
+	url, signer, sealed, oldCP := oldSchemaLog(t)
 	old := oldLayoutEvents()
 	const oldSealed = 9
-	sealed, oldCP := writeOldLayoutLog(t, url, signer, old, 4, 5)
 
 	db := open(t, url, nil)
 	if err := db.Ready(ctx); err != nil {
@@ -246,12 +255,7 @@ func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 func TestReplicasOfTheOldSchemaKeepWorkingDuringARollout(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.NewDatabase(t)
-	if err := postgres.MigrateTo(ctx, url, 4); err != nil {
-		t.Fatalf("migrate to schema 4: %v", err)
-	}
-	signer := newSigner(t)
-	writeOldLayoutLog(t, url, signer, oldLayoutEvents(), 4, 5)
+	url, signer, _, _ := oldSchemaLog(t)
 	db := open(t, url, nil)
 	if err := writeSome(ctx, db, "carol"); err != nil {
 		t.Fatal(err)

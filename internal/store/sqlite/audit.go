@@ -37,7 +37,7 @@ func (d *DB) storeRecord(ctx context.Context, tx *sql.Tx) (bool, error) {
 		return false, nil
 	}
 	n := d.events.Len()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (events) VALUES (?)`, string(d.events.Text())); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (events) VALUES (?)`, d.events.Text()); err != nil {
 		return false, interpret(fmt.Sprintf("record %d audit events", n), err)
 	}
 	return true, nil
