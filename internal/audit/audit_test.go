@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -282,6 +283,84 @@ func TestSealFromScratch(t *testing.T) {
 	if size != uint64(len(l.events)) {
 		t.Errorf("last checkpoint of %d events, log of %d", size, len(l.events))
 	}
+}
+
+// TestSealRemembersTheTreesEdge ensures that a seal after the head the seal function last
+// computed reads no tree hash from the store, and answers what a seal function without memory
+// answers; that a head it did not compute (another log of the same size, a seal that was never
+// stored) is read from the store; and that either way the seals are the same.
+func TestSealRemembersTheTreesEdge(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	now := func() time.Time { return baseTime }
+	seal := s.SealFunc(now)
+	same := func(t *testing.T, what string, got, want store.AuditSeal) {
+		t.Helper()
+		if got.Head.Size != want.Head.Size || !bytes.Equal(got.Head.Hash, want.Head.Hash) ||
+			!bytes.Equal(got.Checkpoint.RootHash, want.Checkpoint.RootHash) || len(got.TreeHashes) != len(want.TreeHashes) {
+			t.Fatalf("%s: seal of size %d root %x, want size %d root %x", what, got.Head.Size, got.Checkpoint.RootHash,
+				want.Head.Size, want.Checkpoint.RootHash)
+		}
+		for i := range got.TreeHashes {
+			if got.TreeHashes[i].Index != want.TreeHashes[i].Index || !bytes.Equal(got.TreeHashes[i].Hash, want.TreeHashes[i].Hash) {
+				t.Fatalf("%s: tree hash %d differs", what, got.TreeHashes[i].Index)
+			}
+		}
+	}
+
+	l := newMemLog()
+	for i, b := range []int{3, 1, 7, 16, 1, 100, 33} {
+		head := l.head
+		pending := pendingEvents(len(l.events), b)
+		fresh, err := s.SealFunc(now)(head, pending, l.readHashes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := l.seal(t, seal, pending)
+		if i > 0 && l.reads != 0 {
+			t.Errorf("seal of %d after %d, the head last computed, read stored hashes %d times", b, head.Size, l.reads)
+		}
+		same(t, fmt.Sprintf("seal of %d after %d", b, head.Size), got, fresh)
+	}
+
+	// Another log of the same size: its head has another hash, and its tree is read.
+	other := newMemLog()
+	for len(other.events) < len(l.events) {
+		pending := pendingEvents(len(other.events), 20)
+		for i := range pending {
+			pending[i].Subject += "-other"
+		}
+		other.seal(t, s.SealFunc(now), pending[:min(20, len(l.events)-len(other.events))])
+	}
+	if other.head.Size != l.head.Size || bytes.Equal(other.head.Hash, l.head.Hash) {
+		t.Fatalf("the other log's head %d %x", other.head.Size, other.head.Hash)
+	}
+	pending := pendingEvents(len(other.events), 5)
+	fresh, err := s.SealFunc(now)(other.head, pending, other.readHashes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := other.seal(t, seal, pending)
+	if other.reads == 0 {
+		t.Error("a seal after another log's head of the same size read no stored hash")
+	}
+	same(t, "seal after the other log's head", got, fresh)
+
+	// A seal computed but never stored: the next seal is of the head before it, which is read.
+	head := l.head
+	if _, err := seal(head, pendingEvents(len(l.events), 4), l.readHashes); err != nil {
+		t.Fatal(err)
+	}
+	pending = pendingEvents(len(l.events), 9)
+	fresh, err = s.SealFunc(now)(head, pending, l.readHashes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = l.seal(t, seal, pending)
+	if l.reads == 0 {
+		t.Error("a seal after a head whose next seal was never stored read no stored hash")
+	}
+	same(t, "seal after an unstored seal", got, fresh)
 }
 
 // TestSealRefuses ensures a seal fails, storing nothing, on a head that does not make sense, a

@@ -3,6 +3,8 @@ package audit
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -15,28 +17,64 @@ import (
 // and their Merkle tree's stored hashes (tlog.StoredHashes, reading the tree's earlier hashes
 // with hashes and the batch's own from memory); then the new head, the tree hash and a
 // checkpoint signed by s, created at now().
+//
+// The function remembers the right edge of the last tree it computed, which is all of the old
+// tree a seal reads: the next seal after that head then reads no tree hash from the store. A
+// head is its size and the chain's last hash, which commits to every event before it, so a
+// head the function computed names the same tree whoever stored it; any other head is read.
 func (s *Signer) SealFunc(now func() time.Time) func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+	var (
+		mu   sync.Mutex
+		last treeEdge
+	)
 	return func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
-		return s.seal(now, head, pending, hashes)
+		mu.Lock()
+		edge := last
+		mu.Unlock()
+		out, next, err := s.seal(now, head, pending, hashes, edge)
+		if err == nil {
+			mu.Lock()
+			last = next
+			mu.Unlock()
+		}
+		return out, err
 	}
 }
 
-func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []store.AuditEvent, hashes HashesFunc) (store.AuditSeal, error) {
+// treeEdge is the right edge of the Merkle tree of the events up to head: the stored hashes
+// tlog.TreeHash reads for it, which are the old hashes a seal after head needs.
+type treeEdge struct {
+	head   store.AuditHead
+	hashes map[int64]tlog.Hash
+}
+
+// of answers the edge's hashes when it is head's edge.
+func (e treeEdge) of(head store.AuditHead) (map[int64]tlog.Hash, bool) {
+	if e.hashes == nil || e.head.Size != head.Size || !bytes.Equal(e.head.Hash, head.Hash) {
+		return nil, false
+	}
+	return e.hashes, true
+}
+
+func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []store.AuditEvent, hashes HashesFunc, edge treeEdge) (store.AuditSeal, treeEdge, error) {
 	if len(pending) == 0 {
-		return store.AuditSeal{}, fmt.Errorf("seal: no pending events")
+		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: no pending events")
 	}
 	if head.Size == 0 && len(head.Hash) != 0 || head.Size > 0 && len(head.Hash) != HashSize {
-		return store.AuditSeal{}, fmt.Errorf("seal: a head of %d events with a hash of %d bytes", head.Size, len(head.Hash))
+		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: a head of %d events with a hash of %d bytes", head.Size, len(head.Hash))
 	}
 	size, err := int64Size(head.Size + uint64(len(pending)))
 	if err != nil {
-		return store.AuditSeal{}, err
+		return store.AuditSeal{}, treeEdge{}, err
 	}
 	r := &sealReader{base: tlog.StoredHashCount(int64(head.Size)), stored: map[int64]tlog.Hash{}, read: hashes}
+	if known, ok := edge.of(head); ok {
+		maps.Copy(r.stored, known)
+	}
 	// TreeHash reads the old tree's right edge (the roots of its complete subtrees) in one
 	// call: exactly the old hashes StoredHashes will need below, so they are read once.
 	if _, err := tlog.TreeHash(int64(head.Size), r); err != nil {
-		return store.AuditSeal{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
+		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
 	}
 
 	out := store.AuditSeal{Events: make([]store.AuditEvent, len(pending))}
@@ -44,11 +82,13 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 	if head.Size == 0 {
 		prev = zeroHash
 	}
+	// Each event's canonical form is hashed and forgotten: one buffer serves them all.
+	var canonical []byte
 	for i, e := range pending {
 		e.Seq = head.Size + uint64(i) + 1
-		canonical, err := Canonical(e)
+		canonical, err = appendCanonical(canonical[:0], e)
 		if err != nil {
-			return store.AuditSeal{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
+			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
 		}
 		e.PrevHash = bytes.Clone(prev)
 		e.Hash = ChainHash(prev, canonical)
@@ -57,18 +97,19 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 
 		n := int64(e.Seq - 1)
 		if at := tlog.StoredHashIndex(0, n); at != r.base+int64(len(r.batch)) {
-			return store.AuditSeal{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+int64(len(r.batch)))
+			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+int64(len(r.batch)))
 		}
 		hs, err := tlog.StoredHashes(n, canonical, r)
 		if err != nil {
-			return store.AuditSeal{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
+			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
 		}
 		r.batch = append(r.batch, hs...)
 	}
 
-	root, err := tlog.TreeHash(size, r)
+	newEdge := &edgeReader{r: r, hashes: map[int64]tlog.Hash{}}
+	root, err := tlog.TreeHash(size, newEdge)
 	if err != nil {
-		return store.AuditSeal{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
+		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
 	}
 	out.TreeHashes = make([]store.AuditTreeHash, len(r.batch))
 	for i := range r.batch {
@@ -78,12 +119,30 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 	cp := Checkpoint{Origin: s.Origin(), Size: uint64(size), Root: root, Head: out.Head.Hash}
 	msg, err := s.SignCheckpoint(cp)
 	if err != nil {
-		return store.AuditSeal{}, fmt.Errorf("seal: sign the checkpoint: %w", err)
+		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: sign the checkpoint: %w", err)
 	}
 	out.Checkpoint = store.AuditCheckpoint{
 		Size: cp.Size, RootHash: bytes.Clone(root[:]), HeadHash: bytes.Clone(prev), Note: msg, CreatedAt: now(),
 	}
-	return out, nil
+	return out, treeEdge{head: out.Head, hashes: newEdge.hashes}, nil
+}
+
+// edgeReader reads through r and keeps what it read: the right edge of the tree whose hash
+// tlog.TreeHash computes with it.
+type edgeReader struct {
+	r      tlog.HashReader
+	hashes map[int64]tlog.Hash
+}
+
+func (e *edgeReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	hs, err := e.r.ReadHashes(indexes)
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range indexes {
+		e.hashes[x] = hs[i]
+	}
+	return hs, nil
 }
 
 // sealReader reads the tree's hashes during a seal: those the store holds (indexes below base)
