@@ -197,11 +197,22 @@ var recordEventJSON = `'{"t":' || (extract(epoch FROM e.time) * 1000000)::bigint
 
 // ---- seal ----
 
-// sealReadSQL reads the oldest pending records, in insertion order: as each holds an event at
-// least, $1 records hold the $1 events a seal takes, and usually many more, of which only those
-// needed are decoded. It runs after audit_head is locked, so on a snapshot that sees what the
-// seal before committed.
-const sealReadSQL = `SELECT id, events FROM audit_records WHERE seq IS NULL ORDER BY id LIMIT $1`
+// sealReadSQL reads $1 pending records after id $2, in insertion order. It runs after
+// audit_head is locked, so on a snapshot that sees what the seal before committed. A seal reads
+// in pages (sealPage) rather than as many records as it takes events: PostgreSQL sends every row
+// a statement answers, each record decompressed, and a record of a grouped claim holds dozens
+// of events. Each page is a statement of its own, with a newer snapshot: a record committed in
+// between with a smaller id than the page before is left for the next seal, which is only a
+// matter of order, since ids are not in commit order anyway.
+const sealReadSQL = `SELECT id, events FROM audit_records WHERE seq IS NULL AND id > $2 ORDER BY id LIMIT $1`
+
+// sealPage answers how many pending records to read for want more events, when the last seal
+// took perRecord16/16 events per record: enough at that rate and a few more, since records
+// vary, and never more than want, since a record holds an event at least.
+func sealPage(want int, perRecord16 int64) int {
+	n := int64(want)*16/max(perRecord16, 16) + 8
+	return int(min(n, int64(want)))
+}
 
 // sealWriteSQL stores a seal: each record's place ($1..$4: ids, seqs, prev hashes, hashes), the
 // block of new tree hashes ($5 its first index, $6 the hashes), the head ($7, $8; $14 its size
@@ -238,9 +249,11 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 
+	// The head's lock and the first page go in one round trip.
 	var batch pgx.Batch
 	batch.Queue(`SELECT size, hash FROM audit_head FOR UPDATE`)
-	batch.Queue(sealReadSQL, limit)
+	page := sealPage(limit, db.sealPerRecord16.Load())
+	batch.Queue(sealReadSQL, page, int64(0))
 	br := tx.SendBatch(ctx, &batch)
 	var head store.AuditHead
 	var size int64
@@ -249,12 +262,31 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, mapErr("seal audit: lock the head", err)
 	}
 	head.Size = uint64(size)
-	records, err := readPendingRecords(br, limit)
+	rows, err := br.Query()
+	var got pendingPage
+	if err == nil {
+		got, err = readPendingRecords(rows, limit)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return 0, mapErr("seal audit: read pending records", err)
+	}
+	records, events := got.records, got.events
+	for last := got.last; events < limit && got.read == page; last = got.last {
+		page = sealPage(limit-events, db.sealPerRecord16.Load())
+		rows, err := tx.Query(ctx, sealReadSQL, page, last)
+		if err != nil {
+			return 0, mapErr("seal audit: read pending records", err)
+		}
+		if got, err = readPendingRecords(rows, limit-events); err != nil {
+			return 0, mapErr("seal audit: read pending records", err)
+		}
+		records, events = append(records, got.records...), events+got.events
+	}
+	if len(records) > 0 {
+		db.sealPerRecord16.Store(int64(events) * 16 / int64(len(records)))
 	}
 	pending := store.TakeAuditRecords(records, limit)
 	if len(pending) == 0 {
@@ -300,29 +332,38 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	return len(pending), nil
 }
 
-// readPendingRecords decodes the pending records that sealReadSQL answers on br, up to the one
-// that reaches limit events: the seal takes no more.
-func readPendingRecords(br pgx.BatchResults, limit int) ([][]store.AuditEvent, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
+// pendingPage is what a page of sealReadSQL held: its records decoded, up to the one that
+// reached the events wanted, how many events they hold, and how many rows the page answered,
+// the last one's id.
+type pendingPage struct {
+	records [][]store.AuditEvent
+	events  int
+	read    int
+	last    int64
+}
+
+// readPendingRecords reads a page of sealReadSQL from rows, decoding its records up to the one
+// that reaches want events: the seal takes no more.
+func readPendingRecords(rows pgx.Rows, want int) (pendingPage, error) {
 	defer rows.Close()
-	var records [][]store.AuditEvent
-	for n := 0; n < limit && rows.Next(); {
-		var id int64
+	var p pendingPage
+	for rows.Next() {
 		var text []byte
-		if err := rows.Scan(&id, &text); err != nil {
-			return nil, err
+		if err := rows.Scan(&p.last, &text); err != nil {
+			return pendingPage{}, err
 		}
-		events, err := store.DecodeAuditRecord(id, text)
+		p.read++
+		if p.events >= want {
+			continue
+		}
+		events, err := store.DecodeAuditRecord(p.last, text)
 		if err != nil {
-			return nil, err
+			return pendingPage{}, err
 		}
-		records = append(records, events)
-		n += len(events)
+		p.records = append(p.records, events)
+		p.events += len(events)
 	}
-	return records, rows.Err()
+	return p, rows.Err()
 }
 
 // readAuditHashesSQL answers the stored tree hashes at the indexes $1, in their order; NULL for

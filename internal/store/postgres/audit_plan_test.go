@@ -41,7 +41,7 @@ ANALYZE`)
 	cases := []struct {
 		name, sql, args, index string
 	}{
-		{"seal read", sealReadSQL, "1000", "audit_records_pending"},
+		{"seal read", sealReadSQL, "1000, 100400", "audit_records_pending"},
 		{"seal write", sealWriteSQL, "'{100001,100002}', '{100001,100002}', NULL, NULL, 200000, NULL, 100002, NULL, 100002, NULL, NULL, NULL, NULL, 100000",
 			"audit_records_pending"},
 		{"list", listAuditRecordsSQL, "5000, 5999", "audit_records_seq"},

@@ -690,3 +690,61 @@ func TestDetailsBuiltInSQLAreCompactJSON(t *testing.T) {
 		t.Errorf("actors: %q %q, %q %q", events[0].Principal, events[0].Holder, events[1].Principal, events[1].Holder)
 	}
 }
+
+// TestSealReadsPendingRecordsInPages ensures that a seal takes its events from as many pages
+// of pending records as it needs, whole records in insertion order, however many events the
+// records before held: after a seal of 80 events in 41 records (one of 40), a seal of 100
+// one-event records reads pages sized for two events per record, and still takes exactly the
+// oldest 100.
+func TestSealReadsPendingRecordsInPages(t *testing.T) {
+	t.Parallel()
+	db := open(t, pgtest.NewDatabase(t), nil)
+	ctx := store.WithActor(t.Context(), store.Actor{Principal: "admin"})
+	signer := newSigner(t)
+	var ids []string
+	enqueue := func(n int) {
+		t.Helper()
+		for range n {
+			j, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+		}
+	}
+	enqueue(40)
+	claimed, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "ci|w", Kinds: []string{"build"}, Lease: time.Minute, Max: 40})
+	if err != nil || len(claimed) != 40 {
+		t.Fatalf("ClaimJobs = %d jobs, %v; want 40", len(claimed), err)
+	}
+	if n := sealAll(t, db, signer, 1000); n != 80 {
+		t.Fatalf("sealed %d events, want 40 enqueued and 40 claimed", n)
+	}
+	enqueue(300)
+	seal := func(limit int) int {
+		t.Helper()
+		n, err := db.SealAudit(ctx, store.SealAuditParams{Limit: limit, Seal: signer.SealFunc(time.Now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := seal(100); n != 100 {
+		t.Fatalf("a seal of 100 one-event records after one of 40 events took %d events", n)
+	}
+	if n := seal(1000); n != 200 {
+		t.Fatalf("the next seal took %d events, want the other 200", n)
+	}
+	events := allEvents(t, db)
+	if len(events) != 380 {
+		t.Fatalf("%d events sealed, want 380", len(events))
+	}
+	for i, e := range events[80:] {
+		if want := "job/" + ids[40+i]; e.Action != "job.enqueued" || e.Subject != want {
+			t.Fatalf("event %d is %s %s, want job.enqueued %s: the seals took the records out of order", e.Seq, e.Action, e.Subject, want)
+		}
+	}
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("the log does not verify: %v", err)
+	}
+}

@@ -46,6 +46,8 @@ type DB struct {
 	leaseSignal store.Signal
 	// auditSignal is fired after a commit of this store that wrote audit events.
 	auditSignal store.Signal
+	// sealPerRecord16 is 16 times the events per record the last seal took (sealPage).
+	sealPerRecord16 atomic.Int64
 
 	// claims and completions made at the same time go together (group.go).
 	claims    group[store.ClaimJobParams, []store.Job]
