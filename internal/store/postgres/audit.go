@@ -274,13 +274,14 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, mapErr("seal audit: read pending records", err)
 	}
 	records, events := got.records, got.events
-	for last := got.last; events < limit && got.read == page; last = got.last {
+	// A full page may have more behind it.
+	for events < limit && got.read == page {
 		page = sealPage(limit-events, db.sealPerRecord16.Load())
-		rows, err := tx.Query(ctx, sealReadSQL, page, last)
-		if err != nil {
-			return 0, mapErr("seal audit: read pending records", err)
+		rows, err := tx.Query(ctx, sealReadSQL, page, got.last)
+		if err == nil {
+			got, err = readPendingRecords(rows, limit-events)
 		}
-		if got, err = readPendingRecords(rows, limit-events); err != nil {
+		if err != nil {
 			return 0, mapErr("seal audit: read pending records", err)
 		}
 		records, events = append(records, got.records...), events+got.events
