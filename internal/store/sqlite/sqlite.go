@@ -75,10 +75,14 @@ type DB struct {
 
 var _ store.Store = (*DB)(nil)
 
+// tuneAllocator tunes the C allocator once per process, for every store it opens.
+var tuneAllocator sync.Once
+
 // Open opens (creating it and its directory when missing) the SQLite database at path and
 // applies the migrations it lacks. A database migrated by a newer build is refused with a
 // *store.SchemaTooNewError.
 func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
+	tuneAllocator.Do(func() { keepFreedMemory() })
 	if path == "" || path == ":memory:" {
 		// Two pools on one in-memory database would be two databases.
 		return nil, fmt.Errorf("open sqlite: a file path is required, got %q", path)

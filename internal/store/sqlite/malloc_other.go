@@ -1,0 +1,6 @@
+//go:build !linux || !cgo
+
+package sqlite
+
+// keepFreedMemory has nothing to tune outside glibc's allocator.
+func keepFreedMemory() bool { return false }
