@@ -305,3 +305,29 @@ func sortedIDs(jobs ...*store.Job) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// TestCompleteManyFits ensures that chunks of CompleteJobs calls share a statement only while
+// together they hold at most completeChunkMax completions, of distinct jobs.
+func TestCompleteManyFits(t *testing.T) {
+	chunk := func(first, n int) *completeManyCall {
+		c := &completeManyCall{}
+		for i := range n {
+			c.p = append(c.p, &completeCall{p: store.CompleteJobParams{JobID: fmt.Sprintf("job_%d", first+i)}})
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		batch []*completeManyCall
+		c     *completeManyCall
+		want  bool
+	}{
+		{"distinct jobs within the limit", []*completeManyCall{chunk(0, 100), chunk(100, 100)}, chunk(200, 56), true},
+		{"one completion past the limit", []*completeManyCall{chunk(0, 100), chunk(100, 100)}, chunk(200, 57), false},
+		{"a job of the batch again", []*completeManyCall{chunk(0, 10), chunk(10, 10)}, chunk(19, 2), false},
+	} {
+		if got := completeManyFits(tc.batch, tc.c); got != tc.want {
+			t.Errorf("%s: completeManyFits = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

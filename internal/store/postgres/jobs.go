@@ -648,7 +648,9 @@ func (db *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([
 	}
 	var completed map[string]store.Job
 	for chunk := range slices.Chunk(batch, completeChunkMax) {
-		done, err := db.completeTogether(ctx, chunk)
+		// A chunk goes with the chunks of CompleteJobs calls made at the same time, when they
+		// fit together in one statement (group.go).
+		done, err := db.manyCompletes.do(ctx, chunk, db.completeManyGroup, completeManyFits)
 		if err != nil {
 			// The statement changed nothing. When nothing was changed before it either, and
 			// what failed is the database (the connection, the context) rather than this
@@ -675,6 +677,61 @@ func (db *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([
 		}
 	}
 	return out, nil
+}
+
+type completeManyCall = call[[]*completeCall, map[string]store.Job]
+
+// completeManyFits lets a chunk of completions join a statement of others when together they
+// stay within completeChunkMax and complete distinct jobs: two rows of one statement for one
+// job (two workers, one of them stale) would have the UPDATE apply either.
+func completeManyFits(batch []*completeManyCall, c *completeManyCall) bool {
+	n := len(c.p)
+	for _, b := range batch {
+		n += len(b.p)
+	}
+	if n > completeChunkMax {
+		return false
+	}
+	ids := make(map[string]struct{}, len(c.p))
+	for _, x := range c.p {
+		ids[x.p.JobID] = struct{}{}
+	}
+	for _, b := range batch {
+		for _, x := range b.p {
+			if _, ok := ids[x.p.JobID]; ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// completeManyGroup completes the chunks of several CompleteJobs calls in one statement and
+// answers each call the jobs of its own chunk that the statement completed. Should the shared
+// statement fail, each chunk is tried in a statement of its own, so that one call's failure is
+// not another's.
+func (db *DB) completeManyGroup(ctx context.Context, calls []*completeManyCall) {
+	if len(calls) == 1 {
+		calls[0].r, calls[0].err = db.completeTogether(ctx, calls[0].p)
+		return
+	}
+	var all []*completeCall
+	for _, c := range calls {
+		all = append(all, c.p...)
+	}
+	done, err := db.completeTogether(ctx, all)
+	for _, c := range calls {
+		if err != nil {
+			c.r, c.err = db.completeTogether(ctx, c.p)
+			continue
+		}
+		c.r = make(map[string]store.Job, len(c.p))
+		for _, x := range c.p {
+			if j, ok := done[x.p.JobID]; ok {
+				c.r[x.p.JobID] = j
+			}
+		}
+	}
 }
 
 // completeTogether completes for calls in one statement, and answers the jobs it completed.

@@ -52,6 +52,8 @@ type DB struct {
 	// claims and completions made at the same time go together (group.go).
 	claims    group[store.ClaimJobParams, []store.Job]
 	completes group[store.CompleteJobParams, store.Job]
+	// manyCompletes groups CompleteJobs calls, whose completions share a statement.
+	manyCompletes group[[]*completeCall, map[string]store.Job]
 
 	stopListener context.CancelFunc
 	listenerDone chan struct{}

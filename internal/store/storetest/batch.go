@@ -623,3 +623,102 @@ func testCompleteJobsEmpty(t *testing.T, newStore Factory) {
 		t.Fatalf("claimed %s, want %s", claimed.ID, job.ID)
 	}
 }
+
+// testConcurrentCompleteJobsWithStaleItems: CompleteJobs calls made at the same time, each
+// with a completion for a job another worker holds, complete each worker's own jobs and refuse
+// each foreign one as a lost claim, whichever calls the store runs together; every completed
+// job has one job.completed event and a refused completion none.
+func testConcurrentCompleteJobsWithStaleItems(t *testing.T, newStore Factory) {
+	const (
+		workers = 8
+		each    = 12
+	)
+	b := setupAudit(t, newStore)
+	for range workers * each {
+		b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
+	}
+	held := make([][]store.Job, workers)
+	for w := range workers {
+		held[w] = b.claimJobs(t, fmt.Sprintf("p|w%d", w), time.Hour, each, "build")
+		if len(held[w]) != each {
+			t.Fatalf("worker %d claimed %d jobs, want %d", w, len(held[w]), each)
+		}
+	}
+	b.markLog(t)
+
+	// Worker w completes its own jobs and, in the middle of them, the first job of worker
+	// w+1 under its own name.
+	batches := make([][]store.CompleteJobParams, workers)
+	for w := range workers {
+		worker := fmt.Sprintf("p|w%d", w)
+		for i, j := range held[w] {
+			if i == each/2 {
+				foreign := held[(w+1)%workers][0]
+				batches[w] = append(batches[w], store.CompleteJobParams{JobID: foreign.ID, Worker: worker, FencingToken: foreign.Attempts, Output: "not mine"})
+			}
+			batches[w] = append(batches[w], store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts, Output: worker})
+		}
+	}
+	outs := make([][]store.CompleteJobOutcome, workers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			var err error
+			if outs[w], err = b.st.CompleteJobs(b.ctx, batches[w]); err != nil {
+				t.Errorf("CompleteJobs of worker %d: %v", w, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	for w := range workers {
+		if len(outs[w]) != len(batches[w]) {
+			t.Fatalf("worker %d: %d outcomes for %d completions", w, len(outs[w]), len(batches[w]))
+		}
+		for i, p := range batches[w] {
+			o := outs[w][i]
+			if p.Output == "not mine" {
+				var lost *store.LostClaimError
+				if !errors.As(o.Err, &lost) {
+					t.Errorf("worker %d, completion %d (job %s, held by another worker): err = %v, want a lost claim", w, i, p.JobID, o.Err)
+				}
+				continue
+			}
+			if o.Err != nil || o.Job.ID != p.JobID || o.Job.State != store.JobCompleted || o.Job.Output != p.Output {
+				t.Errorf("worker %d, completion %d (job %s): %s %s output %q, %v; want it completed with output %q",
+					w, i, p.JobID, o.Job.ID, o.Job.State, o.Job.Output, o.Err, p.Output)
+			}
+		}
+	}
+	for w := range workers {
+		for _, j := range held[w] {
+			if got := b.get(t, j.ID); got.State != store.JobCompleted || got.Output != j.ClaimedBy {
+				t.Errorf("job %s of %s is %s with output %q, want completed by its claimer", j.ID, j.ClaimedBy, got.State, got.Output)
+			}
+		}
+	}
+
+	b.sealAll(t)
+	events := map[string]int{}
+	for _, e := range b.auditEvents(t, b.mark) {
+		if e.Action != "job.completed" {
+			t.Errorf("event %d is %s %s, want only job.completed events", e.Seq, e.Action, e.Subject)
+		}
+		events[e.Subject]++
+	}
+	if len(events) != workers*each {
+		t.Errorf("job.completed events for %d jobs, want %d", len(events), workers*each)
+	}
+	for subject, n := range events {
+		if n != 1 {
+			t.Errorf("%s has %d job.completed events, want 1", subject, n)
+		}
+	}
+	b.verifyLog(t)
+}

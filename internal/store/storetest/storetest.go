@@ -88,6 +88,7 @@ var tests = []conformanceTest{
 	{"concurrent_claim_jobs_and_complete_jobs_complete_every_job_exactly_once", testConcurrentClaimJobs},
 	{"complete_jobs_answers_each_completion_as_complete_job_would_in_order", testCompleteJobsMixed},
 	{"complete_jobs_of_no_completion_answers_none", testCompleteJobsEmpty},
+	{"concurrent_complete_jobs_with_foreign_items_complete_only_each_workers_own_jobs", testConcurrentCompleteJobsWithStaleItems},
 	// principals and tokens
 	{"bootstrap_admin_creates_the_admin_once", testBootstrapAdmin},
 	{"create_principal_and_authenticate_with_its_token", testCreatePrincipal},
