@@ -11,13 +11,12 @@ package sqlite
 // all the time: every statement with RETURNING builds an ephemeral table whose page cache
 // starts with a block of about 85 KiB, and a transaction's statement journal and bound audit
 // records come and go with it. Each round trip to the kernel costs a system call and a page
-// fault per 4 KiB touched again, on the one writer every write waits for. Answers 0 where the
-// allocator has no such settings.
-static int ag_keep_freed_memory(void) {
+// fault per 4 KiB touched again, on the one writer every write waits for. An allocator
+// without these settings is left as it is.
+static void ag_keep_freed_memory(void) {
 #if defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD)
-	return mallopt(M_MMAP_THRESHOLD, 16 << 20) && mallopt(M_TRIM_THRESHOLD, 64 << 20);
-#else
-	return 0;
+	mallopt(M_MMAP_THRESHOLD, 16 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
 }
 */
@@ -26,6 +25,6 @@ import "C"
 // keepFreedMemory tunes the C allocator for SQLite (see ag_keep_freed_memory): at most 64 MiB
 // of freed memory is kept for reuse, and only blocks of 16 MiB or more are mapped on their own.
 // It is process-wide, so it is done once, by the first Open.
-func keepFreedMemory() bool {
-	return C.ag_keep_freed_memory() != 0
+func keepFreedMemory() {
+	C.ag_keep_freed_memory()
 }

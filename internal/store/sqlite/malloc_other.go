@@ -3,4 +3,4 @@
 package sqlite
 
 // keepFreedMemory has nothing to tune outside glibc's allocator.
-func keepFreedMemory() bool { return false }
+func keepFreedMemory() {}

@@ -75,14 +75,15 @@ type DB struct {
 
 var _ store.Store = (*DB)(nil)
 
-// tuneAllocator tunes the C allocator once per process, for every store it opens.
+// tuneAllocator makes the first Open tune the C allocator (keepFreedMemory), for the whole
+// process.
 var tuneAllocator sync.Once
 
 // Open opens (creating it and its directory when missing) the SQLite database at path and
 // applies the migrations it lacks. A database migrated by a newer build is refused with a
 // *store.SchemaTooNewError.
 func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
-	tuneAllocator.Do(func() { keepFreedMemory() })
+	tuneAllocator.Do(keepFreedMemory)
 	if path == "" || path == ":memory:" {
 		// Two pools on one in-memory database would be two databases.
 		return nil, fmt.Errorf("open sqlite: a file path is required, got %q", path)
