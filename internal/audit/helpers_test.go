@@ -44,13 +44,13 @@ func (l *memLog) seal(t testing.TB, seal func(store.AuditHead, []store.AuditEven
 	if err != nil {
 		t.Fatalf("seal %d events after %d: %v", len(pending), l.head.Size, err)
 	}
-	for _, h := range s.TreeHashes {
-		if _, ok := l.hashes[h.Index]; ok {
-			t.Fatalf("seal rewrites tree hash %d", h.Index)
+	for idx, h := range s.StoredTreeHashes(l.head) {
+		if _, ok := l.hashes[idx]; ok {
+			t.Fatalf("seal rewrites tree hash %d", idx)
 		}
-		l.hashes[h.Index] = h.Hash
+		l.hashes[idx] = h
 	}
-	l.events = append(l.events, s.Events...)
+	l.events = append(l.events, store.SealedAuditEvents(l.head, pending, s)...)
 	l.head = s.Head
 	l.checkpoints = append(l.checkpoints, s.Checkpoint)
 	return s

@@ -2,8 +2,11 @@ package audit
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"maps"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -77,33 +80,35 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
 	}
 
-	out := store.AuditSeal{Events: make([]store.AuditEvent, len(pending))}
+	out := store.AuditSeal{Hashes: make([]byte, 0, HashSize*len(pending))}
 	prev := head.Hash
 	if head.Size == 0 {
 		prev = zeroHash
 	}
-	// Each event's canonical form is hashed and forgotten: one buffer serves them all.
+	// One buffer serves every event's canonical form and one digest every chain hash, which
+	// goes straight into out.Hashes (its capacity is exact, so prev stays valid).
 	var canonical []byte
-	for i, e := range pending {
+	chain, leaf := sha256.New(), sha256.New()
+	for i := range pending {
+		e := pending[i]
 		e.Seq = head.Size + uint64(i) + 1
 		canonical, err = appendCanonical(canonical[:0], e)
 		if err != nil {
 			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
 		}
-		e.PrevHash = bytes.Clone(prev)
-		e.Hash = ChainHash(prev, canonical)
-		prev = e.Hash
-		out.Events[i] = e
+		chain.Reset()
+		chain.Write(prev)
+		chain.Write(canonical)
+		out.Hashes = chain.Sum(out.Hashes)
+		prev = out.Hashes[len(out.Hashes)-HashSize:]
 
 		n := int64(e.Seq - 1)
 		if at := tlog.StoredHashIndex(0, n); at != r.base+int64(len(r.batch)) {
 			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+int64(len(r.batch)))
 		}
-		hs, err := tlog.StoredHashes(n, canonical, r)
-		if err != nil {
+		if err := r.appendStoredHashes(n, leaf, canonical); err != nil {
 			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
 		}
-		r.batch = append(r.batch, hs...)
 	}
 
 	newEdge := &edgeReader{r: r, hashes: map[int64]tlog.Hash{}}
@@ -111,9 +116,9 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 	if err != nil {
 		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
 	}
-	out.TreeHashes = make([]store.AuditTreeHash, len(r.batch))
-	for i := range r.batch {
-		out.TreeHashes[i] = store.AuditTreeHash{Index: r.base + int64(i), Hash: bytes.Clone(r.batch[i][:])}
+	out.TreeHashes = make([]byte, 0, HashSize*len(r.batch))
+	for _, h := range r.batch {
+		out.TreeHashes = append(out.TreeHashes, h[:]...)
 	}
 	out.Head = store.AuditHead{Size: uint64(size), Hash: bytes.Clone(prev)}
 	cp := Checkpoint{Origin: s.Origin(), Size: uint64(size), Root: root, Head: out.Head.Hash}
@@ -152,6 +157,46 @@ type sealReader struct {
 	batch  []tlog.Hash
 	stored map[int64]tlog.Hash
 	read   HashesFunc
+}
+
+// appendStoredHashes appends the tree hashes that record n, whose data is data, adds: what
+// tlog.StoredHashes(n, data, r) answers, computed with leaf as the record hash's digest and
+// without allocating, since a seal runs it for every event.
+func (r *sealReader) appendStoredHashes(n int64, leaf hash.Hash, data []byte) error {
+	var h tlog.Hash
+	leaf.Reset()
+	leaf.Write(leafPrefix)
+	leaf.Write(data)
+	leaf.Sum(h[:0])
+	r.batch = append(r.batch, h)
+	// Each trailing 1 bit of n completes a subtree, whose hash joins the one to its left.
+	for level := range bits.TrailingZeros64(uint64(n + 1)) {
+		left, err := r.hash(tlog.StoredHashIndex(level, n>>uint(level)-1))
+		if err != nil {
+			return err
+		}
+		h = tlog.NodeHash(left, h)
+		r.batch = append(r.batch, h)
+	}
+	return nil
+}
+
+// leafPrefix starts a record hash's input (RFC 6962).
+var leafPrefix = []byte{0}
+
+// hash answers the tree hash at x, as ReadHashes would.
+func (r *sealReader) hash(x int64) (tlog.Hash, error) {
+	if x >= r.base && x-r.base < int64(len(r.batch)) {
+		return r.batch[x-r.base], nil
+	}
+	if h, ok := r.stored[x]; ok && x < r.base {
+		return h, nil
+	}
+	hs, err := r.ReadHashes([]int64{x})
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	return hs[0], nil
 }
 
 func (r *sealReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {

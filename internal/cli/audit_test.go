@@ -78,10 +78,10 @@ func (l *auditLog) seal(t *testing.T, n int, edit func(*store.AuditEvent)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range s.TreeHashes {
-		l.hashes[h.Index] = h.Hash
+	for idx, h := range s.StoredTreeHashes(l.head) {
+		l.hashes[idx] = h
 	}
-	l.events = append(l.events, s.Events...)
+	l.events = append(l.events, store.SealedAuditEvents(l.head, pending, s)...)
 	l.head = s.Head
 	l.checkpoints = append(l.checkpoints, s.Checkpoint)
 }

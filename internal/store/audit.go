@@ -114,12 +114,6 @@ type AuditHead struct {
 	Hash []byte
 }
 
-// AuditTreeHash is one stored hash of the Merkle tree.
-type AuditTreeHash struct {
-	Index int64
-	Hash  []byte
-}
-
 // AuditCheckpoint is a signed statement of the log's size, Merkle root and head hash.
 type AuditCheckpoint struct {
 	Size      uint64
@@ -129,10 +123,16 @@ type AuditCheckpoint struct {
 	CreatedAt time.Time
 }
 
-// AuditSeal is what a seal stores.
+// AuditSeal is what a seal stores. Its hashes are flat, AuditHashSize bytes each: a seal of a
+// thousand events would otherwise allocate thousands of small slices that only get copied into
+// a few rows (SealedAuditEvents answers the events with their hashes, for those who want them).
 type AuditSeal struct {
-	Events     []AuditEvent // the pending events, in their order, with Seq, PrevHash and Hash set
-	TreeHashes []AuditTreeHash
+	// Hashes holds each pending event's chain hash, in order: the i-th event is seq
+	// head.Size+i+1, and the hash before it is its prev hash.
+	Hashes []byte
+	// TreeHashes holds the stored hashes of the Merkle tree the seal adds, in tlog's numbering,
+	// from index tlog.StoredHashCount(head.Size) on.
+	TreeHashes []byte
 	Head       AuditHead
 	Checkpoint AuditCheckpoint
 }
@@ -140,7 +140,8 @@ type AuditSeal struct {
 // SealAuditParams are the inputs of SealAudit.
 type SealAuditParams struct {
 	Limit int
-	// Seal computes a seal; hashes reads stored tree hashes as of the head Seal is given.
+	// Seal computes a seal; hashes reads stored tree hashes as of the head Seal is given. It
+	// must not modify pending.
 	Seal func(head AuditHead, pending []AuditEvent, hashes func(indexes []int64) ([][]byte, error)) (AuditSeal, error)
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -102,10 +104,20 @@ func (r *AuditRecordBuilder) Text() string {
 // DecodeAuditRecord answers the events of the record id, whose JSON text is text, in order,
 // with ID id and without their places in the chain.
 func DecodeAuditRecord(id int64, text []byte) ([]AuditEvent, error) {
-	if events, ok := decodeRecordAsWritten(id, text); ok {
-		return events, nil
+	return AppendAuditRecord(nil, id, text)
+}
+
+// AppendAuditRecord is DecodeAuditRecord appending to dst: a seal reads many records into one
+// slice.
+func AppendAuditRecord(dst []AuditEvent, id int64, text []byte) ([]AuditEvent, error) {
+	if out, ok := appendRecordAsWritten(dst, id, text); ok {
+		return out, nil
 	}
-	return decodeRecordJSON(id, text)
+	events, err := decodeRecordJSON(id, text)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, events...), nil
 }
 
 // decodeRecordJSON is DecodeAuditRecord with encoding/json, for any JSON text.
@@ -161,31 +173,13 @@ type SealedAuditRecord struct {
 	Hashes   []byte // AuditHashSize bytes per event
 }
 
-// AuditSealRows checks that seal gives exactly the pending events, in their order, the places
-// that follow head, and answers what a store writes for it: each record's row and the seal's
-// block of tree hashes, which must start where head's tree ends.
+// AuditSealRows checks that seal holds a hash for each pending event, a head that ends with the
+// last of them and the tree hashes of exactly those events, and answers what a store writes for
+// it: each record's row and the seal's block of tree hashes, which starts at first, where
+// head's tree ends. The rows' hashes share seal's memory.
 func AuditSealRows(head AuditHead, pending []AuditEvent, seal AuditSeal) (records []SealedAuditRecord, first int64, block []byte, err error) {
-	if len(pending) == 0 || len(seal.Events) != len(pending) {
-		return nil, 0, nil, fmt.Errorf("%d events pending, %d sealed", len(pending), len(seal.Events))
-	}
-	for i, e := range seal.Events {
-		if e.ID != pending[i].ID {
-			return nil, 0, nil, fmt.Errorf("sealed event %d is of record %d, want record %d (insertion order)", i, e.ID, pending[i].ID)
-		}
-		if want := head.Size + uint64(i) + 1; e.Seq != want {
-			return nil, 0, nil, fmt.Errorf("event %d of record %d sealed as seq %d, want %d", i, e.ID, e.Seq, want)
-		}
-		if len(e.Hash) != AuditHashSize || len(e.PrevHash) != AuditHashSize {
-			return nil, 0, nil, fmt.Errorf("event %d sealed without its hashes", e.Seq)
-		}
-		if i == 0 || e.ID != seal.Events[i-1].ID {
-			records = append(records, SealedAuditRecord{ID: e.ID, Seq: e.Seq, PrevHash: e.PrevHash,
-				Hashes: make([]byte, 0, AuditHashSize*countRecord(seal.Events[i:]))})
-		} else if !bytes.Equal(e.PrevHash, seal.Events[i-1].Hash) {
-			return nil, 0, nil, fmt.Errorf("event %d does not follow event %d in the chain", e.Seq, e.Seq-1)
-		}
-		r := &records[len(records)-1]
-		r.Hashes = append(r.Hashes, e.Hash...)
+	if len(pending) == 0 || len(seal.Hashes) != AuditHashSize*len(pending) {
+		return nil, 0, nil, fmt.Errorf("%d events pending, %d bytes of hashes sealed", len(pending), len(seal.Hashes))
 	}
 	n := head.Size + uint64(len(pending))
 	if n > math.MaxInt64 {
@@ -194,22 +188,44 @@ func AuditSealRows(head AuditHead, pending []AuditEvent, seal AuditSeal) (record
 	if seal.Head.Size != n || seal.Checkpoint.Size != n {
 		return nil, 0, nil, fmt.Errorf("head size %d and checkpoint size %d, want %d", seal.Head.Size, seal.Checkpoint.Size, n)
 	}
-	if last := seal.Events[len(seal.Events)-1].Hash; !bytes.Equal(seal.Head.Hash, last) {
+	if !bytes.Equal(seal.Head.Hash, seal.Hashes[len(seal.Hashes)-AuditHashSize:]) {
 		return nil, 0, nil, errors.New("the head's hash is not the last sealed event's")
 	}
+	prev := head.Hash
+	if head.Size == 0 {
+		prev = make([]byte, AuditHashSize)
+	}
+	for i := 0; i < len(pending); {
+		end := i + countRecord(pending[i:])
+		records = append(records, SealedAuditRecord{ID: pending[i].ID, Seq: head.Size + uint64(i) + 1, PrevHash: prev,
+			Hashes: seal.Hashes[i*AuditHashSize : end*AuditHashSize : end*AuditHashSize]})
+		prev = seal.Hashes[(end-1)*AuditHashSize : end*AuditHashSize : end*AuditHashSize]
+		i = end
+	}
 	first = tlog.StoredHashCount(int64(head.Size))
-	if want := tlog.StoredHashCount(int64(n)) - first; int64(len(seal.TreeHashes)) != want {
-		return nil, 0, nil, fmt.Errorf("%d tree hashes for events %d to %d, want %d", len(seal.TreeHashes), head.Size+1, n, want)
+	if want := tlog.StoredHashCount(int64(n)) - first; int64(len(seal.TreeHashes)) != want*AuditHashSize {
+		return nil, 0, nil, fmt.Errorf("%d bytes of tree hashes for events %d to %d, want %d hashes", len(seal.TreeHashes), head.Size+1, n, want)
 	}
-	block = make([]byte, 0, AuditHashSize*len(seal.TreeHashes))
-	for i, h := range seal.TreeHashes {
-		if h.Index != first+int64(i) || len(h.Hash) != AuditHashSize {
-			return nil, 0, nil, fmt.Errorf("tree hash %d of the seal is index %d of %d bytes, want index %d of %d",
-				i, h.Index, len(h.Hash), first+int64(i), AuditHashSize)
+	return records, first, seal.TreeHashes, nil
+}
+
+// SealedAuditEvents answers pending as seal places them: each event with its seq, prev hash and
+// hash, as ListAuditEvents answers it once stored. The hashes share seal's memory.
+func SealedAuditEvents(head AuditHead, pending []AuditEvent, seal AuditSeal) []AuditEvent {
+	out := slices.Clone(pending)
+	prev := head.Hash
+	if head.Size == 0 {
+		prev = make([]byte, AuditHashSize)
+	}
+	for i := range out {
+		out[i].Seq = head.Size + uint64(i) + 1
+		out[i].PrevHash = prev
+		if lo := i * AuditHashSize; lo+AuditHashSize <= len(seal.Hashes) {
+			out[i].Hash = seal.Hashes[lo : lo+AuditHashSize : lo+AuditHashSize]
 		}
-		block = append(block, h.Hash...)
+		prev = out[i].Hash
 	}
-	return records, first, block, nil
+	return out
 }
 
 // countRecord answers how many of events, from the first on, are of the first's record.
@@ -235,7 +251,14 @@ func AuditBlockHash(first int64, block []byte, idx int64) ([]byte, bool) {
 // of limit events takes: whole records, up to the one that reaches limit, so that a backlog is
 // sealed in batches of at least limit events.
 func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
-	var out []AuditEvent
+	n := 0
+	for _, r := range records {
+		if n >= limit {
+			break
+		}
+		n += len(r)
+	}
+	out := make([]AuditEvent, 0, n)
 	for _, r := range records {
 		if len(out) >= limit {
 			break
@@ -250,14 +273,21 @@ func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
 // times faster than encoding/json, which costs a seal about as much as hashing the events does.
 // Anything else answers false, and DecodeAuditRecord reads it with encoding/json.
 func decodeRecordAsWritten(id int64, text []byte) ([]AuditEvent, bool) {
+	return appendRecordAsWritten(nil, id, text)
+}
+
+// appendRecordAsWritten is decodeRecordAsWritten appending to dst; it answers dst as it was when
+// the text is not in that form.
+func appendRecordAsWritten(dst []AuditEvent, id int64, text []byte) ([]AuditEvent, bool) {
 	r := recordReader{b: text}
 	if !r.lit("[") {
-		return nil, false
+		return dst, false
 	}
-	events := make([]AuditEvent, 0, bytes.Count(text, []byte(`{"t":`)))
+	start := len(dst)
+	events := slices.Grow(dst, bytes.Count(text, []byte(`{"t":`)))
 	for {
 		e := AuditEvent{ID: id}
-		if len(events) > 0 {
+		if len(events) > start {
 			// The events of a record are most often one actor's: equal strings are shared.
 			last := events[len(events)-1]
 			e.Principal, e.Holder, e.Action, e.Subject = last.Principal, last.Holder, last.Action, last.Subject
@@ -267,10 +297,10 @@ func decodeRecordAsWritten(id int64, text []byte) ([]AuditEvent, bool) {
 			ok bool
 		)
 		if !r.lit(`{"t":`) {
-			return nil, false
+			return dst, false
 		}
 		if t, ok = r.int(); !ok {
-			return nil, false
+			return dst, false
 		}
 		e.Time = time.UnixMicro(t).UTC()
 		for _, f := range [...]struct {
@@ -278,26 +308,29 @@ func decodeRecordAsWritten(id int64, text []byte) ([]AuditEvent, bool) {
 			dst *string
 		}{{`,"p":`, &e.Principal}, {`,"h":`, &e.Holder}, {`,"a":`, &e.Action}, {`,"s":`, &e.Subject}} {
 			if !r.lit(f.key) {
-				return nil, false
+				return dst, false
 			}
 			if *f.dst, ok = r.str(*f.dst); !ok {
-				return nil, false
+				return dst, false
 			}
 		}
 		if r.lit(`,"d":`) {
 			if e.Details, ok = r.object(); !ok {
-				return nil, false
+				return dst, false
 			}
 		}
 		if !r.lit("}") {
-			return nil, false
+			return dst, false
 		}
 		events = append(events, e)
 		if r.lit("]") {
-			return events, r.i == len(r.b)
+			if r.i != len(r.b) {
+				return dst, false
+			}
+			return events, true
 		}
 		if !r.lit(",") {
-			return nil, false
+			return dst, false
 		}
 	}
 }
@@ -387,4 +420,17 @@ func (r *recordReader) object() ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// StoredTreeHashes yields the tree hashes that s, a seal of events after head, adds, each with
+// its index.
+func (s AuditSeal) StoredTreeHashes(head AuditHead) iter.Seq2[int64, []byte] {
+	return func(yield func(int64, []byte) bool) {
+		first := tlog.StoredHashCount(int64(head.Size))
+		for i := 0; (i+1)*AuditHashSize <= len(s.TreeHashes); i++ {
+			if !yield(first+int64(i), s.TreeHashes[i*AuditHashSize:(i+1)*AuditHashSize:(i+1)*AuditHashSize]) {
+				return
+			}
+		}
+	}
 }

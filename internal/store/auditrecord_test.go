@@ -103,21 +103,18 @@ func TestExpandAuditRecordAnswersWhatIsStored(t *testing.T) {
 }
 
 // TestAuditSealRowsRefusesWhatDoesNotContinueTheHead ensures that a seal is stored only when it
-// gives the pending events, whole records, the next places with chained hashes and the tree
-// hashes that follow the head's.
+// gives a hash to each pending event, a head that ends with the last of them, and the tree
+// hashes that follow the head's; and that it is stored as whole records, in the places that
+// follow the head, each chained to the one before.
 func TestAuditSealRowsRefusesWhatDoesNotContinueTheHead(t *testing.T) {
 	t.Parallel()
 	h := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
 	pending := []store.AuditEvent{{ID: 5}, {ID: 5}, {ID: 6}}
 	good := func() store.AuditSeal {
 		return store.AuditSeal{
-			Events: []store.AuditEvent{
-				{ID: 5, Seq: 3, PrevHash: h(2), Hash: h(3)},
-				{ID: 5, Seq: 4, PrevHash: h(3), Hash: h(4)},
-				{ID: 6, Seq: 5, PrevHash: h(4), Hash: h(5)},
-			},
+			Hashes: bytes.Join([][]byte{h(3), h(4), h(5)}, nil),
 			// A tree of 2 records stores 3 hashes; of 5, 8: five new ones from index 3.
-			TreeHashes: []store.AuditTreeHash{{Index: 3, Hash: h(10)}, {Index: 4, Hash: h(11)}, {Index: 5, Hash: h(12)}, {Index: 6, Hash: h(13)}, {Index: 7, Hash: h(14)}},
+			TreeHashes: bytes.Join([][]byte{h(10), h(11), h(12), h(13), h(14)}, nil),
 			Head:       store.AuditHead{Size: 5, Hash: h(5)},
 			Checkpoint: store.AuditCheckpoint{Size: 5},
 		}
@@ -128,7 +125,8 @@ func TestAuditSealRowsRefusesWhatDoesNotContinueTheHead(t *testing.T) {
 		t.Fatalf("AuditSealRows of a good seal: %v", err)
 	}
 	if len(records) != 2 || records[0].ID != 5 || records[0].Seq != 3 || !bytes.Equal(records[0].PrevHash, h(2)) ||
-		!bytes.Equal(records[0].Hashes, append(h(3), h(4)...)) || records[1].ID != 6 || records[1].Seq != 5 || !bytes.Equal(records[1].Hashes, h(5)) {
+		!bytes.Equal(records[0].Hashes, append(h(3), h(4)...)) || records[1].ID != 6 || records[1].Seq != 5 ||
+		!bytes.Equal(records[1].PrevHash, h(4)) || !bytes.Equal(records[1].Hashes, h(5)) {
 		t.Fatalf("AuditSealRows records = %+v", records)
 	}
 	if first != 3 || len(block) != 5*32 || !bytes.Equal(block[:32], h(10)) {
@@ -142,15 +140,14 @@ func TestAuditSealRowsRefusesWhatDoesNotContinueTheHead(t *testing.T) {
 	}
 
 	bad := map[string]func(s *store.AuditSeal){
-		"an event of another record": func(s *store.AuditSeal) { s.Events[2].ID = 7 },
-		"a seq out of place":         func(s *store.AuditSeal) { s.Events[1].Seq = 5 },
-		"a hash missing":             func(s *store.AuditSeal) { s.Events[1].Hash = nil },
-		"a record's chain broken":    func(s *store.AuditSeal) { s.Events[1].PrevHash = h(9) },
-		"a head of another size":     func(s *store.AuditSeal) { s.Head.Size = 6 },
-		"a head not the last hash":   func(s *store.AuditSeal) { s.Head.Hash = h(4) },
-		"a tree hash missing":        func(s *store.AuditSeal) { s.TreeHashes = s.TreeHashes[:4] },
-		"tree hashes out of place":   func(s *store.AuditSeal) { s.TreeHashes[0].Index = 2 },
-		"an event left out":          func(s *store.AuditSeal) { s.Events = s.Events[:2] },
+		"a hash missing":               func(s *store.AuditSeal) { s.Hashes = s.Hashes[:64] },
+		"a hash cut short":             func(s *store.AuditSeal) { s.Hashes = s.Hashes[:95] },
+		"a hash too many":              func(s *store.AuditSeal) { s.Hashes = append(s.Hashes, h(6)...) },
+		"a head of another size":       func(s *store.AuditSeal) { s.Head.Size = 6 },
+		"a checkpoint of another size": func(s *store.AuditSeal) { s.Checkpoint.Size = 4 },
+		"a head not the last hash":     func(s *store.AuditSeal) { s.Head.Hash = h(4) },
+		"a tree hash missing":          func(s *store.AuditSeal) { s.TreeHashes = s.TreeHashes[:4*32] },
+		"a tree hash too many":         func(s *store.AuditSeal) { s.TreeHashes = append(s.TreeHashes, h(15)...) },
 	}
 	for name, edit := range bad {
 		s := good()

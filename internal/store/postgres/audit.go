@@ -294,7 +294,7 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, nil
 	}
 
-	seal, err := p.Seal(head, slices.Clone(pending), func(indexes []int64) ([][]byte, error) {
+	seal, err := p.Seal(head, pending, func(indexes []int64) ([][]byte, error) {
 		return readAuditHashes(ctx, tx, indexes)
 	})
 	if err != nil {

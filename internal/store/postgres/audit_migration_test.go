@@ -76,9 +76,9 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range s.TreeHashes {
-			tree[h.Index] = h.Hash
-			if _, err := conn.Exec(ctx, `INSERT INTO audit_tree_hashes (idx, hash) VALUES ($1, $2)`, h.Index, h.Hash); err != nil {
+		for idx, h := range s.StoredTreeHashes(head) {
+			tree[idx] = h
+			if _, err := conn.Exec(ctx, `INSERT INTO audit_tree_hashes (idx, hash) VALUES ($1, $2)`, idx, h); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,8 +87,8 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 			int64(cp.Size), cp.RootHash, cp.HeadHash, cp.Note, cp.CreatedAt); err != nil {
 			t.Fatal(err)
 		}
+		sealed = append(sealed, store.SealedAuditEvents(head, events[len(sealed):len(sealed)+n], s)...)
 		head = s.Head
-		sealed = append(sealed, s.Events...)
 	}
 	if _, err := conn.Exec(ctx, `UPDATE audit_head SET size = $1, hash = $2`, int64(head.Size), head.Hash); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -258,7 +257,7 @@ func computeSeal(ctx context.Context, tx *sql.Tx, p store.SealAuditParams, limit
 	if c.pending, err = pendingEvents(ctx, tx, c.lastID, limit); err != nil || len(c.pending) == 0 {
 		return computedSeal{}, err
 	}
-	c.seal, err = p.Seal(c.head, slices.Clone(c.pending), func(indexes []int64) ([][]byte, error) {
+	c.seal, err = p.Seal(c.head, c.pending, func(indexes []int64) ([][]byte, error) {
 		return readAuditHashes(ctx, tx, indexes)
 	})
 	if err != nil {
@@ -314,11 +313,10 @@ func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]
 		return nil, interpret("seal audit: read pending events", err)
 	}
 	defer rows.Close()
-	var (
-		records [][]store.AuditEvent
-		n       int
-	)
-	for rows.Next() && n < limit {
+	// Whole records, up to the one that reaches limit (store.TakeAuditRecords), decoded into
+	// one slice.
+	events := make([]store.AuditEvent, 0, limit+limit/4)
+	for len(events) < limit && rows.Next() {
 		var (
 			id   int64
 			text []byte
@@ -326,17 +324,14 @@ func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]
 		if err := rows.Scan(&id, &text); err != nil {
 			return nil, interpret("seal audit: read pending events", err)
 		}
-		events, err := store.DecodeAuditRecord(id, text)
-		if err != nil {
+		if events, err = store.AppendAuditRecord(events, id, text); err != nil {
 			return nil, fmt.Errorf("seal audit: %w", err)
 		}
-		records = append(records, events)
-		n += len(events)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpret("seal audit: read pending events", err)
 	}
-	return store.TakeAuditRecords(records, limit), nil
+	return events, nil
 }
 
 // storeSeal stores what a seal answers, once store.AuditSealRows checked it: each record's

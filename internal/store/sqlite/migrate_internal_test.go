@@ -95,16 +95,16 @@ func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seal: %v", err)
 		}
-		for _, e := range seal.Events {
+		for _, e := range store.SealedAuditEvents(head, events[batch[0]:batch[1]], seal) {
 			if _, err := old.Exec(`UPDATE audit_events SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
 				t.Fatalf("seal event %d: %v", e.ID, err)
 			}
 			events[e.Seq-1] = e
 		}
-		for _, h := range seal.TreeHashes {
-			stored[h.Index] = h.Hash
-			if _, err := old.Exec(`INSERT INTO audit_tree_hashes (idx, hash) VALUES (?, ?)`, h.Index, h.Hash); err != nil {
-				t.Fatalf("store tree hash %d: %v", h.Index, err)
+		for idx, h := range seal.StoredTreeHashes(head) {
+			stored[idx] = h
+			if _, err := old.Exec(`INSERT INTO audit_tree_hashes (idx, hash) VALUES (?, ?)`, idx, h); err != nil {
+				t.Fatalf("store tree hash %d: %v", idx, err)
 			}
 		}
 		head, cp = seal.Head, seal.Checkpoint

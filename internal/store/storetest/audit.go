@@ -105,22 +105,22 @@ func testSeal(clk clock.Clock) sealFunc {
 		for i, e := range pending {
 			e.Seq = head.Size + uint64(i) + 1
 			c := testCanonical(e)
-			e.PrevHash, e.Hash = prev, chainHash(prev, c)
+			hash := chainHash(prev, c)
 			hs, err := tlog.StoredHashes(int64(e.Seq-1), c, reader)
 			if err != nil {
 				return store.AuditSeal{}, fmt.Errorf("tree hashes of event %d: %w", e.Seq, err)
 			}
 			added = append(added, hs...)
-			seal.Events = append(seal.Events, e)
-			prev = e.Hash
+			seal.Hashes = append(seal.Hashes, hash...)
+			prev = hash
 		}
 		size := head.Size + uint64(len(pending))
 		root, err := tlog.TreeHash(int64(size), reader)
 		if err != nil {
 			return store.AuditSeal{}, fmt.Errorf("tree hash of size %d: %w", size, err)
 		}
-		for i, h := range added {
-			seal.TreeHashes = append(seal.TreeHashes, store.AuditTreeHash{Index: base + int64(i), Hash: slices.Clone(h[:])})
+		for _, h := range added {
+			seal.TreeHashes = append(seal.TreeHashes, h[:]...)
 		}
 		seal.Head = store.AuditHead{Size: size, Hash: prev}
 		seal.Checkpoint = store.AuditCheckpoint{Size: size, RootHash: slices.Clone(root[:]), HeadHash: prev,
