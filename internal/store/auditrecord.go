@@ -15,12 +15,15 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// Both stores keep the audit log in two tables of appended rows (docs/adr/0015-audit-records.md):
+// Both stores keep the audit log in tables of appended rows (docs/adr/0015-audit-records.md):
 //
 //   - audit_records: one row per transaction that wrote events, holding all of them as a JSON
 //     array (the record, written by AuditRecordBuilder or by SQL that writes the same form).
-//     A seal sets its seq (the seq of its first event), prev_hash (the chain's hash before
-//     its first event) and hashes (the chain hash of each event, HashSize bytes each, in order).
+//     A seal gives it a SealedAuditRecord: its seq (the seq of its first event), prev_hash (the
+//     chain's hash before its first event) and hashes (the chain hash of each event, HashSize
+//     bytes each, in order). PostgreSQL sets them in the record's row; SQLite, which would
+//     rewrite the whole record to do so, inserts them as a row of audit_seals beside it
+//     (docs/adr/0016-seals-beside-records.md).
 //   - audit_tree_blocks: one row per seal, holding the Merkle tree hashes the seal stored
 //     (tlog.StoredHashIndex numbering, contiguous) from index first on, HashSize bytes each.
 //

@@ -36,7 +36,11 @@ func (d *DB) storeRecord(ctx context.Context, tx *sql.Tx) (bool, error) {
 		return false, nil
 	}
 	n := d.events.Len()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (events) VALUES (?)`, d.events.Text()); err != nil {
+	// The id SQLite would choose, max(id) + 1, but never one of the sealed range: were the
+	// newest sealed records deleted from the file, a new record would take a sealed id, look
+	// sealed and be skipped, where this one is pending and the seal after it stops (checkHead).
+	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (id, events)
+		VALUES (max((SELECT coalesce(max(id), 0) FROM audit_records), (SELECT last_id FROM audit_head)) + 1, ?)`, d.events.Text()); err != nil {
 		return false, interpret(fmt.Sprintf("record %d audit events", n), err)
 	}
 	return true, nil
@@ -280,10 +284,9 @@ func readHead(ctx context.Context, tx *sql.Tx) (store.AuditHead, int64, error) {
 	return head, lastID, nil
 }
 
-// checkHead refuses to seal after the head's record was deleted or renumbered: ids would then
-// be taken again by new records, which would hide among the sealed ones (0004_audit.sql) and
-// never be sealed. Only tampering with the file does that, and verification names it; the seal
-// stops, loudly, rather than lose events quietly.
+// checkHead refuses to seal after the head's record or its seal was deleted or renumbered: the
+// chain could not go on from where the head says it ends. Only tampering with the file does
+// that, and verification names it; the seal stops, loudly, rather than go on quietly.
 func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int64) error {
 	if head.Size == 0 {
 		return nil
@@ -292,7 +295,8 @@ func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int
 		seq    sql.NullInt64
 		hashes []byte
 	)
-	err := tx.QueryRowContext(ctx, `SELECT seq, hashes FROM audit_records WHERE id = ?`, lastID).Scan(&seq, &hashes)
+	err := tx.QueryRowContext(ctx, `SELECT s.seq, s.hashes FROM audit_seals s JOIN audit_records r ON r.id = s.record_id
+		WHERE s.record_id = ?`, lastID).Scan(&seq, &hashes)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return interpret("seal audit: read the head's record", err)
 	}
@@ -308,7 +312,7 @@ func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int
 // record holds an event at least, so limit records are enough. The limit is "? + 0" because
 // SQLite prepares a statement again whenever a bare LIMIT parameter is bound.
 func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]store.AuditEvent, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, events FROM audit_records WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ? + 0`, lastID, limit)
+	rows, err := tx.QueryContext(ctx, `SELECT id, events FROM audit_records WHERE id > ? ORDER BY id LIMIT ? + 0`, lastID, limit)
 	if err != nil {
 		return nil, interpret("seal audit: read pending events", err)
 	}
@@ -342,14 +346,11 @@ func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, pending []
 		return fmt.Errorf("seal audit: %w", err)
 	}
 	for _, r := range records {
-		// Every record must still be pending, or nothing is sealed.
-		res, err := tx.ExecContext(ctx, `UPDATE audit_records SET seq = ?, prev_hash = ?, hashes = ? WHERE id = ? AND seq IS NULL`,
-			int64(r.Seq), r.PrevHash, r.Hashes, r.ID)
-		if err != nil {
+		// A record sealed already fails the insert (audit_seals.record_id is unique), and with
+		// it the whole seal.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO audit_seals (seq, record_id, prev_hash, hashes) VALUES (?, ?, ?, ?)`,
+			int64(r.Seq), r.ID, r.PrevHash, r.Hashes); err != nil {
 			return interpret(fmt.Sprintf("seal audit: the record of event %d", r.Seq), err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("seal audit: the record of event %d was not pending (%v): nothing sealed", r.Seq, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_tree_blocks (first, hashes) VALUES (?, ?)`, first, block); err != nil {
@@ -426,8 +427,11 @@ func (d *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams)
 	}
 	limit = min(limit, maxAuditPage)
 	after := int64(min(p.AfterSeq, math.MaxInt64-1))
-	rows, err := d.r.QueryContext(ctx, `SELECT id, seq, events, prev_hash, hashes FROM audit_records
-		WHERE seq >= coalesce((SELECT max(seq) FROM audit_records WHERE seq <= ?1 + 1), 1) ORDER BY seq LIMIT ?2 + 0`, after, limit)
+	// A seal whose record is gone answers nothing: the events missing from the chain are what
+	// verification names.
+	rows, err := d.r.QueryContext(ctx, `SELECT s.record_id, s.seq, r.events, s.prev_hash, s.hashes FROM audit_seals s
+		JOIN audit_records r ON r.id = s.record_id
+		WHERE s.seq >= coalesce((SELECT max(seq) FROM audit_seals WHERE seq <= ?1 + 1), 1) ORDER BY s.seq LIMIT ?2 + 0`, after, limit)
 	if err != nil {
 		return nil, interpret("list audit events", err)
 	}

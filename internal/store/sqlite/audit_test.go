@@ -132,7 +132,27 @@ func (l tamperLog) at(seq uint64) (record uint64, index int) {
 // edit answers the statement that sets the member key of event seq to the SQL value.
 func (l tamperLog) edit(seq uint64, key, value string) string {
 	r, i := l.at(seq)
-	return fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].%s', %s) WHERE seq = %d`, i, key, value, r)
+	return fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].%s', %s) WHERE %s`, i, key, value, recordOf(r))
+}
+
+// recordOf answers the SQL condition on audit_records that selects the record whose first
+// event is seq.
+func recordOf(seq uint64) string {
+	return fmt.Sprintf(`id = (SELECT record_id FROM audit_seals WHERE seq = %d)`, seq)
+}
+
+// deleteRecord answers the statements that delete the record whose first event is seq, and its
+// seal.
+func deleteRecord(seq uint64) []string {
+	return []string{`DELETE FROM audit_records WHERE ` + recordOf(seq), fmt.Sprintf(`DELETE FROM audit_seals WHERE seq = %d`, seq)}
+}
+
+// insertRecord answers the statements that insert a record of the events r holds, sealed as seq
+// with the hashes given.
+func insertRecord(r *store.AuditRecordBuilder, seq uint64, prevHash, hashes []byte) []string {
+	return []string{fmt.Sprintf(`INSERT INTO audit_records (events) VALUES ('%s')`, r.Text()),
+		fmt.Sprintf(`INSERT INTO audit_seals (seq, record_id, prev_hash, hashes) VALUES (%d, (SELECT max(id) FROM audit_records), x'%x', x'%x')`,
+			seq, prevHash, hashes)}
 }
 
 // verify reads the log from the file as the server would export it and verifies it against its
@@ -194,7 +214,7 @@ func chain(prev []byte, events []store.AuditEvent) []string {
 			prev = audit.ChainHash(prev, canonical)
 			hashes = append(hashes, prev...)
 		}
-		stmts = append(stmts, fmt.Sprintf(`UPDATE audit_records SET prev_hash = x'%x', hashes = x'%x' WHERE seq = %d`, recordPrev, hashes, first.Seq))
+		stmts = append(stmts, fmt.Sprintf(`UPDATE audit_seals SET prev_hash = x'%x', hashes = x'%x' WHERE seq = %d`, recordPrev, hashes, first.Seq))
 	}
 	return stmts
 }
@@ -211,11 +231,11 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 	}{
 		{"edit_an_events_time", func(l tamperLog) []string {
 			r, i := l.at(7)
-			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') + 1000000) WHERE seq = %d`, i, i, r)}
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') + 1000000) WHERE %s`, i, i, recordOf(r))}
 		}, 7},
 		{"edit_an_events_time_by_a_microsecond", func(l tamperLog) []string {
 			r, i := l.at(2)
-			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') - 1) WHERE seq = %d`, i, i, r)}
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_set(events, '$[%d].t', json_extract(events, '$[%d].t') - 1) WHERE %s`, i, i, recordOf(r))}
 		}, 2},
 		{"edit_an_events_principal", func(l tamperLog) []string { return []string{l.edit(6, "p", `'mallory'`)} }, 6},
 		{"edit_an_events_holder", func(l tamperLog) []string { return []string{l.edit(6, "h", `'runner|w2'`)} }, 6},
@@ -224,26 +244,32 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 		{"edit_an_events_details", func(l tamperLog) []string { return []string{l.edit(3, "d", `json('{"role":"admin"}')`)} }, 3},
 		{"remove_an_events_details", func(l tamperLog) []string {
 			r, i := l.at(9)
-			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d].d') WHERE seq = %d`, i, r)}
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d].d') WHERE %s`, i, recordOf(r))}
 		}, 9},
 		{"edit_the_middle_event_of_a_record", func(l tamperLog) []string { return []string{l.edit(17, "s", `'job/job_forged'`)} }, 17},
 		{"edit_the_last_event", func(l tamperLog) []string { return []string{l.edit(18, "p", `'mallory'`)} }, 18},
 		{"delete_an_event_from_its_record", func(l tamperLog) []string {
 			r, i := l.at(4)
-			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d]') WHERE seq = %d`, i, r)}
+			return []string{fmt.Sprintf(`UPDATE audit_records SET events = json_remove(events, '$[%d]') WHERE %s`, i, recordOf(r))}
 		}, 4},
 		{"delete_the_middle_event_of_a_record", func(l tamperLog) []string {
-			return []string{`UPDATE audit_records SET events = json_remove(events, '$[1]') WHERE seq = 16`}
+			return []string{`UPDATE audit_records SET events = json_remove(events, '$[1]') WHERE ` + recordOf(16)}
 		}, 17},
 		{"delete_a_record", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_records WHERE seq = 5`}
+			return deleteRecord(5)
+		}, 5},
+		{"delete_a_record_but_not_its_seal", func(tamperLog) []string {
+			return deleteRecord(5)[:1]
+		}, 5},
+		{"delete_a_records_seal", func(tamperLog) []string {
+			return []string{`DELETE FROM audit_seals WHERE seq = 5`}
 		}, 5},
 		{"delete_a_record_and_renumber_the_rest", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_records WHERE seq = 5`,
-				`UPDATE audit_records SET seq = -(seq - 1) WHERE seq > 5`, `UPDATE audit_records SET seq = -seq WHERE seq < 0`}
+			return append(deleteRecord(5),
+				`UPDATE audit_seals SET seq = -(seq - 1) WHERE seq > 5`, `UPDATE audit_seals SET seq = -seq WHERE seq < 0`)
 		}, 5},
 		{"delete_the_last_record", func(tamperLog) []string {
-			return []string{`DELETE FROM audit_records WHERE seq = 16`}
+			return deleteRecord(16)
 		}, 16},
 		{"insert_a_record_chained_to_the_one_before", func(l tamperLog) []string {
 			// The inserted event is chained correctly to event 5, so it verifies by itself; the
@@ -256,29 +282,27 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 			}
 			var r store.AuditRecordBuilder
 			r.Add(forged.Time.UnixMicro(), store.Actor{Principal: forged.Principal, Holder: forged.Holder}, forged.Action, forged.Subject, forged.Details)
-			return []string{`UPDATE audit_records SET seq = -(seq + 1) WHERE seq >= 6`, `UPDATE audit_records SET seq = -seq WHERE seq < 0`,
-				fmt.Sprintf(`INSERT INTO audit_records (events, seq, prev_hash, hashes) VALUES ('%s', 6, x'%x', x'%x')`,
-					r.Text(), forged.PrevHash, audit.ChainHash(forged.PrevHash, canonical))}
+			return append([]string{`UPDATE audit_seals SET seq = -(seq + 1) WHERE seq >= 6`, `UPDATE audit_seals SET seq = -seq WHERE seq < 0`},
+				insertRecord(&r, 6, forged.PrevHash, audit.ChainHash(forged.PrevHash, canonical))...)
 		}, 7},
 		{"insert_a_record_with_a_made_up_seq", func(l tamperLog) []string {
 			var r store.AuditRecordBuilder
 			r.Add(0, store.Actor{Principal: "mallory"}, "principal.created", "principal/mallory", nil)
-			return []string{fmt.Sprintf(`INSERT INTO audit_records (events, seq, prev_hash, hashes) VALUES ('%s', 100, x'%x', x'%x')`,
-				r.Text(), l.events[17].Hash, l.events[17].Hash)}
+			return insertRecord(&r, 100, l.events[17].Hash, l.events[17].Hash)
 		}, 19},
 		{"swap_two_records_seq", func(tamperLog) []string {
-			return []string{`UPDATE audit_records SET seq = -seq WHERE seq IN (3, 8)`,
-				`UPDATE audit_records SET seq = CASE seq WHEN -3 THEN 8 ELSE 3 END WHERE seq IN (-3, -8)`}
+			return []string{`UPDATE audit_seals SET seq = -seq WHERE seq IN (3, 8)`,
+				`UPDATE audit_seals SET seq = CASE seq WHEN -3 THEN 8 ELSE 3 END WHERE seq IN (-3, -8)`}
 		}, 3},
 		{"swap_two_adjacent_records_seq", func(tamperLog) []string {
-			return []string{`UPDATE audit_records SET seq = -seq WHERE seq IN (10, 11)`,
-				`UPDATE audit_records SET seq = CASE seq WHEN -10 THEN 11 ELSE 10 END WHERE seq IN (-10, -11)`}
+			return []string{`UPDATE audit_seals SET seq = -seq WHERE seq IN (10, 11)`,
+				`UPDATE audit_seals SET seq = CASE seq WHEN -10 THEN 11 ELSE 10 END WHERE seq IN (-10, -11)`}
 		}, 10},
 		{"swap_two_events_of_a_record", func(tamperLog) []string {
-			return []string{`UPDATE audit_records SET events = json_array(json_extract(events, '$[1]'), json_extract(events, '$[0]'), json_extract(events, '$[2]')) WHERE seq = 16`}
+			return []string{`UPDATE audit_records SET events = json_array(json_extract(events, '$[1]'), json_extract(events, '$[0]'), json_extract(events, '$[2]')) WHERE ` + recordOf(16)}
 		}, 16},
 		{"cut_a_records_hashes_short", func(tamperLog) []string {
-			return []string{`UPDATE audit_records SET hashes = substr(hashes, 1, 64) WHERE seq = 16`}
+			return []string{`UPDATE audit_seals SET hashes = substr(hashes, 1, 64) WHERE seq = 16`}
 		}, 18},
 		{"edit_an_event_and_rebuild_the_chain_after_it", func(l tamperLog) []string {
 			// Every hash from the edited event on is recomputed: the chain verifies, but the
@@ -314,7 +338,7 @@ func TestAuditTamperingIsDetected(t *testing.T) {
 func TestAuditUnreadableRecordIsNamed(t *testing.T) {
 	t.Parallel()
 	l := newTamperLog(t)
-	l.tamper(t, `UPDATE audit_records SET events = '[{"t":1,' WHERE seq = 16`)
+	l.tamper(t, `UPDATE audit_records SET events = '[{"t":1,' WHERE `+recordOf(16))
 	err := l.verify(t)
 	if err == nil || !strings.Contains(err.Error(), "the audit record of event 16") {
 		t.Fatalf("ListAuditEvents of a log with an unreadable record = %v, want an error naming event 16", err)
@@ -402,7 +426,7 @@ func BenchmarkClaimCompleteSealed(b *testing.B) {
 func TestAuditSealStopsWhenTheHeadsEventIsGone(t *testing.T) {
 	t.Parallel()
 	l := newTamperLog(t)
-	l.tamper(t, `DELETE FROM audit_records WHERE seq = 16`)
+	l.tamper(t, `DELETE FROM audit_records WHERE `+recordOf(16))
 	db, err := sqlite.Open(t.Context(), l.path, store.Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
