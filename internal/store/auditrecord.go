@@ -271,16 +271,11 @@ func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
 	return out
 }
 
-// decodeRecordAsWritten reads a record in the exact form its writers give it (members in the
+// appendRecordAsWritten reads a record in the exact form its writers give it (members in the
 // order t, p, h, a, s, d; no whitespace; strings without escapes; details an object), several
 // times faster than encoding/json, which costs a seal about as much as hashing the events does.
-// Anything else answers false, and DecodeAuditRecord reads it with encoding/json.
-func decodeRecordAsWritten(id int64, text []byte) ([]AuditEvent, bool) {
-	return appendRecordAsWritten(nil, id, text)
-}
-
-// appendRecordAsWritten is decodeRecordAsWritten appending to dst; it answers dst as it was when
-// the text is not in that form.
+// It appends the events to dst. Anything else answers dst as it was and false, and
+// AppendAuditRecord reads it with encoding/json.
 func appendRecordAsWritten(dst []AuditEvent, id int64, text []byte) ([]AuditEvent, bool) {
 	r := recordReader{b: text}
 	if !r.lit("[") {
