@@ -9,6 +9,7 @@ import (
 
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/store/storetest"
 )
 
 // memLog is a store's part of the audit log held in memory: the sealed events, the tree's
@@ -44,13 +45,13 @@ func (l *memLog) seal(t testing.TB, seal func(store.AuditHead, []store.AuditEven
 	if err != nil {
 		t.Fatalf("seal %d events after %d: %v", len(pending), l.head.Size, err)
 	}
-	for idx, h := range s.StoredTreeHashes(l.head) {
+	for idx, h := range storetest.SealTreeHashes(l.head, s) {
 		if _, ok := l.hashes[idx]; ok {
 			t.Fatalf("seal rewrites tree hash %d", idx)
 		}
 		l.hashes[idx] = h
 	}
-	l.events = append(l.events, store.SealedAuditEvents(l.head, pending, s)...)
+	l.events = append(l.events, storetest.SealedEvents(l.head, pending, s)...)
 	l.head = s.Head
 	l.checkpoints = append(l.checkpoints, s.Checkpoint)
 	return s

@@ -24,6 +24,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/store/storetest"
 )
 
 // auditLog is an audit log sealed in memory as a store would keep it.
@@ -78,10 +79,10 @@ func (l *auditLog) seal(t *testing.T, n int, edit func(*store.AuditEvent)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for idx, h := range s.StoredTreeHashes(l.head) {
+	for idx, h := range storetest.SealTreeHashes(l.head, s) {
 		l.hashes[idx] = h
 	}
-	l.events = append(l.events, store.SealedAuditEvents(l.head, pending, s)...)
+	l.events = append(l.events, storetest.SealedEvents(l.head, pending, s)...)
 	l.head = s.Head
 	l.checkpoints = append(l.checkpoints, s.Checkpoint)
 }

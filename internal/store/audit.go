@@ -125,7 +125,7 @@ type AuditCheckpoint struct {
 
 // AuditSeal is what a seal stores. Its hashes are flat, AuditHashSize bytes each: a seal of a
 // thousand events would otherwise allocate thousands of small slices that only get copied into
-// a few rows (SealedAuditEvents answers the events with their hashes, for those who want them).
+// a few rows (storetest.SealedEvents expands them into events, for tests that want them).
 type AuditSeal struct {
 	// Hashes holds each pending event's chain hash, in order: the i-th event is seq
 	// head.Size+i+1, and the hash before it is its prev hash.

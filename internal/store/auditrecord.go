@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -212,25 +211,6 @@ func AuditSealRows(head AuditHead, pending []AuditEvent, seal AuditSeal) (record
 	return records, first, seal.TreeHashes, nil
 }
 
-// SealedAuditEvents answers pending as seal places them: each event with its seq, prev hash and
-// hash, as ListAuditEvents answers it once stored. The hashes share seal's memory.
-func SealedAuditEvents(head AuditHead, pending []AuditEvent, seal AuditSeal) []AuditEvent {
-	out := slices.Clone(pending)
-	prev := head.Hash
-	if head.Size == 0 {
-		prev = make([]byte, AuditHashSize)
-	}
-	for i := range out {
-		out[i].Seq = head.Size + uint64(i) + 1
-		out[i].PrevHash = prev
-		if lo := i * AuditHashSize; lo+AuditHashSize <= len(seal.Hashes) {
-			out[i].Hash = seal.Hashes[lo : lo+AuditHashSize : lo+AuditHashSize]
-		}
-		prev = out[i].Hash
-	}
-	return out
-}
-
 // countRecord answers how many of events, from the first on, are of the first's record.
 func countRecord(events []AuditEvent) int {
 	n := 1
@@ -418,17 +398,4 @@ func (r *recordReader) object() ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// StoredTreeHashes yields the tree hashes that s, a seal of events after head, adds, each with
-// its index.
-func (s AuditSeal) StoredTreeHashes(head AuditHead) iter.Seq2[int64, []byte] {
-	return func(yield func(int64, []byte) bool) {
-		first := tlog.StoredHashCount(int64(head.Size))
-		for i := 0; (i+1)*AuditHashSize <= len(s.TreeHashes); i++ {
-			if !yield(first+int64(i), s.TreeHashes[i*AuditHashSize:(i+1)*AuditHashSize:(i+1)*AuditHashSize]) {
-				return
-			}
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
+	"github.com/ag-coord/ag/internal/store/storetest"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
 
@@ -76,7 +77,7 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 		if err != nil {
 			t.Fatal(err)
 		}
-		for idx, h := range s.StoredTreeHashes(head) {
+		for idx, h := range storetest.SealTreeHashes(head, s) {
 			tree[idx] = h
 			if _, err := conn.Exec(ctx, `INSERT INTO audit_tree_hashes (idx, hash) VALUES ($1, $2)`, idx, h); err != nil {
 				t.Fatal(err)
@@ -87,7 +88,7 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 			int64(cp.Size), cp.RootHash, cp.HeadHash, cp.Note, cp.CreatedAt); err != nil {
 			t.Fatal(err)
 		}
-		sealed = append(sealed, store.SealedAuditEvents(head, events[len(sealed):len(sealed)+n], s)...)
+		sealed = append(sealed, storetest.SealedEvents(head, events[len(sealed):len(sealed)+n], s)...)
 		head = s.Head
 	}
 	if _, err := conn.Exec(ctx, `UPDATE audit_head SET size = $1, hash = $2`, int64(head.Size), head.Hash); err != nil {

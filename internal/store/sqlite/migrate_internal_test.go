@@ -14,6 +14,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/clock"
 	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/store/storetest"
 )
 
 // migrateTo applies the migrations up to version to the new file path, as a build of that
@@ -95,13 +96,13 @@ func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seal: %v", err)
 		}
-		for _, e := range store.SealedAuditEvents(head, events[batch[0]:batch[1]], seal) {
+		for _, e := range storetest.SealedEvents(head, events[batch[0]:batch[1]], seal) {
 			if _, err := old.Exec(`UPDATE audit_events SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
 				t.Fatalf("seal event %d: %v", e.ID, err)
 			}
 			events[e.Seq-1] = e
 		}
-		for idx, h := range seal.StoredTreeHashes(head) {
+		for idx, h := range storetest.SealTreeHashes(head, seal) {
 			stored[idx] = h
 			if _, err := old.Exec(`INSERT INTO audit_tree_hashes (idx, hash) VALUES (?, ?)`, idx, h); err != nil {
 				t.Fatalf("store tree hash %d: %v", idx, err)
