@@ -38,7 +38,7 @@ func benchmarkBatchClaimComplete(b *testing.B, workers, most int) {
 	enqueueBenchJobs(b, db, b.N)
 	var claimed atomic.Int64
 	var wg sync.WaitGroup
-	seal := sealAll(b, db)
+	seal := benchSealer(b, db)
 	seal() // the enqueues' events: the WAL measured below is the claims' and completions'
 	walBefore := walPosition(b, db)
 	b.ReportAllocs()
@@ -91,9 +91,9 @@ func benchmarkBatchClaimComplete(b *testing.B, workers, most int) {
 	b.ReportMetric(float64(walPosition(b, db)-walWork)/float64(b.N), "seal-wal-B/job")
 }
 
-// sealAll answers a function that seals every pending audit event of db as the server would,
+// benchSealer answers a function that seals every pending audit event of db as the server would,
 // in batches of 1,000.
-func sealAll(b *testing.B, db *DB) func() {
+func benchSealer(b *testing.B, db *DB) func() {
 	signer, err := audit.LoadOrCreateKey(filepath.Join(b.TempDir(), "audit.key"), "ag-bench")
 	if err != nil {
 		b.Fatal(err)
