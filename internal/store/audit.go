@@ -48,9 +48,9 @@ type AuditStore interface {
 	// p.Seal with the head, the pending events and a reader of the Merkle tree's stored hashes,
 	// then stores what Seal answers (each event's seq, prev hash and hash; the new tree hashes;
 	// the new head; the checkpoint) only if the head is still the one Seal continued, in one
-	// transaction (PostgreSQL holds the head's row throughout; SQLite computes the seal from a
-	// snapshot, outside its one writer, and checks the head when it stores it, computing again
-	// if another sealer moved it). It answers how many events it sealed (0: nothing pending, and
+	// transaction. Both stores compute the seal outside any write (SQLite outside its one
+	// writer, PostgreSQL outside any transaction) and check the head when they store it,
+	// computing again if another sealer moved it. It answers how many events it sealed (0: nothing pending, and
 	// p.Seal is not called). p.Seal may be called more than once.
 	SealAudit(ctx context.Context, p SealAuditParams) (int, error)
 

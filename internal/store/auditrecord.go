@@ -20,9 +20,9 @@ import (
 //     array (the record, written by AuditRecordBuilder or by SQL that writes the same form).
 //     A seal gives it a SealedAuditRecord: its seq (the seq of its first event), prev_hash (the
 //     chain's hash before its first event) and hashes (the chain hash of each event, HashSize
-//     bytes each, in order). PostgreSQL sets them in the record's row; SQLite, which would
-//     rewrite the whole record to do so, inserts them as a row of audit_seals beside it
-//     (docs/adr/0016-seals-beside-records.md).
+//     bytes each, in order). Both stores insert it as a row of audit_seals beside the
+//     record, which is never rewritten (docs/adr/0016-seals-beside-records.md,
+//     0017-postgres-seals-by-transaction.md).
 //   - audit_tree_blocks: one row per seal, holding the Merkle tree hashes the seal stored
 //     (tlog.StoredHashIndex numbering, contiguous) from index first on, HashSize bytes each.
 //
@@ -228,27 +228,6 @@ func AuditBlockHash(first int64, block []byte, idx int64) ([]byte, bool) {
 	}
 	lo := (idx - first) * AuditHashSize
 	return bytes.Clone(block[lo : lo+AuditHashSize]), true
-}
-
-// TakeAuditRecords answers the oldest of the pending records (in insertion order) that a seal
-// of limit events takes: whole records, up to the one that reaches limit, so that a backlog is
-// sealed in batches of at least limit events.
-func TakeAuditRecords(records [][]AuditEvent, limit int) []AuditEvent {
-	n := 0
-	for _, r := range records {
-		if n >= limit {
-			break
-		}
-		n += len(r)
-	}
-	out := make([]AuditEvent, 0, n)
-	for _, r := range records {
-		if len(out) >= limit {
-			break
-		}
-		out = append(out, r...)
-	}
-	return out
 }
 
 // appendRecordAsWritten reads a record in the exact form its writers give it (members in the

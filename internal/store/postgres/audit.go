@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,19 +20,18 @@ import (
 
 // ---- the audit log ----
 //
-// The log is two tables of appended rows (store/auditrecord.go, migrations/0005_audit_records.sql).
-// Every statement that changes state inserts one row into audit_records holding all the events
-// it records, as a JSON array, most often as one more data-modifying CTE of the statement
-// itself (auditRecord(SELECT ... FROM the change's rows)), so that recording costs no round
-// trip, and one row however many jobs a grouped claim or completion changes. A seal sets each
-// record's place in the chain and its events' hashes in that row, and stores the Merkle tree
-// hashes it computed as one row of audit_tree_blocks. An event used to be a row of its own,
-// which a seal updated, and a tree hash too: a seal wrote a row per event and two more, which
-// cost about a quarter of the claims and completions the server could make; it now writes a
-// row per record and one more.
+// The log is tables of appended rows (store/auditrecord.go, migrations/0005_audit_records.sql
+// and 0006_audit_seals.sql). Every statement that changes state inserts one row into
+// audit_records holding all the events it records, as a JSON array, most often as one more
+// data-modifying CTE of the statement itself (auditRecord(SELECT ... FROM the change's rows)),
+// so that recording costs no round trip, and one row however many jobs a grouped claim or
+// completion changes. A seal inserts a row into audit_seals for each record it seals (the
+// record's place in the chain and its events' hashes) and one into audit_tree_blocks (the
+// Merkle tree hashes it computed); it never updates a record.
 //
-// Writers never touch audit_head: only SealAudit does, holding its row, which serializes the
-// sealers of every replica.
+// Writers never touch audit_head: only a seal does, in the statement that stores it, which
+// moves the head only from where the seal began; the head's row lock serializes the sealers of
+// every replica.
 
 var _ store.AuditStore = (*DB)(nil)
 
@@ -197,14 +197,38 @@ var recordEventJSON = `'{"t":' || (extract(epoch FROM e.time) * 1000000)::bigint
 
 // ---- seal ----
 
-// sealReadSQL reads $1 pending records after id $2, in insertion order. It runs after
-// audit_head is locked, so on a snapshot that sees what the seal before committed. A seal reads
-// in pages (sealPage) rather than as many records as it takes events: PostgreSQL sends every row
-// a statement answers, each record decompressed, and a record of a grouped claim holds dozens
-// of events. Each page is a statement of its own, with a newer snapshot: a record committed in
-// between with a smaller id than the page before is left for the next seal, which is only a
-// matter of order, since ids are not in commit order anyway.
-const sealReadSQL = `SELECT id, events FROM audit_records WHERE seq IS NULL AND id > $2 ORDER BY id LIMIT $1`
+// A seal finds the pending records by the transaction that wrote them (0006_audit_seals.sql):
+// every transaction whose xid is below the oldest one still running has ended, so the records
+// below that bound are all those transactions wrote, and sealing them in (xid, id) order from
+// where the last seal stopped (audit_head.last_xid, last_id) misses none and takes none twice.
+// Ids alone would not do: a sequence hands them out as statements run, not as they commit.
+//
+// A seal writes one row of audit_seals per record and never touches the records. It is computed
+// outside any transaction and stored by one statement that moves the head only from where the
+// seal began: a transaction held open meanwhile would keep vacuum from cleaning the rows that
+// claims and completions leave behind, and every claim would walk past them.
+
+// sealHeadSQL reads the head, where its seals stopped, and the greatest xid of the records
+// committed after that, NULL when there are none.
+const sealHeadSQL = `SELECT h.size, h.hash, h.last_xid, h.last_id,
+	(SELECT max(xid) FROM audit_records WHERE (xid, id) > (h.last_xid, h.last_id))
+FROM audit_head h`
+
+// sealWaitSQL counts the transactions still running whose xid is below $1, other than this
+// one: until they end, a record they write would come before those of $1 in seal order.
+const sealWaitSQL = `SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+WHERE x < $1::xid8 AND x IS DISTINCT FROM pg_current_xact_id_if_assigned()`
+
+// sealWaitMost bounds how long a seal waits for older transactions to end before it seals
+// without the records committed after them. A transaction that writes and stays open (in any
+// database of the cluster) holds sealing back that long each time, as it holds vacuum back.
+const sealWaitMost = 5 * time.Second
+
+// sealReadSQL reads $1 pending records after ($2, $3) in seal order: (xid, id), below the
+// oldest transaction still running.
+const sealReadSQL = `SELECT xid, id, events FROM audit_records
+WHERE (xid, id) > ($2::xid8, $3::bigint) AND xid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
+ORDER BY xid, id LIMIT $1`
 
 // sealPage answers how many pending records to read for want more events, when the last seal
 // took perRecord16/16 events per record: enough at that rate and a few more, since records
@@ -214,27 +238,36 @@ func sealPage(want int, perRecord16 int64) int {
 	return int(min(n, int64(want)))
 }
 
-// sealWriteSQL stores a seal: each record's place ($1..$4: ids, seqs, prev hashes, hashes), the
-// block of new tree hashes ($5 its first index, $6 the hashes), the head ($7, $8; $14 its size
-// before) and the checkpoint ($9..$13). It answers how many records it sealed and whether it
-// moved the head: a record sealed already is not sealed again, and the transaction is then
-// rolled back.
-const sealWriteSQL = `WITH r AS (
-	UPDATE audit_records a SET seq = u.seq, prev_hash = u.prev_hash, hashes = u.hashes
-	FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bytea[]) AS u(id, seq, prev_hash, hashes)
-	WHERE a.id = ANY($1::bigint[]) AND a.id = u.id AND a.seq IS NULL
+// sealWriteSQL stores a seal computed from the head of size $1 whose seals stopped at ($2,
+// $3): the head ($4 size, $5 hash, $6 and $7 the last record sealed), each record's place ($8
+// seqs, $9 xids, $10 ids, $11 prev hashes, $12 hashes), the block of new tree hashes ($13 its
+// first index, $14 the hashes) and the checkpoint ($15..$19). When the head is no longer the
+// one the seal began from (another sealer moved it), it stores nothing. It answers how many
+// heads it moved (1 or 0) and how many records it sealed; a record sealed already fails it.
+const sealWriteSQL = `WITH h AS (
+	UPDATE audit_head SET size = $4, hash = $5, last_xid = $6, last_id = $7
+	WHERE size = $1 AND last_xid = $2::xid8 AND last_id = $3
+	RETURNING 1),
+s AS (
+	INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
+	SELECT * FROM unnest($8::bigint[], $9::xid8[], $10::bigint[], $11::bytea[], $12::bytea[])
+	WHERE EXISTS (SELECT FROM h)
 	RETURNING 1),
 b AS (
-	INSERT INTO audit_tree_blocks (first, hashes) VALUES ($5, $6)),
-h AS (
-	UPDATE audit_head SET size = $7, hash = $8 WHERE size = $14 RETURNING 1),
+	INSERT INTO audit_tree_blocks (first, hashes) SELECT $13, $14 WHERE EXISTS (SELECT FROM h)),
 c AS (
 	INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at)
-	VALUES ($9, $10, $11, $12, coalesce($13::timestamptz, now())))
-SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM h)`
+	SELECT $15, $16, $17, $18, coalesce($19::timestamptz, now()) WHERE EXISTS (SELECT FROM h))
+SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM s)`
 
-// SealAudit seals the oldest pending records, p.Limit events or a little more (whole records),
-// in one transaction that holds audit_head.
+// sealAttempts bounds how often a seal is computed again because another replica's seal moved
+// the head first; the last attempt holds the head's row from the start, so that it cannot.
+const sealAttempts = 5
+
+// errHeadMoved says that another sealer moved the head since the seal began.
+var errHeadMoved = errors.New("postgres: seal audit: the head moved since the seal began")
+
+// SealAudit seals the oldest pending records, p.Limit events or a little more (whole records).
 func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error) {
 	if p.Seal == nil {
 		return 0, errors.New("postgres: seal audit: no Seal given")
@@ -243,59 +276,82 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	if limit <= 0 {
 		limit = 1000
 	}
+	for range sealAttempts - 1 {
+		n, err := db.seal(ctx, db.pool, p, limit, false)
+		if !errors.Is(err, errHeadMoved) {
+			return n, err
+		}
+	}
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return 0, mapErr("seal audit", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	n, err := db.seal(ctx, tx, p, limit, true)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, mapErr("seal audit: commit", err)
+	}
+	return n, nil
+}
 
-	// The head's lock and the first page go in one round trip.
-	var batch pgx.Batch
-	batch.Queue(`SELECT size, hash FROM audit_head FOR UPDATE`)
-	page := sealPage(limit, db.sealPerRecord16.Load())
-	batch.Queue(sealReadSQL, page, int64(0))
-	br := tx.SendBatch(ctx, &batch)
-	var head store.AuditHead
-	var size int64
-	if err := br.QueryRow().Scan(&size, &head.Hash); err != nil {
-		br.Close()
-		return 0, mapErr("seal audit: lock the head", err)
+// seal seals the pending records after the head, limit events or a little more, through q; with
+// lock, the head's row is locked first (q is a transaction), so no other sealer can move it.
+func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limit int, lock bool) (int, error) {
+	headSQL := sealHeadSQL
+	if lock {
+		headSQL += " FOR UPDATE"
+	}
+	var (
+		head        store.AuditHead
+		size        int64
+		from        sealCursor
+		newest      *uint64
+		pendingRead pendingPage
+	)
+	if err := q.QueryRow(ctx, headSQL).Scan(&size, &head.Hash, &from.xid, &from.id, &newest); err != nil {
+		return 0, mapErr("seal audit: read the head", err)
 	}
 	head.Size = uint64(size)
-	rows, err := br.Query()
-	var got pendingPage
-	if err == nil {
-		got, err = readPendingRecords(rows, limit)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, mapErr("seal audit: read pending records", err)
-	}
-	records, events := got.records, got.events
-	// A full page may have more behind it.
-	for events < limit && got.read == page {
-		page = sealPage(limit-events, db.sealPerRecord16.Load())
-		rows, err := tx.Query(ctx, sealReadSQL, page, got.last)
-		if err == nil {
-			got, err = readPendingRecords(rows, limit-events)
-		}
+	pendingRead.last = from
+	waited := newest == nil
+	for {
+		page := sealPage(limit-len(pendingRead.events), db.sealPerRecord16.Load())
+		rows, err := q.Query(ctx, sealReadSQL, page, pendingRead.last.xid, pendingRead.last.id)
 		if err != nil {
 			return 0, mapErr("seal audit: read pending records", err)
 		}
-		records, events = append(records, got.records...), events+got.events
+		read, err := pendingRead.read(rows, limit)
+		if err != nil {
+			return 0, mapErr("seal audit: read pending records", err)
+		}
+		if len(pendingRead.events) >= limit {
+			break
+		}
+		if read == page {
+			continue // a full page may have more behind it
+		}
+		// Every record below the oldest transaction still running is read. Records committed
+		// by the time the seal began but after that transaction in seal order are sealed too,
+		// once it ends, so that a seal takes every event committed before it.
+		if waited || pendingRead.last.xid >= *newest {
+			break
+		}
+		waited = true
+		if err := waitForOlderTransactions(ctx, q, *newest); err != nil {
+			return 0, err
+		}
 	}
-	if len(records) > 0 {
-		db.sealPerRecord16.Store(int64(events) * 16 / int64(len(records)))
-	}
-	pending := store.TakeAuditRecords(records, limit)
+	pending := pendingRead.events
 	if len(pending) == 0 {
 		return 0, nil
 	}
+	db.sealPerRecord16.Store(int64(len(pending)) * 16 / int64(len(pendingRead.records)))
 
 	seal, err := p.Seal(head, pending, func(indexes []int64) ([][]byte, error) {
-		return readAuditHashes(ctx, tx, indexes)
+		return readAuditHashes(ctx, q, indexes)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: seal audit: %w", err)
@@ -304,9 +360,13 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	if err != nil {
 		return 0, fmt.Errorf("postgres: seal audit: %w", err)
 	}
-	ids, seqs, prevs, hashes := make([]int64, len(sealed)), make([]int64, len(sealed)), make([][]byte, len(sealed)), make([][]byte, len(sealed))
+	if len(sealed) != len(pendingRead.records) {
+		return 0, fmt.Errorf("postgres: seal audit: %d records sealed of %d read", len(sealed), len(pendingRead.records))
+	}
+	seqs, xids, ids := make([]int64, len(sealed)), make([]uint64, len(sealed)), make([]int64, len(sealed))
+	prevs, hashes := make([][]byte, len(sealed)), make([][]byte, len(sealed))
 	for i, r := range sealed {
-		ids[i], seqs[i], prevs[i], hashes[i] = r.ID, int64(r.Seq), r.PrevHash, r.Hashes
+		seqs[i], xids[i], ids[i], prevs[i], hashes[i] = int64(r.Seq), pendingRead.records[i].xid, r.ID, r.PrevHash, r.Hashes
 	}
 	cp := seal.Checkpoint
 	var created any
@@ -317,54 +377,82 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	if note == nil {
 		note = []byte{}
 	}
-	var updated, moved int64
-	err = tx.QueryRow(ctx, sealWriteSQL, ids, seqs, prevs, hashes, first, block, int64(seal.Head.Size), seal.Head.Hash,
-		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created, int64(head.Size)).Scan(&updated, &moved)
+	to := pendingRead.records[len(pendingRead.records)-1]
+	var moved, stored int64
+	err = q.QueryRow(ctx, sealWriteSQL, size, from.xid, from.id,
+		int64(seal.Head.Size), seal.Head.Hash, to.xid, to.id,
+		seqs, xids, ids, prevs, hashes, first, block,
+		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created).Scan(&moved, &stored)
 	if err != nil {
 		return 0, mapErr("seal audit: store the seal", err)
 	}
-	if int(updated) != len(sealed) || moved != 1 {
-		return 0, fmt.Errorf("postgres: seal audit: %d of %d records were pending still, head moved %d times: nothing sealed",
-			updated, len(sealed), moved)
+	if moved == 0 && !lock {
+		return 0, errHeadMoved
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, mapErr("seal audit: commit", err)
+	if moved != 1 || int(stored) != len(sealed) {
+		return 0, fmt.Errorf("postgres: seal audit: the head moved %d times and %d of %d records were sealed", moved, stored, len(sealed))
 	}
 	return len(pending), nil
 }
 
-// pendingPage is what a page of sealReadSQL held: its records decoded, up to the one that
-// reached the events wanted, how many events they hold, and how many rows the page answered,
-// the last one's id.
-type pendingPage struct {
-	records [][]store.AuditEvent
-	events  int
-	read    int
-	last    int64
+// sealCursor is a record's place in seal order.
+type sealCursor struct {
+	xid uint64
+	id  int64
 }
 
-// readPendingRecords reads a page of sealReadSQL from rows, decoding its records up to the one
-// that reaches want events: the seal takes no more.
-func readPendingRecords(rows pgx.Rows, want int) (pendingPage, error) {
+// waitForOlderTransactions waits until every transaction whose xid is below xid has ended, or
+// sealWaitMost has passed.
+func waitForOlderTransactions(ctx context.Context, q querier, xid uint64) error {
+	deadline := time.Now().Add(sealWaitMost)
+	pause := time.Millisecond
+	for {
+		var running int64
+		if err := q.QueryRow(ctx, sealWaitSQL, xid).Scan(&running); err != nil {
+			return mapErr("seal audit: wait for older transactions", err)
+		}
+		if running == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// pendingPage gathers the pending records a seal reads, page after page: their events decoded
+// into one slice, up to the record that reaches the events wanted, each record's place, and the
+// place of the last row read.
+type pendingPage struct {
+	events  []store.AuditEvent
+	records []sealCursor
+	last    sealCursor
+}
+
+// read reads a page of sealReadSQL from rows, decoding its records up to the one that reaches
+// want events (the seal takes no more), and answers how many rows the page held.
+func (p *pendingPage) read(rows pgx.Rows, want int) (int, error) {
 	defer rows.Close()
-	var p pendingPage
+	n := 0
 	for rows.Next() {
 		var text []byte
-		if err := rows.Scan(&p.last, &text); err != nil {
-			return pendingPage{}, err
+		if err := rows.Scan(&p.last.xid, &p.last.id, &text); err != nil {
+			return n, err
 		}
-		p.read++
-		if p.events >= want {
+		n++
+		if len(p.events) >= want {
 			continue
 		}
-		events, err := store.DecodeAuditRecord(p.last, text)
-		if err != nil {
-			return pendingPage{}, err
+		var err error
+		if p.events, err = store.AppendAuditRecord(p.events, p.last.id, text); err != nil {
+			return n, err
 		}
-		p.records = append(p.records, events)
-		p.events += len(events)
+		p.records = append(p.records, p.last)
 	}
-	return p, rows.Err()
+	return n, rows.Err()
 }
 
 // readAuditHashesSQL answers the stored tree hashes at the indexes $1, in their order; NULL for
@@ -408,11 +496,13 @@ func (db *DB) ReadAuditHashes(ctx context.Context, indexes []int64) ([][]byte, e
 const maxAuditPage = 10000
 
 // listAuditRecordsSQL answers the sealed records that hold events $1 to $2, by seq: the one
-// holding $1 (the greatest seq <= $1) and those starting after it, up to $2. Both walk
-// audit_records_seq.
-const listAuditRecordsSQL = `SELECT id, seq, events, prev_hash, hashes FROM audit_records
-WHERE seq >= coalesce((SELECT max(seq) FROM audit_records WHERE seq <= $1), $1) AND seq <= $2
-ORDER BY seq`
+// holding $1 (the greatest seq <= $1) and those starting after it, up to $2, through the seals'
+// primary key and each record's place in audit_records_order. A seal whose record is gone
+// answers nothing: the events missing from the chain are what verification names.
+const listAuditRecordsSQL = `SELECT s.record_id, s.seq, r.events, s.prev_hash, s.hashes FROM audit_seals s
+JOIN audit_records r ON r.xid = s.record_xid AND r.id = s.record_id
+WHERE s.seq >= coalesce((SELECT max(seq) FROM audit_seals WHERE seq <= $1), $1) AND s.seq <= $2
+ORDER BY s.seq`
 
 // ListAuditEvents answers sealed events after p.AfterSeq, by seq.
 func (db *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams) ([]store.AuditEvent, error) {

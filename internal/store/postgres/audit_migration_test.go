@@ -60,15 +60,7 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 	ctx := t.Context()
 	conn := connect(t, url)
 	tree := map[int64][]byte{}
-	readTree := func(indexes []int64) ([][]byte, error) {
-		out := make([][]byte, len(indexes))
-		for i, x := range indexes {
-			if out[i] = tree[x]; out[i] == nil {
-				return nil, fmt.Errorf("tree hash %d: %w", x, store.ErrNotFound)
-			}
-		}
-		return out, nil
-	}
+	readTree := treeReader(tree)
 	var head store.AuditHead
 	var sealed []store.AuditEvent
 	var cp store.AuditCheckpoint
@@ -114,6 +106,41 @@ func writeOldLayoutLog(t *testing.T, url string, signer *audit.Signer, events []
 		}
 	}
 	return sealed, cp
+}
+
+// treeReader answers a reader of the stored tree hashes in tree.
+func treeReader(tree map[int64][]byte) func(indexes []int64) ([][]byte, error) {
+	return func(indexes []int64) ([][]byte, error) {
+		out := make([][]byte, len(indexes))
+		for i, x := range indexes {
+			if out[i] = tree[x]; out[i] == nil {
+				return nil, fmt.Errorf("tree hash %d: %w", x, store.ErrNotFound)
+			}
+		}
+		return out, nil
+	}
+}
+
+// sameLogAfterMigration checks that db, just migrated, lists exactly the events sealed before,
+// and that they verify against the last checkpoint signed before.
+func sameLogAfterMigration(t *testing.T, db *postgres.DB, signer *audit.Signer, sealed []store.AuditEvent, cp store.AuditCheckpoint) {
+	t.Helper()
+	got := allEvents(t, db)
+	if len(got) != len(sealed) {
+		t.Fatalf("%d events listed after the migration, want the %d sealed before", len(got), len(sealed))
+	}
+	for i := range got {
+		if diff := sameEvent(got[i], sealed[i]); diff != "" {
+			t.Errorf("event %d after the migration: %s", i+1, diff)
+		}
+	}
+	note, err := audit.OpenCheckpoint(cp.Note, signer.VerifierKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := audit.Verify(got, note); err != nil {
+		t.Fatalf("Verify of the migrated log against its checkpoint: %v", err)
+	}
 }
 
 // sameEvent answers how got differs from want, or "".
@@ -163,22 +190,10 @@ func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 	if err := db.Ready(ctx); err != nil {
 		t.Fatalf("Ready after the migration: %v", err)
 	}
-	got := allEvents(t, db)
-	if len(got) != oldSealed {
-		t.Fatalf("%d events listed after the migration, want the %d sealed before", len(got), oldSealed)
+	if len(sealed) != oldSealed {
+		t.Fatalf("%d events sealed before the migration, want %d", len(sealed), oldSealed)
 	}
-	for i := range got {
-		if diff := sameEvent(got[i], sealed[i]); diff != "" {
-			t.Errorf("event %d after the migration: %s", i+1, diff)
-		}
-	}
-	oldNote, err := audit.OpenCheckpoint(oldCP.Note, signer.VerifierKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := audit.Verify(got, oldNote); err != nil {
-		t.Fatalf("Verify of the migrated log against its checkpoint: %v", err)
-	}
+	sameLogAfterMigration(t, db, signer, sealed, oldCP)
 	if cp, err := db.LatestAuditCheckpoint(ctx); err != nil || !bytes.Equal(cp.Note, oldCP.Note) {
 		t.Fatalf("LatestAuditCheckpoint after the migration = %q, %v; want the old one", cp.Note, err)
 	}
@@ -351,6 +366,108 @@ func TestReplicasOfTheOldSchemaKeepWorkingDuringARollout(t *testing.T) {
 	for i := range want {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Fatalf("tree hash %d as the old build reads it is %x, want %x", i, got[i], want[i])
+		}
+	}
+}
+
+// TestMigrationToSealsBesideRecordsKeepsTheLog ensures that a log of schema 5 (each sealed
+// record's place and hashes in its own row, a record per transaction) migrated to seals beside
+// the records answers the same events, which verify against the old checkpoint; that the records
+// pending at the migration are sealed next, in id order, even one whose id is below those of
+// sealed records (ids are not in commit order); and that the log goes on after them.
+func TestMigrationToSealsBesideRecordsKeepsTheLog(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	if err := postgres.MigrateTo(ctx, url, 5); err != nil {
+		t.Fatalf("migrate to schema 5: %v", err)
+	}
+	signer := newSigner(t)
+	conn := connect(t, url)
+
+	// A record per event, by its id; the third (id 8) committed late and still pending, after
+	// two seals of the others.
+	events := oldLayoutEvents()
+	pending := []store.AuditEvent{events[2], events[9], events[10]}
+	order := append(append([]store.AuditEvent{}, events[:2]...), events[3:9]...)
+	for _, e := range events {
+		var r store.AuditRecordBuilder
+		r.Add(e.Time.UnixMicro(), store.Actor{Principal: e.Principal, Holder: e.Holder}, e.Action, e.Subject, e.Details)
+		if _, err := conn.Exec(ctx, `INSERT INTO audit_records (id, events) VALUES ($1, $2)`, e.ID, r.Text()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As the store would have: its inserts take ids from the sequence.
+	if _, err := conn.Exec(ctx, `SELECT setval(pg_get_serial_sequence('audit_records', 'id'), max(id)) FROM audit_records`); err != nil {
+		t.Fatal(err)
+	}
+	tree := map[int64][]byte{}
+	readTree := treeReader(tree)
+	var (
+		head   store.AuditHead
+		sealed []store.AuditEvent
+		oldCP  store.AuditCheckpoint
+	)
+	for _, n := range []int{3, 5} {
+		batch := order[len(sealed) : len(sealed)+n]
+		s, err := signer.SealFunc(time.Now)(head, batch, readTree)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, block := int64(-1), []byte{}
+		for idx, h := range storetest.SealTreeHashes(head, s) {
+			if first < 0 {
+				first = idx
+			}
+			tree[idx] = h
+			block = append(block, h...)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO audit_tree_blocks (first, hashes) VALUES ($1, $2)`, first, block); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range storetest.SealedEvents(head, batch, s) {
+			if _, err := conn.Exec(ctx, `UPDATE audit_records SET seq = $2, prev_hash = $3, hashes = $4 WHERE id = $1`,
+				e.ID, int64(e.Seq), e.PrevHash, e.Hash); err != nil {
+				t.Fatal(err)
+			}
+			sealed = append(sealed, e)
+		}
+		oldCP = s.Checkpoint
+		if _, err := conn.Exec(ctx, `INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			int64(oldCP.Size), oldCP.RootHash, oldCP.HeadHash, oldCP.Note, oldCP.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		head = s.Head
+	}
+	if _, err := conn.Exec(ctx, `UPDATE audit_head SET size = $1, hash = $2`, int64(head.Size), head.Hash); err != nil {
+		t.Fatal(err)
+	}
+
+	db := open(t, url, nil)
+	sameLogAfterMigration(t, db, signer, sealed, oldCP)
+
+	// The pending records are sealed first, in id order, then new ones.
+	if err := writeSome(ctx, db, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	sealAll(t, db, signer, 2)
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("Verify after sealing on: %v", err)
+	}
+	all := allEvents(t, db)
+	for i, want := range pending {
+		e := all[len(sealed)+i]
+		want.Seq, want.PrevHash, want.Hash = e.Seq, e.PrevHash, e.Hash
+		if diff := sameEvent(e, want); diff != "" {
+			t.Errorf("the pending record %d, sealed as event %d: %s", want.ID, e.Seq, diff)
+		}
+	}
+	if len(all) <= len(sealed)+len(pending) {
+		t.Fatalf("%d events sealed in all; want the new ones after the %d old", len(all), len(sealed)+len(pending))
+	}
+	for _, e := range all[len(sealed)+len(pending):] {
+		if e.Principal != "carol" && e.Principal != "admin" && e.Principal != store.SystemPrincipal {
+			t.Errorf("event %d after the old ones is %s by %s; want one writeSome wrote", e.Seq, e.Action, e.Principal)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,17 +147,17 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 	signer := newSigner(t)
 	ctx := t.Context()
 
-	// The seals in the order they ran: Seal runs under the head's lock, and the next seal's
-	// only after the commit of this one.
+	// The seals computed: from which head, of how many events. A seal computed from a head
+	// that another sealer moved first is not stored, and computed again.
 	type sealRun struct{ from, n uint64 }
 	var mu sync.Mutex
-	var runs []sealRun
+	runs := map[sealRun]int{}
 	seal := signer.SealFunc(time.Now)
 	recording := func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
 		s, err := seal(head, pending, hashes)
 		if err == nil {
 			mu.Lock()
-			runs = append(runs, sealRun{head.Size, uint64(len(pending))})
+			runs[sealRun{head.Size, uint64(len(pending))}]++
 			mu.Unlock()
 		}
 		return s, err
@@ -252,20 +253,6 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 		}
 	}
 
-	if len(runs) < 2 {
-		t.Fatalf("%d seals ran; want several", len(runs))
-	}
-	var size uint64
-	for i, r := range runs {
-		if r.from != size || r.n == 0 {
-			t.Fatalf("seal %d sealed %d events after %d; the seal before ended at %d", i, r.n, r.from, size)
-		}
-		size += r.n
-	}
-	if size != uint64(total) {
-		t.Fatalf("the seals sealed %d events, want %d", size, total)
-	}
-
 	rows, err := connect(t, url).Query(ctx, `SELECT size, root_hash, head_hash, note FROM audit_checkpoints ORDER BY created_at, size`)
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +269,9 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 		cp.Size = uint64(cpSize)
 		if cp.Size <= last {
 			t.Fatalf("checkpoint of size %d after one of size %d", cp.Size, last)
+		}
+		if runs[sealRun{last, cp.Size - last}] == 0 {
+			t.Fatalf("checkpoint of size %d follows one of size %d, but no seal of those events was computed", cp.Size, last)
 		}
 		last = cp.Size
 		checkpoints++
@@ -301,8 +291,8 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if checkpoints != len(runs) || last != uint64(total) {
-		t.Fatalf("%d checkpoints up to size %d; want %d (one per seal) up to %d", checkpoints, last, len(runs), total)
+	if checkpoints < 2 || last != uint64(total) {
+		t.Fatalf("%d checkpoints up to size %d; want several, one per seal, up to %d", checkpoints, last, total)
 	}
 	if err := verify(t, dbs[0], signer); err != nil {
 		t.Fatalf("Verify: %v", err)
@@ -366,7 +356,8 @@ func tamperLog(t *testing.T, db *postgres.DB, signer *audit.Signer, limit int) (
 func TestTamperingIsNamed(t *testing.T) {
 	t.Parallel()
 	const target = 5 // the event tampered with, well inside the log, a record of its own
-	// In sql, {claims} is the seq of the claim's record of three events. want answers the seq
+	// In sql, {claims} is the seq of the claim's record of three events, and {record N} the
+	// condition on audit_records that selects the record sealed as seq N. want answers the seq
 	// that Verify must name, given the log's size and {claims}; nil: target. A negative seq: the
 	// log verifies.
 	tests := []struct {
@@ -379,56 +370,67 @@ func TestTamperingIsNamed(t *testing.T) {
 			UPDATE audit_records SET events = events::jsonb::text`,
 			want: func(_, _ uint64) int64 { return -1 }},
 		{name: "time", sql: `UPDATE audit_records
-			SET events = jsonb_set(events::jsonb, '{0,t}', to_jsonb((events::jsonb #>> '{0,t}')::bigint + 1))::text WHERE seq = 5`},
-		{name: "principal", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,p}', '"mallory"')::text WHERE seq = 5`},
-		{name: "holder", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,h}', '"mallory|m"')::text WHERE seq = 5`},
-		{name: "action", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,a}', '"job.cancelled"')::text WHERE seq = 5`},
-		{name: "subject", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,s}', '"job/job_other"')::text WHERE seq = 5`},
+			SET events = jsonb_set(events::jsonb, '{0,t}', to_jsonb((events::jsonb #>> '{0,t}')::bigint + 1))::text WHERE {record 5}`},
+		{name: "principal", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,p}', '"mallory"')::text WHERE {record 5}`},
+		{name: "holder", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,h}', '"mallory|m"')::text WHERE {record 5}`},
+		{name: "action", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,a}', '"job.cancelled"')::text WHERE {record 5}`},
+		{name: "subject", sql: `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,s}', '"job/job_other"')::text WHERE {record 5}`},
 		{name: "details", sql: `UPDATE audit_records
-			SET events = jsonb_set(events::jsonb, '{0,d}', '{"role":"worker","x":1}')::text WHERE seq = 5`},
-		{name: "details removed", sql: `UPDATE audit_records SET events = (events::jsonb #- '{0,d}')::text WHERE seq = 5`},
-		{name: "deleted", sql: `DELETE FROM audit_records WHERE seq = 5`},
+			SET events = jsonb_set(events::jsonb, '{0,d}', '{"role":"worker","x":1}')::text WHERE {record 5}`},
+		{name: "details removed", sql: `UPDATE audit_records SET events = (events::jsonb #- '{0,d}')::text WHERE {record 5}`},
+		{name: "deleted", sql: `DELETE FROM audit_records WHERE {record 5}; DELETE FROM audit_seals WHERE seq = 5`},
+		{name: "deleted but its seal kept", sql: `DELETE FROM audit_records WHERE {record 5}`},
+		{name: "seal deleted but its record kept", sql: `DELETE FROM audit_seals WHERE seq = 5`},
 		{name: "deleted and renumbered", sql: `
-			DELETE FROM audit_records WHERE seq = 5;
-			UPDATE audit_records SET seq = -seq WHERE seq > 5;
-			UPDATE audit_records SET seq = -seq - 1 WHERE seq < 0`},
-		{name: "last deleted", sql: `DELETE FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records)`,
+			DELETE FROM audit_records WHERE {record 5};
+			DELETE FROM audit_seals WHERE seq = 5;
+			UPDATE audit_seals SET seq = -seq WHERE seq > 5;
+			UPDATE audit_seals SET seq = -seq - 1 WHERE seq < 0`},
+		{name: "last deleted", sql: `
+			DELETE FROM audit_records WHERE id = (SELECT record_id FROM audit_seals ORDER BY seq DESC LIMIT 1);
+			DELETE FROM audit_seals WHERE seq = (SELECT max(seq) FROM audit_seals)`,
 			want: func(size, _ uint64) int64 { return int64(size) }},
 		{name: "inserted", sql: `
-			UPDATE audit_records SET seq = -seq WHERE seq >= 5;
-			UPDATE audit_records SET seq = -seq + 1 WHERE seq < 0;
-			INSERT INTO audit_records (events, seq, prev_hash, hashes)
-			SELECT '[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]', 5,
-				substring(hashes FROM octet_length(hashes) - 31), substring(hashes FROM octet_length(hashes) - 31)
-			FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records WHERE seq <= 4)`},
+			UPDATE audit_seals SET seq = -seq WHERE seq >= 5;
+			UPDATE audit_seals SET seq = -seq + 1 WHERE seq < 0;
+			INSERT INTO audit_records (events)
+			VALUES ('[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]');
+			INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
+			SELECT 5, r.xid, r.id, substring(s.hashes FROM octet_length(s.hashes) - 31), substring(s.hashes FROM octet_length(s.hashes) - 31)
+			FROM audit_records r, audit_seals s
+			WHERE r.id = (SELECT max(id) FROM audit_records) AND s.seq = (SELECT max(seq) FROM audit_seals WHERE seq <= 4)`},
 		{name: "appended", sql: `
-			INSERT INTO audit_records (events, seq, prev_hash, hashes)
-			SELECT '[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]',
-				seq + octet_length(hashes) / 32, substring(hashes FROM octet_length(hashes) - 31), substring(hashes FROM octet_length(hashes) - 31)
-			FROM audit_records WHERE seq = (SELECT max(seq) FROM audit_records)`,
+			INSERT INTO audit_records (events)
+			VALUES ('[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]');
+			INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
+			SELECT s.seq + octet_length(s.hashes) / 32, r.xid, r.id,
+				substring(s.hashes FROM octet_length(s.hashes) - 31), substring(s.hashes FROM octet_length(s.hashes) - 31)
+			FROM audit_records r, audit_seals s
+			WHERE r.id = (SELECT max(id) FROM audit_records) AND s.seq = (SELECT max(seq) FROM audit_seals)`,
 			want: func(size, _ uint64) int64 { return int64(size) + 1 }},
 		{name: "swapped", sql: `
-			UPDATE audit_records SET seq = -seq WHERE seq IN (5, 6);
-			UPDATE audit_records SET seq = CASE seq WHEN -5 THEN 6 ELSE 5 END WHERE seq IN (-5, -6)`},
+			UPDATE audit_seals SET seq = -seq WHERE seq IN (5, 6);
+			UPDATE audit_seals SET seq = CASE seq WHEN -5 THEN 6 ELSE 5 END WHERE seq IN (-5, -6)`},
 		{name: "contents swapped", sql: `
 			UPDATE audit_records a SET events = b.events
-			FROM audit_records b WHERE (a.seq, b.seq) IN ((5, 6), (6, 5))`},
+			FROM audit_records b, audit_seals sa, audit_seals sb
+			WHERE a.id = sa.record_id AND b.id = sb.record_id AND (sa.seq, sb.seq) IN ((5, 6), (6, 5))`},
 
 		{name: "middle event of a record edited", sql: `UPDATE audit_records
-			SET events = jsonb_set(events::jsonb, '{1,p}', '"mallory"')::text WHERE seq = {claims}`,
+			SET events = jsonb_set(events::jsonb, '{1,p}', '"mallory"')::text WHERE {record {claims}}`,
 			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
 		{name: "middle event of a record deleted", sql: `UPDATE audit_records
-			SET events = (events::jsonb - 1)::text WHERE seq = {claims}`,
+			SET events = (events::jsonb - 1)::text WHERE {record {claims}}`,
 			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
 		{name: "events of a record swapped", sql: `UPDATE audit_records
-			SET events = jsonb_build_array(events::jsonb -> 1, events::jsonb -> 0, events::jsonb -> 2)::text WHERE seq = {claims}`,
+			SET events = jsonb_build_array(events::jsonb -> 1, events::jsonb -> 0, events::jsonb -> 2)::text WHERE {record {claims}}`,
 			want: func(_, claims uint64) int64 { return int64(claims) }},
 		{name: "event added to a record", sql: `UPDATE audit_records
-			SET events = (events::jsonb || jsonb_build_array(events::jsonb -> 2))::text WHERE seq = {claims}`,
+			SET events = (events::jsonb || jsonb_build_array(events::jsonb -> 2))::text WHERE {record {claims}}`,
 			want: func(_, claims uint64) int64 { return int64(claims) + 3 }},
-		{name: "hashes of a record cut", sql: `UPDATE audit_records SET hashes = substring(hashes FOR 40) WHERE seq = {claims}`,
+		{name: "hashes of a record cut", sql: `UPDATE audit_seals SET hashes = substring(hashes FOR 40) WHERE seq = {claims}`,
 			want: func(_, claims uint64) int64 { return int64(claims) + 1 }},
-		{name: "record unreadable", sql: `UPDATE audit_records SET events = '[{"t":0,' WHERE seq = {claims}`,
+		{name: "record unreadable", sql: `UPDATE audit_records SET events = '[{"t":0,' WHERE {record {claims}}`,
 			want: func(_, claims uint64) int64 { return int64(claims) }, unreadable: true},
 	}
 	for _, tt := range tests {
@@ -445,6 +447,7 @@ func TestTamperingIsNamed(t *testing.T) {
 				t.Fatalf("Verify before tampering: %v", err)
 			}
 			sql := strings.ReplaceAll(tt.sql, "{claims}", strconv.FormatUint(claims, 10))
+			sql = recordOfSeq.ReplaceAllString(sql, "id = (SELECT record_id FROM audit_seals WHERE seq = $1)")
 			if _, err := connect(t, url).Exec(t.Context(), sql); err != nil {
 				t.Fatalf("tamper: %v", err)
 			}
@@ -481,6 +484,9 @@ func TestTamperingIsNamed(t *testing.T) {
 	}
 }
 
+// recordOfSeq matches {record N} in the statements of TestTamperingIsNamed.
+var recordOfSeq = regexp.MustCompile(`\{record (\d+)\}`)
+
 // TestRecomputedChainIsCaughtByTheCheckpoint ensures that an edit whose every later hash was
 // recomputed, so that the chain holds, is named at the signed checkpoint's size.
 func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
@@ -492,7 +498,7 @@ func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
 
 	conn := connect(t, url)
 	if _, err := conn.Exec(t.Context(), `UPDATE audit_records SET events = jsonb_set(events::jsonb, '{0,p}', '"mallory"')::text
-		WHERE seq = 3`); err != nil {
+		WHERE id = (SELECT record_id FROM audit_seals WHERE seq = 3)`); err != nil {
 		t.Fatal(err)
 	}
 	// The events as the store now answers them, their chain recomputed from seq 3 on, and
@@ -511,7 +517,7 @@ func TestRecomputedChainIsCaughtByTheCheckpoint(t *testing.T) {
 		for ; i < len(events) && events[i].ID == first.ID; i++ {
 			hashes = append(hashes, events[i].Hash...)
 		}
-		if _, err := conn.Exec(t.Context(), `UPDATE audit_records SET prev_hash = $2, hashes = $3 WHERE seq = $1`,
+		if _, err := conn.Exec(t.Context(), `UPDATE audit_seals SET prev_hash = $2, hashes = $3 WHERE seq = $1`,
 			int64(first.Seq), first.PrevHash, hashes); err != nil {
 			t.Fatal(err)
 		}
@@ -746,5 +752,59 @@ func TestSealReadsPendingRecordsInPages(t *testing.T) {
 	}
 	if err := verify(t, db, signer); err != nil {
 		t.Fatalf("the log does not verify: %v", err)
+	}
+}
+
+// TestSealTakesWhatCommittedBehindAnOlderTransaction ensures that a seal takes the records
+// committed before it began even when an older transaction, still open, holds them back: it
+// waits for that transaction to end, and seals its record first, since it is older, although
+// it committed last.
+func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	signer := newSigner(t)
+
+	older, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Rollback(ctx) //nolint:errcheck // committed below
+	var r store.AuditRecordBuilder
+	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/early", []byte(`{"role":"agent"}`))
+	if _, err := older.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+
+	sealed := make(chan error, 1)
+	go func() {
+		n, err := db.SealAudit(ctx, store.SealAuditParams{Limit: 100, Seal: signer.SealFunc(time.Now)})
+		if err == nil && n != 2 {
+			err = fmt.Errorf("sealed %d events, want 2", n)
+		}
+		sealed <- err
+	}()
+	// A seal that does not wait would return at once, sealing nothing.
+	select {
+	case err := <-sealed:
+		t.Fatalf("SealAudit returned while an older transaction was open: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sealed; err != nil {
+		t.Fatalf("SealAudit: %v", err)
+	}
+	events := allEvents(t, db)
+	if len(events) != 2 || events[0].Subject != "principal/early" || events[1].Action != "job.enqueued" {
+		t.Fatalf("sealed %+v; want the older transaction's event, then the enqueue", events)
+	}
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("Verify: %v", err)
 	}
 }

@@ -317,8 +317,7 @@ func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]
 		return nil, interpret("seal audit: read pending events", err)
 	}
 	defer rows.Close()
-	// Whole records, up to the one that reaches limit (store.TakeAuditRecords), decoded into
-	// one slice.
+	// Whole records, up to the one that reaches limit, decoded into one slice.
 	events := make([]store.AuditEvent, 0, limit+limit/4)
 	for len(events) < limit && rows.Next() {
 		var (
