@@ -188,12 +188,17 @@ func jsonValue(b []byte) json.RawMessage {
 
 // ---- records ----
 
-// recordEventJSON is the JSON text of the event e in a record, as store.DecodeAuditRecord reads
-// it (see auditRecord): the time in microseconds (extract answers numeric, so they are exact),
-// the strings escaped by to_json, the details as written.
-var recordEventJSON = `'{"t":' || (extract(epoch FROM e.time) * 1000000)::bigint || ',"p":' || ` + jsonText("e.principal") +
-	` || ',"h":' || ` + jsonText("e.holder") + ` || ',"a":' || ` + jsonText("e.action") +
-	` || ',"s":' || ` + jsonText("e.subject") + ` || coalesce(',"d":' || (e.details)::text, '') || '}'`
+// recordEventJSON is the JSON text of the event e in a record, after its time, as
+// store.DecodeAuditRecord reads it (see auditRecord): the strings escaped by to_json, but the
+// action, always one of the store's own names, which JSON needs not escape; the details as
+// written.
+var recordEventJSON = `',"p":' || ` + jsonText("e.principal") + ` || ',"h":' || ` + jsonText("e.holder") +
+	` || ',"a":"' || e.action || '","s":' || ` + jsonText("e.subject") + ` || coalesce(',"d":' || (e.details)::text, '') || '}'`
+
+// recordTimeJSON is the start of the JSON text of every event of a statement: its time, the
+// statement's, in microseconds (extract answers numeric, so they are exact). It is computed once
+// per statement, not per event.
+const recordTimeJSON = `(SELECT '{"t":' || (extract(epoch FROM {now}) * 1000000)::bigint)`
 
 // ---- seal ----
 

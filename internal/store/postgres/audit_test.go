@@ -808,3 +808,38 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 		t.Fatalf("Verify: %v", err)
 	}
 }
+
+// TestRecordsAreCompressedWithLZ4 ensures that a record large enough to be compressed is
+// compressed with lz4 when the server has it (migration 6), pglz otherwise.
+func TestRecordsAreCompressedWithLZ4(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	for range 64 {
+		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "big", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "alice|w", Kinds: []string{"big"}, Lease: time.Minute, Max: 64}); err != nil || len(jobs) != 64 {
+		t.Fatalf("ClaimJobs = %d jobs, %v; want 64, in one record", len(jobs), err)
+	}
+	conn := connect(t, url)
+	var hasLZ4 bool
+	if err := conn.QueryRow(ctx, `SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`).Scan(&hasLZ4); err != nil {
+		t.Fatal(err)
+	}
+	want := "pglz"
+	if hasLZ4 {
+		want = "lz4"
+	}
+	var size int
+	var method string
+	if err := conn.QueryRow(ctx, `SELECT octet_length(events), coalesce(pg_column_compression(events), 'nothing')
+		FROM audit_records ORDER BY octet_length(events) DESC LIMIT 1`).Scan(&size, &method); err != nil {
+		t.Fatal(err)
+	}
+	if method != want {
+		t.Fatalf("the claim's record of %d bytes is compressed with %s; want %s", size, method, want)
+	}
+}

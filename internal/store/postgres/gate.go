@@ -24,7 +24,7 @@ import (
 // and $5 the actor, $6 the details).
 var setValidationSQL = q(`WITH r AS (
 	UPDATE repositories SET validation = $3 WHERE name = $2 RETURNING ` + repositoryCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $4, $5, 'repository.validation_set', 'repository/' || r.name, $6 FROM r`) + `)
+ev AS (` + auditRecord(`SELECT $4, $5, 'repository.validation_set', 'repository/' || r.name, $6 FROM r`) + `)
 SELECT ` + repositoryCols + ` FROM r`)
 
 // SetValidation replaces a repository's validation policy.
@@ -81,7 +81,7 @@ var setChangeSQL = q(`WITH c AS (
 		reason = $8, updated_at = {now}
 	WHERE id = $2
 	RETURNING ` + changeCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $10, $11, $9, 'change/' || c.id, $12 FROM c`) + `)
+ev AS (` + auditRecord(`SELECT $10, $11, $9, 'change/' || c.id, $12 FROM c`) + `)
 SELECT ` + changeCols + ` FROM c`)
 
 // storeRevisionSQL stores a built tree (once per digest) and its revision, and answers the

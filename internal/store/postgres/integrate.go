@@ -158,7 +158,7 @@ c AS (
 	INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths, created_at, updated_at)
 	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
 	RETURNING ` + changeCols + `),
-ev AS (` + auditRecord(`SELECT {now}, split_part(c.author, '|', 1), c.author, 'change.integrated', 'change/' || c.id, `+jsonObject(
+ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.integrated', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
 	mem("repository", jsonText("c.repository")),
 	mem("revision", jsonText("c.integrated_revision")))+` FROM c`) + `)
@@ -171,7 +171,7 @@ var queueChangeSQL = q(`WITH c AS (
 	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
 	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, {now}, {now})
 	RETURNING ` + changeCols + `),
-ev AS (` + auditRecord(`SELECT {now}, split_part(c.author, '|', 1), c.author, 'change.queued', 'change/' || c.id, `+jsonObject(
+ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.queued', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
 	mem("repository", jsonText("c.repository")))+` FROM c`) + `)
 SELECT ` + changeCols + ` FROM c`)

@@ -103,7 +103,7 @@ var enqueueSQL = q(`WITH j AS (
 	VALUES ($2, $3, 'queued', $4, $5, $6, {now} + $7::bigint * interval '1 microsecond', {now}, {now}, $8, $9)
 	ON CONFLICT (unique_key) WHERE unique_key <> '' AND state IN ('queued', 'claimed') DO NOTHING
 	RETURNING ` + jobCols("") + `),
-ev AS (` + auditRecord(`SELECT {now}, $10, $11, 'job.enqueued', 'job/' || j.id, $12 FROM j`) + `)
+ev AS (` + auditRecord(`SELECT $10, $11, 'job.enqueued', 'job/' || j.id, $12 FROM j`) + `)
 SELECT ` + jobCols("j") + `, pg_notify('` + notifyChannel + `', '') FROM j`)
 
 // The details of the job events that the statements build, from the job's row u as they
@@ -120,7 +120,7 @@ var (
 // workerEvents answers the audit record of event action (an SQL expression) with details (an
 // SQL expression) for each job of u, by the worker whose claim it is.
 func workerEvents(action, details string) string {
-	return auditRecord(`SELECT {now}, split_part(u.claimed_by, '|', 1), u.claimed_by, ` + action + `, 'job/' || u.id, ` +
+	return auditRecord(`SELECT split_part(u.claimed_by, '|', 1), u.claimed_by, ` + action + `, 'job/' || u.id, ` +
 		details + ` FROM u`)
 }
 
@@ -198,7 +198,7 @@ var settleSQL = q(`WITH u AS (
 		updated_at = {now}
 	WHERE seq IN (SELECT seq FROM jobs WHERE ` + settleWhere + ` FOR UPDATE SKIP LOCKED)
 	RETURNING id, attempts, state),
-ev AS (` + auditRecord(`SELECT {now}, '`+store.SystemPrincipal+`', '', 'job.expired', 'job/' || u.id, `+jobObjectExpired+` FROM u`) + `)
+ev AS (` + auditRecord(`SELECT '`+store.SystemPrincipal+`', '', 'job.expired', 'job/' || u.id, `+jobObjectExpired+` FROM u`) + `)
 SELECT count(*) FROM u`)
 
 // claimSQL settles expired claims and claims the best claimable jobs for a group of claimers
@@ -253,8 +253,7 @@ UPDATE jobs SET
 FROM target t
 WHERE jobs.seq = t.seq
 RETURNING t.n, ` + jobCols("jobs") + `),
-ev AS (` + auditRecord(`SELECT {now},
-		CASE WHEN u.n > 0 THEN split_part(u.claimed_by, '|', 1) ELSE '`+store.SystemPrincipal+`' END,
+ev AS (` + auditRecord(`SELECT CASE WHEN u.n > 0 THEN split_part(u.claimed_by, '|', 1) ELSE '`+store.SystemPrincipal+`' END,
 		CASE WHEN u.n > 0 THEN u.claimed_by ELSE '' END,
 		CASE WHEN u.n > 0 THEN 'job.claimed' ELSE 'job.expired' END,
 		'job/' || u.id,
@@ -828,7 +827,7 @@ UPDATE jobs SET
 	updated_at = {now}
 WHERE ` + claimCheck(10) + `
 RETURNING ` + jobCols("") + `),
-ev AS (` + auditRecord(`SELECT {now}, split_part($3, '|', 1), $3, 'job.failed', 'job/' || u.id, `+jsonObject(
+ev AS (` + auditRecord(`SELECT split_part($3, '|', 1), $3, 'job.failed', 'job/' || u.id, `+jsonObject(
 	mem("claim", jsonInt("u.attempts")),
 	mem("error", jsonText("$5")),
 	mem("state", jsonWord("u.state")))+` FROM u`) + `)
@@ -861,7 +860,7 @@ var cancelSQL = q(`WITH u AS (
 		updated_at = {now}
 	WHERE id = $2 AND (state = 'queued' OR (state = 'claimed' AND NOT cancel_requested))
 	RETURNING ` + jobCols("") + `),
-ev AS (` + auditRecord(`SELECT {now}, $3, $4, CASE WHEN u.state = 'cancelled' THEN 'job.cancelled' ELSE 'job.cancel_requested' END,
+ev AS (` + auditRecord(`SELECT $3, $4, CASE WHEN u.state = 'cancelled' THEN 'job.cancelled' ELSE 'job.cancel_requested' END,
 		'job/' || u.id, NULL FROM u`) + `)
 SELECT true, ` + jobCols("u") + ` FROM u
 UNION ALL

@@ -137,7 +137,7 @@ ins AS (
 insp AS (
 	INSERT INTO lease_paths (lease_id, repository, path, token)
 	SELECT ins.id, ins.repository, p, ins.token FROM ins, unnest($10::text[]) AS p),
-ev AS (` + auditRecord(`SELECT {now}, split_part($3, '|', 1), $3, 'lease.granted', 'lease/' || ins.id, `+jsonObject(
+ev AS (` + auditRecord(`SELECT split_part($3, '|', 1), $3, 'lease.granted', 'lease/' || ins.id, `+jsonObject(
 	mem("expires_at", jsonTime("ins.expires_at")),
 	mem("paths", jsonTexts("ins.paths")),
 	mem("repository", jsonText("ins.repository")),
@@ -240,7 +240,7 @@ func (db *DB) checkLeaseChange(ctx context.Context, qr querier, l store.Lease, p
 // leaseEvents answers the audit record of event action for each lease of u, by the actor
 // whose principal and holder are parameters $p and $p+1, with details (an SQL expression).
 func leaseEvents(action string, p int, details string) string {
-	return auditRecord(fmt.Sprintf(`SELECT {now}, $%d, $%d, '%s', 'lease/' || u.id, %s FROM u`, p, p+1, action, details))
+	return auditRecord(fmt.Sprintf(`SELECT $%d, $%d, '%s', 'lease/' || u.id, %s FROM u`, p, p+1, action, details))
 }
 
 // The details of the lease events, from the row u of the lease as changed.

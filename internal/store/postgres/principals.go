@@ -42,9 +42,9 @@ var createPrincipalSQL = q(`WITH p AS (
 t AS (
 	INSERT INTO tokens (id, principal, hash, created_at) SELECT $5, p.name, $6, {now} FROM p
 	RETURNING ` + tokenCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $7, $8, 'principal.created', 'principal/' || p.name, `+jsonObject(mem("role", jsonText("p.role")))+` FROM p
+ev AS (` + auditRecord(`SELECT $7, $8, 'principal.created', 'principal/' || p.name, `+jsonObject(mem("role", jsonText("p.role")))+` FROM p
 	UNION ALL
-	SELECT {now}, $7, $8, 'token.created', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
+	SELECT $7, $8, 'token.created', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
 SELECT p.id, p.name, p.role, p.disabled, p.created_at, t.id, t.principal, t.created_at, t.revoked_at FROM p, t`)
 
 // CreatePrincipal creates a principal and its first token.
@@ -163,7 +163,7 @@ func (db *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) 
 var disablePrincipalSQL = q(`WITH u AS (
 	UPDATE principals SET disabled = true WHERE name = $2 AND NOT disabled
 	RETURNING ` + principalCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $3, $4, 'principal.disabled', 'principal/' || u.name, NULL FROM u`) + `)
+ev AS (` + auditRecord(`SELECT $3, $4, 'principal.disabled', 'principal/' || u.name, NULL FROM u`) + `)
 SELECT true, ` + principalCols + ` FROM u
 UNION ALL
 SELECT false, ` + principalCols + ` FROM principals WHERE name = $2 AND NOT EXISTS (SELECT 1 FROM u)`)
@@ -199,7 +199,7 @@ var createTokenSQL = q(`WITH t AS (
 	INSERT INTO tokens (id, principal, hash, created_at)
 	SELECT $2, name, $4, {now} FROM principals WHERE name = $3
 	RETURNING ` + tokenCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $5, $6, 'token.created', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
+ev AS (` + auditRecord(`SELECT $5, $6, 'token.created', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
 SELECT ` + tokenCols + ` FROM t`)
 
 // CreateToken adds a token to an existing principal.
@@ -225,7 +225,7 @@ func (db *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store
 var revokeTokenSQL = q(`WITH t AS (
 	UPDATE tokens SET revoked_at = {now} WHERE id = $2 AND revoked_at IS NULL
 	RETURNING ` + tokenCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $3, $4, 'token.revoked', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
+ev AS (` + auditRecord(`SELECT $3, $4, 'token.revoked', 'token/' || t.id, `+tokenObject+` FROM t`) + `)
 SELECT true, ` + tokenCols + ` FROM t
 UNION ALL
 SELECT false, ` + tokenCols + ` FROM tokens WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM t)`)
@@ -283,7 +283,7 @@ var registerWorkerKeySQL = q(`WITH k AS (
 	INSERT INTO worker_keys (key_id, principal, public_key, created_at)
 	VALUES ($2, $3, $4, {now}) ON CONFLICT (key_id) DO NOTHING
 	RETURNING ` + workerKeyCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $5, $6, 'worker_key.registered', 'worker_key/' || k.key_id, `+
+ev AS (` + auditRecord(`SELECT $5, $6, 'worker_key.registered', 'worker_key/' || k.key_id, `+
 	jsonObject(mem("principal", jsonText("k.principal")))+` FROM k`) + `)
 SELECT ` + workerKeyCols + ` FROM k`)
 

@@ -50,7 +50,7 @@ rv AS (
 r AS (
 	INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
 	RETURNING ` + repositoryCols + `),
-ev AS (` + auditRecord(`SELECT {now}, $8, $9, 'repository.created', 'repository/' || r.name, $10 FROM r`) + `)
+ev AS (` + auditRecord(`SELECT $8, $9, 'repository.created', 'repository/' || r.name, $10 FROM r`) + `)
 SELECT ` + repositoryCols + ` FROM r`)
 
 // CreateRepository creates a repository whose mainline is a new revision with the empty tree.
