@@ -321,7 +321,7 @@ func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limi
 	}
 	head.Size = uint64(size)
 	pendingRead.last = from
-	waited := newest == nil
+	mayWait := newest != nil
 	for {
 		page := sealPage(limit-len(pendingRead.events), db.sealPerRecord16.Load())
 		rows, err := q.Query(ctx, sealReadSQL, page, pendingRead.last.xid, pendingRead.last.id)
@@ -341,10 +341,10 @@ func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limi
 		// Every record below the oldest transaction still running is read. Records committed
 		// by the time the seal began but after that transaction in seal order are sealed too,
 		// once it ends, so that a seal takes every event committed before it.
-		if waited || pendingRead.last.xid >= *newest {
+		if !mayWait || pendingRead.last.xid >= *newest {
 			break
 		}
-		waited = true
+		mayWait = false
 		if err := waitForOlderTransactions(ctx, q, *newest); err != nil {
 			return 0, err
 		}

@@ -788,11 +788,23 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 		}
 		sealed <- err
 	}()
-	// A seal that does not wait would return at once, sealing nothing.
+	// The seal polls for the older transaction's end; once it does, it has not returned.
+	watch := connect(t, url)
+	for waiting := false; !waiting; {
+		select {
+		case err := <-sealed:
+			t.Fatalf("SealAudit returned while an older transaction was open: %v", err)
+		default:
+		}
+		if err := watch.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE '%pg_snapshot_xip%' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
 	select {
 	case err := <-sealed:
 		t.Fatalf("SealAudit returned while an older transaction was open: %v", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	if err := older.Commit(ctx); err != nil {
 		t.Fatal(err)
