@@ -58,6 +58,46 @@ func TestAuditRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// TestAuditRecordLeavesOutSharedMembers ensures that the events of one write, which share their
+// time, actor and action, write those once per record, and still read back in full, whichever
+// decoder reads them.
+func TestAuditRecordLeavesOutSharedMembers(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC).UnixMicro()
+	worker := store.Actor{Principal: "alice", Holder: "alice|w1"}
+	var b store.AuditRecordBuilder
+	for _, subject := range []string{"job/j1", "job/j2", "job/j3"} {
+		b.Add(at, worker, "job.claimed", subject, []byte(`{"claim":1}`))
+	}
+	b.Add(at+1, worker, "job.completed", "job/j0", nil)
+	text := b.Text()
+	for member, want := range map[string]int{`"t":`: 2, `"p":`: 1, `"h":`: 1, `"a":`: 2, `"s":`: 4} {
+		if got := strings.Count(text, member); got != want {
+			t.Errorf("the record holds %s %d times, want %d: %s", member, got, want, text)
+		}
+	}
+	// Escapes make the record one that encoding/json reads: both decoders must agree.
+	escaped := strings.ReplaceAll(text, "job/j2", `job\/j2`)
+	for _, text := range []string{text, escaped} {
+		got, err := store.DecodeAuditRecord(1, []byte(text))
+		if err != nil || len(got) != 4 {
+			t.Fatalf("DecodeAuditRecord(%s) = %d events, %v; want 4", text, len(got), err)
+		}
+		for i, e := range got {
+			wantAction, wantMicros := "job.claimed", at
+			if i == 3 {
+				wantAction, wantMicros = "job.completed", at+1
+			}
+			if e.Principal != "alice" || e.Holder != "alice|w1" || e.Action != wantAction || e.Time.UnixMicro() != wantMicros {
+				t.Errorf("event %d of %s reads back as %+v", i, text, e)
+			}
+		}
+		if got[1].Subject != "job/j2" {
+			t.Errorf("event 1 of %s has subject %q, want job/j2", text, got[1].Subject)
+		}
+	}
+}
+
 // TestAuditRecordKeepsInvalidDetailsReadable ensures that details which are not JSON (no
 // writer makes them) are kept as a JSON string rather than making the record unreadable.
 func TestAuditRecordKeepsInvalidDetailsReadable(t *testing.T) {

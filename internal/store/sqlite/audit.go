@@ -23,10 +23,10 @@ var _ store.AuditStore = (*DB)(nil)
 // record adds one audit event to the record of the batch the writer is committing, which
 // commit stores in its transaction (storeRecord): only the writer goroutine runs it. The actor
 // comes from the method's caller: the ctx a write function gets is the writer's, which carries
-// no actor.
-func (d *DB) record(now int64, actor store.Actor, action, subject string, details []byte) {
+// no actor. Details come from a details builder, or are nil for none.
+func (d *DB) record(now int64, actor store.Actor, action, subject string, details detailsJSON) {
 	if auditEnabled {
-		d.events.Add(now, actor, action, subject, details)
+		d.events.AddJSON(now, actor, action, subject, details)
 	}
 }
 
@@ -75,6 +75,9 @@ var systemActor = store.Actor{Principal: store.SystemPrincipal}
 // details builds the compact JSON object of an event's details. Members must be added in key
 // order, the order the canonical form has them anyway; a builder that is never given a member
 // answers "{}".
+//
+// What it writes is valid JSON by construction, which is why the record builder takes it
+// without checking (AddJSON): checking cost the one writer about half a microsecond a job.
 type details struct {
 	b    []byte
 	last string
@@ -154,9 +157,12 @@ func (x *details) raw(k string, v []byte) *details {
 	return x
 }
 
-func (x *details) done() []byte {
+// detailsJSON is what a details builder wrote: a JSON object.
+type detailsJSON []byte
+
+func (x *details) done() detailsJSON {
 	if x.b == nil {
-		return []byte("{}")
+		return detailsJSON("{}")
 	}
 	return append(x.b, '}')
 }

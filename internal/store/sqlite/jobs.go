@@ -310,7 +310,7 @@ func (o claimOrder) Swap(a, b int) {
 type event struct {
 	actor           store.Actor
 	action, subject string
-	details         []byte
+	details         detailsJSON
 }
 
 // recordAll records events of one time.
