@@ -158,8 +158,7 @@ func AppendAuditRecord(dst []AuditEvent, id int64, text []byte) ([]AuditEvent, e
 }
 
 // decodeRecordJSON is DecodeAuditRecord with encoding/json, for any JSON text. A shared member
-// that is absent is the event before's; the first event's is the zero value, as is a member
-// that is null.
+// that is absent or null is the event before's; the first event's is the zero value.
 func decodeRecordJSON(id int64, text []byte) ([]AuditEvent, error) {
 	var raw []recordEvent
 	if err := json.Unmarshal(text, &raw); err != nil {
