@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -236,16 +236,13 @@ func enqueueNoops(b *testing.B, srv *agtest.Server, n int) {
 	if !benchAudits {
 		return
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		cp, err := srv.Store.LatestAuditCheckpoint(ctx)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			b.Fatal(err)
-		}
-		if cp.Size >= uint64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the audit log sealed %d events in a minute, want the %d enqueued", cp.Size, n)
-		}
+	// The API's long poll answers once event n is sealed.
+	res, err := srv.Admin.Audit.ListAuditEvents(ctx, &agwpv1.ListAuditEventsRequest{
+		AfterSeq: uint64(n) - 1, PageSize: 1, Wait: durationpb.New(time.Minute)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(res.GetEvents()) == 0 {
+		b.Fatalf("the audit log did not seal event %d in a minute", n)
 	}
 }
