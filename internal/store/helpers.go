@@ -107,3 +107,34 @@ func (s *Signal) Fire() {
 		s.ch = nil
 	}
 }
+
+// Reusable keeps one value, such as a seal's buffers, for the next user: Take lends it to one
+// user at a time, and Give takes it back once that user is done with it.
+type Reusable[T any] struct {
+	mu   sync.Mutex
+	lent bool
+	kept T
+}
+
+// Take lends the kept value; owned is false when another user has it, and v is then the zero
+// value, for the caller to fill as its own.
+func (r *Reusable[T]) Take() (v T, owned bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lent {
+		var zero T
+		return zero, false
+	}
+	r.lent = true
+	return r.kept, true
+}
+
+// Give keeps v, what Take lent, grown or not, for the next Take; without owned it does nothing.
+func (r *Reusable[T]) Give(v T, owned bool) {
+	if !owned {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kept, r.lent = v, false
+}

@@ -281,8 +281,10 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	if limit <= 0 {
 		limit = 1000
 	}
+	buf, owned := db.sealReads.Take()
+	defer func() { db.sealReads.Give(buf.reset(), owned) }()
 	for range sealAttempts - 1 {
-		n, err := db.seal(ctx, db.pool, p, limit, false)
+		n, err := db.seal(ctx, db.pool, p, limit, false, &buf)
 		if !errors.Is(err, errHeadMoved) {
 			return n, err
 		}
@@ -292,7 +294,7 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, mapErr("seal audit", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	n, err := db.seal(ctx, tx, p, limit, true)
+	n, err := db.seal(ctx, tx, p, limit, true, &buf)
 	if err != nil {
 		return 0, err
 	}
@@ -302,24 +304,25 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	return n, nil
 }
 
-// seal seals the pending records after the head, limit events or a little more, through q; with
-// lock, the head's row is locked first (q is a transaction), so no other sealer can move it.
-func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limit int, lock bool) (int, error) {
+// seal seals the pending records after the head, limit events or a little more, through q,
+// reading them into pendingRead; with lock, the head's row is locked first (q is a
+// transaction), so no other sealer can move it.
+func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limit int, lock bool, pendingRead *pendingPage) (int, error) {
 	headSQL := sealHeadSQL
 	if lock {
 		headSQL += " FOR UPDATE"
 	}
 	var (
-		head        store.AuditHead
-		size        int64
-		from        sealCursor
-		newest      *uint64
-		pendingRead pendingPage
+		head   store.AuditHead
+		size   int64
+		from   sealCursor
+		newest *uint64
 	)
 	if err := q.QueryRow(ctx, headSQL).Scan(&size, &head.Hash, &from.xid, &from.id, &newest); err != nil {
 		return 0, mapErr("seal audit: read the head", err)
 	}
 	head.Size = uint64(size)
+	*pendingRead = pendingRead.reset()
 	pendingRead.last = from
 	mayWait := newest != nil
 	for {
@@ -435,6 +438,14 @@ type pendingPage struct {
 	events  []store.AuditEvent
 	records []sealCursor
 	last    sealCursor
+}
+
+// reset empties p for the next seal, keeping its memory: a seal reads about 1,000 events, some
+// 200 KB of them, and the sealer runs several seals a second. No reference into the records of
+// the seal before outlives it.
+func (p pendingPage) reset() pendingPage {
+	clear(p.events[:cap(p.events)])
+	return pendingPage{events: p.events[:0], records: p.records[:0]}
 }
 
 // read reads a page of sealReadSQL from rows, decoding its records up to the one that reaches

@@ -48,6 +48,8 @@ type DB struct {
 	auditSignal store.Signal
 	// sealPerRecord16 is 16 times the events per record the last seal took (sealPage).
 	sealPerRecord16 atomic.Int64
+	// sealReads is what the last seal read its pending records into, for the next one.
+	sealReads store.Reusable[pendingPage]
 
 	// claims and completions made at the same time go together (group.go).
 	claims    group[store.ClaimJobParams, []store.Job]

@@ -195,8 +195,10 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 	if limit <= 0 {
 		limit = defaultSealLimit
 	}
+	buf, owned := d.sealReads.Take()
+	defer func() { d.sealReads.Give(buf.reset(), owned) }()
 	for range sealAttempts - 1 {
-		c, err := d.computeSealFromSnapshot(ctx, p, limit)
+		c, err := d.computeSealFromSnapshot(ctx, p, limit, &buf)
 		if err != nil || len(c.pending) == 0 {
 			return 0, err
 		}
@@ -220,7 +222,7 @@ func (d *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, error
 	}
 	var n int
 	err := d.write(ctx, "seal audit", func(ctx context.Context, tx *sql.Tx) error {
-		c, err := computeSeal(ctx, tx, p, limit)
+		c, err := computeSeal(ctx, tx, p, limit, &buf)
 		if err != nil || len(c.pending) == 0 {
 			return err
 		}
@@ -245,28 +247,29 @@ type computedSeal struct {
 }
 
 // computeSealFromSnapshot is computeSeal in a read transaction of its own: one snapshot.
-func (d *DB) computeSealFromSnapshot(ctx context.Context, p store.SealAuditParams, limit int) (computedSeal, error) {
+func (d *DB) computeSealFromSnapshot(ctx context.Context, p store.SealAuditParams, limit int, buf *sealRead) (computedSeal, error) {
 	tx, err := d.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return computedSeal{}, interpret("seal audit: begin", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
-	return computeSeal(ctx, tx, p, limit)
+	return computeSeal(ctx, tx, p, limit, buf)
 }
 
-// computeSeal reads the head and the pending records a seal of limit events takes, in tx, and
-// seals their events with p.Seal, which reads tree hashes in tx too. No pending event: a
-// computedSeal without events, and p.Seal is not called.
-func computeSeal(ctx context.Context, tx *sql.Tx, p store.SealAuditParams, limit int) (c computedSeal, err error) {
+// computeSeal reads the head and the pending records a seal of limit events takes, in tx, into
+// buf, and seals their events with p.Seal, which reads tree hashes in tx too. No pending
+// event: a computedSeal without events, and p.Seal is not called.
+func computeSeal(ctx context.Context, tx *sql.Tx, p store.SealAuditParams, limit int, buf *sealRead) (c computedSeal, err error) {
 	if c.head, c.lastID, err = readHead(ctx, tx); err != nil {
 		return computedSeal{}, err
 	}
 	if err = checkHead(ctx, tx, c.head, c.lastID); err != nil {
 		return computedSeal{}, err
 	}
-	if c.pending, err = pendingEvents(ctx, tx, c.lastID, limit); err != nil || len(c.pending) == 0 {
+	if err = buf.readPending(ctx, tx, c.lastID, limit); err != nil || len(buf.events) == 0 {
 		return computedSeal{}, err
 	}
+	c.pending = buf.events
 	c.seal, err = p.Seal(c.head, c.pending, func(indexes []int64) ([][]byte, error) {
 		return readAuditHashes(ctx, tx, indexes)
 	})
@@ -313,34 +316,54 @@ func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int
 	return nil
 }
 
-// pendingEvents reads the events of the unsealed records a seal of limit events takes, in
+// sealRead holds what a seal reads: the pending events and the text of their records, which
+// the events' details point into.
+type sealRead struct {
+	events []store.AuditEvent
+	text   []byte
+}
+
+// reset empties b for the next seal, keeping its memory: a seal reads about 1,000 events, some
+// 200 KB of them, and the sealer runs several seals a second. No reference into the records of
+// the seal before outlives it.
+func (b sealRead) reset() sealRead {
+	clear(b.events[:cap(b.events)])
+	return sealRead{events: b.events[:0], text: b.text[:0]}
+}
+
+// readPending reads into b the events of the unsealed records a seal of limit events takes, in
 // insertion order: the records after the last sealed one, lastID (see 0004_audit.sql). Each
 // record holds an event at least, so limit records are enough. The limit is "? + 0" because
 // SQLite prepares a statement again whenever a bare LIMIT parameter is bound.
-func pendingEvents(ctx context.Context, tx *sql.Tx, lastID int64, limit int) ([]store.AuditEvent, error) {
+func (b *sealRead) readPending(ctx context.Context, tx *sql.Tx, lastID int64, limit int) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id, events FROM audit_records WHERE id > ? ORDER BY id LIMIT ? + 0`, lastID, limit)
 	if err != nil {
-		return nil, interpret("seal audit: read pending events", err)
+		return interpret("seal audit: read pending events", err)
 	}
 	defer rows.Close()
 	// Whole records, up to the one that reaches limit, decoded into one slice.
-	events := make([]store.AuditEvent, 0, limit+limit/4)
-	for len(events) < limit && rows.Next() {
-		var (
-			id   int64
-			text []byte
-		)
-		if err := rows.Scan(&id, &text); err != nil {
-			return nil, interpret("seal audit: read pending events", err)
+	if b.events = b.events[:0]; cap(b.events) < limit+limit/4 {
+		b.events = make([]store.AuditEvent, 0, limit+limit/4)
+	}
+	b.text = b.text[:0]
+	var raw sql.RawBytes
+	for len(b.events) < limit && rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &raw); err != nil {
+			return interpret("seal audit: read pending events", err)
 		}
-		if events, err = store.AppendAuditRecord(events, id, text); err != nil {
-			return nil, fmt.Errorf("seal audit: %w", err)
+		// A record's events keep slices of its text: it goes where nothing overwrites it
+		// during this seal. Should b.text grow, the records before keep the array they are in.
+		start := len(b.text)
+		b.text = append(b.text, raw...)
+		if b.events, err = store.AppendAuditRecord(b.events, id, b.text[start:len(b.text):len(b.text)]); err != nil {
+			return fmt.Errorf("seal audit: %w", err)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("seal audit: read pending events", err)
+		return interpret("seal audit: read pending events", err)
 	}
-	return events, nil
+	return nil
 }
 
 // storeSeal stores what a seal answers, once store.AuditSealRows checked it: each record's

@@ -61,6 +61,8 @@ type DB struct {
 	// events gathers the audit events of the batch the writer is committing: they are stored
 	// as one record just before the commit (storeRecord). Only the writer goroutine touches it.
 	events store.AuditRecordBuilder
+	// sealReads is what the last seal read its pending records into, for the next one.
+	sealReads store.Reusable[sealRead]
 
 	lastSettle atomic.Int64       // store time (µs) a claim last settled expired claims
 	writes     chan *writeRequest // unbuffered: a send succeeds only while the writer takes it
