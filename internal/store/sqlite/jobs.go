@@ -266,13 +266,15 @@ func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n
 		if len(jobs) > 1 {
 			sort.Sort(claimOrder{jobs, seqs})
 		}
-		events := make([]event, len(jobs))
-		for i, j := range jobs {
-			var det details
-			det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
-			events[i] = event{actor: actor, action: "job.claimed", subject: "job/" + j.ID, details: det.done()}
+		if auditEnabled {
+			events := make([]event, len(jobs))
+			for i, j := range jobs {
+				var det details
+				det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
+				events[i] = event{actor: actor, action: "job.claimed", subject: "job/" + j.ID, details: det.done()}
+			}
+			d.recordAll(now, events)
 		}
-		d.recordAll(now, events)
 		return nil
 	})
 	if err != nil {
@@ -373,8 +375,10 @@ func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.
 		if refused != nil {
 			return refused
 		}
-		e := completedEvent(j, actor)
-		d.record(now, e.actor, e.action, e.subject, e.details)
+		if auditEnabled {
+			e := completedEvent(j, actor)
+			d.record(now, e.actor, e.action, e.subject, e.details)
+		}
 		job = j
 		return nil
 	})
@@ -406,7 +410,9 @@ func (d *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([]
 				continue
 			}
 			out[i].Job = j
-			events = append(events, completedEvent(j, actors[i]))
+			if auditEnabled {
+				events = append(events, completedEvent(j, actors[i]))
+			}
 		}
 		d.recordAll(now, events)
 		return nil
