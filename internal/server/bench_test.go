@@ -77,6 +77,7 @@ func BenchmarkHTTPClaimCompleteBatch(b *testing.B) {
 			const workers, batch = 8, 32
 			var done atomic.Int64
 			var wg sync.WaitGroup
+			ctl := controlled(b, &done)
 			b.ResetTimer()
 			busy := machineBusy()
 			start := time.Now()
@@ -84,7 +85,7 @@ func BenchmarkHTTPClaimCompleteBatch(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for done.Load() < int64(b.N) {
+					for done.Load() < int64(b.N) && ctl.running() {
 						claims, err := w.ClaimMany(ctx, client.ClaimOptions{Worker: fmt.Sprintf("bench-%d", i)}, batch)
 						if err != nil {
 							b.Error(err)
@@ -113,6 +114,7 @@ func BenchmarkHTTPClaimCompleteBatch(b *testing.B) {
 				}()
 			}
 			wg.Wait()
+			ctl.finish()
 			b.StopTimer()
 			b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "jobs/s")
 			reportMachineCPU(b, busy, done.Load())
