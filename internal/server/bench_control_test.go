@@ -3,20 +3,26 @@ package server_test
 import (
 	"bufio"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
 
 // The audit log's cost is measured by running the build with it and the build without it side
 // by side in short slices, one stopped while the other runs (internal/tools/auditcost): runs a
 // minute apart differed by as much as the cost itself, slices a few seconds apart much less.
 // With AG_BENCH_CONTROL set, a benchmark run of more than one job (not testing's first run of
-// one) takes part: once ready it prints "ready" and waits for "go" on its input; it then prints
-// "progress UNIX-NANOS JOBS" every progressEvery, and ends, as if its jobs were done, once its
-// input says "stop".
+// one) takes part: once ready it prints "postmaster PID" when it runs on the tests' private
+// PostgreSQL cluster, which the driver stops and continues with it, then "ready", and waits for
+// "go" on its input; it then prints "progress UNIX-NANOS JOBS" every progressEvery, and ends,
+// as if its jobs were done, once its input says "stop".
 
 // progressEvery is how often a controlled benchmark reports its progress.
 const progressEvery = 50 * time.Millisecond
@@ -29,13 +35,17 @@ type benchControl struct {
 
 // controlled waits for the driver's "go" when AG_BENCH_CONTROL asks for control, and then
 // reports done every progressEvery until finish.
-func controlled(b *testing.B, done *atomic.Int64) *benchControl {
+func controlled(b *testing.B, backend string, done *atomic.Int64) *benchControl {
 	c := &benchControl{}
 	if os.Getenv("AG_BENCH_CONTROL") == "" || b.N <= 1 {
 		return c
 	}
-	// On a line of its own: testing has printed the benchmark's name without ending the line.
-	fmt.Println("\nready")
+	// Testing has printed the benchmark's name without ending its line.
+	fmt.Println()
+	if backend == "postgres" && os.Getenv(pgtest.EnvURL) == "" {
+		fmt.Printf("postmaster %d\n", postmasterPID(b))
+	}
+	fmt.Println("ready")
 	lines := bufio.NewScanner(os.Stdin)
 	if !lines.Scan() || strings.TrimSpace(lines.Text()) != "go" {
 		b.Fatalf("AG_BENCH_CONTROL: want go on the input, got %q (%v)", lines.Text(), lines.Err())
@@ -63,6 +73,25 @@ func controlled(b *testing.B, done *atomic.Int64) *benchControl {
 		}
 	}()
 	return c
+}
+
+// postmasterPID answers the process id of the private cluster's postmaster, from the first line
+// of its postmaster.pid; its socket directory, the URL's host, holds the data directory.
+func postmasterPID(b *testing.B) int {
+	u, err := url.Parse(pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pidFile, err := os.ReadFile(filepath.Join(u.Query().Get("host"), "data", "postmaster.pid"))
+	if err != nil {
+		b.Fatalf("AG_BENCH_CONTROL: the cluster's postmaster: %v", err)
+	}
+	line, _, _ := strings.Cut(string(pidFile), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		b.Fatalf("AG_BENCH_CONTROL: postmaster.pid: %v", err)
+	}
+	return pid
 }
 
 // running says whether the run goes on: the driver has not said stop.

@@ -77,7 +77,7 @@ func BenchmarkHTTPClaimCompleteBatch(b *testing.B) {
 			const workers, batch = 8, 32
 			var done atomic.Int64
 			var wg sync.WaitGroup
-			ctl := controlled(b, &done)
+			ctl := controlled(b, backend, &done)
 			b.ResetTimer()
 			busy := machineBusy()
 			start := time.Now()

@@ -1,7 +1,8 @@
 // Command auditcost measures what the audit log costs claim+complete over the API
 // (docs/benchmarks.md). It builds the server benchmark twice, with the log and without it
 // (-tags agbench_noaudit), starts one of each, and once both have enqueued their jobs runs them
-// in turns of -turn, the other one stopped (SIGSTOP) meanwhile. A turn's throughput is read
+// in turns of -turn, the other one stopped (SIGSTOP) meanwhile: on PostgreSQL, its private
+// cluster too, whose background work would otherwise run in the other build's turn. A turn's throughput is read
 // from the progress the benchmark reports (AG_BENCH_CONTROL, internal/server), leaving out the
 // first -warm of the turn; a round is a turn of each build, and its cost is 1 - with/without.
 //
@@ -183,11 +184,12 @@ func median(v []float64) float64 {
 type build struct {
 	name, tags, binary string
 
-	cmd    *exec.Cmd
-	input  io.WriteCloser
-	ready  chan struct{}
-	exited chan struct{} // closed once the process ended, with err
-	err    error
+	cmd        *exec.Cmd
+	postmaster int // of the build's private PostgreSQL cluster, 0 for none
+	input      io.WriteCloser
+	ready      chan struct{}
+	exited     chan struct{} // closed once the process ended, with err
+	err        error
 
 	mu       sync.Mutex
 	progress []sample
@@ -227,6 +229,8 @@ func (b *build) read(out io.Reader) {
 	for lines.Scan() {
 		line := lines.Text()
 		switch f := strings.Fields(line); {
+		case len(f) == 2 && f[0] == "postmaster" && !ready:
+			b.postmaster, _ = strconv.Atoi(f[1])
 		case line == "ready" && !ready:
 			ready = true
 			close(b.ready)
@@ -246,11 +250,54 @@ func (b *build) read(out io.Reader) {
 	close(b.exited)
 }
 
+// signal stops or continues the build and its cluster: the cluster continues first and stops
+// last, so that the build never waits on a stopped database.
 func (b *build) signal(sig syscall.Signal) error {
+	cluster := func() error {
+		if b.postmaster == 0 {
+			return nil
+		}
+		for _, pid := range append(childrenOf(b.postmaster), b.postmaster) {
+			if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("%s: %v to its cluster's process %d: %w", b.name, sig, pid, err)
+			}
+		}
+		return nil
+	}
+	if sig == syscall.SIGCONT {
+		if err := cluster(); err != nil {
+			return err
+		}
+	}
 	if err := b.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("%s: %v: %w", b.name, sig, err)
 	}
+	if sig != syscall.SIGCONT {
+		return cluster()
+	}
 	return nil
+}
+
+// childrenOf answers the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		if f := strings.Fields(string(stat[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // runTurn lets the build run for one turn and answers its throughput over the turn after the
@@ -308,7 +355,7 @@ func (b *build) finish() {
 	}
 	io.WriteString(b.input, "stop\n") //nolint:errcheck // it may have ended already
 	b.input.Close()
-	b.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck // likewise
+	b.signal(syscall.SIGCONT) //nolint:errcheck // likewise
 	select {
 	case <-b.exited:
 	case <-time.After(2 * time.Minute):

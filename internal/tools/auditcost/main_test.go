@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,5 +42,19 @@ func TestMedian(t *testing.T) {
 		if got := median(c.in); got != c.want {
 			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+func TestChildrenOfFindsAChildProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sleep: %v", err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }() //nolint:errcheck // it is killed
+	if got := childrenOf(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("childrenOf(this process) = %v, want it to hold %d", got, cmd.Process.Pid)
+	}
+	if got := childrenOf(cmd.Process.Pid); len(got) != 0 {
+		t.Errorf("childrenOf(sleep) = %v, want none", got)
 	}
 }
