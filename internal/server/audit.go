@@ -14,8 +14,6 @@ import (
 )
 
 const (
-	// sealBatch bounds one seal's transaction; a backlog is sealed in several, back to back.
-	sealBatch = 1000
 	// sealGap is the least time between seals. Sealing after every commit costs the writers
 	// more than the seal itself (on SQLite the seal holds the one writer); gathering events for
 	// a fifth of a second makes each seal a batch and each checkpoint cover many events.
@@ -34,12 +32,14 @@ func (s *Server) sealLoop(ctx context.Context) {
 		return
 	}
 	seal := s.auditSigner.SealFunc(time.Now)
+	// A seal takes at most the store's batch; a backlog is sealed in several, back to back.
+	batch := s.store.AuditSealBatch()
 	t := time.NewTicker(sealInterval)
 	defer t.Stop()
 	for {
 		wake := s.store.AuditSignal()
 		for {
-			n, err := s.store.SealAudit(ctx, store.SealAuditParams{Limit: sealBatch, Seal: seal})
+			n, err := s.store.SealAudit(ctx, store.SealAuditParams{Limit: batch, Seal: seal})
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("seal the audit log", "err", err)
@@ -50,7 +50,7 @@ func (s *Server) sealLoop(ctx context.Context) {
 				s.metrics.sealed.Add(float64(n))
 				s.sealed.Fire()
 			}
-			if n < sealBatch {
+			if n < batch {
 				break
 			}
 		}

@@ -54,6 +54,11 @@ type AuditStore interface {
 	// p.Seal is not called). p.Seal may be called more than once.
 	SealAudit(ctx context.Context, p SealAuditParams) (int, error)
 
+	// AuditSealBatch answers how many events a seal of this store should take under load:
+	// SealAudit's limit when p.Limit is 0. Each seal costs a few statements however many
+	// events it takes, and what a large seal holds up differs between the stores.
+	AuditSealBatch() int
+
 	// ListAuditEvents answers sealed events with seq > p.AfterSeq, by seq, at most p.Limit.
 	ListAuditEvents(ctx context.Context, p ListAuditEventsParams) ([]AuditEvent, error)
 
