@@ -174,8 +174,8 @@ const detailsTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // defaultSealLimit is SealAudit's batch when the caller gives none. A seal's write holds the one
 // writer, every claim and completion waiting behind it, for as long as it takes to store the
-// seal: 1–3 ms for 1,000 events. Seals of 5,000 cost claim+complete more on SQLite, not less
-// (docs/benchmarks.md).
+// seal: 1–3 ms for 1,000 events. Seals of 5,000 did not cost claim+complete less on SQLite, as
+// they do on PostgreSQL (docs/benchmarks.md).
 const defaultSealLimit = 1000
 
 // AuditSealBatch answers defaultSealLimit.
