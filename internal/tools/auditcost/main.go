@@ -46,8 +46,12 @@ func main() {
 	if o.backend != "sqlite" && o.backend != "postgres" {
 		fail(fmt.Errorf("-backend: sqlite or postgres, not %q", o.backend))
 	}
-	if o.rounds < 1 || o.jobs < 1 || o.cpu < 1 || o.warm < 0 || o.turn <= o.warm+2*progressEvery {
-		fail(errors.New("-rounds, -jobs and -cpu must be positive, and -turn longer than -warm by two progress reports at least"))
+	if o.rounds < 1 || o.jobs < 1 || o.cpu < 1 {
+		fail(fmt.Errorf("-rounds, -jobs and -cpu must be positive, not %d, %d and %d", o.rounds, o.jobs, o.cpu))
+	}
+	if o.warm < 0 || o.turn <= o.warm+2*progressEvery {
+		fail(fmt.Errorf("-turn %v leaves nothing to measure after -warm %v: it must be longer by %v at least (two progress reports)",
+			o.turn, o.warm, 2*progressEvery))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
