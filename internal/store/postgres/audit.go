@@ -202,38 +202,44 @@ const recordTimeJSON = `(SELECT '{"t":' || (extract(epoch FROM {now}) * 1000000)
 
 // ---- seal ----
 
-// A seal finds the pending records by the transaction that wrote them (0006_audit_seals.sql):
-// every transaction whose xid is below the oldest one still running has ended, so the records
-// below that bound are all those transactions wrote, and sealing them in (xid, id) order from
-// where the last seal stopped (audit_head.last_xid, last_id) misses none and takes none twice.
-// Ids alone would not do: a sequence hands them out as statements run, not as they commit.
+// A seal takes the pending records in the order their ids were taken (0008_audit_order_by_id.sql,
+// ADR-0019). A record's id is taken by the statement that writes it, after everything that
+// statement saw: a record written after another committed has the greater id, so the log's
+// order never contradicts what one writer saw of another. Ids are taken before their records
+// commit, though. A seal therefore first reads the last id taken, then waits for every
+// transaction that holds audit_records open for writing (a record's id is taken under that
+// lock) to end: after that, every record up to that id has committed or never will.
 //
 // A seal writes one row of audit_seals per record and never touches the records. It is computed
 // outside any transaction and stored by one statement that moves the head only from where the
 // seal began: a transaction held open meanwhile would keep vacuum from cleaning the rows that
 // claims and completions leave behind, and every claim would walk past them.
 
-// sealHeadSQL reads the head, where its seals stopped, and the greatest xid of the records
-// committed after that, NULL when there are none.
-const sealHeadSQL = `SELECT h.size, h.hash, h.last_xid, h.last_id,
-	(SELECT max(xid) FROM audit_records WHERE (xid, id) > (h.last_xid, h.last_id))
-FROM audit_head h`
+// sealHeadSQL reads the head and the id of the last record it sealed.
+const sealHeadSQL = `SELECT size, hash, last_id FROM audit_head`
 
-// sealWaitSQL counts the transactions still running whose xid is below $1, other than this
-// one: until they end, a record they write would come before those of $1 in seal order.
-const sealWaitSQL = `SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-WHERE x < $1::xid8 AND x IS DISTINCT FROM pg_current_xact_id_if_assigned()`
+// sealLastIDSQL answers the last record id taken, committed or not (0 before the first).
+const sealLastIDSQL = `SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('audit_records', 'id')::regclass), 0)`
 
-// sealWaitMost bounds how long a seal waits for older transactions to end before it seals
-// without the records committed after them. A transaction that writes and stays open (in any
-// database of the cluster) holds sealing back that long each time, as it holds vacuum back.
+// sealWritersSQL answers the virtual transaction ids of the other transactions holding
+// audit_records open for writing. Run after sealLastIDSQL: a record whose id was taken by then
+// is held by one of them until it commits.
+const sealWritersSQL = `SELECT coalesce(array_agg(virtualtransaction), '{}') FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'audit_records'::regclass AND mode = 'RowExclusiveLock' AND granted
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND pid IS DISTINCT FROM pg_backend_pid()`
+
+// sealWritersLeftSQL counts the transactions of $1 still holding audit_records open.
+const sealWritersLeftSQL = `SELECT count(*) FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'audit_records'::regclass AND virtualtransaction = ANY($1::text[])`
+
+// sealWaitMost bounds how long a seal waits for the transactions writing records to end. A
+// transaction that writes a record and stays open holds back the sealing of every record after
+// it; the seal then seals what it knew to be final and reports what it waits for.
 const sealWaitMost = 5 * time.Second
 
-// sealReadSQL reads $1 pending records after ($2, $3) in seal order: (xid, id), below the
-// oldest transaction still running.
-const sealReadSQL = `SELECT xid, id, events FROM audit_records
-WHERE (xid, id) > ($2::xid8, $3::bigint) AND xid < (SELECT pg_snapshot_xmin(pg_current_snapshot()))
-ORDER BY xid, id LIMIT $1`
+// sealReadSQL reads $1 pending records after id $2, up to id $3, in id order.
+const sealReadSQL = `SELECT id, events FROM audit_records WHERE id > $2 AND id <= $3 ORDER BY id LIMIT $1`
 
 // sealPage answers how many pending records to read for want more events, when the last seal
 // took perRecord16/16 events per record: enough at that rate and a few more, since records
@@ -243,26 +249,26 @@ func sealPage(want int, perRecord16 int64) int {
 	return int(min(n, int64(want)))
 }
 
-// sealWriteSQL stores a seal computed from the head of size $1 whose seals stopped at ($2,
-// $3): the head ($4 size, $5 hash, $6 and $7 the last record sealed), each record's place ($8
-// seqs, $9 xids, $10 ids, $11 prev hashes, $12 hashes), the block of new tree hashes ($13 its
-// first index, $14 the hashes) and the checkpoint ($15..$19). When the head is no longer the
-// one the seal began from (another sealer moved it), it stores nothing. It answers how many
-// heads it moved (1 or 0) and how many records it sealed; a record sealed already fails it.
+// sealWriteSQL stores a seal computed from the head of size $1 whose seals stopped at record
+// $2: the head ($3 size, $4 hash, $5 the last record sealed), each record's place ($6 seqs, $7
+// ids, $8 prev hashes, $9 hashes), the block of new tree hashes ($10 its first index, $11 the
+// hashes) and the checkpoint ($12..$16). When the head is no longer the one the seal began from
+// (another sealer moved it), it stores nothing. It answers how many heads it moved (1 or 0) and
+// how many records it sealed; a record sealed already fails it.
 const sealWriteSQL = `WITH h AS (
-	UPDATE audit_head SET size = $4, hash = $5, last_xid = $6, last_id = $7
-	WHERE size = $1 AND last_xid = $2::xid8 AND last_id = $3
+	UPDATE audit_head SET size = $3, hash = $4, last_id = $5
+	WHERE size = $1 AND last_id = $2
 	RETURNING 1),
 s AS (
-	INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
-	SELECT * FROM unnest($8::bigint[], $9::xid8[], $10::bigint[], $11::bytea[], $12::bytea[])
+	INSERT INTO audit_seals (seq, record_id, prev_hash, hashes)
+	SELECT * FROM unnest($6::bigint[], $7::bigint[], $8::bytea[], $9::bytea[])
 	WHERE EXISTS (SELECT FROM h)
 	RETURNING 1),
 b AS (
-	INSERT INTO audit_tree_blocks (first, hashes) SELECT $13, $14 WHERE EXISTS (SELECT FROM h)),
+	INSERT INTO audit_tree_blocks (first, hashes) SELECT $10, $11 WHERE EXISTS (SELECT FROM h)),
 c AS (
 	INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at)
-	SELECT $15, $16, $17, $18, coalesce($19::timestamptz, now()) WHERE EXISTS (SELECT FROM h))
+	SELECT $12, $13, $14, $15, coalesce($16::timestamptz, now()) WHERE EXISTS (SELECT FROM h))
 SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM s)`
 
 // sealAttempts bounds how often a seal is computed again because another replica's seal moved
@@ -273,7 +279,7 @@ const sealAttempts = 5
 var errHeadMoved = errors.New("postgres: seal audit: the head moved since the seal began")
 
 // defaultSealLimit is SealAudit's batch when the caller gives none. Every seal reads the head,
-// waits for the transactions older than its newest record, and stores itself with a statement
+// waits for the transactions writing records, and stores itself with a statement
 // that moves the head's row and inserts a checkpoint, however many events it takes: under a
 // steady claim+complete load, the log cost the queue 12–18% of its throughput with seals of
 // 1,000 events and 1–9% with seals of 5,000 (docs/benchmarks.md).
@@ -317,54 +323,63 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 // seal seals the pending records after the head, limit events or a little more, through q,
 // reading them into pendingRead; with lock, the head's row is locked first (q is a
 // transaction), so no other sealer can move it.
-func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limit int, lock bool, pendingRead *pendingPage) (int, error) {
+func (db *DB) seal(ctx context.Context, q sealQuerier, p store.SealAuditParams, limit int, lock bool, pendingRead *pendingPage) (int, error) {
 	headSQL := sealHeadSQL
 	if lock {
 		headSQL += " FOR UPDATE"
 	}
 	var (
-		head   store.AuditHead
-		size   int64
-		from   sealCursor
-		newest *uint64
+		head store.AuditHead
+		size int64
+		from int64
 	)
-	if err := q.QueryRow(ctx, headSQL).Scan(&size, &head.Hash, &from.xid, &from.id, &newest); err != nil {
+	if err := q.QueryRow(ctx, headSQL).Scan(&size, &head.Hash, &from); err != nil {
 		return 0, mapErr("seal audit: read the head", err)
 	}
 	head.Size = uint64(size)
 	*pendingRead = pendingRead.reset()
 	pendingRead.last = from
-	mayWait := newest != nil
+	// The records up to final are all committed that ever will be: first those a seal before
+	// found so, then, when they are not enough, those whose writers this seal waits for.
+	final, waited := db.sealFinal.Load(), false
+	var waitErr error
 	for {
-		page := sealPage(limit-len(pendingRead.events), db.sealPerRecord16.Load())
-		rows, err := q.Query(ctx, sealReadSQL, page, pendingRead.last.xid, pendingRead.last.id)
-		if err != nil {
-			return 0, mapErr("seal audit: read pending records", err)
+		if pendingRead.last < final {
+			page := sealPage(limit-len(pendingRead.events), db.sealPerRecord16.Load())
+			rows, err := q.Query(ctx, sealReadSQL, page, pendingRead.last, final)
+			if err != nil {
+				return 0, mapErr("seal audit: read pending records", err)
+			}
+			read, err := pendingRead.read(rows, limit)
+			if err != nil {
+				return 0, mapErr("seal audit: read pending records", err)
+			}
+			if len(pendingRead.events) >= limit {
+				break
+			}
+			if read == page {
+				continue // a full page may have more behind it
+			}
+			pendingRead.last = final
 		}
-		read, err := pendingRead.read(rows, limit)
-		if err != nil {
-			return 0, mapErr("seal audit: read pending records", err)
-		}
-		if len(pendingRead.events) >= limit {
+		if waited {
 			break
 		}
-		if read == page {
-			continue // a full page may have more behind it
-		}
-		// Every record below the oldest transaction still running is read. Records committed
-		// by the time the seal began but after that transaction in seal order are sealed too,
-		// once it ends, so that a seal takes every event committed before it.
-		if !mayWait || pendingRead.last.xid >= *newest {
+		waited = true
+		newFinal, err := waitForRecordWriters(ctx, q)
+		if err != nil {
+			if !errors.Is(err, errWritersStillOpen) {
+				return 0, err
+			}
+			waitErr = err
 			break
 		}
-		mayWait = false
-		if err := waitForOlderTransactions(ctx, q, *newest); err != nil {
-			return 0, err
-		}
+		db.raiseSealFinal(newFinal)
+		final = newFinal
 	}
 	pending := pendingRead.events
 	if len(pending) == 0 {
-		return 0, nil
+		return 0, waitErr
 	}
 	db.sealPerRecord16.Store(int64(len(pending)) * 16 / int64(len(pendingRead.records)))
 
@@ -381,10 +396,10 @@ func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limi
 	if len(sealed) != len(pendingRead.records) {
 		return 0, fmt.Errorf("postgres: seal audit: %d records sealed of %d read", len(sealed), len(pendingRead.records))
 	}
-	seqs, xids, ids := make([]int64, len(sealed)), make([]uint64, len(sealed)), make([]int64, len(sealed))
+	seqs, ids := make([]int64, len(sealed)), make([]int64, len(sealed))
 	prevs, hashes := make([][]byte, len(sealed)), make([][]byte, len(sealed))
 	for i, r := range sealed {
-		seqs[i], xids[i], ids[i], prevs[i], hashes[i] = int64(r.Seq), pendingRead.records[i].xid, r.ID, r.PrevHash, r.Hashes
+		seqs[i], ids[i], prevs[i], hashes[i] = int64(r.Seq), r.ID, r.PrevHash, r.Hashes
 	}
 	cp := seal.Checkpoint
 	var created any
@@ -397,9 +412,9 @@ func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limi
 	}
 	to := pendingRead.records[len(pendingRead.records)-1]
 	var moved, stored int64
-	err = q.QueryRow(ctx, sealWriteSQL, size, from.xid, from.id,
-		int64(seal.Head.Size), seal.Head.Hash, to.xid, to.id,
-		seqs, xids, ids, prevs, hashes, first, block,
+	err = q.QueryRow(ctx, sealWriteSQL, size, from,
+		int64(seal.Head.Size), seal.Head.Hash, to,
+		seqs, ids, prevs, hashes, first, block,
 		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created).Scan(&moved, &stored)
 	if err != nil {
 		return 0, mapErr("seal audit: store the seal", err)
@@ -413,41 +428,80 @@ func (db *DB) seal(ctx context.Context, q querier, p store.SealAuditParams, limi
 	return len(pending), nil
 }
 
-// sealCursor is a record's place in seal order.
-type sealCursor struct {
-	xid uint64
-	id  int64
+// sealQuerier is the pool or a transaction.
+type sealQuerier interface {
+	querier
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// waitForOlderTransactions waits until every transaction whose xid is below xid has ended, or
-// sealWaitMost has passed.
-func waitForOlderTransactions(ctx context.Context, q querier, xid uint64) error {
-	deadline := time.Now().Add(sealWaitMost)
-	pause := time.Millisecond
+// raiseSealFinal records that every record up to id has committed or never will, unless a
+// seal knew more already.
+func (db *DB) raiseSealFinal(id int64) {
 	for {
-		var running int64
-		if err := q.QueryRow(ctx, sealWaitSQL, xid).Scan(&running); err != nil {
-			return mapErr("seal audit: wait for older transactions", err)
+		old := db.sealFinal.Load()
+		if id <= old || db.sealFinal.CompareAndSwap(old, id) {
+			return
 		}
-		if running == 0 || time.Now().After(deadline) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
 
+// errWritersStillOpen says that transactions writing records were still open after sealWaitMost.
+var errWritersStillOpen = errors.New("still open")
+
+// waitForRecordWriters answers the last record id taken, once every transaction that held
+// audit_records open for writing when it was read has ended: every record up to that id has
+// then committed or never will. After sealWaitMost it gives up with errWritersStillOpen,
+// naming the processes it waited for.
+func waitForRecordWriters(ctx context.Context, q sealQuerier) (int64, error) {
+	var batch pgx.Batch
+	batch.Queue(sealLastIDSQL)
+	batch.Queue(sealWritersSQL)
+	br := q.SendBatch(ctx, &batch)
+	var (
+		last    int64
+		writers []string
+	)
+	err := br.QueryRow().Scan(&last)
+	if err == nil {
+		err = br.QueryRow().Scan(&writers)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, mapErr("seal audit: read the last record id", err)
+	}
+	deadline := time.Now().Add(sealWaitMost)
+	pause := 500 * time.Microsecond
+	for len(writers) > 0 {
+		var open int64
+		if err := q.QueryRow(ctx, sealWritersLeftSQL, writers).Scan(&open); err != nil {
+			return 0, mapErr("seal audit: wait for the transactions writing records", err)
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("postgres: seal audit: %d transactions writing audit records (of %v) %w after %s; the records after theirs wait for them",
+				open, writers, errWritersStillOpen, sealWaitMost)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 20*time.Millisecond)
+	}
+	return last, nil
+}
+
 // pendingPage gathers the pending records a seal reads, page after page: their events decoded
-// into one slice, up to the record that reaches the events wanted, each record's place, and the
-// place of the last row read.
+// into one slice, up to the record that reaches the events wanted, each record's id, and the id
+// of the last row read.
 type pendingPage struct {
 	events  []store.AuditEvent
-	records []sealCursor
-	last    sealCursor
+	records []int64
+	last    int64
 }
 
 // reset empties p for the next seal, keeping its memory: a seal reads up to 5,000 events, about
@@ -465,7 +519,7 @@ func (p *pendingPage) read(rows pgx.Rows, want int) (int, error) {
 	n := 0
 	for rows.Next() {
 		var text []byte
-		if err := rows.Scan(&p.last.xid, &p.last.id, &text); err != nil {
+		if err := rows.Scan(&p.last, &text); err != nil {
 			return n, err
 		}
 		n++
@@ -473,7 +527,7 @@ func (p *pendingPage) read(rows pgx.Rows, want int) (int, error) {
 			continue
 		}
 		var err error
-		if p.events, err = store.AppendAuditRecord(p.events, p.last.id, text); err != nil {
+		if p.events, err = store.AppendAuditRecord(p.events, p.last, text); err != nil {
 			return n, err
 		}
 		p.records = append(p.records, p.last)
@@ -523,10 +577,10 @@ const maxAuditPage = 10000
 
 // listAuditRecordsSQL answers the sealed records that hold events $1 to $2, by seq: the one
 // holding $1 (the greatest seq <= $1) and those starting after it, up to $2, through the seals'
-// primary key and each record's place in audit_records_order. A seal whose record is gone
+// primary key and the records' own. A seal whose record is gone
 // answers nothing: the events missing from the chain are what verification names.
 const listAuditRecordsSQL = `SELECT s.record_id, s.seq, r.events, s.prev_hash, s.hashes FROM audit_seals s
-JOIN audit_records r ON r.xid = s.record_xid AND r.id = s.record_id
+JOIN audit_records r ON r.id = s.record_id
 WHERE s.seq >= coalesce((SELECT max(seq) FROM audit_seals WHERE seq <= $1), $1) AND s.seq <= $2
 ORDER BY s.seq`
 

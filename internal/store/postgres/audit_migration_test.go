@@ -143,6 +143,49 @@ func sameLogAfterMigration(t *testing.T, db *postgres.DB, signer *audit.Signer, 
 	}
 }
 
+// sealPendingThenNew writes new events into db, just migrated, seals everything and checks that
+// the log verifies and that its events after the first sealed ones are the records pending at
+// the migration, in order (their ids renumbered after every id up to greatest), then new ones.
+func sealPendingThenNew(t *testing.T, db *postgres.DB, signer *audit.Signer, sealed int, pending []store.AuditEvent, greatest int64) {
+	t.Helper()
+	if err := writeSome(t.Context(), db, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	sealAll(t, db, signer, 2)
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("Verify after sealing on: %v", err)
+	}
+	all := allEvents(t, db)
+	if len(all) <= sealed+len(pending) {
+		t.Fatalf("%d events sealed in all; want the new ones after the %d old", len(all), sealed+len(pending))
+	}
+	for i, want := range pending {
+		e := all[sealed+i]
+		want.Seq, want.PrevHash, want.Hash = e.Seq, e.PrevHash, e.Hash
+		want.ID = renumbered(t, e, all[sealed+i-1], greatest)
+		if diff := sameEvent(e, want); diff != "" {
+			t.Errorf("the record pending at the migration, sealed as event %d: %s", e.Seq, diff)
+		}
+	}
+	for _, e := range all[sealed+len(pending):] {
+		if e.Principal != "carol" && e.Principal != "admin" && e.Principal != store.SystemPrincipal {
+			t.Errorf("event %d after the old ones is %s by %s; want one writeSome wrote", e.Seq, e.Action, e.Principal)
+		}
+	}
+}
+
+// renumbered answers the id of e, a record pending at migration 8, after checking that the
+// migration gave it one after every id before it (greatest) and after that of the event
+// sealed before it, prev: the pending records keep their order and follow every other.
+func renumbered(t *testing.T, e, prev store.AuditEvent, greatest int64) int64 {
+	t.Helper()
+	if e.ID <= greatest || e.ID <= prev.ID {
+		t.Errorf("the pending record sealed as event %d has id %d; want one after %d and after the record before it (%d)",
+			e.Seq, e.ID, greatest, prev.ID)
+	}
+	return e.ID
+}
+
 // sameEvent answers how got differs from want, or "".
 func sameEvent(got, want store.AuditEvent) string {
 	switch {
@@ -211,6 +254,7 @@ func TestMigrationToAuditRecordsKeepsTheLog(t *testing.T) {
 	for i, want := range old[oldSealed:] {
 		e := events[oldSealed+i]
 		want.Seq, want.PrevHash, want.Hash = e.Seq, e.PrevHash, e.Hash
+		want.ID = renumbered(t, e, events[oldSealed+i-1], old[len(old)-1].ID)
 		if diff := sameEvent(e, want); diff != "" {
 			t.Errorf("the old pending event %d: %s", e.Seq, diff)
 		}
@@ -446,28 +490,76 @@ func TestMigrationToSealsBesideRecordsKeepsTheLog(t *testing.T) {
 	db := open(t, url, nil)
 	sameLogAfterMigration(t, db, signer, sealed, oldCP)
 
-	// The pending records are sealed first, in id order, then new ones.
-	if err := writeSome(ctx, db, "carol"); err != nil {
+	// The pending records are sealed first, in the order they were written, then new ones.
+	sealPendingThenNew(t, db, signer, len(sealed), pending, events[len(events)-1].ID)
+}
+
+// TestMigrationToIDOrderSealsPendingRecordsInTheOrderBefore ensures that the records pending
+// when a log of schema 7 (sealed in the order of the transactions that wrote them) is migrated
+// to id order are sealed next in the order schema 7 would have sealed them, though their ids
+// are in another, and before every record written after the migration.
+func TestMigrationToIDOrderSealsPendingRecordsInTheOrderBefore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	if err := postgres.MigrateTo(ctx, url, 7); err != nil {
+		t.Fatalf("migrate to schema 7: %v", err)
+	}
+	signer := newSigner(t)
+	conn := connect(t, url)
+
+	// Two sealed records, then three pending ones whose transactions (xids) run in another
+	// order than their ids.
+	events := oldLayoutEvents()[:5]
+	places := []struct {
+		xid string
+		id  int64
+	}{{"5", 1}, {"5", 2}, {"7", 4}, {"8", 3}, {"9", 6}}
+	for i, e := range events {
+		var r store.AuditRecordBuilder
+		r.Add(e.Time.UnixMicro(), store.Actor{Principal: e.Principal, Holder: e.Holder}, e.Action, e.Subject, e.Details)
+		if _, err := conn.Exec(ctx, `INSERT INTO audit_records (xid, id, events) VALUES ($1::xid8, $2, $3)`,
+			places[i].xid, places[i].id, r.Text()); err != nil {
+			t.Fatal(err)
+		}
+		events[i].ID = places[i].id
+	}
+	if _, err := conn.Exec(ctx, `SELECT setval(pg_get_serial_sequence('audit_records', 'id'), 6)`); err != nil {
 		t.Fatal(err)
 	}
-	sealAll(t, db, signer, 2)
-	if err := verify(t, db, signer); err != nil {
-		t.Fatalf("Verify after sealing on: %v", err)
+	tree := map[int64][]byte{}
+	s, err := signer.SealFunc(time.Now)(store.AuditHead{}, events[:2], treeReader(tree))
+	if err != nil {
+		t.Fatal(err)
 	}
-	all := allEvents(t, db)
-	for i, want := range pending {
-		e := all[len(sealed)+i]
-		want.Seq, want.PrevHash, want.Hash = e.Seq, e.PrevHash, e.Hash
-		if diff := sameEvent(e, want); diff != "" {
-			t.Errorf("the pending record %d, sealed as event %d: %s", want.ID, e.Seq, diff)
+	first, block := int64(-1), []byte{}
+	for idx, h := range storetest.SealTreeHashes(store.AuditHead{}, s) {
+		if first < 0 {
+			first = idx
+		}
+		block = append(block, h...)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO audit_tree_blocks (first, hashes) VALUES ($1, $2)`, first, block); err != nil {
+		t.Fatal(err)
+	}
+	sealed := storetest.SealedEvents(store.AuditHead{}, events[:2], s)
+	for i, e := range sealed {
+		if _, err := conn.Exec(ctx, `INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes) VALUES ($1, $2::xid8, $3, $4, $5)`,
+			int64(e.Seq), places[i].xid, e.ID, e.PrevHash, e.Hash); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(all) <= len(sealed)+len(pending) {
-		t.Fatalf("%d events sealed in all; want the new ones after the %d old", len(all), len(sealed)+len(pending))
+	cp := s.Checkpoint
+	if _, err := conn.Exec(ctx, `INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		int64(cp.Size), cp.RootHash, cp.HeadHash, cp.Note, cp.CreatedAt); err != nil {
+		t.Fatal(err)
 	}
-	for _, e := range all[len(sealed)+len(pending):] {
-		if e.Principal != "carol" && e.Principal != "admin" && e.Principal != store.SystemPrincipal {
-			t.Errorf("event %d after the old ones is %s by %s; want one writeSome wrote", e.Seq, e.Action, e.Principal)
-		}
+	if _, err := conn.Exec(ctx, `UPDATE audit_head SET size = $1, hash = $2, last_xid = '5', last_id = 2`,
+		int64(s.Head.Size), s.Head.Hash); err != nil {
+		t.Fatal(err)
 	}
+
+	db := open(t, url, nil)
+	sameLogAfterMigration(t, db, signer, sealed, cp)
+	sealPendingThenNew(t, db, signer, len(sealed), events[2:], 6)
 }

@@ -395,15 +395,15 @@ func TestTamperingIsNamed(t *testing.T) {
 			UPDATE audit_seals SET seq = -seq + 1 WHERE seq < 0;
 			INSERT INTO audit_records (events)
 			VALUES ('[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]');
-			INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
-			SELECT 5, r.xid, r.id, substring(s.hashes FROM octet_length(s.hashes) - 31), substring(s.hashes FROM octet_length(s.hashes) - 31)
+			INSERT INTO audit_seals (seq, record_id, prev_hash, hashes)
+			SELECT 5, r.id, substring(s.hashes FROM octet_length(s.hashes) - 31), substring(s.hashes FROM octet_length(s.hashes) - 31)
 			FROM audit_records r, audit_seals s
 			WHERE r.id = (SELECT max(id) FROM audit_records) AND s.seq = (SELECT max(seq) FROM audit_seals WHERE seq <= 4)`},
 		{name: "appended", sql: `
 			INSERT INTO audit_records (events)
 			VALUES ('[{"t":0,"p":"mallory","h":"","a":"principal.created","s":"principal/mallory","d":{"role":"admin"}}]');
-			INSERT INTO audit_seals (seq, record_xid, record_id, prev_hash, hashes)
-			SELECT s.seq + octet_length(s.hashes) / 32, r.xid, r.id,
+			INSERT INTO audit_seals (seq, record_id, prev_hash, hashes)
+			SELECT s.seq + octet_length(s.hashes) / 32, r.id,
 				substring(s.hashes FROM octet_length(s.hashes) - 31), substring(s.hashes FROM octet_length(s.hashes) - 31)
 			FROM audit_records r, audit_seals s
 			WHERE r.id = (SELECT max(id) FROM audit_records) AND s.seq = (SELECT max(seq) FROM audit_seals)`,
@@ -756,9 +756,9 @@ func TestSealReadsPendingRecordsInPages(t *testing.T) {
 }
 
 // TestSealTakesWhatCommittedBehindAnOlderTransaction ensures that a seal takes the records
-// committed before it began even when an older transaction, still open, holds them back: it
-// waits for that transaction to end, and seals its record first, since it is older, although
-// it committed last.
+// committed before it began even when a transaction that wrote a record before them, still
+// open, holds them back: it waits for that transaction to end, and seals its record first,
+// since its id was taken first, although it committed last.
 func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -789,6 +789,7 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 		sealed <- err
 	}()
 	// The seal polls for the older transaction's end; once it does, it has not returned.
+	// (sealWritersLeftSQL is the only statement of the store naming virtualtransaction = ANY.)
 	watch := connect(t, url)
 	for waiting := false; !waiting; {
 		select {
@@ -797,7 +798,7 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 		default:
 		}
 		if err := watch.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
-			WHERE datname = current_database() AND query LIKE '%pg_snapshot_xip%' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			WHERE datname = current_database() AND query LIKE '%virtualtransaction = ANY%' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -815,6 +816,62 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 	events := allEvents(t, db)
 	if len(events) != 2 || events[0].Subject != "principal/early" || events[1].Action != "job.enqueued" {
 		t.Fatalf("sealed %+v; want the older transaction's event, then the enqueue", events)
+	}
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// TestALaterWriterIsSealedAfterWhatItSaw ensures that the log never puts a write before one it
+// followed: a transaction that began, and wrote, before another committed, but wrote its record
+// after it saw that commit, is sealed after it. This is how a lease grant runs: it locks its
+// repository's row (its first write), then finds the paths free because a release committed
+// meanwhile; a log in the order the transactions began would show the grant while the released
+// lease was still live.
+func TestALaterWriterIsSealedAfterWhatItSaw(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	signer := newSigner(t)
+	admin := store.WithActor(ctx, store.Actor{Principal: "admin"})
+	if _, err := db.CreateRepository(admin, store.CreateRepositoryParams{Name: "r", CreatedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+
+	grant, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grant.Rollback(ctx) //nolint:errcheck // committed below
+	// Its first write: from here on it has its transaction id.
+	if _, err := grant.Exec(ctx, `SELECT true FROM repositories WHERE name = 'r' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.EnqueueJob(admin, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	// It sees the enqueue, and records what it did after that.
+	var jobs int
+	if err := grant.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("the transaction sees %d jobs, %v; want the one committed", jobs, err)
+	}
+	var r store.AuditRecordBuilder
+	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/after-the-job", []byte(`{"role":"agent"}`))
+	if _, err := grant.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
+		t.Fatal(err)
+	}
+	if err := grant.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	sealAll(t, db, signer, 100)
+	var order []string
+	for _, e := range allEvents(t, db) {
+		order = append(order, e.Action+" "+e.Subject)
+	}
+	if len(order) < 2 || !strings.HasPrefix(order[len(order)-2], "job.enqueued ") || order[len(order)-1] != "principal.created principal/after-the-job" {
+		t.Fatalf("the log ends %q; want the enqueue, then the write that followed it", order)
 	}
 	if err := verify(t, db, signer); err != nil {
 		t.Fatalf("Verify: %v", err)

@@ -48,6 +48,9 @@ type DB struct {
 	auditSignal store.Signal
 	// sealPerRecord16 is 16 times the events per record the last seal took (sealPage).
 	sealPerRecord16 atomic.Int64
+	// sealFinal is an audit record id up to which every record has committed or never will
+	// (waitForRecordWriters): a seal reads those without waiting.
+	sealFinal atomic.Int64
 	// sealReads is what the last seal read its pending records into, for the next one.
 	sealReads store.Reusable[pendingPage]
 
