@@ -10,7 +10,12 @@
 // this project's machines: the machine's speed moves over minutes. Turns of a few seconds see
 // the same machine.
 //
-//	go run ./internal/tools/auditcost [-backend sqlite] [-rounds 30] [-turn 2s] [-warm 300ms] [-jobs 800000] [-cpu 3]
+// With -against DIR, the other build is not this tree without the log but the tree in DIR (a
+// checkout of another commit, git worktree add DIR COMMIT) with its log: what a change to the
+// log costs or saves, measured as side by side as the log itself. Two series of the same code
+// measured minutes apart have differed by several points, more than the change being judged.
+//
+//	go run ./internal/tools/auditcost [-backend sqlite] [-rounds 30] [-turn 2s] [-warm 300ms] [-jobs 800000] [-cpu 3] [-against DIR]
 //
 // It needs a quiet machine: anything else running is charged to whichever build has its turn.
 package main
@@ -42,12 +47,18 @@ func main() {
 	flag.DurationVar(&o.warm, "warm", 300*time.Millisecond, "the start of a turn that is not measured")
 	flag.IntVar(&o.jobs, "jobs", 800_000, "jobs each build enqueues before the turns begin; the rounds end early when a build runs short")
 	flag.IntVar(&o.cpu, "cpu", 3, "Go processors of each build (-test.cpu)")
+	flag.StringVar(&o.against, "against", "", "a checkout of another commit, whose build with the log takes the place of the build without it")
 	flag.Parse()
 	if o.backend != "sqlite" && o.backend != "postgres" {
 		fail(fmt.Errorf("-backend: sqlite or postgres, not %q", o.backend))
 	}
 	if o.rounds < 1 || o.jobs < 1 || o.cpu < 1 {
 		fail(fmt.Errorf("-rounds, -jobs and -cpu must be positive, not %d, %d and %d", o.rounds, o.jobs, o.cpu))
+	}
+	if o.against != "" {
+		if _, err := os.Stat(filepath.Join(o.against, "internal", "server")); err != nil {
+			fail(fmt.Errorf("-against %s: not a checkout of this project: %w", o.against, err))
+		}
 	}
 	if o.warm < 0 || o.turn <= o.warm+2*progressEvery {
 		fail(fmt.Errorf("-turn %v leaves nothing to measure after -warm %v: it must be longer by %v at least (two progress reports)",
@@ -70,6 +81,15 @@ type options struct {
 	rounds, jobs int
 	cpu          int
 	turn, warm   time.Duration
+	against      string // a checkout whose build with the log is the one compared with
+}
+
+// otherName names the build compared with.
+func (o options) otherName() string {
+	if o.against != "" {
+		return o.against
+	}
+	return "without (noaudit)"
 }
 
 // progressEvery is how often the benchmark reports its progress (internal/server).
@@ -84,7 +104,10 @@ func run(ctx context.Context, o options) error {
 	fmt.Fprintln(os.Stderr, "building both builds of the server benchmark")
 	builds := []*build{
 		{name: "with the log", binary: filepath.Join(work, "audit.test")},
-		{name: "without (noaudit)", binary: filepath.Join(work, "noaudit.test"), tags: "agbench_noaudit"},
+		{name: o.otherName(), binary: filepath.Join(work, "other.test"), tags: "agbench_noaudit"},
+	}
+	if o.against != "" {
+		builds[1].tags, builds[1].dir = "", o.against
 	}
 	for _, b := range builds {
 		args := []string{"test", "-c", "-o", b.binary}
@@ -92,6 +115,7 @@ func run(ctx context.Context, o options) error {
 			args = append(args, "-tags", b.tags)
 		}
 		cmd := exec.CommandContext(ctx, "go", append(args, "./internal/server/")...)
+		cmd.Dir = b.dir
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build %s: %w", b.name, err)
@@ -144,8 +168,8 @@ func run(ctx context.Context, o options) error {
 			short = short || left < int64(2*rate*o.turn.Seconds())
 		}
 		rounds = append(rounds, rates)
-		fmt.Fprintf(os.Stderr, "round %d/%d  with %.0f  without %.0f jobs/s  cost %.1f%%\n",
-			r+1, o.rounds, rates[0], rates[1], 100*(1-rates[0]/rates[1]))
+		fmt.Fprintf(os.Stderr, "round %d/%d  this tree %.0f  %s %.0f jobs/s  cost %.1f%%\n",
+			r+1, o.rounds, rates[0], o.otherName(), rates[1], 100*(1-rates[0]/rates[1]))
 		if short {
 			fmt.Fprintln(os.Stderr, "a build is running out of jobs: the rounds end here (raise -jobs)")
 			break
@@ -167,9 +191,14 @@ func report(o options, rounds [][2]float64) {
 	}
 	fmt.Printf("HTTPClaimCompleteBatch on %s, %d rounds of a %v turn of each build (the first %v of a turn not measured), %d Go processors\n",
 		o.backend, len(rounds), o.turn, o.warm, o.cpu)
-	fmt.Printf("  with the audit log:    median %.0f jobs/s\n", median(with))
-	fmt.Printf("  without (noaudit):     median %.0f jobs/s\n", median(without))
-	fmt.Printf("  cost of the log:       %.1f%% of the throughput without it (medians)\n", 100*(1-median(with)/median(without)))
+	fmt.Printf("  this tree, with the audit log:  median %.0f jobs/s\n", median(with))
+	if o.against != "" {
+		fmt.Printf("  %s, with its log:  median %.0f jobs/s\n", o.against, median(without))
+		fmt.Printf("  cost against it:   %.1f%% of its throughput (medians; negative: this tree is faster)\n", 100*(1-median(with)/median(without)))
+	} else {
+		fmt.Printf("  without (noaudit):              median %.0f jobs/s\n", median(without))
+		fmt.Printf("  cost of the log:                %.1f%% of the throughput without it (medians)\n", 100*(1-median(with)/median(without)))
+	}
 	slices.Sort(cost)
 	fmt.Printf("  by round:              %.1f%% (the median of the rounds' costs; half of the rounds between %.1f%% and %.1f%%)\n",
 		median(cost), cost[len(cost)/4], cost[(3*len(cost)-1)/4])
@@ -187,6 +216,7 @@ func median(v []float64) float64 {
 // build is one build of the benchmark and, once started, its process.
 type build struct {
 	name, tags, binary string
+	dir                string // the tree it is built from; "" for this one
 
 	cmd        *exec.Cmd
 	postmaster int // of the build's private PostgreSQL cluster, 0 for none
