@@ -31,6 +31,9 @@ func (s *Server) sealLoop(ctx context.Context) {
 		s.log.Warn("no audit key: audit events are recorded but not sealed")
 		return
 	}
+	if err := lowerSealerPriority(); err != nil {
+		s.log.Warn("the sealer runs at the writers' priority", "err", err)
+	}
 	seal := s.auditSigner.SealFunc(time.Now)
 	// A seal takes at most the store's batch; a backlog is sealed in several, back to back.
 	batch := s.store.AuditSealBatch()
