@@ -451,7 +451,7 @@ var errWritersStillOpen = errors.New("still open")
 // waitForRecordWriters answers the last record id taken, once every transaction that held
 // audit_records open for writing when it was read has ended: every record up to that id has
 // then committed or never will. After sealWaitMost it gives up with errWritersStillOpen,
-// naming the processes it waited for.
+// naming the virtual transaction ids it waited for (pg_locks.virtualtransaction).
 func waitForRecordWriters(ctx context.Context, q sealQuerier) (int64, error) {
 	var batch pgx.Batch
 	batch.Queue(sealLastIDSQL)
