@@ -233,10 +233,10 @@ WHERE locktype = 'relation' AND relation = 'audit_records'::regclass AND mode = 
 const sealWritersLeftSQL = `SELECT count(*) FROM pg_locks
 WHERE locktype = 'relation' AND relation = 'audit_records'::regclass AND virtualtransaction = ANY($1::text[])`
 
-// sealWaitMost bounds how long a seal waits for the transactions writing records to end. A
-// transaction that writes a record and stays open holds back the sealing of every record after
-// it; the seal then seals what it knew to be final and reports what it waits for.
-const sealWaitMost = 5 * time.Second
+// defaultSealWaitMost bounds how long a seal waits for the transactions writing records to end.
+// A transaction that writes a record and stays open holds back the sealing of every record
+// after it; the seal then seals what it knew to be final and reports what it waits for.
+const defaultSealWaitMost = 5 * time.Second
 
 // sealReadSQL reads $1 pending records after id $2, up to id $3, in id order.
 const sealReadSQL = `SELECT id, events FROM audit_records WHERE id > $2 AND id <= $3 ORDER BY id LIMIT $1`
@@ -366,7 +366,7 @@ func (db *DB) seal(ctx context.Context, q sealQuerier, p store.SealAuditParams, 
 			break
 		}
 		waited = true
-		newFinal, err := waitForRecordWriters(ctx, q)
+		newFinal, err := waitForRecordWriters(ctx, q, db.sealWaitMost)
 		if err != nil {
 			if !errors.Is(err, errWritersStillOpen) {
 				return 0, err
@@ -445,14 +445,14 @@ func (db *DB) raiseSealFinal(id int64) {
 	}
 }
 
-// errWritersStillOpen says that transactions writing records were still open after sealWaitMost.
+// errWritersStillOpen says that transactions writing records were still open after a seal's wait.
 var errWritersStillOpen = errors.New("still open")
 
 // waitForRecordWriters answers the last record id taken, once every transaction that held
 // audit_records open for writing when it was read has ended: every record up to that id has
-// then committed or never will. After sealWaitMost it gives up with errWritersStillOpen,
+// then committed or never will. After most it gives up with errWritersStillOpen,
 // naming the virtual transaction ids it waited for (pg_locks.virtualtransaction).
-func waitForRecordWriters(ctx context.Context, q sealQuerier) (int64, error) {
+func waitForRecordWriters(ctx context.Context, q sealQuerier, most time.Duration) (int64, error) {
 	var batch pgx.Batch
 	batch.Queue(sealLastIDSQL)
 	batch.Queue(sealWritersSQL)
@@ -471,7 +471,7 @@ func waitForRecordWriters(ctx context.Context, q sealQuerier) (int64, error) {
 	if err != nil {
 		return 0, mapErr("seal audit: read the last record id", err)
 	}
-	deadline := time.Now().Add(sealWaitMost)
+	deadline := time.Now().Add(most)
 	pause := 500 * time.Microsecond
 	for len(writers) > 0 {
 		var open int64
@@ -483,7 +483,7 @@ func waitForRecordWriters(ctx context.Context, q sealQuerier) (int64, error) {
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("postgres: seal audit: %d transactions writing audit records (of %v) %w after %s; the records after theirs wait for them",
-				open, writers, errWritersStillOpen, sealWaitMost)
+				open, writers, errWritersStillOpen, most)
 		}
 		select {
 		case <-ctx.Done():

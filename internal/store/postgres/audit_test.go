@@ -822,6 +822,63 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 	}
 }
 
+// TestAWriterLeftOpenHoldsBackOnlyWhatCameAfterIt ensures that a transaction that wrote a
+// record and stays open keeps the seal from the records whose ids came after its own, however
+// long it stays: the seal answers that it waited for writers still open, and seals them all, in
+// id order, once it has ended. What was sealed before it began stays sealed.
+func TestAWriterLeftOpenHoldsBackOnlyWhatCameAfterIt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	db := open(t, url, nil)
+	postgres.SetSealWaitMost(db, 100*time.Millisecond)
+	signer := newSigner(t)
+	admin := store.WithActor(ctx, store.Actor{Principal: "admin"})
+	enqueue := func() {
+		t.Helper()
+		if _, _, err := db.EnqueueJob(admin, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seal := func() (int, error) {
+		return db.SealAudit(ctx, store.SealAuditParams{Limit: 100, Seal: signer.SealFunc(time.Now)})
+	}
+	enqueue()
+	if n, err := seal(); n != 1 || err != nil {
+		t.Fatalf("the first seal = %d events, %v; want the enqueue", n, err)
+	}
+
+	writer, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx) //nolint:errcheck // committed below
+	var r store.AuditRecordBuilder
+	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/left-open", []byte(`{"role":"agent"}`))
+	if _, err := writer.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
+		t.Fatal(err)
+	}
+	enqueue()
+	for range 2 {
+		if n, err := seal(); n != 0 || !errors.Is(err, postgres.ErrWritersStillOpen) {
+			t.Fatalf("a seal while a writer is open = %d events, %v; want none, and that it waited for writers still open", n, err)
+		}
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := seal(); n != 2 || err != nil {
+		t.Fatalf("the seal after the writer committed = %d events, %v; want its event and the enqueue after it", n, err)
+	}
+	events := allEvents(t, db)
+	if len(events) != 3 || events[0].Action != "job.enqueued" || events[1].Subject != "principal/left-open" || events[2].Action != "job.enqueued" {
+		t.Fatalf("sealed %+v; want the first enqueue, the open writer's event, then the second enqueue", events)
+	}
+	if err := verify(t, db, signer); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+}
+
 // TestALaterWriterIsSealedAfterWhatItSaw ensures that the log never puts a write before one it
 // followed: a transaction that began, and wrote, before another committed, but wrote its record
 // after it saw that commit, is sealed after it. This is how a lease grant runs: it locks its

@@ -37,3 +37,9 @@ func MigrateTo(ctx context.Context, url string, version int) error {
 	defer pool.Close()
 	return migrate(ctx, pool, version)
 }
+
+// SetSealWaitMost bounds db's seals' wait for the transactions writing records to d.
+func SetSealWaitMost(db *DB, d time.Duration) { db.sealWaitMost = d }
+
+// ErrWritersStillOpen is what a seal answers when its wait ended with writers still open.
+var ErrWritersStillOpen = errWritersStillOpen

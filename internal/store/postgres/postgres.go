@@ -51,6 +51,8 @@ type DB struct {
 	// sealFinal is an audit record id up to which every record has committed or never will
 	// (waitForRecordWriters): a seal reads those without waiting.
 	sealFinal atomic.Int64
+	// sealWaitMost bounds a seal's wait for the transactions writing records (defaultSealWaitMost).
+	sealWaitMost time.Duration
 	// sealReads is what the last seal read its pending records into, for the next one.
 	sealReads store.Reusable[pendingPage]
 
@@ -124,7 +126,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*DB, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(max(16, 4*runtime.GOMAXPROCS(0)))
 	}
-	db := &DB{clock: opts.Clock}
+	db := &DB{clock: opts.Clock, sealWaitMost: defaultSealWaitMost}
 	// A backend's PID is unique among the live backends of a server, and a connection leaves
 	// the set before its backend ends, so no other replica's backend can be mistaken for ours.
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
