@@ -482,8 +482,8 @@ func waitForRecordWriters(ctx context.Context, q sealQuerier, most time.Duration
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("postgres: seal audit: %d transactions writing audit records (of %v) %w after %s; the records after theirs wait for them",
-				open, writers, errWritersStillOpen, most)
+			return 0, fmt.Errorf("postgres: seal audit: %d of the transactions writing audit records (virtual ids %v) %w after %s; "+
+				"the records after theirs wait until they end (pg_locks shows their pids)", open, writers, errWritersStillOpen, most)
 		}
 		select {
 		case <-ctx.Done():
