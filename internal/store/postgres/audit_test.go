@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -755,6 +757,29 @@ func TestSealReadsPendingRecordsInPages(t *testing.T) {
 	}
 }
 
+// beginByHand begins a transaction on a connection of its own to url, which the test commits;
+// it is rolled back if the test ends first.
+func beginByHand(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	tx, err := connect(t, url).Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck // a no-op once committed
+	return tx
+}
+
+// recordByHand writes, in tx, a record of one principal.created event of subject, as a store's
+// statement would.
+func recordByHand(t *testing.T, tx pgx.Tx, subject string) {
+	t.Helper()
+	var r store.AuditRecordBuilder
+	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", subject, []byte(`{"role":"agent"}`))
+	if _, err := tx.Exec(t.Context(), `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSealTakesWhatCommittedBehindAnOlderTransaction ensures that a seal takes the records
 // committed before it began even when a transaction that wrote a record before them, still
 // open, holds them back: it waits for that transaction to end, and seals its record first,
@@ -766,16 +791,8 @@ func TestSealTakesWhatCommittedBehindAnOlderTransaction(t *testing.T) {
 	db := open(t, url, nil)
 	signer := newSigner(t)
 
-	older, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer older.Rollback(ctx) //nolint:errcheck // committed below
-	var r store.AuditRecordBuilder
-	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/early", []byte(`{"role":"agent"}`))
-	if _, err := older.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
-		t.Fatal(err)
-	}
+	older := beginByHand(t, url)
+	recordByHand(t, older, "principal/early")
 	if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "build", MaxAttempts: 1, EnqueuedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
@@ -848,16 +865,8 @@ func TestAWriterLeftOpenHoldsBackOnlyWhatCameAfterIt(t *testing.T) {
 		t.Fatalf("the first seal = %d events, %v; want the enqueue", n, err)
 	}
 
-	writer, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Rollback(ctx) //nolint:errcheck // committed below
-	var r store.AuditRecordBuilder
-	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/left-open", []byte(`{"role":"agent"}`))
-	if _, err := writer.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
-		t.Fatal(err)
-	}
+	writer := beginByHand(t, url)
+	recordByHand(t, writer, "principal/left-open")
 	enqueue()
 	for range 2 {
 		if n, err := seal(); n != 0 || !errors.Is(err, postgres.ErrWritersStillOpen) {
@@ -896,11 +905,7 @@ func TestALaterWriterIsSealedAfterWhatItSaw(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	grant, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer grant.Rollback(ctx) //nolint:errcheck // committed below
+	grant := beginByHand(t, url)
 	// Its first write: from here on it has its transaction id.
 	if _, err := grant.Exec(ctx, `SELECT true FROM repositories WHERE name = 'r' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
@@ -913,11 +918,7 @@ func TestALaterWriterIsSealedAfterWhatItSaw(t *testing.T) {
 	if err := grant.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil || jobs != 1 {
 		t.Fatalf("the transaction sees %d jobs, %v; want the one committed", jobs, err)
 	}
-	var r store.AuditRecordBuilder
-	r.Add(0, store.Actor{Principal: "admin"}, "principal.created", "principal/after-the-job", []byte(`{"role":"agent"}`))
-	if _, err := grant.Exec(ctx, `INSERT INTO audit_records (events) VALUES ($1)`, r.Text()); err != nil {
-		t.Fatal(err)
-	}
+	recordByHand(t, grant, "principal/after-the-job")
 	if err := grant.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
