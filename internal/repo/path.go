@@ -10,11 +10,21 @@ import (
 	"unicode/utf8"
 )
 
-// MaxPathBytes bounds a path.
-const MaxPathBytes = 4096
+// Bounds of a path: what Linux, macOS and Windows file systems can all hold.
+const (
+	MaxPathBytes    = 4096
+	MaxSegmentBytes = 255
+)
+
+// reservedNames are the directory names no repository may hold at any depth: a checkout keeps
+// its own state in .ag, and git its configuration (hooks, fsmonitor, alternates) in .git, so
+// a file there written by `ag checkout` would be a command or a server address of the
+// author's choosing on the next `ag status` or `git status` of whoever checked it out.
+var reservedNames = []string{".git", ".ag"}
 
 // ValidatePath checks that p is a clean relative path: '/'-separated, no leading '/', no empty,
-// "." or ".." segment, no NUL, valid UTF-8, at most MaxPathBytes. A trailing '/' names a
+// "." or ".." segment, no NUL, valid UTF-8, at most MaxPathBytes, no segment longer than
+// MaxSegmentBytes and none that is reserved (see ReservedSegment). A trailing '/' names a
 // directory and is allowed only when dirOK (lease paths may be directories, edits may not).
 func ValidatePath(p string, dirOK bool) error {
 	switch {
@@ -45,8 +55,46 @@ func ValidatePath(p string, dirOK bool) error {
 		case ".", "..":
 			return fmt.Errorf("has a %q segment: paths must be clean", seg)
 		}
+		if len(seg) > MaxSegmentBytes {
+			return fmt.Errorf("has a segment of %d bytes, more than %d: file systems cannot hold it", len(seg), MaxSegmentBytes)
+		}
+		if name, ok := ReservedSegment(seg); ok {
+			return fmt.Errorf("has a segment %q, which names %s: no repository may hold a %s directory", seg, name, name)
+		}
 	}
 	return nil
+}
+
+// ReservedSegment reports whether seg names .git or .ag on some file system a checkout may
+// live on, and which. The comparison is the one git makes for its own directory
+// (verify_path): case-insensitive (macOS, Windows), ignoring the code points HFS+ ignores,
+// and the trailing dots and spaces NTFS drops; "git~1", NTFS's short name of .git, too.
+func ReservedSegment(seg string) (string, bool) {
+	folded := strings.ToLower(strings.Map(func(r rune) rune {
+		if hfsIgnored(r) {
+			return -1
+		}
+		return r
+	}, seg))
+	if folded == "git~1" {
+		return ".git", true
+	}
+	folded = strings.TrimRight(folded, ". ")
+	for _, name := range reservedNames {
+		if folded == name {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// hfsIgnored reports whether HFS+ leaves r out when it compares names (git's is_hfs_dot_git).
+func hfsIgnored(r rune) bool {
+	switch {
+	case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x206a && r <= 0x206f, r == 0xfeff:
+		return true
+	}
+	return false
 }
 
 // IsDir reports whether a lease path names a directory.

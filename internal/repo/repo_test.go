@@ -56,6 +56,39 @@ func TestValidatePath(t *testing.T) {
 	}
 }
 
+// TestValidatePathRefusesReservedAndImpossibleSegments ensures a repository can hold neither a
+// .git nor a .ag directory under any spelling a file system takes for it, nor a segment no file
+// system can hold, while names that only look alike pass.
+func TestValidatePathRefusesReservedAndImpossibleSegments(t *testing.T) {
+	reserved := []string{
+		".git/config", ".git/HEAD", ".ag/checkout.json", "sub/.git/hooks/pre-commit", "a/b/.ag/x",
+		".GIT/config", ".Git/info/exclude", ".AG/checkout.json", ".git./config", ".git . /config",
+		"git~1/config", "GIT~1/config", ".g\u200cit/config", "\ufeff.git/config", "x/.ag", ".git",
+	}
+	for _, p := range reserved {
+		err := ValidatePath(p, false)
+		if err == nil || !strings.Contains(err.Error(), "no repository may hold") {
+			t.Errorf("ValidatePath(%q) = %v, want refused as reserved", p, err)
+		}
+	}
+	for _, p := range []string{".git/", ".ag/", "x/.GIT/"} {
+		if err := ValidatePath(p, true); err == nil {
+			t.Errorf("ValidatePath(%q, dir) = ok, want refused as reserved", p)
+		}
+	}
+	long := strings.Repeat("n", MaxSegmentBytes+1)
+	if err := ValidatePath("a/"+long+"/b", false); err == nil || !strings.Contains(err.Error(), "256 bytes, more than 255") {
+		t.Errorf("a 256-byte segment: %v, want refused naming its length", err)
+	}
+	fine := []string{".gitignore", ".gitattributes", ".github/workflows/ci.yml", ".agent/x", "git/config",
+		"ag/x", ".git2/x", "a.git/x", strings.Repeat("n", MaxSegmentBytes)}
+	for _, p := range fine {
+		if err := ValidatePath(p, false); err != nil {
+			t.Errorf("ValidatePath(%q) = %v, want ok", p, err)
+		}
+	}
+}
+
 // TestTreeEncodingRoundTrips ensures the canonical encoding decodes to the same tree and that
 // the digest depends on every field.
 func TestTreeEncodingRoundTrips(t *testing.T) {
