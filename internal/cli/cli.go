@@ -55,7 +55,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", envOr("AG_SERVER", "http://127.0.0.1:7777"), "server URL (AG_SERVER)")
-	pf.StringVar(&g.token, "token", os.Getenv("AG_TOKEN"), "bearer token (AG_TOKEN)")
+	// The token's default is read when a client is made, not shown as the flag's default:
+	// --help would print it to whoever reads the terminal or the log.
+	pf.StringVar(&g.token, "token", "", "bearer token (default $AG_TOKEN)")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	pf.StringVarP(&g.dir, "dir", "C", ".", "the checkout to work in")
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
@@ -69,6 +71,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 
 // client answers a client for the command, refusing early when there is no token.
 func (g *globals) client() (*client.Client, error) {
+	if g.token == "" {
+		g.token = os.Getenv("AG_TOKEN")
+	}
 	if g.token == "" {
 		return nil, errors.New("no token: pass --token or set AG_TOKEN (ag serve prints the admin token on its first start)")
 	}

@@ -51,7 +51,8 @@ admin, whose token is $AG_BOOTSTRAP_TOKEN or a random token printed once to stde
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", envOr("AG_ADDR", "127.0.0.1:7777"), "address to listen on (AG_ADDR)")
-	f.StringVar(&o.db, "db", envOr("AG_DB", "sqlite:./ag-data/ag.db"), "store: sqlite:PATH or postgres://... (AG_DB)")
+	// AG_DB is read in serve, not shown as the default: a PostgreSQL URL may hold a password.
+	f.StringVar(&o.db, "db", "", "store: sqlite:PATH or postgres://... (default $AG_DB, else "+defaultDB+")")
 	f.BoolVar(&o.requireFencing, "require-fencing", false, "refuse heartbeats, completions and failures without a claim number (fencing_token)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS key file (PEM)")
@@ -108,7 +109,13 @@ func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", format)
 }
 
+// defaultDB is the store of `ag serve` without --db or AG_DB.
+const defaultDB = "sqlite:./ag-data/ag.db"
+
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
+	if o.db == "" {
+		o.db = envOr("AG_DB", defaultDB)
+	}
 	log, err := newLogger(os.Stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err

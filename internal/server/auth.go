@@ -101,7 +101,8 @@ func (a *authenticator) authenticate(ctx context.Context, authorization string) 
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("bearer token is unknown, revoked, or its principal is disabled"))
 	}
 	if err != nil {
-		return caller{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("authenticate: %w", err))
+		// Whatever failed, the client can only wait and retry; the details are the operator's.
+		return caller{}, connect.NewError(connect.CodeUnavailable, &unavailableError{fmt.Errorf("authenticate: %w", err)})
 	}
 	c := caller{principal: p, tokenID: t.ID}
 	a.mu.Lock()
@@ -187,8 +188,13 @@ func (a *authenticator) interceptor(onRefusal func(procedure, reason string)) co
 	return authInterceptor{auth: a, onRefusal: onRefusal}
 }
 
-// admit answers the context carrying the caller, or the refusal.
+// admit answers the context carrying the caller, or the refusal. The edge has authenticated
+// the caller already when the request came through Server.Handler; the check is repeated for
+// handlers mounted without it.
 func (ai authInterceptor) admit(ctx context.Context, procedure, authorization string) (context.Context, error) {
+	if c, ok := ctx.Value(callerKey{}).(caller); ok && mayCall(c.principal.Role, procedure) {
+		return store.WithActor(ctx, store.Actor{Principal: c.principal.Name}), nil
+	}
 	c, err := ai.auth.authenticate(ctx, authorization)
 	if err != nil {
 		ai.onRefusal(procedure, "unauthenticated")

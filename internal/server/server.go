@@ -41,6 +41,14 @@ type Config struct {
 	// GateSweep is how often the server looks at every integration queue with pending changes,
 	// besides advancing a queue at once when a request moves it. Default 2s.
 	GateSweep time.Duration
+	// BodyIdleTimeout is how long a request body may go without delivering a byte, and
+	// BodyTimeout how long any body may take in all, on top of the time its declared size takes
+	// at 256 KiB/s. Defaults DefaultBodyIdleTimeout and DefaultBodyTimeout.
+	BodyIdleTimeout time.Duration
+	BodyTimeout     time.Duration
+	// UploadsPerPrincipal bounds the content requests over 1 MiB (or of unknown size) that one
+	// principal has in flight at once. Default DefaultUploadsPerPrincipal.
+	UploadsPerPrincipal int
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer
@@ -63,6 +71,7 @@ type Server struct {
 	workerReads            *workerReads
 	auditSigner            *audit.Signer
 	sealed                 store.Signal // fired after this server sealed events
+	cfg                    Config
 }
 
 // New answers a server over cfg.Store.
@@ -76,6 +85,7 @@ func New(cfg Config) *Server {
 		expireInterval: cfg.ExpireInterval,
 		maxBytes:       cfg.MaxRequestBytes,
 		auditSigner:    cfg.AuditSigner,
+		cfg:            cfg,
 	}
 	s.metrics = newMetrics(cfg.Store, func() float64 { return float64(s.waiting.Load()) })
 	if s.log == nil {
@@ -134,7 +144,10 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.store.Ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			// The error may name the database, its host and its user: the log has it, the
+			// answer (to anyone who asks) does not.
+			s.log.Warn("not ready", "err", err)
+			http.Error(w, "not ready: the database is unavailable or its schema is not current; the server log has the details", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
@@ -144,7 +157,7 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openapi.YAML)
 	})
-	return mux
+	return s.newEdge(mux)
 }
 
 // Run does the server's background work until ctx ends: it advances the integration queues,
@@ -188,9 +201,8 @@ func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 				code = c.String()
 				if c == connect.CodeInternal || c == connect.CodeUnknown {
 					level = slog.LevelError
-					s.log.Error("internal error", "procedure", req.Spec().Procedure, "err", err)
-					err = connect.NewError(c, errors.New("internal error; the server log has the details"))
 				}
+				err = s.publicError(ctx, req.Spec().Procedure, err)
 			}
 			s.metrics.latency.WithLabelValues(req.Spec().Procedure, code).Observe(elapsed.Seconds())
 			if s.log.Enabled(ctx, level) {
@@ -210,6 +222,32 @@ func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 			return res, err
 		}
 	}
+}
+
+// errDatabaseUnavailable is what a client is told when the store cannot be reached: a database
+// error names hosts, users and databases, which are nobody's business but the operator's.
+var errDatabaseUnavailable = errors.New("the database is unavailable; retry shortly (the server log has the details)")
+
+// unavailableError carries a store error that means the database cannot be reached now, to be
+// logged and answered as errDatabaseUnavailable.
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string { return e.cause.Error() }
+func (e *unavailableError) Unwrap() error { return e.cause }
+
+// publicError answers what a client may see of err: internal errors and an unreachable database
+// lose their details, which go to the log.
+func (s *Server) publicError(ctx context.Context, procedure string, err error) error {
+	var down *unavailableError
+	switch c := connect.CodeOf(err); {
+	case errors.As(err, &down):
+		s.log.WarnContext(ctx, "database unavailable", "procedure", procedure, "err", down.cause)
+		return connect.NewError(connect.CodeUnavailable, errDatabaseUnavailable)
+	case c == connect.CodeInternal || c == connect.CodeUnknown:
+		s.log.ErrorContext(ctx, "internal error", "procedure", procedure, "err", err)
+		return connect.NewError(c, errors.New("internal error; the server log has the details"))
+	}
+	return err
 }
 
 // healthChecker answers gRPC health checks from the store's readiness.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -27,6 +28,7 @@ const (
 	maxOutputBytes    = 64 << 10
 	maxErrorBytes     = 4 << 10
 	maxPayloadBytes   = 1 << 20
+	maxPayloadDepth   = 64 // nested objects and lists in a payload or result
 	maxMaxAttempts    = 100
 	defaultMaxAttempt = 5
 	defaultPageSize   = 100
@@ -69,6 +71,26 @@ func validateKind(field, kind string) error {
 		return invalid(field, "%q is not a job kind: use 1-64 characters of [a-z0-9_.-]", truncate(kind, 80))
 	}
 	return nil
+}
+
+// reservedKindPrefixes are the kinds, besides client.KindValidate itself, that the server keeps
+// for the jobs it starts. A worker runs a validate job's command on trust that the gate wrote
+// it: from anyone else, that job is a way to run code on a validation worker, beside its key.
+var reservedKindPrefixes = []string{client.KindValidate + ".", "ag.gate."}
+
+// refuseReservedKind answers permission_denied, whoever calls, for a kind only the server may
+// enqueue.
+func refuseReservedKind(field, kind string) error {
+	reserved := kind == client.KindValidate
+	for _, prefix := range reservedKindPrefixes {
+		reserved = reserved || strings.HasPrefix(kind, prefix)
+	}
+	if !reserved {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"%s: %q is reserved for the jobs the server starts (%s, %s*, %s*): validations are enqueued by the integration queue, never through EnqueueJob",
+		field, kind, client.KindValidate, reservedKindPrefixes[0], reservedKindPrefixes[1]))
 }
 
 func validateName(field, name string) error {
@@ -126,10 +148,15 @@ func validateDigest(field, d string) error {
 	return nil
 }
 
-// structJSON encodes a Struct as the JSON the store keeps; nil stays nil.
+// structJSON encodes a Struct as the JSON the store keeps; nil stays nil. The depth is bounded
+// before anything else: a value nested thousands deep decodes at the edge but not everywhere
+// after it, so stored once it would fail every later list that holds it, and every worker.
 func structJSON(field string, s *structpb.Struct) ([]byte, error) {
 	if s == nil {
 		return nil, nil
+	}
+	if depth := structDepth(s, 1, maxPayloadDepth+1); depth > maxPayloadDepth {
+		return nil, invalid(field, "nests objects and lists more than %d deep", maxPayloadDepth)
 	}
 	b, err := protojson.Marshal(s)
 	if err != nil {
@@ -139,6 +166,36 @@ func structJSON(field string, s *structpb.Struct) ([]byte, error) {
 		return nil, invalid(field, "is %d bytes of JSON, more than the limit of %d", len(b), maxPayloadBytes)
 	}
 	return b, nil
+}
+
+// structDepth answers the nesting depth of s, which is at depth, counting no further than stop.
+func structDepth(s *structpb.Struct, depth, stop int) int {
+	deepest := depth
+	for _, v := range s.GetFields() {
+		if deepest = max(deepest, valueDepth(v, depth, stop)); deepest >= stop {
+			return deepest
+		}
+	}
+	return deepest
+}
+
+func valueDepth(v *structpb.Value, depth, stop int) int {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		return structDepth(k.StructValue, depth+1, stop)
+	case *structpb.Value_ListValue:
+		deepest := depth + 1
+		if deepest >= stop {
+			return deepest
+		}
+		for _, item := range k.ListValue.GetValues() {
+			if deepest = max(deepest, valueDepth(item, depth+1, stop)); deepest >= stop {
+				return deepest
+			}
+		}
+		return deepest
+	}
+	return depth
 }
 
 func pageSize(field string, n int32) (int, error) {
@@ -163,6 +220,9 @@ func truncate(s string, n int) string {
 // validateEnqueue answers the store's parameters of a valid enqueue (without the enqueuer).
 func validateEnqueue(req *agwpv1.EnqueueJobRequest) (store.EnqueueJobParams, error) {
 	if err := validateKind("kind", req.GetKind()); err != nil {
+		return store.EnqueueJobParams{}, err
+	}
+	if err := refuseReservedKind("kind", req.GetKind()); err != nil {
 		return store.EnqueueJobParams{}, err
 	}
 	if req.GetMaxAttempts() > maxMaxAttempts {

@@ -149,3 +149,34 @@ func ExplainLeaseChange(l Lease, principal string, admin bool, token uint64, exp
 	return refuse("expired at %s and was superseded by token %d granted to %s on %s: acquire a new lease",
 		l.ExpiresAt.UTC().Format(time.RFC3339), g.Token, g.Holder, g.Path)
 }
+
+// ErrUnavailable: the database cannot be reached or is not serving now (down, restarting, out
+// of connections, closed); the same request may succeed later.
+var ErrUnavailable = errors.New("the database is unavailable")
+
+// unavailableClassifiers are the backends' tests for a driver error meaning ErrUnavailable,
+// registered by each backend's package so that errors wrapped anywhere on the way are told.
+var unavailableClassifiers []func(error) bool
+
+// RegisterUnavailable adds a backend's test for errors that mean the database is unavailable.
+// It is called from the backend package's init.
+func RegisterUnavailable(is func(error) bool) {
+	unavailableClassifiers = append(unavailableClassifiers, is)
+}
+
+// IsUnavailable reports whether err means the database cannot serve now: ErrUnavailable, or an
+// error a backend classifies so.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	for _, is := range unavailableClassifiers {
+		if is(err) {
+			return true
+		}
+	}
+	return false
+}

@@ -94,8 +94,18 @@ func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("open sqlite %s: create directory: %w", path, err)
+	}
+	// The database holds token hashes, attestations and every file of every repository: it is
+	// created for its owner only, before SQLite would create it with the umask's mode. SQLite
+	// gives its WAL and shared-memory files the database file's mode.
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 
 	clk := opts.Clock
@@ -298,7 +308,8 @@ type writeRequest struct {
 	done chan error
 }
 
-var errClosed = errors.New("store is closed")
+// errClosed is what calls get once the store is closing: to a client, a server shutting down.
+var errClosed = fmt.Errorf("store is closed: %w", store.ErrUnavailable)
 
 // write runs fn in a BEGIN IMMEDIATE transaction on the writer and answers once that
 // transaction committed (or fn's error, as it is, so fn gives its errors their context).

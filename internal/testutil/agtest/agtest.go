@@ -31,6 +31,10 @@ type Options struct {
 	Clock          clock.Clock // nil: real time (the database's, on PostgreSQL)
 	RequireFencing bool
 	PollInterval   time.Duration
+	// The edge's limits (server.Config); zero: the server's defaults.
+	BodyIdleTimeout     time.Duration
+	BodyTimeout         time.Duration
+	UploadsPerPrincipal int
 }
 
 // Server is a running test server.
@@ -92,7 +96,8 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	if err != nil {
 		t.Fatalf("audit key: %v", err)
 	}
-	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer})
+	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer,
+		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// The edge is what every AGWP request passes before a byte of its body is read: the caller is
+// authenticated and its role checked from the headers alone, a declared size above the limit is
+// refused, a principal's large uploads are bounded, and the body must arrive at a reasonable
+// pace. Without it, anyone who can open a connection makes the server read and decode up to
+// 64 MiB per request, or hold a connection open for as long as it likes, before learning that
+// the request carries no token.
+
+const (
+	// agwpPathPrefix starts the path of every AGWP procedure ("/agwp.v1.JobService/ClaimJob").
+	agwpPathPrefix = "/agwp.v1."
+	// largeBodyBytes is the declared size from which a content request counts as a large upload.
+	largeBodyBytes = 1 << 20
+	// DefaultUploadsPerPrincipal bounds the large uploads one principal has in flight at once.
+	DefaultUploadsPerPrincipal = 4
+	// DefaultBodyIdleTimeout is how long a request body may go without delivering a byte.
+	DefaultBodyIdleTimeout = 10 * time.Second
+	// DefaultBodyTimeout is the time any request body may take, on top of the time the bytes
+	// that arrived take at minBodyRate.
+	DefaultBodyTimeout = 30 * time.Second
+	// minBodyRate is the slowest pace a body may keep, on average, after its first
+	// DefaultBodyTimeout: about half a megabit per second, 64 MiB in 17 minutes.
+	minBodyRate = 64 << 10
+)
+
+// contentProcedures carry file contents: their bodies may be up to maxContentRequestBytes.
+var contentProcedures = map[string]bool{
+	"/agwp.v1.RepositoryService/UploadBlobs": true,
+	"/agwp.v1.RepositoryService/Integrate":   true,
+}
+
+// edge wraps the AGWP handlers; other paths (health, metrics, the OpenAPI document) pass.
+type edge struct {
+	s           *Server
+	next        http.Handler
+	errors      *connect.ErrorWriter
+	idleTimeout time.Duration
+	bodyTimeout time.Duration
+	uploads     *uploadSlots
+}
+
+func (s *Server) newEdge(next http.Handler) *edge {
+	e := &edge{
+		s: s, next: next, errors: connect.NewErrorWriter(),
+		idleTimeout: s.cfg.BodyIdleTimeout, bodyTimeout: s.cfg.BodyTimeout,
+		uploads: &uploadSlots{limit: s.cfg.UploadsPerPrincipal, held: map[string]int{}},
+	}
+	if e.idleTimeout <= 0 {
+		e.idleTimeout = DefaultBodyIdleTimeout
+	}
+	if e.bodyTimeout <= 0 {
+		e.bodyTimeout = DefaultBodyTimeout
+	}
+	if e.uploads.limit <= 0 {
+		e.uploads.limit = DefaultUploadsPerPrincipal
+	}
+	return e
+}
+
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	procedure := r.URL.Path
+	if !strings.HasPrefix(procedure, agwpPathPrefix) {
+		e.next.ServeHTTP(w, r)
+		return
+	}
+	c, err := e.admit(r.Context(), procedure, r.Header.Get("Authorization"))
+	if err != nil {
+		e.refuse(w, r, err)
+		return
+	}
+	limit := int64(e.s.maxBytes)
+	if contentProcedures[procedure] {
+		limit = int64(e.s.maxContentRequestBytes)
+	}
+	if r.ContentLength > limit {
+		e.s.metrics.refusal(procedure, "too_large")
+		e.refuse(w, r, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("the request declares %d bytes, more than the limit of %d for %s", r.ContentLength, limit, procedure)))
+		return
+	}
+	// A body of unknown size (gRPC streams it) counts as large: it may be.
+	if contentProcedures[procedure] && (r.ContentLength < 0 || r.ContentLength > largeBodyBytes) {
+		release, ok := e.uploads.take(c.principal.Name)
+		if !ok {
+			e.s.metrics.refusal(procedure, "too_many_uploads")
+			e.refuse(w, r, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"principal %s already has %d large uploads in progress, the most one principal may have at once: wait for one to finish",
+				c.principal.Name, e.uploads.limit)))
+			return
+		}
+		defer release()
+	}
+	r.Body = e.paced(w, r, limit)
+	e.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+}
+
+// admit authenticates the caller from the headers and checks its role for the procedure.
+func (e *edge) admit(ctx context.Context, procedure, authorization string) (caller, error) {
+	c, err := e.s.auth.authenticate(ctx, authorization)
+	if err != nil {
+		e.s.metrics.refusal(procedure, "unauthenticated")
+		return caller{}, err
+	}
+	if !mayCall(c.principal.Role, procedure) {
+		e.s.metrics.refusal(procedure, "permission_denied")
+		return caller{}, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("principal %s has role %s, which may not call %s", c.principal.Name, c.principal.Role, procedure))
+	}
+	return c, nil
+}
+
+// refuse answers err in the protocol the request speaks (Connect, gRPC or gRPC-Web), without
+// reading the body, and closes the connection when the body was not read: a client still
+// sending it would otherwise have the server drain it.
+func (e *edge) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	err = e.s.publicError(r.Context(), r.URL.Path, err)
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	if !e.errors.IsSupported(r) {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	_ = e.errors.Write(w, r, err)
+}
+
+// paced answers r's body with deadlines: each read must deliver within the idle timeout, and
+// the body as a whole must keep minBodyRate after its first body timeout, so a trickle of a
+// byte now and then does not hold a connection and a handler for as long as the sender likes.
+// Once the body has been read the deadline is lifted, so a long poll waiting after its request
+// is not cut by it. Reads beyond limit fail, whatever the body declared.
+func (e *edge) paced(w http.ResponseWriter, r *http.Request, limit int64) io.ReadCloser {
+	return &pacedBody{
+		body: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
+		idle: e.idleTimeout, start: time.Now(), grace: e.bodyTimeout,
+	}
+}
+
+type pacedBody struct {
+	body     io.ReadCloser
+	rc       *http.ResponseController
+	idle     time.Duration
+	start    time.Time
+	grace    time.Duration
+	received int64
+	done     bool
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.body.Read(p)
+	}
+	// An error here means the connection cannot take a deadline (a test's recorder); the body
+	// is then read as it would have been without one.
+	deadline := time.Now().Add(b.idle)
+	if paced := b.start.Add(b.grace + time.Duration(b.received)*time.Second/minBodyRate); paced.Before(deadline) {
+		deadline = paced
+	}
+	_ = b.rc.SetReadDeadline(deadline)
+	n, err := b.body.Read(p)
+	b.received += int64(n)
+	if err != nil {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+		if isTimeout(err) {
+			err = connect.NewError(connect.CodeDeadlineExceeded, errors.New("the request body arrived too slowly: send it at a steady pace"))
+		}
+	}
+	return n, err
+}
+
+func (b *pacedBody) Close() error {
+	if !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return b.body.Close()
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// uploadSlots counts the large uploads each principal has in flight.
+type uploadSlots struct {
+	limit int
+	mu    sync.Mutex
+	held  map[string]int
+}
+
+func (u *uploadSlots) take(principal string) (release func(), ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.held[principal] >= u.limit {
+		return nil, false
+	}
+	u.held[principal]++
+	return func() {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.held[principal]--; u.held[principal] <= 0 {
+			delete(u.held, principal)
+		}
+	}, true
+}

@@ -1,0 +1,29 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+func init() { store.RegisterUnavailable(unavailable) }
+
+// unavailable reports whether err means the database file cannot serve now: it is locked
+// longer than the busy timeout, the disk is full or failing, it cannot be opened, or the
+// store was closed. Clients are told to retry.
+func unavailable(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrIoErr, sqlite3.ErrFull, sqlite3.ErrCantOpen, sqlite3.ErrNomem:
+			return true
+		}
+		return false
+	}
+	// database/sql does not export the error of a closed pool.
+	return errors.Is(err, sql.ErrConnDone) || strings.Contains(err.Error(), "sql: database is closed")
+}
