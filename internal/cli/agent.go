@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // workspace is a command's checkout and client.
@@ -301,9 +305,15 @@ func editPaths(edits []localEdit) string {
 }
 
 // syncCheckout brings the checkout to revision (the mainline when empty) without touching local
-// edits: it refuses, naming the files, when the revision changed a file edited locally.
+// edits: it refuses, naming the files, when the revision changed a file edited locally, or when
+// something of the user's stands where the revision has a file or a directory. Refused, it has
+// changed nothing.
 func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, error) {
 	tree, err := ws.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.co.Repository, Revision: revision})
+	if err != nil {
+		return 0, err
+	}
+	target, err := treeFiles(tree.GetEntries())
 	if err != nil {
 		return 0, err
 	}
@@ -315,14 +325,7 @@ func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, err
 	for _, e := range edits {
 		local[e.path] = e
 	}
-	target := map[string]string{}
-	for _, e := range tree.GetEntries() {
-		target[e.GetPath()] = e.GetDigest()
-	}
-	type update struct {
-		path, digest string // digest "" = delete
-	}
-	var updates []update
+	var writes, deletes []string
 	var clobbered []string
 	consider := func(p string) {
 		want, inTarget := target[p]
@@ -338,9 +341,9 @@ func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, err
 			}
 		}
 		if inTarget {
-			updates = append(updates, update{p, want})
+			writes = append(writes, p)
 		} else {
-			updates = append(updates, update{p, ""})
+			deletes = append(deletes, p)
 		}
 	}
 	for p := range target {
@@ -355,24 +358,134 @@ func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, err
 		sort.Strings(clobbered)
 		return 0, fmt.Errorf("the mainline changed files you edited locally; nothing was changed. Integrate, move aside or revert these first: %s", strings.Join(clobbered, ", "))
 	}
-	for _, u := range updates {
-		if u.digest == "" {
-			if err := removeFile(ws.co.root, u.path); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		content, err := ws.c.Blob(ctx, u.digest)
-		if err != nil {
+	sort.Strings(writes)
+	sort.Strings(deletes)
+	root, err := os.OpenRoot(ws.co.root)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	deleting := make(map[string]bool, len(deletes))
+	for _, p := range deletes {
+		deleting[p] = true
+	}
+	blocked, err := inTheWay(root, writes, deleting)
+	if err != nil {
+		return 0, err
+	}
+	if len(blocked) > 0 {
+		return 0, fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", "))
+	}
+	// Every blob before the first change on disk, so a failing server leaves the checkout as it was.
+	contents := make(map[string][]byte, len(writes))
+	for _, p := range writes {
+		if contents[p], err = ws.c.Blob(ctx, target[p]); err != nil {
 			return 0, err
 		}
-		if err := writeFile(ws.co.root, u.path, content); err != nil {
+	}
+	// Deletes first: a file the mainline turned into a directory must go before what is written
+	// under it, and the files of a directory it turned into a file before that file.
+	for _, p := range deletes {
+		if err := removeFile(root, p); err != nil {
+			return 0, err
+		}
+	}
+	for _, p := range writes {
+		if info, err := lstatThroughDirs(root, p); err != nil {
+			return 0, err
+		} else if info != nil && info.IsDir() {
+			// Emptied by the deletes above (inTheWay made sure), but for directories that never
+			// held a file.
+			if err := removeEmptyDirs(root, p); err != nil {
+				return 0, err
+			}
+		}
+		if err := writeFile(root, p, contents[p]); err != nil {
 			return 0, err
 		}
 	}
 	ws.co.BaseRevision = tree.GetRevision()
 	ws.co.Files = target
-	return len(updates), ws.co.save()
+	return len(writes) + len(deletes), ws.co.saveIn(root)
+}
+
+// inTheWay answers, described for a message, what stands where writes must go and is not ag's to
+// remove: a symbolic link or special file on the way to a write, a file of the user's where the
+// mainline now has a directory, and, under a directory where the mainline now has a file,
+// anything but the files this sync deletes (a file the user added, a nested .git).
+func inTheWay(root *os.Root, writes []string, deleting map[string]bool) ([]string, error) {
+	var blocked []string
+	seen := map[string]bool{}
+	block := func(p, why string) {
+		if !seen[p] {
+			seen[p] = true
+			blocked = append(blocked, p+" ("+why+")")
+		}
+	}
+	for _, p := range writes {
+		if err := checkWayTo(root, p, deleting, block); err != nil {
+			return nil, err
+		}
+	}
+	return blocked, nil
+}
+
+// checkWayTo reports to block what stands on the way to writing the file p, from the top.
+func checkWayTo(root *os.Root, p string, deleting map[string]bool, block func(p, why string)) error {
+	segs := strings.Split(p, "/")
+	for i := 1; i <= len(segs); i++ {
+		at := strings.Join(segs[:i], "/")
+		info, err := root.Lstat(filepath.FromSlash(at))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		last := i == len(segs)
+		switch {
+		case info.IsDir() && !last:
+			continue
+		case info.IsDir():
+			return leftoversUnder(root, at, at, deleting, block)
+		case info.Mode().IsRegular() && (last || deleting[at]):
+			// Overwritten under the conflict rules, or deleted before the write.
+		case info.Mode().IsRegular():
+			block(at, "a file of yours where the mainline now has a directory")
+		default:
+			block(at, describeMode(info.Mode())+", which ag neither writes through nor replaces")
+		}
+		return nil
+	}
+	return nil
+}
+
+// leftoversUnder reports to block what under dir, in the directory where the mainline now has
+// the file file, would remain once the files in deleting are gone.
+func leftoversUnder(root *os.Root, file, dir string, deleting map[string]bool, block func(p, why string)) error {
+	entries, err := readDir(root, dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := dir + "/" + e.Name()
+		switch {
+		case e.IsDir():
+			if _, reserved := repo.ReservedSegment(e.Name()); reserved {
+				block(p, "a directory no repository may hold, where the mainline now has the file "+file)
+				continue
+			}
+			if err := leftoversUnder(root, file, p, deleting, block); err != nil {
+				return err
+			}
+		case e.Type().IsRegular() && deleting[p]:
+		case e.Type().IsRegular():
+			block(p, "a file of yours, where the mainline now has the file "+file)
+		default:
+			block(p, describeMode(e.Type())+", where the mainline now has the file "+file)
+		}
+	}
+	return nil
 }
 
 func newSyncCmd(g *globals) *cobra.Command {

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -148,7 +150,8 @@ verifies. Changes already queued are validated under the policy in force when th
 		Short: "load the files of a local folder into a repository's mainline (creating the repository when missing)",
 		Long: `Loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
-never followed; .git/ and .ag/ are skipped.`,
+never followed; so is what no repository may hold, at any depth: .git and .ag (a nested
+repository's .git among them).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -250,26 +253,16 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 			if err := validateHolderLabel(holder); err != nil {
 				return err
 			}
-			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, Files: map[string]string{}, root: abs}
 			tree, err := c.Repos.GetTree(cmd.Context(), &agwpv1.GetTreeRequest{Repository: args[0]})
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(abs, 0o755); err != nil {
+			files, err := treeFiles(tree.GetEntries())
+			if err != nil {
 				return err
 			}
-			for _, e := range tree.GetEntries() {
-				content, err := c.Blob(cmd.Context(), e.GetDigest())
-				if err != nil {
-					return err
-				}
-				if err := writeFile(abs, e.GetPath(), content); err != nil {
-					return err
-				}
-				co.Files[e.GetPath()] = e.GetDigest()
-			}
-			co.BaseRevision = tree.GetRevision()
-			if err := co.save(); err != nil {
+			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, BaseRevision: tree.GetRevision(), Files: files, root: abs}
+			if err := writeCheckout(cmd.Context(), c, co); err != nil {
 				return err
 			}
 			if g.json {
@@ -281,6 +274,153 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&holder, "holder", "", "your holder label in this checkout (default: the directory's name)")
 	return cmd
+}
+
+// writeCheckout writes co's files and state into co.root, a new or empty directory, so that
+// it is there in full or not at all: a failure, a refused tree or Ctrl-C leaves no half
+// checkout behind, which would pass for a checkout with every missing file deleted locally.
+func writeCheckout(ctx context.Context, c *client.Client, co *checkout) error {
+	info, err := os.Stat(co.root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return writeCheckoutBeside(ctx, c, co)
+	case err != nil:
+		return err
+	case !info.IsDir():
+		return fmt.Errorf("%s is not a directory: check out into a new or empty directory", co.root)
+	}
+	return writeCheckoutInside(ctx, c, co)
+}
+
+// writeCheckoutBeside writes the checkout into a new directory beside co.root, on the same file
+// system, and renames it into place once complete.
+func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout) error {
+	parent := filepath.Dir(co.root)
+	// The directories MkdirAll creates go again on failure, down to the first that was there.
+	firstNew := ""
+	for d := parent; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		firstNew = d
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	var staging string
+	for {
+		staging = filepath.Join(parent, ".ag-checkout-"+rand.Text())
+		err := os.Mkdir(staging, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		_ = os.RemoveAll(staging)
+		for d := parent; firstNew != ""; d = filepath.Dir(d) {
+			if os.Remove(d) != nil || d == firstNew {
+				break
+			}
+		}
+	}()
+	root, err := os.OpenRoot(staging)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := writeTreeFiles(ctx, c, root, co.Files); err != nil {
+		return err
+	}
+	if err := co.saveIn(root); err != nil {
+		return err
+	}
+	if err := os.Rename(staging, co.root); err != nil {
+		return fmt.Errorf("move the checkout into place: %w (was %s created meanwhile?)", err, co.root)
+	}
+	done = true
+	return nil
+}
+
+// writeCheckoutInside checks out into co.root, an existing empty directory: renaming a new
+// one over it would swap the directory from under a shell standing in it (`ag checkout app .`)
+// and lose its permissions, and could cross file systems when it is a mount point. So the files
+// are written in a staging directory under .ag/ (no tree may hold .ag, so none collides) and
+// moved up once all are there, and the directory is emptied again on failure.
+func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout) error {
+	root, err := os.OpenRoot(co.root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	const staging = stateDir + "/staging"
+	if err := root.Mkdir(stateDir, 0o755); err != nil {
+		return fmt.Errorf("%s is not empty: check out into a new or empty directory (%w)", co.root, err)
+	}
+	var moved []string
+	done := false
+	defer func() {
+		if !done {
+			for _, name := range moved {
+				_ = root.RemoveAll(name)
+			}
+			_ = root.RemoveAll(stateDir)
+		}
+	}()
+	if err := root.Mkdir(staging, 0o755); err != nil {
+		return err
+	}
+	stage, err := root.OpenRoot(staging)
+	if err != nil {
+		return err
+	}
+	defer stage.Close()
+	if err := writeTreeFiles(ctx, c, stage, co.Files); err != nil {
+		return err
+	}
+	entries, err := readDir(stage, ".")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := root.Rename(filepath.Join(staging, e.Name()), e.Name()); err != nil {
+			return fmt.Errorf("move %s into place: %w", e.Name(), err)
+		}
+		moved = append(moved, e.Name())
+	}
+	if err := root.Remove(staging); err != nil {
+		return err
+	}
+	if err := co.saveIn(root); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// writeTreeFiles fetches and writes files (path → digest) under root.
+func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string) error {
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		content, err := c.Blob(ctx, files[p])
+		if err != nil {
+			return fmt.Errorf("fetch %s: %w", p, err)
+		}
+		if err := writeFile(root, p, content); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // defaultHolder derives a holder label from a directory name.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -68,18 +70,22 @@ func findCheckout(dir string) (*checkout, error) {
 
 // save writes the state atomically, so a crash leaves the old or the new state.
 func (c *checkout) save() error {
-	if err := os.MkdirAll(filepath.Join(c.root, stateDir), 0o755); err != nil {
+	root, err := os.OpenRoot(c.root)
+	if err != nil {
 		return err
 	}
+	defer root.Close()
+	return c.saveIn(root)
+}
+
+// saveIn writes the state into the checkout opened as root, as every file of a checkout is
+// written: never through a symbolic link.
+func (c *checkout) saveIn(root *os.Root) error {
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := statePath(c.root) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, statePath(c.root))
+	return writeFile(root, stateDir+"/checkout.json", data)
 }
 
 // tokens answers the fencing tokens of the leases this checkout holds.
@@ -97,27 +103,32 @@ type localFile struct {
 	size   int64
 }
 
-// scanTree answers the regular files under root by their repository paths, skipping the
-// checkout's state, .git, and symbolic links (never followed, so nothing outside root is read).
-func scanTree(root string) (map[string]localFile, []string, error) {
+// scanTree answers the regular files under dir by their repository paths, skipping symbolic
+// links (never followed, so nothing outside dir is read) and, at any depth, what no repository
+// may hold: the checkout's state and git's directories, a vendored repository's or a
+// submodule's among them, as git itself skips a nested repository.
+func scanTree(dir string) (map[string]localFile, []string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
 	files := map[string]localFile{}
 	var skipped []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if rel == "." {
 			return nil
 		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if rel == stateDir || rel == ".git" {
-				return filepath.SkipDir
+		if _, reserved := repo.ReservedSegment(d.Name()); reserved {
+			if d.IsDir() {
+				return fs.SkipDir
 			}
+			return nil
+		}
+		if d.IsDir() {
 			return nil
 		}
 		if !d.Type().IsRegular() {
@@ -127,7 +138,7 @@ func scanTree(root string) (map[string]localFile, []string, error) {
 		if err := repo.ValidatePath(rel, false); err != nil {
 			return fmt.Errorf("%s: %v", rel, err)
 		}
-		data, err := os.ReadFile(path)
+		data, err := root.ReadFile(filepath.FromSlash(rel))
 		if err != nil {
 			return err
 		}
@@ -198,27 +209,193 @@ func (c *checkout) repoPath(base, arg string) (string, error) {
 	return rel, repo.ValidatePath(rel, true)
 }
 
-// writeFile writes content at a repository path under root, creating directories.
-func writeFile(root, path string, content []byte) error {
-	full := filepath.Join(root, filepath.FromSlash(path))
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-		return err
+// treeFiles answers the files of a tree the server sent, path → digest, once every path is
+// one a checkout may hold. It runs before anything of the tree is written: a path such as
+// "../x", ".git/config" or ".ag/checkout.json" would write outside the checkout, plant a command
+// for git or a server address for ag, and the client must not count on the server to refuse
+// them.
+func treeFiles(entries []*agwpv1.TreeEntry) (map[string]string, error) {
+	files := make(map[string]string, len(entries))
+	for _, e := range entries {
+		p := e.GetPath()
+		if err := repo.ValidatePath(p, false); err != nil {
+			return nil, fmt.Errorf("refused the server's tree: the path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", shortPath(p), err)
+		}
+		if _, twice := files[p]; twice {
+			return nil, fmt.Errorf("refused the server's tree: it lists the path %q twice. Nothing was written", shortPath(p))
+		}
+		files[p] = e.GetDigest()
 	}
-	return os.WriteFile(full, content, 0o644)
+	for p := range files {
+		for _, dir := range repo.Ancestors(p) {
+			if _, ok := files[strings.TrimSuffix(dir, "/")]; ok {
+				return nil, fmt.Errorf("refused the server's tree: %q would be a file and also the directory of %q. Nothing was written", shortPath(strings.TrimSuffix(dir, "/")), shortPath(p))
+			}
+		}
+	}
+	return files, nil
 }
 
-// removeFile deletes a repository path under root and the directories it leaves empty.
-func removeFile(root, path string) error {
-	full := filepath.Join(root, filepath.FromSlash(path))
-	if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// shortPath cuts a path for an error message: a server may send up to any length.
+func shortPath(p string) string {
+	const most = 512
+	if len(p) <= most {
+		return p
+	}
+	return p[:most] + "..."
+}
+
+// The files of a checkout are written, renamed and removed only through an os.Root opened on
+// the checkout, so no symbolic link in it (planted, or made by the user) can lead a write or a
+// remove outside; and ag does not follow one inside either: a path whose parent is a link is
+// not a file ag wrote.
+
+// writeFile writes content at a repository path under root, creating its directories. The
+// content goes to a new file renamed over the old, so a reader sees the old or the new file,
+// and a symbolic link standing at path is replaced, not written through.
+func writeFile(root *os.Root, path string, content []byte) error {
+	if err := makeParents(root, path); err != nil {
 		return err
 	}
-	for d := filepath.Dir(full); d != root && strings.HasPrefix(d, root); d = filepath.Dir(d) {
-		if os.Remove(d) != nil {
+	dir, _ := splitParent(path)
+	tmp := rand.Text()
+	if dir != "" {
+		tmp = dir + "/.ag-write-" + tmp
+	} else {
+		tmp = ".ag-write-" + tmp
+	}
+	f, err := root.OpenFile(filepath.FromSlash(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(filepath.FromSlash(tmp), filepath.FromSlash(path))
+	}
+	if err != nil {
+		_ = root.Remove(filepath.FromSlash(tmp))
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// makeParents creates the directories of path, one segment at a time, refusing a segment that
+// is there but not a directory.
+func makeParents(root *os.Root, path string) error {
+	segs := strings.Split(path, "/")
+	for i := 1; i < len(segs); i++ {
+		dir := strings.Join(segs[:i], "/")
+		info, err := root.Lstat(filepath.FromSlash(dir))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := root.Mkdir(filepath.FromSlash(dir), 0o755); err != nil {
+				return fmt.Errorf("write %s: %w", path, err)
+			}
+		case err != nil:
+			return fmt.Errorf("write %s: %w", path, err)
+		case info.IsDir():
+		default:
+			return fmt.Errorf("write %s: %s is %s, not a directory; ag writes no file through it: move it aside", path, dir, describeMode(info.Mode()))
+		}
+	}
+	return nil
+}
+
+// removeFile deletes the file at a repository path under root and the directories that leaves
+// empty. Only a regular file reached through real directories is removed: a symbolic link or a
+// directory there, or a parent that is a link, is the user's doing and stays.
+func removeFile(root *os.Root, path string) error {
+	info, err := lstatThroughDirs(root, path)
+	if err != nil || info == nil || !info.Mode().IsRegular() {
+		return err
+	}
+	if err := root.Remove(filepath.FromSlash(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	for dir, _ := splitParent(path); dir != ""; dir, _ = splitParent(dir) {
+		if root.Remove(filepath.FromSlash(dir)) != nil {
 			break
 		}
 	}
 	return nil
+}
+
+// lstatThroughDirs answers what is at path, without following it, or nil when path or one of
+// its parents is missing or a parent is not a real directory.
+func lstatThroughDirs(root *os.Root, path string) (fs.FileInfo, error) {
+	segs := strings.Split(path, "/")
+	for i := 1; i <= len(segs); i++ {
+		info, err := root.Lstat(filepath.FromSlash(strings.Join(segs[:i], "/")))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if i == len(segs) {
+			return info, nil
+		}
+		if !info.IsDir() {
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
+// removeEmptyDirs removes the directory at path and the directories under it, failing when
+// any of them holds something else.
+func removeEmptyDirs(root *os.Root, path string) error {
+	entries, err := readDir(root, path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeEmptyDirs(root, path+"/"+e.Name()); err != nil {
+				return err
+			}
+		}
+	}
+	if err := root.Remove(filepath.FromSlash(path)); err != nil {
+		return fmt.Errorf("remove the directory %s: %w", path, err)
+	}
+	return nil
+}
+
+// readDir lists a directory of root without following the entries.
+func readDir(root *os.Root, path string) ([]fs.DirEntry, error) {
+	f, err := root.Open(filepath.FromSlash(path))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// splitParent splits a repository path into its parent directory ("" at the top) and name.
+func splitParent(path string) (dir, name string) {
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return "", path
+	}
+	return path[:i], path[i+1:]
+}
+
+// describeMode names what kind of file a mode is, for a message.
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	default:
+		return "a special file"
+	}
 }
 
 func humanDuration(d time.Duration) string {
