@@ -29,6 +29,16 @@ func main() {
 	}
 }
 
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -39,7 +49,8 @@ func envOr(name, def string) string {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ag-worker", flag.ContinueOnError)
 	server := fs.String("server", envOr("AG_SERVER", "http://127.0.0.1:7777"), "server URL (AG_SERVER)")
-	token := fs.String("token", os.Getenv("AG_TOKEN"), "bearer token of a worker principal (AG_TOKEN)")
+	// Not the flag's default, which -help would print.
+	token := fs.String("token", "", "bearer token of a worker principal (default $AG_TOKEN)")
 	label := fs.String("label", os.Getenv("AG_WORKER_LABEL"), "this worker's label, unique per running worker (AG_WORKER_LABEL)")
 	kinds := fs.String("kinds", "ag.noop", "comma-separated job kinds to run: validate, ag.noop")
 	concurrency := fs.Int("concurrency", 1, "jobs run at once")
@@ -50,11 +61,19 @@ func run(ctx context.Context, args []string) error {
 	wait := fs.Duration("wait", 30*time.Second, "long-poll wait per claim")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGTERM, how long running jobs may finish before they are failed for a retry")
 	logLevel := fs.String("log-level", envOr("AG_LOG_LEVEL", "info"), "debug, info, warn or error")
+	bwrap := fs.String("bwrap", "bwrap", "the bubblewrap executable that sandboxes validation commands: a path, or a name looked up on PATH")
+	var sandboxRO stringList
+	fs.Var(&sandboxRO, "sandbox-ro", "a host `DIR` validation commands may also read, at the same path (a toolchain, a module cache); repeatable. Never a directory they may write")
+	network := fs.String("sandbox-network", "shared", "the network of validation commands: shared (the worker's) or none (a loopback of their own)")
+	unsafe := fs.Bool("unsafe-no-sandbox", false, "run validation commands without a sandbox, with this worker's rights: they can read its token and key and sign any result. Only for code you trust")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *token == "" {
+		*token = os.Getenv("AG_TOKEN")
 	}
 	if *token == "" {
 		return errors.New("no token: pass --token or set AG_TOKEN (a worker principal's: ag principal create NAME --role worker)")
@@ -86,12 +105,38 @@ func run(ctx context.Context, args []string) error {
 	if len(handlers) == 0 {
 		return errors.New("--kinds: name at least one kind")
 	}
+	if *network != "shared" && *network != "none" {
+		return fmt.Errorf("--sandbox-network %q: use shared or none", *network)
+	}
+	if *keyPath == "" {
+		*keyPath = filepath.Join("ag-data", "worker-"+strings.NewReplacer("/", "_", ":", "_").Replace(*label)+".key")
+	}
 	if handlers[client.KindValidate] != nil {
-		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
-			return fmt.Errorf("--cache-dir: %w", err)
-		}
 		if fi, err := os.Stat(*workDir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("--work-dir %s: not a directory", *workDir)
+		}
+		if *unsafe {
+			validator.Unsandboxed = true
+			log.Warn("UNSAFE: --unsafe-no-sandbox: validation commands run with this worker's rights; " +
+				"the code under validation can read its token and key and sign any result")
+		} else {
+			sb, err := worker.NewSandbox(worker.SandboxConfig{
+				Bwrap: *bwrap, ReadOnly: sandboxRO, NoNetwork: *network == "none", PATH: os.Getenv("PATH"),
+				Hidden: []string{*keyPath, *cacheDir, *workDir, "ag-data"},
+			})
+			if err == nil {
+				err = sb.SelfCheck(ctx, *workDir)
+			}
+			if err != nil {
+				return fmt.Errorf("validate jobs run in a bubblewrap sandbox, and it does not work here: %w; "+
+					"install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap) or pass --bwrap PATH "+
+					"(--unsafe-no-sandbox runs them without one, with this worker's rights)", err)
+			}
+			validator.Sandbox = sb
+			log.Info("validation commands run in a sandbox", "bwrap", sb.Bwrap(), "network", *network, "read_only", sandboxRO)
+		}
+		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+			return fmt.Errorf("--cache-dir: %w", err)
 		}
 		// What a killed worker left there: its command's processes and its directory.
 		if err := validator.ReapOrphans(ctx); err != nil {
@@ -99,9 +144,6 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 
-	if *keyPath == "" {
-		*keyPath = filepath.Join("ag-data", "worker-"+strings.NewReplacer("/", "_", ":", "_").Replace(*label)+".key")
-	}
 	key, err := worker.LoadOrCreateKey(ctx, c, *keyPath)
 	if err != nil {
 		return err

@@ -25,6 +25,17 @@ const (
 	ResultFailed = "FAILED"
 )
 
+// How the command of a validation was isolated from its worker, as the worker attests it.
+// An attestation without the field predates it: its isolation is unknown.
+const (
+	// IsolationBubblewrap: the command ran in a bubblewrap sandbox that holds none of the
+	// worker's secrets (docs/validation.md says what it sees).
+	IsolationBubblewrap = "bubblewrap"
+	// IsolationNone: the command ran with the worker's own rights, which include signing
+	// any result (ag-worker --unsafe-no-sandbox).
+	IsolationNone = "none"
+)
+
 // Validation is what a worker attests about one run of a repository's validation command on
 // one candidate tree. It travels as an in-toto Statement v1: the subject is the tree
 // ("<repository>@<revision>", digest sha256), the predicate a test-result whose standard
@@ -45,6 +56,7 @@ type Validation struct {
 	ExitCode    int    // -1 when the command was killed or did not exit by itself
 	LogDigest   string // "sha256:<hex>" of the whole log
 	Reason      string // why it failed, when it did not exit non-zero by itself ("timed out after 5m0s")
+	Isolation   string // IsolationBubblewrap or IsolationNone; empty in attestations that predate it
 }
 
 // Passed reports whether the validation attests a pass.
@@ -64,6 +76,7 @@ type runFields struct {
 	ExitCode    int    `json:"exitCode"`
 	LogDigest   string `json:"logDigest"`
 	Reason      string `json:"reason,omitempty"`
+	Isolation   string `json:"isolation,omitempty"`
 }
 
 // commandConfig is the content of the predicate's "command" configuration entry.
@@ -123,6 +136,7 @@ func StatementJSON(v Validation) ([]byte, error) {
 		ExitCode:    v.ExitCode,
 		LogDigest:   v.LogDigest,
 		Reason:      v.Reason,
+		Isolation:   v.Isolation,
 	})
 	if err != nil {
 		return nil, err
@@ -241,7 +255,7 @@ func ParseStatement(payload []byte) (Validation, error) {
 		return Validation{}, fmt.Errorf("%w: the predicate names no jobId and claimNumber", ErrNotAValidation)
 	}
 	v.JobID, v.ClaimNumber, v.Worker = run.JobID, run.ClaimNumber, run.Worker
-	v.ExitCode, v.LogDigest, v.Reason = run.ExitCode, run.LogDigest, run.Reason
+	v.ExitCode, v.LogDigest, v.Reason, v.Isolation = run.ExitCode, run.LogDigest, run.Reason, run.Isolation
 	if v.StartedAt, err = parseTime(run.StartedOn); err != nil {
 		return Validation{}, fmt.Errorf("%w: startedOn: %v", ErrNotAValidation, err)
 	}

@@ -34,6 +34,7 @@ func sampleValidation() attest.Validation {
 		ExitCode:    -1,
 		LogDigest:   "sha256:" + strings.Repeat("ab", 32),
 		Reason:      "timed out after 10m0s",
+		Isolation:   attest.IsolationBubblewrap,
 	}
 }
 
@@ -68,6 +69,7 @@ func TestStatementRoundTrips(t *testing.T) {
 			v := sampleValidation()
 			v.Result, v.ExitCode, v.Reason, v.Timeout = attest.ResultPassed, 0, "", 0
 			v.StartedAt, v.FinishedAt = time.Time{}, time.Time{}
+			v.Isolation = "" // as attestations signed before the field was
 			return v
 		}(),
 	} {
@@ -101,6 +103,9 @@ func TestStatementRoundTrips(t *testing.T) {
 		}
 		if st.Predicate["result"] != v.Result || st.Predicate["jobId"] != "job_01J" || st.Predicate["claimNumber"] != 3.0 {
 			t.Errorf("predicate = %v", st.Predicate)
+		}
+		if isolation, ok := st.Predicate["isolation"]; ok != (v.Isolation != "") || ok && isolation != v.Isolation {
+			t.Errorf("predicate isolation = %v (present %v), want %q", isolation, ok, v.Isolation)
 		}
 	}
 }

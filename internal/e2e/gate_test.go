@@ -40,7 +40,8 @@ exit "$status"
 `
 
 // waitScript blocks until the file $GATE_DIR/release exists (at most about 30s, so that a
-// command whose worker was killed does not linger), then passes.
+// command whose worker was killed does not linger), then passes. The sandbox shows GATE_DIR
+// only to a worker started with --sandbox-ro GATE_DIR.
 const waitScript = `echo "waiting for release"
 i=0
 while [ ! -e "$GATE_DIR/release" ]; do
@@ -113,12 +114,12 @@ type gateWorker struct {
 }
 
 // worker starts an ag-worker of principal ci that runs validate jobs, with its own key, work
-// directory and claim lease.
-func (g *gateEnv) worker(t *testing.T, label string, lease time.Duration) *gateWorker {
+// directory and claim lease, and more flags when given.
+func (g *gateEnv) worker(t *testing.T, label string, lease time.Duration, args ...string) *gateWorker {
 	t.Helper()
 	key := filepath.Join(t.TempDir(), label+".key")
 	p := g.startWorker(t, workerOpts{Label: label, Token: g.workerToken, Key: key, Lease: lease,
-		Kinds: "validate", WorkDir: t.TempDir()})
+		Kinds: "validate", WorkDir: t.TempDir(), Args: args})
 	if _, err := os.Stat(key + ".pub"); err != nil {
 		t.Fatalf("ag-worker %s did not write its public key: %v", label, err)
 	}
@@ -478,7 +479,7 @@ func TestGateKilledWorkerJobRedone(t *testing.T) {
 		t.Cleanup(func() { _ = os.WriteFile(release, nil, 0o644) })
 		files := with(gateFiles, map[string]string{"check.sh": waitScript})
 		g := startGate(t, backend, files, "--env", "GATE_DIR="+gateDir, "--", "sh", "check.sh")
-		a := g.worker(t, "a", 2*time.Second)
+		a := g.worker(t, "a", 2*time.Second, "--sandbox-ro", gateDir)
 		alice := g.agent(t, "alice")
 
 		edit(t, alice, "a.txt", "a is better\n")
@@ -491,7 +492,7 @@ func TestGateKilledWorkerJobRedone(t *testing.T) {
 			t.Fatalf("worker a ended with %v, want killed by SIGKILL", st)
 		}
 
-		b := g.worker(t, "b", 2*time.Second)
+		b := g.worker(t, "b", 2*time.Second, "--sandbox-ro", gateDir)
 		waitProgress(t, run, b.holder, "waiting for release")
 		g.waitJob(t, jobID, "claimed by ci|b (claim 2)", isClaim(b.holder, 2))
 		if err := os.WriteFile(release, nil, 0o644); err != nil {
@@ -565,7 +566,7 @@ func TestGatePausedWorkerFencedOff(t *testing.T) {
 		t.Cleanup(func() { _ = os.WriteFile(release, nil, 0o644) })
 		files := with(gateFiles, map[string]string{"check.sh": waitScript})
 		g := startGate(t, backend, files, "--env", "GATE_DIR="+gateDir, "--", "sh", "check.sh")
-		a := g.worker(t, "a", 2*time.Second)
+		a := g.worker(t, "a", 2*time.Second, "--sandbox-ro", gateDir)
 		alice := g.agent(t, "alice")
 
 		edit(t, alice, "a.txt", "a is better\n")
@@ -579,7 +580,7 @@ func TestGatePausedWorkerFencedOff(t *testing.T) {
 		})
 
 		// b validates the change again and finishes while a sleeps; a's command finishes too.
-		b := g.worker(t, "b", 2*time.Second)
+		b := g.worker(t, "b", 2*time.Second, "--sandbox-ro", gateDir)
 		waitProgress(t, run, b.holder, "waiting for release")
 		g.waitJob(t, jobID, "claimed by ci|b (claim 2)", isClaim(b.holder, 2))
 		if err := os.WriteFile(release, nil, 0o644); err != nil {

@@ -397,6 +397,7 @@ type workerOpts struct {
 	Grace       time.Duration // --shutdown-grace; 0: the worker's default
 	Kinds       string        // --kinds; empty: the worker's default (ag.noop)
 	WorkDir     string        // --work-dir; empty: the worker's default
+	Args        []string      // more flags
 }
 
 // startWorker starts an ag-worker process against s and waits until it has registered its key
@@ -424,6 +425,7 @@ func (s *server) startWorker(t *testing.T, o workerOpts) *proc {
 	if o.WorkDir != "" {
 		args = append(args, "--work-dir", o.WorkDir)
 	}
+	args = append(args, o.Args...)
 	p := startProc(t, "ag-worker "+o.Label, workerBin, dir, cleanEnv(), args...)
 	eventually(t, "ag-worker "+o.Label+" to start", func() (bool, string) {
 		if p.exited() {

@@ -38,6 +38,10 @@ type runSpec struct {
 	// for ReapOrphans to find the group should the worker die. The command does not run on
 	// unrecorded: when the file cannot be written, the group is killed and that is the error.
 	GroupFile string
+	// Sandbox, when set, runs the command in it, with Box as its read-write directories
+	// (Box.Tree is Dir). The process group is then bwrap's.
+	Sandbox *Sandbox
+	Box     boxDirs
 }
 
 // runResult is what a run did.
@@ -51,7 +55,9 @@ type runResult struct {
 	LogDigest  string // "sha256:<hex>" of the whole log
 	LogBytes   int64
 	Tail       string // the log's last maxOutputBytes, from a line boundary when possible
-	Survivors  bool   // some process of the group was still alive after SIGKILL
+	Survivors  bool   // some process of the group, or of the sandbox, was still alive after SIGKILL
+	// OwnPIDNamespace: the command ran in a PID namespace other than the worker's (a sandbox).
+	OwnPIDNamespace bool
 }
 
 // runCommand runs s.Argv in s.Dir as the leader of a new process group, with its output in
@@ -59,13 +65,22 @@ type runResult struct {
 // killed (SIGTERM, then SIGKILL after the grace) before runCommand returns. It answers the
 // outcome of a command that exited or timed out; an error when the command could not start, or
 // its log or s.GroupFile could not be written, and context.Cause(ctx) when ctx ended first.
+//
+// With s.Sandbox, the leader of the group is bwrap, and the command runs in its sandbox, in
+// a session of its own: SIGTERM ends bwrap, and with it the sandbox, at once. Every process
+// of the sandbox, in the group or not, is gone when runCommand returns.
 func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	var res runResult
 	if len(s.Argv) == 0 {
 		return res, errors.New("no command")
 	}
-	path, err := lookPath(s.Argv[0], s.Dir, s.Env)
-	if err != nil {
+	path := ""
+	if s.Sandbox == nil {
+		var err error
+		if path, err = lookPath(s.Argv[0], s.Dir, s.Env); err != nil {
+			return res, err
+		}
+	} else if err := s.Sandbox.lookPath(s.Argv[0], s.Box, s.Env); err != nil {
 		return res, err
 	}
 	logFile, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
@@ -82,6 +97,14 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	}
 	defer pr.Close()
 	cmd := &exec.Cmd{Path: path, Args: s.Argv, Dir: s.Dir, Env: s.Env, Stdout: pw, Stderr: pw}
+	var box *boxRun
+	if s.Sandbox != nil {
+		if cmd, box, err = s.Sandbox.command(s.Argv, s.Box, s.Env, pw); err != nil {
+			pw.Close()
+			return res, err
+		}
+		defer box.close()
+	}
 	inOwnGroup(cmd)
 	sink := &logSink{file: logFile, hash: sha256.New(), progress: s.Progress}
 
@@ -90,6 +113,9 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	pw.Close()
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
+	}
+	if box != nil {
+		box.started()
 	}
 	res.Pgid = cmd.Process.Pid
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -122,6 +148,12 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	res.FinishedAt = time.Now()
 	// The leader is gone; what it left behind in its group goes too, exited or not.
 	res.Survivors = !killGroup(res.Pgid, 5*time.Second)
+	if box != nil {
+		// And what it left in its sandbox, where setsid takes a process out of any group.
+		gone, own := box.end(5 * time.Second)
+		res.Survivors = res.Survivors || !gone
+		res.OwnPIDNamespace = own
+	}
 	// The pipe ends when the last process holding it is gone. One that left the group may hold
 	// it open for ever: stop reading after a moment.
 	select {

@@ -22,8 +22,9 @@ const (
 	helperScriptEnv  = "AG_WORKER_TEST_HELPER_SCRIPT"
 )
 
-// TestHelperRunsACommand is no test of its own: TestCommandDiesWithTheWorker runs the test
-// binary again, as a worker that runs a command the way Handle does, in a run directory under
+// TestHelperRunsACommand is no test of its own: TestCommandDiesWithTheWorker and
+// TestSandboxDiesWithTheWorker run the test binary again, as a worker that runs a command the
+// way Handle does (in the sandbox when helperSandboxEnv says "bwrap"), in a run directory under
 // the work directory it is given, and that gets killed meanwhile. It prints "ready" once the
 // command printed "started".
 func TestHelperRunsACommand(t *testing.T) {
@@ -39,10 +40,22 @@ func TestHelperRunsACommand(t *testing.T) {
 	if err := os.Mkdir(checkout, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	env := os.Environ()
+	var sb *Sandbox
+	var box boxDirs
+	if os.Getenv(helperSandboxEnv) == "bwrap" {
+		sb = testSandbox(t, SandboxConfig{})
+		if box, err = makeBoxDirs(run.path, checkout); err != nil {
+			t.Fatal(err)
+		}
+		if env, err = sb.Env(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	res, err := runCommand(context.Background(), runSpec{
-		Argv: []string{"sh", "-c", os.Getenv(helperScriptEnv)}, Dir: checkout, Env: os.Environ(),
+		Argv: []string{"sh", "-c", os.Getenv(helperScriptEnv)}, Dir: checkout, Env: env,
 		Timeout: time.Minute, LogPath: filepath.Join(run.path, "output.log"), Grace: time.Second,
-		GroupFile: run.groupFile(),
+		GroupFile: run.groupFile(), Sandbox: sb, Box: box,
 		Progress: func(line string) {
 			if line == "started" {
 				os.Stdout.WriteString("ready\n")

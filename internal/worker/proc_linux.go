@@ -16,6 +16,8 @@ import (
 // that a worker killed with SIGKILL, or crashing, does not leave its command running. It is
 // not inherited across fork: what the leader started lives on in the group until a worker
 // reaps the run's directory (ReapOrphans). It survives exec, so it holds for `exec cmd` too.
+// In the sandbox the leader is bwrap, whose --die-with-parent passes the signal on: its PID
+// namespace, and every process in it, dies with it.
 func dieWithWorker(attr *syscall.SysProcAttr) {
 	attr.Pdeathsig = syscall.SIGKILL
 }

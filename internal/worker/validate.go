@@ -27,10 +27,12 @@ import (
 
 // Validator runs the jobs of kind "validate" (client.KindValidate): it checks out the
 // candidate tree the job names, runs the repository's validation command in it, and signs an
-// in-toto attestation of the outcome. Its Handle is a Handler.
+// in-toto attestation of the outcome, which says how the command was isolated. Its Handle is a
+// Handler.
 //
-// The command runs with the worker's own rights: it can read whatever the worker can, the
-// worker's key included. Run workers for code you do not trust inside a sandbox.
+// The command is code an agent wrote. It runs in Sandbox, which holds none of the worker's
+// secrets; without one, Handle refuses to run it unless Unsandboxed says to run it with the
+// worker's own rights, with which it can read the worker's token and key and sign any result.
 type Validator struct {
 	Client *client.Client
 	Signer *attest.Signer
@@ -43,9 +45,17 @@ type Validator struct {
 	WorkDir string
 	Logger  *slog.Logger
 	// KillGrace is how long a command that is stopped (timeout, lost claim, shutdown) has
-	// between SIGTERM and SIGKILL. Default 2s.
+	// between SIGTERM and SIGKILL. Default 2s. A sandboxed command ends at once.
 	KillGrace time.Duration
+	// Sandbox isolates the commands (NewSandbox). Without it, commands run only when
+	// Unsandboxed is set, and each run logs a warning.
+	Sandbox     *Sandbox
+	Unsandboxed bool
 }
+
+// errNoSandbox: the validator has neither a sandbox nor the operator's word to run without.
+var errNoSandbox = errors.New("this worker has no sandbox for validation commands: " +
+	"install bubblewrap, or start ag-worker with --unsafe-no-sandbox to run them with the worker's own rights")
 
 // blobFetchers bounds the blobs fetched at once.
 const blobFetchers = 8
@@ -69,11 +79,25 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, Permanent(err)
 	}
-	env, err := commandEnv(os.Environ(), p.Env)
+	isolation := attest.IsolationBubblewrap
+	var env []string
+	if v.Sandbox != nil {
+		env, err = v.Sandbox.Env(p.Env)
+	} else {
+		isolation = attest.IsolationNone
+		env, err = commandEnv(os.Environ(), p.Env)
+	}
 	if err != nil {
 		return Outcome{}, Permanent(err)
 	}
+	if v.Sandbox == nil && !v.Unsandboxed {
+		return Outcome{}, errNoSandbox // not for good: another worker may have one
+	}
 	log := v.logger().With("job", job.GetId(), "repository", p.Repository, "revision", p.CandidateRevision)
+	if isolation == attest.IsolationNone {
+		log.Warn("UNSAFE: running the validation command without a sandbox (--unsafe-no-sandbox): " +
+			"it can read this worker's token and key, and sign any result")
+	}
 
 	job.Progress("fetching tree")
 	tree, err := v.fetchTree(ctx, p)
@@ -101,19 +125,29 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err := v.materialize(ctx, checkout, tree); err != nil {
 		return Outcome{}, orCause(ctx, err)
 	}
+	var box boxDirs
+	if v.Sandbox != nil {
+		if box, err = makeBoxDirs(dir, checkout); err != nil {
+			return Outcome{}, fmt.Errorf("create work directory: %w", err)
+		}
+	}
 
 	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
-	log.Info("running", "command", p.Command, "files", len(tree), "timeout", timeout)
+	log.Info("running", "command", p.Command, "files", len(tree), "timeout", timeout, "isolation", isolation)
 	res, err := runCommand(ctx, runSpec{
 		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
 		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress,
-		GroupFile: rd.groupFile(),
+		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box,
 	})
 	if res.Survivors {
 		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
 	}
 	if err != nil {
 		return Outcome{}, orCause(ctx, err)
+	}
+	if v.Sandbox != nil && !res.OwnPIDNamespace {
+		// Never attest an isolation that did not happen.
+		return Outcome{}, errors.New("the sandbox did not give the command a PID namespace of its own: not attested")
 	}
 
 	result := attest.ResultFailed
@@ -135,6 +169,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		ExitCode:    res.ExitCode,
 		LogDigest:   res.LogDigest,
 		Reason:      res.Reason,
+		Isolation:   isolation,
 	}
 	signed, err := v.Signer.SignValidation(ctx, val)
 	if err != nil {
@@ -148,6 +183,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		"result":      result,
 		"exit_code":   res.ExitCode,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+		"isolation":   isolation,
 	}
 	if res.Reason != "" {
 		fields["reason"] = res.Reason

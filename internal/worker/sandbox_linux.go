@@ -1,0 +1,78 @@
+//go:build linux
+
+package worker
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func sandboxSupported() error { return nil }
+
+// pidNamespace answers the inode number of the PID namespace of the process pid ("self" for
+// this one), as /proc/PID/ns/pid shows it: "pid:[4026531836]".
+func pidNamespace(pid string) (uint64, error) {
+	link, err := os.Readlink("/proc/" + pid + "/ns/pid")
+	if err != nil {
+		return 0, err
+	}
+	inode, ok := strings.CutPrefix(link, "pid:[")
+	if inode, ok = strings.CutSuffix(inode, "]"); !ok {
+		return 0, fmt.Errorf("/proc/%s/ns/pid is %q, not pid:[N]", pid, link)
+	}
+	return strconv.ParseUint(inode, 10, 64)
+}
+
+// endNamespace kills init, the first process of the PID namespace ns, and waits until no
+// process of ns is alive, at most for wait. It answers whether ns is empty.
+//
+// The kernel kills every process of a PID namespace when its init dies. bwrap's init dies
+// with bwrap already (--die-with-parent); this makes sure of it, and waits for it. init is
+// held by a pidfd (os.FindProcess) before its namespace is checked, so that a pid used again
+// by another process is never signalled.
+func endNamespace(init int, ns uint64, wait time.Duration) bool {
+	if p, err := os.FindProcess(init); err == nil {
+		if got, err := pidNamespace(strconv.Itoa(init)); err == nil && got == ns {
+			_ = p.Signal(syscall.SIGKILL)
+		}
+		_ = p.Release()
+	}
+	deadline := time.Now().Add(wait)
+	for delay := time.Millisecond; namespaceAlive(ns); delay = min(2*delay, 20*time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(delay)
+	}
+	return true
+}
+
+// namespaceAlive reports whether a process of the PID namespace ns is alive. A zombie runs
+// nothing, so it does not count: the sandbox's init, whose parent bwrap exits first, waits
+// as one until the host's init reaps it, which may take seconds in a container.
+func namespaceAlive(ns uint64) bool {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		if got, err := pidNamespace(p.Name()); err != nil || got != ns {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if state, _, ok := parseStat(string(stat)); !ok || (state != "Z" && state != "X") {
+			return true
+		}
+	}
+	return false
+}

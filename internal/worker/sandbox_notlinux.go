@@ -1,0 +1,17 @@
+//go:build !linux
+
+package worker
+
+import (
+	"errors"
+	"runtime"
+	"time"
+)
+
+func sandboxSupported() error {
+	return errors.New("the bubblewrap sandbox needs Linux, and this is " + runtime.GOOS)
+}
+
+func pidNamespace(string) (uint64, error) { return 0, errors.ErrUnsupported }
+
+func endNamespace(int, uint64, time.Duration) bool { return true }
