@@ -105,6 +105,9 @@ type verifiedAttestation struct {
 	ExitCode       int       `json:"exitCode"`
 	LogDigest      string    `json:"logDigest"`
 	Reason         string    `json:"reason,omitempty"`
+	// Isolation is how the command was kept from the worker's secrets: "bubblewrap", "none",
+	// or "unknown" for an attestation made before workers said.
+	Isolation string `json:"isolation"`
 }
 
 func newAttestationVerifyCmd(g *globals) *cobra.Command {
@@ -115,8 +118,8 @@ func newAttestationVerifyCmd(g *globals) *cobra.Command {
 		Long: `Verifies an attestation (DSSE JSON, as 'ag attestation get' saves it; FILE "-" reads standard
 input) without a server: its signature with the key PUBKEY, its payload type, and its statement,
 an in-toto test-result about one tree. It then prints the result, the subject (repository,
-revision and tree digest), the job and claim, the worker, the key, the run's times, exit code
-and log digest.
+revision and tree digest), the job and claim, the worker, the key, the run's times, exit code,
+log digest, and how the command was isolated from the worker's secrets.
 
 PUBKEY is a file holding the worker's public key (ag-worker writes it next to its key as
 KEYFILE.pub), the worker's private key file, or the base64 of the raw 32-byte public key.
@@ -198,6 +201,10 @@ func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, 
 		ExitCode:       v.ExitCode,
 		LogDigest:      v.LogDigest,
 		Reason:         v.Reason,
+		Isolation:      v.Isolation,
+	}
+	if report.Isolation == "" {
+		report.Isolation = "unknown"
 	}
 	if v.Timeout > 0 {
 		report.Timeout = v.Timeout.String()
@@ -235,6 +242,11 @@ func printVerified(g *globals, r verifiedAttestation) {
 	}
 	row("exit code", fmt.Sprint(r.ExitCode))
 	row("reason", r.Reason)
+	isolation := r.Isolation
+	if isolation == attest.IsolationNone {
+		isolation += " (the command ran with the worker's rights: it could have read the worker's key)"
+	}
+	row("isolation", isolation)
 	row("log digest", r.LogDigest)
 	row("key id", r.KeyID)
 	row("attestation", r.EnvelopeDigest)

@@ -38,7 +38,7 @@ func signedAttestation(t *testing.T, keyPath string) ([]byte, ed25519.PrivateKey
 		Repository: "shop", Revision: "rev_42", TreeDigest: attestedTree, Result: attest.ResultPassed,
 		Command: []string{"go", "test", "./..."}, Timeout: 5 * time.Minute, JobID: "job_7", ClaimNumber: 2,
 		Worker: "ci|w1", StartedAt: start, FinishedAt: start.Add(1500 * time.Millisecond),
-		LogDigest: "sha256:" + strings.Repeat("cd", 32),
+		LogDigest: "sha256:" + strings.Repeat("cd", 32), Isolation: attest.IsolationBubblewrap,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestAttestationVerify(t *testing.T) {
 			}
 			for _, want := range []string{
 				"verified: PASSED", "shop@rev_42", attestedTree, "job_7 (claim 2)", "ci|w1", "go test ./... (timeout 5m0s)",
-				attest.KeyID(pub), "sha256:" + strings.Repeat("cd", 32), "(1.5s)", sha256Hex(data),
+				attest.KeyID(pub), "sha256:" + strings.Repeat("cd", 32), "(1.5s)", sha256Hex(data), "isolation:    bubblewrap",
 			} {
 				if !strings.Contains(out, want) {
 					t.Errorf("output lacks %q:\n%s", want, out)
@@ -110,7 +110,7 @@ func TestAttestationVerify(t *testing.T) {
 		for k, want := range map[string]any{
 			"verified": true, "result": "PASSED", "repository": "shop", "revision": "rev_42", "treeDigest": attestedTree,
 			"jobId": "job_7", "claimNumber": 2.0, "worker": "ci|w1", "keyId": attest.KeyID(pub), "exitCode": 0.0,
-			"envelopeDigest": sha256Hex(data), "startedAt": "2025-03-01T12:00:00Z",
+			"envelopeDigest": sha256Hex(data), "startedAt": "2025-03-01T12:00:00Z", "isolation": "bubblewrap",
 		} {
 			if got[k] != want {
 				t.Errorf("%s = %v, want %v", k, got[k], want)
