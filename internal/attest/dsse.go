@@ -1,10 +1,10 @@
 // Package attest signs and verifies the DSSE envelopes that workers attach to completed jobs.
-// Keys are Ed25519; a key's id is "sha256:" and the hex sha256 of the raw 32-byte public key.
+// Keys are Ed25519; ag names a key by "sha256:" and the hex sha256 of its raw 32-byte public key
+// (KeyID), but its envelopes carry no key id (see Signer.KeyID).
 package attest
 
 import (
 	"context"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,7 +20,9 @@ import (
 // PayloadTypeInToto is the DSSE payload type of an in-toto Statement.
 const PayloadTypeInToto = "application/vnd.in-toto+json"
 
-// KeyID answers the id of an Ed25519 public key.
+// KeyID answers ag's id of an Ed25519 public key: the id the server registers it under and
+// that `ag attestation verify` prints. Envelopes signed before ag left key ids out of them
+// carry it as their signature's key id; Verify accepts them as it accepts the new ones.
 func KeyID(pub ed25519.PublicKey) string {
 	sum := sha256.Sum256(pub)
 	return "sha256:" + hex.EncodeToString(sum[:])
@@ -39,10 +41,14 @@ func (s *Signer) Sign(_ context.Context, data []byte) ([]byte, error) {
 	return ed25519.Sign(s.key, data), nil
 }
 
-// KeyID implements dsse.Signer.
-func (s *Signer) KeyID() (string, error) {
-	return KeyID(s.key.Public().(ed25519.PublicKey)), nil
-}
+// KeyID implements dsse.Signer: it answers "", so signatures carry an empty key id. DSSE
+// makes the key id an optional, unauthenticated hint, and verifiers try a signature without
+// one against every key they hold. A non-empty id would have to match the verifier's own
+// computation, and go-securesystemslib alone has two (signerverifier.LoadKey's hash of the
+// securesystemslib key, and dsse.SHA256KeyID's SSH fingerprint for verifiers without one), so
+// no single id is accepted by every verifier built from the worker's public key PEM; an empty
+// one is (docs/validation.md).
+func (s *Signer) KeyID() (string, error) { return "", nil }
 
 // SignEnvelope signs payload of payloadType into a DSSE envelope.
 func (s *Signer) SignEnvelope(ctx context.Context, payloadType string, payload []byte) (*dsse.Envelope, error) {
@@ -53,45 +59,38 @@ func (s *Signer) SignEnvelope(ctx context.Context, payloadType string, payload [
 	return es.SignPayload(ctx, payloadType, payload)
 }
 
-type verifier struct {
-	pub ed25519.PublicKey
-}
-
-func (v verifier) Verify(_ context.Context, data, sig []byte) error {
-	if !ed25519.Verify(v.pub, data, sig) {
-		return errors.New("ed25519 signature does not verify")
-	}
-	return nil
-}
-
-func (v verifier) KeyID() (string, error)   { return KeyID(v.pub), nil }
-func (v verifier) Public() crypto.PublicKey { return v.pub }
-
 // ErrNotVerified: no signature of the envelope verifies with any of the keys given.
 var ErrNotVerified = errors.New("attestation signature does not verify")
 
 // Verify checks that env carries a valid signature by one of keys (raw Ed25519 public keys) and
-// answers the id of the key that verified.
-func Verify(ctx context.Context, env *dsse.Envelope, keys [][]byte) (string, error) {
+// answers ag's id (KeyID) of the key that verified. A signature's key id is a hint that
+// nothing authenticates, so it is not read: every key is tried on every signature, and
+// envelopes with an empty key id (as workers sign them now), with KeyID of the signing key (as
+// they signed them before) or with any other verify alike.
+func Verify(_ context.Context, env *dsse.Envelope, keys [][]byte) (string, error) {
 	if len(keys) == 0 {
 		return "", fmt.Errorf("%w: the signer has registered no key (RegisterWorkerKey)", ErrNotVerified)
 	}
-	var vs []dsse.Verifier
-	for _, k := range keys {
-		if len(k) != ed25519.PublicKeySize {
+	if env == nil || len(env.Signatures) == 0 {
+		return "", fmt.Errorf("%w: the envelope has no signature", ErrNotVerified)
+	}
+	payload, err := env.DecodeB64Payload()
+	if err != nil {
+		return "", fmt.Errorf("%w: payload: %v", ErrNotVerified, err)
+	}
+	pae := dsse.PAE(env.PayloadType, payload)
+	for _, s := range env.Signatures {
+		sig, err := decodeB64(s.Sig)
+		if err != nil || len(sig) != ed25519.SignatureSize {
 			continue
 		}
-		vs = append(vs, verifier{pub: ed25519.PublicKey(k)})
+		for _, k := range keys {
+			if len(k) == ed25519.PublicKeySize && ed25519.Verify(ed25519.PublicKey(k), pae, sig) {
+				return KeyID(ed25519.PublicKey(k)), nil
+			}
+		}
 	}
-	ev, err := dsse.NewMultiEnvelopeVerifier(1, vs...)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrNotVerified, err)
-	}
-	accepted, err := ev.Verify(ctx, env)
-	if err != nil || len(accepted) == 0 {
-		return "", fmt.Errorf("%w with any key registered by the signer", ErrNotVerified)
-	}
-	return accepted[0].KeyID, nil
+	return "", fmt.Errorf("%w with any key registered by the signer", ErrNotVerified)
 }
 
 // FromProto converts the wire envelope to the DSSE library's form.

@@ -13,6 +13,7 @@ import (
 	intoto "github.com/in-toto/attestation/go/v1"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -37,10 +38,13 @@ const (
 )
 
 // Validation is what a worker attests about one run of a repository's validation command on
-// one candidate tree. It travels as an in-toto Statement v1: the subject is the tree
-// ("<repository>@<revision>", digest sha256), the predicate a test-result whose standard
-// fields (result, configuration, url) are completed by the fields that tie the run to its
-// claim (jobId, claimNumber, worker, times, exit code, log digest).
+// one candidate tree. It travels as an in-toto Statement v1 whose predicate is exactly the
+// spec's test-result: the subject is the tree ("<repository>@<revision>", digest sha256); the
+// predicate holds the result, the url "ag:job/<id>" and two configuration entries, "command"
+// (argv and timeout, its JSON content) and "run", whose annotations carry what ties the run to
+// its claim (job id, claim number, worker, times, exit code, log digest, reason, isolation).
+// Attestations signed before had those fields in the predicate itself, beside the spec's;
+// ParseStatement reads both (docs/validation.md).
 type Validation struct {
 	Repository  string
 	Revision    string
@@ -65,8 +69,15 @@ func (v Validation) Passed() bool { return v.Result == ResultPassed }
 // Subject answers the in-toto subject name of the attested tree.
 func (v Validation) Subject() string { return v.Repository + "@" + v.Revision }
 
-// The predicate's fields beyond the test-result ones. They are part of the signed payload,
-// so a verifier reads exactly what the worker signed.
+// The names of the predicate's configuration entries.
+const (
+	configCommand = "command" // content: commandConfig
+	configRun     = "run"     // annotations: runFields
+)
+
+// runFields are the annotations of the "run" configuration entry: what ties the run to its
+// job and claim. Attestations signed before carry them in the predicate itself. They are part
+// of the signed payload, so a verifier reads exactly what the worker signed.
 type runFields struct {
 	JobID       string `json:"jobId"`
 	ClaimNumber uint32 `json:"claimNumber"`
@@ -114,20 +125,7 @@ func StatementJSON(v Validation) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := &testresult.TestResult{
-		Result: v.Result,
-		Configuration: []*intoto.ResourceDescriptor{{
-			Name:      "command",
-			MediaType: "application/json",
-			Content:   cmdJSON,
-		}},
-		Url: "ag:job/" + v.JobID,
-	}
-	predicate, err := toStruct(tr)
-	if err != nil {
-		return nil, err
-	}
-	run, err := json.Marshal(runFields{
+	run, err := toStruct(runFields{
 		JobID:       v.JobID,
 		ClaimNumber: v.ClaimNumber,
 		Worker:      v.Worker,
@@ -141,16 +139,16 @@ func StatementJSON(v Validation) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var extra map[string]any
-	if err := json.Unmarshal(run, &extra); err != nil {
+	predicate, err := messageStruct(&testresult.TestResult{
+		Result: v.Result,
+		Configuration: []*intoto.ResourceDescriptor{
+			{Name: configCommand, MediaType: "application/json", Content: cmdJSON},
+			{Name: configRun, Annotations: run},
+		},
+		Url: "ag:job/" + v.JobID,
+	})
+	if err != nil {
 		return nil, err
-	}
-	for k, val := range extra {
-		pv, err := structpb.NewValue(val)
-		if err != nil {
-			return nil, err
-		}
-		predicate.Fields[k] = pv
 	}
 	st := &intoto.Statement{
 		Type:          intoto.StatementTypeUri,
@@ -164,8 +162,22 @@ func StatementJSON(v Validation) ([]byte, error) {
 	return protojson.Marshal(st)
 }
 
-func toStruct(m *testresult.TestResult) (*structpb.Struct, error) {
+// messageStruct answers m's protobuf JSON as a Struct.
+func messageStruct(m proto.Message) (*structpb.Struct, error) {
 	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// toStruct answers v's JSON as a Struct.
+func toStruct(v any) (*structpb.Struct, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
@@ -213,17 +225,9 @@ func ParseStatement(payload []byte) (Validation, error) {
 	}
 	v.Repository, v.Revision = repository, revision
 
-	predJSON, err := protojson.Marshal(st.GetPredicate())
+	tr, run, err := parsePredicate(st.GetPredicate())
 	if err != nil {
 		return Validation{}, err
-	}
-	tr := &testresult.TestResult{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(predJSON, tr); err != nil {
-		return Validation{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
-	}
-	var run runFields
-	if err := json.Unmarshal(predJSON, &run); err != nil {
-		return Validation{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
 	}
 	v.Result = tr.GetResult()
 	if v.Result != ResultPassed && v.Result != ResultFailed {
@@ -231,7 +235,7 @@ func ParseStatement(payload []byte) (Validation, error) {
 	}
 	commands := 0
 	for _, c := range tr.GetConfiguration() {
-		if c.GetName() != "command" {
+		if c.GetName() != configCommand {
 			continue
 		}
 		if commands++; commands > 1 {
@@ -263,6 +267,56 @@ func ParseStatement(payload []byte) (Validation, error) {
 		return Validation{}, fmt.Errorf("%w: finishedOn: %v", ErrNotAValidation, err)
 	}
 	return v, nil
+}
+
+// parsePredicate reads a test-result predicate and the fields of its run. A predicate that is
+// exactly the spec's test-result (unknown fields refused) has them in the annotations of its
+// one "run" configuration entry. One with ag's fields beside the spec's is an attestation
+// signed before: its run fields are read from the predicate itself, and it must have no "run"
+// entry, so that no two readers see two different runs in one statement.
+func parsePredicate(predicate *structpb.Struct) (*testresult.TestResult, runFields, error) {
+	predJSON, err := protojson.Marshal(predicate)
+	if err != nil {
+		return nil, runFields{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
+	}
+	var run runFields
+	tr := &testresult.TestResult{}
+	strictErr := protojson.Unmarshal(predJSON, tr)
+	if strictErr != nil {
+		tr = &testresult.TestResult{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(predJSON, tr); err != nil {
+			return nil, runFields{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
+		}
+		if err := json.Unmarshal(predJSON, &run); err != nil {
+			return nil, runFields{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
+		}
+		if run.JobID == "" {
+			// Not the earlier form either: say why it is not the spec's test-result.
+			return nil, runFields{}, fmt.Errorf("%w: predicate is not an in-toto test-result: %v", ErrNotAValidation, strictErr)
+		}
+	}
+	var runs []*intoto.ResourceDescriptor
+	for _, c := range tr.GetConfiguration() {
+		if c.GetName() == configRun {
+			runs = append(runs, c)
+		}
+	}
+	switch {
+	case strictErr != nil && len(runs) > 0:
+		return nil, runFields{}, fmt.Errorf("%w: the predicate has run fields both in itself and in a %q configuration entry", ErrNotAValidation, configRun)
+	case strictErr != nil:
+		return tr, run, nil
+	case len(runs) != 1:
+		return nil, runFields{}, fmt.Errorf("%w: %d %q configuration entries, want one", ErrNotAValidation, len(runs), configRun)
+	}
+	annotations, err := protojson.Marshal(runs[0].GetAnnotations())
+	if err != nil {
+		return nil, runFields{}, fmt.Errorf("%w: run annotations: %v", ErrNotAValidation, err)
+	}
+	if err := json.Unmarshal(annotations, &run); err != nil {
+		return nil, runFields{}, fmt.Errorf("%w: run annotations: %v", ErrNotAValidation, err)
+	}
+	return tr, run, nil
 }
 
 func parseTime(s string) (time.Time, error) {

@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	testresult "github.com/in-toto/attestation/go/predicates/test_result/v0"
+	intoto "github.com/in-toto/attestation/go/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/ag-coord/ag/internal/attest"
 )
 
@@ -101,11 +105,61 @@ func TestStatementRoundTrips(t *testing.T) {
 		if len(st.Subject) != 1 || st.Subject[0].Name != "shop@rev_01J@x" || "sha256:"+st.Subject[0].Digest["sha256"] != treeDigest {
 			t.Errorf("subject = %+v", st.Subject)
 		}
-		if st.Predicate["result"] != v.Result || st.Predicate["jobId"] != "job_01J" || st.Predicate["claimNumber"] != 3.0 {
+		if st.Predicate["result"] != v.Result || st.Predicate["url"] != "ag:job/job_01J" {
 			t.Errorf("predicate = %v", st.Predicate)
 		}
-		if isolation, ok := st.Predicate["isolation"]; ok != (v.Isolation != "") || ok && isolation != v.Isolation {
-			t.Errorf("predicate isolation = %v (present %v), want %q", isolation, ok, v.Isolation)
+		run := runAnnotations(t, st.Predicate)
+		if run["jobId"] != "job_01J" || run["claimNumber"] != 3.0 || run["worker"] != "ci|w1" || run["logDigest"] != v.LogDigest {
+			t.Errorf("run annotations = %v", run)
+		}
+		if isolation, ok := run["isolation"]; ok != (v.Isolation != "") || ok && isolation != v.Isolation {
+			t.Errorf("run isolation = %v (present %v), want %q", isolation, ok, v.Isolation)
+		}
+	}
+}
+
+// runAnnotations answers the annotations of the predicate's "run" configuration entry.
+func runAnnotations(t *testing.T, predicate map[string]any) map[string]any {
+	t.Helper()
+	for _, c := range predicate["configuration"].([]any) {
+		if c := c.(map[string]any); c["name"] == "run" {
+			return c["annotations"].(map[string]any)
+		}
+	}
+	t.Fatalf("no run configuration entry in %v", predicate)
+	return nil
+}
+
+// TestStatementIsStrictlyTheSpecs ensures the statement and its predicate parse into the
+// in-toto Statement and TestResult messages with unknown fields refused: ag's own fields are
+// where the spec allows them, not beside the spec's.
+func TestStatementIsStrictlyTheSpecs(t *testing.T) {
+	t.Parallel()
+	data, err := attest.StatementJSON(sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &intoto.Statement{}
+	if err := protojson.Unmarshal(data, st); err != nil {
+		t.Fatalf("strict parse of the statement: %v\n%s", err, data)
+	}
+	if err := st.Validate(); err != nil {
+		t.Fatalf("in-toto Validate: %v", err)
+	}
+	predicate, err := protojson.Marshal(st.GetPredicate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &testresult.TestResult{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(predicate, tr); err != nil {
+		t.Fatalf("strict parse of the predicate into TestResult: %v\n%s", err, predicate)
+	}
+	if tr.GetResult() != attest.ResultFailed || tr.GetUrl() != "ag:job/job_01J" || len(tr.GetConfiguration()) != 2 {
+		t.Errorf("test result = %v", tr)
+	}
+	for _, c := range tr.GetConfiguration() {
+		if err := c.Validate(); err != nil {
+			t.Errorf("configuration %q: %v", c.GetName(), err)
 		}
 	}
 }
@@ -156,6 +210,8 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 	}
 	subject := func(st map[string]any) map[string]any { return st["subject"].([]any)[0].(map[string]any) }
 	pred := func(st map[string]any) map[string]any { return st["predicate"].(map[string]any) }
+	run := func(st map[string]any) map[string]any { return runAnnotations(t, pred(st)) }
+	configuration := func(st map[string]any) []any { return pred(st)["configuration"].([]any) }
 	for name, payload := range map[string][]byte{
 		"not JSON":              []byte("{"),
 		"another predicate":     edit(func(st map[string]any) { st["predicateType"] = "https://slsa.dev/provenance/v1" }),
@@ -168,15 +224,26 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		"subject without revision": edit(func(st map[string]any) { subject(st)["name"] = "shop" }),
 		"subject with empty repo":  edit(func(st map[string]any) { subject(st)["name"] = "@rev" }),
 		"other result":             edit(func(st map[string]any) { pred(st)["result"] = "WARNED" }),
-		"no job id":                edit(func(st map[string]any) { delete(pred(st), "jobId") }),
-		"claim zero":               edit(func(st map[string]any) { pred(st)["claimNumber"] = 0 }),
-		"negative claim":           edit(func(st map[string]any) { pred(st)["claimNumber"] = -2 }),
-		"no command":               edit(func(st map[string]any) { delete(pred(st), "configuration") }),
+		"no job id":                edit(func(st map[string]any) { delete(run(st), "jobId") }),
+		"claim zero":               edit(func(st map[string]any) { run(st)["claimNumber"] = 0 }),
+		"negative claim":           edit(func(st map[string]any) { run(st)["claimNumber"] = -2 }),
+		"fractional claim":         edit(func(st map[string]any) { run(st)["claimNumber"] = 1.5 }),
+		"no configuration":         edit(func(st map[string]any) { delete(pred(st), "configuration") }),
+		"no command":               edit(func(st map[string]any) { pred(st)["configuration"] = configuration(st)[1:] }),
+		"no run":                   edit(func(st map[string]any) { pred(st)["configuration"] = configuration(st)[:1] }),
 		"two commands": edit(func(st map[string]any) {
-			c := pred(st)["configuration"].([]any)
-			pred(st)["configuration"] = append(c, c[0])
+			pred(st)["configuration"] = append(configuration(st), configuration(st)[0])
 		}),
-		"bad start time": edit(func(st map[string]any) { pred(st)["startedOn"] = "yesterday" }),
+		"two runs": edit(func(st map[string]any) {
+			pred(st)["configuration"] = append(configuration(st), configuration(st)[1])
+		}),
+		"bad start time":         edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
+		"a field the spec lacks": edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
+		"run fields in both places": edit(func(st map[string]any) {
+			for k, v := range run(st) {
+				pred(st)[k] = v
+			}
+		}),
 	} {
 		_, err := attest.ParseStatement(payload)
 		if !errors.Is(err, attest.ErrNotAValidation) {

@@ -229,3 +229,20 @@ func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// TestAttestationVerifyEarlierForm ensures attestations that workers signed before envelopes
+// lost their key id and the predicate became the spec's test-result still verify.
+func TestAttestationVerifyEarlierForm(t *testing.T) {
+	t.Parallel()
+	att := filepath.Join("..", "attest", "testdata", "legacy-passed.att.json")
+	pub := filepath.Join("..", "attest", "testdata", "legacy.key.pub")
+	out, err := runAg("attestation", "verify", att, "--key", pub, "--subject-digest", attestedTree)
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	for _, want := range []string{"verified: PASSED", "shop@rev_42", "job_7 (claim 2)", "ci|w1", "isolation:    bubblewrap", "(1.5s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

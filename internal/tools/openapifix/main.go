@@ -1,9 +1,12 @@
 // Command openapifix completes the OpenAPI document that protoc-gen-openapi generates from
 // proto/ with what it cannot know about a Connect server: errors are Connect errors
-// ({"code", "message", "details"}) rather than google.rpc.Status, every method takes a bearer
-// token, and streaming methods speak the Connect streaming protocol rather than plain JSON.
-// scripts/generate runs it on gen/openapi/openapi.yaml after buf generate, with the descriptors
-// of proto/ (buf build); its output depends only on its input.
+// ({"code", "message", "details"}) rather than google.rpc.Status, answered with 4xx and 5xx
+// statuses; every method takes a bearer token; streaming methods speak the Connect streaming
+// protocol rather than plain JSON. It also adds what `redocly lint` with its recommended rules
+// asks for (scripts/lint-openapi): a summary for every operation, taken from the first
+// sentence of its proto comment, the servers and the license. scripts/generate runs it on
+// gen/openapi/openapi.yaml after buf generate, with the descriptors of proto/ (buf build); its
+// output depends only on its input.
 //
 //	go run ./internal/tools/openapifix [-descriptors image.binpb] gen/openapi/openapi.yaml
 package main
@@ -21,10 +24,25 @@ import (
 )
 
 const (
-	errorSchema    = "connect.error"
-	errorResponse  = "connect.error"
-	detailSchema   = "connect.error_detail"
-	securityScheme = "bearer"
+	errorSchema         = "connect.error"
+	errorResponse       = "connect.error"
+	clientErrorResponse = "connect.client_error"
+	serverErrorResponse = "connect.server_error"
+	detailSchema        = "connect.error_detail"
+	securityScheme      = "bearer"
+)
+
+// server is where `ag serve` listens unless told otherwise; every ag server also answers the
+// document itself at GET /openapi.yaml.
+const server = "http://127.0.0.1:7777"
+
+// license and licenseURL are the terms the API is offered under: those of the TypeScript SDK
+// (sdk/ts/package.json), as the repository holds no license file. UNLICENSED is npm's word for
+// "no right to use is granted"; the URL is where npm defines it. Change both when ag gets a
+// license.
+const (
+	license    = "UNLICENSED"
+	licenseURL = "https://docs.npmjs.com/cli/v11/configuring-npm/package-json#license"
 )
 
 // connectCodes are the Connect error codes, as they appear in a JSON error body.
@@ -57,9 +75,12 @@ func main() {
 			fail(err)
 		}
 	}
-	out, err := Fix(in, streams)
+	out, warnings, err := fix(in, streams)
 	if err != nil {
 		fail(fmt.Errorf("%s: %w", path, err))
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "openapifix: %s: %s\n", path, w)
 	}
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		fail(err)
@@ -145,36 +166,64 @@ func markStreaming(op *yaml.Node, kind string) {
 // Fix answers the completed document; streams names the streaming methods by path, with their
 // kind (see streamingMethods). It is idempotent.
 func Fix(in []byte, streams map[string]string) ([]byte, error) {
+	out, _, err := fix(in, streams)
+	return out, err
+}
+
+// fix is Fix, and also answers what the proto comments should say better: the operations
+// whose comment does not start with the method's name (and so gave no summary).
+func fix(in []byte, streams map[string]string) ([]byte, []string, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(in, &doc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("not a YAML mapping")
+		return nil, nil, fmt.Errorf("not a YAML mapping")
 	}
 	root := doc.Content[0]
 	if v := get(root, "openapi"); v == nil || !strings.HasPrefix(v.Value, "3.") {
-		return nil, fmt.Errorf("not an OpenAPI 3 document")
+		return nil, nil, fmt.Errorf("not an OpenAPI 3 document")
 	}
 	paths := get(root, "paths")
 	if paths == nil {
-		return nil, fmt.Errorf("no paths")
+		return nil, nil, fmt.Errorf("no paths")
 	}
 
-	// Every operation: its default response is a Connect error.
+	// Every operation: a summary, a unique operationId, and Connect errors as its 4xx, 5xx
+	// and default answers.
+	var warnings []string
+	operationIDs := map[string]string{}
 	for i := 1; i < len(paths.Content); i += 2 {
-		item := paths.Content[i]
-		kind := streams[paths.Content[i-1].Value]
+		path, item := paths.Content[i-1].Value, paths.Content[i]
+		kind := streams[path]
+		service, method := serviceMethod(path)
 		for j := 0; j+1 < len(item.Content); j += 2 {
 			op := item.Content[j+1]
 			if op.Kind != yaml.MappingNode {
 				continue
 			}
+			where := path + " " + item.Content[j].Value
+			summary, ok := summaryOf(method, get(op, "description"))
+			if !ok {
+				warnings = append(warnings, fmt.Sprintf("%s: its proto comment does not start with %q; summary %q made from the name", where, method, summary))
+			}
+			setAfter(op, "summary", str(summary), "tags")
+			id := get(op, "operationId")
+			if id == nil || id.Value == "" {
+				id = str(service + "_" + method)
+				setAfter(op, "operationId", id, "description")
+			}
+			if other, dup := operationIDs[id.Value]; dup {
+				return nil, nil, fmt.Errorf("operationId %s of %s is also that of %s", id.Value, where, other)
+			}
+			operationIDs[id.Value] = where
 			responses := get(op, "responses")
 			if responses == nil {
 				responses = mapping()
 				set(op, "responses", responses)
 			}
+			setAfter(responses, "4XX", mustNode(`$ref: '#/components/responses/`+clientErrorResponse+`'`), "200")
+			setAfter(responses, "5XX", mustNode(`$ref: '#/components/responses/`+serverErrorResponse+`'`), "4XX")
 			set(responses, "default", mustNode(`$ref: '#/components/responses/`+errorResponse+`'`))
 			if kind != "" {
 				markStreaming(op, kind)
@@ -197,6 +246,20 @@ func Fix(in []byte, streams map[string]string) ([]byte, error) {
 		responses = mapping()
 		setAfter(components, "responses", responses, "schemas")
 	}
+	set(responses, clientErrorResponse, mustNode(`
+description: 'A Connect error the request caused: invalid_argument, failed_precondition and out_of_range 400; unauthenticated 401; permission_denied 403; not_found 404; aborted and already_exists 409; resource_exhausted 429; canceled 499.'
+content:
+    application/json:
+        schema:
+            $ref: '#/components/schemas/`+errorSchema+`'
+`))
+	set(responses, serverErrorResponse, mustNode(`
+description: 'A Connect error of the server: unknown, internal and data_loss 500; unimplemented 501; unavailable 503; deadline_exceeded 504.'
+content:
+    application/json:
+        schema:
+            $ref: '#/components/schemas/`+errorSchema+`'
+`))
 	set(responses, errorResponse, mustNode(`
 description: 'A Connect error. The HTTP status follows the code: invalid_argument, failed_precondition and out_of_range 400; unauthenticated 401; permission_denied 403; not_found 404; aborted and already_exists 409; resource_exhausted 429; canceled 499; unimplemented 501; unavailable 503; deadline_exceeded 504; others 500.'
 content:
@@ -244,10 +307,22 @@ description: An error detail of the Connect protocol.
     scheme: bearer
     description: 'A token of a principal, sent as "Authorization: Bearer <token>" on every call. Tokens are created with AdminService.CreatePrincipal and AdminService.CreateToken (ag principal create, ag token create).'
 `))
-	// One requirement for the whole API, after info.
+	info := get(root, "info")
+	if info == nil {
+		return nil, nil, fmt.Errorf("no info")
+	}
+	set(info, "license", mustNode(`
+name: `+license+`
+url: `+licenseURL+`
+`))
+	setAfter(root, "servers", mustNode(`
+- url: `+server+`
+  description: Where ag serve listens by default (--addr, AG_ADDR). Every ag server answers this document at GET /openapi.yaml.
+`), "info")
+	// One requirement for the whole API, after the servers.
 	setAfter(root, "security", mustNode(`
 - `+securityScheme+`: []
-`), "info")
+`), "servers")
 
 	// The protobuf "bytes" format is OpenAPI's "byte" (base64).
 	walk(root, func(n *yaml.Node) {
@@ -261,13 +336,64 @@ description: An error detail of the Connect protocol.
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(4)
 	if err := enc.Encode(&doc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := enc.Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), warnings, nil
 }
+
+// serviceMethod splits a Connect path, /<package>.<Service>/<Method>, into the service's
+// simple name and the method's.
+func serviceMethod(path string) (service, method string) {
+	full, method, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return full[strings.LastIndex(full, ".")+1:], method
+}
+
+// summaryOf answers an operation's summary: the first clause of its description, a proto
+// comment that starts with the method's name as Go doc comments do ("GetJob answers one job.
+// Any role." gives "Answers one job"). ok is false, and the summary is the method's name in
+// words, when the description does not start so.
+func summaryOf(method string, description *yaml.Node) (summary string, ok bool) {
+	text := ""
+	if description != nil {
+		text = strings.Join(strings.Fields(description.Value), " ")
+	}
+	rest, ok := strings.CutPrefix(text, method+" ")
+	if !ok || rest == "" {
+		return words(method), false
+	}
+	end := len(rest)
+	for _, sep := range []string{". ", "; "} {
+		if i := strings.Index(rest, sep); i >= 0 && i < end {
+			end = i
+		}
+	}
+	rest = strings.TrimSuffix(rest[:end], ".")
+	return strings.ToUpper(rest[:1]) + rest[1:], true
+}
+
+// words spells a method's name as words: "ClaimJobs" is "Claim jobs", "WhoAmI" "Who am I",
+// "GetJobID" "Get job ID".
+func words(name string) string {
+	upper := func(i int) bool { return i >= 0 && i < len(name) && name[i] >= 'A' && name[i] <= 'Z' }
+	lower := func(i int) bool { return i >= 0 && i < len(name) && name[i] >= 'a' && name[i] <= 'z' }
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if i > 0 && upper(i) && (lower(i-1) || upper(i-1) && lower(i+1)) {
+			b.WriteByte(' ')
+			if lower(i + 1) {
+				c += 'a' - 'A'
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func str(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
 
 // pruneSchemas removes component schemas that nothing refers to any more (google.rpc.Status
 // and google.protobuf.Any once the errors are Connect errors).

@@ -97,6 +97,11 @@ func TestFix(t *testing.T) {
 		"format: byte\n",
 		"application/connect+json:",
 		"Streaming (server)",
+		"summary: Get\n",
+		"summary: Watches\n",
+		"4XX:\n                    $ref: '#/components/responses/connect.client_error'\n                5XX:\n                    $ref: '#/components/responses/connect.server_error'\n                default:",
+		"servers:\n    - url: http://127.0.0.1:7777\n",
+		"license:\n        name: UNLICENSED\n        url: https://",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the fixed document lacks %q:\n%s", want, s)
@@ -119,7 +124,7 @@ func TestFix(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		keys = append(keys, doc.Content[0].Content[i].Value)
 	}
-	if got := strings.Join(keys, " "); got != "openapi info security paths components" {
+	if got := strings.Join(keys, " "); got != "openapi info servers security paths components" {
 		t.Errorf("top-level keys %q", got)
 	}
 
@@ -129,6 +134,39 @@ func TestFix(t *testing.T) {
 	}
 	if string(again) != s {
 		t.Errorf("Fix is not idempotent; the second pass gave:\n%s", again)
+	}
+}
+
+// TestSummaryOf ensures summaries are the first clause of a Go-style proto comment, and the
+// method's name in words when the comment is missing or belongs to another method.
+func TestSummaryOf(t *testing.T) {
+	for _, c := range []struct {
+		method, description, want string
+		ok                        bool
+	}{
+		{"GetJob", "GetJob answers one job. Any role.", "Answers one job", true},
+		{"RenewLease", "RenewLease extends a lease of the caller; the token stays.", "Extends a lease of the caller", true},
+		{"GetCheckpoint", "GetCheckpoint answers the newest\n signed checkpoint.", "Answers the newest signed checkpoint", true},
+		{"GetInclusionProof", "GetInclusionProof answers the proof (RFC 6962 audit path).", "Answers the proof (RFC 6962 audit path)", true},
+		{"ClaimJobs", "HeartbeatJob extends the lease of a claim.", "Claim jobs", false},
+		{"WhoAmI", "", "Who am I", false},
+		{"GetJobID", "GetJobID", "Get job ID", false},
+	} {
+		var desc *yaml.Node
+		if c.description != "" {
+			desc = str(c.description)
+		}
+		if got, ok := summaryOf(c.method, desc); got != c.want || ok != c.ok {
+			t.Errorf("summaryOf(%q, %q) = %q, %v; want %q, %v", c.method, c.description, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestFixRefusesDuplicateOperationIDs ensures two operations cannot share an operationId.
+func TestFixRefusesDuplicateOperationIDs(t *testing.T) {
+	in := strings.Replace(generated, "operationId: S_Watch", "operationId: S_Get", 1)
+	if _, err := Fix([]byte(in), nil); err == nil || !strings.Contains(err.Error(), "S_Get") {
+		t.Errorf("Fix with a duplicate operationId: %v", err)
 	}
 }
 
