@@ -64,19 +64,20 @@ type JobServiceClient interface {
 	EnqueueJob(context.Context, *v1.EnqueueJobRequest) (*v1.EnqueueJobResponse, error)
 	// ClaimJob takes the best claimable job for this worker, or answers with no job. Role: worker.
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
+	// ClaimJobs is ClaimJob for up to max_jobs jobs in one call, each with its own claim number
+	// (additive). Role: worker.
+	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	// HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
 	// A lost or stale claim is not_found. Role: worker.
-	// Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
-	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	HeartbeatJob(context.Context, *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error)
 	// CompleteJob finishes a claimed job. A lost or stale claim is failed_precondition and nothing
 	// is stored. Role: worker.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
+	// CompleteJobs is several CompleteJob requests in one call (additive). Each is checked and
+	// applied on its own, with its own claim number, and answered on its own. Role: worker.
+	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	// FailJob reports that a claim could not finish its job; the job is retried after a delay while
 	// attempts remain. A lost or stale claim is not_found. Role: worker.
-	// Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
-	// with its own claim number, and answered on its own.
-	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// CancelJob cancels a job that is not finished. A claimed job is only marked cancel_requested;
 	// its worker sees that on its next heartbeat. Roles: admin, the job's enqueuer.
@@ -290,19 +291,20 @@ type JobServiceHandler interface {
 	EnqueueJob(context.Context, *v1.EnqueueJobRequest) (*v1.EnqueueJobResponse, error)
 	// ClaimJob takes the best claimable job for this worker, or answers with no job. Role: worker.
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
+	// ClaimJobs is ClaimJob for up to max_jobs jobs in one call, each with its own claim number
+	// (additive). Role: worker.
+	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	// HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
 	// A lost or stale claim is not_found. Role: worker.
-	// Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
-	ClaimJobs(context.Context, *v1.ClaimJobsRequest) (*v1.ClaimJobsResponse, error)
 	HeartbeatJob(context.Context, *v1.HeartbeatJobRequest) (*v1.HeartbeatJobResponse, error)
 	// CompleteJob finishes a claimed job. A lost or stale claim is failed_precondition and nothing
 	// is stored. Role: worker.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
+	// CompleteJobs is several CompleteJob requests in one call (additive). Each is checked and
+	// applied on its own, with its own claim number, and answered on its own. Role: worker.
+	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	// FailJob reports that a claim could not finish its job; the job is retried after a delay while
 	// attempts remain. A lost or stale claim is not_found. Role: worker.
-	// Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
-	// with its own claim number, and answered on its own.
-	CompleteJobs(context.Context, *v1.CompleteJobsRequest) (*v1.CompleteJobsResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// CancelJob cancels a job that is not finished. A claimed job is only marked cancel_requested;
 	// its worker sees that on its next heartbeat. Roles: admin, the job's enqueuer.

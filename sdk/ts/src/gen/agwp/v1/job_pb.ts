@@ -895,9 +895,8 @@ export const JobService: GenService<{
     output: typeof ClaimJobResponseSchema;
   },
   /**
-   * HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
-   * A lost or stale claim is not_found. Role: worker.
-   * Additive: ClaimJob for up to max_jobs jobs in one call, each with its own claim number.
+   * ClaimJobs is ClaimJob for up to max_jobs jobs in one call, each with its own claim number
+   * (additive). Role: worker.
    *
    * @generated from rpc agwp.v1.JobService.ClaimJobs
    */
@@ -907,6 +906,9 @@ export const JobService: GenService<{
     output: typeof ClaimJobsResponseSchema;
   },
   /**
+   * HeartbeatJob extends the lease of a claim and reports whether cancellation was requested.
+   * A lost or stale claim is not_found. Role: worker.
+   *
    * @generated from rpc agwp.v1.JobService.HeartbeatJob
    */
   heartbeatJob: {
@@ -926,10 +928,8 @@ export const JobService: GenService<{
     output: typeof CompleteJobResponseSchema;
   },
   /**
-   * FailJob reports that a claim could not finish its job; the job is retried after a delay while
-   * attempts remain. A lost or stale claim is not_found. Role: worker.
-   * Additive: several CompleteJob requests in one call. Each is checked and applied on its own,
-   * with its own claim number, and answered on its own.
+   * CompleteJobs is several CompleteJob requests in one call (additive). Each is checked and
+   * applied on its own, with its own claim number, and answered on its own. Role: worker.
    *
    * @generated from rpc agwp.v1.JobService.CompleteJobs
    */
@@ -939,6 +939,9 @@ export const JobService: GenService<{
     output: typeof CompleteJobsResponseSchema;
   },
   /**
+   * FailJob reports that a claim could not finish its job; the job is retried after a delay while
+   * attempts remain. A lost or stale claim is not_found. Role: worker.
+   *
    * @generated from rpc agwp.v1.JobService.FailJob
    */
   failJob: {
