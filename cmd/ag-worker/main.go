@@ -4,16 +4,21 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/attest"
@@ -22,12 +27,58 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "ag-worker:", err)
-		os.Exit(1)
-	}
+	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
 }
+
+// exitCode answers the exit status of run's outcome: 0 for none and for -help (its usage was
+// printed), 2 for a command line that does not parse (why was printed), 1 otherwise, which it
+// prints to stderr.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(*usageError)):
+		return 2
+	}
+	fmt.Fprintln(stderr, "ag-worker:", err)
+	return 1
+}
+
+// usageError is a command line that does not parse, whose error and usage were printed.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// allKinds are the job kinds this worker has handlers for, and runs without --kinds.
+var allKinds = []string{client.KindValidate, "ag.noop"}
+
+const usageText = `ag-worker runs the jobs of an ag server. It claims the jobs of the kinds it runs, runs each
+one while it heartbeats its claim, and reports the outcome with the claim's number
+(docs/worker-protocol.md):
+
+  validate  a repository's validation command, run on the candidate tree in a bubblewrap
+            sandbox that cannot see this worker's token or key, with a signed attestation
+            of the result (docs/validation.md)
+  ag.noop   waits payload.ms milliseconds; for smoke tests and benchmarks
+
+Without --kinds it runs both. When the sandbox does not work here (no bubblewrap, no user
+namespaces) it then runs ag.noop only, and says so when it starts; with --kinds validate it
+refuses to start instead. It waits for a server that does not answer, at start and later,
+and stops on SIGTERM or Ctrl-C, finishing or handing back the jobs it holds.
+
+Usage:
+  AG_TOKEN=<a worker token> ag-worker [flags]
+
+Example:
+  ag principal create builder --role worker     # an admin; prints the worker's token
+  sudo apt-get install bubblewrap               # the sandbox of validate jobs
+  AG_TOKEN=agt_... ag-worker --label builder-1 --key ./builder-1.key
+
+Flags:
+`
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -46,13 +97,22 @@ func envOr(name, def string) string {
 	return def
 }
 
-func run(ctx context.Context, args []string) error {
+// run is ag-worker with the command line args: it prints its usage to stdout when asked
+// (answering flag.ErrHelp), and logs to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ag-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr) // where the flag package says what it refused
+	fs.Usage = func() {} // printed below, to stdout when asked for and to stderr after an error
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, usageText)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
 	server := fs.String("server", envOr("AG_SERVER", "http://127.0.0.1:7777"), "server URL (AG_SERVER)")
 	// Not the flag's default, which -help would print.
 	token := fs.String("token", "", "bearer token of a worker principal (default $AG_TOKEN)")
 	label := fs.String("label", os.Getenv("AG_WORKER_LABEL"), "this worker's label, unique per running worker (AG_WORKER_LABEL)")
-	kinds := fs.String("kinds", "ag.noop", "comma-separated job kinds to run: validate, ag.noop")
+	kinds := fs.String("kinds", "", "comma-separated job kinds to run: validate, ag.noop (default: each of them that works here)")
 	concurrency := fs.Int("concurrency", 1, "jobs run at once")
 	keyPath := fs.String("key", "", "Ed25519 signing key (PEM); created and registered when missing, its public key written to FILE.pub (default ./ag-data/worker-LABEL.key)")
 	cacheDir := fs.String("cache-dir", filepath.Join("ag-data", "blob-cache"), "blobs fetched for validate jobs, by digest; workers may share it")
@@ -67,10 +127,15 @@ func run(ctx context.Context, args []string) error {
 	network := fs.String("sandbox-network", "shared", "the network of validation commands: shared (the worker's) or none (a loopback of their own)")
 	unsafe := fs.Bool("unsafe-no-sandbox", false, "run validation commands without a sandbox, with this worker's rights: they can read its token and key and sign any result. Only for code you trust")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return err
+		}
+		usage(stderr)
+		return &usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return fmt.Errorf("unexpected arguments: %s (ag-worker --help shows its flags)", strings.Join(fs.Args(), " "))
 	}
 	if *token == "" {
 		*token = os.Getenv("AG_TOKEN")
@@ -86,11 +151,16 @@ func run(ctx context.Context, args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("worker", *label)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("worker", *label)
 
 	c := client.New(*server, *token, client.WithUserAgent("ag-worker"))
 	validator := &worker.Validator{Client: c, CacheDir: *cacheDir, WorkDir: *workDir, Logger: log}
 	handlers := map[string]worker.Handler{}
+	// Without --kinds, every kind this worker runs, but validate only when its sandbox works.
+	explicit := *kinds != ""
+	if !explicit {
+		*kinds = strings.Join(allKinds, ",")
+	}
 	for _, k := range strings.Split(*kinds, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "ag.noop":
@@ -99,7 +169,7 @@ func run(ctx context.Context, args []string) error {
 			handlers[k] = validator.Handle
 		case "":
 		default:
-			return fmt.Errorf("--kinds: this worker has no handler for %q (it runs: %s, ag.noop)", k, client.KindValidate)
+			return fmt.Errorf("--kinds: this worker has no handler for %q (it runs: %s)", k, strings.Join(allKinds, ", "))
 		}
 	}
 	if len(handlers) == 0 {
@@ -127,14 +197,26 @@ func run(ctx context.Context, args []string) error {
 			if err == nil {
 				err = sb.SelfCheck(ctx, *workDir)
 			}
-			if err != nil {
+			switch {
+			case err != nil && explicit:
 				return fmt.Errorf("validate jobs run in a bubblewrap sandbox, and it does not work here: %w; "+
 					"install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap) or pass --bwrap PATH "+
 					"(--unsafe-no-sandbox runs them without one, with this worker's rights)", err)
+			case err != nil:
+				// Not asked for by name: the other kinds run, and the operator is told, at the
+				// level of a problem, that this worker validates nothing.
+				delete(handlers, client.KindValidate)
+				log.Error("validate jobs are OFF on this worker: they run in a bubblewrap sandbox, and it does not work here; "+
+					"install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap) or pass --bwrap PATH, then restart. "+
+					"With --kinds validate this worker refuses to start without it",
+					"err", err, "runs", strings.Join(kindsOf(handlers), ","))
+			default:
+				validator.Sandbox = sb
+				log.Info("validation commands run in a sandbox", "bwrap", sb.Bwrap(), "network", *network, "read_only", sandboxRO)
 			}
-			validator.Sandbox = sb
-			log.Info("validation commands run in a sandbox", "bwrap", sb.Bwrap(), "network", *network, "read_only", sandboxRO)
 		}
+	}
+	if handlers[client.KindValidate] != nil {
 		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 			return fmt.Errorf("--cache-dir: %w", err)
 		}
@@ -144,8 +226,25 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 
-	key, err := worker.LoadOrCreateKey(ctx, c, *keyPath)
-	if err != nil {
+	// The server may not be up yet (started together, restarting): wait for it.
+	log.Info("registering this worker's key with the server", "server", *server, "key", *keyPath)
+	var key ed25519.PrivateKey
+	err := worker.WaitForServer(ctx, log.With("server", *server), "register this worker's key", func(ctx context.Context) error {
+		var err error
+		key, err = worker.LoadOrCreateKey(ctx, c, *keyPath)
+		return err
+	})
+	switch {
+	case ctx.Err() != nil:
+		log.Info("ag-worker stopped before the server answered")
+		return nil
+	case client.IsCode(err, connect.CodeUnauthenticated):
+		return fmt.Errorf("the server at %s does not accept this token: %w (use the token of a worker principal: ag principal create NAME --role worker)", *server, err)
+	case client.IsCode(err, connect.CodePermissionDenied):
+		return fmt.Errorf("the server at %s refuses this token: %w (its principal needs the role worker: ag principal create NAME --role worker)", *server, err)
+	case client.IsCode(err, connect.CodeUnimplemented), client.IsCode(err, connect.CodeNotFound):
+		return fmt.Errorf("%s does not answer as an ag server: %w (check --server or AG_SERVER)", *server, err)
+	case err != nil:
 		return err
 	}
 	validator.Signer = attest.NewSigner(key)
@@ -156,8 +255,18 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ag-worker started", "server", *server, "kinds", *kinds, "concurrency", *concurrency)
+	log.Info("ag-worker started", "server", *server, "kinds", strings.Join(kindsOf(handlers), ","), "concurrency", *concurrency)
 	err = w.Run(ctx)
 	log.Info("ag-worker stopped")
 	return err
+}
+
+// kindsOf answers the kinds of handlers, sorted.
+func kindsOf(handlers map[string]worker.Handler) []string {
+	kinds := make([]string, 0, len(handlers))
+	for k := range handlers {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
 }

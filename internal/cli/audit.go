@@ -254,10 +254,14 @@ KEY is the verifier key ("<name>+<hash>+<key>"), or a file holding it: the serve
 With --file it checks an export (from 'ag audit export'; "-" reads standard input) offline.
 Without, it checks the server's newest checkpoint and all its events; events sealed after the
 checkpoint are chain-checked and counted apart. It then remembers the checkpoint in the state
-file (default: <config dir>/ag/audit-<origin>.json) and, on the next run, checks that the log
-still holds the remembered checkpoint's events unchanged: recomputing its root from the events
-and with the server's consistency proof. With --file the state file is used only when --state
-is given.
+file and, on the next run, checks that the log still holds the remembered checkpoint's events
+unchanged: recomputing its root from the events and with the server's consistency proof. With
+--file the state file is used only when --state is given.
+
+The default state file is <config dir>/ag/audit-<key id>.json, one per log: the key id
+("<origin>+<hash>") names the log's signing key, so two servers each with its own key are
+remembered apart even when both have the origin "ag", and the replicas of one log, which share
+its key, share its state.
 
 It exits 0 only when everything verifies; otherwise it names the first event that does not.`,
 		Example: `  ag audit verify --key ag-data/audit.key.pub
@@ -322,17 +326,17 @@ It exits 0 only when everything verifies; otherwise it names the first event tha
 			}
 
 			if useState {
+				var old *audit.Checkpoint
+				rememberedIn := statePath // where old was read: the legacy file, before it moves
 				if statePath == "" {
-					if statePath, err = defaultAuditStatePath(cp.Origin); err != nil {
+					if statePath, rememberedIn, old, err = defaultAuditState(cp.Origin, keyID, vkey); err != nil {
 						return err
 					}
-				}
-				old, err := loadAuditState(statePath, vkey)
-				if err != nil {
+				} else if old, err = loadAuditState(statePath, vkey); err != nil {
 					return err
 				}
 				if old != nil {
-					if err := checkRemembered(cmd.Context(), c, events, cp, *old, statePath); err != nil {
+					if err := checkRemembered(cmd.Context(), c, events, cp, *old, rememberedIn); err != nil {
 						return notVerified(source, events, err)
 					}
 					report.PreviousCheckpointSize = old.Size
@@ -348,7 +352,7 @@ It exits 0 only when everything verifies; otherwise it names the first event tha
 	f := cmd.Flags()
 	f.StringVar(&file, "file", "", "verify this export offline (\"-\": standard input) instead of the server's log")
 	f.StringVar(&key, "key", "", "the audit verifier key, or a file holding it (the server's <audit-key>.pub) (required)")
-	f.StringVar(&statePath, "state", "", "where to remember the verified checkpoint (default <config dir>/ag/audit-<origin>.json)")
+	f.StringVar(&statePath, "state", "", "where to remember the verified checkpoint (default <config dir>/ag/audit-<key id>.json)")
 	return cmd
 }
 
@@ -465,12 +469,27 @@ type auditState struct {
 
 var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-func defaultAuditStatePath(origin string) (string, error) {
+// defaultAuditState answers the default state file of the log whose checkpoints the verifier key
+// vkey (of key id keyID) opens, <config dir>/ag/audit-<key id>.json, and the checkpoint
+// remembered for that log with the file it was read from, or nil. Without that file, it takes
+// the checkpoint of the file of earlier builds, audit-<origin>.json, which every log of that
+// origin shared, when that checkpoint is this log's (its signature verifies with vkey); the
+// next save writes it to the new file.
+func defaultAuditState(origin, keyID, vkey string) (path, rememberedIn string, old *audit.Checkpoint, err error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("no place for the state file (pass --state): %w", err)
+		return "", "", nil, fmt.Errorf("no place for the state file (pass --state): %w", err)
 	}
-	return filepath.Join(dir, "ag", "audit-"+unsafeFileChars.ReplaceAllString(origin, "_")+".json"), nil
+	dir = filepath.Join(dir, "ag")
+	path = filepath.Join(dir, "audit-"+unsafeFileChars.ReplaceAllString(keyID, "_")+".json")
+	if old, err = loadAuditState(path, vkey); err != nil || old != nil {
+		return path, path, old, err
+	}
+	legacy := filepath.Join(dir, "audit-"+unsafeFileChars.ReplaceAllString(origin, "_")+".json")
+	if old, err := loadAuditState(legacy, vkey); err == nil && old != nil && old.Origin == origin {
+		return path, legacy, old, nil
+	}
+	return path, path, nil, nil // none, or another log's
 }
 
 // loadAuditState answers the checkpoint remembered at path, its signature checked again with

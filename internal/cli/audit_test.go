@@ -429,3 +429,101 @@ func TestAuditAgainstServer(t *testing.T) {
 		t.Errorf("tail -f printed %d lines:\n%s", n, buf.String())
 	}
 }
+
+// TestAuditStatePerLog ensures `ag audit verify` without --state remembers each log apart, by
+// its key: two servers of the same origin, each verified in turn, each found consistent with
+// its own last checkpoint rather than one looking rewritten; and that the shared file of
+// earlier builds is taken over by the log it belongs to, and ignored by the others.
+func TestAuditStatePerLog(t *testing.T) {
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	t.Setenv("HOME", config)
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(dir, "ag")
+
+	type logServer struct {
+		signer *audit.Signer
+		key    string
+		log    *auditLog
+		fake   *fakeAudit
+		url    string
+	}
+	newServer := func(batches ...int) *logServer {
+		s := &logServer{fake: &fakeAudit{}}
+		s.signer, s.key = newAuditKey(t) // the same origin, ag-test, for every server
+		s.log = newAuditLog(t, s.signer, batches...)
+		s.fake.set(s.log, len(s.log.checkpoints)-1)
+		s.url = serveAudit(t, s.fake)
+		return s
+	}
+	verify := func(s *logServer) map[string]any {
+		t.Helper()
+		out, err := runAg("--server", s.url, "--token", "t", "audit", "verify", "--key", s.key+".pub", "--json")
+		if err != nil {
+			t.Fatalf("verify %s: %v\n%s", s.url, err, out)
+		}
+		var report map[string]any
+		if err := json.Unmarshal([]byte(out), &report); err != nil {
+			t.Fatalf("verify %s: %v\n%s", s.url, err, out)
+		}
+		return report
+	}
+	stateOf := func(s *logServer) string {
+		return filepath.Join(dir, "audit-"+strings.ReplaceAll(s.signer.KeyID(), "+", "_")+".json")
+	}
+
+	a, b := newServer(10), newServer(7)
+	if r := verify(a); r["stateFile"] != stateOf(a) || r["previousCheckpointSize"] != nil {
+		t.Errorf("first verification of a: %v, want a state file of its own, %s", r, stateOf(a))
+	}
+	if r := verify(b); r["stateFile"] != stateOf(b) || r["previousCheckpointSize"] != nil {
+		t.Errorf("first verification of b: %v, want a state file of its own, %s", r, stateOf(b))
+	}
+	a.log.seal(t, 5, nil)
+	a.fake.set(a.log, 1)
+	if r := verify(a); r["previousCheckpointSize"] != 10.0 || r["checkpointSize"] != 15.0 {
+		t.Errorf("a grown: %v, want consistent with the 10 events verified before", r)
+	}
+	if r := verify(b); r["previousCheckpointSize"] != 7.0 {
+		t.Errorf("b again: %v, want consistent with the 7 events verified before", r)
+	}
+
+	// The file of earlier builds, audit-<origin>.json, holding c's checkpoint: c takes it over,
+	// d (another key, the same origin) starts afresh rather than failing on it.
+	c, d := newServer(4), newServer(3)
+	msg := c.log.checkpoints[0].Note
+	legacy := filepath.Join(dir, "audit-ag-test.json")
+	data, err := json.Marshal(map[string]any{"origin": "ag-test", "size": 4, "checkpoint": string(msg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(legacy, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.log.seal(t, 2, nil)
+	c.fake.set(c.log, 1)
+	if r := verify(c); r["previousCheckpointSize"] != 4.0 || r["stateFile"] != stateOf(c) {
+		t.Errorf("c with the state of an earlier build: %v, want consistent with its 4 events, remembered in %s", r, stateOf(c))
+	}
+	if r := verify(d); r["previousCheckpointSize"] != nil || r["stateFile"] != stateOf(d) {
+		t.Errorf("d beside the state of an earlier build of another log: %v, want a first verification", r)
+	}
+
+	// The legacy file still guards c: rewritten, c does not verify against it.
+	forged := newAuditLog(t, c.signer)
+	forged.seal(t, 4, func(e *store.AuditEvent) {
+		if e.ID == 1 {
+			e.Subject = "job/forged"
+		}
+	})
+	if err := os.Remove(stateOf(c)); err != nil {
+		t.Fatal(err)
+	}
+	c.fake.set(forged, 0)
+	if out, err := runAg("--server", c.url, "--token", "t", "audit", "verify", "--key", c.key+".pub"); err == nil || !strings.Contains(err.Error(), legacy) {
+		t.Errorf("c rewritten, with the state of an earlier build: %v, want a failure naming %s\n%s", err, legacy, out)
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,7 +44,12 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "run the ag server (AGWP v1 over Connect, gRPC and gRPC-Web)",
 		Long: `Runs the ag server. With no flags it keeps its data in SQLite at ./ag-data/ag.db and
 listens on 127.0.0.1:7777. On the first start on an empty store it creates the principal
-admin, whose token is $AG_BOOTSTRAP_TOKEN or a random token printed once to stderr.`,
+admin, whose token is $AG_BOOTSTRAP_TOKEN or a random token printed once to stderr.
+
+It binds its address before it opens the store: on an address in use it exits having created
+nothing. The audit log's signing key is --audit-key; by default audit.key beside a SQLite
+database, and ./ag-data/audit.key for PostgreSQL. It logs what happens to the server at INFO,
+and each request at DEBUG (--log-level debug).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(cmd.Context(), g, o)
@@ -60,7 +66,7 @@ admin, whose token is $AG_BOOTSTRAP_TOKEN or a random token printed once to stde
 	f.StringVar(&o.logLevel, "log-level", envOr("AG_LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", envOr("AG_LOG_FORMAT", "text"), "text or json")
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
-	f.StringVar(&o.auditKey, "audit-key", envOr("AG_AUDIT_KEY", "ag-data/audit.key"), "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (AG_AUDIT_KEY)")
+	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+defaultAuditKey+")")
 	f.StringVar(&o.auditOrigin, "audit-origin", envOr("AG_AUDIT_ORIGIN", "ag"), "the name of this audit log in its signed checkpoints, used when the key is created (AG_AUDIT_ORIGIN)")
 	return cmd
 }
@@ -112,9 +118,29 @@ func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
 // defaultDB is the store of `ag serve` without --db or AG_DB.
 const defaultDB = "sqlite:./ag-data/ag.db"
 
+// defaultAuditKey is the audit key of `ag serve` on PostgreSQL without --audit-key or
+// AG_AUDIT_KEY.
+const defaultAuditKey = "ag-data/audit.key"
+
+// auditKeyFor answers the audit key of `ag serve --db db` without --audit-key or AG_AUDIT_KEY:
+// on SQLite audit.key beside the database file, which the key belongs with, so that two servers
+// of two files have two keys; on PostgreSQL, whose replicas need one key whatever their working
+// directory, defaultAuditKey.
+func auditKeyFor(db string) string {
+	if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
+		if path = strings.TrimPrefix(path, "//"); path != "" {
+			return filepath.Join(filepath.Dir(filepath.Clean(path)), "audit.key")
+		}
+	}
+	return defaultAuditKey
+}
+
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.db == "" {
 		o.db = envOr("AG_DB", defaultDB)
+	}
+	if o.auditKey == "" {
+		o.auditKey = envOr("AG_AUDIT_KEY", auditKeyFor(o.db))
 	}
 	log, err := newLogger(os.Stderr, o.logLevel, o.logFormat)
 	if err != nil {
@@ -131,6 +157,20 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		return fmt.Errorf("--addr %s is not a loopback address: serve it with --tls-cert/--tls-key, or pass --insecure-listen behind a proxy that terminates TLS", o.addr)
 	}
 
+	if o.tlsCert != "" {
+		// Read now, not by ServeTLS after the admin's token was printed.
+		if _, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey); err != nil {
+			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", o.tlsCert, o.tlsKey, err)
+		}
+	}
+
+	// The address first: on one in use, nothing is created, no token printed.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	}
+	defer ln.Close() // after a failure below; Serve closes it otherwise
+
 	st, err := OpenStore(ctx, o.db, store.Options{})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redactDSN(o.db), err)
@@ -139,6 +179,14 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if procs := serveProcs(st, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); procs != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(procs)
 	}
+
+	// The audit key before the admin: a token printed once must not be followed by a failure
+	// that makes the operator start again, when it would not be printed any more.
+	signer, err := audit.LoadOrCreateKey(o.auditKey, o.auditOrigin)
+	if err != nil {
+		return fmt.Errorf("--audit-key %s: %w", o.auditKey, err)
+	}
+	log.Info("audit log", "key", o.auditKey, "verifier_key", signer.VerifierKey())
 
 	token, created, err := server.Bootstrap(ctx, st, os.Getenv("AG_BOOTSTRAP_TOKEN"))
 	if err != nil {
@@ -152,11 +200,6 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 
-	signer, err := audit.LoadOrCreateKey(o.auditKey, o.auditOrigin)
-	if err != nil {
-		return fmt.Errorf("--audit-key %s: %w", o.auditKey, err)
-	}
-	log.Info("audit log", "key", o.auditKey, "verifier_key", signer.VerifierKey())
 	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -169,10 +212,6 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
 	scheme := "http"
 	if o.tlsCert != "" {

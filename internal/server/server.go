@@ -187,7 +187,8 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // logInterceptor writes one line per request with the principal and the method (never a
-// token), records latency, and hides internal errors' details from clients.
+// token), records latency, and hides internal errors' details from clients. The line is at
+// rpcLevel: requests are DEBUG, the errors an operator must look at WARN or ERROR.
 func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -195,13 +196,11 @@ func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 			res, err := next(ctx, req)
 			elapsed := time.Since(start)
 			code := "ok"
-			level := slog.LevelInfo
+			level := slog.LevelDebug
 			if err != nil {
 				c := connect.CodeOf(err)
 				code = c.String()
-				if c == connect.CodeInternal || c == connect.CodeUnknown {
-					level = slog.LevelError
-				}
+				level = rpcLevel(c)
 				err = s.publicError(ctx, req.Spec().Procedure, err)
 			}
 			s.metrics.latency.WithLabelValues(req.Spec().Procedure, code).Observe(elapsed.Seconds())
@@ -214,7 +213,7 @@ func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 				if c := callerFrom(ctx); c.principal.Name != "" {
 					attrs = append(attrs, slog.String("principal", c.principal.Name))
 				}
-				if err != nil && level == slog.LevelInfo {
+				if err != nil && level != slog.LevelError { // publicError logged an internal error's details
 					attrs = append(attrs, slog.String("err", err.Error()))
 				}
 				s.log.LogAttrs(ctx, level, "rpc", attrs...)
@@ -222,6 +221,21 @@ func (s *Server) logInterceptor() connect.UnaryInterceptorFunc {
 			return res, err
 		}
 	}
+}
+
+// rpcLevel answers the level of the log line of a request that failed with code. The answers
+// a client gets in the normal course (a lost claim, a held lease, a bad argument, a wrong token)
+// are DEBUG like the requests that succeed, so that `ag serve` at its default level logs what
+// happens to the server, not every call: they are counted in the metrics. A server that cannot
+// answer (its database away, a timeout) is a WARN, an internal error an ERROR.
+func rpcLevel(code connect.Code) slog.Level {
+	switch code {
+	case connect.CodeInternal, connect.CodeUnknown:
+		return slog.LevelError
+	case connect.CodeUnavailable:
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }
 
 // errDatabaseUnavailable is what a client is told when the store cannot be reached: a database

@@ -27,11 +27,17 @@ type Handler func(ctx context.Context, job *Job) (Outcome, error)
 // Job is what a handler sees of its claim.
 type Job struct {
 	*agwpv1.Job
-	claim *client.Claim
+	progress *progress
 }
 
-// Progress sets the free-text progress that travels with the next heartbeat.
-func (j *Job) Progress(p string) { j.claim.SetProgress(p) }
+// Progress sets the job's free-text progress line. It reaches the server in a heartbeat of its
+// own within about progressEvery, however often it is called: a handler may call it with every
+// line of output.
+func (j *Job) Progress(p string) {
+	if j.progress != nil {
+		j.progress.set(p)
+	}
+}
 
 // Outcome is what a handler reports on success.
 type Outcome struct {
@@ -65,9 +71,10 @@ type Config struct {
 
 // Worker claims and runs jobs.
 type Worker struct {
-	cfg   Config
-	kinds []string
-	log   *slog.Logger
+	cfg    Config
+	kinds  []string
+	log    *slog.Logger
+	outage *outage // failed claims, logged once for all the loops
 }
 
 // New answers a worker; it runs nothing until Run.
@@ -95,7 +102,7 @@ func New(cfg Config) (*Worker, error) {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
-	return &Worker{cfg: cfg, kinds: kinds, log: cfg.Logger}, nil
+	return &Worker{cfg: cfg, kinds: kinds, log: cfg.Logger, outage: &outage{log: cfg.Logger.With("server", cfg.Client.BaseURL())}}, nil
 }
 
 // Run claims and runs jobs until ctx ends, then lets running jobs finish within the shutdown
@@ -127,8 +134,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// loop claims and runs jobs until ctx ends. A claim that fails is tried again with backoff,
+// whatever the error: the server may come back, an operator may give the principal its role back.
 func (w *Worker) loop(ctx, jobCtx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := backoffMin
 	for ctx.Err() == nil {
 		claim, err := w.cfg.Client.Claim(ctx, client.ClaimOptions{
 			Worker: w.cfg.Label, Kinds: w.kinds, Lease: w.cfg.Lease, Wait: w.cfg.Wait,
@@ -137,12 +146,13 @@ func (w *Worker) loop(ctx, jobCtx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.log.Warn("claim failed; retrying", "err", err, "in", backoff)
+			w.outage.failed("claim a job", err, backoff)
 			sleep(ctx, backoff)
-			backoff = min(backoff*2, 10*time.Second)
+			backoff = min(backoff*2, backoffMax)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		w.outage.answered()
+		backoff = backoffMin
 		if claim == nil {
 			continue
 		}
@@ -157,9 +167,14 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim) {
 	log.Info("claimed")
 	handler := w.cfg.Handlers[job.GetKind()]
 
-	runCtx, stop := claim.KeepAlive(ctx)
+	aliveCtx, stop := claim.KeepAlive(ctx)
+	runCtx, cancelRun := context.WithCancelCause(aliveCtx)
+	defer cancelRun(nil)
+	prog := newProgress(claim, cancelRun, claim.Lease()/3)
+	go prog.run(runCtx)
 	start := time.Now()
-	outcome, err := handler(runCtx, &Job{Job: job, claim: claim})
+	outcome, err := handler(runCtx, &Job{Job: job, progress: prog})
+	prog.stop()
 	cause := context.Cause(runCtx)
 	stop()
 
@@ -210,13 +225,128 @@ func (w *Worker) report(log *slog.Logger, what string, err error) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
+// sleep waits d, or less when ctx ends first; it answers whether it waited all of d.
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
+}
+
+// progressEvery is the least time between two heartbeats sent for progress lines.
+const progressEvery = time.Second
+
+// progress sends a job's progress lines to the server as they come, so that whoever follows the
+// job (ag job show, ag integrate) sees the output of a validation within about a second of its
+// being printed, not at the next lease/3 heartbeat. Each line goes in a heartbeat of its own,
+// with the claim number like every heartbeat (ADR-0012); at most one per progressEvery, only
+// when a new line came since the last one, and the newest line only: a quiet command costs
+// nothing beyond the lease's heartbeats, a loud one a heartbeat a second.
+type progress struct {
+	claim *client.Claim
+	// cancel ends the run when a heartbeat says the claim is over, as KeepAlive does.
+	cancel context.CancelCauseFunc
+	every  time.Duration // the least time between two heartbeats
+	retry  time.Duration // after a heartbeat that failed, and the timeout of each
+
+	mu      sync.Mutex
+	line    string
+	fresh   bool          // line was not sent yet
+	wake    chan struct{} // a new line came; buffered 1
+	done    chan struct{} // closed by stop
+	stopped chan struct{} // closed when run has returned
+}
+
+func newProgress(claim *client.Claim, cancel context.CancelCauseFunc, retry time.Duration) *progress {
+	return &progress{claim: claim, cancel: cancel, every: progressEvery, retry: max(retry, progressEvery),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// set makes line the newest progress line; it never waits for the server.
+func (p *progress) set(line string) {
+	p.mu.Lock()
+	p.line, p.fresh = line, true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take answers the newest line when it was not sent yet.
+func (p *progress) take() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	line, fresh := p.line, p.fresh
+	p.fresh = false
+	return line, fresh
+}
+
+// unsent marks line to be sent again, unless a newer one came meanwhile.
+func (p *progress) unsent(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fresh {
+		p.line, p.fresh = line, true
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run sends the lines until stop is called or ctx ends.
+func (p *progress) run(ctx context.Context) {
+	defer close(p.stopped)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.done:
+			return
+		case <-p.wake:
+		}
+		line, fresh := p.take()
+		if !fresh {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, p.retry)
+		res, err := p.claim.Heartbeat(hctx, line)
+		cancel()
+		pause := p.every
+		switch {
+		case err != nil && client.IsLostClaim(err):
+			p.cancel(fmt.Errorf("%w: %v", client.ErrClaimLost, err))
+			return
+		case err == nil && res.GetCancelRequested():
+			p.cancel(client.ErrCancelRequested)
+			return
+		case err != nil:
+			// The server briefly away: the line goes again later, unless a newer one does.
+			p.unsent(line)
+			pause = p.retry
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-p.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stop ends run and waits for it: no progress heartbeat is in flight once it returns.
+func (p *progress) stop() {
+	close(p.done)
+	<-p.stopped
 }
 
 func truncate(s string, n int) string {

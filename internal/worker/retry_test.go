@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// lockedBuffer is a bytes.Buffer several goroutines may log to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) count(sub string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), sub)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var errDown = connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:7777: connect: connection refused"))
+
+// TestTransient ensures only the errors that may go away by themselves are waited out.
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		errDown: true,
+		connect.NewError(connect.CodeDeadlineExceeded, errors.New("slow")):      true,
+		connect.NewError(connect.CodeInternal, errors.New("internal error")):    true,
+		fmt.Errorf("register worker key k: %w", errDown):                        true,
+		connect.NewError(connect.CodeUnauthenticated, errors.New("bad token")):  false,
+		connect.NewError(connect.CodePermissionDenied, errors.New("not yours")): false,
+		connect.NewError(connect.CodeUnimplemented, errors.New("404")):          false,
+		errors.New("open k: permission denied"):                                 false,
+	} {
+		if got := Transient(err); got != want {
+			t.Errorf("Transient(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// TestWaitForServer ensures WaitForServer calls again after transient errors until the call
+// works, logging the wait and its end; answers at once an error that is not transient; and
+// stops waiting when its context ends.
+func TestWaitForServer(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	calls := 0
+	err := WaitForServer(context.Background(), log, "register this worker's key", func(context.Context) error {
+		if calls++; calls <= 3 {
+			return errDown
+		}
+		return nil
+	})
+	if err != nil || calls != 4 {
+		t.Errorf("WaitForServer = %v after %d calls, want nil after 4", err, calls)
+	}
+	if n := logs.count(`level=WARN msg="the server does not answer; waiting for it" to="register this worker's key"`); n < 1 || n > 3 {
+		t.Errorf("%d lines for 3 failures, want 1 to 3:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `level=INFO msg="the server answers again"`) {
+		t.Errorf("the end of the wait was not logged:\n%s", logs.String())
+	}
+
+	denied := connect.NewError(connect.CodeUnauthenticated, errors.New("bad token"))
+	calls = 0
+	if err := WaitForServer(context.Background(), log, "x", func(context.Context) error { calls++; return denied }); !errors.Is(err, denied) || calls != 1 {
+		t.Errorf("WaitForServer of a refused call = %v after %d calls, want the refusal after 1", err, calls)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- WaitForServer(ctx, log, "x", func(context.Context) error { return errDown }) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("WaitForServer when its context ended = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForServer did not stop when its context ended")
+	}
+}
+
+// TestOutageDoesNotFlood ensures a burst of failed calls, as the loops of a worker with a high
+// --concurrency make when the server goes away, is one line in the log, and that the next
+// outage is logged again.
+func TestOutageDoesNotFlood(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	o := &outage{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				o.failed("claim a job", errDown, time.Minute)
+			}
+		})
+	}
+	wg.Wait()
+	if n := logs.count("level=WARN"); n != 1 {
+		t.Errorf("800 failures at once made %d lines, want 1:\n%s", n, logs.String())
+	}
+	o.answered()
+	o.answered()
+	if n := logs.count(`msg="the server answers again"`); n != 1 {
+		t.Errorf("the end of the outage made %d lines, want 1", n)
+	}
+	o.failed("claim a job", connect.NewError(connect.CodePermissionDenied, errors.New("not a worker")), time.Second)
+	if !strings.Contains(logs.String(), `msg="the server refuses the call; trying again (this needs an operator)"`) {
+		t.Errorf("a second outage, of refusals, was not logged as such:\n%s", logs.String())
+	}
+}
