@@ -2,22 +2,20 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
-	"github.com/ag-coord/ag/internal/repo"
 )
 
 // workspace is a command's checkout and client.
@@ -53,19 +51,17 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			paths := make([]string, 0, len(args))
-			for _, a := range args {
-				p, err := ws.co.repoPath(g.dir, a)
-				if err != nil {
-					return err
-				}
-				paths = append(paths, p)
+			paths, err := ws.co.repoPaths(g.dir, args)
+			if err != nil {
+				return err
 			}
+			start := time.Now()
 			l, err := ws.c.AcquireLease(cmd.Context(), client.AcquireLeaseOptions{
 				Repository: ws.co.Repository, Paths: paths, Holder: ws.co.Holder, TTL: ttl, Wait: wait,
 			})
+			waited := time.Since(start)
 			if err != nil {
-				return err
+				return leaseRefusal(cmd.Context(), ws, paths, wait, waited, err)
 			}
 			ws.co.Leases = append(ws.co.Leases, heldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
 			if err := ws.co.save(); err != nil {
@@ -74,8 +70,12 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(l)
 			}
-			fmt.Fprintf(g.stdout, "leased %s to %s: lease %s, token %d, until %s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(),
-				l.GetId(), l.GetFencingToken(), formatTime(l.GetExpiresAt()))
+			after := ""
+			if wait > 0 && waited >= time.Second {
+				after = ", after waiting " + waited.Round(time.Second).String()
+			}
+			fmt.Fprintf(g.stdout, "leased %s to %s: lease %s, token %d, until %s%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(),
+				l.GetId(), l.GetFencingToken(), formatTime(l.GetExpiresAt()), after)
 			return nil
 		},
 	}
@@ -91,6 +91,8 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out := &agwpv1.ListLeasesResponse{Leases: []*agwpv1.Lease{}}
+			var firstErr error
 			for i, l := range ws.co.Leases {
 				if !selected(l.ID, args) {
 					continue
@@ -101,12 +103,24 @@ func newLeaseCmd(g *globals) *cobra.Command {
 				}
 				res, err := ws.c.Leases.RenewLease(cmd.Context(), req)
 				if err != nil {
-					return fmt.Errorf("renew lease %s: %w", l.ID, err)
+					firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
+					break
 				}
 				ws.co.Leases[i].ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
-				fmt.Fprintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
+				out.Leases = append(out.Leases, res.GetLease())
+				if !g.json {
+					fmt.Fprintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
+				}
 			}
-			return ws.co.save()
+			if err := ws.co.save(); err != nil {
+				return err
+			}
+			if g.json {
+				if err := g.printJSON(out); err != nil {
+					return err
+				}
+			}
+			return firstErr
 		},
 	}
 	renew.Flags().DurationVar(&renewTTL, "ttl", 0, "new lease time from now (default 5m)")
@@ -120,19 +134,26 @@ func newLeaseCmd(g *globals) *cobra.Command {
 				return err
 			}
 			kept := ws.co.Leases[:0]
+			out := releaseJSON{Released: []json.RawMessage{}, Dropped: []releaseDropped{}}
 			var firstErr error
 			for _, l := range ws.co.Leases {
 				if !selected(l.ID, args) {
 					kept = append(kept, l)
 					continue
 				}
-				_, err := ws.c.Leases.ReleaseLease(cmd.Context(), &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
+				res, err := ws.c.Leases.ReleaseLease(cmd.Context(), &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
 				switch {
 				case err == nil:
-					fmt.Fprintf(g.stdout, "released %s (%s)\n", l.ID, strings.Join(l.Paths, " "))
+					out.Released = append(out.Released, protoRaw(res.GetLease()))
+					if !g.json {
+						fmt.Fprintf(g.stdout, "released %s (%s)\n", l.ID, strings.Join(l.Paths, " "))
+					}
 				case client.IsLostClaim(err):
 					// Broken, or expired and given to someone else: it is not ours to keep either way.
-					fmt.Fprintf(g.stdout, "dropped %s (%s): %s\n", l.ID, strings.Join(l.Paths, " "), Explain(err))
+					out.Dropped = append(out.Dropped, releaseDropped{ID: l.ID, Paths: l.Paths, Reason: Explain(err)})
+					if !g.json {
+						fmt.Fprintf(g.stdout, "dropped %s (%s): %s\n", l.ID, strings.Join(l.Paths, " "), Explain(err))
+					}
 				default:
 					kept = append(kept, l)
 					if firstErr == nil {
@@ -143,6 +164,11 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			ws.co.Leases = kept
 			if err := ws.co.save(); err != nil {
 				return err
+			}
+			if g.json {
+				if err := g.printValue(out); err != nil {
+					return err
+				}
 			}
 			return firstErr
 		},
@@ -172,6 +198,72 @@ func newLeaseCmd(g *globals) *cobra.Command {
 	list.Flags().BoolVar(&all, "all", false, "also released, broken and expired leases")
 	cmd.AddCommand(acquire, renew, release, list)
 	return cmd
+}
+
+// releaseJSON is what `ag lease release --json` prints.
+type releaseJSON struct {
+	Released []json.RawMessage `json:"released"` // the leases released, as the server answered them
+	Dropped  []releaseDropped  `json:"dropped"`  // leases that were no longer the checkout's
+}
+
+// releaseDropped is a lease release found broken, or expired and granted to someone else.
+type releaseDropped struct {
+	ID     string   `json:"id"`
+	Paths  []string `json:"paths"`
+	Reason string   `json:"reason"`
+}
+
+// leaseRefusal explains an AcquireLease refused for a conflict by what is actually leased: the
+// active leases of others that overlap the paths asked for, each by the path it holds, its
+// holder and its expiry, and how long the command waited. Other errors pass unchanged.
+func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, waited time.Duration, err error) error {
+	if !client.IsCode(err, connect.CodeAborted) {
+		return err
+	}
+	var held []string
+	res, lerr := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.co.Repository, PageSize: 1000})
+	if lerr == nil {
+		mine := heldBy(ctx, ws)
+		for _, l := range res.GetLeases() {
+			if l.GetState() != agwpv1.LeaseState_LEASE_STATE_ACTIVE || l.GetHolder() == mine {
+				continue
+			}
+			for _, lp := range l.GetPaths() {
+				for _, p := range paths {
+					if !pathsOverlap(lp, p) {
+						continue
+					}
+					line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", lp, l.GetHolder(), l.GetId(),
+						l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+					switch {
+					case lp == p:
+					case strings.HasSuffix(p, "/") && strings.HasPrefix(lp, p):
+						line += ", under " + p + " which you asked for"
+					default:
+						line += ", which covers " + p
+					}
+					held = append(held, line)
+				}
+			}
+		}
+	}
+	msg := strings.Join(held, "; ")
+	if msg == "" {
+		// Gone since the refusal: the server's own words.
+		msg = Explain(err)
+	}
+	if wait > 0 {
+		msg += fmt.Sprintf("; waited %s", waited.Round(100*time.Millisecond))
+	} else {
+		msg += "; retry later, or wait for it with --wait 60s"
+	}
+	return withExit(ExitLease, errors.New("lease refused: "+msg))
+}
+
+// pathsOverlap reports whether two lease paths cover a common file: equal, or one a directory
+// ("a/") holding the other.
+func pathsOverlap(a, b string) bool {
+	return a == b || strings.HasSuffix(a, "/") && strings.HasPrefix(b, a) || strings.HasSuffix(b, "/") && strings.HasPrefix(a, b)
 }
 
 func selected(id string, ids []string) bool {
@@ -204,12 +296,15 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 	var message string
 	var noWait bool
 	cmd := &cobra.Command{
-		Use:   "integrate -m MESSAGE",
-		Short: "send the checkout's edits to the mainline under the leases it holds",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "integrate -m MESSAGE [PATH...]",
+		Short: "send the checkout's edits (all, or those under the paths named) to the mainline under the leases it holds",
+		Long: `Sends the checkout's local edits to the mainline under the leases it holds, with their fencing
+tokens, and follows the change until it is integrated or rejected. Named paths (files, or
+directories as a/) send only the edits under them; the others stay local edits.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if message == "" {
-				return fmt.Errorf("-m: say what the change does")
+				return withExit(ExitUsage, fmt.Errorf("-m: say what the change does"))
 			}
 			ws, err := g.workspace()
 			if err != nil {
@@ -219,12 +314,29 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(args) > 0 {
+				sel, err := ws.co.repoPaths(g.dir, args)
+				if err != nil {
+					return err
+				}
+				edits = editsUnder(edits, sel)
+			}
 			if len(edits) == 0 {
-				fmt.Fprintln(g.stdout, "nothing to integrate: no local edits")
+				if g.json {
+					return g.printValue(struct{}{})
+				}
+				if len(args) > 0 {
+					fmt.Fprintf(g.stdout, "nothing to integrate: no local edits under %s\n", strings.Join(args, " "))
+				} else {
+					fmt.Fprintln(g.stdout, "nothing to integrate: no local edits")
+				}
 				return nil
 			}
+			if err := ws.co.unresolved(edits); err != nil {
+				return err
+			}
 			if len(ws.co.Leases) == 0 {
-				return fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", editPaths(edits))
+				return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", editPaths(edits)))
 			}
 			changes := make([]client.FileChange, 0, len(edits))
 			for _, e := range edits {
@@ -238,6 +350,9 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 				Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
 				FencingTokens: ws.co.tokens(), Message: message, Changes: changes,
 			})
+			if client.IsCode(err, connect.CodeAborted) {
+				return withExit(ExitConflict, fmt.Errorf("%w (ag sync brings the mainline in, merging it with your edits)", err))
+			}
 			if err != nil {
 				return err
 			}
@@ -250,7 +365,7 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 			if change.GetState() == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
 				// The checkout now matches the new mainline on the edited paths; bring in the rest.
 				if _, err := syncCheckout(cmd.Context(), ws, change.GetIntegratedRevision()); err != nil {
-					return fmt.Errorf("integrated as %s, but updating the checkout failed: %w (run ag sync)", change.GetIntegratedRevision(), err)
+					return withExit(ExitCode(err), fmt.Errorf("integrated as %s, but updating the checkout failed: %w (run ag sync)", change.GetIntegratedRevision(), err))
 				}
 			}
 			if g.json {
@@ -258,7 +373,7 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if s := change.GetState(); s == agwpv1.ChangeState_CHANGE_STATE_REJECTED || s == agwpv1.ChangeState_CHANGE_STATE_CANCELLED {
-					return fmt.Errorf("change %s was %s", change.GetId(), changeStateName(s))
+					return withExit(ExitRejected, fmt.Errorf("change %s was %s", change.GetId(), changeStateName(s)))
 				}
 				return nil
 			}
@@ -273,9 +388,10 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 				if change.GetReason() != "" {
 					fmt.Fprintf(g.stdout, "reason: %s\n", change.GetReason())
 				}
-				return fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), changeStateName(change.GetState()))
+				return withExit(ExitRejected, fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), changeStateName(change.GetState())))
 			default:
-				fmt.Fprintf(g.stdout, "change %s %s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()), change.GetId())
+				fmt.Fprintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()),
+					queuePlace(change), len(change.GetPaths()), change.GetId())
 			}
 			return nil
 		},
@@ -283,6 +399,38 @@ func newIntegrateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVarP(&message, "message", "m", "", "what the change does (required)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the change and return without waiting for its outcome")
 	return cmd
+}
+
+// queuePlace describes where a queued change stands in its repository's integration queue.
+func queuePlace(ch *agwpv1.Change) string {
+	if ch.GetState() != agwpv1.ChangeState_CHANGE_STATE_QUEUED {
+		return ""
+	}
+	if n := ch.GetQueuePosition(); n > 0 {
+		return fmt.Sprintf(" (%d ahead)", n)
+	}
+	return " (next in line)"
+}
+
+// editsUnder answers the edits at or under the repository paths sel ("a/" for a directory).
+func editsUnder(edits []localEdit, sel []string) []localEdit {
+	var out []localEdit
+	for _, e := range edits {
+		if underAny(e.path, sel) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// underAny reports whether the file p is one of sel or under a directory ("a/") of sel.
+func underAny(p string, sel []string) bool {
+	for _, s := range sel {
+		if p == s || strings.HasSuffix(s, "/") && strings.HasPrefix(p, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func finalChange(s agwpv1.ChangeState) bool {
@@ -304,215 +452,6 @@ func editPaths(edits []localEdit) string {
 	return strings.Join(ps, ", ")
 }
 
-// syncCheckout brings the checkout to revision (the mainline when empty) without touching local
-// edits: it refuses, naming the files, when the revision changed a file edited locally, or when
-// something of the user's stands where the revision has a file or a directory. Refused, it has
-// changed nothing.
-func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, error) {
-	tree, err := ws.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.co.Repository, Revision: revision})
-	if err != nil {
-		return 0, err
-	}
-	target, err := treeFiles(tree.GetEntries())
-	if err != nil {
-		return 0, err
-	}
-	edits, err := ws.co.localEdits()
-	if err != nil {
-		return 0, err
-	}
-	local := map[string]localEdit{}
-	for _, e := range edits {
-		local[e.path] = e
-	}
-	var writes, deletes []string
-	var clobbered []string
-	consider := func(p string) {
-		want, inTarget := target[p]
-		base, inBase := ws.co.Files[p]
-		if inTarget == inBase && want == base {
-			return // unchanged upstream
-		}
-		if e, edited := local[p]; edited {
-			// A local edit equal to the new content is not clobbered by taking it.
-			if !(inTarget && e.kind != "deleted" && e.digest == want) && !(!inTarget && e.kind == "deleted") {
-				clobbered = append(clobbered, p)
-				return
-			}
-		}
-		if inTarget {
-			writes = append(writes, p)
-		} else {
-			deletes = append(deletes, p)
-		}
-	}
-	for p := range target {
-		consider(p)
-	}
-	for p := range ws.co.Files {
-		if _, ok := target[p]; !ok {
-			consider(p)
-		}
-	}
-	if len(clobbered) > 0 {
-		sort.Strings(clobbered)
-		return 0, fmt.Errorf("the mainline changed files you edited locally; nothing was changed. Integrate, move aside or revert these first: %s", strings.Join(clobbered, ", "))
-	}
-	sort.Strings(writes)
-	sort.Strings(deletes)
-	root, err := os.OpenRoot(ws.co.root)
-	if err != nil {
-		return 0, err
-	}
-	defer root.Close()
-	deleting := make(map[string]bool, len(deletes))
-	for _, p := range deletes {
-		deleting[p] = true
-	}
-	blocked, err := inTheWay(root, writes, deleting)
-	if err != nil {
-		return 0, err
-	}
-	if len(blocked) > 0 {
-		return 0, fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", "))
-	}
-	// Every blob before the first change on disk, so a failing server leaves the checkout as it was.
-	contents := make(map[string][]byte, len(writes))
-	for _, p := range writes {
-		if contents[p], err = ws.c.Blob(ctx, target[p]); err != nil {
-			return 0, err
-		}
-	}
-	// Deletes first: a file the mainline turned into a directory must go before what is written
-	// under it, and the files of a directory it turned into a file before that file.
-	for _, p := range deletes {
-		if err := removeFile(root, p); err != nil {
-			return 0, err
-		}
-	}
-	for _, p := range writes {
-		if info, err := lstatThroughDirs(root, p); err != nil {
-			return 0, err
-		} else if info != nil && info.IsDir() {
-			// Emptied by the deletes above (inTheWay made sure), but for directories that never
-			// held a file.
-			if err := removeEmptyDirs(root, p); err != nil {
-				return 0, err
-			}
-		}
-		if err := writeFile(root, p, contents[p]); err != nil {
-			return 0, err
-		}
-	}
-	ws.co.BaseRevision = tree.GetRevision()
-	ws.co.Files = target
-	return len(writes) + len(deletes), ws.co.saveIn(root)
-}
-
-// inTheWay answers, described for a message, what stands where writes must go and is not ag's to
-// remove: a symbolic link or special file on the way to a write, a file of the user's where the
-// mainline now has a directory, and, under a directory where the mainline now has a file,
-// anything but the files this sync deletes (a file the user added, a nested .git).
-func inTheWay(root *os.Root, writes []string, deleting map[string]bool) ([]string, error) {
-	var blocked []string
-	seen := map[string]bool{}
-	block := func(p, why string) {
-		if !seen[p] {
-			seen[p] = true
-			blocked = append(blocked, p+" ("+why+")")
-		}
-	}
-	for _, p := range writes {
-		if err := checkWayTo(root, p, deleting, block); err != nil {
-			return nil, err
-		}
-	}
-	return blocked, nil
-}
-
-// checkWayTo reports to block what stands on the way to writing the file p, from the top.
-func checkWayTo(root *os.Root, p string, deleting map[string]bool, block func(p, why string)) error {
-	segs := strings.Split(p, "/")
-	for i := 1; i <= len(segs); i++ {
-		at := strings.Join(segs[:i], "/")
-		info, err := root.Lstat(filepath.FromSlash(at))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		last := i == len(segs)
-		switch {
-		case info.IsDir() && !last:
-			continue
-		case info.IsDir():
-			return leftoversUnder(root, at, at, deleting, block)
-		case info.Mode().IsRegular() && (last || deleting[at]):
-			// Overwritten under the conflict rules, or deleted before the write.
-		case info.Mode().IsRegular():
-			block(at, "a file of yours where the mainline now has a directory")
-		default:
-			block(at, describeMode(info.Mode())+", which ag neither writes through nor replaces")
-		}
-		return nil
-	}
-	return nil
-}
-
-// leftoversUnder reports to block what under dir, in the directory where the mainline now has
-// the file file, would remain once the files in deleting are gone.
-func leftoversUnder(root *os.Root, file, dir string, deleting map[string]bool, block func(p, why string)) error {
-	entries, err := readDir(root, dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		p := dir + "/" + e.Name()
-		switch {
-		case e.IsDir():
-			if _, reserved := repo.ReservedSegment(e.Name()); reserved {
-				block(p, "a directory no repository may hold, where the mainline now has the file "+file)
-				continue
-			}
-			if err := leftoversUnder(root, file, p, deleting, block); err != nil {
-				return err
-			}
-		case e.Type().IsRegular() && deleting[p]:
-		case e.Type().IsRegular():
-			block(p, "a file of yours, where the mainline now has the file "+file)
-		default:
-			block(p, describeMode(e.Type())+", where the mainline now has the file "+file)
-		}
-	}
-	return nil
-}
-
-func newSyncCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "sync",
-		Short: "bring the checkout to the mainline, keeping local edits (refuses when it would overwrite one)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace()
-			if err != nil {
-				return err
-			}
-			before := ws.co.BaseRevision
-			n, err := syncCheckout(cmd.Context(), ws, "")
-			if err != nil {
-				return err
-			}
-			if ws.co.BaseRevision == before {
-				fmt.Fprintf(g.stdout, "already at the mainline %s\n", before)
-				return nil
-			}
-			fmt.Fprintf(g.stdout, "synced to %s: %d files updated\n", ws.co.BaseRevision, n)
-			return nil
-		},
-	}
-}
-
 func newStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
@@ -527,6 +466,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			conflicted, err := ws.co.conflicted(edits)
+			if err != nil {
+				return err
+			}
 			r, err := ws.c.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.co.Repository})
 			if err != nil {
 				return err
@@ -536,21 +479,6 @@ func newStatusCmd(g *globals) *cobra.Command {
 			})
 			if err != nil {
 				return err
-			}
-			w := g.stdout
-			fmt.Fprintf(w, "repository %s, checkout of %s as %s\n", ws.co.Repository, ws.co.BaseRevision, ws.co.Holder)
-			if head := r.GetRepository().GetMainline(); head == ws.co.BaseRevision {
-				fmt.Fprintf(w, "mainline %s: up to date\n", head)
-			} else {
-				fmt.Fprintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
-			}
-			if len(edits) == 0 {
-				fmt.Fprintln(w, "no local edits")
-			} else {
-				fmt.Fprintln(w, "local edits:")
-				for _, e := range edits {
-					fmt.Fprintf(w, "  %-9s %s\n", e.kind, e.path)
-				}
 			}
 			held := map[string]bool{}
 			for _, l := range ws.co.Leases {
@@ -562,6 +490,37 @@ func newStatusCmd(g *globals) *cobra.Command {
 					mine = append(mine, l)
 				}
 			}
+			head := r.GetRepository().GetMainline()
+			if g.json {
+				out := statusJSON{
+					Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
+					Mainline: head, UpToDate: head == ws.co.BaseRevision, Edits: editsJSON(edits, conflicted),
+					Leases: []json.RawMessage{},
+				}
+				for _, l := range mine {
+					out.Leases = append(out.Leases, protoRaw(l))
+				}
+				return g.printValue(out)
+			}
+			w := g.stdout
+			fmt.Fprintf(w, "repository %s, checkout of %s as %s\n", ws.co.Repository, ws.co.BaseRevision, ws.co.Holder)
+			if head == ws.co.BaseRevision {
+				fmt.Fprintf(w, "mainline %s: up to date\n", head)
+			} else {
+				fmt.Fprintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
+			}
+			if len(edits) == 0 {
+				fmt.Fprintln(w, "no local edits")
+			} else {
+				fmt.Fprintln(w, "local edits:")
+				for _, e := range edits {
+					note := ""
+					if conflicted[e.path] {
+						note = " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.path + ")"
+					}
+					fmt.Fprintf(w, "  %-9s %s%s\n", e.kind, e.path, note)
+				}
+			}
 			if len(mine) == 0 {
 				fmt.Fprintln(w, "no leases held")
 				return nil
@@ -571,6 +530,32 @@ func newStatusCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// statusJSON is what `ag status --json` prints.
+type statusJSON struct {
+	Repository   string            `json:"repository"`
+	Holder       string            `json:"holder"`       // the checkout's holder label
+	BaseRevision string            `json:"baseRevision"` // the revision the local edits are based on
+	Mainline     string            `json:"mainline"`     // the mainline head now
+	UpToDate     bool              `json:"upToDate"`     // baseRevision is the mainline
+	Edits        []editJSON        `json:"edits"`
+	Leases       []json.RawMessage `json:"leases"` // the checkout's leases as the server knows them, any state
+}
+
+// editJSON is a local edit in JSON.
+type editJSON struct {
+	Path     string `json:"path"`
+	Status   string `json:"status"`             // added, modified or deleted
+	Conflict bool   `json:"conflict,omitempty"` // holds conflict markers a sync --merge wrote
+}
+
+func editsJSON(edits []localEdit, conflicted map[string]bool) []editJSON {
+	out := make([]editJSON, 0, len(edits))
+	for _, e := range edits {
+		out = append(out, editJSON{Path: e.path, Status: e.kind, Conflict: conflicted[e.path]})
+	}
+	return out
 }
 
 // heldBy answers the holder filter of this checkout's leases: its principal's, any label (the

@@ -201,9 +201,7 @@ func followChange(ctx context.Context, g *globals, c *client.Client, change *agw
 		line := "change " + ch.GetId() + ": " + changeStateName(ch.GetState())
 		switch ch.GetState() {
 		case agwpv1.ChangeState_CHANGE_STATE_QUEUED:
-			if n := ch.GetQueuePosition(); n > 0 {
-				line += fmt.Sprintf(" (%d ahead)", n)
-			}
+			line += queuePlace(ch)
 		case agwpv1.ChangeState_CHANGE_STATE_VALIDATING:
 			if p := ch.GetProgress(); p != "" {
 				line += ": " + p

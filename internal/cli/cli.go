@@ -4,27 +4,69 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ag-coord/ag/client"
 )
 
-// Run runs the ag command line with args (without the program name).
+// Run runs the ag command line with args (without the program name). Its error carries the
+// exit code the process should end with: see ExitCode.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return root.ExecuteContext(ctx)
+	return usageOf(root.ExecuteContext(ctx))
+}
+
+// Main runs the ag command line as a process does: it prints an error to stderr (as one JSON
+// object with --json) and answers the exit code, documented in docs/cli.md.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := Run(ctx, args, stdout, stderr)
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitCode(err)
+	if jsonRequested(args) {
+		b, _ := json.Marshal(errorJSON{Error: Explain(err), Kind: exitKinds[code], ExitCode: code})
+		fmt.Fprintln(stderr, string(b))
+		return code
+	}
+	fmt.Fprintln(stderr, "ag:", Explain(err))
+	return code
+}
+
+// errorJSON is what a failing command prints to stderr with --json.
+type errorJSON struct {
+	Error    string `json:"error"`
+	Kind     string `json:"kind"`
+	ExitCode int    `json:"exitCode"`
+}
+
+// jsonRequested reports whether args ask for --json, as far as they can be read: a command
+// line too broken to parse still had its answer asked for in JSON.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true":
+			return true
+		}
+	}
+	return false
 }
 
 // globals are the flags every client command takes.
@@ -65,7 +107,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 
 	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g),
-		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
+		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newDiffCmd(g), newRevertCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
+	strictCommands(root)
 	return root
 }
 
@@ -75,7 +118,7 @@ func (g *globals) client() (*client.Client, error) {
 		g.token = os.Getenv("AG_TOKEN")
 	}
 	if g.token == "" {
-		return nil, errors.New("no token: pass --token or set AG_TOKEN (ag serve prints the admin token on its first start)")
+		return nil, withExit(ExitAuth, errors.New("no token: pass --token or set AG_TOKEN (ag serve prints the admin token on its first start)"))
 	}
 	return client.New(g.server, g.token, client.WithUserAgent("ag-cli")), nil
 }
@@ -88,6 +131,25 @@ func (g *globals) printJSON(m proto.Message) error {
 	}
 	_, err = fmt.Fprintln(g.stdout, string(b))
 	return err
+}
+
+// printValue prints v as indented JSON: the shapes of docs/cli.md that are no one message.
+func (g *globals) printValue(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(g.stdout, string(b))
+	return err
+}
+
+// protoRaw answers a message in protobuf's canonical JSON, to embed in a printValue shape.
+func protoRaw(m proto.Message) json.RawMessage {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
 }
 
 // allPages follows a list method's page tokens to the end and answers every item.
@@ -107,18 +169,199 @@ func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) 
 	}
 }
 
-// Explain turns an error into the line a person should read.
+// Explain turns an error into the line a person should read: a server error in words, with
+// what the command said around it.
 func Explain(err error) string {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		msg := ce.Message()
+		var explained string
 		switch ce.Code() {
 		case connect.CodeUnavailable:
-			return "cannot reach the server: " + msg + " (is `ag serve` running? check --server / AG_SERVER)"
+			explained = "cannot reach the server: " + msg + " (is `ag serve` running? check --server / AG_SERVER)"
 		case connect.CodeUnauthenticated:
-			return "not authenticated: " + msg + " (check --token / AG_TOKEN)"
+			explained = "not authenticated: " + msg + " (check --token / AG_TOKEN)"
+		default:
+			explained = strings.ReplaceAll(ce.Code().String(), "_", " ") + ": " + msg
 		}
-		return strings.ReplaceAll(ce.Code().String(), "_", " ") + ": " + msg
+		return strings.Replace(err.Error(), ce.Error(), explained, 1)
 	}
 	return err.Error()
+}
+
+// Exit codes of the ag command line (docs/cli.md). A script tells from the code alone whether to
+// fix its command line, wait for a lease, merge, or try the server again later.
+const (
+	ExitOK          = 0 // done
+	ExitError       = 1 // anything else
+	ExitUsage       = 2 // the command line: an unknown command or flag, a missing or bad argument
+	ExitLease       = 3 // refused by a lease or fencing token: held by another, lost, or not held
+	ExitConflict    = 4 // a conflict with the mainline: sync or integrate, merge conflicts
+	ExitRejected    = 5 // a change rejected by validation or cancelled
+	ExitUnavailable = 6 // the server cannot be reached or did not answer in time
+	ExitAuth        = 7 // no token, an unknown one, or a role that may not do this
+)
+
+// exitKinds names each exit code in the JSON error object.
+var exitKinds = map[int]string{
+	ExitError: "error", ExitUsage: "usage", ExitLease: "lease", ExitConflict: "conflict",
+	ExitUnavailable: "unavailable", ExitAuth: "auth", ExitRejected: "rejected",
+}
+
+// exitError is an error that ends the process with its code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withExit gives err the exit code code; nil stays nil.
+func withExit(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+// ExitCode answers the exit code for an error Run answered: the one it was given, or the one
+// its server error's code maps to.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+			return ExitUnavailable
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			return ExitAuth
+		case connect.CodeInvalidArgument:
+			return ExitUsage
+		case connect.CodeFailedPrecondition:
+			return ExitLease
+		case connect.CodeAborted:
+			return ExitConflict
+		}
+	}
+	return ExitError
+}
+
+// usageOf gives the errors cobra answers for a bad command line the usage exit code.
+func usageOf(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "required flag(s) ") || strings.HasPrefix(err.Error(), "if any flags in the group") {
+		return withExit(ExitUsage, err)
+	}
+	return err
+}
+
+// strictCommands makes every command of the tree refuse what it does not know, with the usage
+// exit code and a "Did you mean" when something is close: a command that only groups others
+// refuses an unknown subcommand (cobra would print its help and exit 0), a flag error names the
+// close flags, and a wrong number of arguments is a usage error.
+func strictCommands(root *cobra.Command) {
+	root.SetFlagErrorFunc(flagError)
+	// cobra adds these when it runs; added now, they are walked too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.SuggestionsMinimumDistance = 2
+		switch {
+		case c.HasSubCommands() && c.Run == nil && c.RunE == nil:
+			c.Args = unknownSubcommand
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		case c.Args != nil:
+			check := c.Args
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				return withExit(ExitUsage, check(cmd, args))
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// unknownSubcommand refuses any argument of a command that only groups others.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return withExit(ExitUsage, fmt.Errorf("unknown command %q for %q%s (%s --help lists them)",
+		args[0], cmd.CommandPath(), didYouMean(cmd.SuggestionsFor(args[0])), cmd.CommandPath()))
+}
+
+// flagError is every command's answer to a flag it cannot parse. On a command that groups
+// others, a first argument that is no subcommand is the error to report: `ag lease aquire --ttl 5m`
+// is an unknown command, not an unknown --ttl.
+func flagError(cmd *cobra.Command, err error) error {
+	if cmd.HasSubCommands() {
+		if args := cmd.Flags().Args(); len(args) > 0 {
+			return unknownSubcommand(cmd, args)
+		}
+	}
+	msg := err.Error()
+	name, ok := strings.CutPrefix(msg, "unknown flag: --")
+	if ok {
+		var close []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden && (levenshtein(name, f.Name) <= 2 || strings.HasPrefix(f.Name, name)) {
+				close = append(close, "--"+f.Name)
+			}
+		})
+		msg += didYouMean(close)
+	}
+	return withExit(ExitUsage, fmt.Errorf("%s (%s --help lists the flags)", msg, cmd.CommandPath()))
+}
+
+// didYouMean phrases suggestions for the end of an error message.
+func didYouMean(suggestions []string) string {
+	switch len(suggestions) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(". Did you mean %q?", suggestions[0])
+	}
+	quoted := make([]string, len(suggestions))
+	for i, s := range suggestions {
+		quoted[i] = strconv.Quote(s)
+	}
+	return ". Did you mean " + strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1] + "?"
+}
+
+// levenshtein answers the edit distance of two short strings.
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -27,8 +27,75 @@ type checkout struct {
 	BaseRevision string            `json:"base_revision"`
 	Files        map[string]string `json:"files"` // path → digest as of BaseRevision
 	Leases       []heldLease       `json:"leases,omitempty"`
+	// Files `ag sync --merge` wrote with conflict markers, path → the local content before the
+	// merge, kept under .ag/conflicts/ for `ag sync --ours`.
+	Conflicts map[string]conflictRecord `json:"conflicts,omitempty"`
 
 	root string
+}
+
+// conflictRecord is a file a sync merged with conflicts.
+type conflictRecord struct {
+	Ours string `json:"ours"` // digest of the local content before the merge
+}
+
+// conflictsDir holds the local contents of files merged with conflicts, by digest.
+const conflictsDir = stateDir + "/conflicts"
+
+// oursPath is where the local content with digest d is kept while its file is in conflict.
+func oursPath(d string) string { return conflictsDir + "/" + strings.TrimPrefix(d, "sha256:") }
+
+// conflicted answers which of edits still hold the conflict markers a sync wrote.
+func (c *checkout) conflicted(edits []localEdit) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(c.Conflicts) == 0 {
+		return out, nil
+	}
+	root, err := os.OpenRoot(c.root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	for _, e := range edits {
+		if _, ok := c.Conflicts[e.path]; !ok || e.kind == "deleted" {
+			continue
+		}
+		content, err := root.ReadFile(filepath.FromSlash(e.path))
+		if err != nil {
+			return nil, err
+		}
+		if hasConflictMarkers(content) {
+			out[e.path] = true
+		}
+	}
+	return out, nil
+}
+
+// unresolved refuses, with the conflict exit code, edits that still hold conflict markers.
+func (c *checkout) unresolved(edits []localEdit) error {
+	conflicted, err := c.conflicted(edits)
+	if err != nil || len(conflicted) == 0 {
+		return err
+	}
+	paths := make([]string, 0, len(conflicted))
+	for p := range conflicted {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return withExit(ExitConflict, fmt.Errorf("these files still hold the conflict markers ag sync --merge wrote: %s. Edit them, or take one side with ag sync --ours PATH or --theirs PATH, or ag revert PATH", strings.Join(paths, ", ")))
+}
+
+// repoPaths turns paths given on the command line into repository paths, as repoPath does.
+func (c *checkout) repoPaths(base string, args []string) ([]string, error) {
+	paths := make([]string, 0, len(args))
+	for _, a := range args {
+		p, err := c.repoPath(base, a)
+		if err != nil {
+			return nil, withExit(ExitUsage, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // heldLease is a lease this checkout acquired.

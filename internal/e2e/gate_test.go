@@ -162,9 +162,9 @@ func integrated(t *testing.T, who, stdout, stderr string, code int) (change, rev
 func rejected(t *testing.T, who, stdout, stderr string, code int, want ...string) string {
 	t.Helper()
 	m := rejectedOut.FindStringSubmatch(stdout)
-	if code != 1 || m == nil || m[2] != "1" || !containsAll(stdout, want...) ||
+	if code != 5 || m == nil || m[2] != "1" || !containsAll(stdout, want...) ||
 		!strings.Contains(stderr, "change "+m[1]+" was rejected; your edits are still in the checkout") {
-		t.Fatalf("ag integrate (%s): exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 1, \"change ID rejected: 1 paths; the mainline did not move\", a reason with %q, and the edits kept",
+		t.Fatalf("ag integrate (%s): exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 5, \"change ID rejected: 1 paths; the mainline did not move\", a reason with %q, and the edits kept",
 			who, code, stdout, stderr, want)
 	}
 	return m[1]

@@ -1,0 +1,682 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// syncOptions say how a sync treats the local edits of files the mainline changed too.
+type syncOptions struct {
+	revision string   // the revision to sync to; "" = the mainline
+	merge    bool     // write text conflicts into the files, between markers, and go ahead
+	theirs   []string // repository paths ("a/" for a directory) to take from the revision, local edits dropped
+	ours     []string // repository paths whose local edits stay, as edits on the new revision
+}
+
+// syncResult is what a sync did, or would have done when refused; `ag sync --json` prints it.
+type syncResult struct {
+	From      string         `json:"from"`      // the revision the checkout was at
+	To        string         `json:"to"`        // the revision synced to
+	Applied   bool           `json:"applied"`   // false: refused, nothing was changed
+	Updated   []string       `json:"updated"`   // files written from the revision
+	Deleted   []string       `json:"deleted"`   // files removed as the revision removed them
+	Merged    []string       `json:"merged"`    // merged cleanly with a local edit: still local edits, now on the new revision
+	Kept      []string       `json:"kept"`      // local edits kept over the revision's change (--ours)
+	Conflicts []syncConflict `json:"conflicts"` // files the revision and a local edit both changed, unmerged
+	Blocked   []string       `json:"blocked"`   // what stands where the revision has a file, not ag's to remove
+}
+
+// syncConflict is a file both the revision and a local edit changed, which did not merge.
+type syncConflict struct {
+	Path    string `json:"path"`
+	Reason  string `json:"reason"`
+	Markers bool   `json:"markers"` // written into the file between conflict markers (--merge)
+}
+
+func newSyncResult(from, to string) *syncResult {
+	return &syncResult{From: from, To: to, Updated: []string{}, Deleted: []string{}, Merged: []string{}, Kept: []string{},
+		Conflicts: []syncConflict{}, Blocked: []string{}}
+}
+
+// syncCheckout brings the checkout to revision (the mainline when empty) without losing local
+// edits: a file the revision and a local edit both changed is merged when both are text and the
+// changes do not overlap, and the sync is refused otherwise. Refused, it has changed nothing. It
+// answers how many files it took from the revision.
+func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, error) {
+	res, err := syncWith(ctx, ws, syncOptions{revision: revision})
+	if res == nil || !res.Applied {
+		return 0, err
+	}
+	return len(res.Updated) + len(res.Deleted), err
+}
+
+// syncWith brings the checkout to a revision as opts say. Local edits of files the revision
+// did not change stay. For a file both changed: a local edit equal to the revision's is taken;
+// paths in opts.theirs take the revision's version and paths in opts.ours keep the local one;
+// two texts are merged three ways, and a merge with conflicts is written between markers with
+// opts.merge (answering an error with the conflict exit code) and refused without; anything
+// else (a deletion on one side, a binary file) is refused. A refused sync has changed nothing and
+// answers its result with Applied false. The checkout's own files are written through os.Root.
+func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult, error) {
+	tree, err := ws.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.co.Repository, Revision: opts.revision})
+	if err != nil {
+		return nil, err
+	}
+	target, err := treeFiles(tree.GetEntries())
+	if err != nil {
+		return nil, err
+	}
+	edits, err := ws.co.localEdits()
+	if err != nil {
+		return nil, err
+	}
+	local := map[string]localEdit{}
+	for _, e := range edits {
+		local[e.path] = e
+	}
+	root, err := os.OpenRoot(ws.co.root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+
+	res := newSyncResult(ws.co.BaseRevision, tree.GetRevision())
+	var writes, deletes, merges []string
+	contents := map[string][]byte{} // contents of writes known before fetching: merges, restored local edits
+	drop := map[string]bool{}       // conflict records that go
+	take := func(p string) {
+		if _, ok := target[p]; ok {
+			writes = append(writes, p)
+			res.Updated = append(res.Updated, p)
+		} else if e, edited := local[p]; (edited && e.kind != "deleted") || (!edited && ws.co.Files[p] != "") {
+			deletes = append(deletes, p)
+			res.Deleted = append(res.Deleted, p)
+		}
+	}
+	consider := func(p string) error {
+		want, inTarget := target[p]
+		base, inBase := ws.co.Files[p]
+		e, edited := local[p]
+		upstream := inTarget != inBase || want != base
+		if rec, ok := ws.co.Conflicts[p]; ok {
+			if !edited {
+				drop[p] = true
+			} else if underAny(p, opts.ours) && !upstream {
+				// Back to the local content from before the merge that wrote the markers.
+				content, err := root.ReadFile(filepath.FromSlash(oursPath(rec.Ours)))
+				if err != nil {
+					return fmt.Errorf("%s: the local content from before the merge is gone from %s: %w", p, conflictsDir, err)
+				}
+				contents[p] = content
+				writes = append(writes, p)
+				res.Kept = append(res.Kept, p)
+				drop[p] = true
+				return nil
+			}
+		}
+		switch {
+		case underAny(p, opts.theirs):
+			drop[p] = true
+			if edited || upstream {
+				take(p)
+			}
+		case !upstream:
+			// Unchanged in the revision: a local edit stays as it is.
+		case !edited,
+			inTarget && e.kind != "deleted" && e.digest == want,
+			!inTarget && e.kind == "deleted":
+			// Not edited, or edited to what the revision has: taking it clobbers nothing.
+			take(p)
+		case underAny(p, opts.ours):
+			drop[p] = true
+			res.Kept = append(res.Kept, p)
+		case e.kind == "deleted":
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "deleted locally, changed in the mainline"})
+		case !inTarget:
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "changed locally, deleted in the mainline"})
+		default:
+			merges = append(merges, p)
+		}
+		return nil
+	}
+	paths := map[string]bool{}
+	for p := range target {
+		paths[p] = true
+	}
+	for p := range ws.co.Files {
+		paths[p] = true
+	}
+	for p := range local {
+		paths[p] = true
+	}
+	for p := range ws.co.Conflicts {
+		paths[p] = true
+	}
+	for _, p := range sortedKeys(paths) {
+		if err := consider(p); err != nil {
+			return nil, err
+		}
+	}
+
+	// Three-way merges of the files both sides changed.
+	newConflicts := map[string]conflictRecord{}
+	oursContent := map[string][]byte{}
+	for _, p := range merges {
+		var base []byte
+		if d, ok := ws.co.Files[p]; ok {
+			if base, err = ws.c.Blob(ctx, d); err != nil {
+				return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
+			}
+		}
+		theirs, err := ws.c.Blob(ctx, target[p])
+		if err != nil {
+			return nil, fmt.Errorf("fetch %s: %w", p, err)
+		}
+		ours, err := root.ReadFile(filepath.FromSlash(p))
+		if err != nil {
+			return nil, err
+		}
+		if isBinary(base) || isBinary(ours) || isBinary(theirs) {
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "a binary file changed on both sides"})
+			continue
+		}
+		merged, n := merge3(base, ours, theirs)
+		switch {
+		case n == 0:
+			res.Merged = append(res.Merged, p)
+		case opts.merge:
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n), Markers: true})
+			newConflicts[p] = conflictRecord{Ours: repo.Digest(ours)}
+			oursContent[p] = ours
+		default:
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n)})
+			continue
+		}
+		contents[p] = merged
+		writes = append(writes, p)
+		drop[p] = true
+	}
+	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Path < res.Conflicts[j].Path })
+	sort.Strings(res.Merged)
+	if refused := unmarked(res.Conflicts); len(refused) > 0 {
+		return res, withExit(ExitConflict, refusal(refused))
+	}
+
+	sort.Strings(writes)
+	sort.Strings(deletes)
+	deleting := make(map[string]bool, len(deletes))
+	for _, p := range deletes {
+		deleting[p] = true
+	}
+	blocked, err := inTheWay(root, writes, deleting)
+	if err != nil {
+		return nil, err
+	}
+	if len(blocked) > 0 {
+		res.Blocked = blocked
+		return res, withExit(ExitConflict, fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", ")))
+	}
+	// Every blob before the first change on disk, so a failing server leaves the checkout as it was.
+	for _, p := range writes {
+		if _, known := contents[p]; known {
+			continue
+		}
+		if contents[p], err = ws.c.Blob(ctx, target[p]); err != nil {
+			return nil, err
+		}
+	}
+	// The local contents of files about to get conflict markers, kept for --ours.
+	for p, content := range oursContent {
+		if err := writeFile(root, oursPath(newConflicts[p].Ours), content); err != nil {
+			return nil, err
+		}
+	}
+	// Deletes first: a file the mainline turned into a directory must go before what is written
+	// under it, and the files of a directory it turned into a file before that file.
+	for _, p := range deletes {
+		if err := removeFile(root, p); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range writes {
+		if info, err := lstatThroughDirs(root, p); err != nil {
+			return nil, err
+		} else if info != nil && info.IsDir() {
+			// Emptied by the deletes above (inTheWay made sure), but for directories that never
+			// held a file.
+			if err := removeEmptyDirs(root, p); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeFile(root, p, contents[p]); err != nil {
+			return nil, err
+		}
+	}
+	ws.co.BaseRevision = tree.GetRevision()
+	ws.co.Files = target
+	for p := range drop {
+		if rec, ok := ws.co.Conflicts[p]; ok {
+			delete(ws.co.Conflicts, p)
+			if !stillKept(ws.co.Conflicts, newConflicts, rec.Ours) {
+				_ = removeFile(root, oursPath(rec.Ours))
+			}
+		}
+	}
+	for p, rec := range newConflicts {
+		if ws.co.Conflicts == nil {
+			ws.co.Conflicts = map[string]conflictRecord{}
+		}
+		ws.co.Conflicts[p] = rec
+	}
+	if err := ws.co.saveIn(root); err != nil {
+		return nil, err
+	}
+	res.Applied = true
+	if len(res.Conflicts) > 0 {
+		paths := make([]string, 0, len(res.Conflicts))
+		for _, c := range res.Conflicts {
+			paths = append(paths, c.Path)
+		}
+		return res, withExit(ExitConflict, fmt.Errorf("synced to %s, with conflicts written between <<<<<<< ours and >>>>>>> theirs markers in: %s. Edit them (or take one side: ag sync --ours PATH, ag sync --theirs PATH), then integrate",
+			res.To, strings.Join(paths, ", ")))
+	}
+	return res, nil
+}
+
+// stillKept reports whether a kept local content is still needed by a conflict record.
+func stillKept(records, added map[string]conflictRecord, digest string) bool {
+	for _, m := range []map[string]conflictRecord{records, added} {
+		for _, r := range m {
+			if r.Ours == digest {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unmarked answers the conflicts that were not written into their files.
+func unmarked(conflicts []syncConflict) []syncConflict {
+	var out []syncConflict
+	for _, c := range conflicts {
+		if !c.Markers {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// refusal explains a sync refused for conflicts, and the ways out.
+func refusal(conflicts []syncConflict) error {
+	var list []string
+	text := false
+	for _, c := range conflicts {
+		list = append(list, c.Path+" ("+c.Reason+")")
+		text = text || strings.HasSuffix(c.Reason, "conflicting changes")
+	}
+	ways := "take the mainline's version with ag sync --theirs PATH, keep yours with ag sync --ours PATH, or ag revert PATH"
+	if text {
+		ways = "write the conflicts into the files with ag sync --merge, " + ways
+	}
+	return fmt.Errorf("the mainline changed files you edited locally and they do not merge; nothing was changed: %s. To go on: %s",
+		strings.Join(list, ", "), ways)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func newSyncCmd(g *globals) *cobra.Command {
+	var opts syncOptions
+	var theirs, ours []string
+	cmd := &cobra.Command{
+		Use:   "sync [--merge] [--theirs PATH]... [--ours PATH]...",
+		Short: "bring the checkout to the mainline, keeping local edits: merged where the mainline changed them too, or refused",
+		Long: `Brings the checkout to the mainline. Local edits stay. A text file the mainline changed too
+is merged three ways (base, yours, the mainline's); when the merge is clean it stays a local
+edit, now on the new mainline. Anything else the mainline and a local edit both changed (a
+merge with conflicts, a binary file, a deletion on one side) refuses the whole sync, which then
+changes nothing (exit code 4) unless told how to go on:
+
+  --merge         write text conflicts into the files between <<<<<<< ours, ||||||| base,
+                  ======= and >>>>>>> theirs markers, and sync (exit code 4 all the same)
+  --theirs PATH   take the mainline's version of PATH (a file, or a directory as a/),
+                  dropping the local edit
+  --ours PATH     keep the local version of PATH as an edit on the new mainline, so that
+                  integrate can send it; after --merge, back to the version before the merge`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws, err := g.workspace()
+			if err != nil {
+				return err
+			}
+			if opts.theirs, err = ws.co.repoPaths(g.dir, theirs); err != nil {
+				return err
+			}
+			if opts.ours, err = ws.co.repoPaths(g.dir, ours); err != nil {
+				return err
+			}
+			for _, p := range opts.theirs {
+				if underAny(p, opts.ours) || underAny(strings.TrimSuffix(p, "/"), opts.ours) {
+					return withExit(ExitUsage, fmt.Errorf("%s is named by both --theirs and --ours", p))
+				}
+			}
+			res, err := syncWith(cmd.Context(), ws, opts)
+			if res == nil {
+				return err
+			}
+			if g.json {
+				if perr := g.printValue(res); perr != nil {
+					return perr
+				}
+				return err
+			}
+			if res.Applied {
+				printSync(g, res)
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&opts.merge, "merge", false, "write text conflicts into the files between conflict markers and sync")
+	cmd.Flags().StringArrayVar(&theirs, "theirs", nil, "take the mainline's version of this path, dropping the local edit (repeatable)")
+	cmd.Flags().StringArrayVar(&ours, "ours", nil, "keep the local version of this path as an edit on the new mainline (repeatable)")
+	return cmd
+}
+
+func printSync(g *globals, res *syncResult) {
+	w := g.stdout
+	n := len(res.Updated) + len(res.Deleted)
+	switch {
+	case res.From != res.To:
+		fmt.Fprintf(w, "synced to %s: %d files updated\n", res.To, n)
+	case n == 0 && len(res.Kept) == 0:
+		fmt.Fprintf(w, "already at the mainline %s\n", res.To)
+	default:
+		fmt.Fprintf(w, "at the mainline %s: %d files taken from it\n", res.To, n)
+	}
+	if len(res.Merged) > 0 {
+		fmt.Fprintf(w, "merged with your edits, still local edits: %s\n", strings.Join(res.Merged, ", "))
+	}
+	if len(res.Kept) > 0 {
+		fmt.Fprintf(w, "kept your version, as local edits: %s\n", strings.Join(res.Kept, ", "))
+	}
+	for _, c := range res.Conflicts {
+		fmt.Fprintf(w, "conflict in %s: %s, written between markers\n", c.Path, c.Reason)
+	}
+}
+
+func newDiffCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff [PATH...]",
+		Short: "the checkout's local edits (all, or under the paths named) as a unified diff against the base revision",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, err := g.workspace()
+			if err != nil {
+				return err
+			}
+			var sel []string
+			if len(args) > 0 {
+				if sel, err = ws.co.repoPaths(g.dir, args); err != nil {
+					return err
+				}
+			}
+			out, err := diffEdits(cmd.Context(), ws, sel)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printValue(out)
+			}
+			for _, f := range out.Files {
+				fmt.Fprint(g.stdout, f.Diff)
+			}
+			return nil
+		},
+	}
+}
+
+// diffEdits answers the checkout's local edits (all, or those under sel) as unified diffs
+// against the base revision.
+func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, error) {
+	out := diffJSON{BaseRevision: ws.co.BaseRevision, Files: []diffFileJSON{}}
+	edits, err := ws.co.localEdits()
+	if err != nil {
+		return out, err
+	}
+	if sel != nil {
+		edits = editsUnder(edits, sel)
+	}
+	conflicted, err := ws.co.conflicted(edits)
+	if err != nil {
+		return out, err
+	}
+	root, err := os.OpenRoot(ws.co.root)
+	if err != nil {
+		return out, err
+	}
+	defer root.Close()
+	for _, e := range edits {
+		var before, after []byte
+		aName, bName := "a/"+e.path, "b/"+e.path
+		if e.kind == "added" {
+			aName = "/dev/null"
+		} else if before, err = ws.c.Blob(ctx, ws.co.Files[e.path]); err != nil {
+			return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
+		}
+		if e.kind == "deleted" {
+			bName = "/dev/null"
+		} else if after, err = root.ReadFile(filepath.FromSlash(e.path)); err != nil {
+			return out, err
+		}
+		d := unifiedDiff(aName, bName, before, after)
+		if e.kind != "modified" && len(before)+len(after) == 0 {
+			d = fmt.Sprintf("--- %s\n+++ %s\n", aName, bName) // an empty file added or deleted
+		}
+		out.Files = append(out.Files, diffFileJSON{
+			Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Binary: isBinary(before) || isBinary(after), Diff: d,
+		})
+	}
+	return out, nil
+}
+
+// diffJSON is what `ag diff --json` prints.
+type diffJSON struct {
+	BaseRevision string         `json:"baseRevision"`
+	Files        []diffFileJSON `json:"files"`
+}
+
+type diffFileJSON struct {
+	Path     string `json:"path"`
+	Status   string `json:"status"` // added, modified or deleted
+	Conflict bool   `json:"conflict,omitempty"`
+	Binary   bool   `json:"binary"`
+	Diff     string `json:"diff"` // the unified diff, headers included
+}
+
+func newRevertCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revert PATH...",
+		Short: "drop the local edits of files (or of directories, as a/): back to the base revision, a new file removed",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, err := g.workspace()
+			if err != nil {
+				return err
+			}
+			sel, err := ws.co.repoPaths(g.dir, args)
+			if err != nil {
+				return err
+			}
+			out, err := revertEdits(cmd.Context(), ws, sel)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printValue(out)
+			}
+			for _, e := range out.Reverted {
+				verb := map[string]string{"added": "removed", "modified": "reverted", "deleted": "restored"}[e.Status]
+				fmt.Fprintf(g.stdout, "%s %s (%s)\n", verb, e.Path, e.Status)
+			}
+			if len(out.Reverted) == 0 {
+				fmt.Fprintf(g.stdout, "nothing to revert: no local edits under %s\n", strings.Join(args, " "))
+			}
+			return nil
+		},
+	}
+}
+
+// revertEdits drops the local edits under sel: modified and deleted files go back to the base
+// revision, added ones are removed. Nothing changes when something of the user's stands where a
+// base file goes back.
+func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, error) {
+	out := revertJSON{Reverted: []editJSON{}}
+	edits, err := ws.co.localEdits()
+	if err != nil {
+		return out, err
+	}
+	edits = editsUnder(edits, sel)
+	root, err := os.OpenRoot(ws.co.root)
+	if err != nil {
+		return out, err
+	}
+	defer root.Close()
+	// Every blob before the first change on disk.
+	contents := map[string][]byte{}
+	var restore []string
+	for _, e := range edits {
+		if e.kind == "added" {
+			continue
+		}
+		if contents[e.path], err = ws.c.Blob(ctx, ws.co.Files[e.path]); err != nil {
+			return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
+		}
+		restore = append(restore, e.path)
+	}
+	if blocked, err := inTheWay(root, restore, map[string]bool{}); err != nil {
+		return out, err
+	} else if len(blocked) > 0 {
+		return out, withExit(ExitConflict, fmt.Errorf("something of yours stands where the base revision has a file; nothing was reverted. Move these aside first: %s", strings.Join(blocked, ", ")))
+	}
+	for _, e := range edits {
+		if e.kind == "added" {
+			err = removeFile(root, e.path)
+		} else {
+			err = writeFile(root, e.path, contents[e.path])
+		}
+		if err != nil {
+			return out, err
+		}
+		out.Reverted = append(out.Reverted, editJSON{Path: e.path, Status: e.kind})
+	}
+	for p, rec := range ws.co.Conflicts {
+		if underAny(p, sel) {
+			delete(ws.co.Conflicts, p)
+			if !stillKept(ws.co.Conflicts, nil, rec.Ours) {
+				_ = removeFile(root, oursPath(rec.Ours))
+			}
+		}
+	}
+	return out, ws.co.saveIn(root)
+}
+
+// revertJSON is what `ag revert --json` prints.
+type revertJSON struct {
+	Reverted []editJSON `json:"reverted"` // the edits dropped, by what they were
+}
+
+// inTheWay answers, described for a message, what stands where writes must go and is not ag's to
+// remove: a symbolic link or special file on the way to a write, a file of the user's where the
+// mainline now has a directory, and, under a directory where the mainline now has a file,
+// anything but the files this sync deletes (a file the user added, a nested .git).
+func inTheWay(root *os.Root, writes []string, deleting map[string]bool) ([]string, error) {
+	var blocked []string
+	seen := map[string]bool{}
+	block := func(p, why string) {
+		if !seen[p] {
+			seen[p] = true
+			blocked = append(blocked, p+" ("+why+")")
+		}
+	}
+	for _, p := range writes {
+		if err := checkWayTo(root, p, deleting, block); err != nil {
+			return nil, err
+		}
+	}
+	return blocked, nil
+}
+
+// checkWayTo reports to block what stands on the way to writing the file p, from the top.
+func checkWayTo(root *os.Root, p string, deleting map[string]bool, block func(p, why string)) error {
+	segs := strings.Split(p, "/")
+	for i := 1; i <= len(segs); i++ {
+		at := strings.Join(segs[:i], "/")
+		info, err := root.Lstat(filepath.FromSlash(at))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		last := i == len(segs)
+		switch {
+		case info.IsDir() && !last:
+			continue
+		case info.IsDir():
+			return leftoversUnder(root, at, at, deleting, block)
+		case info.Mode().IsRegular() && (last || deleting[at]):
+			// Overwritten under the conflict rules, or deleted before the write.
+		case info.Mode().IsRegular():
+			block(at, "a file of yours where the mainline now has a directory")
+		default:
+			block(at, describeMode(info.Mode())+", which ag neither writes through nor replaces")
+		}
+		return nil
+	}
+	return nil
+}
+
+// leftoversUnder reports to block what under dir, in the directory where the mainline now has
+// the file file, would remain once the files in deleting are gone.
+func leftoversUnder(root *os.Root, file, dir string, deleting map[string]bool, block func(p, why string)) error {
+	entries, err := readDir(root, dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := dir + "/" + e.Name()
+		switch {
+		case e.IsDir():
+			if _, reserved := repo.ReservedSegment(e.Name()); reserved {
+				block(p, "a directory no repository may hold, where the mainline now has the file "+file)
+				continue
+			}
+			if err := leftoversUnder(root, file, p, deleting, block); err != nil {
+				return err
+			}
+		case e.Type().IsRegular() && deleting[p]:
+		case e.Type().IsRegular():
+			block(p, "a file of yours, where the mainline now has the file "+file)
+		default:
+			block(p, describeMode(e.Type())+", where the mainline now has the file "+file)
+		}
+	}
+	return nil
+}
