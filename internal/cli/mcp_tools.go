@@ -1,0 +1,990 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// mcpInstructions is what an MCP host may put before its model: the loop the tools serve.
+const mcpInstructions = "ag coordinates many agents editing one repository. You work in a checkout on disk (your " +
+	"working directory); other agents work in theirs. Before editing a file, lease it (lease_acquire): " +
+	"a lease is exclusive and expires. Edit the files on disk, then integrate: the server accepts " +
+	"your edits only while your leases are current. Release leases you no longer need. Call sync to " +
+	"bring in the others' changes (it never overwrites your edits), and status to see your edits, " +
+	"leases and whether the mainline moved on."
+
+// newMCPServer answers the MCP server of agent a: its tools and resources.
+func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, err
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "ag", Title: "ag: leases and integration for coding agents", Version: "1"},
+		&mcp.ServerOptions{Instructions: mcpInstructions, Capabilities: &mcp.ServerCapabilities{}})
+	addTool(s, a, &mcp.Tool{Name: "status", Description: "Where this checkout stands: local edits against its base revision, the leases it holds with the time left, the mainline revision, and whether the checkout is behind it."}, a.status)
+	addTool(s, a, &mcp.Tool{Name: "lease_acquire", Description: "Lease files (src/a.go) or directories (src/, everything under it) of the repository for exclusive editing. Paths are relative to the checkout's root. Refused when another holder's lease overlaps, naming it, unless it goes within wait."}, a.leaseAcquire)
+	addTool(s, a, &mcp.Tool{Name: "lease_renew", Description: "Extend this checkout's leases (all, or the ones named) before they expire. A lease that was lost (expired and granted to another, or broken) is dropped and reported."}, a.leaseRenew)
+	addTool(s, a, &mcp.Tool{Name: "lease_release", Description: "Release this checkout's leases: all, or those named by id or covering the given paths. Release what you no longer edit, so others can lease it."}, a.leaseRelease)
+	addTool(s, a, &mcp.Tool{Name: "lease_list", Description: "The active leases of this checkout, or with all=true every active lease in the repository with its holder: who works on what, until when.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.leaseList)
+	addTool(s, a, &mcp.Tool{Name: "integrate", Description: "Send the checkout's local edits (all, or those under paths) to the mainline under the leases this checkout holds. Answers the change: integrated (the checkout is then synced to it), queued or validating (when the repository validates changes: follow it with change_show, or pass wait=true), or rejected with the failing output's tail."}, a.integrate)
+	addTool(s, a, &mcp.Tool{Name: "sync", Description: "Bring the checkout to the mainline: the files others changed are written, deleted or added. A text file you edited that the mainline changed too is merged three ways; a clean merge stays your local edit on the new mainline. When a file does not merge, nothing is changed and the conflicts are listed, unless you say how to go on: theirs (take the mainline's version), ours (keep yours), or merge=true (conflict markers in the file)."}, a.sync)
+	addTool(s, a, &mcp.Tool{Name: "diff", Description: "Your local edits (all, or under paths) as unified diffs against the checkout's base revision.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.diff)
+	addTool(s, a, &mcp.Tool{Name: "revert", Description: "Drop the local edits of files or directories (a/): a modified or deleted file goes back to the base revision, an added one is removed."}, a.revert)
+	addTool(s, a, &mcp.Tool{Name: "change_show", Description: "A change by id: its state (queued, validating, integrated, rejected, cancelled), place in the queue, revisions and, when rejected, the reason with the failing output's tail. wait=true waits up to 60 s for it to be final.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.changeShow)
+	addTool(s, a, &mcp.Tool{Name: "job_list", Description: "Jobs of the server's queue, newest first (validate jobs among them): for operators following validation runs.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobList)
+	addTool(s, a, &mcp.Tool{Name: "job_show", Description: "One job by id, with its payload, result and the tail of its output.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobShow)
+	addResources(s, a, ws.co.Repository)
+	return s, nil
+}
+
+// addTool adds a tool whose errors reach the host as tool errors (IsError) in the words of
+// agentError, and never with the agent's token in them.
+func addTool[In, Out any](s *mcp.Server, a *mcpAgent, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		res, out, err := h(ctx, req, in)
+		if err != nil {
+			return nil, out, errors.New(a.scrub(agentError(err)))
+		}
+		if res != nil {
+			for _, c := range res.Content {
+				if tc, ok := c.(*mcp.TextContent); ok {
+					tc.Text = a.scrub(tc.Text)
+				}
+			}
+		}
+		return res, out, nil
+	})
+}
+
+// toolFailure answers a tool error that also carries its structured output, for outcomes the
+// agent must notice and can still read fields of (a rejected change, sync conflicts).
+func toolFailure(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// The views below are the tools' structured outputs. Every list is non-nil, so that it is an
+// array in the JSON the output schema is checked against, never null.
+
+type leaseView struct {
+	ID           string   `json:"id"`
+	Paths        []string `json:"paths" jsonschema:"files (a/b.go) and directories (a/) the lease covers"`
+	Holder       string   `json:"holder" jsonschema:"principal|label"`
+	FencingToken uint64   `json:"fencing_token" jsonschema:"the lease's fencing token: integrate sends it for you"`
+	State        string   `json:"state" jsonschema:"active, released, broken or expired"`
+	ExpiresAt    string   `json:"expires_at" jsonschema:"RFC 3339, UTC"`
+	SecondsLeft  int64    `json:"seconds_left" jsonschema:"seconds until it expires; 0 when it is not active"`
+	Mine         bool     `json:"mine" jsonschema:"held by this checkout"`
+}
+
+func newLeaseView(l *agwpv1.Lease, mine bool) leaseView {
+	v := leaseView{ID: l.GetId(), Paths: nonNil(l.GetPaths()), Holder: l.GetHolder(), FencingToken: l.GetFencingToken(),
+		State: strings.ToLower(strings.TrimPrefix(l.GetState().String(), "LEASE_STATE_")), ExpiresAt: rfc3339(l.GetExpiresAt()), Mine: mine}
+	if l.GetState() == agwpv1.LeaseState_LEASE_STATE_ACTIVE {
+		v.SecondsLeft = max(0, int64(time.Until(l.GetExpiresAt().AsTime()).Seconds()))
+	}
+	return v
+}
+
+type fileView struct {
+	Path string `json:"path"`
+	Kind string `json:"kind" jsonschema:"added, modified or deleted"`
+}
+
+type changeView struct {
+	ID                 string   `json:"id"`
+	Repository         string   `json:"repository"`
+	State              string   `json:"state" jsonschema:"queued, validating, integrated, rejected or cancelled"`
+	QueuePosition      uint32   `json:"queue_position" jsonschema:"changes ahead of this one while queued"`
+	Progress           string   `json:"progress,omitempty" jsonschema:"while validating: the worker's latest output line"`
+	Author             string   `json:"author"`
+	Message            string   `json:"message"`
+	Paths              []string `json:"paths"`
+	BaseRevision       string   `json:"base_revision"`
+	CandidateRevision  string   `json:"candidate_revision,omitempty"`
+	IntegratedRevision string   `json:"integrated_revision,omitempty" jsonschema:"the mainline revision it made, once integrated"`
+	JobID              string   `json:"job_id,omitempty" jsonschema:"the validate job (job_show)"`
+	AttestationDigest  string   `json:"attestation_digest,omitempty"`
+	Reason             string   `json:"reason,omitempty" jsonschema:"why it was rejected or cancelled"`
+	OutputTail         string   `json:"output_tail,omitempty" jsonschema:"the tail of the failing validation's output"`
+	CreatedAt          string   `json:"created_at"`
+	UpdatedAt          string   `json:"updated_at"`
+}
+
+func newChangeView(c *agwpv1.Change) changeView {
+	reason, tail, _ := strings.Cut(c.GetReason(), "\n\n")
+	return changeView{ID: c.GetId(), Repository: c.GetRepository(), State: changeStateName(c.GetState()), QueuePosition: c.GetQueuePosition(),
+		Progress: c.GetProgress(), Author: c.GetAuthor(), Message: c.GetMessage(), Paths: nonNil(c.GetPaths()),
+		BaseRevision: c.GetBaseRevision(), CandidateRevision: c.GetCandidateRevision(), IntegratedRevision: c.GetIntegratedRevision(),
+		JobID: c.GetJobId(), AttestationDigest: c.GetAttestationDigest(), Reason: reason, OutputTail: tail,
+		CreatedAt: rfc3339(c.GetCreatedAt()), UpdatedAt: rfc3339(c.GetUpdatedAt())}
+}
+
+// status
+
+type statusIn struct{}
+
+type statusOut struct {
+	Repository   string      `json:"repository"`
+	Holder       string      `json:"holder" jsonschema:"this checkout's holder label; its leases are held by principal|label"`
+	BaseRevision string      `json:"base_revision" jsonschema:"the revision the checkout's files are based on"`
+	Mainline     string      `json:"mainline" jsonschema:"the repository's mainline revision now"`
+	Behind       bool        `json:"behind" jsonschema:"the mainline moved on since base_revision: sync brings it in"`
+	Edits        []fileView  `json:"edits" jsonschema:"local edits against base_revision"`
+	Leases       []leaseView `json:"leases" jsonschema:"the leases this checkout holds, with the time left"`
+	Unleased     []string    `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
+}
+
+func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
+	var out statusOut
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	edits, err := ws.co.localEdits()
+	if err != nil {
+		return nil, out, err
+	}
+	r, err := ws.c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: ws.co.Repository})
+	if err != nil {
+		return nil, out, err
+	}
+	mine, err := a.heldLeases(ctx, ws)
+	if err != nil {
+		return nil, out, err
+	}
+	out = statusOut{Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
+		Mainline: r.GetRepository().GetMainline(), Edits: []fileView{}, Leases: mine, Unleased: []string{}}
+	out.Behind = out.Mainline != out.BaseRevision
+	for _, e := range edits {
+		out.Edits = append(out.Edits, fileView{Path: e.path, Kind: e.kind})
+		if !coveredBy(e.path, mine) {
+			out.Unleased = append(out.Unleased, e.path)
+		}
+	}
+	return nil, out, nil
+}
+
+// heldLeases answers the leases this checkout acquired, as the server has them now (an expired
+// one among them, marked so).
+func (a *mcpAgent) heldLeases(ctx context.Context, ws *workspace) ([]leaseView, error) {
+	out := []leaseView{}
+	if len(ws.co.Leases) == 0 {
+		return out, nil
+	}
+	res, err := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{
+		Repository: ws.co.Repository, Holder: heldBy(ctx, ws), IncludeEnded: true, PageSize: 1000,
+	})
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, l := range ws.co.Leases {
+		held[l.ID] = true
+	}
+	for _, l := range res.GetLeases() {
+		if held[l.GetId()] {
+			out = append(out, newLeaseView(l, true))
+		}
+	}
+	return out, nil
+}
+
+func coveredBy(path string, leases []leaseView) bool {
+	for _, l := range leases {
+		if l.State != "active" {
+			continue
+		}
+		for _, lp := range l.Paths {
+			if repo.Covers(lp, path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lease_acquire
+
+type leaseAcquireIn struct {
+	Paths []string `json:"paths" jsonschema:"repository paths relative to the checkout's root: files (src/a.go) or directories with a trailing slash (src/)"`
+	TTL   string   `json:"ttl,omitempty" jsonschema:"how long the lease holds, such as 90s or 10m (default 5m, at most 24h); renew it with lease_renew"`
+	Wait  string   `json:"wait,omitempty" jsonschema:"wait up to this long (at most 60s, such as 30s) for another holder's overlapping lease to go, instead of being refused at once"`
+}
+
+type leaseAcquireOut struct {
+	Lease leaseView `json:"lease"`
+}
+
+func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in leaseAcquireIn) (*mcp.CallToolResult, leaseAcquireOut, error) {
+	var out leaseAcquireOut
+	if len(in.Paths) == 0 {
+		return nil, out, errors.New("paths: name at least one file (src/a.go) or directory (src/) to lease")
+	}
+	paths, err := repoPaths("paths", in.Paths, true)
+	if err != nil {
+		return nil, out, err
+	}
+	ttl, err := parseDuration("ttl", in.TTL)
+	if err != nil {
+		return nil, out, err
+	}
+	wait, err := parseDuration("wait", in.Wait)
+	if err != nil {
+		return nil, out, err
+	}
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	l, err := ws.c.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: ws.co.Repository, Paths: paths, Holder: ws.co.Holder, TTL: ttl, Wait: wait})
+	if client.IsCode(err, connect.CodeAborted) {
+		// The server's advice is the CLI's ("acquire with a wait"); the agent's is in tool terms.
+		held, _, _ := strings.Cut(connectMessage(err), "; retry later")
+		return nil, out, fmt.Errorf("not leased: %s. Wait for it (lease_acquire with wait, up to 60s), or work on another file", held)
+	}
+	if err != nil {
+		return nil, out, err
+	}
+	// The lease is granted: record it even if the call that asked has gone, or it would be
+	// held by nobody's checkout until it expires.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err = a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	ws.co.Leases = append(ws.co.Leases, heldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
+	if err := ws.co.save(); err != nil {
+		return nil, out, fmt.Errorf("leased %s as %s, but recording it in the checkout failed: %w", strings.Join(l.GetPaths(), " "), l.GetId(), err)
+	}
+	out.Lease = newLeaseView(l, true)
+	return nil, out, nil
+}
+
+// repoPaths checks paths given to a tool: each must be a repository path, so that none names
+// a file outside the checkout or in .git or .ag.
+func repoPaths(field string, in []string, dirOK bool) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, p := range in {
+		if err := repo.ValidatePath(p, dirOK); err != nil {
+			return nil, fmt.Errorf("%s: %q %v. Give paths relative to the checkout's root, such as src/a.go or src/", field, shortPath(p), err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: %q is not a duration: write it as 90s, 5m or 1h30m", field, s)
+	}
+	return d, nil
+}
+
+// lease_renew
+
+type leaseRenewIn struct {
+	LeaseIDs []string `json:"lease_ids,omitempty" jsonschema:"the leases to renew (default: every lease of this checkout)"`
+	TTL      string   `json:"ttl,omitempty" jsonschema:"the new lease time from now, such as 10m (default 5m)"`
+}
+
+type droppedLease struct {
+	ID     string   `json:"id"`
+	Paths  []string `json:"paths"`
+	Reason string   `json:"reason"`
+}
+
+type leaseRenewOut struct {
+	Renewed []leaseView    `json:"renewed"`
+	Dropped []droppedLease `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
+}
+
+func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in leaseRenewIn) (*mcp.CallToolResult, leaseRenewOut, error) {
+	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []droppedLease{}}
+	ttl, err := parseDuration("ttl", in.TTL)
+	if err != nil {
+		return nil, out, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	if len(ws.co.Leases) == 0 {
+		return nil, out, errors.New("this checkout holds no leases to renew: lease_acquire the files you edit")
+	}
+	if err := knownLeases(ws.co, in.LeaseIDs); err != nil {
+		return nil, out, err
+	}
+	kept := ws.co.Leases[:0]
+	var firstErr error
+	for _, l := range ws.co.Leases {
+		if !selected(l.ID, in.LeaseIDs) || firstErr != nil {
+			kept = append(kept, l)
+			continue
+		}
+		req := &agwpv1.RenewLeaseRequest{LeaseId: l.ID, FencingToken: l.Token}
+		if ttl > 0 {
+			req.Ttl = durationpb.New(ttl)
+		}
+		res, err := ws.c.Leases.RenewLease(ctx, req)
+		switch {
+		case err == nil:
+			l.ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
+			kept = append(kept, l)
+			out.Renewed = append(out.Renewed, newLeaseView(res.GetLease(), true))
+		case client.IsLostClaim(err):
+			out.Dropped = append(out.Dropped, droppedLease{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
+		default:
+			kept = append(kept, l)
+			firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
+		}
+	}
+	ws.co.Leases = kept
+	if err := ws.co.save(); err != nil {
+		return nil, out, err
+	}
+	if firstErr != nil {
+		return nil, out, firstErr
+	}
+	return nil, out, nil
+}
+
+// knownLeases refuses lease ids this checkout does not hold: a typo would otherwise renew or
+// release nothing and say so quietly.
+func knownLeases(co *checkout, ids []string) error {
+	for _, id := range ids {
+		if !slices.ContainsFunc(co.Leases, func(l heldLease) bool { return l.ID == id }) {
+			return fmt.Errorf("lease_ids: this checkout holds no lease %q (status lists the ones it holds)", id)
+		}
+	}
+	return nil
+}
+
+// lease_release
+
+type leaseReleaseIn struct {
+	LeaseIDs []string `json:"lease_ids,omitempty" jsonschema:"the leases to release"`
+	Paths    []string `json:"paths,omitempty" jsonschema:"release the leases that cover any of these paths"`
+}
+
+type releasedLease struct {
+	ID    string   `json:"id"`
+	Paths []string `json:"paths"`
+}
+
+type leaseReleaseOut struct {
+	Released []releasedLease `json:"released"`
+	Dropped  []droppedLease  `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
+}
+
+func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
+	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []droppedLease{}}
+	paths, err := repoPaths("paths", in.Paths, true)
+	if err != nil {
+		return nil, out, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	if err := knownLeases(ws.co, in.LeaseIDs); err != nil {
+		return nil, out, err
+	}
+	all := len(in.LeaseIDs) == 0 && len(paths) == 0
+	chosen := func(l heldLease) bool {
+		if all || slices.Contains(in.LeaseIDs, l.ID) {
+			return true
+		}
+		for _, lp := range l.Paths {
+			for _, p := range paths {
+				if repo.Overlap(lp, p) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	kept := ws.co.Leases[:0]
+	var firstErr error
+	for _, l := range ws.co.Leases {
+		if !chosen(l) || firstErr != nil {
+			kept = append(kept, l)
+			continue
+		}
+		_, err := ws.c.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
+		switch {
+		case err == nil:
+			out.Released = append(out.Released, releasedLease{ID: l.ID, Paths: nonNil(l.Paths)})
+		case client.IsLostClaim(err):
+			// Broken, or expired and given to someone else: not ours to keep either way.
+			out.Dropped = append(out.Dropped, droppedLease{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
+		default:
+			kept = append(kept, l)
+			firstErr = fmt.Errorf("release lease %s: %w", l.ID, err)
+		}
+	}
+	ws.co.Leases = kept
+	if err := ws.co.save(); err != nil {
+		return nil, out, err
+	}
+	if firstErr != nil {
+		return nil, out, firstErr
+	}
+	if len(paths) > 0 && len(out.Released)+len(out.Dropped) == 0 {
+		return nil, out, fmt.Errorf("no lease of this checkout covers %s: nothing was released (status lists the leases it holds)", strings.Join(paths, ", "))
+	}
+	return nil, out, nil
+}
+
+// lease_list
+
+type leaseListIn struct {
+	All bool `json:"all,omitempty" jsonschema:"every active lease in the repository, whoever holds it, not only this checkout's"`
+}
+
+type leaseListOut struct {
+	Leases []leaseView `json:"leases"`
+}
+
+func (a *mcpAgent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in leaseListIn) (*mcp.CallToolResult, leaseListOut, error) {
+	out := leaseListOut{Leases: []leaseView{}}
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	if !in.All {
+		mine, err := a.heldLeases(ctx, ws)
+		if err != nil {
+			return nil, out, err
+		}
+		for _, l := range mine {
+			if l.State == "active" {
+				out.Leases = append(out.Leases, l)
+			}
+		}
+		return nil, out, nil
+	}
+	held := map[string]bool{}
+	for _, l := range ws.co.Leases {
+		held[l.ID] = true
+	}
+	leases, err := allPages(func(token string) ([]*agwpv1.Lease, string, error) {
+		res, err := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.co.Repository, PageSize: 1000, PageToken: token})
+		return res.GetLeases(), res.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, out, err
+	}
+	for _, l := range leases {
+		out.Leases = append(out.Leases, newLeaseView(l, held[l.GetId()]))
+	}
+	return nil, out, nil
+}
+
+// integrate
+
+type integrateIn struct {
+	Message string   `json:"message" jsonschema:"what the change does"`
+	Paths   []string `json:"paths,omitempty" jsonschema:"integrate only the local edits of these files or under these directories (src/); default: every local edit"`
+	Wait    bool     `json:"wait,omitempty" jsonschema:"when the repository validates changes, wait for the outcome (minutes, with progress notifications) instead of answering the queued change at once"`
+}
+
+type integrateOut struct {
+	Change changeView `json:"change"`
+	Synced bool       `json:"synced" jsonschema:"the checkout was brought to the integrated revision"`
+	Next   string     `json:"next" jsonschema:"what to do now"`
+}
+
+func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in integrateIn) (*mcp.CallToolResult, integrateOut, error) {
+	var out integrateOut
+	if strings.TrimSpace(in.Message) == "" {
+		return nil, out, errors.New("message: say what the change does")
+	}
+	only, err := repoPaths("paths", in.Paths, true)
+	if err != nil {
+		return nil, out, err
+	}
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	edits, err := ws.co.localEdits()
+	if err != nil {
+		return nil, out, err
+	}
+	if len(only) > 0 {
+		all := edits
+		edits = slices.DeleteFunc(slices.Clone(edits), func(e localEdit) bool {
+			return !slices.ContainsFunc(only, func(p string) bool { return repo.Covers(p, e.path) })
+		})
+		if len(edits) == 0 {
+			return nil, out, fmt.Errorf("none of the local edits is in %s: nothing was integrated (local edits: %s)", strings.Join(only, ", "), orNone(editPaths(all)))
+		}
+	}
+	if len(edits) == 0 {
+		return nil, out, errors.New("nothing to integrate: the checkout has no local edits. Edit the files on disk first")
+	}
+	if len(ws.co.Leases) == 0 {
+		return nil, out, fmt.Errorf("this checkout holds no leases: lease_acquire the files you edited (%s), then integrate", editPaths(edits))
+	}
+	changes := make([]client.FileChange, 0, len(edits))
+	for _, e := range edits {
+		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
+		if !fc.Delete {
+			fc.LocalPath = filepath.Join(ws.co.root, filepath.FromSlash(e.path))
+		}
+		changes = append(changes, fc)
+	}
+	change, err := ws.c.IntegrateFiles(ctx, client.IntegrateOptions{
+		Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
+		FencingTokens: ws.co.tokens(), Message: in.Message, Changes: changes,
+	})
+	switch {
+	case client.IsCode(err, connect.CodeFailedPrecondition):
+		return nil, out, fmt.Errorf("refused, nothing was integrated: %s. Your lease on that path is missing or no longer current: lease_acquire it again (then sync, since someone else may have changed it), and integrate again", connectMessage(err))
+	case client.IsCode(err, connect.CodeAborted):
+		return nil, out, fmt.Errorf("refused, nothing was integrated: %s", connectMessage(err))
+	case err != nil:
+		return nil, out, err
+	}
+	if in.Wait && !finalChange(change.GetState()) {
+		id := change.GetId()
+		g := &globals{stderr: progressWriter(ctx, req)}
+		if change, err = followChange(ctx, g, ws.c, change); err != nil {
+			return nil, out, fmt.Errorf("the change %s was sent, but following it failed: %w (follow it with change_show)", id, err)
+		}
+	}
+	out.Change = newChangeView(change)
+	switch change.GetState() {
+	case agwpv1.ChangeState_CHANGE_STATE_INTEGRATED:
+		// The edited paths now match the new mainline; bring in the rest, as ag integrate does.
+		a.mu.Lock()
+		err := a.syncTo(ctx, change.GetIntegratedRevision())
+		a.mu.Unlock()
+		if err != nil {
+			out.Next = fmt.Sprintf("integrated as %s, but updating the checkout failed: %s. Call sync", change.GetIntegratedRevision(), agentError(err))
+			return nil, out, nil
+		}
+		out.Synced = true
+		out.Next = "integrated. Release the leases you no longer need (lease_release)"
+	case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
+		out.Next = "the mainline did not move and your edits are still in the checkout: fix them and integrate again"
+		text := fmt.Sprintf("change %s was %s: %s; %s", change.GetId(), changeStateName(change.GetState()), out.Change.Reason, out.Next)
+		if out.Change.OutputTail != "" {
+			text += "\n\n" + out.Change.OutputTail
+		}
+		return toolFailure(text), out, nil
+	default:
+		out.Next = "the change waits for validation: follow it with change_show (wait=true); keep your leases until it is integrated"
+	}
+	return nil, out, nil
+}
+
+// syncTo brings the checkout to revision; the caller holds a.mu.
+func (a *mcpAgent) syncTo(ctx context.Context, revision string) error {
+	ws, err := a.workspace()
+	if err != nil {
+		return err
+	}
+	_, err = syncCheckout(ctx, ws, revision)
+	return err
+}
+
+// progressWriter answers a writer whose lines reach the host as progress notifications of the
+// call, when it asked for them with a progress token.
+func progressWriter(ctx context.Context, req *mcp.CallToolRequest) io.Writer {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return io.Discard
+	}
+	return &progressLines{ctx: ctx, session: req.Session, token: token}
+}
+
+type progressLines struct {
+	ctx     context.Context
+	session *mcp.ServerSession
+	token   any
+	mu      sync.Mutex
+	n       float64
+}
+
+func (p *progressLines) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		p.n++
+		// Best effort: a host that cannot take a notification still gets the outcome.
+		_ = p.session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: line})
+	}
+	return len(b), nil
+}
+
+// sync
+
+type syncIn struct {
+	Theirs []string `json:"theirs,omitempty" jsonschema:"paths (a/b.go, or a/ for a directory) to take from the mainline, dropping your edit"`
+	Ours   []string `json:"ours,omitempty" jsonschema:"paths whose edit you keep, as an edit on the new mainline that integrate can send; after merge, back to your version from before the merge"`
+	Merge  bool     `json:"merge,omitempty" jsonschema:"write text conflicts into the files between <<<<<<< ours / ||||||| base / ======= / >>>>>>> theirs markers and sync; resolve them, then integrate"`
+}
+
+type syncConflictView struct {
+	Path    string `json:"path"`
+	Reason  string `json:"reason" jsonschema:"why it did not merge"`
+	Markers bool   `json:"markers" jsonschema:"the file now holds conflict markers to resolve"`
+}
+
+type syncOut struct {
+	From      string             `json:"from" jsonschema:"the base revision before"`
+	Revision  string             `json:"revision" jsonschema:"the base revision now"`
+	Applied   bool               `json:"applied" jsonschema:"false: refused, nothing was changed"`
+	Updated   []fileView         `json:"updated" jsonschema:"the files sync wrote, added or deleted"`
+	Merged    []string           `json:"merged" jsonschema:"files merged cleanly with your edit: still local edits, now on the new mainline"`
+	Kept      []string           `json:"kept" jsonschema:"files whose edit you kept over the mainline's (ours)"`
+	Conflicts []syncConflictView `json:"conflicts" jsonschema:"files the mainline changed that you also edited and that did not merge"`
+	Blocked   []string           `json:"blocked" jsonschema:"what of yours stands where the mainline has a file; move it aside"`
+}
+
+func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*mcp.CallToolResult, syncOut, error) {
+	out := syncOut{Updated: []fileView{}, Merged: []string{}, Kept: []string{}, Conflicts: []syncConflictView{}, Blocked: []string{}}
+	opts := syncOptions{merge: in.Merge}
+	var err error
+	if opts.theirs, err = repoPaths("theirs", in.Theirs, true); err != nil {
+		return nil, out, err
+	}
+	if opts.ours, err = repoPaths("ours", in.Ours, true); err != nil {
+		return nil, out, err
+	}
+	for _, p := range opts.theirs {
+		if underAny(p, opts.ours) || underAny(strings.TrimSuffix(p, "/"), opts.ours) {
+			return nil, out, fmt.Errorf("%s is in both theirs and ours: name each path in one of them", p)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	before := ws.co.Files
+	res, syncErr := syncWith(ctx, ws, opts)
+	if res == nil {
+		return nil, out, syncErr
+	}
+	out.From, out.Revision, out.Applied = res.From, res.From, res.Applied
+	out.Merged, out.Kept, out.Blocked = res.Merged, res.Kept, res.Blocked
+	for _, c := range res.Conflicts {
+		out.Conflicts = append(out.Conflicts, syncConflictView{Path: c.Path, Reason: c.Reason, Markers: c.Markers})
+	}
+	if res.Applied {
+		out.Revision = ws.co.BaseRevision
+		out.Updated = diffFiles(before, ws.co.Files)
+	}
+	switch {
+	case syncErr == nil:
+		return nil, out, nil
+	case res.Applied && len(out.Conflicts) > 0:
+		return toolFailure(fmt.Sprintf("synced to %s, with conflict markers in %s: edit each file to what it should be (remove the markers), "+
+			"then integrate; or sync with ours to go back to your version, or revert to drop your edit", out.Revision, conflictPaths(out.Conflicts))), out, nil
+	case len(out.Conflicts) > 0:
+		return toolFailure(fmt.Sprintf("sync changed nothing: %s. Your edits are intact. To go on, sync again with one of: "+
+			"theirs (take the mainline's version of those paths, dropping your edit), ours (keep yours as an edit on the new mainline), "+
+			"merge=true (write both between conflict markers to resolve by hand); or revert the paths. "+
+			"The mainline's content is the resource ag://%s/mainline/PATH, your edit is in the diff tool", agentError(syncErr), ws.co.Repository)), out, nil
+	}
+	return nil, out, syncErr
+}
+
+func conflictPaths(cs []syncConflictView) string {
+	paths := make([]string, len(cs))
+	for i, c := range cs {
+		paths[i] = c.Path
+	}
+	return strings.Join(paths, ", ")
+}
+
+// diff
+
+type diffIn struct {
+	Paths []string `json:"paths,omitempty" jsonschema:"files or directories (a/) to show; none: every local edit"`
+}
+
+type diffOut struct {
+	BaseRevision string         `json:"base_revision"`
+	Files        []diffFileView `json:"files"`
+}
+
+type diffFileView struct {
+	Path     string `json:"path"`
+	Status   string `json:"status" jsonschema:"added, modified or deleted"`
+	Conflict bool   `json:"conflict" jsonschema:"the file still holds conflict markers"`
+	Binary   bool   `json:"binary"`
+	Diff     string `json:"diff" jsonschema:"unified diff against the base revision, headers included"`
+}
+
+func (a *mcpAgent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) (*mcp.CallToolResult, diffOut, error) {
+	out := diffOut{Files: []diffFileView{}}
+	sel, err := repoPaths("paths", in.Paths, true)
+	if err != nil {
+		return nil, out, err
+	}
+	if len(sel) == 0 {
+		sel = nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	d, err := diffEdits(ctx, ws, sel)
+	if err != nil {
+		return nil, out, err
+	}
+	out.BaseRevision = d.BaseRevision
+	for _, f := range d.Files {
+		out.Files = append(out.Files, diffFileView{Path: f.Path, Status: f.Status, Conflict: f.Conflict, Binary: f.Binary, Diff: f.Diff})
+	}
+	return nil, out, nil
+}
+
+// revert
+
+type revertIn struct {
+	Paths []string `json:"paths" jsonschema:"files or directories (a/) whose local edits to drop"`
+}
+
+type revertOut struct {
+	Reverted []fileView `json:"reverted" jsonschema:"the edits dropped: a modified or deleted file is back at the base revision, an added one removed"`
+}
+
+func (a *mcpAgent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revertIn) (*mcp.CallToolResult, revertOut, error) {
+	out := revertOut{Reverted: []fileView{}}
+	if len(in.Paths) == 0 {
+		return nil, out, errors.New("paths: name the files or directories (a/) to revert")
+	}
+	sel, err := repoPaths("paths", in.Paths, true)
+	if err != nil {
+		return nil, out, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ws, err := a.workspace()
+	if err != nil {
+		return nil, out, err
+	}
+	r, err := revertEdits(ctx, ws, sel)
+	for _, e := range r.Reverted {
+		out.Reverted = append(out.Reverted, fileView{Path: e.Path, Kind: e.Status})
+	}
+	return nil, out, err
+}
+
+// diffFiles answers what changed from the files before (path → digest) to after.
+func diffFiles(before, after map[string]string) []fileView {
+	out := []fileView{}
+	for p, d := range after {
+		if b, ok := before[p]; !ok || b != d {
+			out = append(out, fileView{Path: p, Kind: changeKind(ok, true)})
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			out = append(out, fileView{Path: p, Kind: "deleted"})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+func changeKind(before, after bool) string {
+	switch {
+	case !before:
+		return "added"
+	case !after:
+		return "deleted"
+	}
+	return "modified"
+}
+
+// change_show
+
+type changeShowIn struct {
+	ID   string `json:"id" jsonschema:"the change's id (chg_...)"`
+	Wait bool   `json:"wait,omitempty" jsonschema:"wait up to 60 s for the change to be integrated, rejected or cancelled"`
+}
+
+func (a *mcpAgent) changeShow(ctx context.Context, _ *mcp.CallToolRequest, in changeShowIn) (*mcp.CallToolResult, changeView, error) {
+	req := &agwpv1.GetChangeRequest{ChangeId: in.ID}
+	if in.Wait {
+		req.Wait = durationpb.New(60 * time.Second)
+	}
+	res, err := a.c.Repos.GetChange(ctx, req)
+	if err != nil {
+		return nil, changeView{}, err
+	}
+	return nil, newChangeView(res.GetChange()), nil
+}
+
+// job_list and job_show
+
+type jobView struct {
+	ID                string         `json:"id"`
+	Kind              string         `json:"kind"`
+	State             string         `json:"state" jsonschema:"queued, claimed, completed, failed or cancelled"`
+	Attempts          uint32         `json:"attempts"`
+	MaxAttempts       uint32         `json:"max_attempts"`
+	ClaimedBy         string         `json:"claimed_by,omitempty"`
+	Progress          string         `json:"progress,omitempty"`
+	LastError         string         `json:"last_error,omitempty"`
+	EnqueuedBy        string         `json:"enqueued_by,omitempty"`
+	CreatedAt         string         `json:"created_at"`
+	UpdatedAt         string         `json:"updated_at"`
+	FinishedAt        string         `json:"finished_at,omitempty"`
+	AttestationDigest string         `json:"attestation_digest,omitempty"`
+	Payload           map[string]any `json:"payload,omitempty"`
+	Result            map[string]any `json:"result,omitempty"`
+	OutputTail        string         `json:"output_tail,omitempty" jsonschema:"the last 4 KiB of the job's output"`
+}
+
+// maxOutputTail bounds the job output a tool answers: a model reads the end of a log.
+const maxOutputTail = 4 << 10
+
+func newJobView(j *agwpv1.Job, full bool) jobView {
+	v := jobView{ID: j.GetId(), Kind: j.GetKind(), State: stateName(j.GetState()), Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
+		ClaimedBy: j.GetClaimedBy(), Progress: j.GetProgress(), LastError: j.GetLastError(), EnqueuedBy: j.GetEnqueuedBy(),
+		CreatedAt: rfc3339(j.GetCreatedAt()), UpdatedAt: rfc3339(j.GetUpdatedAt()), FinishedAt: rfc3339(j.GetFinishedAt()),
+		AttestationDigest: j.GetAttestationDigest()}
+	if full {
+		v.Payload = structMap(j.GetPayload())
+		v.Result = structMap(j.GetResult())
+		v.OutputTail = tail(j.GetOutput(), maxOutputTail)
+	}
+	return v
+}
+
+type jobListIn struct {
+	States []string `json:"states,omitempty" jsonschema:"only jobs in these states: queued, claimed, completed, failed, cancelled"`
+	Kinds  []string `json:"kinds,omitempty" jsonschema:"only jobs of these kinds, such as validate"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"at most this many jobs (default 50, at most 1000)"`
+}
+
+type jobListOut struct {
+	Jobs []jobView `json:"jobs"`
+	More bool      `json:"more" jsonschema:"there are more jobs than limit"`
+}
+
+func (a *mcpAgent) jobList(ctx context.Context, _ *mcp.CallToolRequest, in jobListIn) (*mcp.CallToolResult, jobListOut, error) {
+	out := jobListOut{Jobs: []jobView{}}
+	limit := in.Limit
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 0 || limit > 1000 {
+		return nil, out, fmt.Errorf("limit: %d is not between 1 and 1000", in.Limit)
+	}
+	req := &agwpv1.ListJobsRequest{Kinds: in.Kinds, PageSize: int32(limit)}
+	for _, s := range in.States {
+		v, ok := agwpv1.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
+		if !ok || v == 0 {
+			return nil, out, fmt.Errorf("states: %q is not a job state: use queued, claimed, completed, failed or cancelled", s)
+		}
+		req.States = append(req.States, agwpv1.JobState(v))
+	}
+	res, err := a.c.Jobs.ListJobs(ctx, req)
+	if err != nil {
+		return nil, out, err
+	}
+	for _, j := range res.GetJobs() {
+		out.Jobs = append(out.Jobs, newJobView(j, false))
+	}
+	out.More = res.GetNextPageToken() != ""
+	return nil, out, nil
+}
+
+type jobShowIn struct {
+	ID string `json:"id" jsonschema:"the job's id (job_...)"`
+}
+
+func (a *mcpAgent) jobShow(ctx context.Context, _ *mcp.CallToolRequest, in jobShowIn) (*mcp.CallToolResult, jobView, error) {
+	res, err := a.c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: in.ID})
+	if err != nil {
+		return nil, jobView{}, err
+	}
+	return nil, newJobView(res.GetJob(), true), nil
+}
+
+// Small helpers of the views.
+
+func rfc3339(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().UTC().Format(time.RFC3339)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func structMap(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
+}
+
+// tail answers the end of s, at most n bytes, from the start of a line when one begins there.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
