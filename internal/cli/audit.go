@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -47,23 +48,40 @@ func newAuditTailCmd(g *globals) *cobra.Command {
 	var (
 		follow bool
 		after  uint64
+		last   int
 	)
 	cmd := &cobra.Command{
-		Use:   "tail [-f] [--after SEQ]",
+		Use:   "tail [-f] [-n N | --after SEQ]",
 		Short: "print sealed audit events",
-		Long: `Prints the sealed audit events after --after, oldest first, one line each: seq, time (UTC),
-who (the holder "<principal>|<label>", or the principal), action, subject and details. With -f
-it then waits for new events and prints them as they are sealed, until interrupted. With
---json each event is one JSON line of the export format (docs/audit.md).`,
-		Example: `  ag audit tail --after 1200
+		Long: `Prints sealed audit events, oldest first, one line each: seq, time (UTC), who (the holder
+"<principal>|<label>", or the principal), action, subject and details: the last N with -n,
+those after --after, or all. With -f it then waits for new events and prints them as they are
+sealed, until interrupted. With --json each event is one JSON line of the export format
+(docs/audit.md).`,
+		Example: `  ag audit tail -n 20
+  ag audit tail --after 1200
   ag audit tail -f --json | jq 'select(.action == "lease.broken")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if last < 0 {
+				return withExit(ExitUsage, fmt.Errorf("-n %d: give the number of events to print, 0 or more", last))
+			}
+			if cmd.Flags().Changed("lines") && cmd.Flags().Changed("after") {
+				return withExit(ExitUsage, errors.New("-n and --after both say where to start: give one"))
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
+			if cmd.Flags().Changed("lines") {
+				if after, err = printLastAuditEvents(ctx, g, c, last); err != nil {
+					return err
+				}
+				if !follow {
+					return nil
+				}
+			}
 			wait := false
 			for {
 				req := &agwpv1.ListAuditEventsRequest{AfterSeq: after, PageSize: auditPage}
@@ -97,7 +115,50 @@ it then waits for new events and prints them as they are sealed, until interrupt
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are sealed, until interrupted")
 	cmd.Flags().Uint64Var(&after, "after", 0, "print only the events after this seq")
+	cmd.Flags().IntVarP(&last, "lines", "n", 0, "print only the last N sealed events")
 	return cmd
+}
+
+// printLastAuditEvents prints the last n sealed events and answers the seq of the newest one
+// sealed. Sealed events are numbered from 1 without gaps and the newest checkpoint covers a
+// prefix of them, so reading from n before its size reads at least the last n.
+func printLastAuditEvents(ctx context.Context, g *globals, c *client.Client, n int) (uint64, error) {
+	var after uint64
+	cp, err := c.Audit.GetCheckpoint(ctx, &agwpv1.GetCheckpointRequest{})
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound: // nothing sealed yet
+	case err != nil:
+		return 0, err
+	case cp.GetSize() > uint64(n):
+		after = cp.GetSize() - uint64(n)
+	}
+	var kept []store.AuditEvent
+	for {
+		res, err := c.Audit.ListAuditEvents(ctx, &agwpv1.ListAuditEventsRequest{AfterSeq: after, PageSize: auditPage})
+		if err != nil {
+			return 0, err
+		}
+		for _, pe := range res.GetEvents() {
+			e, err := storeAuditEvent(pe)
+			if err != nil {
+				return 0, err
+			}
+			kept = append(kept, e)
+			after = e.Seq
+		}
+		if len(kept) > n {
+			kept = kept[len(kept)-n:]
+		}
+		if len(res.GetEvents()) == 0 {
+			break
+		}
+	}
+	for _, e := range kept {
+		if err := printAuditEvent(g, e); err != nil {
+			return 0, err
+		}
+	}
+	return after, nil
 }
 
 // printAuditEvent prints one event: a line for people, or its export line with --json.

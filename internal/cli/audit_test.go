@@ -387,6 +387,20 @@ func TestAuditAgainstServer(t *testing.T) {
 		!strings.HasSuffix(got[0], ` job/job_36  {"claim":1,"lease_expires_at":"2026-11-30T18:10:00Z"}`) || !strings.Contains(got[1], " 38  ") {
 		t.Errorf("tail:\n%s", out)
 	}
+	// The last events: -n reads from the checkpoint's size back, and prints the newest n.
+	out, err = ag("audit", "tail", "-n", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(got) != 2 || !strings.HasPrefix(got[0], "    38  ") || !strings.HasPrefix(got[1], "    39  ") {
+		t.Errorf("tail -n 2:\n%s", out)
+	}
+	if out, err = ag("audit", "tail", "-n", "0"); err != nil || out != "" {
+		t.Errorf("tail -n 0: %v\n%s", err, out)
+	}
+	if _, err = ag("audit", "tail", "-n", "2", "--after", "3"); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("tail -n with --after: %v", err)
+	}
 	out, err = ag("audit", "tail", "--after", "38", "--json")
 	if err != nil {
 		t.Fatal(err)

@@ -207,7 +207,7 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 	case v.Passed():
 		return store.Verdict{Outcome: store.VerdictPass}
 	}
-	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output)}
+	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output), Attestation: att.Digest}
 }
 
 func attestedValidation(att *store.Attestation) (attest.Validation, error) {

@@ -263,6 +263,10 @@ func TestValidationGate(t *testing.T) {
 				!strings.Contains(rejected.GetReason(), "--- FAIL: TestB") || mainline(t, alice, "app") != passed {
 				t.Fatalf("failed change = %v (reason %q), mainline %s: want REJECTED with the output, mainline %s", rejected.GetState(), rejected.GetReason(), mainline(t, alice, "app"), passed)
 			}
+			// The signed FAILED attestation the rejection rests on is the change's evidence.
+			if failedJob := getJob(t, alice, cl2.Job.GetId()); rejected.GetAttestationDigest() == "" || rejected.GetAttestationDigest() != failedJob.GetAttestationDigest() {
+				t.Fatalf("rejected change's attestation %q, want the failing job's %q", rejected.GetAttestationDigest(), failedJob.GetAttestationDigest())
+			}
 		})
 	}
 }

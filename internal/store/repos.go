@@ -295,6 +295,9 @@ type IntegrateParams struct {
 type Verdict struct {
 	Outcome VerdictOutcome
 	Reason  string // for VerdictReject and VerdictCancel
+	// Attestation is, for a VerdictReject, the digest of the signed FAILED attestation of
+	// exactly this candidate that the rejection rests on; empty when there is none.
+	Attestation string
 }
 
 // VerdictOutcome is the kind of a Verdict.

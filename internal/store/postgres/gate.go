@@ -262,8 +262,11 @@ func (a *advance) settle(ctx context.Context) (pending bool, err error) {
 			action = "change.requeued"
 		}
 	case store.VerdictReject:
-		c.State, c.Reason = store.ChangeRejected, v.Reason
+		c.State, c.Reason, c.AttestationDigest = store.ChangeRejected, v.Reason, v.Attestation
 		action, det = "change.rejected", map[string]any{"reason": v.Reason}
+		if v.Attestation != "" {
+			det["attestation_digest"] = v.Attestation
+		}
 	case store.VerdictCancel:
 		c.State, c.Reason = store.ChangeCancelled, v.Reason
 		action, det = "change.cancelled", map[string]any{"reason": v.Reason}

@@ -161,7 +161,7 @@ func (q *queue) record(from store.ChangeState, c store.Change) error {
 		det.str("candidate_revision", c.CandidateRevision).str("job", c.JobID)
 	case store.ChangeRejected:
 		action = "change.rejected"
-		det.str("reason", c.Reason)
+		det.strIf("attestation_digest", c.AttestationDigest).str("reason", c.Reason)
 	case store.ChangeCancelled:
 		action = "change.cancelled"
 		det.str("reason", c.Reason)
@@ -222,7 +222,7 @@ func (q *queue) settle(p store.AdvanceQueueParams, changed *[]store.Change) (boo
 			return false, err
 		}
 	case store.VerdictReject:
-		if settled, err = q.update(c.ID, store.ChangeValidating, `state = 'rejected', reason = ?3`, v.Reason); err != nil {
+		if settled, err = q.update(c.ID, store.ChangeValidating, `state = 'rejected', reason = ?3, attestation_digest = ?4`, v.Reason, v.Attestation); err != nil {
 			return false, err
 		}
 	case store.VerdictCancel:
