@@ -32,7 +32,8 @@ import (
 //	Integrate, AdvanceQueue        change.integrated   change/<id>        repository, revision, paths, attestation_digest (when validated)
 //	Integrate                      change.queued       change/<id>        repository, paths
 //	AdvanceQueue                   change.validating   change/<id>        candidate_revision, job
-//	AdvanceQueue                   change.rejected | change.cancelled  change/<id>  reason
+//	AdvanceQueue                   change.rejected     change/<id>        reason, attestation_digest (of a signed FAILED run)
+//	AdvanceQueue                   change.cancelled    change/<id>        reason
 //	AdvanceQueue                   change.requeued     change/<id>        (a pass on a mainline that moved)
 //
 // Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
