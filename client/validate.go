@@ -1,68 +1,25 @@
 package client
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"time"
-
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/agwp"
 )
 
 // KindValidate is the kind of the jobs the integration queue enqueues: run a repository's
 // validation command on one candidate tree and attest the outcome.
-const KindValidate = "validate"
+const KindValidate = agwp.KindValidate
 
 // ValidatePayload is the payload of a validate job.
-type ValidatePayload struct {
-	Repository        string            `json:"repository"`
-	Change            string            `json:"change"`
-	CandidateRevision string            `json:"candidate_revision"`
-	TreeDigest        string            `json:"tree_digest"` // "sha256:<hex>": the attestation's subject
-	Command           []string          `json:"command"`
-	Timeout           string            `json:"timeout"` // a Go duration, "10m0s"
-	Env               map[string]string `json:"env,omitempty"`
-}
-
-// TimeoutDuration answers the payload's timeout.
-func (p ValidatePayload) TimeoutDuration() (time.Duration, error) {
-	d, err := time.ParseDuration(p.Timeout)
-	if err != nil {
-		return 0, fmt.Errorf("validate payload: timeout %q: %w", p.Timeout, err)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("validate payload: timeout %q is not positive", p.Timeout)
-	}
-	return d, nil
-}
+type ValidatePayload = agwp.ValidatePayload
 
 // ParseValidatePayload reads a validate job's payload and checks that it names everything a
 // worker needs.
 func ParseValidatePayload(payload *structpb.Struct) (ValidatePayload, error) {
-	if payload == nil {
-		return ValidatePayload{}, errors.New("validate payload: missing")
-	}
-	data, err := payload.MarshalJSON()
-	if err != nil {
-		return ValidatePayload{}, fmt.Errorf("validate payload: %w", err)
-	}
-	return ParseValidatePayloadJSON(data)
+	return agwp.ParseValidatePayload(payload)
 }
 
 // ParseValidatePayloadJSON is ParseValidatePayload for the payload's JSON.
 func ParseValidatePayloadJSON(data []byte) (ValidatePayload, error) {
-	var p ValidatePayload
-	if err := json.Unmarshal(data, &p); err != nil {
-		return p, fmt.Errorf("validate payload: %w", err)
-	}
-	switch {
-	case p.Repository == "" || p.CandidateRevision == "" || p.TreeDigest == "":
-		return p, errors.New("validate payload: repository, candidate_revision and tree_digest are required")
-	case len(p.Command) == 0:
-		return p, errors.New("validate payload: command is empty")
-	}
-	if _, err := p.TimeoutDuration(); err != nil {
-		return p, err
-	}
-	return p, nil
+	return agwp.ParseValidatePayloadJSON(data)
 }

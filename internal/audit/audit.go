@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // HashSize is the size of an event's hash and of a Merkle tree hash.
@@ -32,7 +30,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 // microseconds); details with its keys sorted recursively and its numbers as written, or null;
 // strings escaped as encoding/json does with HTML escaping off. Details that are not a JSON
 // object (or null) are an error.
-func Canonical(e store.AuditEvent) ([]byte, error) {
+func Canonical(e Event) ([]byte, error) {
 	// The form's fixed text is 81 bytes, the seq 20 at most and the time 27 (years 0 to 9999):
 	// one allocation unless strings or details need escaping.
 	size := 140 + len(e.Principal) + len(e.Holder) + len(e.Action) + len(e.Subject) + len(e.Details)

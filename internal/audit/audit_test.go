@@ -17,7 +17,6 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/ag-coord/ag/internal/audit"
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // TestCanonical ensures the canonical form is byte for byte the one docs/audit.md gives: keys
@@ -29,12 +28,12 @@ func TestCanonical(t *testing.T) {
 	paris := time.FixedZone("CET", 3600)
 	for _, tc := range []struct {
 		name string
-		e    store.AuditEvent
+		e    audit.Event
 		want string
 	}{
 		{
 			name: "the example of docs/audit.md",
-			e: store.AuditEvent{
+			e: audit.Event{
 				ID: 99, Seq: 12, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456000, time.UTC), Principal: "ci", Holder: "ci|ci-1",
 				Action: "job.completed", Subject: "job/job_...", Details: []byte(`{"claim":1,"attestation_digest":"sha256:..."}`),
 				PrevHash: []byte("ignored"), Hash: []byte("ignored"),
@@ -43,7 +42,7 @@ func TestCanonical(t *testing.T) {
 		},
 		{
 			name: "nested details, numbers as written, strings escaped without HTML escaping",
-			e: store.AuditEvent{
+			e: audit.Event{
 				Seq: 1, Time: time.Date(2026, 11, 30, 19, 0, 0, 123456789, paris), Principal: "admin", Action: "lease.granted", Subject: "lease/l_1",
 				Details: []byte(" {\"z\": {\"b\": [1.50, 1e3, -0, {\"y\": true, \"x\": null}], \"a\": \"<&>\\u00e9\u2028\\t\\u0001\"},\n \"big\": 12345678901234567890, \"claim\": 1} "),
 			},
@@ -51,17 +50,17 @@ func TestCanonical(t *testing.T) {
 		},
 		{
 			name: "no details",
-			e:    store.AuditEvent{Seq: 3, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Principal: "ag", Action: "change.requeued", Subject: "change/c"},
+			e:    audit.Event{Seq: 3, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Principal: "ag", Action: "change.requeued", Subject: "change/c"},
 			want: `{"seq":3,"time":"2026-01-02T03:04:05.000000Z","principal":"ag","holder":"","action":"change.requeued","subject":"change/c","details":null}`,
 		},
 		{
 			name: "null details",
-			e:    store.AuditEvent{Seq: 3, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Principal: "ag", Action: "a", Subject: "s", Details: []byte("null")},
+			e:    audit.Event{Seq: 3, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Principal: "ag", Action: "a", Subject: "s", Details: []byte("null")},
 			want: `{"seq":3,"time":"2026-01-02T03:04:05.000000Z","principal":"ag","holder":"","action":"a","subject":"s","details":null}`,
 		},
 		{
 			name: "empty details object",
-			e:    store.AuditEvent{Seq: 4, Time: time.Date(2026, 1, 2, 3, 4, 5, 999, time.UTC), Principal: "p", Action: "a", Subject: "s", Details: []byte("{}")},
+			e:    audit.Event{Seq: 4, Time: time.Date(2026, 1, 2, 3, 4, 5, 999, time.UTC), Principal: "p", Action: "a", Subject: "s", Details: []byte("{}")},
 			want: `{"seq":4,"time":"2026-01-02T03:04:05.000000Z","principal":"p","holder":"","action":"a","subject":"s","details":{}}`,
 		},
 	} {
@@ -75,7 +74,7 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 	for _, details := range []string{`[1,2]`, `"x"`, `1`, `{"a":1} {"b":2}`, `{"a":1`, `{"a":1}x`} {
-		if _, err := audit.Canonical(store.AuditEvent{Seq: 1, Details: []byte(details)}); err == nil {
+		if _, err := audit.Canonical(audit.Event{Seq: 1, Details: []byte(details)}); err == nil {
 			t.Errorf("details %s: no error", details)
 		}
 	}
@@ -292,7 +291,7 @@ func TestSealRemembersTheTreesEdge(t *testing.T) {
 	s := newSigner(t)
 	now := func() time.Time { return baseTime }
 	seal := s.SealFunc(now)
-	same := func(t *testing.T, what string, got, want store.AuditSeal) {
+	same := func(t *testing.T, what string, got, want audit.Seal) {
 		t.Helper()
 		if got.Head.Size != want.Head.Size || !bytes.Equal(got.Head.Hash, want.Head.Hash) ||
 			!bytes.Equal(got.Checkpoint.RootHash, want.Checkpoint.RootHash) || len(got.TreeHashes) != len(want.TreeHashes) {
@@ -366,7 +365,7 @@ func TestSealRefuses(t *testing.T) {
 	s := newSigner(t)
 	l := sealedLog(t, s, 5, 5)
 	seal := s.SealFunc(time.Now)
-	if _, err := seal(store.AuditHead{Size: 5}, pendingEvents(5, 1), l.readHashes); err == nil {
+	if _, err := seal(audit.Head{Size: 5}, pendingEvents(5, 1), l.readHashes); err == nil {
 		t.Error("a head without its hash sealed")
 	}
 	if _, err := seal(l.head, nil, l.readHashes); err == nil {

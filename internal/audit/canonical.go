@@ -7,8 +7,6 @@ import (
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // The canonical form is defined as what encoding/json writes after decoding details into
@@ -21,7 +19,7 @@ import (
 // code and compares the two, in a table and under the fuzzer.
 
 // appendCanonical appends the canonical form of e to dst.
-func appendCanonical(dst []byte, e store.AuditEvent) ([]byte, error) {
+func appendCanonical(dst []byte, e Event) ([]byte, error) {
 	dst = append(dst, `{"seq":`...)
 	dst = strconv.AppendUint(dst, e.Seq, 10)
 	dst = append(dst, `,"time":"`...)
@@ -529,7 +527,7 @@ func appendDecoded(dst, s []byte) []byte {
 
 // appendString appends s as a JSON string as encoding/json writes it with HTML escaping off
 // (its appendString): \b \f \n \r \t \" \\ short, other control characters as \u00XX, U+2028
-// and U+2029 escaped, invalid UTF-8 as \ufffd. store.AppendJSONString differs (it writes \b and
+// and U+2029 escaped, invalid UTF-8 as \ufffd. AppendJSONString differs (it writes \b and
 // \f as \u0008 and \u000c and leaves U+2028 and U+2029 alone), so it cannot serve here.
 func appendString[S []byte | string](dst []byte, s S) []byte {
 	const hex = "0123456789abcdef"

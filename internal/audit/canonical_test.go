@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // refCanonical is Canonical as it was before the transcoder, kept word for word (its helpers
 // renamed) as the definition the fast code must match byte for byte, refusals included.
-func refCanonical(e store.AuditEvent) ([]byte, error) {
+func refCanonical(e Event) ([]byte, error) {
 	details, err := refCanonicalDetailsValue(e.Details)
 	if err != nil {
 		return nil, err
@@ -137,11 +135,11 @@ var trickyDetails = []string{
 }
 
 // trickyEvents are the events the differential test runs every details of trickyDetails in.
-func trickyEvents() []store.AuditEvent {
+func trickyEvents() []Event {
 	cet := time.FixedZone("CET", 3600)
-	var events []store.AuditEvent
+	var events []Event
 	for i, s := range append([]string{"", "ci|ci-1", "job/job_1"}, trickyStringValues()...) {
-		events = append(events, store.AuditEvent{
+		events = append(events, Event{
 			ID: int64(i), Seq: uint64(i), Time: time.Date(2026, 11, 30, 19, 0, 0, 123456789, cet),
 			Principal: s, Holder: "h" + s, Action: s + "a", Subject: s,
 		})
@@ -150,7 +148,7 @@ func trickyEvents() []store.AuditEvent {
 		{}, time.Unix(0, 0), time.Date(-5, 1, 2, 3, 4, 5, 6, time.UTC), time.Date(12345, 12, 31, 23, 59, 59, 999999999, time.UTC),
 		time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -3600)), time.Date(2026, 1, 1, 0, 0, 0, 999, time.Local),
 	} {
-		events = append(events, store.AuditEvent{Seq: ^uint64(0), Time: tm, Principal: "p", Action: "a", Subject: "s"})
+		events = append(events, Event{Seq: ^uint64(0), Time: tm, Principal: "p", Action: "a", Subject: "s"})
 	}
 	return events
 }
@@ -164,7 +162,7 @@ func trickyStringValues() []string {
 
 // checkSame fails t unless Canonical and CanonicalDetails agree with the reference on details,
 // in e.
-func checkSame(t *testing.T, e store.AuditEvent, details []byte) {
+func checkSame(t *testing.T, e Event, details []byte) {
 	t.Helper()
 	e.Details = details
 	want, wantErr := refCanonical(e)
@@ -288,7 +286,7 @@ func FuzzCanonicalDetails(f *testing.F) {
 	for _, s := range trickyStrings {
 		f.Add([]byte(`{"b":"` + s + `","` + s + `":[1,{"y":2,"x":"` + s + `"}]}`))
 	}
-	e := store.AuditEvent{Seq: 7, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456789, time.UTC), Principal: "p", Action: "a", Subject: "s"}
+	e := Event{Seq: 7, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456789, time.UTC), Principal: "p", Action: "a", Subject: "s"}
 	f.Fuzz(func(t *testing.T, details []byte) {
 		checkSame(t, e, details)
 	})
@@ -300,16 +298,16 @@ func FuzzCanonical(f *testing.F) {
 		f.Add(uint64(i), int64(i)*1e15+int64(i), s, "holder", "action", s, []byte(`{"a":"`+s+`"}`))
 	}
 	f.Fuzz(func(t *testing.T, seq uint64, nanos int64, principal, holder, action, subject string, details []byte) {
-		e := store.AuditEvent{Seq: seq, Time: time.Unix(0, nanos), Principal: principal, Holder: holder, Action: action, Subject: subject}
+		e := Event{Seq: seq, Time: time.Unix(0, nanos), Principal: principal, Holder: holder, Action: action, Subject: subject}
 		checkSame(t, e, details)
 	})
 }
 
 // benchmarkEvents are events with the details of each kind a seal meets: none, those the stores
 // build (canonical already), encoding/json's (HTML-escaped), and hand-written (spaced, unsorted).
-func benchmarkEvents() []store.AuditEvent {
-	base := store.AuditEvent{Seq: 123456, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456000, time.UTC), Principal: "ci", Holder: "ci|w1", Action: "job.completed", Subject: "job/job_0123456789"}
-	var events []store.AuditEvent
+func benchmarkEvents() []Event {
+	base := Event{Seq: 123456, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456000, time.UTC), Principal: "ci", Holder: "ci|w1", Action: "job.completed", Subject: "job/job_0123456789"}
+	var events []Event
 	for _, d := range []string{
 		``,
 		`{"attestation_digest":"sha256:0123456789abcdef0123456789abcdef","claim":1,"output_digest":"sha256:fedcba9876543210fedcba9876543210"}`,
@@ -330,7 +328,7 @@ func BenchmarkCanonical(b *testing.B) {
 	for i, e := range benchmarkEvents() {
 		for _, impl := range []struct {
 			name string
-			f    func(store.AuditEvent) ([]byte, error)
+			f    func(Event) ([]byte, error)
 		}{{"new", Canonical}, {"ref", refCanonical}} {
 			b.Run(fmt.Sprintf("details=%d/%s", i, impl.name), func(b *testing.B) {
 				b.ReportAllocs()
@@ -425,7 +423,7 @@ func TestCanonicalRandomDetails(t *testing.T) {
 		}
 		return b
 	}
-	e := store.AuditEvent{Seq: 7, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456789, time.UTC), Principal: "p", Action: "a", Subject: "s"}
+	e := Event{Seq: 7, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456789, time.UTC), Principal: "p", Action: "a", Subject: "s"}
 	var b []byte
 	for range n {
 		b = append(gen(append(b[:0], '{', '"', 'k', '"', ':'), 0), '}')

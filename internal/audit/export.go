@@ -8,13 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // ExportLine answers an event's line of an export (without its newline): its canonical form
 // with "prev_hash" and "hash" (hex) added at the end.
-func ExportLine(e store.AuditEvent) ([]byte, error) {
+func ExportLine(e Event) ([]byte, error) {
 	canonical, err := Canonical(e)
 	if err != nil {
 		return nil, fmt.Errorf("event %d: %w", e.Seq, err)
@@ -31,7 +29,7 @@ type exportCheckpoint struct {
 
 // WriteExport writes an export (docs/audit.md): one JSON line per event, as given (by seq),
 // then the line {"checkpoint": note}.
-func WriteExport(w io.Writer, events []store.AuditEvent, note []byte) error {
+func WriteExport(w io.Writer, events []Event, note []byte) error {
 	bw := bufio.NewWriter(w)
 	for _, e := range events {
 		line, err := ExportLine(e)
@@ -66,10 +64,10 @@ type exportEvent struct {
 // ReadExport reads an export: its events (details as written, hashes decoded from hex) and the
 // note of its last line. Any other line, a line after the checkpoint, or no checkpoint is an
 // error naming the line. Blank lines are skipped.
-func ReadExport(r io.Reader) ([]store.AuditEvent, []byte, error) {
+func ReadExport(r io.Reader) ([]Event, []byte, error) {
 	br := bufio.NewReader(r)
 	var (
-		events []store.AuditEvent
+		events []Event
 		note   []byte
 	)
 	for n := 1; ; n++ {
@@ -101,34 +99,34 @@ func ReadExport(r io.Reader) ([]store.AuditEvent, []byte, error) {
 	return events, note, nil
 }
 
-func parseExportLine(line []byte) (store.AuditEvent, []byte, error) {
+func parseExportLine(line []byte) (Event, []byte, error) {
 	var c exportCheckpoint
 	if decodeStrict(line, &c) == nil {
 		if c.Checkpoint == "" {
-			return store.AuditEvent{}, nil, errors.New("checkpoint line: empty note")
+			return Event{}, nil, errors.New("checkpoint line: empty note")
 		}
-		return store.AuditEvent{}, []byte(c.Checkpoint), nil
+		return Event{}, []byte(c.Checkpoint), nil
 	}
 	var x exportEvent
 	if err := decodeStrict(line, &x); err != nil {
-		return store.AuditEvent{}, nil, fmt.Errorf("not an event: %w", err)
+		return Event{}, nil, fmt.Errorf("not an event: %w", err)
 	}
 	if x.Seq == nil {
-		return store.AuditEvent{}, nil, errors.New("an event without seq")
+		return Event{}, nil, errors.New("an event without seq")
 	}
-	e := store.AuditEvent{Seq: *x.Seq, Principal: x.Principal, Holder: x.Holder, Action: x.Action, Subject: x.Subject}
+	e := Event{Seq: *x.Seq, Principal: x.Principal, Holder: x.Holder, Action: x.Action, Subject: x.Subject}
 	var err error
 	if e.Time, err = parseTime(x.Time); err != nil {
-		return store.AuditEvent{}, nil, fmt.Errorf("event %d: time: %w", e.Seq, err)
+		return Event{}, nil, fmt.Errorf("event %d: time: %w", e.Seq, err)
 	}
 	if len(x.Details) > 0 && string(x.Details) != "null" {
 		e.Details = []byte(x.Details)
 	}
 	if e.PrevHash, err = hex.DecodeString(x.PrevHash); err != nil {
-		return store.AuditEvent{}, nil, fmt.Errorf("event %d: prev_hash: %w", e.Seq, err)
+		return Event{}, nil, fmt.Errorf("event %d: prev_hash: %w", e.Seq, err)
 	}
 	if e.Hash, err = hex.DecodeString(x.Hash); err != nil {
-		return store.AuditEvent{}, nil, fmt.Errorf("event %d: hash: %w", e.Seq, err)
+		return Event{}, nil, fmt.Errorf("event %d: hash: %w", e.Seq, err)
 	}
 	return e, nil, nil
 }

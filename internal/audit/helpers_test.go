@@ -15,10 +15,10 @@ import (
 // memLog is a store's part of the audit log held in memory: the sealed events, the tree's
 // stored hashes, the head and the checkpoints, updated from what a seal answers as a store would.
 type memLog struct {
-	events      []store.AuditEvent
+	events      []audit.Event
 	hashes      map[int64][]byte
-	head        store.AuditHead
-	checkpoints []store.AuditCheckpoint
+	head        audit.Head
+	checkpoints []audit.StoredCheckpoint
 	reads       int // calls of the hashes reader during the last seal
 }
 
@@ -38,7 +38,7 @@ func (l *memLog) readHashes(indexes []int64) ([][]byte, error) {
 }
 
 // seal seals pending with seal and stores the result.
-func (l *memLog) seal(t testing.TB, seal func(store.AuditHead, []store.AuditEvent, func([]int64) ([][]byte, error)) (store.AuditSeal, error), pending []store.AuditEvent) store.AuditSeal {
+func (l *memLog) seal(t testing.TB, seal func(audit.Head, []audit.Event, func([]int64) ([][]byte, error)) (audit.Seal, error), pending []audit.Event) audit.Seal {
 	t.Helper()
 	l.reads = 0
 	s, err := seal(l.head, pending, l.readHashes)
@@ -60,11 +60,11 @@ func (l *memLog) seal(t testing.TB, seal func(store.AuditHead, []store.AuditEven
 var baseTime = time.Date(2026, 11, 30, 18, 0, 0, 123456000, time.UTC)
 
 // pendingEvents answers n unsealed events, numbered from first, of the kinds the store writes.
-func pendingEvents(first, n int) []store.AuditEvent {
-	out := make([]store.AuditEvent, n)
+func pendingEvents(first, n int) []audit.Event {
+	out := make([]audit.Event, n)
 	for i := range out {
 		k := first + i
-		e := store.AuditEvent{ID: int64(k), Time: baseTime.Add(time.Duration(k) * 1500 * time.Microsecond)}
+		e := audit.Event{ID: int64(k), Time: baseTime.Add(time.Duration(k) * 1500 * time.Microsecond)}
 		var details map[string]any
 		switch k % 4 {
 		case 0:
@@ -125,8 +125,8 @@ func (l *memLog) checkpoint(t testing.TB, s *audit.Signer) audit.Checkpoint {
 }
 
 // clone answers a deep copy of events, to tamper with.
-func clone(events []store.AuditEvent) []store.AuditEvent {
-	out := make([]store.AuditEvent, len(events))
+func clone(events []audit.Event) []audit.Event {
+	out := make([]audit.Event, len(events))
 	for i, e := range events {
 		e.Details = append([]byte(nil), e.Details...)
 		e.PrevHash = append([]byte(nil), e.PrevHash...)

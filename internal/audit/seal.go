@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // SealFunc answers the store.SealAuditParams.Seal that seals with s: the pending events get
@@ -25,12 +23,12 @@ import (
 // tree a seal reads: the next seal after that head then reads no tree hash from the store. A
 // head is its size and the chain's last hash, which commits to every event before it, so a
 // head the function computed names the same tree whoever stored it; any other head is read.
-func (s *Signer) SealFunc(now func() time.Time) func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+func (s *Signer) SealFunc(now func() time.Time) func(head Head, pending []Event, hashes func([]int64) ([][]byte, error)) (Seal, error) {
 	var (
 		mu   sync.Mutex
 		last treeEdge
 	)
-	return func(head store.AuditHead, pending []store.AuditEvent, hashes func([]int64) ([][]byte, error)) (store.AuditSeal, error) {
+	return func(head Head, pending []Event, hashes func([]int64) ([][]byte, error)) (Seal, error) {
 		mu.Lock()
 		edge := last
 		mu.Unlock()
@@ -47,28 +45,28 @@ func (s *Signer) SealFunc(now func() time.Time) func(head store.AuditHead, pendi
 // treeEdge is the right edge of the Merkle tree of the events up to head: the stored hashes
 // tlog.TreeHash reads for it, which are the old hashes a seal after head needs.
 type treeEdge struct {
-	head   store.AuditHead
+	head   Head
 	hashes map[int64]tlog.Hash
 }
 
 // of answers the edge's hashes when it is head's edge.
-func (e treeEdge) of(head store.AuditHead) (map[int64]tlog.Hash, bool) {
+func (e treeEdge) of(head Head) (map[int64]tlog.Hash, bool) {
 	if e.hashes == nil || e.head.Size != head.Size || !bytes.Equal(e.head.Hash, head.Hash) {
 		return nil, false
 	}
 	return e.hashes, true
 }
 
-func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []store.AuditEvent, hashes HashesFunc, edge treeEdge) (store.AuditSeal, treeEdge, error) {
+func (s *Signer) seal(now func() time.Time, head Head, pending []Event, hashes HashesFunc, edge treeEdge) (Seal, treeEdge, error) {
 	if len(pending) == 0 {
-		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: no pending events")
+		return Seal{}, treeEdge{}, fmt.Errorf("seal: no pending events")
 	}
 	if head.Size == 0 && len(head.Hash) != 0 || head.Size > 0 && len(head.Hash) != HashSize {
-		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: a head of %d events with a hash of %d bytes", head.Size, len(head.Hash))
+		return Seal{}, treeEdge{}, fmt.Errorf("seal: a head of %d events with a hash of %d bytes", head.Size, len(head.Hash))
 	}
 	size, err := int64Size(head.Size + uint64(len(pending)))
 	if err != nil {
-		return store.AuditSeal{}, treeEdge{}, err
+		return Seal{}, treeEdge{}, err
 	}
 	base := tlog.StoredHashCount(int64(head.Size))
 	// The batch's hashes are allocated once at their exact size, and are the seal's TreeHashes
@@ -82,10 +80,10 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 	// TreeHash reads the old tree's right edge (the roots of its complete subtrees) in one
 	// call: exactly the old hashes StoredHashes will need below, so they are read once.
 	if _, err := tlog.TreeHash(int64(head.Size), r); err != nil {
-		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
+		return Seal{}, treeEdge{}, fmt.Errorf("seal: read the tree of %d events: %w", head.Size, err)
 	}
 
-	out := store.AuditSeal{Hashes: make([]byte, 0, HashSize*len(pending))}
+	out := Seal{Hashes: make([]byte, 0, HashSize*len(pending))}
 	prev := head.Hash
 	if head.Size == 0 {
 		prev = zeroHash
@@ -99,7 +97,7 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 		e.Seq = head.Size + uint64(i) + 1
 		canonical, err = appendCanonical(canonical[:0], e)
 		if err != nil {
-			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
+			return Seal{}, treeEdge{}, fmt.Errorf("seal: event %d (id %d): %w", e.Seq, e.ID, err)
 		}
 		chain.Reset()
 		chain.Write(prev)
@@ -109,26 +107,26 @@ func (s *Signer) seal(now func() time.Time, head store.AuditHead, pending []stor
 
 		n := int64(e.Seq - 1)
 		if at := tlog.StoredHashIndex(0, n); at != r.base+r.computed() {
-			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+r.computed())
+			return Seal{}, treeEdge{}, fmt.Errorf("seal: record %d's hashes go at %d, not after the %d known", n, at, r.base+r.computed())
 		}
 		if err := r.appendStoredHashes(n, leaf, canonical); err != nil {
-			return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
+			return Seal{}, treeEdge{}, fmt.Errorf("seal: tree hashes of event %d: %w", e.Seq, err)
 		}
 	}
 
 	newEdge := &edgeReader{r: r, hashes: map[int64]tlog.Hash{}}
 	root, err := tlog.TreeHash(size, newEdge)
 	if err != nil {
-		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
+		return Seal{}, treeEdge{}, fmt.Errorf("seal: tree hash of %d events: %w", size, err)
 	}
 	out.TreeHashes = r.batch
-	out.Head = store.AuditHead{Size: uint64(size), Hash: bytes.Clone(prev)}
+	out.Head = Head{Size: uint64(size), Hash: bytes.Clone(prev)}
 	cp := Checkpoint{Origin: s.Origin(), Size: uint64(size), Root: root, Head: out.Head.Hash}
 	msg, err := s.SignCheckpoint(cp)
 	if err != nil {
-		return store.AuditSeal{}, treeEdge{}, fmt.Errorf("seal: sign the checkpoint: %w", err)
+		return Seal{}, treeEdge{}, fmt.Errorf("seal: sign the checkpoint: %w", err)
 	}
-	out.Checkpoint = store.AuditCheckpoint{
+	out.Checkpoint = StoredCheckpoint{
 		Size: cp.Size, RootHash: bytes.Clone(root[:]), HeadHash: bytes.Clone(prev), Note: msg, CreatedAt: now(),
 	}
 	return out, treeEdge{head: out.Head, hashes: newEdge.hashes}, nil

@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // VerifyError names the first event of a log that does not verify, and why. Seq is the place
@@ -45,7 +43,7 @@ func (r VerifyResult) Uncovered() uint64 { return r.Events - r.Covered }
 // or hash); an inserted or reordered one breaks the seqs, a prev hash or a hash; a log that
 // ends before cp.Size names the first missing event. A chain rebuilt after a change (every hash
 // recomputed) is caught by the checkpoint, and named at its size.
-func Verify(events []store.AuditEvent, cp Checkpoint) (VerifyResult, error) {
+func Verify(events []Event, cp Checkpoint) (VerifyResult, error) {
 	tree, err := verifyChain(events)
 	if err != nil {
 		return VerifyResult{}, err
@@ -57,7 +55,7 @@ func Verify(events []store.AuditEvent, cp Checkpoint) (VerifyResult, error) {
 }
 
 // verifyChain checks the seqs, prev hashes and hashes of events and answers their Merkle tree.
-func verifyChain(events []store.AuditEvent) (*memTree, error) {
+func verifyChain(events []Event) (*memTree, error) {
 	tree := &memTree{hashes: make([]tlog.Hash, 0, 2*len(events))}
 	prev := zeroHash
 	for i, e := range events {
@@ -66,7 +64,7 @@ func verifyChain(events []store.AuditEvent) (*memTree, error) {
 			return nil, &VerifyError{Seq: want, Reason: fmt.Sprintf(format, args...)}
 		}
 		switch {
-		case e.Seq > want && slices.ContainsFunc(events[i+1:], func(l store.AuditEvent) bool { return l.Seq == want }):
+		case e.Seq > want && slices.ContainsFunc(events[i+1:], func(l Event) bool { return l.Seq == want }):
 			return bad("the event found here has seq %d, and event %d comes later: events were reordered", e.Seq, want)
 		case e.Seq > want:
 			return bad("missing: the log goes on with event %d, so %s deleted", e.Seq, plural(e.Seq-want, "this event was", "events %d to %d were", want, e.Seq-1))
@@ -95,7 +93,7 @@ func verifyChain(events []store.AuditEvent) (*memTree, error) {
 }
 
 // checkCheckpoint checks that the first cp.Size of verified events are those cp states.
-func checkCheckpoint(events []store.AuditEvent, tree *memTree, cp Checkpoint, what string) error {
+func checkCheckpoint(events []Event, tree *memTree, cp Checkpoint, what string) error {
 	if cp.Size == 0 {
 		return fmt.Errorf("%s covers no event", what)
 	}
@@ -120,7 +118,7 @@ func checkCheckpoint(events []store.AuditEvent, tree *memTree, cp Checkpoint, wh
 
 // RootAt answers the Merkle tree hash of the first size events (sealed, in seq order; their
 // chain is not checked: see Verify).
-func RootAt(events []store.AuditEvent, size uint64) (tlog.Hash, error) {
+func RootAt(events []Event, size uint64) (tlog.Hash, error) {
 	if size > uint64(len(events)) {
 		return tlog.Hash{}, fmt.Errorf("a tree of %d events from a log of %d", size, len(events))
 	}
@@ -141,7 +139,7 @@ func RootAt(events []store.AuditEvent, size uint64) (tlog.Hash, error) {
 // a checkpoint verified earlier: its chain verifies, and its first old.Size events have old's
 // Merkle root and head. A log that was truncated below old, or rewritten, is refused with a
 // *VerifyError.
-func Consistent(events []store.AuditEvent, old Checkpoint) error {
+func Consistent(events []Event, old Checkpoint) error {
 	tree, err := verifyChain(events)
 	if err != nil {
 		return err
@@ -157,7 +155,7 @@ func plural(n uint64, one, many string, args ...any) string {
 }
 
 // describe names an event in an error: "<action> <subject> by <principal>".
-func describe(e store.AuditEvent) string {
+func describe(e Event) string {
 	who := e.Principal
 	if e.Holder != "" {
 		who = e.Holder

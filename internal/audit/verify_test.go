@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/ag-coord/ag/internal/audit"
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // rechain recomputes the prev hashes and hashes of events from index from on, as someone
 // rewriting the log would.
-func rechain(t *testing.T, events []store.AuditEvent, from int) {
+func rechain(t *testing.T, events []audit.Event, from int) {
 	t.Helper()
 	for i := from; i < len(events); i++ {
 		prev := make([]byte, 32)
@@ -61,45 +60,45 @@ func TestVerify(t *testing.T) {
 	}
 
 	const k = 10 // the event tampered with
-	forged := store.AuditEvent{Seq: k, Time: baseTime, Principal: "mallory", Action: "principal.created", Subject: "principal/mallory", Details: []byte(`{"role":"admin"}`)}
+	forged := audit.Event{Seq: k, Time: baseTime, Principal: "mallory", Action: "principal.created", Subject: "principal/mallory", Details: []byte(`{"role":"admin"}`)}
 	for _, tc := range []struct {
 		name    string
-		tamper  func(es []store.AuditEvent) []store.AuditEvent
+		tamper  func(es []audit.Event) []audit.Event
 		seq     uint64
 		because string
 	}{
-		{"time", func(es []store.AuditEvent) []store.AuditEvent {
+		{"time", func(es []audit.Event) []audit.Event {
 			es[k-1].Time = es[k-1].Time.Add(time.Microsecond)
 			return es
 		}, k, "hash does not match"},
-		{"principal", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Principal = "mallory"; return es }, k, "hash does not match"},
-		{"holder", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Holder = "ci|w2"; return es }, k, "hash does not match"},
-		{"action", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Action = "job.failed"; return es }, k, "hash does not match"},
-		{"subject", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Subject = "job/other"; return es }, k, "hash does not match"},
-		{"details", func(es []store.AuditEvent) []store.AuditEvent {
+		{"principal", func(es []audit.Event) []audit.Event { es[k-1].Principal = "mallory"; return es }, k, "hash does not match"},
+		{"holder", func(es []audit.Event) []audit.Event { es[k-1].Holder = "ci|w2"; return es }, k, "hash does not match"},
+		{"action", func(es []audit.Event) []audit.Event { es[k-1].Action = "job.failed"; return es }, k, "hash does not match"},
+		{"subject", func(es []audit.Event) []audit.Event { es[k-1].Subject = "job/other"; return es }, k, "hash does not match"},
+		{"details", func(es []audit.Event) []audit.Event {
 			es[k-1].Details = bytes.Replace(es[k-1].Details, []byte(`"claim":1`), []byte(`"claim":2`), 1)
 			return es
 		}, k, "hash does not match"},
-		{"details removed", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Details = nil; return es }, k, "hash does not match"},
-		{"hash", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].Hash[0] ^= 1; return es }, k, "hash does not match"},
-		{"prev hash", func(es []store.AuditEvent) []store.AuditEvent { es[k-1].PrevHash[0] ^= 1; return es }, k, "prev_hash is not the hash of event 9"},
-		{"first prev hash", func(es []store.AuditEvent) []store.AuditEvent { es[0].PrevHash[31] = 1; return es }, 1, "not zero"},
-		{"an event and its hash", func(es []store.AuditEvent) []store.AuditEvent {
+		{"details removed", func(es []audit.Event) []audit.Event { es[k-1].Details = nil; return es }, k, "hash does not match"},
+		{"hash", func(es []audit.Event) []audit.Event { es[k-1].Hash[0] ^= 1; return es }, k, "hash does not match"},
+		{"prev hash", func(es []audit.Event) []audit.Event { es[k-1].PrevHash[0] ^= 1; return es }, k, "prev_hash is not the hash of event 9"},
+		{"first prev hash", func(es []audit.Event) []audit.Event { es[0].PrevHash[31] = 1; return es }, 1, "not zero"},
+		{"an event and its hash", func(es []audit.Event) []audit.Event {
 			es[k-1].Principal = "mallory"
 			canonical, _ := audit.Canonical(es[k-1])
 			es[k-1].Hash = audit.ChainHash(es[k-1].PrevHash, canonical)
 			return es
 		}, k + 1, "prev_hash is not the hash of event 10"},
-		{"deleted", func(es []store.AuditEvent) []store.AuditEvent { return slices.Delete(es, k-1, k) }, k, "missing: the log goes on with event 11, so this event was deleted"},
-		{"deleted two", func(es []store.AuditEvent) []store.AuditEvent { return slices.Delete(es, k-1, k+1) }, k, "events 10 to 11 were deleted"},
-		{"deleted and renumbered", func(es []store.AuditEvent) []store.AuditEvent {
+		{"deleted", func(es []audit.Event) []audit.Event { return slices.Delete(es, k-1, k) }, k, "missing: the log goes on with event 11, so this event was deleted"},
+		{"deleted two", func(es []audit.Event) []audit.Event { return slices.Delete(es, k-1, k+1) }, k, "events 10 to 11 were deleted"},
+		{"deleted and renumbered", func(es []audit.Event) []audit.Event {
 			es = slices.Delete(es, k-1, k)
 			for i := k - 1; i < len(es); i++ {
 				es[i].Seq--
 			}
 			return es
 		}, k, "prev_hash is not the hash of event 9"},
-		{"deleted, the chain rebuilt", func(es []store.AuditEvent) []store.AuditEvent {
+		{"deleted, the chain rebuilt", func(es []audit.Event) []audit.Event {
 			es = slices.Delete(es, k-1, k)
 			for i := k - 1; i < len(es); i++ {
 				es[i].Seq--
@@ -107,13 +106,13 @@ func TestVerify(t *testing.T) {
 			rechain(t, es, k-1)
 			return es
 		}, 30, "head"},
-		{"inserted", func(es []store.AuditEvent) []store.AuditEvent {
+		{"inserted", func(es []audit.Event) []audit.Event {
 			f := forged
 			canonical, _ := audit.Canonical(f)
 			f.PrevHash, f.Hash = es[k-2].Hash, audit.ChainHash(es[k-2].Hash, canonical)
 			return slices.Insert(es, k-1, f)
 		}, k + 1, "has seq 10: an event was inserted before it"},
-		{"inserted and renumbered", func(es []store.AuditEvent) []store.AuditEvent {
+		{"inserted and renumbered", func(es []audit.Event) []audit.Event {
 			f := forged
 			canonical, _ := audit.Canonical(f)
 			f.PrevHash, f.Hash = es[k-2].Hash, audit.ChainHash(es[k-2].Hash, canonical)
@@ -123,7 +122,7 @@ func TestVerify(t *testing.T) {
 			}
 			return es
 		}, k + 1, "prev_hash is not the hash of event 10"},
-		{"inserted, the chain rebuilt", func(es []store.AuditEvent) []store.AuditEvent {
+		{"inserted, the chain rebuilt", func(es []audit.Event) []audit.Event {
 			es = slices.Insert(es, k-1, forged)
 			for i := k; i < len(es); i++ {
 				es[i].Seq++
@@ -131,15 +130,15 @@ func TestVerify(t *testing.T) {
 			rechain(t, es, k-1)
 			return es
 		}, 30, "head"},
-		{"swapped", func(es []store.AuditEvent) []store.AuditEvent { es[k-1], es[k] = es[k], es[k-1]; return es }, k, "reordered"},
-		{"swapped and renumbered", func(es []store.AuditEvent) []store.AuditEvent {
+		{"swapped", func(es []audit.Event) []audit.Event { es[k-1], es[k] = es[k], es[k-1]; return es }, k, "reordered"},
+		{"swapped and renumbered", func(es []audit.Event) []audit.Event {
 			es[k-1], es[k] = es[k], es[k-1]
 			es[k-1].Seq, es[k].Seq = k, k+1
 			return es
 		}, k, "prev_hash is not the hash of event 9"},
-		{"truncated", func(es []store.AuditEvent) []store.AuditEvent { return es[:27] }, 28, "checkpoint covers 30 events, the log ends after 27"},
-		{"empty", func(es []store.AuditEvent) []store.AuditEvent { return nil }, 1, "the log ends after 0"},
-		{"an event after the checkpoint", func(es []store.AuditEvent) []store.AuditEvent { es[35].Action = "x"; return es }, 36, "hash does not match"},
+		{"truncated", func(es []audit.Event) []audit.Event { return es[:27] }, 28, "checkpoint covers 30 events, the log ends after 27"},
+		{"empty", func(es []audit.Event) []audit.Event { return nil }, 1, "the log ends after 0"},
+		{"an event after the checkpoint", func(es []audit.Event) []audit.Event { es[35].Action = "x"; return es }, 36, "hash does not match"},
 	} {
 		_, err := audit.Verify(tc.tamper(clone(l.events)), cp)
 		var ve *audit.VerifyError
@@ -361,7 +360,7 @@ func BenchmarkSeal(b *testing.B) {
 	l := newMemLog()
 	seal := s.SealFunc(time.Now)
 	const batch = 1000
-	batches := make([][]store.AuditEvent, 16)
+	batches := make([][]audit.Event, 16)
 	for i := range batches {
 		batches[i] = pendingEvents(i*batch, batch)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/audit"
-	"github.com/ag-coord/ag/internal/store"
 )
 
 const (
@@ -96,7 +95,7 @@ sealed, until interrupted. With --json each event is one JSON line of the export
 					return err
 				}
 				for _, pe := range res.GetEvents() {
-					e, err := storeAuditEvent(pe)
+					e, err := auditEventOf(pe)
 					if err != nil {
 						return err
 					}
@@ -132,14 +131,14 @@ func printLastAuditEvents(ctx context.Context, g *globals, c *client.Client, n i
 	case cp.GetSize() > uint64(n):
 		after = cp.GetSize() - uint64(n)
 	}
-	var kept []store.AuditEvent
+	var kept []audit.Event
 	for {
 		res, err := c.Audit.ListAuditEvents(ctx, &agwpv1.ListAuditEventsRequest{AfterSeq: after, PageSize: auditPage})
 		if err != nil {
 			return 0, err
 		}
 		for _, pe := range res.GetEvents() {
-			e, err := storeAuditEvent(pe)
+			e, err := auditEventOf(pe)
 			if err != nil {
 				return 0, err
 			}
@@ -162,7 +161,7 @@ func printLastAuditEvents(ctx context.Context, g *globals, c *client.Client, n i
 }
 
 // printAuditEvent prints one event: a line for people, or its export line with --json.
-func printAuditEvent(g *globals, e store.AuditEvent) error {
+func printAuditEvent(g *globals, e audit.Event) error {
 	if g.json {
 		line, err := audit.ExportLine(e)
 		if err != nil {
@@ -187,11 +186,11 @@ func printAuditEvent(g *globals, e store.AuditEvent) error {
 	return err
 }
 
-// storeAuditEvent answers the event as the store holds it, from what the server sends: its
+// auditEventOf answers the event as the store holds it, from what the server sends: its
 // details as stored (details_json), or else re-encoded from the Struct (the canonical form
 // sorts them again; numbers above 2^53 would not survive that).
-func storeAuditEvent(e *agwpv1.AuditEvent) (store.AuditEvent, error) {
-	out := store.AuditEvent{
+func auditEventOf(e *agwpv1.AuditEvent) (audit.Event, error) {
+	out := audit.Event{
 		Seq: e.GetSeq(), Time: e.GetTime().AsTime(), Principal: e.GetPrincipal(), Holder: e.GetHolder(),
 		Action: e.GetAction(), Subject: e.GetSubject(), PrevHash: e.GetPrevHash(), Hash: e.GetHash(),
 	}
@@ -200,7 +199,7 @@ func storeAuditEvent(e *agwpv1.AuditEvent) (store.AuditEvent, error) {
 	} else if e.GetDetails() != nil {
 		d, err := protojson.Marshal(e.GetDetails())
 		if err != nil {
-			return store.AuditEvent{}, fmt.Errorf("event %d: details: %w", e.GetSeq(), err)
+			return audit.Event{}, fmt.Errorf("event %d: details: %w", e.GetSeq(), err)
 		}
 		out.Details = d
 	}
@@ -209,8 +208,8 @@ func storeAuditEvent(e *agwpv1.AuditEvent) (store.AuditEvent, error) {
 
 // fetchAuditEvents answers the sealed events after seq 0, by seq: all of them (upTo 0), or the
 // first upTo, which must exist.
-func fetchAuditEvents(ctx context.Context, c *client.Client, upTo uint64) ([]store.AuditEvent, error) {
-	var events []store.AuditEvent
+func fetchAuditEvents(ctx context.Context, c *client.Client, upTo uint64) ([]audit.Event, error) {
+	var events []audit.Event
 	var after uint64
 	for upTo == 0 || after < upTo {
 		res, err := c.Audit.ListAuditEvents(ctx, &agwpv1.ListAuditEventsRequest{AfterSeq: after, PageSize: auditPage})
@@ -230,7 +229,7 @@ func fetchAuditEvents(ctx context.Context, c *client.Client, upTo uint64) ([]sto
 			case upTo != 0 && pe.GetSeq() > upTo:
 				return events, nil // a gap before upTo: for verify to name
 			}
-			e, err := storeAuditEvent(pe)
+			e, err := auditEventOf(pe)
 			if err != nil {
 				return nil, err
 			}
@@ -343,7 +342,7 @@ It exits 0 only when everything verifies; otherwise it names the first event tha
 			useState := file == "" || cmd.Flags().Changed("state")
 
 			var (
-				events []store.AuditEvent
+				events []audit.Event
 				msg    []byte
 				c      *client.Client
 				source string
@@ -419,7 +418,7 @@ It exits 0 only when everything verifies; otherwise it names the first event tha
 
 // checkRemembered checks that the log still holds the events of the checkpoint verified before:
 // from the events themselves, and (against a server) with its consistency proof.
-func checkRemembered(ctx context.Context, c *client.Client, events []store.AuditEvent, cp, old audit.Checkpoint, statePath string) error {
+func checkRemembered(ctx context.Context, c *client.Client, events []audit.Event, cp, old audit.Checkpoint, statePath string) error {
 	switch {
 	case old.Origin != cp.Origin:
 		return fmt.Errorf("the checkpoint is of log %q, the one remembered in %s of log %q", cp.Origin, statePath, old.Origin)
@@ -443,7 +442,7 @@ func checkRemembered(ctx context.Context, c *client.Client, events []store.Audit
 }
 
 // notVerified explains a verification failure, showing the event it names.
-func notVerified(source string, events []store.AuditEvent, err error) error {
+func notVerified(source string, events []audit.Event, err error) error {
 	var ve *audit.VerifyError
 	if errors.As(err, &ve) && ve.Seq >= 1 && ve.Seq <= uint64(len(events)) {
 		e := events[ve.Seq-1]
@@ -477,7 +476,7 @@ func printAuditVerified(g *globals, r auditVerified) error {
 	return nil
 }
 
-func readExportFile(stdin io.Reader, name string) ([]store.AuditEvent, []byte, error) {
+func readExportFile(stdin io.Reader, name string) ([]audit.Event, []byte, error) {
 	if name == "-" {
 		return audit.ReadExport(stdin)
 	}

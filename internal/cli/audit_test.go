@@ -23,17 +23,16 @@ import (
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/cli"
-	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/storetest"
 )
 
 // auditLog is an audit log sealed in memory as a store would keep it.
 type auditLog struct {
 	signer      *audit.Signer
-	events      []store.AuditEvent
+	events      []audit.Event
 	hashes      map[int64][]byte
-	head        store.AuditHead
-	checkpoints []store.AuditCheckpoint
+	head        audit.Head
+	checkpoints []audit.StoredCheckpoint
 }
 
 func newAuditLog(t *testing.T, signer *audit.Signer, batches ...int) *auditLog {
@@ -58,12 +57,12 @@ func (l *auditLog) readHashes(indexes []int64) ([][]byte, error) {
 }
 
 // seal seals n new events, changing each with edit when given.
-func (l *auditLog) seal(t *testing.T, n int, edit func(*store.AuditEvent)) {
+func (l *auditLog) seal(t *testing.T, n int, edit func(*audit.Event)) {
 	t.Helper()
-	pending := make([]store.AuditEvent, n)
+	pending := make([]audit.Event, n)
 	for i := range pending {
 		k := len(l.events) + i
-		pending[i] = store.AuditEvent{
+		pending[i] = audit.Event{
 			ID: int64(k), Time: time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC).Add(time.Duration(k) * time.Second),
 			Principal: "ci", Holder: "ci|w1", Action: "job.claimed", Subject: fmt.Sprintf("job/job_%d", k),
 			Details: fmt.Appendf(nil, `{"lease_expires_at":"2026-11-30T18:10:00Z","claim":%d}`, k%3+1),
@@ -87,7 +86,7 @@ func (l *auditLog) seal(t *testing.T, n int, edit func(*store.AuditEvent)) {
 	l.checkpoints = append(l.checkpoints, s.Checkpoint)
 }
 
-func (l *auditLog) export(t *testing.T, events []store.AuditEvent, cp store.AuditCheckpoint) []byte {
+func (l *auditLog) export(t *testing.T, events []audit.Event, cp audit.StoredCheckpoint) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := audit.WriteExport(&buf, events, cp.Note); err != nil {
@@ -203,7 +202,7 @@ func (f *fakeAudit) set(l *auditLog, checkpoint int) {
 	f.log, f.checkpoint = l, checkpoint
 }
 
-func (f *fakeAudit) snapshot() (*auditLog, []store.AuditEvent, store.AuditCheckpoint) {
+func (f *fakeAudit) snapshot() (*auditLog, []audit.Event, audit.StoredCheckpoint) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.log, slices.Clone(f.log.events), f.log.checkpoints[f.checkpoint]
@@ -352,7 +351,7 @@ func TestAuditAgainstServer(t *testing.T) {
 	// verifies on its own, but not against what was verified before.
 	forged := newAuditLog(t, signer)
 	for _, n := range []int{10, 15, 10} {
-		forged.seal(t, n, func(e *store.AuditEvent) {
+		forged.seal(t, n, func(e *audit.Event) {
 			if e.ID == 2 {
 				e.Subject = "job/forged"
 			}
@@ -528,7 +527,7 @@ func TestAuditStatePerLog(t *testing.T) {
 
 	// The legacy file still guards c: rewritten, c does not verify against it.
 	forged := newAuditLog(t, c.signer)
-	forged.seal(t, 4, func(e *store.AuditEvent) {
+	forged.seal(t, 4, func(e *audit.Event) {
 		if e.ID == 1 {
 			e.Subject = "job/forged"
 		}

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/agwp"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
@@ -155,7 +155,7 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 		// worker with a clear payload error rather than the queue stalling.
 		p = Policy{}
 	}
-	payload, _ := json.Marshal(client.ValidatePayload{
+	payload, _ := json.Marshal(agwp.ValidatePayload{
 		Repository:        c.Repository,
 		Change:            c.ID,
 		CandidateRevision: candidate.ID,
@@ -165,7 +165,7 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 		Env:               p.Env,
 	})
 	return store.EnqueueJobParams{
-		Kind:        client.KindValidate,
+		Kind:        agwp.KindValidate,
 		Payload:     payload,
 		MaxAttempts: ValidateMaxAttempts,
 		UniqueKey:   "validate:" + c.ID + ":" + candidate.ID,

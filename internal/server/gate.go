@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/agwp"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/gate"
@@ -97,7 +97,7 @@ func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *ag
 
 // kickValidation advances the queue of a validate job's repository after the job moved.
 func (s *Server) kickValidation(job store.Job) {
-	if job.Kind != client.KindValidate {
+	if job.Kind != agwp.KindValidate {
 		return
 	}
 	if repository, ok := validateRepository(job.Payload); ok {
@@ -106,7 +106,7 @@ func (s *Server) kickValidation(job store.Job) {
 }
 
 func validateRepository(payload []byte) (string, bool) {
-	p, err := client.ParseValidatePayloadJSON(payload)
+	p, err := agwp.ParseValidatePayloadJSON(payload)
 	if err != nil {
 		return "", false
 	}
@@ -138,13 +138,13 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 		return nil, 0, connect.NewError(connect.CodeInternal, err)
 	}
 	stored := &store.Attestation{Digest: digest, Envelope: data, JobID: job.ID}
-	if job.Kind != client.KindValidate {
+	if job.Kind != agwp.KindValidate {
 		if _, err := attest.Verify(ctx, env, keys); err != nil {
 			return nil, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
 		}
 		return stored, token, nil
 	}
-	payload, err := client.ParseValidatePayloadJSON(job.Payload)
+	payload, err := agwp.ParseValidatePayloadJSON(job.Payload)
 	if err != nil {
 		return nil, 0, connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s: %w", job.ID, err))
 	}
@@ -215,17 +215,17 @@ type workerReads struct {
 const maxCachedWorkerTrees = 64
 
 // held answers the candidates of the validate jobs the principal's workers hold now.
-func (w *workerReads) held(ctx context.Context, principal string) ([]client.ValidatePayload, error) {
+func (w *workerReads) held(ctx context.Context, principal string) ([]agwp.ValidatePayload, error) {
 	jobs, _, err := w.s.store.ListJobs(ctx, store.ListJobsParams{
-		States: []store.JobState{store.JobClaimed}, Kinds: []string{client.KindValidate},
+		States: []store.JobState{store.JobClaimed}, Kinds: []string{agwp.KindValidate},
 		ClaimedBy: principal + "|", Limit: 1000,
 	})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	out := make([]client.ValidatePayload, 0, len(jobs))
+	out := make([]agwp.ValidatePayload, 0, len(jobs))
 	for _, j := range jobs {
-		if p, err := client.ParseValidatePayloadJSON(j.Payload); err == nil {
+		if p, err := agwp.ParseValidatePayloadJSON(j.Payload); err == nil {
 			out = append(out, p)
 		}
 	}
@@ -237,7 +237,7 @@ func (w *workerReads) mayReadTree(ctx context.Context, principal, repository, re
 	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(held, func(p client.ValidatePayload) bool {
+	if slices.ContainsFunc(held, func(p agwp.ValidatePayload) bool {
 		return p.Repository == repository && p.CandidateRevision == revision
 	}) {
 		return nil

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/agwp"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -73,15 +73,15 @@ func validateKind(field, kind string) error {
 	return nil
 }
 
-// reservedKindPrefixes are the kinds, besides client.KindValidate itself, that the server keeps
+// reservedKindPrefixes are the kinds, besides agwp.KindValidate itself, that the server keeps
 // for the jobs it starts. A worker runs a validate job's command on trust that the gate wrote
 // it: from anyone else, that job is a way to run code on a validation worker, beside its key.
-var reservedKindPrefixes = []string{client.KindValidate + ".", "ag.gate."}
+var reservedKindPrefixes = []string{agwp.KindValidate + ".", "ag.gate."}
 
 // refuseReservedKind answers permission_denied, whoever calls, for a kind only the server may
 // enqueue.
 func refuseReservedKind(field, kind string) error {
-	reserved := kind == client.KindValidate
+	reserved := kind == agwp.KindValidate
 	for _, prefix := range reservedKindPrefixes {
 		reserved = reserved || strings.HasPrefix(kind, prefix)
 	}
@@ -90,7 +90,7 @@ func refuseReservedKind(field, kind string) error {
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 		"%s: %q is reserved for the jobs the server starts (%s, %s*, %s*): validations are enqueued by the integration queue, never through EnqueueJob",
-		field, kind, client.KindValidate, reservedKindPrefixes[0], reservedKindPrefixes[1]))
+		field, kind, agwp.KindValidate, reservedKindPrefixes[0], reservedKindPrefixes[1]))
 }
 
 func validateName(field, name string) error {

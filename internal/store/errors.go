@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ag-coord/ag/agwp"
 )
 
 // Sentinels every backend answers with, so callers use errors.Is and never see driver errors.
@@ -25,7 +27,7 @@ var (
 )
 
 // KindValidate is the kind of the integration queue's validation jobs.
-const KindValidate = "validate"
+const KindValidate = agwp.KindValidate
 
 // ExplainRefusedCompletion answers the refusal for a completion whose conditional update
 // matched no row: the claim is lost (ExplainLostClaim), or the job is a validate job and the

@@ -1,0 +1,72 @@
+// Package layering holds a test of which parts of ag may import which: the client side (the
+// SDK, the command line's client commands, the audit model an auditor verifies with) must not
+// need the server's store or handlers, and the server must not need the client SDK.
+package layering
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ag-coord/ag/"
+
+// rules: in each directory, the files not listed as exceptions import none of the packages
+// forbidden there.
+var rules = []struct {
+	dir        string
+	forbidden  []string
+	exceptions []string // files that may, and why
+}{
+	{dir: "internal/audit", forbidden: []string{"internal/store", "internal/server"}},
+	{dir: "client", forbidden: []string{"internal/store", "internal/server", "internal/gate"}},
+	{dir: "agwp", forbidden: []string{"internal/", "client"}},
+	{dir: "internal/attest", forbidden: []string{"internal/store", "internal/server", "client"}},
+	{dir: "internal/gate", forbidden: []string{"client"}},
+	{dir: "internal/server", forbidden: []string{"client"}},
+	{dir: "internal/worker", forbidden: []string{"internal/store", "internal/server"}},
+	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
+		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store
+}
+
+func TestClientAndServerImportOnlyTheContract(t *testing.T) {
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	for _, r := range rules {
+		files, err := filepath.Glob(filepath.Join(root, r.dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", r.dir, err)
+		}
+		for _, f := range files {
+			name := filepath.Base(f)
+			if strings.HasSuffix(name, "_test.go") || contains(r.exceptions, name) {
+				continue
+			}
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, bad := range r.forbidden {
+					if p := strings.TrimPrefix(path, module); p != path && (p == bad || strings.HasPrefix(p, strings.TrimSuffix(bad, "/")+"/")) {
+						t.Errorf("%s/%s imports %s, which %s must not need", r.dir, name, path, r.dir)
+					}
+				}
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
