@@ -7,7 +7,6 @@ import (
 	"flag"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +14,8 @@ import (
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer that the worker may write while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestHelpHidesTheToken ensures -help names where the token comes from without printing it:
 // whoever sees a worker's help output must not get its token.
@@ -115,7 +97,7 @@ func TestDefaultKindsWithoutASandbox(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, &out, &out) }()
 	waitFor := func(what string, ok func() bool) {

@@ -1,15 +1,14 @@
 package chaos_test
 
 import (
-	"bytes"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ag-coord/ag/internal/chaos"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // TestChaosShort ensures that a short run of the fault harness, with a fixed seed, injects a
@@ -26,7 +25,7 @@ func TestChaosShort(t *testing.T) {
 		}
 		t.Skipf("no PostgreSQL: %v (install the PostgreSQL server binaries)", err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	// The children are built without -race (Run builds them with a plain go build), so the
 	// run's timing is the product's, not the race detector's.
 	rep, err := chaos.Run(t.Context(), chaos.Config{Seed: 7, Duration: 30 * time.Second, Out: &out, Verbose: true, KeepOnViolation: true})
@@ -64,22 +63,4 @@ func TestChaosShort(t *testing.T) {
 	if t.Failed() && rep.Kept {
 		t.Logf("the run's logs and history are kept in %s", rep.Dir)
 	}
-}
-
-// syncBuffer is an io.Writer the harness's goroutines may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

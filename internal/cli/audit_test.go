@@ -24,6 +24,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/store/storetest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // auditLog is an audit log sealed in memory as a store would keep it.
@@ -262,24 +263,6 @@ func serveAudit(t *testing.T, f *fakeAudit) string {
 	return srv.URL
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestAuditAgainstServer ensures `ag audit export` writes what verifies offline, `ag audit
 // verify` checks the server's log and remembers its checkpoint, then accepts a log that grew and
 // refuses one rewritten or rolled back since, and `ag audit tail` prints events, following new
@@ -410,7 +393,7 @@ func TestAuditAgainstServer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"--server", url, "--token", "t", "audit", "tail", "-f", "--after", "37"}, &buf, &buf)

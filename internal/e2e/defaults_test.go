@@ -15,6 +15,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // What a new user meets with the defaults: ag-worker started with no more than its token runs
@@ -179,7 +180,7 @@ func TestWorkerHelp(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, workerBin, "--help")
 	cmd.Env = cleanEnv()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("ag-worker --help: %v, want exit 0\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())

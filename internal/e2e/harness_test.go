@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // backends are the stores every test runs on, as parallel subtests.
@@ -48,36 +48,6 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, backend string)) {
 	}
 }
 
-// syncBuffer is an io.Writer that several goroutines (a process's output copier, the test) may
-// use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// Lines answers the complete lines written so far that contain every one of subs.
-func (b *syncBuffer) Lines(subs ...string) []string {
-	var out []string
-	for _, line := range strings.Split(b.String(), "\n") {
-		if line != "" && containsAll(line, subs...) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 func containsAll(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {
@@ -92,8 +62,8 @@ func containsAll(s string, subs ...string) bool {
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // Wait's error, set before done is closed
 }
@@ -114,7 +84,7 @@ func cleanEnv(extra ...string) []string {
 // stopped process) when t ends.
 func startProc(t *testing.T, name, bin, dir string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
 	p.cmd.Env = env
@@ -487,8 +457,8 @@ func mustAG(t *testing.T, args ...string) string {
 type agRun struct {
 	args   []string
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed when it has exited
 	err    error         // Wait's error, set before done is closed
 }
@@ -497,7 +467,7 @@ type agRun struct {
 // may be read while it runs.
 func startAG(t *testing.T, args ...string) *agRun {
 	t.Helper()
-	r := &agRun{args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	r := &agRun{args: args, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(agBin, args...)
 	r.cmd.Dir = t.TempDir()
 	r.cmd.Env = cleanEnv()

@@ -1,14 +1,12 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -17,35 +15,8 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
-
-// logBuffer is a bytes.Buffer the server may write while the test reads it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) lines(subs ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(b.buf.String(), "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
-}
 
 // TestRequestsAreLoggedAtDebug ensures the server logs each request at DEBUG, a request that
 // succeeded and one answered not_found alike, so that at its default level (INFO) it logs none;
@@ -61,7 +32,7 @@ func TestRequestsAreLoggedAtDebug(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs logBuffer
+			var logs syncbuf.Buffer
 			srv := server.New(server.Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level}))})
 			hs := httptest.NewServer(srv.Handler())
 			defer hs.Close()
@@ -74,11 +45,11 @@ func TestRequestsAreLoggedAtDebug(t *testing.T) {
 			if _, err := c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: "job_nosuch"}); !client.IsCode(err, connect.CodeNotFound) {
 				t.Fatalf("GetJob of no job: %v, want not_found", err)
 			}
-			ok := logs.lines("msg=rpc", "procedure=/agwp.v1.JobService/ListJobs", "code=ok")
-			notFound := logs.lines("msg=rpc", "procedure=/agwp.v1.JobService/GetJob", "code=not_found")
+			ok := logs.Lines("msg=rpc", "procedure=/agwp.v1.JobService/ListJobs", "code=ok")
+			notFound := logs.Lines("msg=rpc", "procedure=/agwp.v1.JobService/GetJob", "code=not_found")
 			switch level {
 			case slog.LevelInfo:
-				if all := logs.lines("msg=rpc"); len(all) != 0 {
+				if all := logs.Lines("msg=rpc"); len(all) != 0 {
 					t.Errorf("at INFO the server logged requests:\n%s", strings.Join(all, "\n"))
 				}
 			case slog.LevelDebug:
@@ -110,7 +81,7 @@ func TestRequestsAreLoggedAtDebug(t *testing.T) {
 			if err == nil || strings.Contains(err.Error(), "sql") || strings.Contains(err.Error(), "closed") {
 				t.Errorf("ListJobs over a closed store: %v, want an error without the database's details", err)
 			}
-			failed := logs.lines("msg=rpc", "procedure=/agwp.v1.JobService/ListJobs", "code=")
+			failed := logs.Lines("msg=rpc", "procedure=/agwp.v1.JobService/ListJobs", "code=")
 			last := ""
 			if len(failed) > 0 {
 				last = failed[len(failed)-1]

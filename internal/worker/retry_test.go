@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,32 +11,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
-// lockedBuffer is a bytes.Buffer several goroutines may log to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) count(sub string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), sub)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
+// syncbuf.Buffer is a bytes.Buffer several goroutines may log to.
 var errDown = connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:7777: connect: connection refused"))
 
 // TestTransient ensures only the errors that may go away by themselves are waited out.
@@ -64,7 +42,7 @@ func TestTransient(t *testing.T) {
 // stops waiting when its context ends.
 func TestWaitForServer(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	calls := 0
 	err := WaitForServer(context.Background(), log, "register this worker's key", func(context.Context) error {
@@ -76,7 +54,7 @@ func TestWaitForServer(t *testing.T) {
 	if err != nil || calls != 4 {
 		t.Errorf("WaitForServer = %v after %d calls, want nil after 4", err, calls)
 	}
-	if n := logs.count(`level=WARN msg="the server does not answer; waiting for it" to="register this worker's key"`); n < 1 || n > 3 {
+	if n := strings.Count(logs.String(), `level=WARN msg="the server does not answer; waiting for it" to="register this worker's key"`); n < 1 || n > 3 {
 		t.Errorf("%d lines for 3 failures, want 1 to 3:\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), `level=INFO msg="the server answers again"`) {
@@ -111,7 +89,7 @@ func TestWaitForServer(t *testing.T) {
 // outage is logged again.
 func TestOutageDoesNotFlood(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	o := &outage{log: slog.New(slog.NewTextHandler(&logs, nil))}
 	var wg sync.WaitGroup
 	for range 8 {
@@ -122,12 +100,12 @@ func TestOutageDoesNotFlood(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := logs.count("level=WARN"); n != 1 {
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Errorf("800 failures at once made %d lines, want 1:\n%s", n, logs.String())
 	}
 	o.answered()
 	o.answered()
-	if n := logs.count(`msg="the server answers again"`); n != 1 {
+	if n := strings.Count(logs.String(), `msg="the server answers again"`); n != 1 {
 		t.Errorf("the end of the outage made %d lines, want 1", n)
 	}
 	o.failed("claim a job", connect.NewError(connect.CodePermissionDenied, errors.New("not a worker")), time.Second)
