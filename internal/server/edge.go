@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	// The AGWP services' descriptors, which knownProcedure looks procedures up in.
+	_ "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
 // The edge is what every AGWP request passes before a byte of its body is read: the caller is
@@ -77,6 +82,11 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.next.ServeHTTP(w, r)
 		return
 	}
+	if !knownProcedure(procedure) {
+		// Answered before anything else, so that no made-up path becomes a metrics label.
+		http.NotFound(w, r)
+		return
+	}
 	c, err := e.admit(r.Context(), procedure, r.Header.Get("Authorization"))
 	if err != nil {
 		e.refuse(w, r, err)
@@ -92,8 +102,9 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Errorf("the request declares %d bytes, more than the limit of %d for %s", r.ContentLength, limit, procedure)))
 		return
 	}
-	// A body of unknown size (gRPC streams it) counts as large: it may be.
-	if contentProcedures[procedure] && (r.ContentLength < 0 || r.ContentLength > largeBodyBytes) {
+	// A body of unknown size (gRPC streams it) counts as large: it may be. So does a compressed
+	// one, which may decompress to the whole limit whatever it declares.
+	if contentProcedures[procedure] && (r.ContentLength < 0 || r.ContentLength > largeBodyBytes || compressed(r.Header)) {
 		release, ok := e.uploads.take(c.principal.Name)
 		if !ok {
 			e.s.metrics.refusal(procedure, "too_many_uploads")
@@ -106,6 +117,31 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = e.paced(w, r, limit)
 	e.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+}
+
+// compressed reports whether a request's body is compressed, in any of the protocols' ways.
+func compressed(h http.Header) bool {
+	for _, name := range []string{"Content-Encoding", "Connect-Content-Encoding", "Grpc-Encoding"} {
+		if v := h.Get(name); v != "" && v != "identity" {
+			return true
+		}
+	}
+	return false
+}
+
+// knownProcedure reports whether path names a method of an AGWP service, as the generated
+// descriptors declare them: "/agwp.v1.JobService/ClaimJob".
+func knownProcedure(path string) bool {
+	service, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !ok || method == "" || strings.Contains(method, "/") {
+		return false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service + "." + method))
+	if err != nil {
+		return false
+	}
+	_, isMethod := d.(protoreflect.MethodDescriptor)
+	return isMethod
 }
 
 // admit authenticates the caller from the headers and checks its role for the procedure.

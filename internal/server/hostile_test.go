@@ -522,3 +522,55 @@ func TestAPostgreSQLOutageIsUnavailableAndPasses(t *testing.T) {
 		t.Fatalf("enqueue after the outage: %v", err)
 	}
 }
+
+// TestMadeUpProceduresCostNothing ensures paths that only look like AGWP procedures are
+// answered 404 without a token being asked for, and leave no trace in the metrics: each refused
+// path used to become a metrics series of its own, for ever.
+func TestMadeUpProceduresCostNothing(t *testing.T) {
+	srv := agtest.Start(t, agtest.Options{})
+	for i := range 300 {
+		res := post(t, srv.URL, fmt.Sprintf("/agwp.v1.Made%dService/Up", i), strings.NewReader("{}"), 2, http.Header{"Content-Type": {"application/json"}})
+		_, _ = io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusNotFound {
+			t.Fatalf("made-up procedure %d: HTTP %d, want 404", i, res.StatusCode)
+		}
+	}
+	res, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	metrics, _ := io.ReadAll(res.Body)
+	if strings.Contains(string(metrics), "Made1Service") {
+		t.Fatal("/metrics holds a series for a made-up procedure")
+	}
+	// A real procedure without a token is still unauthenticated.
+	res = post(t, srv.URL, "/agwp.v1.JobService/ListJobs", strings.NewReader("{}"), 2, http.Header{"Content-Type": {"application/json"}})
+	if code := connectCode(t, res); code != "unauthenticated" {
+		t.Fatalf("ListJobs without a token: %s", code)
+	}
+}
+
+// TestACompressedUploadTakesASlot ensures a small compressed body, which may decompress to the
+// whole content limit, counts as a large upload: otherwise one principal could have any number
+// of 72 MiB decompressions in flight.
+func TestACompressedUploadTakesASlot(t *testing.T) {
+	srv := agtest.Start(t, agtest.Options{UploadsPerPrincipal: 1})
+	res, err := srv.Admin.Admin.CreatePrincipal(context.Background(), &agwpv1.CreatePrincipalRequest{Name: "mallory", Role: agwpv1.Role_ROLE_AGENT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := http.Header{"Content-Type": {"application/proto"}, "Authorization": {"Bearer " + res.GetToken()}}
+	body, _ := postHeld(t, srv.URL, "/agwp.v1.RepositoryService/UploadBlobs", headers, 8<<20, 1<<20)
+	for body.sent.Load() < 1<<20 {
+		time.Sleep(5 * time.Millisecond) // until the server reads it: the one slot is taken
+	}
+	gz := http.Header{"Content-Encoding": {"gzip"}}
+	for k, v := range headers {
+		gz[k] = v
+	}
+	_, answered := postHeld(t, srv.URL, "/agwp.v1.RepositoryService/UploadBlobs", gz, 60<<10, 0)
+	if code := answerWithin(t, "a compressed upload while the slot is taken", answered); code != "resource_exhausted" {
+		t.Fatalf("a 60 KiB gzip upload while the principal's one slot is taken: %s, want resource_exhausted", code)
+	}
+}

@@ -42,8 +42,9 @@ type Config struct {
 	// besides advancing a queue at once when a request moves it. Default 2s.
 	GateSweep time.Duration
 	// BodyIdleTimeout is how long a request body may go without delivering a byte, and
-	// BodyTimeout how long any body may take in all, on top of the time its declared size takes
-	// at 256 KiB/s. Defaults DefaultBodyIdleTimeout and DefaultBodyTimeout.
+	// BodyTimeout how long any body may take before it must keep 64 KiB/s on average (the time
+	// the bytes that arrived take at that pace is added to it). Defaults DefaultBodyIdleTimeout
+	// and DefaultBodyTimeout.
 	BodyIdleTimeout time.Duration
 	BodyTimeout     time.Duration
 	// UploadsPerPrincipal bounds the content requests over 1 MiB (or of unknown size) that one
