@@ -66,9 +66,10 @@ func ValidatePath(p string, dirOK bool) error {
 }
 
 // ReservedSegment reports whether seg names .git or .ag on some file system a checkout may
-// live on, and which. The comparison is the one git makes for its own directory
-// (verify_path): case-insensitive (macOS, Windows), ignoring the code points HFS+ ignores,
-// and the trailing dots and spaces NTFS drops; "git~1", NTFS's short name of .git, too.
+// live on, and which. The comparison is the one git makes for its own directory (verify_path,
+// is_ntfs_dotgit, is_hfs_dotgit): case-insensitive (macOS, Windows), ignoring the code points
+// HFS+ ignores, the trailing dots and spaces NTFS drops and an NTFS stream (":..."), and NTFS's
+// short names "git~1" and "ag~1" too.
 func ReservedSegment(seg string) (string, bool) {
 	folded := strings.ToLower(strings.Map(func(r rune) rune {
 		if hfsIgnored(r) {
@@ -76,12 +77,10 @@ func ReservedSegment(seg string) (string, bool) {
 		}
 		return r
 	}, seg))
-	if folded == "git~1" {
-		return ".git", true
-	}
+	folded, _, _ = strings.Cut(folded, ":")
 	folded = strings.TrimRight(folded, ". ")
 	for _, name := range reservedNames {
-		if folded == name {
+		if folded == name || folded == strings.TrimPrefix(name, ".")+"~1" {
 			return name, true
 		}
 	}

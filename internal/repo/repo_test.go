@@ -64,6 +64,8 @@ func TestValidatePathRefusesReservedAndImpossibleSegments(t *testing.T) {
 		".git/config", ".git/HEAD", ".ag/checkout.json", "sub/.git/hooks/pre-commit", "a/b/.ag/x",
 		".GIT/config", ".Git/info/exclude", ".AG/checkout.json", ".git./config", ".git . /config",
 		"git~1/config", "GIT~1/config", ".g\u200cit/config", "\ufeff.git/config", "x/.ag", ".git",
+		"git~1./config", "git~1 /config", "GIT~1. ./config", ".git::$INDEX_ALLOCATION/config", ".git:x/config",
+		"GIT~1:x/config", ".ag::$INDEX_ALLOCATION/checkout.json", "ag~1/checkout.json", "AG~1./checkout.json",
 	}
 	for _, p := range reserved {
 		err := ValidatePath(p, false)
@@ -81,7 +83,7 @@ func TestValidatePathRefusesReservedAndImpossibleSegments(t *testing.T) {
 		t.Errorf("a 256-byte segment: %v, want refused naming its length", err)
 	}
 	fine := []string{".gitignore", ".gitattributes", ".github/workflows/ci.yml", ".agent/x", "git/config",
-		"ag/x", ".git2/x", "a.git/x", strings.Repeat("n", MaxSegmentBytes)}
+		"ag/x", ".git2/x", "a.git/x", strings.Repeat("n", MaxSegmentBytes), "git~2/x", "a:b", "ag~10/x"}
 	for _, p := range fine {
 		if err := ValidatePath(p, false); err != nil {
 			t.Errorf("ValidatePath(%q) = %v, want ok", p, err)
