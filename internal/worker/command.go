@@ -165,6 +165,12 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if stopped {
 		return res, context.Cause(ctx)
 	}
+	if box != nil && !box.commandRan(time.Second) {
+		// Not a validation that failed: bwrap could not set the sandbox up. Its words are in
+		// the log.
+		tail, _ := logTail(s.LogPath, sink.size, 2<<10)
+		return res, fmt.Errorf("the sandbox did not start the command: %s", strings.TrimSpace(tail))
+	}
 	if sink.err != nil {
 		return res, fmt.Errorf("write log: %w", sink.err)
 	}

@@ -331,7 +331,18 @@ type boxRun struct {
 	infoW    *os.File // the child's end: bwrap --info-fd 4
 	infoDone chan struct{}
 	info     sandboxInfo // set before infoDone is closed
+	// The command proves it started, inside the sandbox, with a byte on fd 5 (startShell): bwrap
+	// tells where its sandbox is before it has made its mounts, so a setup that fails after
+	// that (a --sandbox-ro directory gone) would otherwise look like a command that failed.
+	startR    *os.File
+	startW    *os.File // the child's end
+	startDone chan struct{}
+	ran       bool // set before startDone is closed
 }
+
+// startShell is what bwrap runs: it writes the proof of start on fd 5, closes it, and becomes
+// the command ("$@"), so the command neither sees fd 5 nor has another process above it.
+const startShell = `printf x >&5 && exec 5>&- && exec "$@"`
 
 // sandboxInfo is what bwrap --info-fd tells of a sandbox.
 type sandboxInfo struct {
@@ -377,16 +388,27 @@ func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.Fi
 		b.close()
 		return nil, nil, err
 	}
+	if b.startR, b.startW, err = os.Pipe(); err != nil {
+		b.close()
+		return nil, nil, err
+	}
+	b.startDone = make(chan struct{})
+	// Go opens its own files close-on-exec; one the worker inherited open (a key file, a
+	// socket of whoever started it) would pass through bwrap to the command.
+	if err := closeInheritedOnExec(); err != nil {
+		b.close()
+		return nil, nil, fmt.Errorf("sandbox: keep inherited files from the command: %w", err)
+	}
 	cmd := &exec.Cmd{
 		Path: sb.bwrap,
-		Args: append([]string{sb.bwrap, "--args", "3", "--"}, argv...),
+		Args: append([]string{sb.bwrap, "--args", "3", "--", "/bin/sh", "-c", startShell, "ag-validate"}, argv...),
 		// On the host side, bwrap works in the checkout too, where ReapOrphans looks for
 		// what a dead worker left.
 		Dir:        dirs.Tree,
 		Env:        []string{}, // not nil, which would be the worker's environment
 		Stdout:     out,
 		Stderr:     out,
-		ExtraFiles: []*os.File{b.argsR, b.infoW},
+		ExtraFiles: []*os.File{b.argsR, b.infoW, b.startW},
 	}
 	return cmd, b, nil
 }
@@ -395,6 +417,13 @@ func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.Fi
 func (b *boxRun) started() {
 	b.argsR.Close()
 	b.infoW.Close()
+	b.startW.Close()
+	go func() {
+		defer close(b.startDone)
+		var one [1]byte
+		n, _ := b.startR.Read(one[:])
+		b.ran = n == 1
+	}()
 	go func() {
 		// More than a pipe holds would block until bwrap reads it.
 		_, _ = b.argsW.Write(b.args)
@@ -410,7 +439,7 @@ func (b *boxRun) started() {
 // close lets go of the pipes (the ends that were not handed to bwrap, or all of them when
 // it did not start).
 func (b *boxRun) close() {
-	for _, f := range []*os.File{b.argsR, b.argsW, b.infoR, b.infoW} {
+	for _, f := range []*os.File{b.argsR, b.argsW, b.infoR, b.infoW, b.startR, b.startW} {
 		if f != nil {
 			f.Close()
 		}
@@ -443,6 +472,18 @@ func (b *boxRun) end(wait time.Duration) (gone, ownPIDNS bool) {
 		return true, false // never kill in our own namespace
 	}
 	return endNamespace(b.info.ChildPID, b.info.PIDNS, wait), true
+}
+
+// commandRan reports whether the command started inside the sandbox, once bwrap and every
+// process of the sandbox are gone (the pipe has no writer left), or after wait.
+func (b *boxRun) commandRan(wait time.Duration) bool {
+	select {
+	case <-b.startDone:
+	case <-time.After(wait):
+		_ = b.startR.SetReadDeadline(time.Now())
+		<-b.startDone
+	}
+	return b.ran
 }
 
 // SelfCheck runs a command in the sandbox, in a run directory under workDir as validations

@@ -3,15 +3,39 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func sandboxSupported() error { return nil }
+
+// closeInheritedOnExec marks every file descriptor from 3 up close-on-exec, so that no child
+// inherits what this process did not open itself. Go opens its own files close-on-exec
+// already; ExtraFiles are passed to a child whatever their flag.
+func closeInheritedOnExec() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil || !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	// A kernel before 5.11: one descriptor at a time.
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= 3 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+	return nil
+}
 
 // pidNamespace answers the inode number of the PID namespace of the process pid ("self" for
 // this one), as /proc/PID/ns/pid shows it: "pid:[4026531836]".

@@ -253,6 +253,55 @@ func TestSandboxHidesFilesOutsideTheRun(t *testing.T) {
 	}
 }
 
+// TestSandboxGetsNoInheritedFile ensures a file the worker inherited open (from whoever started
+// it: a shell's redirection of a key file, a supervisor's socket) does not reach the sandboxed
+// command through bwrap, while without the sandbox a child does get it. Not parallel: the
+// sandbox marks the process's inherited descriptors close-on-exec, which would hide the file
+// from the control run too.
+func TestSandboxGetsNoInheritedFile(t *testing.T) {
+	key := secret(t)
+	keyFile := filepath.Join(t.TempDir(), "worker.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(keyFile, syscall.O_RDONLY, 0) // no O_CLOEXEC: as if inherited
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	script := fmt.Sprintf(`cat /proc/self/fd/%d 2>&1; echo "tried fd %d"`, fd, fd)
+
+	_, out, err := runIn(t, t.TempDir(), nil, script, nil, 10*time.Second)
+	if err != nil || !strings.Contains(out, key) {
+		t.Fatalf("without the sandbox the command did not read the inherited file, so this test shows nothing: %v\n%s", err, out)
+	}
+	sb := testSandbox(t, SandboxConfig{})
+	res, out, err := runIn(t, t.TempDir(), sb, script, nil, 10*time.Second)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("tried fd %d", fd)) {
+		t.Fatalf("the sandboxed command did not run: %+v, %v\n%s", res, err, out)
+	}
+	if strings.Contains(out, key) {
+		t.Fatalf("the sandboxed command read the file the worker inherited:\n%s", out)
+	}
+}
+
+// TestASandboxThatCannotStartIsNotAValidation ensures that when bwrap cannot set the sandbox
+// up (here a --sandbox-ro directory removed after the worker started), the run is an error of
+// the worker, retried elsewhere, not a command that ran and failed: that would sign a FAILED
+// attestation, isolated, for a command that never ran, and reject an honest change.
+func TestASandboxThatCannotStartIsNotAValidation(t *testing.T) {
+	t.Parallel()
+	tools := t.TempDir()
+	sb := testSandbox(t, SandboxConfig{ReadOnly: []string{tools}})
+	if err := os.Remove(tools); err != nil {
+		t.Fatal(err)
+	}
+	res, out, err := runIn(t, t.TempDir(), sb, "echo RAN", nil, 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "the sandbox did not start the command") || strings.Contains(out, "RAN") {
+		t.Fatalf("a sandbox that could not be set up: %+v, %v\n%s; want the error that it did not start the command", res, err, out)
+	}
+}
+
 // TestSandboxKeepsWritesInTheRun ensures a sandboxed command writes its checkout, its home and
 // its /tmp, and nothing else: not a directory of the host, not the blob cache, not the work
 // directory, not the system's directories. Without the sandbox, it writes them.

@@ -15,3 +15,5 @@ func sandboxSupported() error {
 func pidNamespace(string) (uint64, error) { return 0, errors.ErrUnsupported }
 
 func endNamespace(int, uint64, time.Duration) bool { return true }
+
+func closeInheritedOnExec() error { return nil }
