@@ -126,7 +126,7 @@ func (ci callInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		delay := ci.retryBase
 		for attempt := 0; ; attempt++ {
 			res, err := next(ctx, req)
-			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable || attempt >= ci.retries {
+			if err == nil || attempt >= ci.retries || !safeToRetry(req.Spec().Procedure, err) {
 				return res, err
 			}
 			t := time.NewTimer(delay)
@@ -139,6 +139,36 @@ func (ci callInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			delay *= 2
 		}
 	}
+}
+
+// retrySafeHeader is the server's word that a request answered unavailable was not applied
+// (internal/server.RetrySafeHeader).
+const retrySafeHeader = "Ag-Retry-Safe"
+
+// safeToRetry reports whether a call that failed with err may be sent again without the risk
+// of applying it twice: it failed as unavailable, and it only reads (or stores content by
+// digest), or it never reached the server, or the server said it was not applied. A write that
+// failed otherwise (a connection lost during its commit) may have been applied: the caller,
+// who knows whether repeating it is harmless, decides.
+func safeToRetry(procedure string, err error) bool {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return false
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Meta().Get(retrySafeHeader) == "true" {
+		return true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true // refused or unreachable: nothing was sent
+	}
+	_, method, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
+	for _, prefix := range []string{"Get", "List", "Find", "Watch"} {
+		if strings.HasPrefix(method, prefix) {
+			return true
+		}
+	}
+	return method == "WhoAmI" || method == "UploadBlobs"
 }
 
 func (ci callInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

@@ -102,7 +102,8 @@ func (a *authenticator) authenticate(ctx context.Context, authorization string) 
 	}
 	if err != nil {
 		// Whatever failed, the client can only wait and retry; the details are the operator's.
-		return caller{}, connect.NewError(connect.CodeUnavailable, &unavailableError{fmt.Errorf("authenticate: %w", err)})
+		// Authenticating only reads: the request was not applied.
+		return caller{}, connect.NewError(connect.CodeUnavailable, &unavailableError{cause: fmt.Errorf("authenticate: %w", err), unapplied: true})
 	}
 	c := caller{principal: p, tokenID: t.ID}
 	a.mu.Lock()

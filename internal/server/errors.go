@@ -33,7 +33,8 @@ func storeError(err error, lostClaim connect.Code) error {
 	case errors.Is(err, store.ErrInvalidPageToken):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("page_token: not a token this server handed out"))
 	case store.IsUnavailable(err):
-		return connect.NewError(connect.CodeUnavailable, &unavailableError{err})
+		_, unapplied := store.Unavailable(err)
+		return connect.NewError(connect.CodeUnavailable, &unavailableError{cause: err, unapplied: unapplied})
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

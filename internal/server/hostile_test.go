@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -451,6 +452,10 @@ func TestDatabaseFailuresAreUnavailableWithoutDetails(t *testing.T) {
 				if !strings.Contains(msg, "the database is unavailable") {
 					t.Fatalf("%s: %q does not say the database is unavailable", what, msg)
 				}
+				var ce *connect.Error
+				if !errors.As(err, &ce) || ce.Meta().Get("Ag-Retry-Safe") != "true" {
+					t.Errorf("%s on a closed store: no Ag-Retry-Safe: true, though nothing was applied", what)
+				}
 				for _, leak := range []string{"postgres", "sqlite", "user=", "ag.db", "127.0.0.1", "closed pool", "sql:"} {
 					if strings.Contains(strings.ToLower(msg), leak) {
 						t.Fatalf("%s: the client is told %q, which names %q", what, msg, leak)
@@ -510,12 +515,20 @@ func TestAPostgreSQLOutageIsUnavailableAndPasses(t *testing.T) {
 		}
 	}
 	outage(true)
-	for i := range 3 { // the pool's ended connections first, then refused new ones
+	// The pool's ended connections first (a write on one may or may not have applied, so no
+	// Ag-Retry-Safe), then refused new ones (nothing was sent: safe to send again).
+	refused := false
+	for i := 0; i < 20 && !refused; i++ {
 		_, err := agent.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "ag.noop"})
 		wantCode(t, fmt.Sprintf("enqueue %d during the outage", i), err, connect.CodeUnavailable)
 		if msg := err.Error(); strings.Contains(msg, name) || strings.Contains(msg, "user=") || strings.Contains(msg, "FATAL") {
 			t.Fatalf("enqueue during the outage: the client is told %q", msg)
 		}
+		var ce *connect.Error
+		refused = errors.As(err, &ce) && ce.Meta().Get("Ag-Retry-Safe") == "true"
+	}
+	if !refused {
+		t.Fatal("no answer during the outage said Ag-Retry-Safe, though new connections are refused before anything is sent")
 	}
 	outage(false)
 	if _, err := agent.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "ag.noop"}); err != nil {

@@ -244,8 +244,17 @@ func rpcLevel(code connect.Code) slog.Level {
 var errDatabaseUnavailable = errors.New("the database is unavailable; retry shortly (the server log has the details)")
 
 // unavailableError carries a store error that means the database cannot be reached now, to be
-// logged and answered as errDatabaseUnavailable.
-type unavailableError struct{ cause error }
+// logged and answered as errDatabaseUnavailable; unapplied when the request surely did not
+// apply, which the answer says so that a client may send it again (RetrySafeHeader).
+type unavailableError struct {
+	cause     error
+	unapplied bool
+}
+
+// RetrySafeHeader, "true" on an unavailable answer, says the request was not applied: sending
+// it again cannot apply it twice. Without it, a write that failed as unavailable may have been
+// applied (a connection lost during its commit), and only the caller knows whether to repeat it.
+const RetrySafeHeader = "Ag-Retry-Safe"
 
 func (e *unavailableError) Error() string { return e.cause.Error() }
 func (e *unavailableError) Unwrap() error { return e.cause }
@@ -256,8 +265,12 @@ func (s *Server) publicError(ctx context.Context, procedure string, err error) e
 	var down *unavailableError
 	switch c := connect.CodeOf(err); {
 	case errors.As(err, &down):
-		s.log.WarnContext(ctx, "database unavailable", "procedure", procedure, "err", down.cause)
-		return connect.NewError(connect.CodeUnavailable, errDatabaseUnavailable)
+		s.log.WarnContext(ctx, "database unavailable", "procedure", procedure, "err", down.cause, "applied", !down.unapplied)
+		public := connect.NewError(connect.CodeUnavailable, errDatabaseUnavailable)
+		if down.unapplied {
+			public.Meta().Set(RetrySafeHeader, "true")
+		}
+		return public
 	case c == connect.CodeInternal || c == connect.CodeUnknown:
 		s.log.ErrorContext(ctx, "internal error", "procedure", procedure, "err", err)
 		return connect.NewError(c, errors.New("internal error; the server log has the details"))

@@ -153,32 +153,41 @@ func ExplainLeaseChange(l Lease, principal string, admin bool, token uint64, exp
 }
 
 // ErrUnavailable: the database cannot be reached or is not serving now (down, restarting, out
-// of connections, closed); the same request may succeed later.
+// of connections, closed); the same request may succeed later. The request was not applied.
 var ErrUnavailable = errors.New("the database is unavailable")
 
-// unavailableClassifiers are the backends' tests for a driver error meaning ErrUnavailable,
-// registered by each backend's package so that errors wrapped anywhere on the way are told.
-var unavailableClassifiers []func(error) bool
+// unavailableClassifiers are the backends' tests for a driver error meaning the database is
+// unavailable, registered by each backend's package so that errors wrapped anywhere on the way
+// are told.
+var unavailableClassifiers []func(error) (unavailable, unapplied bool)
 
-// RegisterUnavailable adds a backend's test for errors that mean the database is unavailable.
-// It is called from the backend package's init.
-func RegisterUnavailable(is func(error) bool) {
+// RegisterUnavailable adds a backend's test for errors that mean the database is unavailable,
+// and whether the failed request surely did not apply (it failed before its statements were
+// sent, or its transaction surely rolled back) rather than maybe committed (a connection lost
+// during a commit). It is called from the backend package's init.
+func RegisterUnavailable(is func(error) (unavailable, unapplied bool)) {
 	unavailableClassifiers = append(unavailableClassifiers, is)
 }
 
-// IsUnavailable reports whether err means the database cannot serve now: ErrUnavailable, or an
-// error a backend classifies so.
-func IsUnavailable(err error) bool {
+// Unavailable reports whether err means the database cannot serve now, and whether the request
+// surely did not apply, so that sending it again cannot apply it twice.
+func Unavailable(err error) (unavailable, unapplied bool) {
 	if err == nil {
-		return false
+		return false, false
 	}
 	if errors.Is(err, ErrUnavailable) {
-		return true
+		return true, true
 	}
 	for _, is := range unavailableClassifiers {
-		if is(err) {
-			return true
+		if u, n := is(err); u {
+			return true, n
 		}
 	}
-	return false
+	return false, false
+}
+
+// IsUnavailable reports whether err means the database cannot serve now.
+func IsUnavailable(err error) bool {
+	u, _ := Unavailable(err)
+	return u
 }

@@ -374,7 +374,8 @@ function bearer(token: string, userAgent: string): Interceptor {
 }
 
 /** retryUnavailable tries a unary call again when it failed with `unavailable` (the server
- * unreachable or restarting), with exponential backoff, within the call's own deadline. */
+ * unreachable or restarting) and sending it again cannot apply it twice (safeToRetry), with
+ * exponential backoff, within the call's own deadline. */
 function retryUnavailable(retries: number, baseMs: number): Interceptor {
   return (next) => async (req) => {
     if (req.stream) return next(req);
@@ -383,7 +384,7 @@ function retryUnavailable(retries: number, baseMs: number): Interceptor {
       try {
         return await next(req);
       } catch (err) {
-        if (attempt >= retries || req.signal.aborted || ConnectError.from(err).code !== Code.Unavailable) {
+        if (attempt >= retries || req.signal.aborted || !safeToRetry(req.method.name, err)) {
           throw err;
         }
       }
@@ -391,6 +392,23 @@ function retryUnavailable(retries: number, baseMs: number): Interceptor {
       delay *= 2;
     }
   };
+}
+
+/** safeToRetry reports whether a call that failed with err may be sent again without the risk
+ * of applying it twice: it failed as `unavailable`, and it only reads (or stores content by
+ * digest), or it never reached the server (the connection was refused), or the server said it
+ * was not applied (`Ag-Retry-Safe: true`). A write that failed otherwise may have been applied:
+ * the caller decides. */
+export function safeToRetry(method: string, err: unknown): boolean {
+  const ce = ConnectError.from(err);
+  if (ce.code !== Code.Unavailable) return false;
+  if (ce.metadata.get("Ag-Retry-Safe") === "true") return true;
+  if (/^(Get|List|Find|Watch)/.test(method) || method === "WhoAmI" || method === "UploadBlobs") return true;
+  for (let cause: unknown = ce.cause; cause; cause = (cause as { cause?: unknown }).cause) {
+    const code = (cause as { code?: unknown }).code;
+    if (code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENOTFOUND") return true;
+  }
+  return false;
 }
 
 /** sleep resolves after ms, or as soon as one of the signals is aborted. */

@@ -20,6 +20,7 @@ import {
   JobClaim,
   JobState,
   Role,
+  safeToRetry,
   type AgClient,
   type Interceptor,
 } from "../src/index.js";
@@ -284,10 +285,26 @@ describe("errors", () => {
     assert.equal(calls, 3, "one call and two retries");
     assert.ok(Date.now() - start >= 60, "backoff of 20 + 40 ms");
 
+    // A write is retried too when it never reached the server.
+    calls = 0;
+    await rejectsWith(down.jobs.enqueueJob({ kind: "ag.noop" }), Code.Unavailable, "server down, a write");
+    assert.equal(calls, 3, "a write that was never sent is retried");
+
     calls = 0;
     const anon = createAgClient(server.url, "agt_not-a-token", { retries: 3, retryBaseMs: 1, interceptors: [count] });
     await rejectsWith(anon.jobs.listJobs({}), Code.Unauthenticated, "unknown token");
     assert.equal(calls, 1, "unauthenticated is not retried");
+  });
+});
+
+describe("safeToRetry", () => {
+  it("retries a write only when it cannot apply it twice", () => {
+    const safe = new ConnectError("the database is unavailable", Code.Unavailable, new Headers({ "Ag-Retry-Safe": "true" }));
+    const ambiguous = new ConnectError("the database is unavailable", Code.Unavailable);
+    assert.equal(safeToRetry("EnqueueJob", safe), true, "the server said it was not applied");
+    assert.equal(safeToRetry("EnqueueJob", ambiguous), false, "it may have been applied");
+    assert.equal(safeToRetry("ListJobs", ambiguous), true, "a read");
+    assert.equal(safeToRetry("EnqueueJob", new ConnectError("no", Code.InvalidArgument)), false, "not unavailable");
   });
 });
 
