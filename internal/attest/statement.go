@@ -287,7 +287,7 @@ func parsePredicate(predicate *structpb.Struct) (*testresult.TestResult, runFiel
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(predJSON, tr); err != nil {
 			return nil, runFields{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
 		}
-		if err := json.Unmarshal(predJSON, &run); err != nil {
+		if run, err = decodeRunFields(predJSON); err != nil {
 			return nil, runFields{}, fmt.Errorf("%w: predicate: %v", ErrNotAValidation, err)
 		}
 		if run.JobID == "" {
@@ -313,10 +313,34 @@ func parsePredicate(predicate *structpb.Struct) (*testresult.TestResult, runFiel
 	if err != nil {
 		return nil, runFields{}, fmt.Errorf("%w: run annotations: %v", ErrNotAValidation, err)
 	}
-	if err := json.Unmarshal(annotations, &run); err != nil {
+	if run, err = decodeRunFields(annotations); err != nil {
 		return nil, runFields{}, fmt.Errorf("%w: run annotations: %v", ErrNotAValidation, err)
 	}
 	return tr, run, nil
+}
+
+// runFieldNames are the JSON names of runFields' fields.
+var runFieldNames = []string{"jobId", "claimNumber", "worker", "startedOn", "finishedOn", "exitCode", "logDigest", "reason", "isolation"}
+
+// decodeRunFields reads the run fields of a JSON object. encoding/json matches names whatever
+// their case, and a reader of the exact names would not: an object with "jobid" beside
+// "jobId" would be one job to ag and another to an auditor's tool. A name that is a run field's
+// but for its case is refused.
+func decodeRunFields(data []byte) (runFields, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return runFields{}, err
+	}
+	for name := range members {
+		for _, field := range runFieldNames {
+			if name != field && strings.EqualFold(name, field) {
+				return runFields{}, fmt.Errorf("member %q is %q but for its case", name, field)
+			}
+		}
+	}
+	var run runFields
+	err := json.Unmarshal(data, &run)
+	return run, err
 }
 
 func parseTime(s string) (time.Time, error) {

@@ -237,8 +237,10 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		"two runs": edit(func(st map[string]any) {
 			pred(st)["configuration"] = append(configuration(st), configuration(st)[1])
 		}),
-		"bad start time":         edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
-		"a field the spec lacks": edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
+		"bad start time": edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
+		// encoding/json would take "jobid" for jobId; a reader of exact names would not.
+		"a run field in another case": edit(func(st map[string]any) { run(st)["jobid"] = "job_other" }),
+		"a field the spec lacks":      edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
 		"run fields in both places": edit(func(st map[string]any) {
 			for k, v := range run(st) {
 				pred(st)[k] = v

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -530,6 +531,30 @@ func TestMCPWrongTokenNotShown(t *testing.T) {
 		t.Errorf("the error shows the token: %s", text)
 	}
 	s.assertNoToken()
+}
+
+// TestMCPTokenNotShownInStructuredOutput ensures the agent's token is kept out of the tools'
+// structured answers too, where the server's data (a job's payload, its output) pass: here a job
+// whose payload holds the token, as a confused or injected agent might have enqueued it.
+func TestMCPTokenNotShownInStructuredOutput(t *testing.T) {
+	t.Parallel()
+	f := newMCPFixture(t, "sqlite")
+	payload := fmt.Sprintf(`{"leaked": %q}`, f.alice.token)
+	out := agRun(t, f.srv.URL, f.alice.token, "job", "enqueue", "ag.noop", "--payload", payload, "--json")
+	var enqueued struct {
+		Job struct {
+			ID string `json:"id"`
+		} `json:"job"`
+	}
+	if err := json.Unmarshal([]byte(out), &enqueued); err != nil || enqueued.Job.ID == "" {
+		t.Fatalf("ag job enqueue --json printed %q: %v", out, err)
+	}
+	var job jobView
+	f.alice.ok("job_show", map[string]any{"id": enqueued.Job.ID}, &job)
+	if b, _ := json.Marshal(job); !strings.Contains(string(b), "[token]") {
+		t.Errorf("job_show answered %s, want the payload with the token replaced", b)
+	}
+	f.alice.assertNoToken()
 }
 
 // TestMCPHTTPBearer ensures `ag mcp --http` answers only requests with its bearer, and refuses

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,8 +72,27 @@ func addTool[In, Out any](s *mcp.Server, a *mcpAgent, t *mcp.Tool, h mcp.ToolHan
 				}
 			}
 		}
-		return res, out, nil
+		// The structured output becomes the answer's text too, after this returns: it is
+		// scrubbed here, where job payloads, results and output tails pass.
+		out, err = scrubValue(a, out)
+		return res, out, err
 	})
+}
+
+// scrubValue answers v with the agent's token taken out of every string in it, through its
+// JSON form, which is what the host sees.
+func scrubValue[T any](a *mcpAgent, v T) (T, error) {
+	if a.token == "" {
+		return v, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil || !bytes.Contains(b, []byte(a.token)) {
+		return v, err
+	}
+	var clean T
+	// The token is [A-Za-z0-9_-]: its JSON form is itself, and so is that of its replacement.
+	err = json.Unmarshal(bytes.ReplaceAll(b, []byte(a.token), []byte("[token]")), &clean)
+	return clean, err
 }
 
 // toolFailure answers a tool error that also carries its structured output, for outcomes the

@@ -136,6 +136,16 @@ func auditKeyFor(db string) string {
 }
 
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
+	err := serveUntilDone(ctx, g, o)
+	if err != nil && ctx.Err() != nil {
+		// Stopped (Ctrl-C, SIGTERM) while it was starting: what failed then failed because of
+		// the stop, which is not a failure.
+		return nil
+	}
+	return err
+}
+
+func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.db == "" {
 		o.db = envOr("AG_DB", defaultDB)
 	}

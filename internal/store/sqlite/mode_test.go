@@ -44,3 +44,37 @@ func TestDatabaseFilesAreTheOwnersOnly(t *testing.T) {
 		t.Errorf("%s has mode %o, want no access for group and others", dir, mode)
 	}
 }
+
+// TestAnOlderDatabaseIsMadeTheOwnersOnly ensures a database an earlier build left readable by
+// everyone (0644, with its WAL) is made the owner's only when it is opened.
+func TestAnOlderDatabaseIsMadeTheOwnersOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ag.db")
+	st, err := sqlite.Open(context.Background(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.EnqueueJob(context.Background(), store.EnqueueJobParams{Kind: "ag.noop", MaxAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal"} {
+		if err := os.Chmod(name, 0o644); err != nil { // as the earlier build left it
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	st, err = sqlite.Open(context.Background(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, name := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %o after opening, want 600", filepath.Base(name), mode)
+		}
+	}
+}

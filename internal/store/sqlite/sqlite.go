@@ -107,6 +107,14 @@ func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	// A database an earlier build created with the umask's mode is made the owner's only too.
+	for _, name := range []string{abs, abs + "-wal", abs + "-shm"} {
+		if fi, err := os.Stat(name); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(name, 0o600); err != nil {
+				return nil, fmt.Errorf("open sqlite %s: make %s readable by its owner only: %w", path, filepath.Base(name), err)
+			}
+		}
+	}
 
 	clk := opts.Clock
 	if clk == nil {
