@@ -13,7 +13,19 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
-// uploadChunkBytes bounds one UploadBlobs request, well under the server's content limit.
+// The server's limits on one content request (docs/api.md, Limits), which IntegrateFiles keeps
+// to by splitting its calls. A change is one Integrate call: MaxEditsPerChange is a limit on a
+// change, not on a call that can be split.
+const (
+	// MaxDigestsPerCall is how many digests one FindMissingBlobs may ask about.
+	MaxDigestsPerCall = 10000
+	// MaxBlobsPerUpload is how many blobs one UploadBlobs may carry.
+	MaxBlobsPerUpload = 10000
+	// MaxEditsPerChange is how many paths one Integrate may change.
+	MaxEditsPerChange = 10000
+)
+
+// uploadChunkBytes bounds one UploadBlobs request, well under the server's 64 MiB of content.
 const uploadChunkBytes = 16 << 20
 
 // AcquireLeaseOptions describe a lease request.
@@ -60,8 +72,13 @@ type IntegrateOptions struct {
 	Changes       []FileChange
 }
 
-// IntegrateFiles uploads the contents the server lacks and integrates the changes by digest.
+// IntegrateFiles uploads the contents the server lacks and integrates the changes by digest, in
+// one change. The contents go in as many FindMissingBlobs and UploadBlobs calls as the server's
+// limits ask; more than MaxEditsPerChange changes is refused before anything is read or sent.
 func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv1.Change, error) {
+	if len(o.Changes) > MaxEditsPerChange {
+		return nil, fmt.Errorf("%d paths in one change, more than the %d a server takes in one Integrate: send them as several changes", len(o.Changes), MaxEditsPerChange)
+	}
 	edits := make([]*agwpv1.Edit, 0, len(o.Changes))
 	byDigest := map[string][]byte{}
 	var digests []string
@@ -85,34 +102,8 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 		}
 		edits = append(edits, &agwpv1.Edit{Path: ch.Path, Action: &agwpv1.Edit_BlobDigest{BlobDigest: d}})
 	}
-	if len(digests) > 0 {
-		missing, err := c.Repos.FindMissingBlobs(ctx, &agwpv1.FindMissingBlobsRequest{Digests: digests})
-		if err != nil {
-			return nil, err
-		}
-		var chunk [][]byte
-		var size int
-		flush := func() error {
-			if len(chunk) == 0 {
-				return nil
-			}
-			_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: chunk})
-			chunk, size = nil, 0
-			return err
-		}
-		for _, d := range missing.GetMissing() {
-			b := byDigest[d]
-			if size+len(b) > uploadChunkBytes {
-				if err := flush(); err != nil {
-					return nil, err
-				}
-			}
-			chunk = append(chunk, b)
-			size += len(b)
-		}
-		if err := flush(); err != nil {
-			return nil, err
-		}
+	if err := c.uploadMissing(ctx, digests, byDigest); err != nil {
+		return nil, err
 	}
 	res, err := c.Repos.Integrate(ctx, &agwpv1.IntegrateRequest{
 		Repository: o.Repository, BaseRevision: o.BaseRevision, Holder: o.Holder,
@@ -122,6 +113,44 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 		return nil, err
 	}
 	return res.GetChange(), nil
+}
+
+// uploadMissing asks which of digests the server lacks, MaxDigestsPerCall at a time, and uploads
+// their contents (from byDigest) in calls of at most uploadChunkBytes and MaxBlobsPerUpload
+// blobs; a blob larger than uploadChunkBytes goes alone.
+func (c *Client) uploadMissing(ctx context.Context, digests []string, byDigest map[string][]byte) error {
+	var chunk [][]byte
+	var size int
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: chunk})
+		chunk, size = nil, 0
+		return err
+	}
+	for len(digests) > 0 {
+		ask := digests[:min(len(digests), MaxDigestsPerCall)]
+		digests = digests[len(ask):]
+		missing, err := c.Repos.FindMissingBlobs(ctx, &agwpv1.FindMissingBlobsRequest{Digests: ask})
+		if err != nil {
+			return err
+		}
+		for _, d := range missing.GetMissing() {
+			b, ok := byDigest[d]
+			if !ok {
+				return fmt.Errorf("FindMissingBlobs answered %.80q, a digest it was not asked about", d)
+			}
+			if size+len(b) > uploadChunkBytes || len(chunk) == MaxBlobsPerUpload {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			chunk = append(chunk, b)
+			size += len(b)
+		}
+	}
+	return flush()
 }
 
 // Blob fetches a blob and checks that its content has the digest asked for.

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -151,7 +152,12 @@ verifies. Changes already queued are validated under the policy in force when th
 		Long: `Loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
 never followed; so is what no repository may hold, at any depth: .git and .ag (a nested
-repository's .git among them).`,
+repository's .git among them).
+
+One change holds at most 10,000 files: more go in as several changes, in path order, each on
+the revision the one before made; if one fails, those before it stay, and the same import run
+again finishes it. A repository with a validation policy takes no import of more than 10,000
+files: import first, then set the policy.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -188,6 +194,10 @@ func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, ho
 	} else if err != nil {
 		return err
 	}
+	if v := r.GetRepository().GetValidation(); v != nil && len(files) > client.MaxEditsPerChange {
+		return withExit(ExitUsage, fmt.Errorf("%s has %d files, more than the %d a server takes in one change (one Integrate), and %s validates every change: an import in several changes would have each part validated alone. Import into a repository without validation, then set it with ag repo set-validation",
+			dir, len(files), client.MaxEditsPerChange, name))
+	}
 	// Lease the top-level entries: they cover every imported path.
 	top := map[string]bool{}
 	for p := range files {
@@ -207,25 +217,62 @@ func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, ho
 		return err
 	}
 	defer c.Leases.ReleaseLease(context.WithoutCancel(ctx), &agwpv1.ReleaseLeaseRequest{LeaseId: lease.GetId(), FencingToken: lease.GetFencingToken()}) //nolint:errcheck // best effort: it expires anyway
-	edits := make([]client.FileChange, 0, len(files))
+	ordered := make([]string, 0, len(files))
 	for p := range files {
-		edits = append(edits, client.FileChange{Path: p, LocalPath: filepath.Join(dir, filepath.FromSlash(p))})
+		ordered = append(ordered, p)
 	}
+	sort.Strings(ordered)
 	if message == "" {
 		message = "import of " + filepath.Base(dir)
 	}
-	change, err := c.IntegrateFiles(ctx, client.IntegrateOptions{
-		Repository: name, BaseRevision: r.GetRepository().GetMainline(), Holder: holder,
-		FencingTokens: []uint64{lease.GetFencingToken()}, Message: message, Changes: edits,
-	})
-	if err != nil {
-		return err
+	// One change holds at most client.MaxEditsPerChange paths: a larger import goes in as several,
+	// in path order, each on the revision the one before made.
+	parts := (len(ordered) + client.MaxEditsPerChange - 1) / client.MaxEditsPerChange
+	base := r.GetRepository().GetMainline()
+	var change *agwpv1.Change
+	for i := range parts {
+		part := ordered[i*client.MaxEditsPerChange : min(len(ordered), (i+1)*client.MaxEditsPerChange)]
+		edits := make([]client.FileChange, 0, len(part))
+		for _, p := range part {
+			edits = append(edits, client.FileChange{Path: p, LocalPath: filepath.Join(dir, filepath.FromSlash(p))})
+		}
+		msg := message
+		if parts > 1 {
+			msg = fmt.Sprintf("%s (part %d of %d)", message, i+1, parts)
+			if i > 0 {
+				// The lease must outlast the parts still to come.
+				if _, err := c.Leases.RenewLease(ctx, &agwpv1.RenewLeaseRequest{LeaseId: lease.GetId(), FencingToken: lease.GetFencingToken(), Ttl: durationpb.New(10 * time.Minute)}); err != nil {
+					return importStopped(err, i, parts, change)
+				}
+			}
+		}
+		change, err = c.IntegrateFiles(ctx, client.IntegrateOptions{
+			Repository: name, BaseRevision: base, Holder: holder,
+			FencingTokens: []uint64{lease.GetFencingToken()}, Message: msg, Changes: edits,
+		})
+		if err != nil {
+			if i == 0 {
+				return err
+			}
+			return importStopped(err, i, parts, change)
+		}
+		base = change.GetIntegratedRevision()
 	}
 	if g.json {
 		return g.printJSON(change)
 	}
+	if parts > 1 {
+		fmt.Fprintf(g.stdout, "imported %d files into %s in %d changes of at most %d files: the last %s, mainline %s\n", len(files), name, parts, client.MaxEditsPerChange, change.GetId(), change.GetIntegratedRevision())
+		return nil
+	}
 	fmt.Fprintf(g.stdout, "imported %d files into %s: change %s, mainline %s\n", len(files), name, change.GetId(), change.GetIntegratedRevision())
 	return nil
+}
+
+// importStopped explains an import in several changes that failed after done of them.
+func importStopped(err error, done, parts int, last *agwpv1.Change) error {
+	return fmt.Errorf("the import stopped after %d of its %d changes (the mainline is at %s, holding the first %d files in path order): %w. Run the same import again to finish it",
+		done, parts, last.GetIntegratedRevision(), done*client.MaxEditsPerChange, err)
 }
 
 func newCheckoutCmd(g *globals) *cobra.Command {
@@ -262,7 +309,14 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 				return err
 			}
 			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, BaseRevision: tree.GetRevision(), Files: files, root: abs}
-			if err := writeCheckout(cmd.Context(), c, co); err != nil {
+			var size int64
+			for _, e := range tree.GetEntries() {
+				size += int64(e.GetSize())
+			}
+			prog := newProgress(g, "checkout:", len(files), size)
+			err = writeCheckout(cmd.Context(), c, co, prog)
+			prog.done()
+			if err != nil {
 				return err
 			}
 			if g.json {
@@ -279,22 +333,22 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 // writeCheckout writes co's files and state into co.root, a new or empty directory, so that
 // it is there in full or not at all: a failure, a refused tree or Ctrl-C leaves no half
 // checkout behind, which would pass for a checkout with every missing file deleted locally.
-func writeCheckout(ctx context.Context, c *client.Client, co *checkout) error {
+func writeCheckout(ctx context.Context, c *client.Client, co *checkout, prog *progress) error {
 	info, err := os.Stat(co.root)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return writeCheckoutBeside(ctx, c, co)
+		return writeCheckoutBeside(ctx, c, co, prog)
 	case err != nil:
 		return err
 	case !info.IsDir():
 		return fmt.Errorf("%s is not a directory: check out into a new or empty directory", co.root)
 	}
-	return writeCheckoutInside(ctx, c, co)
+	return writeCheckoutInside(ctx, c, co, prog)
 }
 
 // writeCheckoutBeside writes the checkout into a new directory beside co.root, on the same file
 // system, and renames it into place once complete.
-func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout) error {
+func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout, prog *progress) error {
 	parent := filepath.Dir(co.root)
 	// The directories MkdirAll creates go again on failure, down to the first that was there.
 	firstNew := ""
@@ -335,7 +389,7 @@ func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout) er
 		return err
 	}
 	defer root.Close()
-	if err := writeTreeFiles(ctx, c, root, co.Files); err != nil {
+	if err := writeTreeFiles(ctx, c, root, co.Files, prog); err != nil {
 		return err
 	}
 	if err := co.saveIn(root); err != nil {
@@ -353,7 +407,7 @@ func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout) er
 // and lose its permissions, and could cross file systems when it is a mount point. So the files
 // are written in a staging directory under .ag/ (no tree may hold .ag, so none collides) and
 // moved up once all are there, and the directory is emptied again on failure.
-func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout) error {
+func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, prog *progress) error {
 	root, err := os.OpenRoot(co.root)
 	if err != nil {
 		return err
@@ -381,7 +435,7 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout) er
 		return err
 	}
 	defer stage.Close()
-	if err := writeTreeFiles(ctx, c, stage, co.Files); err != nil {
+	if err := writeTreeFiles(ctx, c, stage, co.Files, prog); err != nil {
 		return err
 	}
 	entries, err := readDir(stage, ".")
@@ -404,23 +458,17 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout) er
 	return nil
 }
 
-// writeTreeFiles fetches and writes files (path → digest) under root.
-func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string) error {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		content, err := c.Blob(ctx, files[p])
-		if err != nil {
-			return fmt.Errorf("fetch %s: %w", p, err)
+// writeTreeFiles fetches and writes files (path → digest) under root, fetching by several
+// requests at once and each blob once, counting on prog.
+func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) error {
+	return fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
+		for _, p := range paths {
+			if err := writeFile(root, p, content); err != nil {
+				return err
+			}
 		}
-		if err := writeFile(root, p, content); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // defaultHolder derives a holder label from a directory name.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +23,8 @@ type syncOptions struct {
 	merge    bool     // write text conflicts into the files, between markers, and go ahead
 	theirs   []string // repository paths ("a/" for a directory) to take from the revision, local edits dropped
 	ours     []string // repository paths whose local edits stay, as edits on the new revision
+	// progress answers the progress line of fetching files of bytes, or nil for none.
+	progress func(files int, bytes int64) *progress
 }
 
 // syncResult is what a sync did, or would have done when refused; `ag sync --json` prints it.
@@ -227,15 +230,30 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		res.Blocked = blocked
 		return res, withExit(ExitConflict, fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", ")))
 	}
-	// Every blob before the first change on disk, so a failing server leaves the checkout as it was.
+	// Every blob before the first change on disk, so a failing server leaves the checkout as it
+	// was; fetched by several requests at once, each blob once.
+	need := map[string]string{}
 	for _, p := range writes {
-		if _, known := contents[p]; known {
-			continue
-		}
-		if contents[p], err = ws.c.Blob(ctx, target[p]); err != nil {
-			return nil, err
+		if _, known := contents[p]; !known {
+			need[p] = target[p]
 		}
 	}
+	var prog *progress
+	if opts.progress != nil && len(need) > 0 {
+		var size int64
+		for _, e := range tree.GetEntries() {
+			if _, ok := need[e.GetPath()]; ok {
+				size += int64(e.GetSize())
+			}
+		}
+		prog = opts.progress(len(need), size)
+	}
+	fetched, err := fetchContents(ctx, ws.c, need, prog)
+	prog.done()
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(contents, fetched)
 	// The local contents of files about to get conflict markers, kept for --ours.
 	for p, content := range oursContent {
 		if err := writeFile(root, oursPath(newConflicts[p].Ours), content); err != nil {
@@ -377,6 +395,7 @@ changes nothing (exit code 4) unless told how to go on:
 					return withExit(ExitUsage, fmt.Errorf("%s is named by both --theirs and --ours", p))
 				}
 			}
+			opts.progress = func(files int, bytes int64) *progress { return newProgress(g, "sync:", files, bytes) }
 			res, err := syncWith(cmd.Context(), ws, opts)
 			if res == nil {
 				return err
@@ -559,16 +578,17 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 	}
 	defer root.Close()
 	// Every blob before the first change on disk.
-	contents := map[string][]byte{}
+	bases := map[string]string{}
 	var restore []string
 	for _, e := range edits {
-		if e.kind == "added" {
-			continue
+		if e.kind != "added" {
+			bases[e.path] = ws.co.Files[e.path]
+			restore = append(restore, e.path)
 		}
-		if contents[e.path], err = ws.c.Blob(ctx, ws.co.Files[e.path]); err != nil {
-			return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
-		}
-		restore = append(restore, e.path)
+	}
+	contents, err := fetchContents(ctx, ws.c, bases, nil)
+	if err != nil {
+		return out, fmt.Errorf("the base revision's files: %w", err)
 	}
 	if blocked, err := inTheWay(root, restore, map[string]bool{}); err != nil {
 		return out, err

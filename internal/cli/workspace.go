@@ -2,14 +2,20 @@ package cli
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -180,9 +186,36 @@ func scanTree(dir string) (map[string]localFile, []string, error) {
 		return nil, nil, err
 	}
 	defer root.Close()
-	files := map[string]localFile{}
-	var skipped []string
-	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+	s, err := scanRoot(root, nil)
+	return s.files, s.skipped, err
+}
+
+// scan is what scanRoot found.
+type scan struct {
+	files   map[string]localFile
+	skipped []string
+	hashed  int        // files read and hashed; the others' digests came from the stat cache
+	cache   *statCache // the files' stats and digests as of this scan, when scanned with a cache
+}
+
+// hashWorkers is how many files a scan reads and hashes at once.
+var hashWorkers = min(8, 2*runtime.GOMAXPROCS(0))
+
+// scanRoot scans root as scanTree does. With a stat cache, a file whose stat is as cached (and
+// not racily clean) takes the cached digest without being read, and the scan answers the cache
+// of what it found, for the next one.
+func scanRoot(root *os.Root, cache *statCache) (scan, error) {
+	s := scan{files: map[string]localFile{}}
+	start := time.Now().UnixNano()
+	if cache != nil {
+		s.cache = &statCache{stamp: start, entries: make(map[string]statEntry, len(cache.entries))}
+	}
+	type toHash struct {
+		path string
+		stat fs.FileInfo // nil without a cache
+	}
+	var hash []toHash
+	err := fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -199,20 +232,79 @@ func scanTree(dir string) (map[string]localFile, []string, error) {
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			skipped = append(skipped, rel)
+			s.skipped = append(s.skipped, rel)
 			return nil
 		}
 		if err := repo.ValidatePath(rel, false); err != nil {
 			return fmt.Errorf("%s: %v", rel, err)
 		}
-		data, err := root.ReadFile(filepath.FromSlash(rel))
+		if cache == nil {
+			hash = append(hash, toHash{path: rel})
+			return nil
+		}
+		// The stat is taken before the content is read: a write in between moves the mtime on
+		// from what is cached, and the next scan hashes the file again.
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		files[rel] = localFile{digest: repo.Digest(data), size: int64(len(data))}
+		if digest, ok := cache.digestOf(rel, statOf(info, "")); ok {
+			s.files[rel] = localFile{digest: digest, size: info.Size()}
+			s.cache.entries[rel] = statOf(info, digest)
+			return nil
+		}
+		hash = append(hash, toHash{path: rel, stat: info})
 		return nil
 	})
-	return files, skipped, err
+	if err != nil {
+		return s, err
+	}
+	s.hashed = len(hash)
+	if len(hash) == 0 {
+		return s, nil
+	}
+	// Read and hash in parallel: a cold scan of many small files waits on the file system.
+	found := make([]localFile, len(hash))
+	errs := make([]error, len(hash))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(hashWorkers, len(hash)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(hash) {
+					return
+				}
+				found[i], errs[i] = hashFile(root, hash[i].path)
+			}
+		})
+	}
+	wg.Wait()
+	for i, h := range hash {
+		if errs[i] != nil {
+			return s, errs[i]
+		}
+		s.files[h.path] = found[i]
+		if s.cache != nil && found[i].size == h.stat.Size() {
+			s.cache.entries[h.path] = statOf(h.stat, found[i].digest)
+		}
+	}
+	return s, nil
+}
+
+// hashFile reads the file at a repository path under root and answers its digest and size.
+func hashFile(root *os.Root, path string) (localFile, error) {
+	f, err := root.Open(filepath.FromSlash(path))
+	if err != nil {
+		return localFile{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return localFile{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return localFile{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: n}, nil
 }
 
 // localEdit is a difference between the checkout's files and its base revision.
@@ -224,10 +316,11 @@ type localEdit struct {
 
 // localEdits compares the files on disk with the base revision's.
 func (c *checkout) localEdits() ([]localEdit, error) {
-	files, _, err := scanTree(c.root)
+	s, err := c.scan()
 	if err != nil {
 		return nil, err
 	}
+	files := s.files
 	var edits []localEdit
 	for p, f := range files {
 		base, ok := c.Files[p]
@@ -245,6 +338,26 @@ func (c *checkout) localEdits() ([]localEdit, error) {
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].path < edits[j].path })
 	return edits, nil
+}
+
+// scan scans the checkout's files with its stat cache, and writes the cache anew when the scan
+// hashed a file or found one gone. The cache only saves time: when it cannot be written, the
+// next scan hashes again.
+func (c *checkout) scan() (scan, error) {
+	root, err := os.OpenRoot(c.root)
+	if err != nil {
+		return scan{}, err
+	}
+	defer root.Close()
+	cache := loadStatCache(root)
+	s, err := scanRoot(root, cache)
+	if err != nil {
+		return s, err
+	}
+	if s.hashed > 0 || len(s.cache.entries) != len(cache.entries) {
+		_ = s.cache.save(root)
+	}
+	return s, nil
 }
 
 // repoPath turns a path given on the command line into a repository path; a trailing '/' is
@@ -350,17 +463,24 @@ func writeFile(root *os.Root, path string, content []byte) error {
 }
 
 // makeParents creates the directories of path, one segment at a time, refusing a segment that
-// is there but not a directory.
+// is there but not a directory. Several writers may make the same directories at once.
 func makeParents(root *os.Root, path string) error {
 	segs := strings.Split(path, "/")
 	for i := 1; i < len(segs); i++ {
 		dir := strings.Join(segs[:i], "/")
 		info, err := root.Lstat(filepath.FromSlash(dir))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if err := root.Mkdir(filepath.FromSlash(dir), 0o755); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = root.Mkdir(filepath.FromSlash(dir), 0o755)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("write %s: %w", path, err)
 			}
+			// Made meanwhile, by another of a checkout's writers or by someone else: look again.
+			info, err = root.Lstat(filepath.FromSlash(dir))
+		}
+		switch {
 		case err != nil:
 			return fmt.Errorf("write %s: %w", path, err)
 		case info.IsDir():

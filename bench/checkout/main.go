@@ -1,0 +1,229 @@
+// Command checkout measures `ag repo import`, `ag checkout` and `ag status` (no edits) on
+// generated repositories of small files, against a real `ag serve`, with the ag binary it is
+// given, so that two builds can be compared in one session. It prints a Markdown table of
+// medians. Figures, not a test: nothing here passes or fails on a time.
+//
+//	go build -o /tmp/ag ./cmd/ag && go run ./bench/checkout --ag /tmp/ag
+//	go run ./bench/checkout --ag /tmp/ag --sizes 1000,10000 --runs 5 --db postgres://...
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "checkout bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	ag     string
+	sizes  []int
+	runs   int
+	db     string // "" = a new SQLite database per size
+	port   int
+	perDir int
+}
+
+func run() error {
+	var o options
+	var sizes string
+	flag.StringVar(&o.ag, "ag", "", "the ag binary to measure (required)")
+	flag.StringVar(&sizes, "sizes", "1000,10000,50000", "repository sizes in files, comma-separated")
+	flag.IntVar(&o.runs, "runs", 3, "checkouts and statuses timed per size (the median is printed)")
+	flag.StringVar(&o.db, "db", "", "a PostgreSQL URL to serve from (emptied by no one: use a new database); default a new SQLite file per size")
+	flag.IntVar(&o.port, "port", 7793, "the port ag serve listens on")
+	flag.IntVar(&o.perDir, "per-dir", 100, "files per directory")
+	flag.Parse()
+	if o.ag == "" {
+		return errors.New("--ag: name the ag binary to measure")
+	}
+	for s := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--sizes: %q is not a number of files", s)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	tmp, err := os.MkdirTemp("", "ag-checkout-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	fmt.Printf("ag: %s\n", version(o.ag))
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average before: %s", b)
+	}
+	fmt.Println()
+	fmt.Println("| files | import | checkout (median) | status, first after checkout | status, no edits (median) |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, n := range o.sizes {
+		db := o.db
+		if db == "" {
+			db = "sqlite:" + filepath.Join(tmp, fmt.Sprintf("ag-%d.db", n))
+		}
+		// With --db, one PostgreSQL database serves every size, each its own repository.
+		row, err := measure(o, tmp, db, n)
+		if err != nil {
+			return fmt.Errorf("%d files: %w", n, err)
+		}
+		fmt.Println(row)
+	}
+	return nil
+}
+
+// measure serves db, loads a repository of n files and times the commands.
+func measure(o options, tmp, db string, n int) (string, error) {
+	dir := filepath.Join(tmp, fmt.Sprintf("n%d", n))
+	all := filepath.Join(dir, "src")
+	if err := generate(all, n, o.perDir, 0, n); err != nil {
+		return "", err
+	}
+	token := fmt.Sprintf("agt_checkoutbench%d%d", n, time.Now().UnixNano())
+	url := fmt.Sprintf("http://127.0.0.1:%d", o.port)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := exec.CommandContext(ctx, o.ag, "serve", "--db", db, "--addr", fmt.Sprintf("127.0.0.1:%d", o.port),
+		"--audit-key", filepath.Join(dir, "audit.key"), "--log-level", "warn")
+	srv.Env = append(os.Environ(), "AG_BOOTSTRAP_TOKEN="+token)
+	srv.Dir = dir
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	defer func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+	}()
+	ag := func(args ...string) (time.Duration, error) {
+		args = append(args, "--server", url, "--token", token)
+		cmd := exec.Command(o.ag, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		err := cmd.Run()
+		took := time.Since(start)
+		if err != nil {
+			return took, fmt.Errorf("ag %s: %w\n%s", strings.Join(args[:min(len(args), 3)], " "), err, out.String())
+		}
+		return took, nil
+	}
+	var up error
+	for range 100 {
+		if _, up = ag("whoami"); up == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if up != nil {
+		return "", up
+	}
+	repo := fmt.Sprintf("bench%d", n)
+
+	importCell := ""
+	took, err := ag("repo", "import", repo, all)
+	if err != nil {
+		// A build that cannot import so many files at once: load the repository in parts of
+		// 10,000 files, each part its own top-level directories, and say so.
+		fmt.Fprintf(os.Stderr, "one import of %d files failed; importing in parts: %v\n", n, firstLine(err))
+		importCell = "fails"
+		const part = 10000
+		for lo := 0; lo < n; lo += part {
+			pdir := filepath.Join(dir, fmt.Sprintf("part%d", lo/part))
+			if err := generate(pdir, n, o.perDir, lo, min(n, lo+part)); err != nil {
+				return "", err
+			}
+			if _, err := ag("repo", "import", repo, pdir); err != nil {
+				return "", err
+			}
+		}
+	} else {
+		importCell = seconds(took)
+	}
+
+	var checkouts []time.Duration
+	var last string
+	for i := range o.runs {
+		last = filepath.Join(dir, fmt.Sprintf("co%d", i))
+		took, err := ag("checkout", repo, last)
+		if err != nil {
+			return "", err
+		}
+		checkouts = append(checkouts, took)
+	}
+	// Past the stat cache's racy window (2 s at most), so that the first status may trust what
+	// it records.
+	time.Sleep(2500 * time.Millisecond)
+	first, err := ag("-C", last, "status")
+	if err != nil {
+		return "", err
+	}
+	var statuses []time.Duration
+	for range max(o.runs, 5) {
+		took, err := ag("-C", last, "status")
+		if err != nil {
+			return "", err
+		}
+		statuses = append(statuses, took)
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, importCell, seconds(median(checkouts)), seconds(first), seconds(median(statuses))), nil
+}
+
+// generate writes the files lo..hi-1 of a repository of n files, perDir per directory, under
+// dir; each is a few lines of text, different from every other.
+func generate(dir string, n, perDir, lo, hi int) error {
+	width := len(strconv.Itoa(max(n/perDir, 1)))
+	for i := lo; i < hi; i++ {
+		d := filepath.Join(dir, fmt.Sprintf("d%0*d", width, i/perDir))
+		if i%perDir == 0 || i == lo {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		content := fmt.Sprintf("package d%d\n\n// File %d of %d.\nconst F%d = %d\n", i/perDir, i, n, i, i*7919)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%d.go", i)), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func seconds(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+func version(ag string) string {
+	out, err := exec.Command(ag, "--version").CombinedOutput()
+	if err != nil {
+		return ag
+	}
+	return ag + " (" + strings.TrimSpace(string(out)) + ")"
+}

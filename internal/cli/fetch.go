@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ag-coord/ag/client"
+)
+
+// fetchWorkers is how many GetBlob requests a checkout or a sync keeps in flight. Each holds
+// one blob in memory until its files are written (or, for a sync, kept until all are there).
+const fetchWorkers = 12
+
+// fetchBlobs fetches the blobs of files (path → digest), each digest once however many paths
+// share it, by up to fetchWorkers concurrent requests, and calls got with each blob's content
+// and the paths (sorted) that hold it. got runs on the fetching goroutines, several at once.
+// The first error, from a fetch or from got, stops the rest and is answered; an error fetching
+// names the first path of the blob.
+func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, prog *progress, got func(paths []string, content []byte) error) error {
+	byDigest := map[string][]string{}
+	for p, d := range files {
+		byDigest[d] = append(byDigest[d], p)
+	}
+	digests := make([]string, 0, len(byDigest))
+	for d, ps := range byDigest {
+		sort.Strings(ps)
+		digests = append(digests, d)
+	}
+	// In the order of their first paths, so a checkout fills directories one after the other.
+	sort.Slice(digests, func(i, j int) bool { return byDigest[digests[i]][0] < byDigest[digests[j]][0] })
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(fetchWorkers, len(digests)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(digests) || ctx.Err() != nil {
+					return
+				}
+				d := digests[i]
+				paths := byDigest[d]
+				content, err := c.Blob(ctx, d)
+				if err != nil {
+					cancel(fmt.Errorf("fetch %s: %w", paths[0], err))
+					return
+				}
+				if err := got(paths, content); err != nil {
+					cancel(err)
+					return
+				}
+				prog.add(len(paths), int64(len(content))*int64(len(paths)))
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// fetchContents fetches the blobs of files (path → digest) in parallel, as fetchBlobs does, and
+// answers every path's content, all held in memory: for a sync or a revert, which change
+// nothing on disk before every blob is there.
+func fetchContents(ctx context.Context, c *client.Client, files map[string]string, prog *progress) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(files))
+	var mu sync.Mutex
+	err := fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range paths {
+			out[p] = content
+		}
+		return nil
+	})
+	return out, err
+}
+
+// progress prints, on a terminal, one line that counts the files and bytes fetched and
+// written, redrawn at most every progressEvery and ended by done. A nil progress prints
+// nothing: that is what a pipe, a file or --json get.
+type progress struct {
+	w          io.Writer
+	verb       string
+	totalFiles int
+	totalBytes int64
+
+	mu    sync.Mutex
+	files int
+	bytes int64
+	drawn time.Time
+	shown bool
+}
+
+const progressEvery = 100 * time.Millisecond
+
+// newProgress answers a progress line on g's stderr for totalFiles files of totalBytes bytes (0:
+// not known),
+// or nil when stderr is not a terminal or the output is JSON.
+func newProgress(g *globals, verb string, totalFiles int, totalBytes int64) *progress {
+	if g.json || !isTerminal(g.stderr) {
+		return nil
+	}
+	return &progress{w: g.stderr, verb: verb, totalFiles: totalFiles, totalBytes: totalBytes}
+}
+
+// add counts files of bytes done, and redraws the line when it is due.
+func (p *progress) add(files int, bytes int64) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.files += files
+	p.bytes += bytes
+	if now := time.Now(); now.Sub(p.drawn) >= progressEvery {
+		p.drawn = now
+		p.draw()
+	}
+}
+
+// done draws the final count and ends the line, if one was drawn.
+func (p *progress) done() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		p.draw()
+		fmt.Fprintln(p.w)
+	}
+}
+
+func (p *progress) draw() {
+	p.shown = true
+	total := ""
+	if p.totalBytes > 0 {
+		total = "/" + humanBytes(p.totalBytes)
+	}
+	// \x1b[K clears what a longer line drawn before left at its end.
+	fmt.Fprintf(p.w, "\r%s %d/%d files, %s%s\x1b[K", p.verb, p.files, p.totalFiles, humanBytes(p.bytes), total)
+}
+
+// humanBytes writes a byte count in binary units, one decimal.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
