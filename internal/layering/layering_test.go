@@ -28,6 +28,7 @@ var rules = []struct {
 	{dir: "internal/attest", forbidden: []string{"internal/store", "internal/server", "client"}},
 	{dir: "internal/gate", forbidden: []string{"client"}},
 	{dir: "internal/server", forbidden: []string{"client"}},
+	{dir: "internal/gitstore", forbidden: []string{"internal/store", "internal/server"}},
 	{dir: "internal/worker", forbidden: []string{"internal/store", "internal/server"}},
 	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
 		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store

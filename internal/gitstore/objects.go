@@ -1,0 +1,244 @@
+package gitstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// EmptyTree is the id of git's empty tree, the root of a repository without files.
+var EmptyTree = plumbing.NewHash("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+
+// BlobID answers the git blob id of content (what `git hash-object` prints).
+func BlobID(content []byte) plumbing.Hash {
+	return plumbing.ComputeHash(plumbing.BlobObject, content)
+}
+
+// WriteBlob stores content as a git blob and answers its id.
+func WriteBlob(s storer.EncodedObjectStorer, content []byte) (plumbing.Hash, error) {
+	o := s.NewEncodedObject()
+	o.SetType(plumbing.BlobObject)
+	o.SetSize(int64(len(content)))
+	w, err := o.Writer()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if _, err := w.Write(content); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(o)
+}
+
+// File is one file of a tree: its path and the id of its blob.
+type File struct {
+	Path string
+	Blob plumbing.Hash
+}
+
+// WriteFiles stores each file's content as a blob, then the trees that hold them, and answers
+// the root tree's id.
+func WriteFiles(s storer.EncodedObjectStorer, files map[string][]byte) (plumbing.Hash, error) {
+	list := make([]File, 0, len(files))
+	for p, content := range files {
+		id, err := WriteBlob(s, content)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("write blob %s: %w", p, err)
+		}
+		list = append(list, File{Path: p, Blob: id})
+	}
+	return WriteTree(s, list)
+}
+
+// ImportTree stores an ag tree as git objects: each blob read by its sha256 digest through
+// read (once per distinct digest), then the trees. It answers the root tree's id.
+func ImportTree(ctx context.Context, s storer.EncodedObjectStorer, t repo.Tree, read func(ctx context.Context, digest string) ([]byte, error)) (plumbing.Hash, error) {
+	ids := make(map[string]plumbing.Hash)
+	files := make([]File, 0, len(t))
+	for _, e := range t {
+		id, ok := ids[e.Digest]
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return plumbing.ZeroHash, err
+			}
+			content, err := read(ctx, e.Digest)
+			if err != nil {
+				return plumbing.ZeroHash, fmt.Errorf("read blob %s of %s: %w", e.Digest, e.Path, err)
+			}
+			if uint64(len(content)) != e.Size {
+				return plumbing.ZeroHash, fmt.Errorf("blob %s of %s is %d bytes, the tree says %d", e.Digest, e.Path, len(content), e.Size)
+			}
+			if id, err = WriteBlob(s, content); err != nil {
+				return plumbing.ZeroHash, fmt.Errorf("write blob %s: %w", e.Path, err)
+			}
+			ids[e.Digest] = id
+		}
+		files = append(files, File{Path: e.Path, Blob: id})
+	}
+	return WriteTree(s, files)
+}
+
+// dir is a directory being built from a flat list of files.
+type dir struct {
+	files map[string]plumbing.Hash
+	dirs  map[string]*dir
+}
+
+// WriteTree stores the trees holding files (blobs already stored, in any order) and answers
+// the root tree's id; no files is the empty tree. A path that is both a file and a directory
+// is a *repo.CollisionError.
+func WriteTree(s storer.EncodedObjectStorer, files []File) (plumbing.Hash, error) {
+	root := &dir{}
+	for _, f := range files {
+		if err := repo.ValidatePath(f.Path, false); err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("path %q %w", f.Path, err)
+		}
+		d := root
+		segs := strings.Split(f.Path, "/")
+		for i, seg := range segs[:len(segs)-1] {
+			if _, ok := d.files[seg]; ok {
+				return plumbing.ZeroHash, &repo.CollisionError{File: strings.Join(segs[:i+1], "/"), Under: f.Path}
+			}
+			if d.dirs == nil {
+				d.dirs = make(map[string]*dir)
+			}
+			sub := d.dirs[seg]
+			if sub == nil {
+				sub = &dir{}
+				d.dirs[seg] = sub
+			}
+			d = sub
+		}
+		name := segs[len(segs)-1]
+		if _, ok := d.dirs[name]; ok {
+			return plumbing.ZeroHash, &repo.CollisionError{File: f.Path, Under: f.Path + "/"}
+		}
+		if _, ok := d.files[name]; ok {
+			return plumbing.ZeroHash, fmt.Errorf("path %q is listed twice", f.Path)
+		}
+		if d.files == nil {
+			d.files = make(map[string]plumbing.Hash)
+		}
+		d.files[name] = f.Blob
+	}
+	return root.write(s)
+}
+
+func (d *dir) write(s storer.EncodedObjectStorer) (plumbing.Hash, error) {
+	entries := make([]object.TreeEntry, 0, len(d.files)+len(d.dirs))
+	for name, id := range d.files {
+		entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: id})
+	}
+	for name, sub := range d.dirs {
+		id, err := sub.write(s)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: id})
+	}
+	return writeTreeObject(s, entries)
+}
+
+// writeTreeObject sorts entries in git's order (a directory's name compares as if it ended
+// with '/') and stores the tree.
+func writeTreeObject(s storer.EncodedObjectStorer, entries []object.TreeEntry) (plumbing.Hash, error) {
+	sort.Sort(object.TreeEntrySorter(entries))
+	t := object.Tree{Entries: entries}
+	o := s.NewEncodedObject()
+	if err := t.Encode(o); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(o)
+}
+
+// Trailer is one "Key: value" line of a commit message's trailer block, as
+// `git interpret-trailers` reads it: Ag-Change, Ag-Lease-Tokens, Ag-Attestation, ...
+type Trailer struct {
+	Key, Value string
+}
+
+// Commit is what a commit object says.
+type Commit struct {
+	Tree      plumbing.Hash
+	Parents   []plumbing.Hash
+	Author    object.Signature
+	Committer object.Signature
+	Message   string    // the subject, then optionally a blank line and a body
+	Trailers  []Trailer // appended as the message's last paragraph
+}
+
+// FormatMessage answers a commit message: msg without its trailing white space, then a blank
+// line and one "Key: value" line per trailer. An empty msg is "(no message)": git reads the
+// first line as the subject, so a trailer there would not be a trailer.
+func FormatMessage(msg string, trailers []Trailer) (string, error) {
+	msg = strings.TrimRight(msg, " \t\r\n")
+	if msg == "" {
+		msg = "(no message)"
+	}
+	var b strings.Builder
+	b.WriteString(msg)
+	b.WriteByte('\n')
+	for i, t := range trailers {
+		if err := checkTrailer(t); err != nil {
+			return "", err
+		}
+		if i == 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(t.Key)
+		b.WriteString(": ")
+		b.WriteString(t.Value)
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
+}
+
+// checkTrailer keeps a trailer to one line that git parses back to the same key and value.
+func checkTrailer(t Trailer) error {
+	if t.Key == "" {
+		return errors.New("trailer: empty key")
+	}
+	for _, r := range t.Key {
+		if !(r == '-' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z') {
+			return fmt.Errorf("trailer %q: a key holds only letters, digits and '-'", t.Key)
+		}
+	}
+	if t.Value == "" || strings.ContainsAny(t.Value, "\r\n") || strings.TrimSpace(t.Value) != t.Value {
+		return fmt.Errorf("trailer %s: the value must be one line, not empty, without leading or trailing space", t.Key)
+	}
+	return nil
+}
+
+// WriteCommit stores c as a commit object and answers its id.
+func WriteCommit(s storer.EncodedObjectStorer, c Commit) (plumbing.Hash, error) {
+	msg, err := FormatMessage(c.Message, c.Trailers)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if c.Tree.IsZero() {
+		return plumbing.ZeroHash, errors.New("commit: no tree")
+	}
+	oc := object.Commit{
+		Author:       c.Author,
+		Committer:    c.Committer,
+		Message:      msg,
+		TreeHash:     c.Tree,
+		ParentHashes: c.Parents,
+	}
+	o := s.NewEncodedObject()
+	if err := oc.Encode(o); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return s.SetEncodedObject(o)
+}

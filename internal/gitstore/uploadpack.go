@@ -1,0 +1,607 @@
+package gitstore
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/format/pktline"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// MainBranch is the one branch a repository is served with; HEAD points to it.
+const MainBranch = plumbing.ReferenceName("refs/heads/main")
+
+// Snapshot is one repository as it is served: its objects and its mainline commit.
+type Snapshot struct {
+	Objects storer.EncodedObjectStorer
+	Main    plumbing.Hash // zero when the repository has no commit yet
+}
+
+// ErrNotFound is what Handler's open answers for a repository that does not exist (or that
+// the caller may not see): the handler answers 404.
+var ErrNotFound = errors.New("repository not found")
+
+// maxRequestBytes bounds an upload-pack request, after decompression: wants and haves are 50
+// bytes each, and a client sends its haves in rounds of at most a few thousand.
+const maxRequestBytes = 16 << 20
+
+// packWindow is the delta window of the packs sent, as go-git's own server uses.
+const packWindow = 10
+
+// Handler answers git's smart HTTP protocol (v0; a client asking for v2 falls back to it) for
+// one repository, read-only: `GET info/refs?service=git-upload-pack` and
+// `POST git-upload-pack`. Push (receive-pack) is refused with 403 and a message git shows to
+// its user. It authenticates nobody: the server's edge does that before it. Mount it under the
+// repository's prefix with http.StripPrefix, e.g. "/git/REPO.git".
+type Handler struct {
+	open func(ctx context.Context) (Snapshot, error)
+}
+
+// NewHandler answers a Handler serving what open answers, called once per request with the
+// request's context. Each request reads one snapshot; the mainline may move between a
+// client's requests, which the protocol allows (see wantable).
+func NewHandler(open func(ctx context.Context) (Snapshot, error)) *Handler {
+	return &Handler{open: open}
+}
+
+const pushRefused = "ag serves git read-only: push is refused. Integrate changes with `ag integrate` from an ag checkout.\n"
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := path.Clean("/" + r.URL.Path); p {
+	case "/info/refs":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			textError(w, http.StatusMethodNotAllowed, "info/refs is read with GET\n")
+			return
+		}
+		switch r.URL.Query().Get("service") {
+		case "git-upload-pack":
+		case "git-receive-pack":
+			textError(w, http.StatusForbidden, pushRefused)
+			return
+		default:
+			textError(w, http.StatusForbidden, "ag serves git over the smart HTTP protocol only; use git 1.6.6 or later\n")
+			return
+		}
+		snap, ok := h.snapshot(w, r)
+		if !ok {
+			return
+		}
+		var buf bytes.Buffer
+		if err := AdvertiseRefs(&buf, snap); err != nil {
+			textError(w, http.StatusInternalServerError, "could not list the repository's references\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		noCache(w)
+		_, _ = w.Write(buf.Bytes())
+	case "/git-upload-pack":
+		if r.Method != http.MethodPost {
+			textError(w, http.StatusMethodNotAllowed, "git-upload-pack is called with POST\n")
+			return
+		}
+		if r.Header.Get("Content-Type") != "application/x-git-upload-pack-request" {
+			textError(w, http.StatusUnsupportedMediaType, "expected Content-Type application/x-git-upload-pack-request\n")
+			return
+		}
+		var body io.Reader = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+		switch r.Header.Get("Content-Encoding") {
+		case "", "identity":
+		case "gzip", "x-gzip":
+			gz, err := gzip.NewReader(body)
+			if err != nil {
+				textError(w, http.StatusBadRequest, "the request body is not gzip\n")
+				return
+			}
+			defer gz.Close()
+			body = io.LimitReader(gz, maxRequestBytes)
+		default:
+			textError(w, http.StatusUnsupportedMediaType, "unsupported Content-Encoding\n")
+			return
+		}
+		snap, ok := h.snapshot(w, r)
+		if !ok {
+			return
+		}
+		req, err := ReadUploadPackRequest(body)
+		if err != nil {
+			textError(w, http.StatusBadRequest, err.Error()+"\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
+		noCache(w)
+		bw := bufio.NewWriterSize(w, 64<<10)
+		// Once the answer has begun, an error can only be told in it (UploadPack does) or by
+		// cutting the response short, which git reports as an incomplete pack.
+		_ = UploadPack(r.Context(), bw, snap, req)
+		_ = bw.Flush()
+	case "/git-receive-pack":
+		textError(w, http.StatusForbidden, pushRefused)
+	default:
+		textError(w, http.StatusNotFound, "not a git smart HTTP path\n")
+	}
+}
+
+func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) (Snapshot, bool) {
+	snap, err := h.open(r.Context())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		textError(w, http.StatusNotFound, "repository not found\n")
+		return Snapshot{}, false
+	case err != nil:
+		textError(w, http.StatusInternalServerError, "could not open the repository\n")
+		return Snapshot{}, false
+	}
+	return snap, true
+}
+
+// textError answers a plain text message, which git prints to its user as "remote: ...".
+func textError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	noCache(w)
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, msg)
+}
+
+func noCache(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	w.Header().Set("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
+	w.Header().Set("Pragma", "no-cache")
+}
+
+// capabilities answers what upload-pack advertises: negotiation with multi_ack_detailed (a
+// stateless HTTP client needs ACKs to stop sending haves it has in common), the pack on
+// side-band-64k, offset deltas, and HEAD's target.
+func capabilities(snap Snapshot) (*capability.List, error) {
+	c := capability.NewList()
+	for _, x := range []capability.Capability{capability.MultiACKDetailed, capability.Sideband64k, capability.OFSDelta, capability.NoProgress} {
+		if err := c.Set(x); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Set(capability.ObjectFormat, "sha1"); err != nil {
+		return nil, err
+	}
+	if err := c.Set(capability.Agent, "ag"); err != nil {
+		return nil, err
+	}
+	if !snap.Main.IsZero() {
+		if err := c.Set(capability.SymRef, "HEAD:"+MainBranch.String()); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// AdvertiseRefs writes the answer to `GET info/refs?service=git-upload-pack`: the service
+// line, then HEAD and refs/heads/main at the mainline commit with the capabilities.
+func AdvertiseRefs(w io.Writer, snap Snapshot) error {
+	ar := packp.NewAdvRefs()
+	ar.Prefix = [][]byte{[]byte("# service=git-upload-pack"), pktline.Flush}
+	caps, err := capabilities(snap)
+	if err != nil {
+		return err
+	}
+	ar.Capabilities = caps
+	if !snap.Main.IsZero() {
+		main := snap.Main
+		ar.Head = &main
+		ar.References[MainBranch.String()] = main
+	}
+	return ar.Encode(w)
+}
+
+// UploadPackRequest is one stateless upload-pack request: the wants with the capabilities the
+// client chose, the haves of this round, and whether the client is done negotiating.
+type UploadPackRequest struct {
+	*packp.UploadRequest
+	Haves []plumbing.Hash
+	Done  bool
+}
+
+// ReadUploadPackRequest reads a request: the wants (go-git's packp.UploadRequest), then the
+// have lines up to a flush or "done".
+func ReadUploadPackRequest(r io.Reader) (*UploadPackRequest, error) {
+	ur := packp.NewUploadRequest()
+	if err := ur.Decode(r); err != nil {
+		return nil, fmt.Errorf("upload-pack request: %w", err)
+	}
+	req := &UploadPackRequest{UploadRequest: ur}
+	sc := pktline.NewScanner(r)
+	for sc.Scan() {
+		line := bytes.TrimSuffix(sc.Bytes(), []byte("\n"))
+		switch {
+		case len(line) == 0: // the flush ending a round of haves
+		case string(line) == "done":
+			req.Done = true
+			return req, nil
+		case bytes.HasPrefix(line, []byte("have ")) && len(line) == 45:
+			h, ok := parseHash(line[5:])
+			if !ok {
+				return nil, fmt.Errorf("upload-pack request: bad have line %q", line)
+			}
+			req.Haves = append(req.Haves, h)
+		default:
+			return nil, fmt.Errorf("upload-pack request: unexpected line %q", line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("upload-pack request: %w", err)
+	}
+	return req, nil
+}
+
+func parseHash(b []byte) (plumbing.Hash, bool) {
+	if len(b) != 40 || !plumbing.IsHash(string(b)) {
+		return plumbing.ZeroHash, false
+	}
+	return plumbing.NewHash(string(b)), true
+}
+
+// UploadPack answers one stateless request of snap: ACK or NAK lines for the haves it has in
+// common, then, when the client is done, a pack of what the wants hold beyond the common
+// commits. Errors found before the pack is sent are written as git's "ERR" line.
+func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPackRequest) error {
+	enc := pktline.NewEncoder(w)
+	fail := func(err error) error {
+		_ = enc.EncodeString("ERR upload-pack: " + err.Error() + "\n")
+		return err
+	}
+	caps, err := capabilities(snap)
+	if err != nil {
+		return fail(err)
+	}
+	for _, c := range req.Capabilities.All() {
+		if !caps.Supports(c) {
+			return fail(fmt.Errorf("unsupported capability %s", c))
+		}
+	}
+	if len(req.Shallows) > 0 || (req.Depth != nil && !req.Depth.IsZero()) {
+		return fail(errors.New("shallow fetches are not supported"))
+	}
+	if len(req.Wants) == 0 {
+		return fail(errors.New("no want lines"))
+	}
+	if err := wantable(ctx, snap, req.Wants); err != nil {
+		return fail(err)
+	}
+	var common []plumbing.Hash
+	for _, h := range req.Haves {
+		if _, err := snap.Objects.EncodedObject(plumbing.CommitObject, h); err == nil {
+			common = append(common, h)
+		} else if !errors.Is(err, plumbing.ErrObjectNotFound) {
+			return fail(fmt.Errorf("read have %s: %w", h, err))
+		}
+	}
+	multiAck := req.Capabilities.Supports(capability.MultiACKDetailed)
+	if !req.Done {
+		// A round of negotiation: say which haves are common, and let the client go on.
+		if !multiAck {
+			if len(common) > 0 {
+				return enc.Encodef("ACK %s\n", common[0])
+			}
+			return enc.EncodeString("NAK\n")
+		}
+		for _, h := range common {
+			if err := enc.Encodef("ACK %s common\n", h); err != nil {
+				return err
+			}
+		}
+		return enc.EncodeString("NAK\n")
+	}
+	objs, err := objectsToSend(ctx, snap.Objects, req.Wants, common)
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case len(common) > 0 && multiAck:
+		err = enc.Encodef("ACK %s\n", common[len(common)-1])
+	case len(common) > 0:
+		err = enc.Encodef("ACK %s\n", common[0])
+	default:
+		err = enc.EncodeString("NAK\n")
+	}
+	if err != nil {
+		return err
+	}
+	var out io.Writer = w
+	var mux *sideband.Muxer
+	switch {
+	case req.Capabilities.Supports(capability.Sideband64k):
+		mux = sideband.NewMuxer(sideband.Sideband64k, w)
+		out = mux
+	case req.Capabilities.Supports(capability.Sideband):
+		mux = sideband.NewMuxer(sideband.Sideband, w)
+		out = mux
+	}
+	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
+		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", len(objs)))
+	}
+	if _, err := packfile.NewEncoder(out, snap.Objects, false).Encode(objs, packWindow); err != nil {
+		if mux != nil {
+			_, _ = mux.WriteChannel(sideband.ErrorMessage, []byte("ag: "+err.Error()+"\n"))
+		}
+		return err
+	}
+	if mux != nil {
+		return enc.Flush()
+	}
+	return nil
+}
+
+// wantable checks that each want is the mainline commit or one of its ancestors: what git
+// calls allow-reachable-sha1-in-want, which a stateless client needs when the mainline moved
+// between its requests. Candidate commits that never reached the mainline are not served.
+func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
+	missing := make(map[plumbing.Hash]bool, len(wants))
+	for _, h := range wants {
+		if h != snap.Main {
+			missing[h] = true
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	seen := map[plumbing.Hash]bool{snap.Main: true}
+	queue := []plumbing.Hash{snap.Main}
+	for len(queue) > 0 && len(missing) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c, err := object.GetCommit(snap.Objects, queue[0])
+		queue = queue[1:]
+		if err != nil {
+			return fmt.Errorf("read commit: %w", err)
+		}
+		for _, p := range c.ParentHashes {
+			delete(missing, p)
+			if !seen[p] {
+				seen[p] = true
+				queue = append(queue, p)
+			}
+		}
+	}
+	for h := range missing {
+		return fmt.Errorf("not our ref %s", h)
+	}
+	return nil
+}
+
+// objectsToSend answers the objects reachable from wants that a client holding the commits
+// common (and so everything they reach) lacks. Commits are walked newest first, as git does,
+// until every commit left is reachable from common; each commit to send then has its tree
+// compared with its parents' trees, descending only where they differ, so the cost follows
+// what changed rather than the size of the trees.
+func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash) ([]plumbing.Hash, error) {
+	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}}
+	for _, h := range common {
+		if err := w.push(h, true); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range wants {
+		if err := w.push(h, false); err != nil {
+			return nil, err
+		}
+	}
+	var popped []*walkCommit
+	for w.q.Len() > 0 && w.interesting > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c := w.pop()
+		popped = append(popped, c)
+		for _, p := range c.ParentHashes {
+			if err := w.push(p, c.uninteresting); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sent := make(map[plumbing.Hash]bool)
+	var out []plumbing.Hash
+	for _, c := range popped {
+		if c.uninteresting {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, c.Hash)
+		var olds []plumbing.Hash
+		for _, p := range c.ParentHashes {
+			pc, err := w.commit(p)
+			if err != nil {
+				return nil, err
+			}
+			olds = append(olds, pc.TreeHash)
+		}
+		var err error
+		if out, err = diffTrees(s, c.TreeHash, olds, sent, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// diffTrees appends to out tree t and what it holds that none of olds (the trees at the same
+// path in the parents) holds under the same name, skipping what sent already has.
+func diffTrees(s storer.EncodedObjectStorer, t plumbing.Hash, olds []plumbing.Hash, sent map[plumbing.Hash]bool, out []plumbing.Hash) ([]plumbing.Hash, error) {
+	if sent[t] {
+		return out, nil
+	}
+	for _, o := range olds {
+		if o == t {
+			return out, nil
+		}
+	}
+	sent[t] = true
+	out = append(out, t)
+	tree, err := object.GetTree(s, t)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", t, err)
+	}
+	oldEntries := make([]map[string]object.TreeEntry, 0, len(olds))
+	for _, o := range olds {
+		ot, err := object.GetTree(s, o)
+		if err != nil {
+			return nil, fmt.Errorf("read tree %s: %w", o, err)
+		}
+		m := make(map[string]object.TreeEntry, len(ot.Entries))
+		for _, e := range ot.Entries {
+			m[e.Name] = e
+		}
+		oldEntries = append(oldEntries, m)
+	}
+entries:
+	for _, e := range tree.Entries {
+		var subOlds []plumbing.Hash
+		for _, m := range oldEntries {
+			oe, ok := m[e.Name]
+			if !ok {
+				continue
+			}
+			if oe.Hash == e.Hash {
+				continue entries
+			}
+			if oe.Mode == filemode.Dir {
+				subOlds = append(subOlds, oe.Hash)
+			}
+		}
+		switch e.Mode {
+		case filemode.Dir:
+			if out, err = diffTrees(s, e.Hash, subOlds, sent, out); err != nil {
+				return nil, err
+			}
+		case filemode.Submodule: // a gitlink names a commit of another repository
+		default:
+			if !sent[e.Hash] {
+				sent[e.Hash] = true
+				out = append(out, e.Hash)
+			}
+		}
+	}
+	return out, nil
+}
+
+// walk is the commit walk of objectsToSend: a queue by committer time, newest first.
+type walk struct {
+	s           storer.EncodedObjectStorer
+	commits     map[plumbing.Hash]*walkCommit
+	q           commitQueue
+	interesting int // commits in q not known to be reachable from common
+}
+
+type walkCommit struct {
+	*object.Commit
+	uninteresting bool
+	state         int // walkNew, walkQueued, walkPopped
+}
+
+const (
+	walkNew = iota
+	walkQueued
+	walkPopped
+)
+
+func (w *walk) commit(h plumbing.Hash) (*walkCommit, error) {
+	if c, ok := w.commits[h]; ok {
+		return c, nil
+	}
+	c, err := object.GetCommit(w.s, h)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", h, err)
+	}
+	wc := &walkCommit{Commit: c}
+	w.commits[h] = wc
+	return wc, nil
+}
+
+// push queues commit h once. uninteresting marks it reachable from common, and with it the
+// parents of a commit already walked.
+func (w *walk) push(h plumbing.Hash, uninteresting bool) error {
+	c, err := w.commit(h)
+	if err != nil {
+		return err
+	}
+	if uninteresting && !c.uninteresting {
+		if err := w.markUninteresting(c); err != nil {
+			return err
+		}
+	}
+	if c.state == walkNew {
+		c.state = walkQueued
+		if !c.uninteresting {
+			w.interesting++
+		}
+		heap.Push(&w.q, c)
+	}
+	return nil
+}
+
+func (w *walk) markUninteresting(c *walkCommit) error {
+	stack := []*walkCommit{c}
+	for len(stack) > 0 {
+		c := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if c.uninteresting {
+			continue
+		}
+		c.uninteresting = true
+		switch c.state {
+		case walkQueued:
+			w.interesting--
+		case walkPopped: // its parents were pushed as interesting
+			for _, p := range c.ParentHashes {
+				pc, err := w.commit(p)
+				if err != nil {
+					return err
+				}
+				stack = append(stack, pc)
+			}
+		}
+	}
+	return nil
+}
+
+func (w *walk) pop() *walkCommit {
+	c := heap.Pop(&w.q).(*walkCommit)
+	c.state = walkPopped
+	if !c.uninteresting {
+		w.interesting--
+	}
+	return c
+}
+
+// commitQueue is a heap of commits, the newest committer time first.
+type commitQueue []*walkCommit
+
+func (q commitQueue) Len() int { return len(q) }
+func (q commitQueue) Less(i, j int) bool {
+	ti, tj := q[i].Committer.When, q[j].Committer.When
+	if !ti.Equal(tj) {
+		return ti.After(tj)
+	}
+	return bytes.Compare(q[i].Hash[:], q[j].Hash[:]) < 0
+}
+func (q commitQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *commitQueue) Push(x any)   { *q = append(*q, x.(*walkCommit)) }
+func (q *commitQueue) Pop() any {
+	old := *q
+	c := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return c
+}
