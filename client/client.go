@@ -168,7 +168,15 @@ func safeToRetry(procedure string, err error) bool {
 			return true
 		}
 	}
-	return method == "WhoAmI" || method == "UploadBlobs"
+	switch method {
+	case "WhoAmI", "UploadBlobs":
+		return true // a read; content stored by its digest
+	case "HeartbeatJob", "CompleteJob", "CompleteJobs", "FailJob", "RenewLease":
+		// Fenced by the claim number or lease token they carry: a repeat of one that applied
+		// is refused as a lost claim, and changes nothing.
+		return true
+	}
+	return false
 }
 
 func (ci callInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

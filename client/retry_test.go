@@ -32,6 +32,8 @@ func TestSafeToRetry(t *testing.T) {
 		{"a read, whatever happened", list, reset, true},
 		{"content by digest", "/agwp.v1.RepositoryService/UploadBlobs", ambiguous, true},
 		{"who am I", "/agwp.v1.AdminService/WhoAmI", ambiguous, true},
+		{"a completion, fenced by its claim number", "/agwp.v1.JobService/CompleteJob", ambiguous, true},
+		{"an integration", "/agwp.v1.RepositoryService/Integrate", ambiguous, false},
 		{"a refusal", list, connect.NewError(connect.CodeInvalidArgument, errors.New("no")), false},
 		{"an internal error", enqueue, connect.NewError(connect.CodeInternal, errors.New("bug")), false},
 	} {

@@ -404,6 +404,9 @@ export function safeToRetry(method: string, err: unknown): boolean {
   if (ce.code !== Code.Unavailable) return false;
   if (ce.metadata.get("Ag-Retry-Safe") === "true") return true;
   if (/^(Get|List|Find|Watch)/.test(method) || method === "WhoAmI" || method === "UploadBlobs") return true;
+  // Fenced by the claim number or lease token they carry: a repeat of one that applied is
+  // refused as a lost claim, and changes nothing.
+  if (["HeartbeatJob", "CompleteJob", "CompleteJobs", "FailJob", "RenewLease"].includes(method)) return true;
   for (let cause: unknown = ce.cause; cause; cause = (cause as { cause?: unknown }).cause) {
     const code = (cause as { code?: unknown }).code;
     if (code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENOTFOUND") return true;

@@ -304,6 +304,8 @@ describe("safeToRetry", () => {
     assert.equal(safeToRetry("EnqueueJob", safe), true, "the server said it was not applied");
     assert.equal(safeToRetry("EnqueueJob", ambiguous), false, "it may have been applied");
     assert.equal(safeToRetry("ListJobs", ambiguous), true, "a read");
+    assert.equal(safeToRetry("CompleteJob", ambiguous), true, "fenced by its claim number");
+    assert.equal(safeToRetry("Integrate", ambiguous), false, "an integration may have applied");
     assert.equal(safeToRetry("EnqueueJob", new ConnectError("no", Code.InvalidArgument)), false, "not unavailable");
   });
 });
