@@ -125,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var sandboxRO stringList
 	fs.Var(&sandboxRO, "sandbox-ro", "a host `DIR` validation commands may also read, at the same path (a toolchain, a module cache); repeatable. Never a directory they may write")
 	network := fs.String("sandbox-network", "shared", "the network of validation commands: shared (the worker's) or none (a loopback of their own)")
+	goSeed := fs.Bool("sandbox-go-seed", false, "at start, build the Go standard library in the sandbox (go build std) into a build cache of this worker's own under --cache-dir, and start each validation with a copy of it as its GOCACHE instead of an empty one")
 	unsafe := fs.Bool("unsafe-no-sandbox", false, "run validation commands without a sandbox, with this worker's rights: they can read its token and key and sign any result. Only for code you trust")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -178,8 +179,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *network != "shared" && *network != "none" {
 		return fmt.Errorf("--sandbox-network %q: use shared or none", *network)
 	}
+	labelFile := strings.NewReplacer("/", "_", ":", "_").Replace(*label)
 	if *keyPath == "" {
-		*keyPath = filepath.Join("ag-data", "worker-"+strings.NewReplacer("/", "_", ":", "_").Replace(*label)+".key")
+		*keyPath = filepath.Join("ag-data", "worker-"+labelFile+".key")
+	}
+	// The seed is this worker's own (workers may share the cache directory), rebuilt at each
+	// start: never one that a past run could have touched.
+	seedDir := ""
+	if *goSeed && !*unsafe {
+		seedDir = filepath.Join(*cacheDir, "go-build-seed-"+labelFile)
 	}
 	if handlers[client.KindValidate] != nil {
 		if fi, err := os.Stat(*workDir); err != nil || !fi.IsDir() {
@@ -189,10 +197,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			validator.Unsandboxed = true
 			log.Warn("UNSAFE: --unsafe-no-sandbox: validation commands run with this worker's rights; " +
 				"the code under validation can read its token and key and sign any result")
+			if *goSeed {
+				log.Warn("--sandbox-go-seed is ignored with --unsafe-no-sandbox: it seeds the sandbox's build cache")
+			}
 		} else {
 			sb, err := worker.NewSandbox(worker.SandboxConfig{
 				Bwrap: *bwrap, ReadOnly: sandboxRO, NoNetwork: *network == "none", PATH: os.Getenv("PATH"),
-				Hidden: []string{*keyPath, *cacheDir, *workDir, "ag-data"},
+				Hidden: []string{*keyPath, *cacheDir, *workDir, "ag-data"}, GoSeed: seedDir,
 			})
 			if err == nil {
 				err = sb.SelfCheck(ctx, *workDir)
@@ -223,6 +234,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// What a killed worker left there: its command's processes and its directory.
 		if err := validator.ReapOrphans(ctx); err != nil {
 			log.Warn("could not clean up after dead workers", "work_dir", *workDir, "err", err)
+		}
+		if sb := validator.Sandbox; sb != nil && seedDir != "" {
+			log.Info("filling the Go build cache seed: go build std in the sandbox", "dir", seedDir)
+			start := time.Now()
+			if err := sb.FillGoSeed(ctx, *workDir); err != nil {
+				log.Warn("--sandbox-go-seed: could not fill the Go build cache seed; validations start with an empty build cache",
+					"err", err, "elapsed", time.Since(start).Round(time.Millisecond))
+			} else {
+				log.Info("filled the Go build cache seed; each validation starts with a copy of it",
+					"dir", seedDir, "elapsed", time.Since(start).Round(time.Millisecond))
+			}
 		}
 	}
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,5 +152,53 @@ func TestBadTokenStopsAtOnce(t *testing.T) {
 		"--key", filepath.Join(dir, "w1.key")}, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "does not accept this token") {
 		t.Errorf("a wrong token: %v, want \"does not accept this token\"\n%s", err, out.String())
+	}
+}
+
+// TestGoSeedFillFailureIsAWarning ensures a worker started with --sandbox-go-seed that cannot
+// fill the seed (no go in the sandbox) removes what an earlier start left, says so as a
+// warning, and starts anyway, its validations with an empty build cache. Not parallel: it
+// sets PATH.
+func TestGoSeedFillFailureIsAWarning(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is not on PATH: install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap): %v", err)
+	}
+	t.Setenv("PATH", "/usr/bin:/bin") // bwrap, and no go
+	s := agtest.Start(t, agtest.Options{})
+	token := workerToken(t, s, "builder")
+	dir := t.TempDir()
+	old := filepath.Join(dir, "cache", "go-build-seed-w1", "00")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--server", s.URL, "--token", token, "--label", "w1", "--key", filepath.Join(dir, "w1.key"),
+			"--work-dir", dir, "--cache-dir", filepath.Join(dir, "cache"), "--kinds", "validate", "--sandbox-go-seed", "--wait", "1s"}, &out, &out)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), `msg="ag-worker started"`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not start:\n%s", out.String())
+		}
+	}
+	log := out.String()
+	warn := strings.Index(log, `level=WARN msg="--sandbox-go-seed: could not fill the Go build cache seed; validations start with an empty build cache"`)
+	if warn < 0 || warn > strings.Index(log, `msg="ag-worker started"`) {
+		t.Errorf("the worker did not warn, before it started, that it has no seed:\n%s", log)
+	}
+	if _, err := os.Stat(old); err == nil {
+		t.Errorf("the seed an earlier start left is still there")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the worker stopped with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop when its context ended")
 	}
 }

@@ -65,6 +65,11 @@ type SandboxConfig struct {
 	// PATH is the worker's PATH: the command's PATH keeps those of its directories that the
 	// sandbox shows, so that it finds the tools the worker would.
 	PATH string
+	// GoSeed is a directory of this worker's own, which the sandbox must not show, where
+	// FillGoSeed puts a Go build cache filled by `go build std` in the sandbox. Once it is
+	// filled, each run starts with a copy of it as its GOCACHE. Empty: runs start with an
+	// empty build cache.
+	GoSeed string
 }
 
 // Sandbox runs validation commands under bubblewrap. Make one with NewSandbox.
@@ -74,6 +79,10 @@ type Sandbox struct {
 	readOnly []string // the operator's read-only directories, after them
 	visible  []string // the host directories the command sees at their own path
 	path     string   // the command's PATH unless the policy sets one
+	// goSeedDir is SandboxConfig.GoSeed, absolute; goSeed is the same once FillGoSeed has
+	// filled it. Both are set before runs start, and not changed while they run.
+	goSeedDir string
+	goSeed    string
 }
 
 // NewSandbox checks cfg and answers its sandbox. It does not run anything: SelfCheck does.
@@ -139,7 +148,7 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		sb.fixed = append(sb.fixed, "--ro-bind-try", "/etc/"+f, "/etc/"+f)
 	}
 	for _, dir := range cfg.ReadOnly {
-		abs, err := readOnlyDir(dir, cfg.Hidden)
+		abs, err := readOnlyDir(dir, append(append([]string(nil), cfg.Hidden...), cfg.GoSeed))
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +156,14 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		sb.readOnly = append(sb.readOnly, "--ro-bind", abs, abs)
 		sb.visible = append(sb.visible, abs)
 	}
-	for _, h := range cfg.Hidden {
+	hidden := cfg.Hidden
+	if cfg.GoSeed != "" {
+		if sb.goSeedDir, err = filepath.Abs(cfg.GoSeed); err != nil {
+			return nil, err
+		}
+		hidden = append(append([]string(nil), hidden...), sb.goSeedDir)
+	}
+	for _, h := range hidden {
 		if h == "" {
 			continue
 		}

@@ -16,6 +16,9 @@ import (
 
 func sandboxSupported() error { return nil }
 
+// oNoFollow opens a file without following a symbolic link in its last element.
+const oNoFollow = unix.O_NOFOLLOW
+
 // closeInheritedOnExec marks every file descriptor from 3 up close-on-exec, so that no child
 // inherits what this process did not open itself. Go opens its own files close-on-exec
 // already; ExtraFiles are passed to a child whatever their flag.

@@ -86,6 +86,9 @@ func runIn(t testing.TB, workDir string, sb *Sandbox, script string, env map[str
 		if s.Box, err = makeBoxDirs(rd.path, tree); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := sb.seedGoCache(s.Box); err != nil { // as Handle does
+			t.Fatal(err)
+		}
 		s.Env, err = sb.Env(env)
 	} else {
 		s.Env, err = commandEnv(os.Environ(), env)
@@ -522,23 +525,7 @@ func TestSandboxRunsGoTest(t *testing.T) {
 	}
 	defer rd.remove()
 	tree := filepath.Join(rd.path, "tree")
-	for path, content := range map[string]string{
-		"go.mod":           "module example.com/honest\n\ngo 1.22\n",
-		"sum/sum.go":       "package sum\n\n// Of answers the sum of xs.\nfunc Of(xs ...int) int {\n\tn := 0\n\tfor _, x := range xs {\n\t\tn += x\n\t}\n\treturn n\n}\n",
-		"sum/sum_test.go":  "package sum\n\nimport \"testing\"\n\nfunc TestOf(t *testing.T) {\n\tif got := Of(1, 2, 3); got != 6 {\n\t\tt.Fatalf(\"Of(1, 2, 3) = %d, want 6\", got)\n\t}\n}\n",
-		"sum/doc_test.go":  "package sum_test\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/honest/sum\"\n)\n\nfunc ExampleOf() {\n\tfmt.Println(sum.Of(2, 2))\n\t// Output: 4\n}\n",
-		"README.md":        "an honest module\n",
-		"cmd/app/main.go":  "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/honest/sum\"\n)\n\nfunc main() { fmt.Println(sum.Of(1)) }\n",
-		"cmd/app/empty.go": "package main\n",
-	} {
-		p := filepath.Join(tree, filepath.FromSlash(path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeHonestModule(t, tree)
 	box, err := makeBoxDirs(rd.path, tree)
 	if err != nil {
 		t.Fatal(err)
@@ -556,6 +543,28 @@ func TestSandboxRunsGoTest(t *testing.T) {
 	}
 	if !exists(filepath.Join(box.Home, ".cache", "go-build")) {
 		t.Errorf("the build cache is not in the run's home %s", box.Home)
+	}
+}
+
+// writeHonestModule writes, under tree, a module of the standard library only whose tests pass.
+func writeHonestModule(t testing.TB, tree string) {
+	t.Helper()
+	for path, content := range map[string]string{
+		"go.mod":           "module example.com/honest\n\ngo 1.22\n",
+		"sum/sum.go":       "package sum\n\n// Of answers the sum of xs.\nfunc Of(xs ...int) int {\n\tn := 0\n\tfor _, x := range xs {\n\t\tn += x\n\t}\n\treturn n\n}\n",
+		"sum/sum_test.go":  "package sum\n\nimport \"testing\"\n\nfunc TestOf(t *testing.T) {\n\tif got := Of(1, 2, 3); got != 6 {\n\t\tt.Fatalf(\"Of(1, 2, 3) = %d, want 6\", got)\n\t}\n}\n",
+		"sum/doc_test.go":  "package sum_test\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/honest/sum\"\n)\n\nfunc ExampleOf() {\n\tfmt.Println(sum.Of(2, 2))\n\t// Output: 4\n}\n",
+		"README.md":        "an honest module\n",
+		"cmd/app/main.go":  "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/honest/sum\"\n)\n\nfunc main() { fmt.Println(sum.Of(1)) }\n",
+		"cmd/app/empty.go": "package main\n",
+	} {
+		p := filepath.Join(tree, filepath.FromSlash(path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -126,14 +126,23 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		return Outcome{}, orCause(ctx, err)
 	}
 	var box boxDirs
+	runLog := []any{"command", p.Command, "files", len(tree), "timeout", timeout, "isolation", isolation}
 	if v.Sandbox != nil {
 		if box, err = makeBoxDirs(dir, checkout); err != nil {
 			return Outcome{}, fmt.Errorf("create work directory: %w", err)
 		}
+		// The run's own copy of the Go build cache seed: it writes that, never the seed.
+		if v.Sandbox.GoSeeded() {
+			took, err := v.Sandbox.seedGoCache(box)
+			if err != nil {
+				return Outcome{}, err
+			}
+			runLog = append(runLog, "go_seed_copy", took.Round(time.Millisecond))
+		}
 	}
 
 	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
-	log.Info("running", "command", p.Command, "files", len(tree), "timeout", timeout, "isolation", isolation)
+	log.Info("running", runLog...)
 	res, err := runCommand(ctx, runSpec{
 		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
 		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress,
