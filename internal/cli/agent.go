@@ -133,37 +133,20 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			kept := ws.co.Leases[:0]
+			results, firstErr := ws.releaseLeases(cmd.Context(), func(l heldLease) bool { return selected(l.ID, args) })
 			out := releaseJSON{Released: []json.RawMessage{}, Dropped: []releaseDropped{}}
-			var firstErr error
-			for _, l := range ws.co.Leases {
-				if !selected(l.ID, args) {
-					kept = append(kept, l)
+			for _, r := range results {
+				if r.lost != nil {
+					out.Dropped = append(out.Dropped, releaseDropped{ID: r.held.ID, Paths: r.held.Paths, Reason: Explain(r.lost)})
+					if !g.json {
+						fmt.Fprintf(g.stdout, "dropped %s (%s): %s\n", r.held.ID, strings.Join(r.held.Paths, " "), Explain(r.lost))
+					}
 					continue
 				}
-				res, err := ws.c.Leases.ReleaseLease(cmd.Context(), &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
-				switch {
-				case err == nil:
-					out.Released = append(out.Released, protoRaw(res.GetLease()))
-					if !g.json {
-						fmt.Fprintf(g.stdout, "released %s (%s)\n", l.ID, strings.Join(l.Paths, " "))
-					}
-				case client.IsLostClaim(err):
-					// Broken, or expired and given to someone else: it is not ours to keep either way.
-					out.Dropped = append(out.Dropped, releaseDropped{ID: l.ID, Paths: l.Paths, Reason: Explain(err)})
-					if !g.json {
-						fmt.Fprintf(g.stdout, "dropped %s (%s): %s\n", l.ID, strings.Join(l.Paths, " "), Explain(err))
-					}
-				default:
-					kept = append(kept, l)
-					if firstErr == nil {
-						firstErr = fmt.Errorf("release lease %s: %w", l.ID, err)
-					}
+				out.Released = append(out.Released, protoRaw(r.lease))
+				if !g.json {
+					fmt.Fprintf(g.stdout, "released %s (%s)\n", r.held.ID, strings.Join(r.held.Paths, " "))
 				}
-			}
-			ws.co.Leases = kept
-			if err := ws.co.save(); err != nil {
-				return err
 			}
 			if g.json {
 				if err := g.printValue(out); err != nil {
@@ -264,6 +247,47 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 // ("a/") holding the other.
 func pathsOverlap(a, b string) bool {
 	return a == b || strings.HasSuffix(a, "/") && strings.HasPrefix(b, a) || strings.HasSuffix(b, "/") && strings.HasPrefix(a, b)
+}
+
+// leaseRelease is what became of one lease the checkout released.
+type leaseRelease struct {
+	held  heldLease
+	lease *agwpv1.Lease // the server's answer, when it was released
+	lost  error         // when it was no longer the checkout's (broken, or expired and granted to another)
+}
+
+// releaseLeases releases the checkout's leases that chosen picks, keeps the others, and saves
+// the checkout. A lease the server says is no longer the checkout's is dropped from it all the
+// same; on any other error the lease stays, and the first such error is answered once the
+// others were tried. ag lease release and the MCP tool lease_release both release this way.
+func (ws *workspace) releaseLeases(ctx context.Context, chosen func(heldLease) bool) ([]leaseRelease, error) {
+	var results []leaseRelease
+	var firstErr error
+	kept := ws.co.Leases[:0]
+	for _, l := range ws.co.Leases {
+		if !chosen(l) {
+			kept = append(kept, l)
+			continue
+		}
+		res, err := ws.c.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
+		switch {
+		case err == nil:
+			results = append(results, leaseRelease{held: l, lease: res.GetLease()})
+		case client.IsLostClaim(err):
+			// Broken, or expired and given to someone else: it is not ours to keep either way.
+			results = append(results, leaseRelease{held: l, lost: err})
+		default:
+			kept = append(kept, l)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("release lease %s: %w", l.ID, err)
+			}
+		}
+	}
+	ws.co.Leases = kept
+	if err := ws.co.save(); err != nil {
+		return results, err
+	}
+	return results, firstErr
 }
 
 func selected(id string, ids []string) bool {

@@ -331,19 +331,13 @@ type leaseRenewIn struct {
 	TTL      string   `json:"ttl,omitempty" jsonschema:"the new lease time from now, such as 10m (default 5m)"`
 }
 
-type droppedLease struct {
-	ID     string   `json:"id"`
-	Paths  []string `json:"paths"`
-	Reason string   `json:"reason"`
-}
-
 type leaseRenewOut struct {
 	Renewed []leaseView    `json:"renewed"`
-	Dropped []droppedLease `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
+	Dropped []releaseDropped `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
 }
 
 func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in leaseRenewIn) (*mcp.CallToolResult, leaseRenewOut, error) {
-	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []droppedLease{}}
+	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []releaseDropped{}}
 	ttl, err := parseDuration("ttl", in.TTL)
 	if err != nil {
 		return nil, out, err
@@ -378,7 +372,7 @@ func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in le
 			kept = append(kept, l)
 			out.Renewed = append(out.Renewed, newLeaseView(res.GetLease(), true))
 		case client.IsLostClaim(err):
-			out.Dropped = append(out.Dropped, droppedLease{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
+			out.Dropped = append(out.Dropped, releaseDropped{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
 		default:
 			kept = append(kept, l)
 			firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
@@ -419,11 +413,11 @@ type releasedLease struct {
 
 type leaseReleaseOut struct {
 	Released []releasedLease `json:"released"`
-	Dropped  []droppedLease  `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
+	Dropped  []releaseDropped  `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
 }
 
 func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
-	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []droppedLease{}}
+	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []releaseDropped{}}
 	paths, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
 		return nil, out, err
@@ -451,31 +445,16 @@ func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in 
 		}
 		return false
 	}
-	kept := ws.co.Leases[:0]
-	var firstErr error
-	for _, l := range ws.co.Leases {
-		if !chosen(l) || firstErr != nil {
-			kept = append(kept, l)
-			continue
-		}
-		_, err := ws.c.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
-		switch {
-		case err == nil:
-			out.Released = append(out.Released, releasedLease{ID: l.ID, Paths: nonNil(l.Paths)})
-		case client.IsLostClaim(err):
-			// Broken, or expired and given to someone else: not ours to keep either way.
-			out.Dropped = append(out.Dropped, droppedLease{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
-		default:
-			kept = append(kept, l)
-			firstErr = fmt.Errorf("release lease %s: %w", l.ID, err)
+	results, err := ws.releaseLeases(ctx, chosen)
+	for _, r := range results {
+		if r.lost != nil {
+			out.Dropped = append(out.Dropped, releaseDropped{ID: r.held.ID, Paths: nonNil(r.held.Paths), Reason: agentError(r.lost)})
+		} else {
+			out.Released = append(out.Released, releasedLease{ID: r.held.ID, Paths: nonNil(r.held.Paths)})
 		}
 	}
-	ws.co.Leases = kept
-	if err := ws.co.save(); err != nil {
+	if err != nil {
 		return nil, out, err
-	}
-	if firstErr != nil {
-		return nil, out, firstErr
 	}
 	if len(paths) > 0 && len(out.Released)+len(out.Dropped) == 0 {
 		return nil, out, fmt.Errorf("no lease of this checkout covers %s: nothing was released (status lists the leases it holds)", strings.Join(paths, ", "))
