@@ -111,34 +111,7 @@ func TestGoSeedIsUsed(t *testing.T) {
 		t.Errorf("the run's GOCACHE holds %q entries, want the seed's", out)
 	}
 
-	workDir := t.TempDir()
-	rd, err := newRunDir(workDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.remove()
-	tree := filepath.Join(rd.path, "tree")
-	writeHonestModule(t, tree)
-	box, err := makeBoxDirs(rd.path, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copied, err := sb.seedGoCache(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := sb.Env(map[string]string{"GOFLAGS": "-count=1", "GOTOOLCHAIN": "local", "GOPROXY": "off"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err = runCommand(context.Background(), runSpec{
-		Argv: []string{"go", "test", "./..."}, Dir: tree, Env: env, Timeout: 5 * time.Minute,
-		LogPath: filepath.Join(rd.path, "output.log"), Grace: time.Second, Sandbox: sb, Box: box,
-	})
-	if err != nil || res.ExitCode != 0 || !strings.Contains(res.Tail, "ok  \texample.com/honest/sum") {
-		t.Fatalf("go test ./... in the sandbox with the seed: exit %d, %v; output:\n%s", res.ExitCode, err, res.Tail)
-	}
-	t.Logf("seed copied in %v; go test ./... took %v", copied.Round(time.Millisecond), res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
+	runHonestGoTest(t, sb)
 }
 
 // TestGoSeedIsNotWrittenByRuns ensures a run that overwrites, removes and adds files in its

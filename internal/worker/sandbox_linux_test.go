@@ -518,15 +518,29 @@ func TestSandboxRunsGoTest(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatalf("the go command is not on PATH: %v", err)
 	}
-	workDir := t.TempDir()
-	rd, err := newRunDir(workDir)
+	_, box := runHonestGoTest(t, sb)
+	if !exists(filepath.Join(box.Home, ".cache", "go-build")) {
+		t.Errorf("the build cache is not in the run's home %s", box.Home)
+	}
+}
+
+// runHonestGoTest runs `go test ./...` of writeHonestModule's module in sb, in a run directory
+// of its own, with the sandbox's Go build cache seed when it has one (as Handle does), fails
+// the test unless it passes, and answers the run and its directories.
+func runHonestGoTest(t *testing.T, sb *Sandbox) (runResult, boxDirs) {
+	t.Helper()
+	rd, err := newRunDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rd.remove()
+	t.Cleanup(func() { _ = rd.remove() })
 	tree := filepath.Join(rd.path, "tree")
 	writeHonestModule(t, tree)
 	box, err := makeBoxDirs(rd.path, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := sb.seedGoCache(box)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,9 +555,8 @@ func TestSandboxRunsGoTest(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || !strings.Contains(res.Tail, "ok  \texample.com/honest/sum") {
 		t.Fatalf("go test ./... in the sandbox: exit %d, %v; output:\n%s", res.ExitCode, err, res.Tail)
 	}
-	if !exists(filepath.Join(box.Home, ".cache", "go-build")) {
-		t.Errorf("the build cache is not in the run's home %s", box.Home)
-	}
+	t.Logf("seed copied in %v; go test ./... took %v", copied.Round(time.Millisecond), res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
+	return res, box
 }
 
 // writeHonestModule writes, under tree, a module of the standard library only whose tests pass.
