@@ -249,6 +249,23 @@ func pathsOverlap(a, b string) bool {
 	return a == b || strings.HasSuffix(a, "/") && strings.HasPrefix(b, a) || strings.HasSuffix(b, "/") && strings.HasPrefix(a, b)
 }
 
+// integrate sends edits to the mainline under the checkout's leases, as one change with
+// message. ag integrate and the MCP tool integrate both send this way, after their checks.
+func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message string) (*agwpv1.Change, error) {
+	changes := make([]client.FileChange, 0, len(edits))
+	for _, e := range edits {
+		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
+		if !fc.Delete {
+			fc.LocalPath = filepath.Join(ws.co.root, filepath.FromSlash(e.path))
+		}
+		changes = append(changes, fc)
+	}
+	return ws.c.IntegrateFiles(ctx, client.IntegrateOptions{
+		Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
+		FencingTokens: ws.co.tokens(), Message: message, Changes: changes,
+	})
+}
+
 // leaseRelease is what became of one lease the checkout released.
 type leaseRelease struct {
 	held  heldLease
@@ -362,18 +379,7 @@ directories as a/) send only the edits under them; the others stay local edits.`
 			if len(ws.co.Leases) == 0 {
 				return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", editPaths(edits)))
 			}
-			changes := make([]client.FileChange, 0, len(edits))
-			for _, e := range edits {
-				fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
-				if !fc.Delete {
-					fc.LocalPath = filepath.Join(ws.co.root, filepath.FromSlash(e.path))
-				}
-				changes = append(changes, fc)
-			}
-			change, err := ws.c.IntegrateFiles(cmd.Context(), client.IntegrateOptions{
-				Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
-				FencingTokens: ws.co.tokens(), Message: message, Changes: changes,
-			})
+			change, err := ws.integrate(cmd.Context(), edits, message)
 			if client.IsCode(err, connect.CodeAborted) {
 				return withExit(ExitConflict, fmt.Errorf("%w (ag sync brings the mainline in, merging it with your edits)", err))
 			}

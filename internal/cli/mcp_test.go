@@ -389,6 +389,7 @@ func TestMCPSyncConflict(t *testing.T) {
 	if got := readTestFile(t, filepath.Join(bob.dir, "src", "b.go")); !strings.Contains(got, "<<<<<<< ours") || !strings.Contains(got, "package b // alice's") {
 		t.Errorf("src/b.go after sync with merge: %q, want conflict markers around both versions", got)
 	}
+	bob.refused("integrate", map[string]any{"message": "bob's b, markers and all"}, "still hold the conflict markers", "src/b.go")
 	bob.ok("sync", map[string]any{"ours": []string{"src/b.go"}}, &synced)
 	if got := readTestFile(t, filepath.Join(bob.dir, "src", "b.go")); got != "package b // bob's\n" || !slices.Equal(synced.Kept, []string{"src/b.go"}) {
 		t.Errorf("after sync with ours: src/b.go is %q and kept %v, want bob's version kept", got, synced.Kept)

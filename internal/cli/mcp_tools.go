@@ -7,9 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -332,7 +331,7 @@ type leaseRenewIn struct {
 }
 
 type leaseRenewOut struct {
-	Renewed []leaseView    `json:"renewed"`
+	Renewed []leaseView      `json:"renewed"`
 	Dropped []releaseDropped `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
 }
 
@@ -412,8 +411,8 @@ type releasedLease struct {
 }
 
 type leaseReleaseOut struct {
-	Released []releasedLease `json:"released"`
-	Dropped  []releaseDropped  `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
+	Released []releasedLease  `json:"released"`
+	Dropped  []releaseDropped `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
 }
 
 func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
@@ -550,21 +549,18 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 	if len(edits) == 0 {
 		return nil, out, errors.New("nothing to integrate: the checkout has no local edits. Edit the files on disk first")
 	}
+	conflicted, err := ws.co.conflicted(edits)
+	if err != nil {
+		return nil, out, err
+	}
+	if len(conflicted) > 0 {
+		paths := slices.Sorted(maps.Keys(conflicted))
+		return nil, out, fmt.Errorf("these files still hold the conflict markers sync merge=true wrote: %s. Edit each to what it should be, or sync with ours or theirs for it, or revert it; then integrate", strings.Join(paths, ", "))
+	}
 	if len(ws.co.Leases) == 0 {
 		return nil, out, fmt.Errorf("this checkout holds no leases: lease_acquire the files you edited (%s), then integrate", editPaths(edits))
 	}
-	changes := make([]client.FileChange, 0, len(edits))
-	for _, e := range edits {
-		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
-		if !fc.Delete {
-			fc.LocalPath = filepath.Join(ws.co.root, filepath.FromSlash(e.path))
-		}
-		changes = append(changes, fc)
-	}
-	change, err := ws.c.IntegrateFiles(ctx, client.IntegrateOptions{
-		Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
-		FencingTokens: ws.co.tokens(), Message: in.Message, Changes: changes,
-	})
+	change, err := ws.integrate(ctx, edits, in.Message)
 	switch {
 	case client.IsCode(err, connect.CodeFailedPrecondition):
 		return nil, out, fmt.Errorf("refused, nothing was integrated: %s. Your lease on that path is missing or no longer current: lease_acquire it again (then sync, since someone else may have changed it), and integrate again", connectMessage(err))
@@ -691,7 +687,7 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 	if err != nil {
 		return nil, out, err
 	}
-	before := ws.co.Files
+	before := maps.Clone(ws.co.Files)
 	res, syncErr := syncWith(ctx, ws, opts)
 	if res == nil {
 		return nil, out, syncErr
@@ -702,8 +698,19 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 		out.Conflicts = append(out.Conflicts, syncConflictView{Path: c.Path, Reason: c.Reason, Markers: c.Markers})
 	}
 	if res.Applied {
-		out.Revision = ws.co.BaseRevision
-		out.Updated = diffFiles(before, ws.co.Files)
+		out.Revision = res.To
+		// What the sync wrote or removed, by what it was to the checkout before.
+		for _, p := range res.Updated {
+			kind := "modified"
+			if _, had := before[p]; !had {
+				kind = "added"
+			}
+			out.Updated = append(out.Updated, fileView{Path: p, Kind: kind})
+		}
+		for _, p := range res.Deleted {
+			out.Updated = append(out.Updated, fileView{Path: p, Kind: "deleted"})
+		}
+		slices.SortFunc(out.Updated, func(x, y fileView) int { return strings.Compare(x.Path, y.Path) })
 	}
 	switch {
 	case syncErr == nil:
@@ -803,33 +810,6 @@ func (a *mcpAgent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revert
 		out.Reverted = append(out.Reverted, fileView{Path: e.Path, Kind: e.Status})
 	}
 	return nil, out, err
-}
-
-// diffFiles answers what changed from the files before (path → digest) to after.
-func diffFiles(before, after map[string]string) []fileView {
-	out := []fileView{}
-	for p, d := range after {
-		if b, ok := before[p]; !ok || b != d {
-			out = append(out, fileView{Path: p, Kind: changeKind(ok, true)})
-		}
-	}
-	for p := range before {
-		if _, ok := after[p]; !ok {
-			out = append(out, fileView{Path: p, Kind: "deleted"})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
-}
-
-func changeKind(before, after bool) string {
-	switch {
-	case !before:
-		return "added"
-	case !after:
-		return "deleted"
-	}
-	return "modified"
 }
 
 // change_show

@@ -112,6 +112,37 @@ type heldLease struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// check refuses state that no ag wrote: ag writes files, reverts and removes by the paths
+// and digests it keeps here, so a path into .git or out of the checkout, or a digest that is
+// a path (.ag/conflicts/<digest>), must not pass because the file was edited by hand, copied
+// from someone else, or damaged.
+func (c *checkout) check() error {
+	for p, d := range c.Files {
+		if err := repo.ValidatePath(p, false); err != nil {
+			return fmt.Errorf("file %q %v", shortPath(p), err)
+		}
+		if !digestPattern.MatchString(d) {
+			return fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
+		}
+	}
+	for p, rec := range c.Conflicts {
+		if err := repo.ValidatePath(p, false); err != nil {
+			return fmt.Errorf("conflict %q %v", shortPath(p), err)
+		}
+		if !digestPattern.MatchString(rec.Ours) {
+			return fmt.Errorf("conflict %q has %q for a digest", shortPath(p), rec.Ours)
+		}
+	}
+	for _, l := range c.Leases {
+		for _, p := range l.Paths {
+			if err := repo.ValidatePath(p, true); err != nil {
+				return fmt.Errorf("lease %s path %q %v", l.ID, shortPath(p), err)
+			}
+		}
+	}
+	return nil
+}
+
 func statePath(root string) string { return filepath.Join(root, stateDir, "checkout.json") }
 
 // findCheckout finds the checkout containing dir.
@@ -125,7 +156,10 @@ func findCheckout(dir string) (*checkout, error) {
 		if err == nil {
 			c := &checkout{root: d}
 			if err := json.Unmarshal(data, c); err != nil {
-				return nil, fmt.Errorf("%s: %w", statePath(d), err)
+				return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", statePath(d), err)
+			}
+			if err := c.check(); err != nil {
+				return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", statePath(d), err)
 			}
 			if c.Files == nil {
 				c.Files = map[string]string{}
