@@ -260,6 +260,13 @@ func ParseStatement(payload []byte) (Validation, error) {
 	}
 	v.JobID, v.ClaimNumber, v.Worker = run.JobID, run.ClaimNumber, run.Worker
 	v.ExitCode, v.LogDigest, v.Reason, v.Isolation = run.ExitCode, run.LogDigest, run.Reason, run.Isolation
+	switch v.Isolation {
+	case "", IsolationBubblewrap, IsolationNone:
+	default:
+		// Printed to whoever verifies: a value of the signer's own wording must not read as
+		// isolated.
+		return Validation{}, fmt.Errorf("%w: isolation %q is none of %q, %q", ErrNotAValidation, v.Isolation, IsolationBubblewrap, IsolationNone)
+	}
 	if v.StartedAt, err = parseTime(run.StartedOn); err != nil {
 		return Validation{}, fmt.Errorf("%w: startedOn: %v", ErrNotAValidation, err)
 	}

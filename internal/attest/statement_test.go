@@ -239,8 +239,9 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		}),
 		"bad start time": edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
 		// encoding/json would take "jobid" for jobId; a reader of exact names would not.
-		"a run field in another case": edit(func(st map[string]any) { run(st)["jobid"] = "job_other" }),
-		"a field the spec lacks":      edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
+		"a run field in another case":   edit(func(st map[string]any) { run(st)["jobid"] = "job_other" }),
+		"an isolation of its own words": edit(func(st map[string]any) { run(st)["isolation"] = "bubblewrap (trust me)" }),
+		"a field the spec lacks":        edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
 		"run fields in both places": edit(func(st map[string]any) {
 			for k, v := range run(st) {
 				pred(st)[k] = v

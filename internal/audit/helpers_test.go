@@ -114,16 +114,6 @@ func sealedLog(t testing.TB, s *audit.Signer, n int, batches ...int) *memLog {
 	return l
 }
 
-// checkpoint answers the log's newest checkpoint, opened with s's key.
-func (l *memLog) checkpoint(t testing.TB, s *audit.Signer) audit.Checkpoint {
-	t.Helper()
-	cp, err := audit.OpenCheckpoint(l.checkpoints[len(l.checkpoints)-1].Note, s.VerifierKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cp
-}
-
 // clone answers a deep copy of events, to tamper with.
 func clone(events []audit.Event) []audit.Event {
 	out := make([]audit.Event, len(events))

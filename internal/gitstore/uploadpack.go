@@ -46,8 +46,10 @@ const packWindow = 10
 // Handler answers git's smart HTTP protocol (v0; a client asking for v2 falls back to it) for
 // one repository, read-only: `GET info/refs?service=git-upload-pack` and
 // `POST git-upload-pack`. Push (receive-pack) is refused with 403 and a message git shows to
-// its user. It authenticates nobody: the server's edge does that before it. Mount it under the
-// repository's prefix with http.StripPrefix, e.g. "/git/REPO.git".
+// its user. It authenticates nobody, and the server's edge passes every path outside the AGWP
+// services through: whoever mounts it must put an authenticating handler in front of it (a
+// reader's bearer token), with a test that a request without one is refused. Mount it under
+// the repository's prefix with http.StripPrefix, e.g. "/git/REPO.git".
 type Handler struct {
 	open func(ctx context.Context) (Snapshot, error)
 }

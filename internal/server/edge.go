@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -129,20 +130,24 @@ func compressed(h http.Header) bool {
 	return false
 }
 
-// knownProcedure reports whether path names a method of an AGWP service, as the generated
-// descriptors declare them: "/agwp.v1.JobService/ClaimJob".
-func knownProcedure(path string) bool {
-	service, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !ok || method == "" || strings.Contains(method, "/") {
-		return false
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service + "." + method))
-	if err != nil {
-		return false
-	}
-	_, isMethod := d.(protoreflect.MethodDescriptor)
-	return isMethod
-}
+// agwpProcedures are the paths of every AGWP method ("/agwp.v1.JobService/ClaimJob"), from the
+// generated descriptors, looked up on every request.
+var agwpProcedures = func() map[string]bool {
+	procedures := map[string]bool{}
+	protoregistry.GlobalFiles.RangeFilesByPackage("agwp.v1", func(f protoreflect.FileDescriptor) bool {
+		for i := range f.Services().Len() {
+			svc := f.Services().Get(i)
+			for j := range svc.Methods().Len() {
+				procedures["/"+string(svc.FullName())+"/"+string(svc.Methods().Get(j).Name())] = true
+			}
+		}
+		return true
+	})
+	return procedures
+}()
+
+// knownProcedure reports whether path names a method of an AGWP service.
+func knownProcedure(path string) bool { return agwpProcedures[path] }
 
 // admit authenticates the caller from the headers and checks its role for the procedure.
 func (e *edge) admit(ctx context.Context, procedure, authorization string) (caller, error) {
@@ -193,6 +198,7 @@ type pacedBody struct {
 	start    time.Time
 	grace    time.Duration
 	received int64
+	armed    time.Time // the read deadline set, zero while none is
 	done     bool
 }
 
@@ -200,36 +206,45 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.body.Read(p)
 	}
-	// An error here means the connection cannot take a deadline (a test's recorder); the body
-	// is then read as it would have been without one.
-	deadline := time.Now().Add(b.idle)
-	if paced := b.start.Add(b.grace + time.Duration(b.received)*time.Second/minBodyRate); paced.Before(deadline) {
-		deadline = paced
+	// A deadline is set again only when the one set is less than half the idle time away:
+	// setting one is a call into the connection (on HTTP/2 a message to its serving
+	// goroutine), and a small body is read in a few reads within microseconds.
+	now := time.Now()
+	if b.armed.Sub(now) < b.idle/2 {
+		deadline := now.Add(b.idle)
+		if paced := b.start.Add(b.grace + time.Duration(b.received)*time.Second/minBodyRate); paced.Before(deadline) {
+			deadline = paced
+		}
+		// An error here means the connection cannot take a deadline (a test's recorder);
+		// the body is then read as it would have been without one.
+		_ = b.rc.SetReadDeadline(deadline)
+		b.armed = deadline
 	}
-	_ = b.rc.SetReadDeadline(deadline)
 	n, err := b.body.Read(p)
 	b.received += int64(n)
 	if err != nil {
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-		if isTimeout(err) {
+		b.finish()
+		if err != io.EOF && errors.Is(err, os.ErrDeadlineExceeded) {
 			err = connect.NewError(connect.CodeDeadlineExceeded, errors.New("the request body arrived too slowly: send it at a steady pace"))
 		}
 	}
 	return n, err
 }
 
-func (b *pacedBody) Close() error {
-	if !b.done {
-		b.done = true
+// finish lifts the deadline once the body is read, so that a long poll waiting after it is not
+// cut by it (net/http cancels a request whose read deadline passes).
+func (b *pacedBody) finish() {
+	b.done = true
+	if !b.armed.IsZero() {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
-	return b.body.Close()
 }
 
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+func (b *pacedBody) Close() error {
+	if !b.done {
+		b.finish()
+	}
+	return b.body.Close()
 }
 
 // uploadSlots counts the large uploads each principal has in flight.

@@ -32,9 +32,11 @@ func storeError(err error, lostClaim connect.Code) error {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: is required: %w (a DSSE envelope of an in-toto statement signed with a registered worker key)", err))
 	case errors.Is(err, store.ErrInvalidPageToken):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("page_token: not a token this server handed out"))
-	case store.IsUnavailable(err):
-		_, unapplied := store.Unavailable(err)
+	}
+	if down, unapplied := store.Unavailable(err); down {
 		return connect.NewError(connect.CodeUnavailable, &unavailableError{cause: err, unapplied: unapplied})
+	}
+	switch {
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -43,12 +43,11 @@ const (
 )
 
 var (
-	labelPattern     = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,128}$`)
-	kindPattern      = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
-	namePattern      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	digestPattern    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	idPattern        = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
-	errFieldRequired = errors.New("is required")
+	labelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,128}$`)
+	kindPattern   = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 )
 
 // invalid answers the invalid_argument error for a field.
