@@ -63,16 +63,13 @@ func (s *Server) newEdge(next http.Handler) *edge {
 	e := &edge{
 		s: s, next: next, errors: connect.NewErrorWriter(),
 		idleTimeout: s.cfg.BodyIdleTimeout, bodyTimeout: s.cfg.BodyTimeout,
-		uploads: &uploadSlots{limit: s.cfg.UploadsPerPrincipal, held: map[string]int{}},
+		uploads: s.uploads,
 	}
 	if e.idleTimeout <= 0 {
 		e.idleTimeout = DefaultBodyIdleTimeout
 	}
 	if e.bodyTimeout <= 0 {
 		e.bodyTimeout = DefaultBodyTimeout
-	}
-	if e.uploads.limit <= 0 {
-		e.uploads.limit = DefaultUploadsPerPrincipal
 	}
 	return e
 }
@@ -245,6 +242,17 @@ func (b *pacedBody) Close() error {
 		b.finish()
 	}
 	return b.body.Close()
+}
+
+// LargeUploads answers how many large uploads are in flight now, every principal's.
+func (s *Server) LargeUploads() int {
+	s.uploads.mu.Lock()
+	defer s.uploads.mu.Unlock()
+	n := 0
+	for _, held := range s.uploads.held {
+		n += held
+	}
+	return n
 }
 
 // uploadSlots counts the large uploads each principal has in flight.

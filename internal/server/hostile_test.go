@@ -274,6 +274,18 @@ func answerWithin(t *testing.T, what string, answered <-chan string) string {
 	}
 }
 
+// waitUntil waits for cond, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestRequestsWithoutATokenAreRefusedBeforeTheirBody ensures random bytes without a token are
 // unauthenticated (not a decoding error), and that a 63 MiB upload without a token is refused
 // before the server has read it: the answer comes while the client still holds back the body.
@@ -325,15 +337,13 @@ func TestLargeUploadsAreBoundedPerPrincipal(t *testing.T) {
 		t.Fatalf("a declared 1 GiB upload: %s, want resource_exhausted", code)
 	}
 
-	// Two uploads held open: 8 MiB declared, 1 MiB sent. Once the server has read some of a
-	// body, that upload has passed the edge and holds its slot.
+	// Two uploads held open: 8 MiB declared, 1 MiB sent, each holding its slot once the server
+	// has taken it (the client's sending says nothing of that: the socket buffers it).
 	var held []<-chan string
-	for range 2 {
-		body, answered := postHeld(t, srv.URL, upload, headers, 8<<20, 1<<20)
+	for i := range 2 {
+		_, answered := postHeld(t, srv.URL, upload, headers, 8<<20, 1<<20)
 		held = append(held, answered)
-		for body.sent.Load() < 1<<20 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitUntil(t, fmt.Sprintf("the server holds %d large uploads", i+1), func() bool { return srv.LargeUploads() == i+1 })
 	}
 	_, answered = postHeld(t, srv.URL, upload, headers, 4<<20, 0)
 	if code := answerWithin(t, "mallory's third large upload", answered); code != "resource_exhausted" {
@@ -587,10 +597,8 @@ func TestACompressedUploadTakesASlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	headers := http.Header{"Content-Type": {"application/proto"}, "Authorization": {"Bearer " + res.GetToken()}}
-	body, _ := postHeld(t, srv.URL, "/agwp.v1.RepositoryService/UploadBlobs", headers, 8<<20, 1<<20)
-	for body.sent.Load() < 1<<20 {
-		time.Sleep(5 * time.Millisecond) // until the server reads it: the one slot is taken
-	}
+	postHeld(t, srv.URL, "/agwp.v1.RepositoryService/UploadBlobs", headers, 8<<20, 1<<20)
+	waitUntil(t, "the server holds the one large upload", func() bool { return srv.LargeUploads() == 1 })
 	gz := http.Header{"Content-Encoding": {"gzip"}}
 	for k, v := range headers {
 		gz[k] = v

@@ -73,6 +73,7 @@ type Server struct {
 	auditSigner            *audit.Signer
 	sealed                 store.Signal // fired after this server sealed events
 	cfg                    Config
+	uploads                *uploadSlots // every handler's: the limit is the server's
 }
 
 // New answers a server over cfg.Store.
@@ -87,6 +88,10 @@ func New(cfg Config) *Server {
 		maxBytes:       cfg.MaxRequestBytes,
 		auditSigner:    cfg.AuditSigner,
 		cfg:            cfg,
+		uploads:        &uploadSlots{limit: cfg.UploadsPerPrincipal, held: map[string]int{}},
+	}
+	if s.uploads.limit <= 0 {
+		s.uploads.limit = DefaultUploadsPerPrincipal
 	}
 	s.metrics = newMetrics(cfg.Store, func() float64 { return float64(s.waiting.Load()) })
 	if s.log == nil {

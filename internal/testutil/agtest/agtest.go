@@ -47,6 +47,9 @@ type Server struct {
 	srv *server.Server
 }
 
+// LargeUploads answers how many large uploads the server has in flight now.
+func (s *Server) LargeUploads() int { return s.srv.LargeUploads() }
+
 // WaitingRequests answers how many long-polling requests wait on the server now.
 func (s *Server) WaitingRequests() int64 { return s.srv.WaitingRequests() }
 
