@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -16,16 +17,24 @@ import (
 // validation command on one candidate tree and attest the outcome.
 const KindValidate = "validate"
 
-// ValidatePayload is the payload of a validate job.
+// ValidatePayload is the payload of a validate job. It names the candidate tree by its git tree
+// id, its tree digest, or both (jobs enqueued before git tree ids name the digest only); the
+// attestation's subject must carry what it names.
 type ValidatePayload struct {
 	Repository        string            `json:"repository"`
 	Change            string            `json:"change"`
 	CandidateRevision string            `json:"candidate_revision"`
-	TreeDigest        string            `json:"tree_digest"` // "sha256:<hex>": the attestation's subject
+	TreeDigest        string            `json:"tree_digest,omitempty"` // "sha256:<hex>" of ag's flat tree encoding, or ""
+	GitTree           string            `json:"git_tree,omitempty"`    // the tree's git id, 40 lowercase hex, or ""
 	Command           []string          `json:"command"`
 	Timeout           string            `json:"timeout"` // a Go duration, "10m0s"
 	Env               map[string]string `json:"env,omitempty"`
 }
+
+var (
+	treeDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	gitTreePattern    = regexp.MustCompile(`^[0-9a-f]{40}$`)
+)
 
 // TimeoutDuration answers the payload's timeout.
 func (p ValidatePayload) TimeoutDuration() (time.Duration, error) {
@@ -59,8 +68,14 @@ func ParseValidatePayloadJSON(data []byte) (ValidatePayload, error) {
 		return p, fmt.Errorf("validate payload: %w", err)
 	}
 	switch {
-	case p.Repository == "" || p.CandidateRevision == "" || p.TreeDigest == "":
-		return p, errors.New("validate payload: repository, candidate_revision and tree_digest are required")
+	case p.Repository == "" || p.CandidateRevision == "":
+		return p, errors.New("validate payload: repository and candidate_revision are required")
+	case p.TreeDigest == "" && p.GitTree == "":
+		return p, errors.New("validate payload: git_tree or tree_digest is required")
+	case p.TreeDigest != "" && !treeDigestPattern.MatchString(p.TreeDigest):
+		return p, fmt.Errorf("validate payload: tree_digest %q is not sha256:<64 lowercase hex>", p.TreeDigest)
+	case p.GitTree != "" && !gitTreePattern.MatchString(p.GitTree):
+		return p, fmt.Errorf("validate payload: git_tree %q is not a git tree id: 40 lowercase hex", p.GitTree)
 	case len(p.Command) == 0:
 		return p, errors.New("validate payload: command is empty")
 	}

@@ -538,6 +538,8 @@ var variableFields = map[string]bool{
 	"acquiredAt": true, "expiresAt": true, "endedAt": true, "changeId": true,
 	"mainline": true, "revision": true, "parent": true, "baseRevision": true,
 	"candidateRevision": true, "integratedRevision": true,
+	// commits name their revision and change and are dated (a tree is content: gitTree is compared)
+	"mainlineCommit": true, "gitCommit": true,
 }
 
 // compareJSON answers how got differs from want: every field of one must be in the other with

@@ -39,16 +39,18 @@ const (
 
 // Validation is what a worker attests about one run of a repository's validation command on
 // one candidate tree. It travels as an in-toto Statement v1 whose predicate is exactly the
-// spec's test-result: the subject is the tree ("<repository>@<revision>", digest sha256); the
-// predicate holds the result, the url "ag:job/<id>" and two configuration entries, "command"
-// (argv and timeout, its JSON content) and "run", whose annotations carry what ties the run to
-// its claim (job id, claim number, worker, times, exit code, log digest, reason, isolation).
-// Attestations signed before had those fields in the predicate itself, beside the spec's;
-// ParseStatement reads both (docs/validation.md).
+// spec's test-result: the subject is the tree ("<repository>@<revision>"; its digests the git
+// tree id as gitTree and the tree digest as sha256, at least one of them); the predicate holds
+// the result, the url "ag:job/<id>" and two configuration entries, "command" (argv and timeout,
+// its JSON content) and "run", whose annotations carry what ties the run to its claim (job id,
+// claim number, worker, times, exit code, log digest, reason, isolation). Attestations signed
+// before had those fields in the predicate itself, beside the spec's; ParseStatement reads both
+// (docs/validation.md). Those signed before git tree ids name the tree digest alone.
 type Validation struct {
 	Repository  string
 	Revision    string
-	TreeDigest  string // "sha256:<hex>"
+	TreeDigest  string // "sha256:<hex>" of ag's flat tree encoding (repo.Tree.Digest), or ""
+	GitTree     string // the git tree id, 40 lowercase hex (`git rev-parse <commit>^{tree}`), or ""
 	Result      string // ResultPassed or ResultFailed
 	Command     []string
 	Timeout     time.Duration
@@ -99,12 +101,44 @@ type commandConfig struct {
 // sha256Hex is a sha256 digest in the lowercase hex that ag's digests ("sha256:<hex>") use.
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// gitTreeHex is a git tree id of the SHA-1 object format, in the lowercase hex git prints.
+var gitTreeHex = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// The names of the subject's digests, in-toto's for a sha256 and for a git tree.
+const (
+	digestSHA256  = "sha256"
+	digestGitTree = "gitTree"
+)
+
+// subjectDigest answers the digest set of v's subject: its git tree id, its tree digest, or
+// both; it refuses a validation that names neither, or either in another form.
+func subjectDigest(v Validation) (map[string]string, error) {
+	digest := make(map[string]string, 2)
+	if v.TreeDigest != "" {
+		hexDigest, ok := strings.CutPrefix(v.TreeDigest, "sha256:")
+		if !ok || !sha256Hex.MatchString(hexDigest) {
+			return nil, fmt.Errorf("tree digest %q is not sha256:<64 lowercase hex>", v.TreeDigest)
+		}
+		digest[digestSHA256] = hexDigest
+	}
+	if v.GitTree != "" {
+		if !gitTreeHex.MatchString(v.GitTree) {
+			return nil, fmt.Errorf("git tree %q is not a git tree id: 40 lowercase hex", v.GitTree)
+		}
+		digest[digestGitTree] = v.GitTree
+	}
+	if len(digest) == 0 {
+		return nil, errors.New("a validation names its tree: a git tree id, a tree digest, or both")
+	}
+	return digest, nil
+}
+
 // StatementJSON encodes v as an in-toto Statement v1 in JSON. It refuses a validation that
 // ParseStatement would not read back.
 func StatementJSON(v Validation) ([]byte, error) {
-	hexDigest, ok := strings.CutPrefix(v.TreeDigest, "sha256:")
-	if !ok || !sha256Hex.MatchString(hexDigest) {
-		return nil, fmt.Errorf("tree digest %q is not sha256:<64 lowercase hex>", v.TreeDigest)
+	digest, err := subjectDigest(v)
+	if err != nil {
+		return nil, err
 	}
 	if v.Result != ResultPassed && v.Result != ResultFailed {
 		return nil, fmt.Errorf("result %q is neither %s nor %s", v.Result, ResultPassed, ResultFailed)
@@ -152,7 +186,7 @@ func StatementJSON(v Validation) ([]byte, error) {
 	}
 	st := &intoto.Statement{
 		Type:          intoto.StatementTypeUri,
-		Subject:       []*intoto.ResourceDescriptor{{Name: v.Subject(), Digest: map[string]string{"sha256": hexDigest}}},
+		Subject:       []*intoto.ResourceDescriptor{{Name: v.Subject(), Digest: digest}},
 		PredicateType: PredicateTypeTestResult,
 		Predicate:     predicate,
 	}
@@ -212,12 +246,11 @@ func ParseStatement(payload []byte) (Validation, error) {
 		return Validation{}, fmt.Errorf("%w: %d subjects, want the one candidate tree", ErrNotAValidation, len(st.GetSubject()))
 	}
 	subject := st.GetSubject()[0]
-	hexDigest := subject.GetDigest()["sha256"]
-	if !sha256Hex.MatchString(hexDigest) {
-		return Validation{}, fmt.Errorf("%w: the subject has no sha256 digest in lowercase hex", ErrNotAValidation)
-	}
 	var v Validation
-	v.TreeDigest = "sha256:" + hexDigest
+	var err error
+	if v.TreeDigest, v.GitTree, err = parseSubjectDigest(subject.GetDigest()); err != nil {
+		return Validation{}, err
+	}
 	// Repository names cannot hold '@'; revision ids are opaque, so split at the first one.
 	repository, revision, ok := strings.Cut(subject.GetName(), "@")
 	if !ok || repository == "" || revision == "" {
@@ -274,6 +307,34 @@ func ParseStatement(payload []byte) (Validation, error) {
 		return Validation{}, fmt.Errorf("%w: finishedOn: %v", ErrNotAValidation, err)
 	}
 	return v, nil
+}
+
+// parseSubjectDigest reads the subject's digest set: the tree digest ("sha256:<hex>") from
+// sha256 and the git tree id from gitTree, each in lowercase hex of its length, at least one
+// of them. Attestations signed before the git tree id have sha256 only. A name that is one of
+// these but for its case is refused, as a reader of the exact names would not see it.
+func parseSubjectDigest(digest map[string]string) (treeDigest, gitTree string, err error) {
+	for name := range digest {
+		for _, known := range []string{digestSHA256, digestGitTree} {
+			if name != known && strings.EqualFold(name, known) {
+				return "", "", fmt.Errorf("%w: the subject's digest %q is %q but for its case", ErrNotAValidation, name, known)
+			}
+		}
+	}
+	sha, hasSHA := digest[digestSHA256]
+	gitTree, hasGitTree := digest[digestGitTree]
+	switch {
+	case !hasSHA && !hasGitTree:
+		return "", "", fmt.Errorf("%w: the subject has neither a %s nor a %s digest", ErrNotAValidation, digestGitTree, digestSHA256)
+	case hasSHA && !sha256Hex.MatchString(sha):
+		return "", "", fmt.Errorf("%w: the subject's %s digest is not 64 lowercase hex", ErrNotAValidation, digestSHA256)
+	case hasGitTree && !gitTreeHex.MatchString(gitTree):
+		return "", "", fmt.Errorf("%w: the subject's %s digest is not a git tree id: 40 lowercase hex", ErrNotAValidation, digestGitTree)
+	}
+	if hasSHA {
+		treeDigest = "sha256:" + sha
+	}
+	return treeDigest, gitTree, nil
 }
 
 // parsePredicate reads a test-result predicate and the fields of its run. A predicate that is

@@ -19,7 +19,10 @@ import (
 	"github.com/ag-coord/ag/internal/attest"
 )
 
-const treeDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+const (
+	treeDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	gitTree    = "89abcdef0123456789abcdef0123456789abcdef"
+)
 
 func sampleValidation() attest.Validation {
 	start := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
@@ -27,6 +30,7 @@ func sampleValidation() attest.Validation {
 		Repository:  "shop",
 		Revision:    "rev_01J@x", // revision ids are opaque: an '@' must survive
 		TreeDigest:  treeDigest,
+		GitTree:     gitTree,
 		Result:      attest.ResultFailed,
 		Command:     []string{"go", "test", "./..."},
 		Timeout:     10 * time.Minute,
@@ -64,7 +68,8 @@ func sameValidation(t *testing.T, got, want attest.Validation) {
 }
 
 // TestStatementRoundTrips ensures ParseStatement reads back every field StatementJSON wrote,
-// and that the statement is the in-toto v1 test-result the design names.
+// and that the statement is the in-toto v1 test-result the design names, its subject's digest
+// set the tree's git id (gitTree), its tree digest (sha256), or both.
 func TestStatementRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, v := range []attest.Validation{
@@ -74,6 +79,16 @@ func TestStatementRoundTrips(t *testing.T) {
 			v.Result, v.ExitCode, v.Reason, v.Timeout = attest.ResultPassed, 0, "", 0
 			v.StartedAt, v.FinishedAt = time.Time{}, time.Time{}
 			v.Isolation = "" // as attestations signed before the field was
+			return v
+		}(),
+		func() attest.Validation {
+			v := sampleValidation()
+			v.GitTree = "" // as attestations signed before the git tree id
+			return v
+		}(),
+		func() attest.Validation {
+			v := sampleValidation()
+			v.TreeDigest = "" // the git tree id alone
 			return v
 		}(),
 	} {
@@ -102,8 +117,15 @@ func TestStatementRoundTrips(t *testing.T) {
 		if st.Type != "https://in-toto.io/Statement/v1" || st.PredicateType != attest.PredicateTypeTestResult {
 			t.Errorf("statement type %q, predicate type %q", st.Type, st.PredicateType)
 		}
-		if len(st.Subject) != 1 || st.Subject[0].Name != "shop@rev_01J@x" || "sha256:"+st.Subject[0].Digest["sha256"] != treeDigest {
-			t.Errorf("subject = %+v", st.Subject)
+		wantDigest := map[string]string{}
+		if v.TreeDigest != "" {
+			wantDigest["sha256"] = strings.TrimPrefix(v.TreeDigest, "sha256:")
+		}
+		if v.GitTree != "" {
+			wantDigest["gitTree"] = v.GitTree
+		}
+		if len(st.Subject) != 1 || st.Subject[0].Name != "shop@rev_01J@x" || !reflect.DeepEqual(st.Subject[0].Digest, wantDigest) {
+			t.Errorf("subject = %+v, want digest %v", st.Subject, wantDigest)
 		}
 		if st.Predicate["result"] != v.Result || st.Predicate["url"] != "ag:job/job_01J" {
 			t.Errorf("predicate = %v", st.Predicate)
@@ -172,6 +194,14 @@ func TestStatementJSONRefusesWhatCannotBeReadBack(t *testing.T) {
 		"digest without prefix": func(v *attest.Validation) { v.TreeDigest = strings.TrimPrefix(v.TreeDigest, "sha256:") },
 		"uppercase digest":      func(v *attest.Validation) { v.TreeDigest = strings.ToUpper(v.TreeDigest) },
 		"short digest":          func(v *attest.Validation) { v.TreeDigest = "sha256:abcd" },
+		"neither tree":          func(v *attest.Validation) { v.TreeDigest, v.GitTree = "", "" },
+		"uppercase git tree":    func(v *attest.Validation) { v.GitTree = strings.ToUpper(v.GitTree) },
+		"short git tree":        func(v *attest.Validation) { v.GitTree = v.GitTree[:39] },
+		"long git tree":         func(v *attest.Validation) { v.GitTree += "0" },
+		"sha256-long git tree":  func(v *attest.Validation) { v.GitTree = strings.TrimPrefix(treeDigest, "sha256:") },
+		"prefixed git tree":     func(v *attest.Validation) { v.GitTree = "sha1:" + v.GitTree },
+		"git tree not hex":      func(v *attest.Validation) { v.GitTree = strings.Repeat("g", 40) },
+		"git tree, bad digest":  func(v *attest.Validation) { v.TreeDigest = "sha256:abcd" },
 		"no result":             func(v *attest.Validation) { v.Result = "" },
 		"no repository":         func(v *attest.Validation) { v.Repository = "" },
 		"'@' in repository":     func(v *attest.Validation) { v.Repository = "a@b" },
@@ -209,6 +239,7 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		return b
 	}
 	subject := func(st map[string]any) map[string]any { return st["subject"].([]any)[0].(map[string]any) }
+	digest := func(st map[string]any) map[string]any { return subject(st)["digest"].(map[string]any) }
 	pred := func(st map[string]any) map[string]any { return st["predicate"].(map[string]any) }
 	run := func(st map[string]any) map[string]any { return runAnnotations(t, pred(st)) }
 	configuration := func(st map[string]any) []any { return pred(st)["configuration"].([]any) }
@@ -217,9 +248,30 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		"another predicate":     edit(func(st map[string]any) { st["predicateType"] = "https://slsa.dev/provenance/v1" }),
 		"legacy statement type": edit(func(st map[string]any) { st["_type"] = "https://in-toto.io/Statement/v0.1" }),
 		"two subjects":          edit(func(st map[string]any) { st["subject"] = append(st["subject"].([]any), subject(st)) }),
-		"no sha256":             edit(func(st map[string]any) { subject(st)["digest"] = map[string]any{"sha512": strings.Repeat("ab", 64)} }),
+		"neither sha256 nor gitTree": edit(func(st map[string]any) {
+			subject(st)["digest"] = map[string]any{"sha512": strings.Repeat("ab", 64)}
+		}),
 		"uppercase digest": edit(func(st map[string]any) {
 			subject(st)["digest"] = map[string]any{"sha256": strings.ToUpper(strings.TrimPrefix(treeDigest, "sha256:"))}
+		}),
+		"uppercase digest beside a git tree": edit(func(st map[string]any) {
+			subject(st)["digest"] = map[string]any{"sha256": strings.ToUpper(strings.TrimPrefix(treeDigest, "sha256:")), "gitTree": gitTree}
+		}),
+		"uppercase gitTree": edit(func(st map[string]any) { digest(st)["gitTree"] = strings.ToUpper(gitTree) }),
+		"short gitTree":     edit(func(st map[string]any) { digest(st)["gitTree"] = gitTree[:38] }),
+		"sha256-long gitTree": edit(func(st map[string]any) {
+			digest(st)["gitTree"] = strings.TrimPrefix(treeDigest, "sha256:")
+		}),
+		"prefixed gitTree": edit(func(st map[string]any) { digest(st)["gitTree"] = "sha1:" + gitTree }),
+		"gitTree not hex":  edit(func(st map[string]any) { digest(st)["gitTree"] = strings.Repeat("z", 40) }),
+		"empty gitTree":    edit(func(st map[string]any) { digest(st)["gitTree"] = "" }),
+		"gitTree in its own case": edit(func(st map[string]any) {
+			delete(digest(st), "gitTree")
+			digest(st)["gittree"] = gitTree
+		}),
+		"a second gitTree in another case": edit(func(st map[string]any) { digest(st)["GitTree"] = strings.Repeat("ab", 20) }),
+		"sha256 in another case": edit(func(st map[string]any) {
+			digest(st)["SHA256"] = strings.Repeat("ab", 32)
 		}),
 		"subject without revision": edit(func(st map[string]any) { subject(st)["name"] = "shop" }),
 		"subject with empty repo":  edit(func(st map[string]any) { subject(st)["name"] = "@rev" }),

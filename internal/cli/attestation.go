@@ -23,8 +23,9 @@ import (
 )
 
 var (
-	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	shellSafe     = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+	digestPattern  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	gitTreePattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	shellSafe      = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
 )
 
 func newAttestationCmd(g *globals) *cobra.Command {
@@ -94,7 +95,8 @@ type verifiedAttestation struct {
 	Subject        string    `json:"subject"`
 	Repository     string    `json:"repository"`
 	Revision       string    `json:"revision"`
-	TreeDigest     string    `json:"treeDigest"`
+	GitTree        string    `json:"gitTree,omitempty"`    // absent from attestations that predate it
+	TreeDigest     string    `json:"treeDigest,omitempty"` // absent from those that name the git tree alone
 	JobID          string    `json:"jobId"`
 	ClaimNumber    uint32    `json:"claimNumber"`
 	Worker         string    `json:"worker"`
@@ -113,29 +115,33 @@ type verifiedAttestation struct {
 func newAttestationVerifyCmd(g *globals) *cobra.Command {
 	var key, subjectDigest string
 	cmd := &cobra.Command{
-		Use:   "verify FILE --key PUBKEY [--subject-digest sha256:...]",
+		Use:   "verify FILE --key PUBKEY [--subject-digest GITTREE|sha256:...]",
 		Short: "verify an attestation offline and print who validated what",
 		Long: `Verifies an attestation (DSSE JSON, as 'ag attestation get' saves it; FILE "-" reads standard
 input) without a server: its signature with the key PUBKEY, its payload type, and its statement,
 an in-toto test-result about one tree. It then prints the result, the subject (repository,
-revision and tree digest), the job and claim, the worker, the key, the run's times, exit code,
-log digest, and how the command was isolated from the worker's secrets.
+revision, git tree id and tree digest), the job and claim, the worker, the key, the run's
+times, exit code, log digest, and how the command was isolated from the worker's secrets.
 
 PUBKEY is a file holding the worker's public key (ag-worker writes it next to its key as
 KEYFILE.pub), the worker's private key file, or the base64 of the raw 32-byte public key.
-With --subject-digest the attested tree must be exactly that one.
+With --subject-digest the attested tree must be exactly that one: a git tree id (40 hex, what
+'git rev-parse COMMIT^{tree}' prints for the mainline's commit) or a tree digest (sha256:...,
+as 'ag repo show' prints it). Attestations signed before git tree ids name the tree digest
+only.
 
 It exits non-zero when anything does not verify. A FAILED validation that verifies is a valid
 attestation: check the printed result.`,
 		Example: `  ag attestation verify change.att.json --key ag-data/worker-w1.key.pub
-  ag attestation get sha256:3f2a... | ag attestation verify - --key w1.pub --subject-digest sha256:9c1e...`,
+  ag attestation get sha256:3f2a... | ag attestation verify - --key w1.pub --subject-digest "$(git rev-parse "$COMMIT^{tree}")"
+  ag attestation verify change.att.json --key w1.pub --subject-digest sha256:9c1e...`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if key == "" {
 				return errors.New("--key is required: the worker's public key (KEYFILE.pub), its key file, or base64")
 			}
-			if subjectDigest != "" && !digestPattern.MatchString(subjectDigest) {
-				return fmt.Errorf("--subject-digest %q: use sha256:<64 lowercase hex>", subjectDigest)
+			if subjectDigest != "" && !digestPattern.MatchString(subjectDigest) && !gitTreePattern.MatchString(subjectDigest) {
+				return fmt.Errorf("--subject-digest %q: use a git tree id (40 lowercase hex) or sha256:<64 lowercase hex>", subjectDigest)
 			}
 			pub, err := readPublicKey(key)
 			if err != nil {
@@ -162,12 +168,13 @@ attestation: check the printed result.`,
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "the signer's public key: a PEM file (KEYFILE.pub or the key file itself) or base64 (required)")
-	cmd.Flags().StringVar(&subjectDigest, "subject-digest", "", "require the attested tree to have this digest")
+	cmd.Flags().StringVar(&subjectDigest, "subject-digest", "", "require the attested tree to be this one: its git tree id (40 hex) or its tree digest (sha256:...)")
 	return cmd
 }
 
 // verifyAttestation checks an envelope's signature with pub, that it is a validation's
-// statement, and (when given) that its subject is the tree subjectDigest.
+// statement, and (when given) that its subject is the tree subjectDigest: a git tree id or a
+// tree digest.
 func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, subjectDigest string) (verifiedAttestation, error) {
 	env, err := attest.Decode(data)
 	if err != nil {
@@ -180,8 +187,8 @@ func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, 
 	case err != nil:
 		return verifiedAttestation{}, fmt.Errorf("signed by key %s, but %w", attest.KeyID(pub), err)
 	}
-	if subjectDigest != "" && v.TreeDigest != subjectDigest {
-		return verifiedAttestation{}, fmt.Errorf("it attests tree %s (%s), not %s", v.TreeDigest, v.Subject(), subjectDigest)
+	if err := attestsTree(v, subjectDigest); err != nil {
+		return verifiedAttestation{}, err
 	}
 	report := verifiedAttestation{
 		Verified:       true,
@@ -191,6 +198,7 @@ func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, 
 		Subject:        v.Subject(),
 		Repository:     v.Repository,
 		Revision:       v.Revision,
+		GitTree:        v.GitTree,
 		TreeDigest:     v.TreeDigest,
 		JobID:          v.JobID,
 		ClaimNumber:    v.ClaimNumber,
@@ -212,6 +220,26 @@ func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, 
 	return report, nil
 }
 
+// attestsTree checks that v's subject is the tree want names, by its git tree id (40 hex) or
+// its tree digest ("sha256:<hex>"); an empty want checks nothing.
+func attestsTree(v attest.Validation, want string) error {
+	switch {
+	case want == "":
+		return nil
+	case gitTreePattern.MatchString(want) && v.GitTree == "":
+		return fmt.Errorf("it names no git tree (%s, tree %s), so not git tree %s: compare its tree digest", v.Subject(), v.TreeDigest, want)
+	case gitTreePattern.MatchString(want) && v.GitTree != want:
+		return fmt.Errorf("it attests git tree %s (%s), not %s", v.GitTree, v.Subject(), want)
+	case gitTreePattern.MatchString(want):
+		return nil
+	case v.TreeDigest == "":
+		return fmt.Errorf("it names no tree digest (%s, git tree %s), so not %s: compare its git tree", v.Subject(), v.GitTree, want)
+	case v.TreeDigest != want:
+		return fmt.Errorf("it attests tree %s (%s), not %s", v.TreeDigest, v.Subject(), want)
+	}
+	return nil
+}
+
 func printVerified(g *globals, r verifiedAttestation) {
 	fmt.Fprintf(g.stdout, "verified: %s, signed by key %s\n", r.Result, r.KeyID)
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -222,6 +250,7 @@ func printVerified(g *globals, r verifiedAttestation) {
 	}
 	row("result", r.Result)
 	row("subject", r.Subject)
+	row("git tree", r.GitTree)
 	row("tree digest", r.TreeDigest)
 	row("job", fmt.Sprintf("%s (claim %d)", r.JobID, r.ClaimNumber))
 	row("worker", r.Worker)

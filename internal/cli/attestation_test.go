@@ -23,11 +23,20 @@ import (
 	"github.com/ag-coord/ag/internal/cli"
 )
 
-const attestedTree = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+const (
+	attestedTree    = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	attestedGitTree = "89abcdef0123456789abcdef0123456789abcdef"
+)
 
-// signedAttestation answers the stored form of a validation signed by the key it creates at
-// keyPath, and that key.
+// signedAttestation answers the stored form of a validation of attestedTree and
+// attestedGitTree signed by the key it creates at keyPath, and that key.
 func signedAttestation(t *testing.T, keyPath string) ([]byte, ed25519.PrivateKey) {
+	t.Helper()
+	return signedAttestationOf(t, keyPath, attestedTree, attestedGitTree)
+}
+
+// signedAttestationOf is signedAttestation for a tree digest and a git tree id, either empty.
+func signedAttestationOf(t *testing.T, keyPath, treeDigest, gitTree string) ([]byte, ed25519.PrivateKey) {
 	t.Helper()
 	key, err := attest.LoadOrCreatePrivateKey(keyPath)
 	if err != nil {
@@ -35,7 +44,7 @@ func signedAttestation(t *testing.T, keyPath string) ([]byte, ed25519.PrivateKey
 	}
 	start := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	env, err := attest.NewSigner(key).SignValidation(context.Background(), attest.Validation{
-		Repository: "shop", Revision: "rev_42", TreeDigest: attestedTree, Result: attest.ResultPassed,
+		Repository: "shop", Revision: "rev_42", TreeDigest: treeDigest, GitTree: gitTree, Result: attest.ResultPassed,
 		Command: []string{"go", "test", "./..."}, Timeout: 5 * time.Minute, JobID: "job_7", ClaimNumber: 2,
 		Worker: "ci|w1", StartedAt: start, FinishedAt: start.Add(1500 * time.Millisecond),
 		LogDigest: "sha256:" + strings.Repeat("cd", 32), Isolation: attest.IsolationBubblewrap,
@@ -88,7 +97,8 @@ func TestAttestationVerify(t *testing.T) {
 				t.Fatalf("verify --key %s: %v\n%s", k, err, out)
 			}
 			for _, want := range []string{
-				"verified: PASSED", "shop@rev_42", attestedTree, "job_7 (claim 2)", "ci|w1", "go test ./... (timeout 5m0s)",
+				"verified: PASSED", "shop@rev_42", "git tree:     " + attestedGitTree, "tree digest:  " + attestedTree,
+				"job_7 (claim 2)", "ci|w1", "go test ./... (timeout 5m0s)",
 				attest.KeyID(pub), "sha256:" + strings.Repeat("cd", 32), "(1.5s)", sha256Hex(data), "isolation:    bubblewrap",
 			} {
 				if !strings.Contains(out, want) {
@@ -108,7 +118,7 @@ func TestAttestationVerify(t *testing.T) {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
 		for k, want := range map[string]any{
-			"verified": true, "result": "PASSED", "repository": "shop", "revision": "rev_42", "treeDigest": attestedTree,
+			"verified": true, "result": "PASSED", "repository": "shop", "revision": "rev_42", "treeDigest": attestedTree, "gitTree": attestedGitTree,
 			"jobId": "job_7", "claimNumber": 2.0, "worker": "ci|w1", "keyId": attest.KeyID(pub), "exitCode": 0.0,
 			"envelopeDigest": sha256Hex(data), "startedAt": "2025-03-01T12:00:00Z", "isolation": "bubblewrap",
 		} {
@@ -153,12 +163,31 @@ func TestAttestationVerify(t *testing.T) {
 			}
 		}
 	})
+	t.Run("its git tree", func(t *testing.T) {
+		t.Parallel()
+		if out, err := runAg("attestation", "verify", file, "--key", pubFile, "--subject-digest", attestedGitTree); err != nil {
+			t.Errorf("verify --subject-digest %s: %v\n%s", attestedGitTree, err, out)
+		}
+	})
 	t.Run("another subject", func(t *testing.T) {
 		t.Parallel()
-		other := "sha256:" + strings.Repeat("ef", 32)
-		out, err := runAg("attestation", "verify", file, "--key", pubFile, "--subject-digest", other)
-		if err == nil || !strings.Contains(err.Error(), "not "+other) {
-			t.Errorf("verify --subject-digest %s = %v, want a refusal\n%s", other, err, out)
+		for _, other := range []string{"sha256:" + strings.Repeat("ef", 32), strings.Repeat("ef", 20)} {
+			out, err := runAg("attestation", "verify", file, "--key", pubFile, "--subject-digest", other)
+			if err == nil || !strings.Contains(err.Error(), "not "+other) {
+				t.Errorf("verify --subject-digest %s = %v, want a refusal\n%s", other, err, out)
+			}
+		}
+	})
+	t.Run("a malformed subject", func(t *testing.T) {
+		t.Parallel()
+		for _, bad := range []string{
+			strings.ToUpper(attestedGitTree), attestedGitTree[:39], "sha1:" + attestedGitTree,
+			strings.TrimPrefix(attestedTree, "sha256:"), strings.ToUpper(attestedTree),
+		} {
+			out, err := runAg("attestation", "verify", file, "--key", pubFile, "--subject-digest", bad)
+			if err == nil || !strings.Contains(err.Error(), "git tree id (40 lowercase hex) or sha256:") {
+				t.Errorf("verify --subject-digest %s = %v, want a refusal of its form\n%s", bad, err, out)
+			}
 		}
 	})
 	t.Run("no key", func(t *testing.T) {
@@ -230,6 +259,49 @@ func sha256Hex(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// TestAttestationVerifyOneTreeName ensures an attestation that names its tree by one of git tree
+// id and tree digest verifies against that one, is refused against the other with a word on
+// what to compare instead, and prints only what it names.
+func TestAttestationVerifyOneTreeName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, treeDigest, gitTree string
+		match, other, refusal     string
+	}{
+		{"the git tree alone", "", attestedGitTree, attestedGitTree, attestedTree, "it names no tree digest"},
+		{"the tree digest alone", attestedTree, "", attestedTree, attestedGitTree, "it names no git tree"},
+	} {
+		keyFile := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".key")
+		data, _ := signedAttestationOf(t, keyFile, c.treeDigest, c.gitTree)
+		file := writeFile(t, dir, filepath.Base(keyFile)+".att.json", data)
+		out, err := runAg("attestation", "verify", file, "--key", keyFile, "--subject-digest", c.match)
+		if err != nil {
+			t.Fatalf("%s: verify --subject-digest %s: %v\n%s", c.name, c.match, err, out)
+		}
+		if strings.Contains(out, "git tree:") != (c.gitTree != "") || strings.Contains(out, "tree digest:") != (c.treeDigest != "") {
+			t.Errorf("%s: output names what the attestation does not, or leaves out what it does:\n%s", c.name, out)
+		}
+		if out, err := runAg("attestation", "verify", file, "--key", keyFile, "--subject-digest", c.other); err == nil || !strings.Contains(err.Error(), c.refusal) {
+			t.Errorf("%s: verify --subject-digest %s = %v, want a refusal: %s\n%s", c.name, c.other, err, c.refusal, out)
+		}
+		out, err = runAg("attestation", "verify", file, "--key", keyFile, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if _, ok := got["gitTree"]; ok != (c.gitTree != "") {
+			t.Errorf("%s: --json gitTree = %v", c.name, got["gitTree"])
+		}
+		if _, ok := got["treeDigest"]; ok != (c.treeDigest != "") {
+			t.Errorf("%s: --json treeDigest = %v", c.name, got["treeDigest"])
+		}
+	}
+}
+
 // TestAttestationVerifyEarlierForm ensures attestations that workers signed before envelopes
 // lost their key id and the predicate became the spec's test-result still verify.
 func TestAttestationVerifyEarlierForm(t *testing.T) {
@@ -244,5 +316,11 @@ func TestAttestationVerifyEarlierForm(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "git tree") {
+		t.Errorf("an attestation signed before git tree ids shows one:\n%s", out)
+	}
+	if _, err := runAg("attestation", "verify", att, "--key", pub, "--subject-digest", attestedGitTree); err == nil || !strings.Contains(err.Error(), "it names no git tree") {
+		t.Errorf("verify an earlier attestation against a git tree = %v, want a refusal", err)
 	}
 }

@@ -35,6 +35,7 @@ type serveOptions struct {
 	pollInterval   time.Duration
 	auditKey       string
 	auditOrigin    string
+	gitEmailDomain string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -67,6 +68,8 @@ and each request at DEBUG (--log-level debug).`,
 	f.StringVar(&o.logFormat, "log-format", envOr("AG_LOG_FORMAT", "text"), "text or json")
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
 	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+defaultAuditKey+")")
+	f.StringVar(&o.gitEmailDomain, "git-email-domain", envOr("AG_GIT_EMAIL_DOMAIN", store.DefaultGitEmailDomain),
+		"the domain of the e-mail addresses of the mainline commits' authors (principal+label@DOMAIN) and committer (AG_GIT_EMAIL_DOMAIN)")
 	f.StringVar(&o.auditOrigin, "audit-origin", envOr("AG_AUDIT_ORIGIN", "ag"), "the name of this audit log in its signed checkpoints, used when the key is created (AG_AUDIT_ORIGIN)")
 	return cmd
 }
@@ -82,6 +85,25 @@ func serveProcs(st store.Store, procs int, env string) int {
 		return procs + 1
 	}
 	return procs
+}
+
+// validEmailDomain accepts a DNS name of letters, digits and hyphens in dot-separated labels:
+// it goes into every commit's author line, which a '>' or a newline would break.
+func validEmailDomain(d string) bool {
+	if d == "" || len(d) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(d, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // OpenStore opens the store a --db value names: "sqlite:PATH", "postgres://..." or
@@ -181,7 +203,13 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	defer ln.Close() // after a failure below; Serve closes it otherwise
 
-	st, err := OpenStore(ctx, o.db, store.Options{})
+	if o.gitEmailDomain == "" {
+		o.gitEmailDomain = store.DefaultGitEmailDomain
+	}
+	if !validEmailDomain(o.gitEmailDomain) {
+		return withExit(ExitUsage, fmt.Errorf("--git-email-domain %q: want a domain name such as example.com", o.gitEmailDomain))
+	}
+	st, err := OpenStore(ctx, o.db, store.Options{GitEmailDomain: o.gitEmailDomain})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redactDSN(o.db), err)
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ag-coord/ag/agwp"
 	"github.com/ag-coord/ag/internal/attest"
-	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -124,7 +123,6 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 	changed, err := g.store.AdvanceQueue(ctx, store.AdvanceQueueParams{
 		Repository: repository,
 		Decide:     Decide,
-		Build:      build,
 		Job:        validateJob,
 	})
 	if err != nil {
@@ -143,11 +141,10 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 	return changed, nil
 }
 
-func build(_ store.Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error) {
-	return repo.Rebase(base, mainline, edits)
-}
-
 // validateJob answers the validate job of a candidate under the repository's stored policy.
+// The payload names the candidate's git tree id and, when the candidate has one, its tree
+// digest (a candidate built in the queue's transaction has none: computing it reads the whole
+// tree).
 func validateJob(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
 	p, _, err := ParsePolicy(validation)
 	if err != nil {
@@ -160,6 +157,7 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 		Change:            c.ID,
 		CandidateRevision: candidate.ID,
 		TreeDigest:        candidate.TreeDigest,
+		GitTree:           candidate.GitTree,
 		Command:           p.Command,
 		Timeout:           time.Duration(p.Timeout).String(),
 		Env:               p.Env,
@@ -176,7 +174,9 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 // Decide settles a validating change from its validate job. The attestation was verified when
 // the job was completed (signature by a key of the claiming principal, subject, job and claim);
 // Decide checks again that it attests exactly this candidate, so that nothing but a pass for
-// this tree can move the mainline.
+// this tree can move the mainline: by the candidate's git tree id when it has one, by its tree
+// digest otherwise (candidates built before git tree ids), and by both when both sides name
+// both.
 func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
 	switch job.State {
 	case store.JobQueued, store.JobClaimed:
@@ -197,10 +197,10 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 	if err != nil {
 		return store.Verdict{Outcome: store.VerdictReject, Reason: "the attestation " + att.Digest + " is unreadable: " + err.Error()}
 	}
+	if reason := treeMismatch(candidate, v); reason != "" {
+		return store.Verdict{Outcome: store.VerdictReject, Reason: reason}
+	}
 	switch {
-	case v.TreeDigest != candidate.TreeDigest:
-		return store.Verdict{Outcome: store.VerdictReject,
-			Reason: fmt.Sprintf("the attestation is about tree %s, not the candidate's %s", v.TreeDigest, candidate.TreeDigest)}
 	case v.JobID != job.ID || v.ClaimNumber != job.Attempts:
 		return store.Verdict{Outcome: store.VerdictReject,
 			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.Attempts)}
@@ -208,6 +208,28 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 		return store.Verdict{Outcome: store.VerdictPass}
 	}
 	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output), Attestation: att.Digest}
+}
+
+// treeMismatch says why v does not attest candidate's tree, or answers "". The candidate's git
+// tree id, when it has one, must be the attestation's; a candidate built before git tree ids
+// has only its tree digest, which must then be the attestation's. A tree digest on both sides
+// must be the same in any case.
+func treeMismatch(candidate store.Revision, v attest.Validation) string {
+	switch {
+	case candidate.GitTree == "" && candidate.TreeDigest == "":
+		return "the candidate " + candidate.ID + " names neither a git tree nor a tree digest"
+	case candidate.GitTree != "" && v.GitTree == "":
+		return "the attestation names no git tree, and the candidate's is " + candidate.GitTree
+	case candidate.GitTree != "" && v.GitTree != candidate.GitTree:
+		return fmt.Sprintf("the attestation is about git tree %s, not the candidate's %s", v.GitTree, candidate.GitTree)
+	case candidate.TreeDigest == "":
+		return ""
+	case v.TreeDigest == "" && candidate.GitTree == "":
+		return "the attestation names no tree digest, and the candidate's is " + candidate.TreeDigest
+	case v.TreeDigest != "" && v.TreeDigest != candidate.TreeDigest:
+		return fmt.Sprintf("the attestation is about tree %s, not the candidate's %s", v.TreeDigest, candidate.TreeDigest)
+	}
+	return ""
 }
 
 func attestedValidation(att *store.Attestation) (attest.Validation, error) {

@@ -152,9 +152,10 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 	if err != nil {
 		return nil, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: %w", err))
 	}
+	if err := attestsJobTree(v, payload, job.ID); err != nil {
+		return nil, 0, err
+	}
 	switch {
-	case v.TreeDigest != payload.TreeDigest:
-		return nil, 0, invalid("attestation", "its subject is tree %s, but job %s validates tree %s", v.TreeDigest, job.ID, payload.TreeDigest)
 	case v.Repository != payload.Repository || v.Revision != payload.CandidateRevision:
 		return nil, 0, invalid("attestation", "its subject is %s, but job %s validates %s@%s", v.Subject(), job.ID, payload.Repository, payload.CandidateRevision)
 	case v.JobID != job.ID:
@@ -168,6 +169,26 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 			fmt.Errorf("attestation of job %s names claim %d, but the current claim is %d: the claim was lost", job.ID, v.ClaimNumber, job.Attempts))
 	}
 	return stored, v.ClaimNumber, nil
+}
+
+// attestsJobTree checks that v's subject is the tree that a validate job's payload names: its
+// git tree id when the payload names one; its tree digest when both name one; and that the
+// subject names what the payload names, at least one of the two (a payload enqueued before git
+// tree ids names the tree digest alone).
+func attestsJobTree(v attest.Validation, payload agwp.ValidatePayload, jobID string) error {
+	switch {
+	case payload.GitTree != "" && v.GitTree == "":
+		return invalid("attestation", "its subject names no git tree, but job %s validates git tree %s", jobID, payload.GitTree)
+	case payload.GitTree != "" && v.GitTree != payload.GitTree:
+		return invalid("attestation", "its subject is git tree %s, but job %s validates git tree %s", v.GitTree, jobID, payload.GitTree)
+	case payload.TreeDigest == "":
+		return nil
+	case payload.GitTree == "" && v.TreeDigest == "":
+		return invalid("attestation", "its subject names no tree digest, but job %s validates tree %s", jobID, payload.TreeDigest)
+	case v.TreeDigest != "" && v.TreeDigest != payload.TreeDigest:
+		return invalid("attestation", "its subject is tree %s, but job %s validates tree %s", v.TreeDigest, jobID, payload.TreeDigest)
+	}
+	return nil
 }
 
 func (h jobService) workerKeys(ctx context.Context, principal string) ([][]byte, error) {

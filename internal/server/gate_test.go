@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -74,7 +75,7 @@ func (v *validator) statement(cl *client.Claim, p client.ValidatePayload, result
 		exit = 1
 	}
 	return attest.Validation{
-		Repository: p.Repository, Revision: p.CandidateRevision, TreeDigest: p.TreeDigest, Result: result,
+		Repository: p.Repository, Revision: p.CandidateRevision, TreeDigest: p.TreeDigest, GitTree: p.GitTree, Result: result,
 		Command: p.Command, JobID: cl.Job.GetId(), ClaimNumber: cl.Job.GetAttempts(), Worker: cl.Job.GetClaimedBy(),
 		StartedAt: now.Add(-time.Second), FinishedAt: now, ExitCode: exit, LogDigest: "sha256:" + strings.Repeat("0", 64),
 	}
@@ -188,7 +189,9 @@ func TestValidationGate(t *testing.T) {
 
 			// The worker reads its job's tree and blobs, and nothing else.
 			tree, err := ci.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: "app", Revision: p.CandidateRevision})
-			if err != nil || tree.GetTreeDigest() != p.TreeDigest || len(tree.GetEntries()) != 1 {
+			// A payload names the tree digest only when the candidate's was known when it was
+			// enqueued; GetTree always answers it.
+			if err != nil || p.TreeDigest != "" && tree.GetTreeDigest() != p.TreeDigest || len(tree.GetEntries()) != 1 {
 				t.Fatalf("worker reads its candidate: %v, %v", tree, err)
 			}
 			if b, err := ci.c.Blob(ctx, tree.GetEntries()[0].GetDigest()); err != nil || string(b) != "hello\n" {
@@ -206,13 +209,26 @@ func TestValidationGate(t *testing.T) {
 			// Forged or mismatched envelopes are refused, and nothing is stored.
 			honest := ci.statement(cl, p, attest.ResultPassed)
 			_, stranger, _ := ed25519.GenerateKey(rand.Reader)
+			otherTree, otherGitTree := "sha256:"+strings.Repeat("a", 64), strings.Repeat("b", 40)
 			refusals := []struct {
 				what string
 				env  *agwpv1.Envelope
 				code connect.Code
 			}{
 				{"an envelope signed with a key the worker did not register", ci.envelope(attest.NewSigner(stranger), honest), connect.CodeInvalidArgument},
-				{"an envelope about another tree", ci.envelope(ci.signer, with(honest, func(v *attest.Validation) { v.TreeDigest = "sha256:" + strings.Repeat("a", 64) })), connect.CodeInvalidArgument},
+				{"an envelope about another tree", ci.envelope(ci.signer, with(honest, func(v *attest.Validation) {
+					v.TreeDigest = otherTree
+					if v.GitTree != "" {
+						v.GitTree = otherGitTree
+					}
+				})), connect.CodeInvalidArgument},
+				{"an envelope naming no tree the job names", ci.envelope(ci.signer, with(honest, func(v *attest.Validation) {
+					if p.GitTree != "" {
+						v.GitTree, v.TreeDigest = "", cmp.Or(p.TreeDigest, otherTree)
+					} else {
+						v.GitTree, v.TreeDigest = otherGitTree, ""
+					}
+				})), connect.CodeInvalidArgument},
 				{"an envelope about another job", ci.envelope(ci.signer, with(honest, func(v *attest.Validation) { v.JobID = "job_other" })), connect.CodeInvalidArgument},
 				{"an envelope of another claim number", ci.envelope(ci.signer, with(honest, func(v *attest.Validation) { v.ClaimNumber++ })), connect.CodeInvalidArgument},
 				{"no envelope", nil, connect.CodeInvalidArgument},
@@ -243,7 +259,7 @@ func TestValidationGate(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, keyID, err := attest.VerifyValidation(ctx, env, [][]byte{ci.key.Public().(ed25519.PublicKey)})
-			if err != nil || !got.Passed() || got.TreeDigest != p.TreeDigest || got.JobID != cl.Job.GetId() || keyID != attest.KeyID(ci.key.Public().(ed25519.PublicKey)) {
+			if err != nil || !got.Passed() || got.TreeDigest != p.TreeDigest || got.GitTree != p.GitTree || got.JobID != cl.Job.GetId() || keyID != attest.KeyID(ci.key.Public().(ed25519.PublicKey)) {
 				t.Fatalf("offline verification: %+v key %s err %v", got, keyID, err)
 			}
 

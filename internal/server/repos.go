@@ -38,7 +38,8 @@ var changeStates = map[store.ChangeState]agwpv1.ChangeState{
 }
 
 func repositoryProto(r store.Repository) *agwpv1.Repository {
-	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, Validation: validationProto(r.Validation), CreatedAt: timestamp(r.CreatedAt)}
+	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, Validation: validationProto(r.Validation),
+		CreatedAt: timestamp(r.CreatedAt), MainlineCommit: r.MainlineCommit}
 }
 
 func changeProto(c store.Change) *agwpv1.Change {
@@ -189,7 +190,7 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 	}
 	out := &agwpv1.GetTreeResponse{
 		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Author,
-		Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
+		GitTree: rev.GitTree, GitCommit: rev.GitCommit, Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
 	}
 	for _, e := range rev.Tree {
 		out.Entries = append(out.Entries, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size})
@@ -301,9 +302,6 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		Message:       req.GetMessage(),
 		Blobs:         blobs,
 		Edits:         edits,
-		Rebase: func(base, mainline repo.Tree) (repo.Tree, error) {
-			return repo.Rebase(base, mainline, edits)
-		},
 	})
 	var conflict *repo.ConflictError
 	var collision *repo.CollisionError

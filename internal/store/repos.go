@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -38,8 +40,12 @@ type RepoStore interface {
 	BlobSizes(ctx context.Context, digests []string) (map[string]uint64, error)
 
 	// GetRevision answers a revision of a repository with its tree, or ErrNotFound (also when
-	// the revision belongs to another repository).
+	// the revision belongs to another repository). Listing the files reads the whole git tree.
 	GetRevision(ctx context.Context, repository, revisionID string) (Revision, error)
+
+	// ReadGitObject answers the type and content (without git's header) of a git commit, tree
+	// or blob of any repository, or ErrNotFound.
+	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)
 
 	// AcquireLease grants a lease on p.Paths (clean lease paths, validated by the caller) to
 	// p.Holder for p.TTL, unless an ACTIVE, unexpired lease of another holder overlaps one of
@@ -76,12 +82,14 @@ type RepoStore interface {
 	LeaseSignal() <-chan struct{}
 
 	// Integrate, in one transaction: checks every edited path's lease (see IntegrateParams),
-	// reads the base revision's and the current mainline's trees, and calls p.Rebase with them
-	// (Rebase's error is answered as it is and nothing is stored). Then:
+	// stores the blobs, and applies the edits to the mainline's git tree with RebaseGit, which
+	// refuses with a *repo.ConflictError an edited file that changed since the base revision
+	// and with a *repo.CollisionError a file that would be a directory too (nothing is stored
+	// then). Then:
 	//
-	// Without a validation policy on the repository it stores the new tree and a revision
-	// (parent = the mainline, author, change), creates the change INTEGRATED
-	// (candidate_revision = integrated_revision = the new revision), and moves the
+	// Without a validation policy on the repository it stores the new trees, a revision
+	// (parent = the mainline, author, change) and its mainline commit, creates the change
+	// INTEGRATED (candidate_revision = integrated_revision = the new revision), and moves the
 	// repository's mainline to it.
 	//
 	// With a policy it stores nothing but the blobs and the change, QUEUED, with p.Edits kept
@@ -114,15 +122,15 @@ type RepoStore interface {
 	//    revision, its job, the job's attestation or nil):
 	//    - VerdictPending: nothing more is done.
 	//    - VerdictPass: when the mainline is still the candidate's parent, the mainline moves
-	//      to the candidate (compare-and-swap) and the change becomes INTEGRATED with
+	//      to the candidate (compare-and-swap), which gets its mainline commit naming the
+	//      attestation, and the change becomes INTEGRATED with
 	//      integrated_revision = the candidate and attestation_digest = the job's; when the
 	//      mainline moved meanwhile, the change goes back to QUEUED at its place (candidate and
 	//      job cleared), to be rebuilt and validated again.
 	//    - VerdictReject / VerdictCancel: REJECTED / CANCELLED with the verdict's reason.
-	// 2. While no change is VALIDATING, the oldest QUEUED change gets its turn: p.Build is
-	//    called with the change, its edits, and the trees of its base revision and of the
-	//    mainline. A Build error rejects the change (reason = the error's text) and the next
-	//    change gets its turn. Otherwise, when the repository has no validation policy (it was
+	// 2. While no change is VALIDATING, the oldest QUEUED change gets its turn: its edits are
+	//    applied to the mainline with RebaseGit. A refusal (a conflict) rejects the change
+	//    (reason = the error's text) and the next change gets its turn. Otherwise, when the repository has no validation policy (it was
 	//    removed), the built tree is integrated at once as Integrate does without a policy;
 	//    with one, the tree is stored as the candidate revision (parent = the mainline,
 	//    change, author = the change's author), the job p.Job answers is enqueued (in the same
@@ -135,10 +143,11 @@ type RepoStore interface {
 
 // Repository is a repository as stored.
 type Repository struct {
-	Name       string
-	Mainline   string // revision id
-	Validation []byte // JSON of the validation policy, or nil
-	CreatedAt  time.Time
+	Name           string
+	Mainline       string // revision id
+	MainlineCommit string // the mainline's git commit id (40 hex)
+	Validation     []byte // JSON of the validation policy, or nil
+	CreatedAt      time.Time
 }
 
 // CreateRepositoryParams are the inputs of CreateRepository.
@@ -167,8 +176,10 @@ type Revision struct {
 	Parent     string // "" for the first
 	ChangeID   string // "" for the first
 	Author     string
-	Tree       repo.Tree
-	TreeDigest string
+	Tree       repo.Tree // GetRevision only
+	TreeDigest string    // sha256 of Tree's encoding; GetRevision only
+	GitTree    string    // the revision's git tree id (40 hex)
+	GitCommit  string    // its mainline commit id, "" for a candidate not integrated
 	CreatedAt  time.Time
 }
 
@@ -281,9 +292,6 @@ type IntegrateParams struct {
 	FencingTokens []uint64
 	Paths         []string // the edited paths, sorted, unique
 	Message       string
-	// Rebase computes the new tree from the base revision's and the mainline's trees; it runs
-	// inside the transaction, after the lease check.
-	Rebase func(base, mainline repo.Tree) (repo.Tree, error)
 	// Blobs are stored in the same transaction (content sent inline with the request).
 	Blobs []Blob
 	// Edits are the change's edits, kept with a QUEUED change (repository with a validation
@@ -317,8 +325,6 @@ type AdvanceQueueParams struct {
 	Repository string
 	// Decide settles a VALIDATING change. att is nil when the job holds no attestation.
 	Decide func(c Change, candidate Revision, job Job, att *Attestation) Verdict
-	// Build answers a QUEUED change's candidate tree: its edits applied on the mainline.
-	Build func(c Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error)
 	// Job answers the validate job to enqueue for a candidate; validation is the repository's
 	// policy as stored.
 	Job func(c Change, candidate Revision, validation []byte) EnqueueJobParams

@@ -141,6 +141,9 @@ type Options struct {
 	// Clock, when set, is the time every query uses. When nil, SQLite uses the system clock and
 	// PostgreSQL uses the database's now(): the database is the clock that replicas share.
 	Clock clock.Clock
+	// GitEmailDomain is the domain of the e-mail addresses in the commits the store writes;
+	// DefaultGitEmailDomain when empty.
+	GitEmailDomain string
 }
 
 // JobState is where a job is in its life. The values are what the stores keep.

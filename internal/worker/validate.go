@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,18 +18,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
 // Validator runs the jobs of kind "validate" (client.KindValidate): it checks out the
 // candidate tree the job names, runs the repository's validation command in it, and signs an
-// in-toto attestation of the outcome, which says how the command was isolated. Its Handle is a
-// Handler.
+// in-toto attestation of the outcome, which says how the command was isolated. The
+// attestation's subject is the tree it checked out, by the git tree id and the tree digest of
+// exactly the files it wrote; it runs nothing when either is not the one the job names. Its
+// Handle is a Handler.
 //
 // The command is code an agent wrote. It runs in Sandbox, which holds none of the worker's
 // secrets; without one, Handle refuses to run it unless Unsandboxed says to run it with the
@@ -122,11 +127,19 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err := os.Mkdir(checkout, 0o755); err != nil {
 		return Outcome{}, fmt.Errorf("create work directory: %w", err)
 	}
-	if err := v.materialize(ctx, checkout, tree); err != nil {
+	gitTree, err := v.materialize(ctx, checkout, tree)
+	if err != nil {
 		return Outcome{}, orCause(ctx, err)
 	}
+	if p.GitTree != "" && gitTree != p.GitTree {
+		return Outcome{}, Permanent(fmt.Errorf("the files of %s@%s make git tree %s, but the job validates git tree %s",
+			p.Repository, p.CandidateRevision, gitTree, p.GitTree))
+	}
+	// The tree digest of the entries whose files materialize wrote and checked (path, content's
+	// sha256 and size): fetchTree checked it against the job's when the job names one.
+	treeDigest := tree.Digest()
 	var box boxDirs
-	runLog := []any{"command", p.Command, "files", len(tree), "timeout", timeout, "isolation", isolation}
+	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "isolation", isolation}
 	if v.Sandbox != nil {
 		if box, err = makeBoxDirs(dir, checkout); err != nil {
 			return Outcome{}, fmt.Errorf("create work directory: %w", err)
@@ -166,7 +179,8 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	val := attest.Validation{
 		Repository:  p.Repository,
 		Revision:    p.CandidateRevision,
-		TreeDigest:  p.TreeDigest,
+		TreeDigest:  treeDigest,
+		GitTree:     gitTree,
 		Result:      result,
 		Command:     p.Command,
 		Timeout:     timeout,
@@ -260,8 +274,9 @@ func commandEnv(base []string, extra map[string]string) ([]string, error) {
 	return env, nil
 }
 
-// fetchTree answers the candidate's files, after checking that they are the tree the job
-// names: the server's digest and the digest of the entries themselves.
+// fetchTree answers the candidate's files, after checking that the digest of the entries
+// themselves is the server's, and the job's when the job names one (a job may name the git tree
+// alone: materialize computes that one from the files).
 func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (repo.Tree, error) {
 	res, err := v.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: p.Repository, Revision: p.CandidateRevision})
 	if err != nil {
@@ -270,7 +285,7 @@ func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (re
 	if res.GetRevision() != p.CandidateRevision {
 		return nil, fmt.Errorf("asked for the tree of revision %s, the server answered revision %s", p.CandidateRevision, res.GetRevision())
 	}
-	if res.GetTreeDigest() != p.TreeDigest {
+	if p.TreeDigest != "" && res.GetTreeDigest() != p.TreeDigest {
 		return nil, Permanent(fmt.Errorf("the tree of %s@%s is %s, but the job validates tree %s",
 			p.Repository, p.CandidateRevision, res.GetTreeDigest(), p.TreeDigest))
 	}
@@ -285,9 +300,14 @@ func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (re
 		tree = append(tree, repo.Entry{Path: e.GetPath(), Digest: e.GetDigest(), Size: e.GetSize()})
 	}
 	sort.Slice(tree, func(i, j int) bool { return tree[i].Path < tree[j].Path })
-	if got := tree.Digest(); got != p.TreeDigest {
+	got := tree.Digest()
+	if p.TreeDigest != "" && got != p.TreeDigest {
 		return nil, Permanent(fmt.Errorf("the entries the server answered for %s@%s hash to %s, not to the job's tree %s",
 			p.Repository, p.CandidateRevision, got, p.TreeDigest))
+	}
+	if res.GetTreeDigest() != "" && got != res.GetTreeDigest() {
+		return nil, Permanent(fmt.Errorf("the entries the server answered for %s@%s hash to %s, not to the tree %s it named",
+			p.Repository, p.CandidateRevision, got, res.GetTreeDigest()))
 	}
 	return tree, nil
 }
@@ -374,28 +394,36 @@ func (v *Validator) fetchBlob(ctx context.Context, digest string) error {
 	return nil
 }
 
-// materialize writes the files of tree under root, which must be empty, from the blob cache.
-// It refuses a path that is not clean or would land outside root.
-func (v *Validator) materialize(ctx context.Context, root string, tree repo.Tree) error {
+// materialize writes the files of tree under root, which must be empty, from the blob cache,
+// and answers the git tree id of the files it wrote (mode 100644, as ag's git trees have them),
+// from the bytes it wrote. It refuses a path that is not clean or would land outside root.
+func (v *Validator) materialize(ctx context.Context, root string, tree repo.Tree) (string, error) {
+	files := make([]gitstore.File, 0, len(tree))
 	for _, e := range tree {
 		if err := ctx.Err(); err != nil {
-			return context.Cause(ctx)
+			return "", context.Cause(ctx)
 		}
 		dst, err := localPath(root, e.Path)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if !digestPattern.MatchString(e.Digest) {
-			return fmt.Errorf("check out %s: %q is not a digest", e.Path, e.Digest)
+			return "", fmt.Errorf("check out %s: %q is not a digest", e.Path, e.Digest)
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("check out %s: %w", e.Path, err)
+			return "", fmt.Errorf("check out %s: %w", e.Path, err)
 		}
-		if err := v.copyBlob(dst, e); err != nil {
-			return fmt.Errorf("check out %s: %w", e.Path, err)
+		blob, err := v.copyBlob(dst, e)
+		if err != nil {
+			return "", fmt.Errorf("check out %s: %w", e.Path, err)
 		}
+		files = append(files, gitstore.File{Path: e.Path, Blob: blob})
 	}
-	return nil
+	id, err := gitstore.WriteTree(hashOnly{}, files)
+	if err != nil {
+		return "", fmt.Errorf("git tree of the checkout: %w", err)
+	}
+	return id.String(), nil
 }
 
 // localPath answers where the tree path p goes under root, refusing any path that is not clean
@@ -416,20 +444,25 @@ func localPath(root, p string) (string, error) {
 }
 
 // copyBlob copies e's blob from the cache to dst (a new file, mode 0644), checking its digest
-// and size on the way. A cached blob that does not match its digest is removed, so the next
-// attempt fetches it again.
-func (v *Validator) copyBlob(dst string, e repo.Entry) error {
+// and size on the way, and answers the git blob id of the bytes it wrote. A cached blob that
+// does not match its digest is removed, so the next attempt fetches it again.
+func (v *Validator) copyBlob(dst string, e repo.Entry) (plumbing.Hash, error) {
+	if e.Size > math.MaxInt64 {
+		return plumbing.ZeroHash, fmt.Errorf("the tree says %d bytes for blob %s", e.Size, e.Digest)
+	}
 	src, err := os.Open(v.blobPath(e.Digest))
 	if err != nil {
-		return fmt.Errorf("blob cache: %w", err)
+		return plumbing.ZeroHash, fmt.Errorf("blob cache: %w", err)
 	}
 	defer src.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return err
+		return plumbing.ZeroHash, err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), src)
+	// A git blob's id hashes its size first: the entry's, which the bytes written must have.
+	gitBlob := plumbing.NewHasher(plumbing.BlobObject, int64(e.Size))
+	n, err := io.Copy(io.MultiWriter(out, h, gitBlob), src)
 	if err == nil {
 		err = out.Chmod(0o644) // whatever the umask
 	}
@@ -437,16 +470,16 @@ func (v *Validator) copyBlob(dst string, e repo.Entry) error {
 		err = cerr
 	}
 	if err != nil {
-		return err
+		return plumbing.ZeroHash, err
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != e.Digest {
 		_ = os.Remove(v.blobPath(e.Digest))
-		return fmt.Errorf("the cached blob %s has digest %s: removed it from the cache", e.Digest, got)
+		return plumbing.ZeroHash, fmt.Errorf("the cached blob %s has digest %s: removed it from the cache", e.Digest, got)
 	}
 	if uint64(n) != e.Size {
-		return fmt.Errorf("the tree says %d bytes, blob %s has %d", e.Size, e.Digest, n)
+		return plumbing.ZeroHash, fmt.Errorf("the tree says %d bytes, blob %s has %d", e.Size, e.Digest, n)
 	}
-	return nil
+	return gitBlob.Sum(), nil
 }
 
 // removeAll removes dir, also when the command left directories without write permission.

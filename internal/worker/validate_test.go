@@ -59,7 +59,7 @@ func TestMaterializeWritesTheTree(t *testing.T) {
 	a, b := cachedBlob(t, v, "package a\n"), cachedBlob(t, v, "")
 	tree := repo.Tree{{Path: "a.go", Digest: a, Size: 10}, {Path: "deep/er/b.txt", Digest: b}, {Path: "deep/c.go", Digest: a, Size: 10}}
 	root := t.TempDir()
-	if err := v.materialize(context.Background(), root, tree); err != nil {
+	if _, err := v.materialize(context.Background(), root, tree); err != nil {
 		t.Fatalf("materialize: %v", err)
 	}
 	for path, want := range map[string]string{"a.go": "package a\n", "deep/er/b.txt": "", "deep/c.go": "package a\n"} {
@@ -88,7 +88,7 @@ func TestMaterializeRefusesEscapingPaths(t *testing.T) {
 		if err := os.Mkdir(root, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		err := v.materialize(context.Background(), root, repo.Tree{{Path: path, Digest: d, Size: 1}})
+		_, err := v.materialize(context.Background(), root, repo.Tree{{Path: path, Digest: d, Size: 1}})
 		if err == nil {
 			t.Errorf("materialize accepted path %q", path)
 		}
@@ -117,7 +117,7 @@ func TestMaterializeDropsACorruptCachedBlob(t *testing.T) {
 	if err := os.WriteFile(v.blobPath(d), []byte("evil"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := v.materialize(context.Background(), t.TempDir(), repo.Tree{{Path: "f", Digest: d, Size: 4}})
+	_, err := v.materialize(context.Background(), t.TempDir(), repo.Tree{{Path: "f", Digest: d, Size: 4}})
 	if err == nil {
 		t.Fatal("materialize accepted a corrupt blob")
 	}

@@ -90,10 +90,13 @@ type Repository struct {
 	// Revision id of the mainline head.
 	Mainline string `protobuf:"bytes,2,opt,name=mainline,proto3" json:"mainline,omitempty"`
 	// Absent: integrate without validation.
-	Validation    *Validation            `protobuf:"bytes,3,opt,name=validation,proto3" json:"validation,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Validation *Validation            `protobuf:"bytes,3,opt,name=validation,proto3" json:"validation,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The mainline head's git commit (40 hex): `git fetch` from /git/<name>.git gets it as
+	// refs/heads/main.
+	MainlineCommit string `protobuf:"bytes,5,opt,name=mainline_commit,json=mainlineCommit,proto3" json:"mainline_commit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Repository) Reset() {
@@ -152,6 +155,13 @@ func (x *Repository) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Repository) GetMainlineCommit() string {
+	if x != nil {
+		return x.MainlineCommit
+	}
+	return ""
 }
 
 // Validation is a repository's policy: the command a worker runs on each candidate tree, in a
@@ -937,9 +947,13 @@ type GetTreeResponse struct {
 	// sha256 of the tree's canonical encoding.
 	TreeDigest string `protobuf:"bytes,3,opt,name=tree_digest,json=treeDigest,proto3" json:"tree_digest,omitempty"`
 	// The revision's parent, change and author.
-	Parent        string `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
-	ChangeId      string `protobuf:"bytes,5,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
-	Author        string `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	Parent   string `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
+	ChangeId string `protobuf:"bytes,5,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
+	Author   string `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	// The revision's git tree id (40 hex), what `git rev-parse <commit>^{tree}` answers.
+	GitTree string `protobuf:"bytes,7,opt,name=git_tree,json=gitTree,proto3" json:"git_tree,omitempty"`
+	// The revision's mainline commit (40 hex); empty for a candidate that did not land.
+	GitCommit     string `protobuf:"bytes,8,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1026,20 @@ func (x *GetTreeResponse) GetChangeId() string {
 func (x *GetTreeResponse) GetAuthor() string {
 	if x != nil {
 		return x.Author
+	}
+	return ""
+}
+
+func (x *GetTreeResponse) GetGitTree() string {
+	if x != nil {
+		return x.GitTree
+	}
+	return ""
+}
+
+func (x *GetTreeResponse) GetGitCommit() string {
+	if x != nil {
+		return x.GitCommit
 	}
 	return ""
 }
@@ -1785,7 +1813,7 @@ var File_agwp_v1_repository_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
-	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x01\n" +
+	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x01\n" +
 	"\n" +
 	"Repository\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -1794,7 +1822,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x18\x03 \x01(\v2\x13.agwp.v1.ValidationR\n" +
 	"validation\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc3\x01\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xc3\x01\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -1853,7 +1882,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
 	"repository\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\tR\brevision\"\xc9\x01\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\"\x83\x02\n" +
 	"\x0fGetTreeResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12,\n" +
 	"\aentries\x18\x02 \x03(\v2\x12.agwp.v1.TreeEntryR\aentries\x12\x1f\n" +
@@ -1861,7 +1890,10 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"treeDigest\x12\x16\n" +
 	"\x06parent\x18\x04 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tchange_id\x18\x05 \x01(\tR\bchangeId\x12\x16\n" +
-	"\x06author\x18\x06 \x01(\tR\x06author\"K\n" +
+	"\x06author\x18\x06 \x01(\tR\x06author\x12\x19\n" +
+	"\bgit_tree\x18\a \x01(\tR\agitTree\x12\x1d\n" +
+	"\n" +
+	"git_commit\x18\b \x01(\tR\tgitCommit\"K\n" +
 	"\tTreeEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +

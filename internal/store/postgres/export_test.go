@@ -35,7 +35,29 @@ func MigrateTo(ctx context.Context, url string, version int) error {
 		return err
 	}
 	defer pool.Close()
-	return migrate(ctx, pool, version)
+	return migrate(ctx, pool, version, "")
+}
+
+// GitMigration is the migration that brings the git content store.
+const GitMigration = gitMigration
+
+// BackfillGit runs the git migration's backfill again over the database at url, in a
+// transaction of its own.
+func BackfillGit(ctx context.Context, url string) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := backfillGit(ctx, tx, ""); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // SetSealWaitMost bounds db's seals' wait for the transactions writing records to d.

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/repo"
@@ -25,7 +25,7 @@ import (
 var setValidationSQL = q(`WITH r AS (
 	UPDATE repositories SET validation = $3 WHERE name = $2 RETURNING ` + repositoryCols + `),
 ev AS (` + auditRecord(`SELECT $4, $5, 'repository.validation_set', 'repository/' || r.name, $6 FROM r`) + `)
-SELECT ` + repositoryCols + ` FROM r`)
+SELECT * FROM r`)
 
 // SetValidation replaces a repository's validation policy.
 func (db *DB) SetValidation(ctx context.Context, repository string, validation []byte) (store.Repository, error) {
@@ -84,12 +84,9 @@ var setChangeSQL = q(`WITH c AS (
 ev AS (` + auditRecord(`SELECT $10, $11, $9, 'change/' || c.id, $12 FROM c`) + `)
 SELECT ` + changeCols + ` FROM c`)
 
-// storeRevisionSQL stores a built tree (once per digest) and its revision, and answers the
-// revision's time.
-var storeRevisionSQL = q(`WITH t AS (
-	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING)
-INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
-VALUES ($4, $5, $6, $7, $8, $2, {now})
+// storeRevisionSQL stores a built revision and answers its time.
+var storeRevisionSQL = q(`INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
+VALUES ($2, $3, $4, $5, $6, $7, $8, {now})
 RETURNING created_at`)
 
 // moveMainlineSQL is the compare-and-swap of the mainline from $2 to $3. Under the lock it
@@ -104,7 +101,6 @@ type advance struct {
 	mainline   string
 	validation []byte
 	changed    []store.Change
-	built      map[string]repo.Tree // by digest: the trees stored, cached once committed
 	enqueued   bool
 }
 
@@ -125,15 +121,15 @@ func integratedDetails(c store.Change, rev string) map[string]any {
 // turn until one is VALIDATING or none is left, in one transaction under the repository's lock.
 // Its events, the validation job's enqueue too, are the server's own (store.SystemPrincipal).
 func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
-	if p.Decide == nil || p.Build == nil || p.Job == nil {
-		return nil, errors.New("postgres: advance queue: Decide, Build and Job are all needed")
+	if p.Decide == nil || p.Job == nil {
+		return nil, errors.New("postgres: advance queue: Decide and Job are both needed")
 	}
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return nil, mapErr("advance queue", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	a := &advance{db: db, tx: tx, p: p, built: map[string]repo.Tree{}}
+	a := &advance{db: db, tx: tx, p: p}
 	if err := tx.QueryRow(ctx, advanceLockSQL, p.Repository).Scan(&a.mainline, &a.validation); err != nil {
 		return nil, mapErr("repository "+p.Repository, err)
 	}
@@ -155,9 +151,6 @@ func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]s
 	}
 	if len(a.changed) > 0 {
 		db.audited()
-	}
-	for digest, t := range a.built {
-		trees.put(digest, t)
 	}
 	return a.changed, nil
 }
@@ -253,6 +246,9 @@ func (a *advance) settle(ctx context.Context) (pending bool, err error) {
 			return false, err
 		}
 		if moved {
+			if err := a.commit(ctx, c, candidate, job.AttestationDigest); err != nil {
+				return false, err
+			}
 			c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, candidate.ID, job.AttestationDigest
 			action, det = "change.integrated", integratedDetails(c, candidate.ID)
 		} else {
@@ -292,21 +288,36 @@ func (a *advance) next(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("postgres: advance queue: the mainline: %w", err)
 		}
-		t, err := a.p.Build(c, edits, base.Tree, mainline.Tree)
+		backend := gitBackend{qr: a.tx}
+		objs := store.NewGitObjects(ctx, backend)
+		t, err := rebase(ctx, backend, objs, base, mainline, edits)
 		if err != nil {
+			var conflict *repo.ConflictError
+			var collision *repo.CollisionError
+			if !errors.As(err, &conflict) && !errors.As(err, &collision) {
+				return fmt.Errorf("postgres: change %s: %w", c.ID, err)
+			}
 			c.State, c.Reason = store.ChangeRejected, err.Error()
 			if err := a.set(ctx, c, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
 				return err
 			}
 			continue
 		}
-		rev, err := a.storeRevision(ctx, c, t)
+		var commit *store.CommitInfo
+		if a.validation == nil {
+			// The policy was removed while the change waited: it is integrated as Integrate
+			// does without one.
+			tokens, err := a.fencingTokens(ctx, c.ID)
+			if err != nil {
+				return err
+			}
+			commit = &store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt}
+		}
+		rev, err := a.storeRevision(ctx, c, objs, t, mainline, commit)
 		if err != nil {
 			return err
 		}
 		if a.validation == nil {
-			// The policy was removed while the change waited: it is integrated as Integrate
-			// does without one.
 			if _, err := a.moveMainline(ctx, rev.Parent, rev.ID); err != nil {
 				return err
 			}
@@ -326,20 +337,98 @@ func (a *advance) next(ctx context.Context) error {
 	}
 }
 
-// storeRevision stores t as the revision of change c on the mainline.
-func (a *advance) storeRevision(ctx context.Context, c store.Change, t repo.Tree) (store.Revision, error) {
-	if err := checkSorted(t); err != nil {
-		return store.Revision{}, fmt.Errorf("postgres: change %s: the built tree %w", c.ID, err)
+// rebase applies edits made on base to head's git tree (store.RebaseGit).
+func rebase(ctx context.Context, b gitBackend, objs *store.GitObjects, base, head store.Revision, edits []repo.FileEdit) (plumbing.Hash, error) {
+	baseTree, err := store.ParseGitID(base.GitTree)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
 	}
-	enc := t.Encode()
-	rev := store.Revision{ID: store.NewID("rev"), Repository: c.Repository, Parent: a.mainline, ChangeID: c.ID,
-		Author: c.Author, Tree: t, TreeDigest: repo.Digest(enc)}
-	err := a.tx.QueryRow(ctx, storeRevisionSQL, a.db.now(), rev.TreeDigest, enc, rev.ID, rev.Repository, rev.Parent,
-		rev.ChangeID, rev.Author).Scan(&rev.CreatedAt)
+	headTree, err := store.ParseGitID(head.GitTree)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", head.ID, err)
+	}
+	return store.RebaseGit(ctx, b, objs, baseTree, headTree, edits)
+}
+
+// storeRevision stores the git objects objs holds and the revision of change c with tree t on
+// the mainline parent; with commit, also its mainline commit.
+func (a *advance) storeRevision(ctx context.Context, c store.Change, objs *store.GitObjects, t plumbing.Hash,
+	parent store.Revision, commit *store.CommitInfo) (store.Revision, error) {
+	rev := store.Revision{ID: store.NewID("rev"), Repository: c.Repository, Parent: parent.ID, ChangeID: c.ID,
+		Author: c.Author, GitTree: t.String()}
+	if commit != nil {
+		id, err := a.writeCommit(objs, rev, parent.GitCommit, *commit)
+		if err != nil {
+			return store.Revision{}, err
+		}
+		rev.GitCommit = id
+	}
+	if err := objs.Flush(); err != nil {
+		return store.Revision{}, fmt.Errorf("postgres: change %s: %w", c.ID, err)
+	}
+	err := a.tx.QueryRow(ctx, storeRevisionSQL, a.db.now(), rev.ID, rev.Repository, rev.Parent,
+		rev.ChangeID, rev.Author, rev.GitTree, rev.GitCommit).Scan(&rev.CreatedAt)
 	if err != nil {
 		return store.Revision{}, mapErr("advance queue: store the revision of change "+c.ID, err)
 	}
 	rev.CreatedAt = rev.CreatedAt.UTC()
-	a.built[rev.TreeDigest] = slices.Clone(t) // p.Job gets t
 	return rev, nil
+}
+
+// writeCommit writes the mainline commit of rev on top of the commit parent.
+func (a *advance) writeCommit(objs *store.GitObjects, rev store.Revision, parent string, c store.CommitInfo) (string, error) {
+	tree, err := store.ParseGitID(rev.GitTree)
+	if err != nil {
+		return "", fmt.Errorf("postgres: revision %s: git tree: %w", rev.ID, err)
+	}
+	parentID, err := store.ParseGitID(parent)
+	if err != nil {
+		return "", fmt.Errorf("postgres: revision %s: parent commit: %w", rev.ID, err)
+	}
+	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
+	c.CommittedAt, c.EmailDomain = a.db.commitTime(), a.db.emailDomain
+	id, err := store.WriteMainlineCommit(objs, tree, parentID, c)
+	if err != nil {
+		return "", fmt.Errorf("postgres: revision %s: commit: %w", rev.ID, err)
+	}
+	return id.String(), nil
+}
+
+// commit gives candidate, which the mainline just moved to, its mainline commit.
+func (a *advance) commit(ctx context.Context, c store.Change, candidate store.Revision, attestation string) error {
+	parent, err := getRevision(ctx, a.tx, c.Repository, candidate.Parent)
+	if err != nil {
+		return fmt.Errorf("postgres: change %s: its candidate's parent: %w", c.ID, err)
+	}
+	tokens, err := a.fencingTokens(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	objs := store.NewGitObjects(ctx, gitBackend{qr: a.tx})
+	id, err := a.writeCommit(objs, candidate, parent.GitCommit, store.CommitInfo{
+		Message: c.Message, FencingTokens: tokens, Attestation: attestation, AuthoredAt: c.CreatedAt,
+	})
+	if err != nil {
+		return err
+	}
+	if err := objs.Flush(); err != nil {
+		return fmt.Errorf("postgres: change %s: %w", c.ID, err)
+	}
+	if _, err := a.tx.Exec(ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, id, candidate.ID); err != nil {
+		return mapErr("advance queue: store the commit of change "+c.ID, err)
+	}
+	return nil
+}
+
+// fencingTokens answers the lease tokens change id was integrated under.
+func (a *advance) fencingTokens(ctx context.Context, id string) ([]uint64, error) {
+	var raw string
+	if err := a.tx.QueryRow(ctx, `SELECT fencing_tokens FROM changes WHERE id = $1`, id).Scan(&raw); err != nil {
+		return nil, mapErr("change "+id+": its fencing tokens", err)
+	}
+	var tokens []uint64
+	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
+		return nil, fmt.Errorf("postgres: change %s: its fencing tokens: %w", id, err)
+	}
+	return tokens, nil
 }

@@ -44,9 +44,6 @@ func gateRules(repository string) store.AdvanceQueueParams {
 			}
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Build: func(_ store.Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error) {
-			return repo.Rebase(base, mainline, edits)
-		},
 		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
@@ -69,7 +66,6 @@ func gateIntegrate(ctx context.Context, db *postgres.DB, repository string, leas
 		FencingTokens: []uint64{lease.FencingToken},
 		Paths:         []string{path},
 		Message:       "write " + path,
-		Rebase:        func(base, mainline repo.Tree) (repo.Tree, error) { return repo.Rebase(base, mainline, edits) },
 		Blobs:         []store.Blob{blob},
 		Edits:         edits,
 	})

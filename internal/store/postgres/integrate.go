@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/repo"
@@ -112,11 +113,10 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 // the repository has a validation policy: the change is then queued.
 const integrateLockSQL = `SELECT mainline, validation IS NOT NULL FROM repositories WHERE name = $1 FOR UPDATE`
 
-// mainlineTreeSQL reads the mainline's tree digest, and its encoding unless it is among the
-// cached digests $2. It runs after the lock, so on a snapshot that sees the mainline of the
-// last integration.
-const mainlineTreeSQL = `SELECT rv.tree_digest, CASE WHEN rv.tree_digest = ANY($2::text[]) THEN NULL ELSE t.encoding END
-FROM repositories rp JOIN revisions rv ON rv.id = rp.mainline JOIN trees t ON t.digest = rv.tree_digest
+// mainlineSQL reads the mainline's git tree and commit. It runs after the lock, so on a
+// snapshot that sees the mainline of the last integration.
+const mainlineSQL = `SELECT rv.git_tree, rv.git_commit
+FROM repositories rp JOIN revisions rv ON rv.id = rp.mainline
 WHERE rp.name = $1`
 
 // leaseCheckSQL reads what the lease check needs about the candidate paths $3 (the edited paths
@@ -136,27 +136,24 @@ CROSS JOIN LATERAL (
 	ORDER BY lp.token DESC
 	LIMIT 1) n`
 
-// baseTreeSQL reads the base revision's tree digest, and its encoding unless it is among the
-// cached digests $3 or is the mainline's tree, which mainlineTreeSQL reads.
-const baseTreeSQL = `SELECT rv.tree_digest,
-	CASE WHEN rv.tree_digest = ANY($3::text[])
-		OR rv.tree_digest = (SELECT m.tree_digest FROM repositories rp JOIN revisions m ON m.id = rp.mainline WHERE rp.name = $2)
-	THEN NULL ELSE t.encoding END
-FROM revisions rv JOIN trees t ON t.digest = rv.tree_digest
-WHERE rv.id = $1 AND rv.repository = $2`
+// baseSQL reads the base revision's git tree.
+const baseSQL = `SELECT git_tree FROM revisions WHERE id = $1 AND repository = $2`
 
-// integrateSQL stores the new tree (once per digest) and revision, moves the mainline, records
-// the change.integrated event (by the holder $8) and answers the change, INTEGRATED.
-var integrateSQL = q(`WITH t AS (
-	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
+// blobIDsSQL reads the git ids of the edits' blobs, stored before or in the same transaction.
+const blobIDsSQL = `SELECT digest, git_id FROM blobs WHERE digest = ANY($1::text[])`
+
+// integrateSQL stores the new trees and commit ($12-$14), the revision, moves the mainline,
+// records the change.integrated event (by the holder $8) and answers the change, INTEGRATED.
+var integrateSQL = q(`WITH g AS (` + putGitObjectsArgs(12) + `),
 rv AS (
-	INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
-	VALUES ($4, $5, $6, $7, $8, $2, {now})),
+	INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
+	VALUES ($4, $5, $6, $7, $8, $2, $3, {now})),
 u AS (
 	UPDATE repositories SET mainline = $4 WHERE name = $5),
 c AS (
-	INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths, created_at, updated_at)
-	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, {now}, {now})
+	INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
+		fencing_tokens, created_at, updated_at)
+	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, $15, {now}, {now})
 	RETURNING ` + changeCols + `),
 ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.integrated', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
@@ -168,31 +165,38 @@ SELECT ` + changeCols + ` FROM c`)
 // event (by the holder $5). It runs under the repository's lock, so its seq, its place in the
 // queue, follows that of every change queued before it commits.
 var queueChangeSQL = q(`WITH c AS (
-	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
-	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, {now}, {now})
+	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at)
+	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, $9, {now}, {now})
 	RETURNING ` + changeCols + `),
 ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.queued', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
 	mem("repository", jsonText("c.repository")))+` FROM c`) + `)
 SELECT ` + changeCols + ` FROM c`)
 
-// Integrate checks the edited paths' leases, rebases the edits onto the mainline, stores the
-// new revision and moves the mainline to it, all in one transaction; or, when the repository
-// has a validation policy, queues the change with its edits.
+// Integrate checks the edited paths' leases, applies the edits to the mainline's git tree,
+// stores the new trees, revision and commit and moves the mainline, all in one transaction;
+// or, when the repository has a validation policy, queues the change with its edits.
 func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
-	if p.Rebase == nil {
-		return store.Change{}, errors.New("postgres: integrate: no Rebase given")
-	}
 	tokens := make([]int64, len(p.FencingTokens))
 	for i, t := range p.FencingTokens {
 		tokens[i] = int64(t)
 	}
+	tokensJSON, err := json.Marshal(nonNilUints(p.FencingTokens))
+	if err != nil {
+		return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
+	}
 	candidates := leaseCandidates(p.Paths)
-	cached := trees.digests()
+	var editDigests []string
+	for _, e := range p.Edits {
+		if !e.Delete {
+			editDigests = append(editDigests, e.Digest)
+		}
+	}
 
 	// The transaction is begun and committed by statements sent with the others, so that it
-	// takes two round trips, one of them while the repository is locked. A connection left in
-	// a transaction (a failed ROLLBACK) is closed by the pool on release.
+	// takes two round trips (and one more per tree read that no integration read before), one
+	// of them while the repository is locked. A connection left in a transaction (a failed
+	// ROLLBACK) is closed by the pool on release.
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return store.Change{}, mapErr("integrate", err)
@@ -208,18 +212,19 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	}()
 
 	// The first round trip: BEGIN, the blobs (before the lock, which they do not need; in
-	// digest order), the lock, the mainline's tree, the lease check, the base revision's tree.
-	// The trees come as digests only when they are cached.
+	// digest order), the lock, the mainline, the lease check, the base revision, the edits'
+	// blobs' git ids.
 	var batch pgx.Batch
 	batch.Queue("BEGIN")
 	if len(p.Blobs) > 0 {
-		digests, contents := blobArgs(p.Blobs)
-		batch.Queue(putBlobsSQL, digests, contents)
+		digests, contents, gitIDs := blobArgs(p.Blobs)
+		batch.Queue(putBlobsSQL, digests, contents, gitIDs)
 	}
 	batch.Queue(integrateLockSQL, p.Repository)
-	batch.Queue(mainlineTreeSQL, p.Repository, cached)
+	batch.Queue(mainlineSQL, p.Repository)
 	batch.Queue(leaseCheckSQL, p.Repository, tokens, candidates)
-	batch.Queue(baseTreeSQL, p.BaseRevision, p.Repository, cached)
+	batch.Queue(baseSQL, p.BaseRevision, p.Repository)
+	batch.Queue(blobIDsSQL, editDigests)
 	br := conn.SendBatch(ctx, &batch)
 	defer br.Close()
 
@@ -231,8 +236,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 			return store.Change{}, mapErr("integrate: store blobs", err)
 		}
 	}
-	var mainline, mainDigest string
-	var mainEnc []byte
+	var mainline, mainTree, mainCommit string
 	var gated bool
 	if err := br.QueryRow().Scan(&mainline, &gated); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -240,7 +244,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		}
 		return store.Change{}, mapErr("integrate: lock repository", err)
 	}
-	if err := br.QueryRow().Scan(&mainDigest, &mainEnc); err != nil {
+	if err := br.QueryRow().Scan(&mainTree, &mainCommit); err != nil {
 		return store.Change{}, mapErr("integrate: read the mainline", err)
 	}
 	rows, err := br.Query()
@@ -264,30 +268,43 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	if err := check.refusal(p); err != nil {
 		return store.Change{}, err
 	}
-	var baseDigest string
-	var baseEnc []byte
-	if err := br.QueryRow().Scan(&baseDigest, &baseEnc); err != nil {
+	var baseTree string
+	if err := br.QueryRow().Scan(&baseTree); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Change{}, fmt.Errorf("revision %s of repository %s: %w", p.BaseRevision, p.Repository, store.ErrNotFound)
 		}
 		return store.Change{}, mapErr("integrate: read the base revision", err)
 	}
+	blobIDs := make(map[string]plumbing.Hash, len(editDigests))
+	rows, err = br.Query()
+	if err != nil {
+		return store.Change{}, mapErr("integrate: read the blobs' git ids", err)
+	}
+	var digest string
+	var gitID []byte
+	if _, err = pgx.ForEachRow(rows, []any{&digest, &gitID}, func() error {
+		var h plumbing.Hash
+		copy(h[:], gitID)
+		blobIDs[digest] = h
+		return nil
+	}); err != nil {
+		return store.Change{}, mapErr("integrate: read the blobs' git ids", err)
+	}
 	if err := br.Close(); err != nil {
 		return store.Change{}, mapErr("integrate", err)
 	}
 
-	mainTree, err := tree(ctx, conn, mainDigest, mainEnc)
+	backend := gitBackend{qr: conn, blobIDs: blobIDs}
+	objs := store.NewGitObjects(ctx, backend)
+	baseID, err := store.ParseGitID(baseTree)
 	if err != nil {
-		return store.Change{}, err
+		return store.Change{}, fmt.Errorf("postgres: integrate: base revision %s: %w", p.BaseRevision, err)
 	}
-	// Rebase gets trees of its own, even when the base's is the mainline's.
-	baseTree := slices.Clone(mainTree)
-	if baseDigest != mainDigest {
-		if baseTree, err = tree(ctx, conn, baseDigest, baseEnc); err != nil {
-			return store.Change{}, err
-		}
+	mainID, err := store.ParseGitID(mainTree)
+	if err != nil {
+		return store.Change{}, fmt.Errorf("postgres: integrate: mainline %s: %w", mainline, err)
 	}
-	newTree, err := p.Rebase(baseTree, mainTree)
+	newTree, err := store.RebaseGit(ctx, backend, objs, baseID, mainID, p.Edits)
 	if err != nil {
 		return store.Change{}, err
 	}
@@ -299,7 +316,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	// The second round trip: the change and what goes with it, COMMIT. After an error the
 	// server skips the COMMIT, and the deferred ROLLBACK ends the transaction.
 	var final pgx.Batch
-	var digest string
+	changeID := store.NewID("chg")
 	if gated {
 		// The rebased tree is not kept: AdvanceQueue builds the candidate on the mainline of
 		// the change's turn, from the edits.
@@ -307,16 +324,28 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		if err != nil {
 			return store.Change{}, err
 		}
-		final.Queue(queueChangeSQL, db.now(), store.NewID("chg"), p.Repository, p.BaseRevision, p.Holder,
-			p.Message, paths, edits)
+		final.Queue(queueChangeSQL, db.now(), changeID, p.Repository, p.BaseRevision, p.Holder,
+			p.Message, paths, edits, string(tokensJSON))
 	} else {
-		if err := checkSorted(newTree); err != nil {
-			return store.Change{}, fmt.Errorf("postgres: integrate: the rebased tree %w", err)
+		revID := store.NewID("rev")
+		parent, err := store.ParseGitID(mainCommit)
+		if err != nil {
+			return store.Change{}, fmt.Errorf("postgres: integrate: mainline %s: commit: %w", mainline, err)
 		}
-		enc := newTree.Encode()
-		digest = repo.Digest(enc)
-		final.Queue(integrateSQL, db.now(), digest, enc, store.NewID("rev"), p.Repository, mainline,
-			store.NewID("chg"), p.Holder, p.BaseRevision, p.Message, paths)
+		now := db.commitTime()
+		commit, err := store.WriteMainlineCommit(objs, newTree, parent, store.CommitInfo{
+			Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Author: p.Holder, Message: p.Message,
+			FencingTokens: p.FencingTokens, AuthoredAt: now, CommittedAt: now, EmailDomain: db.emailDomain,
+		})
+		if err != nil {
+			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
+		}
+		ids, types, data, err := pendingArgs(objs)
+		if err != nil {
+			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
+		}
+		final.Queue(integrateSQL, db.now(), newTree.String(), commit.String(), revID, p.Repository, mainline,
+			changeID, p.Holder, p.BaseRevision, p.Message, paths, ids, types, data, string(tokensJSON))
 	}
 	final.Queue("COMMIT")
 	fr := conn.SendBatch(ctx, &final)
@@ -332,22 +361,15 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	// Every result is read: the change is committed whatever Close says.
 	fr.Close() //nolint:errcheck // see above
 	db.audited()
-	if !gated {
-		// The new tree is the next integration's mainline.
-		trees.put(digest, newTree)
-	}
 	return s.change(), nil
 }
 
-// checkSorted refuses a tree whose paths are not strictly increasing: its encoding would not
-// be canonical, and its digest not the one a client computes.
-func checkSorted(t repo.Tree) error {
-	for i := 1; i < len(t); i++ {
-		if t[i-1].Path >= t[i].Path {
-			return fmt.Errorf("is not sorted by path at %q", t[i].Path)
-		}
+// nonNilUints keeps absent tokens as an empty JSON array.
+func nonNilUints(t []uint64) []uint64 {
+	if t == nil {
+		return []uint64{}
 	}
-	return nil
+	return t
 }
 
 // encodeEdits answers the JSON of a change's edits as changes.edits keeps them; no edits are

@@ -288,9 +288,7 @@ func TestIntegrateOnTwoReplicas(t *testing.T) {
 			_, err = db.Integrate(ctx, store.IntegrateParams{
 				Repository: "r", BaseRevision: first.Mainline, Holder: holder, FencingTokens: []uint64{l.FencingToken},
 				Paths: []string{path}, Message: "edit",
-				Rebase: func(base, mainline repo.Tree) (repo.Tree, error) {
-					return repo.Rebase(base, mainline, []repo.FileEdit{edit})
-				},
+				Edits: []repo.FileEdit{edit},
 				Blobs: []store.Blob{{Digest: edit.Digest, Content: content}},
 			})
 			if err != nil {

@@ -39,9 +39,11 @@ var _ store.Store = (*DB)(nil)
 
 // DB is a store.Store on a PostgreSQL database.
 type DB struct {
-	pool   *pgxpool.Pool
-	clock  clock.Clock // nil: the database's now()
-	signal store.Signal
+	pool  *pgxpool.Pool
+	clock clock.Clock // nil: the database's now()
+	// emailDomain is the domain of the commits' authors and committer.
+	emailDomain string
+	signal      store.Signal
 	// leaseSignal is fired after a lease is released or broken, here or on another replica.
 	leaseSignal store.Signal
 	// auditSignal is fired after a commit of this store that wrote audit events.
@@ -126,7 +128,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*DB, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(max(16, 4*runtime.GOMAXPROCS(0)))
 	}
-	db := &DB{clock: opts.Clock, sealWaitMost: defaultSealWaitMost}
+	db := &DB{clock: opts.Clock, emailDomain: opts.GitEmailDomain, sealWaitMost: defaultSealWaitMost}
 	// A backend's PID is unique among the live backends of a server, and a connection leaves
 	// the set before its backend ends, so no other replica's backend can be mistaken for ours.
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
@@ -138,7 +140,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	if err := migrate(ctx, pool, knownVersion()); err != nil {
+	if err := migrate(ctx, pool, knownVersion(), opts.GitEmailDomain); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -238,7 +240,7 @@ const migrationLock = 0x61675f6d69677231 // "ag_migr1"
 // migrate applies the migrations the database lacks up to version target (knownVersion() but
 // in tests of a migration), all in one transaction under an advisory lock, so that replicas
 // starting together migrate once and a failed migration leaves nothing half done.
-func migrate(ctx context.Context, pool *pgxpool.Pool, target int) error {
+func migrate(ctx context.Context, pool *pgxpool.Pool, target int, emailDomain string) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
@@ -266,6 +268,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, target int) error {
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
 			return fmt.Errorf("postgres: migration %s: record version: %w", m.name, err)
+		}
+		if m.version == gitMigration {
+			if err := backfillGit(ctx, tx, emailDomain); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", m.name, err)
+			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -17,10 +19,12 @@ var _ store.RepoStore = (*DB)(nil)
 
 // ---- repositories ----
 
-const repositoryCols = `name, mainline, validation, created_at`
+// repositoryCols are a repository's columns and its mainline's commit.
+const repositoryCols = `name, mainline, validation, created_at,
+	coalesce((SELECT v.git_commit FROM revisions v WHERE v.id = repositories.mainline), '')`
 
 func repositoryDest(r *store.Repository) []any {
-	return []any{&r.Name, &r.Mainline, &r.Validation, &r.CreatedAt}
+	return []any{&r.Name, &r.Mainline, &r.Validation, &r.CreatedAt, &r.MainlineCommit}
 }
 
 func finishRepository(r *store.Repository) {
@@ -38,22 +42,21 @@ func bytesOrNull(b []byte) []byte {
 	return b
 }
 
-// emptyTree is the tree of a new repository's first revision.
-var emptyTree = repo.Tree{}
-
-// The empty tree, the first revision, the repository and its repository.created event ($8 and
-// $9 the actor, $10 the details) in one statement: a taken name inserts none of them.
-var createRepositorySQL = q(`WITH t AS (
-	INSERT INTO trees (digest, encoding) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING),
+// The first revision's git objects ($11-$13), the revision, the repository and its
+// repository.created event ($8 and $9 the actor, $10 the details) in one statement: a taken
+// name inserts none of them. The first revision's tree is empty: its digest is $2, its commit $3.
+var createRepositorySQL = q(`WITH g AS (` + putGitObjectsArgs(11) + `),
 rv AS (
-	INSERT INTO revisions (id, repository, author, tree_digest, created_at) VALUES ($4, $5, $6, $2, {now})),
+	INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
+	VALUES ($4, $5, $6, $2, '` + gitstore.EmptyTree.String() + `', $3, {now})),
 r AS (
 	INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
-	RETURNING ` + repositoryCols + `),
+	RETURNING name, mainline, validation, created_at),
 ev AS (` + auditRecord(`SELECT $8, $9, 'repository.created', 'repository/' || r.name, $10 FROM r`) + `)
-SELECT ` + repositoryCols + ` FROM r`)
+SELECT r.*, $3::text FROM r`)
 
-// CreateRepository creates a repository whose mainline is a new revision with the empty tree.
+// CreateRepository creates a repository whose mainline is a new revision with the empty tree
+// and its root commit.
 func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParams) (store.Repository, error) {
 	var r store.Repository
 	actor := principalActor(ctx, p.CreatedBy)
@@ -61,8 +64,27 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 	if len(p.Validation) > 0 {
 		det = details(map[string]any{"validation": jsonValue(p.Validation)})
 	}
-	err := db.pool.QueryRow(ctx, createRepositorySQL, db.now(), emptyTree.Digest(), emptyTree.Encode(),
-		store.NewID("rev"), p.Name, p.CreatedBy, bytesOrNull(p.Validation), actor.Principal, actor.Holder, textOrNil(det)).
+	revID := store.NewID("rev")
+	now := db.commitTime()
+	objs := store.NewGitObjects(ctx, nil)
+	tree, err := gitstore.WriteTree(objs, nil)
+	if err != nil {
+		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
+	}
+	commit, err := store.WriteMainlineCommit(objs, tree, plumbing.ZeroHash, store.CommitInfo{
+		Repository: p.Name, RevisionID: revID, Author: p.CreatedBy, AuthoredAt: now, CommittedAt: now,
+		EmailDomain: db.emailDomain,
+	})
+	if err != nil {
+		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
+	}
+	ids, types, data, err := pendingArgs(objs)
+	if err != nil {
+		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
+	}
+	err = db.pool.QueryRow(ctx, createRepositorySQL, db.now(), repo.Tree{}.Digest(), commit.String(),
+		revID, p.Name, p.CreatedBy, bytesOrNull(p.Validation), actor.Principal, actor.Holder, textOrNil(det),
+		ids, types, data).
 		Scan(repositoryDest(&r)...)
 	if err != nil {
 		return store.Repository{}, mapErr("repository "+p.Name, err)
@@ -121,25 +143,29 @@ func (db *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesPara
 
 // putBlobsSQL stores blobs that are not stored yet. The rows come in digest order (see
 // blobArgs), so two transactions storing overlapping sets never wait for each other in a cycle.
-const putBlobsSQL = `INSERT INTO blobs (digest, content, size)
-SELECT d, c, octet_length(c) FROM unnest($1::text[], $2::bytea[]) AS u(d, c)
-ON CONFLICT (digest) DO NOTHING`
+const putBlobsSQL = `INSERT INTO blobs (digest, content, size, git_id)
+SELECT d, c, octet_length(c), g FROM unnest($1::text[], $2::bytea[], $3::bytea[]) AS u(d, c, g)
+ON CONFLICT DO NOTHING`
 
-// blobArgs answers the digests and contents of blobs sorted by digest, each digest once.
-func blobArgs(blobs []store.Blob) ([]string, [][]byte) {
+// blobArgs answers the digests, contents and git ids of blobs sorted by digest, each digest
+// once.
+func blobArgs(blobs []store.Blob) ([]string, [][]byte, [][]byte) {
 	sorted := slices.Clone(blobs)
 	slices.SortStableFunc(sorted, func(a, b store.Blob) int { return strings.Compare(a.Digest, b.Digest) })
 	sorted = slices.CompactFunc(sorted, func(a, b store.Blob) bool { return a.Digest == b.Digest })
 	digests := make([]string, len(sorted))
 	contents := make([][]byte, len(sorted))
+	gitIDs := make([][]byte, len(sorted))
 	for i, b := range sorted {
 		digests[i] = b.Digest
 		contents[i] = b.Content
 		if contents[i] == nil {
 			contents[i] = []byte{}
 		}
+		id := gitstore.BlobID(contents[i])
+		gitIDs[i] = id[:]
 	}
-	return digests, contents
+	return digests, contents, gitIDs
 }
 
 // PutBlobs stores contents under their digests; a blob already stored is left as it is.
@@ -147,8 +173,8 @@ func (db *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	if len(blobs) == 0 {
 		return nil
 	}
-	digests, contents := blobArgs(blobs)
-	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, contents); err != nil {
+	digests, contents, gitIDs := blobArgs(blobs)
+	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, contents, gitIDs); err != nil {
 		return mapErr("put blobs", err)
 	}
 	return nil
@@ -211,28 +237,36 @@ func (db *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint6
 
 // ---- revisions ----
 
-// GetRevision answers a revision of a repository with its tree.
+// GetRevision answers a revision of a repository with its file list, read from its git tree.
 func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (store.Revision, error) {
-	return getRevision(ctx, db.pool, repository, revisionID)
+	r, err := getRevision(ctx, db.pool, repository, revisionID)
+	if err != nil {
+		return store.Revision{}, err
+	}
+	root, err := store.ParseGitID(r.GitTree)
+	if err != nil {
+		return store.Revision{}, fmt.Errorf("revision %s: git tree: %w", r.ID, err)
+	}
+	b := gitBackend{qr: db.pool}
+	if r.Tree, err = store.ListTree(ctx, b, store.NewGitObjects(ctx, b), root); err != nil {
+		return store.Revision{}, fmt.Errorf("revision %s: %w", r.ID, err)
+	}
+	r.TreeDigest = r.Tree.Digest()
+	return r, nil
 }
 
-// getRevision is GetRevision on qr, a transaction's or the pool's.
+// getRevision answers a revision without its file list (Tree and TreeDigest empty), on qr, a
+// transaction's or the pool's.
 func getRevision(ctx context.Context, qr querier, repository, revisionID string) (store.Revision, error) {
 	var r store.Revision
-	var enc []byte
-	err := qr.QueryRow(ctx, `SELECT r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at,
-			CASE WHEN r.tree_digest = ANY($3::text[]) THEN NULL ELSE t.encoding END
-		FROM revisions r JOIN trees t ON t.digest = r.tree_digest
-		WHERE r.id = $1 AND r.repository = $2`, revisionID, repository, trees.digests()).
-		Scan(&r.ID, &r.Repository, &r.Parent, &r.ChangeID, &r.Author, &r.TreeDigest, &r.CreatedAt, &enc)
+	err := qr.QueryRow(ctx, `SELECT id, repository, parent, change_id, author, git_tree, git_commit, created_at
+		FROM revisions WHERE id = $1 AND repository = $2`, revisionID, repository).
+		Scan(&r.ID, &r.Repository, &r.Parent, &r.ChangeID, &r.Author, &r.GitTree, &r.GitCommit, &r.CreatedAt)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Revision{}, fmt.Errorf("revision %s of repository %s: %w", revisionID, repository, store.ErrNotFound)
 		}
 		return store.Revision{}, mapErr("revision "+revisionID, err)
-	}
-	if r.Tree, err = tree(ctx, qr, r.TreeDigest, enc); err != nil {
-		return store.Revision{}, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	return r, nil

@@ -66,8 +66,8 @@ func (d *DB) PendingQueues(ctx context.Context) ([]string, error) {
 // in one write. SQLite has one writer, so the write holds the repository against every other
 // AdvanceQueue and Integrate.
 func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
-	if p.Decide == nil || p.Build == nil || p.Job == nil {
-		return nil, errors.New("advance queue: Decide, Build and Job are required")
+	if p.Decide == nil || p.Job == nil {
+		return nil, errors.New("advance queue: Decide and Job are required")
 	}
 	op := fmt.Sprintf("advance the queue of %q", p.Repository)
 	var (
@@ -210,6 +210,9 @@ func (q *queue) settle(p store.AdvanceQueueParams, changed *[]store.Change) (boo
 			return false, fmt.Errorf("%s: %w", q.op, err)
 		}
 		if moved {
+			if err := q.commit(c, candidate, job.AttestationDigest); err != nil {
+				return false, err
+			}
 			q.mainline = candidate.ID
 			settled, err = q.update(c.ID, store.ChangeValidating,
 				`state = 'integrated', integrated_revision = ?3, attestation_digest = ?4`, candidate.ID, job.AttestationDigest)
@@ -234,6 +237,46 @@ func (q *queue) settle(p store.AdvanceQueueParams, changed *[]store.Change) (boo
 	}
 	*changed = append(*changed, settled)
 	return true, nil
+}
+
+// commit gives candidate, which the mainline just moved to, its mainline commit.
+func (q *queue) commit(c store.Change, candidate store.Revision, attestation string) error {
+	parent, err := getRevision(q.ctx, q.tx, q.repository, candidate.Parent)
+	if err != nil {
+		return fmt.Errorf("%s: change %s: parent %w", q.op, c.ID, err)
+	}
+	tokens, err := q.fencingTokens(c.ID)
+	if err != nil {
+		return err
+	}
+	objs := store.NewGitObjects(q.ctx, gitBackend{q.tx})
+	commit, err := q.d.writeCommit(objs, candidate, parent.GitCommit, store.CommitInfo{
+		Message: c.Message, FencingTokens: tokens, Attestation: attestation, AuthoredAt: c.CreatedAt,
+		CommittedAt: fromMicros(q.now), // when the mainline moves, not when the candidate was built
+	})
+	if err != nil {
+		return fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
+	}
+	if err := objs.Flush(); err != nil {
+		return fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
+	}
+	if _, err := q.tx.ExecContext(q.ctx, `UPDATE revisions SET git_commit = ? WHERE id = ?`, commit, candidate.ID); err != nil {
+		return interpret(fmt.Sprintf("%s: change %s: store commit", q.op, c.ID), err)
+	}
+	return nil
+}
+
+// fencingTokens answers the lease tokens change id was integrated under.
+func (q *queue) fencingTokens(id string) ([]uint64, error) {
+	var raw string
+	if err := q.tx.QueryRowContext(q.ctx, `SELECT fencing_tokens FROM changes WHERE id = ?`, id).Scan(&raw); err != nil {
+		return nil, interpret(fmt.Sprintf("%s: change %s: fencing tokens", q.op, id), err)
+	}
+	var tokens []uint64
+	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
+		return nil, fmt.Errorf("%s: change %s: fencing tokens: %w", q.op, id, err)
+	}
+	return tokens, nil
 }
 
 // attestation answers the envelope a job's completion stored, or nil. A digest whose envelope
@@ -275,8 +318,14 @@ func (q *queue) next(p store.AdvanceQueueParams, changed *[]store.Change) (bool,
 		if err != nil {
 			return false, fmt.Errorf("%s: mainline %w", q.op, err)
 		}
-		tree, buildErr := p.Build(c, edits, base.Tree, head.Tree)
+		objs := store.NewGitObjects(q.ctx, gitBackend{q.tx})
+		tree, buildErr := rebase(q.ctx, q.tx, objs, base, head, edits)
 		if buildErr != nil {
+			var conflict *repo.ConflictError
+			var collision *repo.CollisionError
+			if !errors.As(buildErr, &conflict) && !errors.As(buildErr, &collision) {
+				return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, buildErr)
+			}
 			rejected, err := q.update(c.ID, store.ChangeQueued, `state = 'rejected', reason = ?3`, buildErr.Error())
 			if err != nil {
 				return false, err
@@ -284,13 +333,21 @@ func (q *queue) next(p store.AdvanceQueueParams, changed *[]store.Change) (bool,
 			*changed = append(*changed, rejected)
 			continue
 		}
-		candidate, err := insertRevision(q.ctx, q.tx, q.repository, q.mainline, c.ID, c.Author, tree, q.now)
+		rp := revisionParams{repository: q.repository, parent: head, changeID: c.ID, author: c.Author, tree: tree, now: q.now}
+		if q.validation == nil {
+			// The policy was removed while the change waited: it is integrated as Integrate
+			// would have integrated it.
+			tokens, err := q.fencingTokens(c.ID)
+			if err != nil {
+				return false, err
+			}
+			rp.commit = &store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt}
+		}
+		candidate, err := q.d.insertRevision(q.ctx, q.tx, objs, rp)
 		if err != nil {
 			return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
 		}
 		if q.validation == nil {
-			// The policy was removed while the change waited: it is integrated as Integrate
-			// would have integrated it.
 			if err := mustMoveMainline(q.ctx, q.tx, q.repository, q.mainline, candidate.ID); err != nil {
 				return false, fmt.Errorf("%s: %w", q.op, err)
 			}

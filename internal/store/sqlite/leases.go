@@ -378,9 +378,9 @@ func (d *DB) ListLeases(ctx context.Context, p store.ListLeasesParams) ([]store.
 func (d *DB) LeaseSignal() <-chan struct{} { return d.leaseSignal.Wait() }
 
 // nonNil keeps an absent list as an empty JSON array.
-func nonNil(s []string) []string {
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

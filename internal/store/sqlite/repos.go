@@ -4,40 +4,31 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
 
-const repositoryColumns = `name, mainline, validation, created_at`
+// repositoryColumns are a repository's columns and its mainline's commit.
+const repositoryColumns = `name, mainline, validation, created_at,
+	coalesce((SELECT git_commit FROM revisions WHERE revisions.id = repositories.mainline), '')`
 
 func scanRepository(row scanner) (store.Repository, error) {
 	var (
 		r       store.Repository
 		created int64
 	)
-	if err := row.Scan(&r.Name, &r.Mainline, &r.Validation, &created); err != nil {
+	if err := row.Scan(&r.Name, &r.Mainline, &r.Validation, &created, &r.MainlineCommit); err != nil {
 		return store.Repository{}, err
 	}
 	r.CreatedAt = fromMicros(created)
 	return r, nil
-}
-
-// insertTree stores a tree's canonical encoding once and answers its digest.
-func insertTree(ctx context.Context, tx *sql.Tx, t repo.Tree) (string, error) {
-	enc := t.Encode()
-	digest := repo.Digest(enc)
-	if enc == nil {
-		enc = []byte{} // the empty tree: an empty encoding, not NULL
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO trees (digest, encoding) VALUES (?, ?)`, digest, enc); err != nil {
-		return "", interpret("store tree "+digest, err)
-	}
-	return digest, nil
 }
 
 // CreateRepository creates a repository whose mainline is a revision with the empty tree.
@@ -53,14 +44,26 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		if err != nil {
 			return interpret(fmt.Sprintf("create repository %q", p.Name), err)
 		}
-		digest, err := insertTree(ctx, tx, repo.Tree{})
+		objs := store.NewGitObjects(ctx, gitBackend{tx})
+		tree, err := gitstore.WriteTree(objs, nil)
 		if err != nil {
 			return fmt.Errorf("create repository %q: %w", p.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, author, tree_digest, created_at)
-			VALUES (?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, digest, now); err != nil {
+		commit, err := store.WriteMainlineCommit(objs, tree, plumbing.ZeroHash, store.CommitInfo{
+			Repository: p.Name, RevisionID: revID, Author: p.CreatedBy,
+			AuthoredAt: fromMicros(now), CommittedAt: fromMicros(now), EmailDomain: d.emailDomain,
+		})
+		if err != nil {
+			return fmt.Errorf("create repository %q: %w", p.Name, err)
+		}
+		if err := objs.Flush(); err != nil {
+			return fmt.Errorf("create repository %q: %w", p.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, repo.Tree{}.Digest(), tree.String(), commit.String(), now); err != nil {
 			return interpret(fmt.Sprintf("create repository %q: first revision", p.Name), err)
 		}
+		r.MainlineCommit = commit.String()
 		var det details
 		if r.Validation != nil {
 			det.raw("validation", r.Validation)
@@ -119,8 +122,9 @@ func insertBlobs(ctx context.Context, tx *sql.Tx, blobs []store.Blob) error {
 		if content == nil {
 			content = []byte{}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size) VALUES (?, ?, ?)`,
-			b.Digest, content, len(content)); err != nil {
+		id := gitstore.BlobID(content)
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id) VALUES (?, ?, ?, ?)`,
+			b.Digest, content, len(content), id[:]); err != nil {
 			return interpret("store blob "+b.Digest, err)
 		}
 	}
@@ -197,43 +201,47 @@ func (d *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint64
 	return held, nil
 }
 
-const revisionColumns = `r.id, r.repository, r.parent, r.change_id, r.author, r.tree_digest, r.created_at, t.encoding`
+const revisionColumns = `id, repository, parent, change_id, author, tree_digest, git_tree, git_commit, created_at`
 
 func scanRevision(row scanner) (store.Revision, error) {
 	var (
 		rev     store.Revision
 		created int64
-		enc     []byte
 	)
-	if err := row.Scan(&rev.ID, &rev.Repository, &rev.Parent, &rev.ChangeID, &rev.Author, &rev.TreeDigest, &created, &enc); err != nil {
+	if err := row.Scan(&rev.ID, &rev.Repository, &rev.Parent, &rev.ChangeID, &rev.Author, &rev.TreeDigest,
+		&rev.GitTree, &rev.GitCommit, &created); err != nil {
 		return store.Revision{}, err
 	}
-	tree, err := repo.DecodeTree(enc)
-	if err != nil {
-		return store.Revision{}, fmt.Errorf("revision %s: tree %s: %w", rev.ID, rev.TreeDigest, err)
-	}
-	rev.Tree = tree
 	rev.CreatedAt = fromMicros(created)
 	return rev, nil
 }
 
-func getRevision(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, repository, id string) (store.Revision, error) {
+// getRevision answers a revision without its file list (Tree and TreeDigest empty).
+func getRevision(ctx context.Context, q querier, repository, id string) (store.Revision, error) {
 	rev, err := scanRevision(q.QueryRowContext(ctx, `SELECT `+revisionColumns+`
-		FROM revisions r JOIN trees t ON t.digest = r.tree_digest WHERE r.id = ? AND r.repository = ?`, id, repository))
+		FROM revisions WHERE id = ? AND repository = ?`, id, repository))
 	if err != nil {
 		return store.Revision{}, interpret(fmt.Sprintf("revision %s of repository %q", id, repository), err)
 	}
+	rev.TreeDigest = ""
 	return rev, nil
 }
 
-// GetRevision answers a revision of a repository with its tree.
+// GetRevision answers a revision of a repository with its file list, read from its git tree.
 func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (store.Revision, error) {
 	rev, err := getRevision(ctx, d.r, repository, revisionID)
 	if err != nil {
 		return store.Revision{}, fmt.Errorf("get revision: %w", err)
 	}
+	root, err := store.ParseGitID(rev.GitTree)
+	if err != nil {
+		return store.Revision{}, fmt.Errorf("get revision %s: git tree: %w", rev.ID, err)
+	}
+	b := gitBackend{d.r}
+	if rev.Tree, err = store.ListTree(ctx, b, store.NewGitObjects(ctx, b), root); err != nil {
+		return store.Revision{}, fmt.Errorf("get revision %s: %w", rev.ID, err)
+	}
+	rev.TreeDigest = rev.Tree.Digest()
 	return rev, nil
 }
 
@@ -265,14 +273,15 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 // write. Without a validation policy it moves the mainline to the result; with one it queues the
 // change with its edits, and AdvanceQueue takes it from there.
 func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
-	if p.Rebase == nil {
-		return store.Change{}, errors.New("integrate: no Rebase function")
-	}
 	paths, err := json.Marshal(nonNil(p.Paths))
 	if err != nil {
 		return store.Change{}, fmt.Errorf("integrate: %w", err)
 	}
 	edits, err := json.Marshal(nonNilEdits(p.Edits))
+	if err != nil {
+		return store.Change{}, fmt.Errorf("integrate: %w", err)
+	}
+	tokens, err := json.Marshal(nonNil(p.FencingTokens))
 	if err != nil {
 		return store.Change{}, fmt.Errorf("integrate: %w", err)
 	}
@@ -301,22 +310,23 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 				return fmt.Errorf("integrate: mainline %w", err)
 			}
 		}
-		// With a policy the tree is thrown away: the rebase only refuses a conflict now, while
-		// the agent still holds its leases, rather than when the change's turn comes.
-		tree, err := p.Rebase(base.Tree, head.Tree)
-		if err != nil {
-			return err // the caller's own error, as it is
-		}
 		if err := insertBlobs(ctx, tx, p.Blobs); err != nil {
 			return fmt.Errorf("integrate: %w", err)
+		}
+		objs := store.NewGitObjects(ctx, gitBackend{tx})
+		// With a policy the tree is thrown away: the rebase only refuses a conflict now, while
+		// the agent still holds its leases, rather than when the change's turn comes.
+		tree, err := rebase(ctx, tx, objs, base, head, p.Edits)
+		if err != nil {
+			return err // a conflict or collision, as it is
 		}
 		changeID := store.NewID("chg")
 		if validation != nil {
 			// seq, taken here under the write lock, is the change's place in the queue.
 			change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
-				(id, repository, state, base_revision, author, message, paths, edits, created_at, updated_at)
-				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
-				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), now, now))
+				(id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at)
+				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), string(tokens), now, now))
 			if err != nil {
 				return interpret("integrate: store change", err)
 			}
@@ -325,15 +335,18 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			d.record(now, actor, "change.queued", "change/"+change.ID, det.done())
 			return nil
 		}
-		rev, err := insertRevision(ctx, tx, p.Repository, mainline, changeID, p.Holder, tree, now)
+		rev, err := d.insertRevision(ctx, tx, objs, revisionParams{
+			repository: p.Repository, parent: head, changeID: changeID, author: p.Holder, tree: tree, now: now,
+			commit: &store.CommitInfo{Message: p.Message, FencingTokens: p.FencingTokens, AuthoredAt: fromMicros(now)},
+		})
 		if err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
 		change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
 			(id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
-			 created_at, updated_at)
-			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
-			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), now, now))
+			 fencing_tokens, created_at, updated_at)
+			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), string(tokens), now, now))
 		if err != nil {
 			return interpret("integrate: store change", err)
 		}
@@ -346,6 +359,19 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 	return change, err
 }
 
+// rebase applies edits made on base to head's git tree (store.RebaseGit).
+func rebase(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, base, head store.Revision, edits []repo.FileEdit) (plumbing.Hash, error) {
+	baseTree, err := store.ParseGitID(base.GitTree)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
+	}
+	headTree, err := store.ParseGitID(head.GitTree)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", head.ID, err)
+	}
+	return store.RebaseGit(ctx, gitBackend{tx}, objs, baseTree, headTree, edits)
+}
+
 // recordIntegrated records that change c was integrated.
 func (d *DB) recordIntegrated(now int64, actor store.Actor, c store.Change) {
 	var det details
@@ -354,19 +380,62 @@ func (d *DB) recordIntegrated(now int64, actor store.Actor, c store.Change) {
 	d.record(now, actor, "change.integrated", "change/"+c.ID, det.done())
 }
 
-// insertRevision stores tree, once, and a new revision of it.
-func insertRevision(ctx context.Context, tx *sql.Tx, repository, parent, changeID, author string, tree repo.Tree, now int64) (store.Revision, error) {
-	digest, err := insertTree(ctx, tx, tree)
-	if err != nil {
+// revisionParams describe a revision to store.
+type revisionParams struct {
+	repository string
+	parent     store.Revision
+	changeID   string
+	author     string
+	tree       plumbing.Hash
+	now        int64
+	// commit, when set, makes the revision the mainline's next: it gets its commit, whose
+	// parent is parent's commit. Its Message, FencingTokens, Attestation and AuthoredAt are
+	// the change's; the rest is filled in here.
+	commit *store.CommitInfo
+}
+
+// insertRevision stores the git objects written so far and a new revision of p.tree.
+func (d *DB) insertRevision(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, p revisionParams) (store.Revision, error) {
+	rev := store.Revision{ID: store.NewID("rev"), Repository: p.repository, Parent: p.parent.ID, ChangeID: p.changeID,
+		Author: p.author, GitTree: p.tree.String(), CreatedAt: fromMicros(p.now)}
+	if p.commit != nil {
+		commit, err := d.writeCommit(objs, rev, p.parent.GitCommit, *p.commit)
+		if err != nil {
+			return store.Revision{}, err
+		}
+		rev.GitCommit = commit
+	}
+	if err := objs.Flush(); err != nil {
 		return store.Revision{}, err
 	}
-	rev := store.Revision{ID: store.NewID("rev"), Repository: repository, Parent: parent, ChangeID: changeID,
-		Author: author, Tree: tree, TreeDigest: digest, CreatedAt: fromMicros(now)}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, rev.ID, repository, parent, changeID, author, digest, now); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, rev.ID, rev.Repository, rev.Parent, rev.ChangeID, rev.Author, rev.GitTree,
+		rev.GitCommit, p.now); err != nil {
 		return store.Revision{}, interpret("store revision", err)
 	}
 	return rev, nil
+}
+
+// writeCommit writes the mainline commit of rev on top of the commit parent.
+func (d *DB) writeCommit(objs *store.GitObjects, rev store.Revision, parent string, c store.CommitInfo) (string, error) {
+	tree, err := store.ParseGitID(rev.GitTree)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
+	}
+	parentID, err := store.ParseGitID(parent)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: parent commit: %w", rev.ID, err)
+	}
+	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
+	if c.CommittedAt.IsZero() {
+		c.CommittedAt = rev.CreatedAt
+	}
+	c.EmailDomain = d.emailDomain
+	id, err := store.WriteMainlineCommit(objs, tree, parentID, c)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: commit: %w", rev.ID, err)
+	}
+	return id.String(), nil
 }
 
 // moveMainline is the compare-and-swap of a repository's mainline: it moves to to only from

@@ -55,6 +55,8 @@ type DB struct {
 	clock  clock.Clock
 	signal store.Signal // jobs that may have become claimable
 
+	emailDomain string // of the commits' authors and committer
+
 	leaseSignal store.Signal // leases released or broken
 	auditSignal store.Signal // commits that wrote audit events
 
@@ -129,7 +131,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, w, clk); err != nil {
+	if err := migrate(ctx, w, clk, opts.GitEmailDomain); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -161,7 +163,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*DB, error) {
 	}
 	c.SetMaxOpenConns(1)
 	c.SetMaxIdleConns(1)
-	d := &DB{w: w, r: r, clock: clk, writes: make(chan *writeRequest), closed: make(chan struct{}), writerDone: make(chan struct{}),
+	d := &DB{w: w, r: r, clock: clk, emailDomain: opts.GitEmailDomain, writes: make(chan *writeRequest), closed: make(chan struct{}), writerDone: make(chan struct{}),
 		checkpoints: c, checkpointDone: make(chan struct{})}
 	go d.writer()
 	go d.checkpointer()
@@ -270,7 +272,7 @@ func latestVersion() int { return len(migrations()) }
 
 // migrate applies the missing migrations in one transaction. BEGIN IMMEDIATE makes two
 // processes opening the same new file migrate it once: the second waits, then sees the version.
-func migrate(ctx context.Context, w *sql.DB, clk clock.Clock) error {
+func migrate(ctx context.Context, w *sql.DB, clk clock.Clock, emailDomain string) error {
 	ms := migrations()
 	known := ms[len(ms)-1].version
 	tx, err := w.BeginTx(ctx, nil)
@@ -298,6 +300,11 @@ func migrate(ctx context.Context, w *sql.DB, clk clock.Clock) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
 			m.version, clk.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("migrate: record %s: %w", m.name, err)
+		}
+		if m.version == gitMigration {
+			if err := backfillGit(ctx, tx, emailDomain); err != nil {
+				return fmt.Errorf("migrate: %s: %w", m.name, err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -850,12 +850,20 @@ var auditCases = []auditCase{
 		return []auditWant{{"change.cancelled", "change/" + c.ID, system, map[string]any{"reason": "validate job cancelled"}}}
 	}},
 	{"advance_queue_rejects_a_change_that_does_not_build", func(t *testing.T, b *abundle) []auditWant {
-		c := b.queuedChange(t)
-		g := newGate()
-		g.buildErrs[c.ID] = errors.New("src/a.go: conflict with the mainline")
+		r := b.createPolicyRepo(t, "web")
+		l := b.acquire(t, "web", alice, time.Hour, "src/")
+		// Both edit src/a.go on the same mainline: once the first lands, the second conflicts.
+		first := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "a")))
+		second := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "b")))
+		b.setValidation(t, "web", nil)
 		b.markLog(t)
-		b.advance(t, g, "web", step{c.ID, store.ChangeRejected})
-		return []auditWant{{"change.rejected", "change/" + c.ID, system, map[string]any{"reason": "src/a.go: conflict with the mainline"}}}
+		got := b.advance(t, newGate(), "web", step{first.ID, store.ChangeIntegrated}, step{second.ID, store.ChangeRejected})
+		reason := (&repo.ConflictError{Path: "src/a.go"}).Error()
+		return []auditWant{
+			{"change.integrated", "change/" + first.ID, system,
+				map[string]any{"repository": "web", "revision": got[0].IntegratedRevision, "paths": []string{"src/a.go"}}},
+			{"change.rejected", "change/" + second.ID, system, map[string]any{"reason": reason}},
+		}
 	}},
 	{"advance_queue_integrates_directly_once_the_policy_is_removed", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)
@@ -1116,11 +1124,11 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			_, err := b.rs.Integrate(b.ctx, integrateParams("web", r.Mainline, bob, nil, put("src/a.go", "x")))
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
-		{"Integrate whose rebase fails", func() error {
-			p := integrateParams("web", r.Mainline, alice, []uint64{held.FencingToken}, put("src/a.go", "x"))
-			p.Rebase = func(_, _ repo.Tree) (repo.Tree, error) { return nil, errRebase }
+		{"Integrate of a blob that was never stored", func() error {
+			p := integrateParams("web", r.Mainline, alice, []uint64{held.FencingToken}, put("src/a.go", "never stored"))
+			p.Blobs = nil
 			_, err := b.rs.Integrate(b.ctx, p)
-			return wantIs(err, errRebase)
+			return wantIs(err, store.ErrNotFound)
 		}},
 		{"AdvanceQueue while the verdict is pending", func() error {
 			changed, err := b.rs.AdvanceQueue(b.ctx, g.params("gated"))
@@ -1155,8 +1163,6 @@ func wantIs(err, target error) error {
 	}
 	return fmt.Errorf("err = %v, want %v", err, target)
 }
-
-var errRebase = errors.New("rebase refused")
 
 // testAuditSealing checks that a seal gives the pending events seq 1, 2, ... in insertion order
 // once, links each to the one before, stores a checkpoint, and that the next seal continues

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -25,15 +24,13 @@ var (
 )
 
 // gate is the rules a test's integration gate passes to AdvanceQueue, and a record of what the
-// store called them with. Build applies the edits with repo.Rebase unless buildErrs names the
-// change; Job answers validateJob; Decide answers verdict, VerdictPending while it is nil.
+// store called them with. Job answers validateJob; Decide answers verdict, VerdictPending while
+// it is nil.
 type gate struct {
-	mu        sync.Mutex
-	verdict   func(job store.Job, att *store.Attestation) store.Verdict
-	buildErrs map[string]error // change id → Build's error
-	decided   []decision
-	built     []build
-	jobs      []jobCall
+	mu      sync.Mutex
+	verdict func(job store.Job, att *store.Attestation) store.Verdict
+	decided []decision
+	jobs    []jobCall
 }
 
 type decision struct {
@@ -43,19 +40,13 @@ type decision struct {
 	att       *store.Attestation
 }
 
-type build struct {
-	change         store.Change
-	edits          []repo.FileEdit
-	base, mainline repo.Tree
-}
-
 type jobCall struct {
 	change     store.Change
 	candidate  store.Revision
 	validation []byte
 }
 
-func newGate() *gate { return &gate{buildErrs: map[string]error{}} }
+func newGate() *gate { return &gate{} }
 
 func (g *gate) params(repository string) store.AdvanceQueueParams {
 	return store.AdvanceQueueParams{
@@ -68,15 +59,6 @@ func (g *gate) params(repository string) store.AdvanceQueueParams {
 				return store.Verdict{Outcome: store.VerdictPending}
 			}
 			return g.verdict(job, att)
-		},
-		Build: func(c store.Change, edits []repo.FileEdit, base, mainline repo.Tree) (repo.Tree, error) {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.built = append(g.built, build{c, edits, base, mainline})
-			if err := g.buildErrs[c.ID]; err != nil {
-				return nil, err
-			}
-			return repo.Rebase(base, mainline, edits)
 		},
 		Job: func(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
 			g.mu.Lock()
@@ -118,9 +100,9 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 		Repository string          `json:"repository"`
 		Change     string          `json:"change_id"`
 		Revision   string          `json:"revision"`
-		TreeDigest string          `json:"tree_digest"`
+		GitTree    string          `json:"git_tree"`
 		Validation json.RawMessage `json:"validation"`
-	}{c.Repository, c.ID, candidate.ID, candidate.TreeDigest, validation})
+	}{c.Repository, c.ID, candidate.ID, candidate.GitTree, validation})
 	if err != nil {
 		panic(err) // a struct of strings and a stored JSON document
 	}
@@ -233,7 +215,15 @@ func (b *rbundle) wantCandidate(t *testing.T, c store.Change, id, parent string,
 	rev := b.revision(t, c.Repository, id)
 	want := treeOf(files)
 	assertFields(t, "the candidate revision of "+c.ID, rev, store.Revision{ID: id, Repository: c.Repository,
-		Parent: parent, ChangeID: c.ID, Author: c.Author, Tree: want, TreeDigest: want.Digest(), CreatedAt: b.clk.Now()})
+		Parent: parent, ChangeID: c.ID, Author: c.Author, Tree: want, TreeDigest: want.Digest(),
+		GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: b.clk.Now()})
+	if rev.GitCommit != "" {
+		var trailers []string
+		if c.AttestationDigest != "" {
+			trailers = append(trailers, "Ag-Attestation: "+c.AttestationDigest)
+		}
+		b.wantCommit(t, rev, c.Message, trailers...)
+	}
 	return rev
 }
 
@@ -313,15 +303,14 @@ func testGateAdvanceBuilds(t *testing.T, newStore Factory) {
 	if m := b.repository(t, "web").Mainline; m != r.Mainline {
 		t.Fatalf("the mainline moved to %s when the candidate was built, want %s", m, r.Mainline)
 	}
-	if len(g.built) != 1 || g.built[0].change.ID != c1.ID || !reflect.DeepEqual(g.built[0].edits, p1.Edits) ||
-		len(g.built[0].base) != 0 || len(g.built[0].mainline) != 0 {
-		t.Fatalf("Build was called %d times, first with %+v; want once, with the change's edits %v on empty trees", len(g.built), g.built, p1.Edits)
-	}
-	assertFields(t, "the change passed to Build", g.built[0].change, c1)
 	if len(g.jobs) != 1 || g.jobs[0].candidate.ID != cand.ID || !jsonEqual(g.jobs[0].validation, policy) {
 		t.Fatalf("Job was called with %+v, want once with the candidate %s and the policy", g.jobs, cand.ID)
 	}
-	assertFields(t, "the candidate passed to Job", g.jobs[0].candidate, cand)
+	// The gate's rules see the candidate without its file list, which the store does not read
+	// to build a candidate: they have its git tree.
+	meta := cand
+	meta.Tree, meta.TreeDigest = nil, ""
+	assertFields(t, "the candidate passed to Job", g.jobs[0].candidate, meta)
 
 	// The job Job answered, enqueued as EnqueueJob would, and claimers woken.
 	jp := validateJob(c1, cand, policy)
@@ -344,12 +333,12 @@ func testGateAdvanceBuilds(t *testing.T, newStore Factory) {
 		t.Fatalf("Decide was called %d times (%+v), want once, without an attestation", len(g.decided), g.decided)
 	}
 	assertFields(t, "the change passed to Decide", g.decided[0].change, want)
-	assertFields(t, "the candidate passed to Decide", g.decided[0].candidate, cand)
+	assertFields(t, "the candidate passed to Decide", g.decided[0].candidate, meta)
 	assertJob(t, "the job passed to Decide", g.decided[0].job, job)
 	assertFields(t, "the validating change after a pending verdict", b.change(t, c1.ID), want)
 	b.wantPositions(t, []store.Change{c2}, 1)
-	if len(g.built) != 1 || len(g.jobs) != 1 {
-		t.Fatalf("a pending verdict built %d candidates and asked for %d jobs, want 1 and 1", len(g.built), len(g.jobs))
+	if len(g.jobs) != 1 {
+		t.Fatalf("a pending verdict asked for %d jobs, want 1", len(g.jobs))
 	}
 	jobs, _, err := b.st.ListJobs(b.ctx, store.ListJobsParams{})
 	if err != nil || len(jobs) != 1 {
@@ -405,7 +394,6 @@ func testGatePass(t *testing.T, newStore Factory) {
 	// The next change is built on the new mainline in the same call.
 	v2 := got[1]
 	b.wantCandidate(t, v2, v2.CandidateRevision, v1.CandidateRevision, map[string]string{"src/a.go": "a1", "src/b.go": "b1"})
-	assertTree(t, "the mainline passed to Build", g.built[len(g.built)-1].mainline, treeOf(map[string]string{"src/a.go": "a1"}))
 	if v2.JobID == "" || v2.JobID == v1.JobID {
 		t.Fatalf("the second change's job is %q, want a new job (the first was %s)", v2.JobID, v1.JobID)
 	}
@@ -503,35 +491,32 @@ func testGateBuildError(t *testing.T, newStore Factory) {
 	g := newGate()
 	r := b.createPolicyRepo(t, "web")
 	l := b.acquire(t, "web", alice, time.Hour, "src/")
-	var cs []store.Change
-	for i := range 5 {
-		cs = append(cs, b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put(fmt.Sprintf("src/%d.go", i), "x"))))
+	tokens := []uint64{l.FencingToken}
+	// Each is queued on the empty mainline; once the first lands, the second's edit of
+	// src/0.go conflicts with it and the third's file under src/0.go/ collides with it.
+	cs := []store.Change{
+		b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go", "x"))),
+		b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go", "y"))),
+		b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go/z.go", "z"))),
+		b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/3.go", "3"))),
 	}
-	conflict := &repo.ConflictError{Path: "src/0.go"}
-	g.buildErrs[cs[0].ID] = conflict
-	g.buildErrs[cs[1].ID] = errors.New("src/1.go: the mainline holds a directory there")
-	b.clk.Advance(time.Minute)
-	got := b.advance(t, g, "web",
-		step{cs[0].ID, store.ChangeRejected}, step{cs[1].ID, store.ChangeRejected}, step{cs[2].ID, store.ChangeValidating})
-	for i, reason := range []string{conflict.Error(), "src/1.go: the mainline holds a directory there"} {
-		want := cs[i]
-		want.State, want.Reason, want.UpdatedAt = store.ChangeRejected, reason, b.clk.Now()
-		assertFields(t, fmt.Sprintf("change %d, whose Build failed", i), got[i], want)
-	}
-	if len(g.jobs) != 1 {
-		t.Fatalf("Job was called %d times, want once: for the change that built", len(g.jobs))
-	}
-
-	// After a pass in the same call as well.
-	att := b.passJob(t, got[2].JobID)
-	g.buildErrs[cs[3].ID] = errors.New("broken")
+	v0 := b.advance(t, g, "web", step{cs[0].ID, store.ChangeValidating})[0]
+	b.passJob(t, v0.JobID)
 	g.setVerdict(passWhenAttested)
-	got = b.advance(t, g, "web",
-		step{cs[2].ID, store.ChangeIntegrated}, step{cs[3].ID, store.ChangeRejected}, step{cs[4].ID, store.ChangeValidating})
-	if got[0].AttestationDigest != att.Digest || got[1].Reason != "broken" {
-		t.Fatalf("AdvanceQueue answered %+v", got)
+	b.clk.Advance(time.Minute)
+	got := b.advance(t, g, "web", step{cs[0].ID, store.ChangeIntegrated},
+		step{cs[1].ID, store.ChangeRejected}, step{cs[2].ID, store.ChangeRejected}, step{cs[3].ID, store.ChangeValidating})
+	conflict := &repo.ConflictError{Path: "src/0.go"}
+	collision := &repo.CollisionError{File: "src/0.go", Under: "src/0.go/"}
+	for i, reason := range []string{conflict.Error(), collision.Error()} {
+		want := cs[i+1]
+		want.State, want.Reason, want.UpdatedAt = store.ChangeRejected, reason, b.clk.Now()
+		assertFields(t, fmt.Sprintf("change %d, which does not apply to the mainline", i+1), got[i+1], want)
 	}
-	b.wantCandidate(t, got[2], got[2].CandidateRevision, got[0].IntegratedRevision, map[string]string{"src/2.go": "x", "src/4.go": "x"})
+	if len(g.jobs) != 2 {
+		t.Fatalf("Job was called %d times, want twice: for the changes that built", len(g.jobs))
+	}
+	b.wantCandidate(t, got[3], got[3].CandidateRevision, got[0].IntegratedRevision, map[string]string{"src/0.go": "x", "src/3.go": "3"})
 }
 
 func testGatePolicyRemoved(t *testing.T, newStore Factory) {
@@ -624,7 +609,7 @@ func testGateSetValidation(t *testing.T, newStore Factory) {
 
 	b.clk.Advance(time.Hour)
 	set := b.setValidation(t, "web", policy)
-	want := store.Repository{Name: "web", Mainline: r.Mainline, Validation: policy, CreatedAt: r.CreatedAt}
+	want := store.Repository{Name: "web", Mainline: r.Mainline, MainlineCommit: r.MainlineCommit, Validation: policy, CreatedAt: r.CreatedAt}
 	assertFields(t, "SetValidation", set, want)
 	assertFields(t, "GetRepository after SetValidation", b.repository(t, "web"), want)
 	l := b.acquire(t, "web", alice, time.Hour, "src/")

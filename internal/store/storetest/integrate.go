@@ -52,7 +52,6 @@ func integrateParams(repository, base, holder string, tokens []uint64, edits ...
 		FencingTokens: tokens,
 		Paths:         paths,
 		Message:       "edit " + strings.Join(paths, ", "),
-		Rebase:        func(base, mainline repo.Tree) (repo.Tree, error) { return repo.Rebase(base, mainline, fe) },
 		Blobs:         blobs,
 		Edits:         fe,
 	}
@@ -163,11 +162,20 @@ func testIntegrate(t *testing.T, newStore Factory) {
 	if m := b.repository(t, "web").Mainline; m != c.IntegratedRevision {
 		t.Fatalf("the mainline is %s, want the integrated revision %s", m, c.IntegratedRevision)
 	}
-	want := treeOf(map[string]string{"src/a.go": "package a\n", "README.md": "# web\n"})
-	assertFields(t, "the integrated revision", b.revision(t, "web", c.IntegratedRevision), store.Revision{
+	files := map[string]string{"src/a.go": "package a\n", "README.md": "# web\n"}
+	want := treeOf(files)
+	rev := b.revision(t, "web", c.IntegratedRevision)
+	assertFields(t, "the integrated revision", rev, store.Revision{
 		ID: c.IntegratedRevision, Repository: "web", Parent: r.Mainline, ChangeID: c.ID, Author: alice,
-		Tree: want, TreeDigest: want.Digest(), CreatedAt: now,
+		Tree: want, TreeDigest: want.Digest(), GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: now,
 	})
+	commit := b.wantCommit(t, rev, "first files", tokensTrailer(p.FencingTokens...))
+	if !commit.Author.When.Equal(now) || !commit.Committer.When.Equal(now) {
+		t.Fatalf("the commit is authored at %s and committed at %s, want both at %s", commit.Author.When, commit.Committer.When, now)
+	}
+	if got := b.repository(t, "web").MainlineCommit; got != rev.GitCommit {
+		t.Fatalf("the repository's mainline commit is %s, want the integrated revision's %s", got, rev.GitCommit)
+	}
 	for _, bl := range p.Blobs {
 		if got, err := b.rs.GetBlob(b.ctx, bl.Digest); err != nil || string(got.Content) != string(bl.Content) {
 			t.Fatalf("GetBlob(%s) = %q, %v; want %q", bl.Digest, got.Content, err, bl.Content)
@@ -183,7 +191,7 @@ func testIntegrate(t *testing.T, newStore Factory) {
 	p.Blobs = nil
 	c2 := b.mustIntegrate(t, p)
 	want = treeOf(map[string]string{"src/a.go": "package a // 2\n"})
-	rev := b.revision(t, "web", c2.IntegratedRevision)
+	rev = b.revision(t, "web", c2.IntegratedRevision)
 	assertTree(t, "the second revision", rev.Tree, want)
 	if rev.Parent != c.IntegratedRevision || rev.TreeDigest != want.Digest() || c2.BaseRevision != c.IntegratedRevision {
 		t.Fatalf("the second revision: parent %s, digest %s, base %s", rev.Parent, rev.TreeDigest, c2.BaseRevision)

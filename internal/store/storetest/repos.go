@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -138,13 +139,15 @@ func testCreateRepository(t *testing.T, newStore Factory) {
 	if r.Mainline == "" {
 		t.Fatalf("CreateRepository = %+v: no mainline", r)
 	}
-	assertFields(t, "CreateRepository", r, store.Repository{Name: "web", Mainline: r.Mainline, CreatedAt: epoch})
+	assertFields(t, "CreateRepository", r, store.Repository{Name: "web", Mainline: r.Mainline, MainlineCommit: r.MainlineCommit, CreatedAt: epoch})
 	assertFields(t, "GetRepository", b.repository(t, "web"), r)
 
 	first := b.revision(t, "web", r.Mainline)
 	assertFields(t, "the first revision", first, store.Revision{
-		ID: r.Mainline, Repository: "web", Author: "admin", Tree: repo.Tree{}, TreeDigest: repo.Tree{}.Digest(), CreatedAt: epoch,
+		ID: r.Mainline, Repository: "web", Author: "admin", Tree: repo.Tree{}, TreeDigest: repo.Tree{}.Digest(),
+		GitTree: gitstore.EmptyTree.String(), GitCommit: r.MainlineCommit, CreatedAt: epoch,
 	})
+	b.wantCommit(t, first, "Create repository web")
 
 	_, err = b.rs.CreateRepository(b.ctx, store.CreateRepositoryParams{Name: "web", CreatedBy: "root"})
 	wantErr(t, "CreateRepository of a taken name", err, store.ErrAlreadyExists)
@@ -332,8 +335,9 @@ func testRevisions(t *testing.T, newStore Factory) {
 		want := treeOf(files)
 		assertFields(t, fmt.Sprintf("revision of step %d", i), rev, store.Revision{
 			ID: c.IntegratedRevision, Repository: "web", Parent: head, ChangeID: c.ID, Author: s.holder,
-			Tree: want, TreeDigest: want.Digest(), CreatedAt: b.clk.Now(),
+			Tree: want, TreeDigest: want.Digest(), GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: b.clk.Now(),
 		})
+		b.wantCommit(t, rev, c.Message, tokensTrailer(s.token))
 		chain = append(chain, rev.ID)
 	}
 	if b.repository(t, "web").Mainline != chain[len(chain)-1] {

@@ -1,0 +1,645 @@
+package store
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// A repository's content is git's object model (ADR-0022): blobs are the stored blobs, found by
+// their git id beside their sha256 digest; trees (one per directory) and commits are rows of a
+// table of git objects. This file holds what both backends do with them, over the few reads
+// and writes each backend answers in its own transaction (GitBackend).
+
+// GitBackend is what the content layer needs of a backend, inside one transaction.
+type GitBackend interface {
+	// ReadGitObject answers the type and content of a tree or commit, or of a blob found by its
+	// git id. An object the store does not hold: ErrNotFound.
+	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)
+	// PutGitObjects stores trees and commits; one already stored is left as it is.
+	PutGitObjects(ctx context.Context, objects []GitObject) error
+	// BlobGitIDs answers the git id of each stored blob among digests (sha256); a digest the
+	// store does not hold is absent from the answer.
+	BlobGitIDs(ctx context.Context, digests []string) (map[string]plumbing.Hash, error)
+	// BlobsByGitID answers the sha256 digest and size of each stored blob among ids.
+	BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]BlobRef, error)
+}
+
+// GitObject is one git object as stored: its id, type and content (without git's header).
+type GitObject struct {
+	ID   plumbing.Hash
+	Type plumbing.ObjectType
+	Data []byte
+}
+
+// BlobRef is how ag names a blob: its sha256 digest and its size.
+type BlobRef struct {
+	Digest string
+	Size   uint64
+}
+
+// DefaultGitEmailDomain is the domain of the e-mail addresses of the commits' authors and
+// committer when the server sets none: .invalid (RFC 2606) says that nobody reads mail there.
+const DefaultGitEmailDomain = "ag.invalid"
+
+// GitObjects is a go-git object storer over a GitBackend inside one transaction. Objects
+// written are kept in memory until Flush, so that the trees of one edit that a later step
+// replaces are never stored. Trees read are cached for the whole process: an id names one
+// content whatever the database.
+type GitObjects struct {
+	ctx     context.Context
+	backend GitBackend
+	pending map[plumbing.Hash]plumbing.EncodedObject
+	order   []plumbing.Hash
+}
+
+// NewGitObjects answers an object storer reading and writing through b with ctx. With b nil,
+// it only writes, and the caller stores what TakePending answers.
+func NewGitObjects(ctx context.Context, b GitBackend) *GitObjects {
+	return &GitObjects{ctx: ctx, backend: b, pending: make(map[plumbing.Hash]plumbing.EncodedObject)}
+}
+
+// Flush stores the objects written since the last Flush, in the order they were written.
+func (g *GitObjects) Flush() error {
+	objs, err := g.TakePending()
+	if err != nil || len(objs) == 0 {
+		return err
+	}
+	if err := g.backend.PutGitObjects(g.ctx, objs); err != nil {
+		return fmt.Errorf("store git objects: %w", err)
+	}
+	return nil
+}
+
+// TakePending answers the objects written since the last Flush, in the order they were
+// written, and forgets them: the caller stores them.
+func (g *GitObjects) TakePending() ([]GitObject, error) {
+	objs := make([]GitObject, 0, len(g.order))
+	for _, id := range g.order {
+		o := g.pending[id]
+		data, err := readAll(o)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, GitObject{ID: id, Type: o.Type(), Data: data})
+	}
+	g.pending = make(map[plumbing.Hash]plumbing.EncodedObject)
+	g.order = g.order[:0]
+	return objs, nil
+}
+
+func readAll(o plumbing.EncodedObject) ([]byte, error) {
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// NewEncodedObject implements storer.EncodedObjectStorer.
+func (g *GitObjects) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+
+// SetEncodedObject keeps a tree or commit until Flush. Blobs are stored by PutBlobs, with
+// their sha256 digest, never here.
+func (g *GitObjects) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
+	if o.Type() != plumbing.TreeObject && o.Type() != plumbing.CommitObject {
+		return plumbing.ZeroHash, fmt.Errorf("store git objects: a %s is not stored as a git object", o.Type())
+	}
+	id := o.Hash()
+	if _, ok := g.pending[id]; !ok {
+		g.pending[id] = o
+		g.order = append(g.order, id)
+	}
+	return id, nil
+}
+
+// EncodedObject implements storer.EncodedObjectStorer.
+func (g *GitObjects) EncodedObject(t plumbing.ObjectType, id plumbing.Hash) (plumbing.EncodedObject, error) {
+	if o, ok := g.pending[id]; ok {
+		if t != plumbing.AnyObject && o.Type() != t {
+			return nil, plumbing.ErrObjectNotFound
+		}
+		return o, nil
+	}
+	typ, data, ok := treeCache.get(id)
+	if !ok && g.backend == nil {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	if !ok {
+		var err error
+		typ, data, err = g.backend.ReadGitObject(g.ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return nil, plumbing.ErrObjectNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		if typ == plumbing.TreeObject {
+			treeCache.put(id, typ, data)
+		}
+	}
+	if t != plumbing.AnyObject && typ != t {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	o := &plumbing.MemoryObject{}
+	o.SetType(typ)
+	o.SetSize(int64(len(data)))
+	if _, err := o.Write(data); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// IterEncodedObjects is not offered: nothing walks a whole store.
+func (g *GitObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	return nil, errors.New("git objects: iteration over the whole store is not supported")
+}
+
+// HasEncodedObject implements storer.EncodedObjectStorer.
+func (g *GitObjects) HasEncodedObject(id plumbing.Hash) error {
+	_, err := g.EncodedObject(plumbing.AnyObject, id)
+	return err
+}
+
+// EncodedObjectSize implements storer.EncodedObjectStorer.
+func (g *GitObjects) EncodedObjectSize(id plumbing.Hash) (int64, error) {
+	o, err := g.EncodedObject(plumbing.AnyObject, id)
+	if err != nil {
+		return 0, err
+	}
+	return o.Size(), nil
+}
+
+// AddAlternate implements storer.EncodedObjectStorer.
+func (g *GitObjects) AddAlternate(string) error {
+	return errors.New("git objects: alternates are not supported")
+}
+
+// treeIndex reads trees by id, each once, as maps from entry name to entry: a rebase of many
+// edits looks up the same directories again and again.
+type treeIndex struct {
+	s     storer.EncodedObjectStorer
+	trees map[plumbing.Hash]map[string]object.TreeEntry
+}
+
+func newTreeIndex(s storer.EncodedObjectStorer) *treeIndex {
+	return &treeIndex{s: s, trees: make(map[plumbing.Hash]map[string]object.TreeEntry)}
+}
+
+func (x *treeIndex) entries(id plumbing.Hash) (map[string]object.TreeEntry, error) {
+	if m, ok := x.trees[id]; ok {
+		return m, nil
+	}
+	t, err := object.GetTree(x.s, id)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", id, err)
+	}
+	m := make(map[string]object.TreeEntry, len(t.Entries))
+	for _, e := range t.Entries {
+		m[e.Name] = e
+	}
+	x.trees[id] = m
+	return m, nil
+}
+
+// lookupFile answers the blob id of the file at path in the tree root, zero when no file is
+// there (nothing, or a directory). It reads the trees on path's spine only.
+func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, error) {
+	id := root
+	segs := strings.Split(path, "/")
+	for i, seg := range segs {
+		if id.IsZero() {
+			return plumbing.ZeroHash, nil
+		}
+		m, err := x.entries(id)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		found, ok := m[seg]
+		if !ok {
+			return plumbing.ZeroHash, nil
+		}
+		last := i == len(segs)-1
+		switch {
+		case last && found.Mode.IsFile():
+			return found.Hash, nil
+		case last, found.Mode != filemode.Dir:
+			return plumbing.ZeroHash, nil
+		}
+		id = found.Hash
+	}
+	return plumbing.ZeroHash, nil
+}
+
+// RebaseGit is repo.Rebase on git trees: edits made on the tree base are applied to the tree
+// mainline. An edited path whose file differs between base and mainline is a
+// *repo.ConflictError; a file that would also be a directory a *repo.CollisionError. It reads
+// and writes the trees on the edited paths' spines only, and answers the new root tree. The
+// edits' blobs must be stored (in this transaction or before).
+func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error) {
+	var digests []string
+	for _, e := range edits {
+		if !e.Delete {
+			digests = append(digests, e.Digest)
+		}
+	}
+	ids, err := b.BlobGitIDs(ctx, digests)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	gitEdits := make([]gitstore.Edit, 0, len(edits))
+	index := newTreeIndex(s)
+	for _, e := range edits {
+		inBase, err := index.lookupFile(base, e.Path)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		inMain := inBase
+		if mainline != base {
+			if inMain, err = index.lookupFile(mainline, e.Path); err != nil {
+				return plumbing.ZeroHash, err
+			}
+		}
+		if inBase != inMain {
+			return plumbing.ZeroHash, &repo.ConflictError{Path: e.Path}
+		}
+		ge := gitstore.Edit{Path: e.Path, Delete: e.Delete}
+		if !e.Delete {
+			id, ok := ids[e.Digest]
+			if !ok {
+				return plumbing.ZeroHash, fmt.Errorf("%w: blob %s of %s is not stored", ErrNotFound, e.Digest, e.Path)
+			}
+			ge.Blob = id
+		}
+		gitEdits = append(gitEdits, ge)
+	}
+	return gitstore.UpdateTree(s, mainline, gitEdits)
+}
+
+// FlattenTree answers the files of the tree root as ag lists them: every file with its path,
+// sha256 digest and size, in path order.
+func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer, root plumbing.Hash) (repo.Tree, error) {
+	type file struct {
+		path string
+		blob plumbing.Hash
+	}
+	var files []file
+	var walk func(id plumbing.Hash, prefix string) error
+	walk = func(id plumbing.Hash, prefix string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := object.GetTree(s, id)
+		if err != nil {
+			return fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
+		}
+		for _, e := range t.Entries {
+			switch {
+			case e.Mode == filemode.Dir:
+				if err := walk(e.Hash, prefix+e.Name+"/"); err != nil {
+					return err
+				}
+			case e.Mode.IsFile():
+				files = append(files, file{prefix + e.Name, e.Hash})
+			}
+		}
+		return nil
+	}
+	if !root.IsZero() && root != gitstore.EmptyTree {
+		if err := walk(root, ""); err != nil {
+			return nil, err
+		}
+	}
+	refs := make(map[plumbing.Hash]BlobRef, len(files))
+	const batch = 500
+	for i := 0; i < len(files); i += batch {
+		var ids []plumbing.Hash
+		for _, f := range files[i:min(i+batch, len(files))] {
+			if _, ok := refs[f.blob]; !ok {
+				ids = append(ids, f.blob)
+			}
+		}
+		got, err := b.BlobsByGitID(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for id, r := range got {
+			refs[id] = r
+		}
+	}
+	out := make(repo.Tree, 0, len(files))
+	for _, f := range files {
+		r, ok := refs[f.blob]
+		if !ok {
+			return nil, fmt.Errorf("tree %s: the blob %s of %s is not stored", root, f.blob, f.path)
+		}
+		out = append(out, repo.Entry{Path: f.path, Digest: r.Digest, Size: r.Size})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// ImportFlatTree stores an ag tree, whose blobs are stored, as git trees and answers the root.
+func ImportFlatTree(ctx context.Context, b GitBackend, s *GitObjects, t repo.Tree) (plumbing.Hash, error) {
+	digests := make([]string, 0, len(t))
+	for _, e := range t {
+		digests = append(digests, e.Digest)
+	}
+	ids := make(map[string]plumbing.Hash, len(t))
+	const batch = 500
+	for i := 0; i < len(digests); i += batch {
+		got, err := b.BlobGitIDs(ctx, digests[i:min(i+batch, len(digests))])
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		for d, id := range got {
+			ids[d] = id
+		}
+	}
+	files := make([]gitstore.File, 0, len(t))
+	for _, e := range t {
+		id, ok := ids[e.Digest]
+		if !ok {
+			return plumbing.ZeroHash, fmt.Errorf("blob %s of %s is not stored", e.Digest, e.Path)
+		}
+		files = append(files, gitstore.File{Path: e.Path, Blob: id})
+	}
+	return gitstore.WriteTree(s, files)
+}
+
+// CommitInfo is what a mainline commit says beyond its tree and parent.
+type CommitInfo struct {
+	Repository    string
+	RevisionID    string
+	ChangeID      string // "" for a repository's first commit
+	Author        string // "<principal>|<label>"
+	Message       string
+	FencingTokens []uint64
+	Attestation   string // digest of the attestation that validated the tree, if any
+	AuthoredAt    time.Time
+	CommittedAt   time.Time
+	EmailDomain   string // DefaultGitEmailDomain when empty
+}
+
+// WriteMainlineCommit stores the commit that makes tree the mainline after parent (zero for
+// the first) and answers its id. The author is the agent, the committer ag; the message ends
+// with trailers naming the change, the revision, the exact holder, the lease tokens and the
+// attestation, which `git log` and `git interpret-trailers` read back.
+func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Hash, c CommitInfo) (plumbing.Hash, error) {
+	domain := c.EmailDomain
+	if domain == "" {
+		domain = DefaultGitEmailDomain
+	}
+	principal, label, _ := strings.Cut(c.Author, "|")
+	name := identName(principal)
+	local := emailLocal(principal)
+	if label != "" {
+		name = identName(label) + " (" + name + ")"
+		local += "+" + emailLocal(label)
+	}
+	msg := c.Message
+	if strings.TrimSpace(msg) == "" {
+		if c.ChangeID == "" {
+			msg = "Create repository " + c.Repository
+		} else {
+			msg = "Change " + c.ChangeID
+		}
+	}
+	var trailers []gitstore.Trailer
+	add := func(k, v string) {
+		if v = strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(v, "\r", " "), "\n", " ")); v != "" {
+			trailers = append(trailers, gitstore.Trailer{Key: k, Value: v})
+		}
+	}
+	add("Ag-Change", c.ChangeID)
+	add("Ag-Revision", c.RevisionID)
+	add("Ag-Author", c.Author)
+	if len(c.FencingTokens) > 0 {
+		tokens := slices.Clone(c.FencingTokens)
+		slices.Sort(tokens)
+		strs := make([]string, 0, len(tokens))
+		for _, t := range slices.Compact(tokens) {
+			strs = append(strs, strconv.FormatUint(t, 10))
+		}
+		add("Ag-Lease-Tokens", strings.Join(strs, ", "))
+	}
+	add("Ag-Attestation", c.Attestation)
+	var parents []plumbing.Hash
+	if !parent.IsZero() {
+		parents = []plumbing.Hash{parent}
+	}
+	return gitstore.WriteCommit(s, gitstore.Commit{
+		Tree:      tree,
+		Parents:   parents,
+		Author:    object.Signature{Name: name, Email: local + "@" + domain, When: c.AuthoredAt.UTC()},
+		Committer: object.Signature{Name: "ag", Email: "ag@" + domain, When: c.CommittedAt.UTC()},
+		Message:   msg,
+		Trailers:  trailers,
+	})
+}
+
+// identName keeps a name to what git's ident line can hold.
+func identName(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '<' || r == '>' || r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if s = strings.TrimSpace(s); s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// emailLocal keeps a name to the characters an e-mail address's local part takes unquoted.
+func emailLocal(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, s)
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// ParseGitID answers the id of a 40-hex git id, or an error.
+func ParseGitID(s string) (plumbing.Hash, error) {
+	if !plumbing.IsHash(s) || strings.ToLower(s) != s {
+		return plumbing.ZeroHash, fmt.Errorf("%q is not a git object id (40 lowercase hex)", s)
+	}
+	return plumbing.NewHash(s), nil
+}
+
+// GitIDString answers a stored git id column's text: "" for the zero id.
+func GitIDString(id plumbing.Hash) string {
+	if id.IsZero() {
+		return ""
+	}
+	return id.String()
+}
+
+// treeCache keeps recently read trees, by id, for every store of the process: an Integrate
+// reads the same top directories again and again.
+var treeCache = newGitCache(4096, 64<<20)
+
+type gitCache struct {
+	mu       sync.Mutex
+	maxItems int
+	maxBytes int
+	bytes    int
+	order    *list.List
+	byID     map[plumbing.Hash]*list.Element
+}
+
+type gitCacheItem struct {
+	id   plumbing.Hash
+	typ  plumbing.ObjectType
+	data []byte
+}
+
+func newGitCache(maxItems, maxBytes int) *gitCache {
+	return &gitCache{maxItems: maxItems, maxBytes: maxBytes, order: list.New(), byID: map[plumbing.Hash]*list.Element{}}
+}
+
+func (c *gitCache) get(id plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byID[id]
+	if !ok {
+		return 0, nil, false
+	}
+	c.order.MoveToFront(e)
+	it := e.Value.(*gitCacheItem)
+	return it.typ, it.data, true
+}
+
+func (c *gitCache) put(id plumbing.Hash, typ plumbing.ObjectType, data []byte) {
+	if len(data) > c.maxBytes/16 {
+		return
+	}
+	data = bytes.Clone(data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[id]; ok {
+		return
+	}
+	c.byID[id] = c.order.PushFront(&gitCacheItem{id: id, typ: typ, data: data})
+	c.bytes += len(data)
+	for c.order.Len() > c.maxItems || c.bytes > c.maxBytes {
+		last := c.order.Back()
+		it := last.Value.(*gitCacheItem)
+		c.order.Remove(last)
+		delete(c.byID, it.id)
+		c.bytes -= len(it.data)
+	}
+}
+
+// flatTrees keeps the file lists of recently listed trees, by git tree id: checkouts and
+// workers list the same mainline again and again.
+var flatTrees = struct {
+	sync.Mutex
+	maxEntries, entries int
+	order               *list.List // of flatTree, most recently used first
+	byID                map[plumbing.Hash]*list.Element
+}{maxEntries: 1 << 19, order: list.New(), byID: map[plumbing.Hash]*list.Element{}}
+
+type flatTree struct {
+	id   plumbing.Hash
+	tree repo.Tree
+}
+
+// ListTree is FlattenTree through a process-wide cache. The answer is the caller's to change.
+func ListTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer, root plumbing.Hash) (repo.Tree, error) {
+	flatTrees.Lock()
+	if e, ok := flatTrees.byID[root]; ok {
+		flatTrees.order.MoveToFront(e)
+		t := slices.Clone(e.Value.(*flatTree).tree)
+		flatTrees.Unlock()
+		return t, nil
+	}
+	flatTrees.Unlock()
+	t, err := FlattenTree(ctx, b, s, root)
+	if err != nil || len(t) > flatTrees.maxEntries/4 {
+		return t, err
+	}
+	flatTrees.Lock()
+	defer flatTrees.Unlock()
+	if _, ok := flatTrees.byID[root]; !ok {
+		flatTrees.byID[root] = flatTrees.order.PushFront(&flatTree{id: root, tree: slices.Clone(t)})
+		flatTrees.entries += len(t)
+		for flatTrees.entries > flatTrees.maxEntries {
+			last := flatTrees.order.Back()
+			ft := last.Value.(*flatTree)
+			flatTrees.order.Remove(last)
+			delete(flatTrees.byID, ft.id)
+			flatTrees.entries -= len(ft.tree)
+		}
+	}
+	return t, nil
+}
+
+// LegacyRevision is a mainline revision written before the git content store, as the
+// migration that gives it a commit reads it.
+type LegacyRevision struct {
+	ID, Parent, ChangeID, Author string
+	GitTree                      string // filled in by the migration already
+	GitCommit                    string // "" unless an earlier run gave it one
+	Message, Attestation         string // of its change, if any
+	AuthoredAt, CommittedAt      time.Time
+}
+
+// LegacyCommits writes the commits of a mainline written before the git content store: chain
+// is the mainline from its head back to its first revision, or to the first that has a
+// commit already. It answers each written revision's commit.
+func LegacyCommits(s storer.EncodedObjectStorer, repository string, chain []LegacyRevision, emailDomain string) (map[string]plumbing.Hash, error) {
+	out := make(map[string]plumbing.Hash, len(chain))
+	var parent plumbing.Hash
+	for i := len(chain) - 1; i >= 0; i-- {
+		r := chain[i]
+		if r.GitCommit != "" {
+			id, err := ParseGitID(r.GitCommit)
+			if err != nil {
+				return nil, fmt.Errorf("revision %s: %w", r.ID, err)
+			}
+			parent = id
+			continue
+		}
+		tree, err := ParseGitID(r.GitTree)
+		if err != nil {
+			return nil, fmt.Errorf("revision %s: tree: %w", r.ID, err)
+		}
+		id, err := WriteMainlineCommit(s, tree, parent, CommitInfo{
+			Repository: repository, RevisionID: r.ID, ChangeID: r.ChangeID, Author: r.Author, Message: r.Message,
+			Attestation: r.Attestation, AuthoredAt: r.AuthoredAt, CommittedAt: r.CommittedAt, EmailDomain: emailDomain,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("revision %s: %w", r.ID, err)
+		}
+		out[r.ID] = id
+		parent = id
+	}
+	return out, nil
+}

@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// execQuerier is a transaction, a connection in one, or the pool.
+type execQuerier interface {
+	querier
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// gitBackend is store.GitBackend over qr. blobIDs, when set, answers the git ids of blobs
+// already read in the same transaction without asking again.
+type gitBackend struct {
+	qr      execQuerier
+	blobIDs map[string]plumbing.Hash
+}
+
+// ReadGitObject answers a git object of any repository.
+func (db *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	return gitBackend{qr: db.pool}.ReadGitObject(ctx, id)
+}
+
+const readGitObjectSQL = `SELECT type, data FROM git_objects WHERE id = $1
+UNION ALL
+SELECT 3, content FROM blobs WHERE git_id = $1
+LIMIT 1`
+
+func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	var (
+		typ  int16
+		data []byte
+	)
+	if err := g.qr.QueryRow(ctx, readGitObjectSQL, id[:]).Scan(&typ, &data); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil, fmt.Errorf("git object %s: %w", id, store.ErrNotFound)
+		}
+		return 0, nil, mapErr("read git object "+id.String(), err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return plumbing.ObjectType(typ), data, nil
+}
+
+// putGitObjectsSQL stores git objects that are not stored yet.
+const putGitObjectsSQL = `INSERT INTO git_objects (id, type, data)
+SELECT i, t, d FROM unnest($1::bytea[], $2::smallint[], $3::bytea[]) AS u(i, t, d)
+ON CONFLICT (id) DO NOTHING`
+
+// putGitObjectsArgs is putGitObjectsSQL with its arrays at $n, $n+1 and $n+2.
+func putGitObjectsArgs(n int) string {
+	return fmt.Sprintf(`INSERT INTO git_objects (id, type, data)
+	SELECT i, t, d FROM unnest($%d::bytea[], $%d::smallint[], $%d::bytea[]) AS u(i, t, d)
+	ON CONFLICT (id) DO NOTHING`, n, n+1, n+2)
+}
+
+// pendingArgs answers the objects objs holds unflushed as putGitObjectsSQL's arguments, and
+// forgets them: the caller stores them in its own statement.
+func pendingArgs(objs *store.GitObjects) ([][]byte, []int16, [][]byte, error) {
+	pending, err := objs.TakePending()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ids, types, data := gitObjectArgs(pending)
+	return ids, types, data, nil
+}
+
+// commitTime is the time a commit written now is dated: the store's clock when it has one,
+// otherwise this replica's. The database's own now() is not known before the statement runs.
+func (db *DB) commitTime() time.Time {
+	if db.clock != nil {
+		return db.clock.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// gitObjectArgs answers putGitObjectsSQL's arguments.
+func gitObjectArgs(objects []store.GitObject) ([][]byte, []int16, [][]byte) {
+	ids := make([][]byte, len(objects))
+	types := make([]int16, len(objects))
+	data := make([][]byte, len(objects))
+	for i, o := range objects {
+		ids[i] = o.ID[:]
+		types[i] = int16(o.Type)
+		data[i] = o.Data
+	}
+	return ids, types, data
+}
+
+func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
+	if len(objects) == 0 {
+		return nil
+	}
+	ids, types, data := gitObjectArgs(objects)
+	if _, err := g.qr.Exec(ctx, putGitObjectsSQL, ids, types, data); err != nil {
+		return mapErr("store git objects", err)
+	}
+	return nil
+}
+
+func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[string]plumbing.Hash, error) {
+	out := make(map[string]plumbing.Hash, len(digests))
+	var ask []string
+	for _, d := range digests {
+		if id, ok := g.blobIDs[d]; ok {
+			out[d] = id
+		} else {
+			ask = append(ask, d)
+		}
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
+	rows, err := g.qr.Query(ctx, `SELECT digest, git_id FROM blobs WHERE digest = ANY($1::text[])`, ask)
+	if err != nil {
+		return nil, mapErr("blob git ids", err)
+	}
+	var (
+		d  string
+		id []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&d, &id}, func() error {
+		var h plumbing.Hash
+		copy(h[:], id)
+		out[d] = h
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("blob git ids", err)
+	}
+	return out, nil
+}
+
+func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
+	out := make(map[plumbing.Hash]store.BlobRef, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := g.qr.Query(ctx, `SELECT git_id, digest, size FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
+	if err != nil {
+		return nil, mapErr("blobs by git id", err)
+	}
+	var (
+		id   []byte
+		ref  store.BlobRef
+		size int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &ref.Digest, &size}, func() error {
+		var h plumbing.Hash
+		copy(h[:], id)
+		ref.Size = uint64(size)
+		out[h] = ref
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr("blobs by git id", err)
+	}
+	return out, nil
+}
+
+// gitMigration is the migration that brings the git content store (0009_git.sql).
+const gitMigration = 9
+
+// backfillGit gives what was stored before the git content store its git objects, inside the
+// migration's transaction: each blob its git id, each revision its git tree, and each
+// repository's mainline, from its first revision on, one commit per revision.
+func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
+	b := gitBackend{qr: tx}
+	for {
+		rows, err := tx.Query(ctx, `SELECT digest, content FROM blobs WHERE git_id IS NULL LIMIT 500`)
+		if err != nil {
+			return mapErr("backfill blob git ids", err)
+		}
+		var (
+			digests []string
+			ids     [][]byte
+			d       string
+			content []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&d, &content}, func() error {
+			id := gitstore.BlobID(content)
+			digests = append(digests, d)
+			ids = append(ids, id[:])
+			return nil
+		})
+		if err != nil {
+			return mapErr("backfill blob git ids", err)
+		}
+		if len(digests) == 0 {
+			break
+		}
+		if _, err := tx.Exec(ctx, `UPDATE blobs b SET git_id = u.i FROM unnest($1::text[], $2::bytea[]) AS u(d, i)
+			WHERE b.digest = u.d`, digests, ids); err != nil {
+			return mapErr("backfill blob git ids", err)
+		}
+	}
+
+	objs := store.NewGitObjects(ctx, b)
+	// The ids first, then one tree at a time: a long history of large trees is never held in
+	// memory at once.
+	rows, err := tx.Query(ctx, `SELECT id FROM revisions WHERE git_tree = ''`)
+	if err != nil {
+		return mapErr("backfill git trees", err)
+	}
+	legacy, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return mapErr("backfill git trees", err)
+	}
+	for _, id := range legacy {
+		var enc []byte
+		if err := tx.QueryRow(ctx, `SELECT t.encoding FROM revisions r JOIN trees t ON t.digest = r.tree_digest WHERE r.id = $1`,
+			id).Scan(&enc); err != nil {
+			return mapErr("backfill git trees: revision "+id, err)
+		}
+		t, err := repo.DecodeTree(enc)
+		if err != nil {
+			return fmt.Errorf("backfill git trees: revision %s: %w", id, err)
+		}
+		root, err := store.ImportFlatTree(ctx, b, objs, t)
+		if err != nil {
+			return fmt.Errorf("backfill git trees: revision %s: %w", id, err)
+		}
+		if err := objs.Flush(); err != nil {
+			return fmt.Errorf("backfill git trees: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE revisions SET git_tree = $1 WHERE id = $2`, root.String(), id); err != nil {
+			return mapErr("backfill git trees", err)
+		}
+	}
+
+	rows, err = tx.Query(ctx, `SELECT name, mainline FROM repositories r
+		WHERE EXISTS (SELECT 1 FROM revisions v WHERE v.id = r.mainline AND v.git_commit = '')`)
+	if err != nil {
+		return mapErr("backfill commits", err)
+	}
+	type head struct{ name, mainline string }
+	var heads []head
+	var h head
+	if _, err := pgx.ForEachRow(rows, []any{&h.name, &h.mainline}, func() error {
+		heads = append(heads, h)
+		return nil
+	}); err != nil {
+		return mapErr("backfill commits", err)
+	}
+	for _, h := range heads {
+		var chain []store.LegacyRevision
+		for id := h.mainline; id != ""; {
+			var (
+				r                 store.LegacyRevision
+				created, authored time.Time
+			)
+			// A change's updated_at is when the mainline moved to it: what the commit is dated.
+			err := tx.QueryRow(ctx, `SELECT v.id, v.parent, v.change_id, v.author, v.git_tree, v.git_commit, coalesce(c.updated_at, v.created_at),
+					coalesce(c.message, ''), coalesce(c.attestation_digest, ''), coalesce(c.created_at, v.created_at)
+				FROM revisions v LEFT JOIN changes c ON c.id = v.change_id WHERE v.id = $1 AND v.repository = $2`, id, h.name).
+				Scan(&r.ID, &r.Parent, &r.ChangeID, &r.Author, &r.GitTree, &r.GitCommit, &created,
+					&r.Message, &r.Attestation, &authored)
+			if err != nil {
+				return mapErr(fmt.Sprintf("backfill commits of %q: revision %s", h.name, id), err)
+			}
+			r.CommittedAt, r.AuthoredAt = created, authored
+			chain = append(chain, r)
+			if r.GitCommit != "" {
+				break
+			}
+			id = r.Parent
+		}
+		commits, err := store.LegacyCommits(objs, h.name, chain, emailDomain)
+		if err != nil {
+			return fmt.Errorf("backfill commits of %q: %w", h.name, err)
+		}
+		if err := objs.Flush(); err != nil {
+			return fmt.Errorf("backfill commits of %q: %w", h.name, err)
+		}
+		for id, commit := range commits {
+			if _, err := tx.Exec(ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, commit.String(), id); err != nil {
+				return mapErr("backfill commits", err)
+			}
+		}
+	}
+	return nil
+}

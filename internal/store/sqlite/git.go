@@ -1,0 +1,287 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// querier is what both a transaction and a connection pool answer.
+type querier interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+// gitBackend is store.GitBackend over a transaction (or, to read, the read pool).
+type gitBackend struct{ q querier }
+
+func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	return readGitObject(ctx, g.q, id)
+}
+
+func readGitObject(ctx context.Context, q querier, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	var (
+		typ  int
+		data []byte
+	)
+	err := q.QueryRowContext(ctx, `SELECT type, data FROM git_objects WHERE id = ?`, id[:]).Scan(&typ, &data)
+	if err == nil {
+		return plumbing.ObjectType(typ), data, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, nil, interpret("read git object "+id.String(), err)
+	}
+	err = q.QueryRowContext(ctx, `SELECT content FROM blobs WHERE git_id = ?`, id[:]).Scan(&data)
+	if err != nil {
+		return 0, nil, interpret("read git object "+id.String(), err)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return plumbing.BlobObject, data, nil
+}
+
+func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
+	for _, o := range objects {
+		if _, err := g.q.ExecContext(ctx, `INSERT OR IGNORE INTO git_objects (id, type, data) VALUES (?, ?, ?)`,
+			o.ID[:], int(o.Type), o.Data); err != nil {
+			return interpret("store git object "+o.ID.String(), err)
+		}
+	}
+	return nil
+}
+
+func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[string]plumbing.Hash, error) {
+	out := make(map[string]plumbing.Hash, len(digests))
+	for chunk := range slices.Chunk(digests, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, d := range chunk {
+			args[i] = d
+		}
+		rows, err := g.q.QueryContext(ctx, `SELECT digest, git_id FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpret("blob git ids", err)
+		}
+		for rows.Next() {
+			var (
+				d  string
+				id []byte
+			)
+			if err := rows.Scan(&d, &id); err != nil {
+				rows.Close()
+				return nil, interpret("blob git ids", err)
+			}
+			var h plumbing.Hash
+			copy(h[:], id)
+			out[d] = h
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("blob git ids", err)
+		}
+	}
+	return out, nil
+}
+
+func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
+	out := make(map[plumbing.Hash]store.BlobRef, len(ids))
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		rows, err := g.q.QueryContext(ctx, `SELECT git_id, digest, size FROM blobs WHERE git_id IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpret("blobs by git id", err)
+		}
+		for rows.Next() {
+			var (
+				raw  []byte
+				ref  store.BlobRef
+				size int64
+			)
+			if err := rows.Scan(&raw, &ref.Digest, &size); err != nil {
+				rows.Close()
+				return nil, interpret("blobs by git id", err)
+			}
+			ref.Size = uint64(size)
+			var h plumbing.Hash
+			copy(h[:], raw)
+			out[h] = ref
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("blobs by git id", err)
+		}
+	}
+	return out, nil
+}
+
+// ReadGitObject answers a git object of any repository.
+func (d *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	return readGitObject(ctx, d.r, id)
+}
+
+// gitMigration is the migration that brings the git content store (0008_git.sql).
+const gitMigration = 8
+
+// backfillGit gives what was stored before the git content store its git objects, inside the
+// migration's transaction: each blob its git id, each revision its git tree, and each
+// repository's mainline, from its first revision on, one commit per revision. It does nothing
+// on a store that has them.
+func backfillGit(ctx context.Context, tx *sql.Tx, emailDomain string) error {
+	b := gitBackend{tx}
+	if err := backfillBlobIDs(ctx, tx); err != nil {
+		return err
+	}
+	objs := store.NewGitObjects(ctx, b)
+	rows, err := tx.QueryContext(ctx, `SELECT r.id, t.encoding FROM revisions r JOIN trees t ON t.digest = r.tree_digest
+		WHERE r.git_tree = ''`)
+	if err != nil {
+		return fmt.Errorf("backfill git trees: %w", err)
+	}
+	trees := map[string]plumbing.Hash{}
+	for rows.Next() {
+		var (
+			id  string
+			enc []byte
+		)
+		if err := rows.Scan(&id, &enc); err != nil {
+			rows.Close()
+			return fmt.Errorf("backfill git trees: %w", err)
+		}
+		t, err := repo.DecodeTree(enc)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("backfill git trees: revision %s: %w", id, err)
+		}
+		root, err := store.ImportFlatTree(ctx, b, objs, t)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("backfill git trees: revision %s: %w", id, err)
+		}
+		trees[id] = root
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return fmt.Errorf("backfill git trees: %w", err)
+	}
+	if err := objs.Flush(); err != nil {
+		return fmt.Errorf("backfill git trees: %w", err)
+	}
+	for id, root := range trees {
+		if _, err := tx.ExecContext(ctx, `UPDATE revisions SET git_tree = ? WHERE id = ?`, root.String(), id); err != nil {
+			return fmt.Errorf("backfill git trees: %w", err)
+		}
+	}
+	return backfillCommits(ctx, tx, objs, emailDomain)
+}
+
+func backfillBlobIDs(ctx context.Context, tx *sql.Tx) error {
+	for {
+		rows, err := tx.QueryContext(ctx, `SELECT digest, content FROM blobs WHERE git_id IS NULL LIMIT 500`)
+		if err != nil {
+			return fmt.Errorf("backfill blob git ids: %w", err)
+		}
+		ids := map[string]plumbing.Hash{}
+		for rows.Next() {
+			var (
+				d       string
+				content []byte
+			)
+			if err := rows.Scan(&d, &content); err != nil {
+				rows.Close()
+				return fmt.Errorf("backfill blob git ids: %w", err)
+			}
+			ids[d] = gitstore.BlobID(content)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("backfill blob git ids: %w", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		for d, id := range ids {
+			if _, err := tx.ExecContext(ctx, `UPDATE blobs SET git_id = ? WHERE digest = ?`, id[:], d); err != nil {
+				return fmt.Errorf("backfill blob git ids: %w", err)
+			}
+		}
+	}
+}
+
+// backfillCommits writes the commits of every repository's mainline that has none yet.
+func backfillCommits(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, emailDomain string) error {
+	rows, err := tx.QueryContext(ctx, `SELECT name, mainline FROM repositories r
+		WHERE EXISTS (SELECT 1 FROM revisions v WHERE v.id = r.mainline AND v.git_commit = '')`)
+	if err != nil {
+		return fmt.Errorf("backfill commits: %w", err)
+	}
+	heads := map[string]string{}
+	for rows.Next() {
+		var name, mainline string
+		if err := rows.Scan(&name, &mainline); err != nil {
+			rows.Close()
+			return fmt.Errorf("backfill commits: %w", err)
+		}
+		heads[name] = mainline
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return fmt.Errorf("backfill commits: %w", err)
+	}
+	for name, head := range heads {
+		var chain []store.LegacyRevision
+		for id := head; id != ""; {
+			var (
+				r        store.LegacyRevision
+				created  int64
+				authored int64
+				tokens   string
+			)
+			// A change's updated_at is when the mainline moved to it: what the commit is dated.
+			err := tx.QueryRowContext(ctx, `SELECT v.id, v.parent, v.change_id, v.author, v.git_tree, v.git_commit, coalesce(c.updated_at, v.created_at),
+					coalesce(c.message, ''), coalesce(c.attestation_digest, ''), coalesce(c.fencing_tokens, '[]'), coalesce(c.created_at, v.created_at)
+				FROM revisions v LEFT JOIN changes c ON c.id = v.change_id WHERE v.id = ? AND v.repository = ?`, id, name).
+				Scan(&r.ID, &r.Parent, &r.ChangeID, &r.Author, &r.GitTree, &r.GitCommit, &created,
+					&r.Message, &r.Attestation, &tokens, &authored)
+			if err != nil {
+				return fmt.Errorf("backfill commits of %q: revision %s: %w", name, id, err)
+			}
+			r.CommittedAt = fromMicros(created)
+			r.AuthoredAt = fromMicros(authored)
+			chain = append(chain, r)
+			if r.GitCommit != "" {
+				break
+			}
+			id = r.Parent
+		}
+		commits, err := store.LegacyCommits(objs, name, chain, emailDomain)
+		if err != nil {
+			return fmt.Errorf("backfill commits of %q: %w", name, err)
+		}
+		if err := objs.Flush(); err != nil {
+			return fmt.Errorf("backfill commits of %q: %w", name, err)
+		}
+		for id, commit := range commits {
+			if _, err := tx.ExecContext(ctx, `UPDATE revisions SET git_commit = ? WHERE id = ?`, commit.String(), id); err != nil {
+				return fmt.Errorf("backfill commits of %q: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
