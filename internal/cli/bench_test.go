@@ -9,10 +9,7 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
-	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestBench ensures `ag bench` drives a real server to the end of both phases and reports what
 // it measured, and that every job it enqueued was completed.

@@ -17,7 +17,7 @@ func TestHelpShowsNoSecret(t *testing.T) {
 	t.Setenv("AG_DB", "postgres://ag:"+password+"@db.internal:5432/ag")
 	for _, args := range [][]string{
 		{"--help"}, {"serve", "--help"}, {"lease", "acquire", "--help"}, {"job", "enqueue", "--help"},
-		{"checkout", "--help"}, {"audit", "verify", "--help"},
+		{"checkout", "--help"}, {"audit", "verify", "--help"}, {"git-credential", "--help"},
 	} {
 		var out bytes.Buffer
 		if err := Run(context.Background(), args, &out, &out); err != nil {

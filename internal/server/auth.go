@@ -84,6 +84,13 @@ func (a *authenticator) authenticate(ctx context.Context, authorization string) 
 	if !ok || token == "" {
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, errNoToken)
 	}
+	return a.authenticateToken(ctx, token)
+}
+
+// authenticateToken resolves a token however it came (the API's bearer header, or the /git/
+// endpoint's bearer or Basic password): an unknown, revoked or disabled one is unauthenticated,
+// a store that cannot answer unavailable.
+func (a *authenticator) authenticateToken(ctx context.Context, token string) (caller, error) {
 	if len(token) > 256 {
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("bearer token is not one this server issued"))
 	}
@@ -164,6 +171,10 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/GetChange":   {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/ListChanges": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/WatchChange": {store.RoleAgent, store.RoleWorker, store.RoleReader},
+
+	// Fetching a repository's mainline with git (git.go). Not a worker: it reads only the
+	// candidate of a validate job it holds (workerReads), never a whole history.
+	gitPathPrefix: {store.RoleAgent, store.RoleReader},
 }
 
 func mayCall(role store.Role, procedure string) bool {

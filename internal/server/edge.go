@@ -49,7 +49,8 @@ var contentProcedures = map[string]bool{
 	"/agwp.v1.RepositoryService/Integrate":   true,
 }
 
-// edge wraps the AGWP handlers; other paths (health, metrics, the OpenAPI document) pass.
+// edge wraps the AGWP handlers; other paths (health, metrics, the OpenAPI document, and /git/,
+// which authenticates by itself: git.go) pass untouched.
 type edge struct {
 	s           *Server
 	next        http.Handler

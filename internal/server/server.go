@@ -50,6 +50,9 @@ type Config struct {
 	// UploadsPerPrincipal bounds the content requests over 1 MiB (or of unknown size) that one
 	// principal has in flight at once. Default DefaultUploadsPerPrincipal.
 	UploadsPerPrincipal int
+	// GitFetchesPerPrincipal bounds the git upload-pack requests (the ones that build a pack)
+	// that one principal has in flight at once on /git/. Default DefaultGitFetchesPerPrincipal.
+	GitFetchesPerPrincipal int
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer
@@ -74,6 +77,9 @@ type Server struct {
 	sealed                 store.Signal // fired after this server sealed events
 	cfg                    Config
 	uploads                *uploadSlots // every handler's: the limit is the server's
+	// git is what /git/ serves (git.go); nil answers 404 to every caller it admits.
+	git        *gitSource
+	gitFetches *uploadSlots
 }
 
 // New answers a server over cfg.Store.
@@ -89,10 +95,15 @@ func New(cfg Config) *Server {
 		auditSigner:    cfg.AuditSigner,
 		cfg:            cfg,
 		uploads:        &uploadSlots{limit: cfg.UploadsPerPrincipal, held: map[string]int{}},
+		gitFetches:     &uploadSlots{limit: cfg.GitFetchesPerPrincipal, held: map[string]int{}},
 	}
 	if s.uploads.limit <= 0 {
 		s.uploads.limit = DefaultUploadsPerPrincipal
 	}
+	if s.gitFetches.limit <= 0 {
+		s.gitFetches.limit = DefaultGitFetchesPerPrincipal
+	}
+	s.git = &gitSource{objects: cfg.Store, mainlineCommit: func(r store.Repository) string { return r.MainlineCommit }}
 	s.metrics = newMetrics(cfg.Store, func() float64 { return float64(s.waiting.Load()) })
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -117,7 +128,8 @@ func New(cfg Config) *Server {
 // waits) are waiting now.
 func (s *Server) WaitingRequests() int64 { return s.waiting.Load() }
 
-// Handler answers the server's HTTP handler: the AGWP services and the operational endpoints.
+// Handler answers the server's HTTP handler: the AGWP services, git's read-only smart HTTP
+// under /git/, and the operational endpoints.
 func (s *Server) Handler() http.Handler {
 	opts := connect.WithHandlerOptions(
 		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
@@ -163,7 +175,11 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openapi.YAML)
 	})
-	return s.newEdge(mux)
+	e := s.newEdge(mux)
+	// The edge passes /git/ through, as every path outside AGWP: the git endpoint
+	// authenticates in its own way (Basic as well as bearer) before anything else.
+	mux.Handle(gitPathPrefix, &gitEndpoint{s: s, edge: e})
+	return e
 }
 
 // Run does the server's background work until ctx ends: it advances the integration queues,

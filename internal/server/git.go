@@ -1,0 +1,489 @@
+package server
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// The /git/ endpoint serves each repository's mainline to git itself, read-only:
+//
+//	git clone https://ag.example/git/app.git
+//
+// It is internal/gitstore's upload-pack behind a gate of its own, since the edge passes every
+// path outside AGWP through. The gate takes the API's tokens, sent as a bearer token
+// (`git -c http.extraHeader="Authorization: Bearer ..."`) or as the password of HTTP Basic,
+// which git sends after a 401 with what its credential helper (`ag git-credential`) gave it.
+// From the headers alone it authenticates the caller, checks its role, and bounds the
+// principal's fetches in flight; only then is the body read (at the edge's pace) or anything of
+// the repository. Reads go through gitObjects: read-only, and never holding a whole
+// repository's contents in memory.
+
+const (
+	// gitPathPrefix starts every path of the endpoint: /git/REPOSITORY.git/info/refs.
+	gitPathPrefix = "/git/"
+	// gitChallenge is the WWW-Authenticate of a 401: git then asks its credential helpers (or
+	// its user) for a user name and password, and sends them as Basic.
+	gitChallenge = `Basic realm="ag"`
+	// maxGitRequestBytes bounds an upload-pack request's body as sent; gitstore bounds it to the
+	// same once decompressed.
+	maxGitRequestBytes = 16 << 20
+	// DefaultGitFetchesPerPrincipal bounds the upload-pack requests (the ones that build a
+	// pack) one principal has in flight at once.
+	DefaultGitFetchesPerPrincipal = 4
+	// gitCacheBytes bounds the object contents one request keeps: the largest file ag takes
+	// fits, so a big blob compared with its neighbours while packing is read once.
+	gitCacheBytes = maxContentBytes
+)
+
+// gitObjectSource is what /git/ reads: repositories, and git objects by id. The store answers
+// both once every mainline revision is a git commit.
+type gitObjectSource interface {
+	// GetRepository answers a repository by name, or store.ErrNotFound.
+	GetRepository(ctx context.Context, name string) (store.Repository, error)
+	// ReadGitObject answers the type and content (without git's header) of a commit, tree or
+	// blob of any repository, or store.ErrNotFound.
+	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)
+}
+
+// gitSource is what /git/ serves.
+type gitSource struct {
+	objects gitObjectSource
+	// mainlineCommit answers a repository's mainline commit: 40 lowercase hex digits, or ""
+	// while it has none (Repository.MainlineCommit).
+	mainlineCommit func(store.Repository) string
+}
+
+// gitEndpoint answers /git/: the gate, then gitstore's handler for the repository named.
+type gitEndpoint struct {
+	s    *Server
+	edge *edge // whose pace a body must keep
+}
+
+func (g *gitEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	var principal, repository, service string
+	defer func() { g.logRequest(r, sw.code, principal, repository, service, time.Since(start)) }()
+	c, ok := g.admit(sw, r)
+	if !ok {
+		return
+	}
+	principal = c.principal.Name
+	name, sub, ok := gitRepositoryPath(r.URL.Path)
+	if !ok {
+		gitError(sw, r, http.StatusNotFound, "not a repository's git URL: clone /git/REPOSITORY.git")
+		return
+	}
+	repository = name
+	if sub == "info/refs" || sub == "git-upload-pack" {
+		service = sub
+	}
+	if g.s.git == nil {
+		gitError(sw, r, http.StatusNotFound, "this server does not serve git: its store keeps no git objects")
+		return
+	}
+	if r.Method == http.MethodPost {
+		if r.ContentLength > maxGitRequestBytes {
+			g.s.metrics.refusal(gitPathPrefix, "too_large")
+			gitError(sw, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request declares %d bytes, more than the limit of %d", r.ContentLength, maxGitRequestBytes))
+			return
+		}
+		if sub == "git-upload-pack" {
+			release, ok := g.s.gitFetches.take(principal)
+			if !ok {
+				g.s.metrics.refusal(gitPathPrefix, "too_many_fetches")
+				gitError(sw, r, http.StatusTooManyRequests, fmt.Sprintf(
+					"principal %s already has %d git fetches in progress, the most one principal may have at once: try again when one has finished",
+					principal, g.s.gitFetches.limit))
+				return
+			}
+			defer release()
+		}
+		body := g.edge.paced(w, r, maxGitRequestBytes)
+		r.Body = body
+		// gitstore reads a request up to its "done", not always to the body's end: once it
+		// answers, it reads no more, and the body's deadline must not outlive that (on HTTP/1
+		// it would cut the connection when net/http drains the body after a long pack).
+		sw.onAnswer = func() {
+			if pb, ok := body.(*pacedBody); ok && !pb.done {
+				pb.finish()
+			}
+		}
+	}
+	inner := r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	u := *r.URL
+	u.Path, u.RawPath = "/"+sub, ""
+	inner.URL = &u
+	gitstore.NewHandler(g.open(name)).ServeHTTP(sw, inner)
+}
+
+// admit authenticates the caller from the headers and checks its role, or answers the refusal.
+func (g *gitEndpoint) admit(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	token, ok := gitToken(r)
+	if !ok {
+		g.s.metrics.refusal(gitPathPrefix, "unauthenticated")
+		gitError(w, r, http.StatusUnauthorized, "authentication required: send an ag token as the password of HTTP Basic (git credential helper: ag git-credential) or as Authorization: Bearer")
+		return caller{}, false
+	}
+	c, err := g.s.auth.authenticateToken(r.Context(), token)
+	if connect.CodeOf(err) == connect.CodeUnauthenticated {
+		g.s.metrics.refusal(gitPathPrefix, "unauthenticated")
+		gitError(w, r, http.StatusUnauthorized, "the token is unknown, revoked, or its principal is disabled")
+		return caller{}, false
+	}
+	if err != nil {
+		_ = g.s.publicError(r.Context(), gitPathPrefix, err) // logs the cause
+		gitError(w, r, http.StatusServiceUnavailable, errDatabaseUnavailable.Error())
+		return caller{}, false
+	}
+	if !mayCall(c.principal.Role, gitPathPrefix) {
+		g.s.metrics.refusal(gitPathPrefix, "permission_denied")
+		gitError(w, r, http.StatusForbidden, fmt.Sprintf("principal %s has role %s, which may not read repositories over git", c.principal.Name, c.principal.Role))
+		return caller{}, false
+	}
+	return c, true
+}
+
+// gitToken answers the token a git request carries: the password of HTTP Basic (any user
+// name), or a bearer token.
+func gitToken(r *http.Request) (string, bool) {
+	if _, password, ok := r.BasicAuth(); ok {
+		return password, password != ""
+	}
+	const bearer = "Bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) < len(bearer) || !strings.EqualFold(h[:len(bearer)], bearer) {
+		return "", false
+	}
+	token := strings.TrimSpace(h[len(bearer):])
+	return token, token != ""
+}
+
+// gitRepositoryPath splits /git/REPOSITORY.git/SUB into the repository's name and SUB. The
+// ".git" may be left out, as git's own servers allow; a repository whose name ends in ".git"
+// is then reached as NAME.git.git.
+func gitRepositoryPath(p string) (name, sub string, ok bool) {
+	rest, ok := strings.CutPrefix(p, gitPathPrefix)
+	if !ok {
+		return "", "", false
+	}
+	name, sub, ok = strings.Cut(rest, "/")
+	name = strings.TrimSuffix(name, ".git")
+	if !ok || !namePattern.MatchString(name) {
+		return "", "", false
+	}
+	return name, sub, true
+}
+
+// gitError answers a one-line plain text message, which git prints to its user; a 401 carries
+// the challenge. A body left unread closes the connection, as the edge's refusals do.
+func gitError(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	if code == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", gitChallenge)
+	}
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// open answers the snapshot gitstore serves for one request: the repository's mainline commit
+// now, and its objects through a storer of the request's own.
+func (g *gitEndpoint) open(name string) func(ctx context.Context) (gitstore.Snapshot, error) {
+	return func(ctx context.Context) (gitstore.Snapshot, error) {
+		src := g.s.git
+		r, err := src.objects.GetRepository(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return gitstore.Snapshot{}, gitstore.ErrNotFound
+		}
+		if err != nil {
+			logGitStoreError(ctx, g.s.log, "read the repository", err, "repository", name)
+			return gitstore.Snapshot{}, err
+		}
+		main, err := parseCommitID(src.mainlineCommit(r))
+		if err != nil {
+			g.s.log.ErrorContext(ctx, "git: the mainline commit", "repository", name, "err", err)
+			return gitstore.Snapshot{}, err
+		}
+		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main}, nil
+	}
+}
+
+// parseCommitID reads a mainline commit id: 40 lowercase hex digits, or "" for none.
+func parseCommitID(id string) (plumbing.Hash, error) {
+	if id == "" {
+		return plumbing.ZeroHash, nil
+	}
+	if len(id) != 40 || strings.ToLower(id) != id || !plumbing.IsHash(id) {
+		return plumbing.ZeroHash, fmt.Errorf("%q is not a commit id", truncate(id, 80))
+	}
+	return plumbing.NewHash(id), nil
+}
+
+// logGitStoreError logs a store error a git request met, at the level the API logs it at: a
+// database that cannot answer is a WARN, anything else an ERROR, a client gone a DEBUG.
+func logGitStoreError(ctx context.Context, log *slog.Logger, what string, err error, attrs ...any) {
+	level := slog.LevelError
+	if down, _ := store.Unavailable(err); down {
+		level = slog.LevelWarn
+	}
+	if ctx.Err() != nil {
+		level = slog.LevelDebug
+	}
+	log.Log(ctx, level, "git: "+what, append(attrs, "err", err)...)
+}
+
+// logRequest writes one line per request, as the API's logInterceptor does (the principal,
+// never the token), and records its latency by service.
+func (g *gitEndpoint) logRequest(r *http.Request, status int, principal, repository, service string, elapsed time.Duration) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	code := gitCode(status)
+	procedure := gitPathPrefix + service
+	g.s.metrics.latency.WithLabelValues(procedure, code).Observe(elapsed.Seconds())
+	// A 5xx is a WARN: what failed was logged on its own, at its own level, as it happened.
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	if !g.s.log.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("procedure", procedure), slog.String("method", r.Method), slog.Int("status", status),
+		slog.String("code", code), slog.Duration("elapsed", elapsed),
+	}
+	if repository != "" {
+		attrs = append(attrs, slog.String("repository", repository))
+	}
+	if principal != "" {
+		attrs = append(attrs, slog.String("principal", principal))
+	}
+	g.s.log.LogAttrs(r.Context(), level, "git", attrs...)
+}
+
+// gitCode names an HTTP status of /git/ as the Connect code the API would answer.
+func gitCode(status int) string {
+	switch {
+	case status < 300:
+		return "ok"
+	case status == http.StatusUnauthorized:
+		return "unauthenticated"
+	case status == http.StatusForbidden:
+		return "permission_denied"
+	case status == http.StatusNotFound:
+		return "not_found"
+	case status == http.StatusTooManyRequests, status == http.StatusRequestEntityTooLarge:
+		return "resource_exhausted"
+	case status == http.StatusServiceUnavailable:
+		return "unavailable"
+	case status < 500:
+		return "invalid_argument"
+	}
+	return "internal"
+}
+
+// statusWriter remembers the status a handler answered, and calls onAnswer (if set) as the
+// answer begins.
+type statusWriter struct {
+	http.ResponseWriter
+	code     int
+	onAnswer func()
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.answer(code)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.answer(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) answer(code int) {
+	if w.code != 0 {
+		return
+	}
+	w.code = code
+	if w.onAnswer != nil {
+		w.onAnswer()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+var (
+	errGitReadOnly = errors.New("ag's git objects are read-only here")
+	errGitRead     = errors.New("could not read a git object; the server log has the details")
+)
+
+// gitObjects is the object storer one /git/ request reads through: read-only, over the source,
+// keeping the contents it read in a cache of at most gitCacheBytes, the least recently used
+// dropped first. The objects it answers hold no content: the pack encoder keeps every object
+// it sends until the pack is written, and reads each content again (from the cache, or the
+// store) when it compares or writes it, so a clone holds the cache and the encoder's window in
+// memory, not the repository. A store error reaches the client as errGitRead; the log has it.
+type gitObjects struct {
+	ctx context.Context
+	src gitObjectSource
+	log *slog.Logger
+
+	mu       sync.Mutex
+	maxBytes int                             // gitCacheBytes but in tests
+	cache    map[plumbing.Hash]*list.Element // of *cachedGitObject
+	lru      list.List                       // the most recently used first
+	bytes    int
+}
+
+var _ storer.EncodedObjectStorer = (*gitObjects)(nil)
+
+type cachedGitObject struct {
+	id      plumbing.Hash
+	typ     plumbing.ObjectType
+	content []byte
+}
+
+func newGitObjects(ctx context.Context, src gitObjectSource, log *slog.Logger) *gitObjects {
+	return &gitObjects{ctx: ctx, src: src, log: log, maxBytes: gitCacheBytes, cache: map[plumbing.Hash]*list.Element{}}
+}
+
+// read answers an object's type and content, from the cache or the store.
+func (o *gitObjects) read(id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	o.mu.Lock()
+	if e, ok := o.cache[id]; ok {
+		o.lru.MoveToFront(e)
+		c := e.Value.(*cachedGitObject)
+		o.mu.Unlock()
+		return c.typ, c.content, nil
+	}
+	o.mu.Unlock()
+	typ, content, err := o.src.ReadGitObject(o.ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return plumbing.InvalidObject, nil, plumbing.ErrObjectNotFound
+	case err != nil:
+		logGitStoreError(o.ctx, o.log, "read an object", err, "object", id.String())
+		return plumbing.InvalidObject, nil, errGitRead
+	}
+	switch typ {
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+	default:
+		o.log.ErrorContext(o.ctx, "git: read an object", "object", id.String(), "err", fmt.Errorf("the store answered the type %s", typ))
+		return plumbing.InvalidObject, nil, errGitRead
+	}
+	o.remember(&cachedGitObject{id: id, typ: typ, content: content})
+	return typ, content, nil
+}
+
+func (o *gitObjects) remember(c *cachedGitObject) {
+	if len(c.content) > o.maxBytes {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.cache[c.id]; ok {
+		return
+	}
+	for o.bytes+len(c.content) > o.maxBytes {
+		last := o.lru.Back()
+		old := o.lru.Remove(last).(*cachedGitObject)
+		delete(o.cache, old.id)
+		o.bytes -= len(old.content)
+	}
+	o.cache[c.id] = o.lru.PushFront(c)
+	o.bytes += len(c.content)
+}
+
+// EncodedObject answers the object id of type t (any type: plumbing.AnyObject), or
+// plumbing.ErrObjectNotFound when there is none of that type.
+func (o *gitObjects) EncodedObject(t plumbing.ObjectType, id plumbing.Hash) (plumbing.EncodedObject, error) {
+	typ, content, err := o.read(id)
+	if err != nil {
+		return nil, err
+	}
+	if t != plumbing.AnyObject && t != typ {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	return &gitObject{objects: o, id: id, typ: typ, size: int64(len(content))}, nil
+}
+
+// HasEncodedObject answers nil when the object exists, plumbing.ErrObjectNotFound when not.
+func (o *gitObjects) HasEncodedObject(id plumbing.Hash) error {
+	_, _, err := o.read(id)
+	return err
+}
+
+// EncodedObjectSize answers the size of an object's content.
+func (o *gitObjects) EncodedObjectSize(id plumbing.Hash) (int64, error) {
+	_, content, err := o.read(id)
+	return int64(len(content)), err
+}
+
+// NewEncodedObject answers an object in memory, which SetEncodedObject refuses to store.
+func (o *gitObjects) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
+
+// SetEncodedObject refuses: nothing is written through /git/.
+func (o *gitObjects) SetEncodedObject(plumbing.EncodedObject) (plumbing.Hash, error) {
+	return plumbing.ZeroHash, errGitReadOnly
+}
+
+// IterEncodedObjects refuses: the objects of every repository are no one request's to list.
+func (o *gitObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	return nil, errors.New("listing every git object is not supported")
+}
+
+// AddAlternate refuses.
+func (o *gitObjects) AddAlternate(string) error { return errGitReadOnly }
+
+// gitObject is an object gitObjects answered: its type and size, its content read on demand.
+type gitObject struct {
+	objects *gitObjects
+	id      plumbing.Hash
+	typ     plumbing.ObjectType
+	size    int64
+}
+
+func (x *gitObject) Hash() plumbing.Hash       { return x.id }
+func (x *gitObject) Type() plumbing.ObjectType { return x.typ }
+func (x *gitObject) Size() int64               { return x.size }
+
+// SetType and SetSize do nothing: an object read from the store is what it is.
+func (x *gitObject) SetType(plumbing.ObjectType) {}
+func (x *gitObject) SetSize(int64)               {}
+
+func (x *gitObject) Reader() (io.ReadCloser, error) {
+	typ, content, err := x.objects.read(x.id)
+	if err != nil {
+		return nil, err
+	}
+	if typ != x.typ || int64(len(content)) != x.size {
+		x.objects.log.ErrorContext(x.objects.ctx, "git: read an object", "object", x.id.String(), "err", errors.New("the store answered another type or size than before"))
+		return nil, errGitRead
+	}
+	return io.NopCloser(bytes.NewReader(content)), nil
+}
+
+func (x *gitObject) Writer() (io.WriteCloser, error) { return nil, errGitReadOnly }
