@@ -456,6 +456,26 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 	})
 }
 
+// WriteRevisionCommit writes the mainline commit of rev, on top of the commit parent (40 hex),
+// and answers its id. c holds what the change says (Message, FencingTokens, Attestation,
+// AuthoredAt, CommittedAt, EmailDomain); the rest comes from rev.
+func WriteRevisionCommit(s storer.EncodedObjectStorer, rev Revision, parent string, c CommitInfo) (string, error) {
+	tree, err := ParseGitID(rev.GitTree)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
+	}
+	parentID, err := ParseGitID(parent)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: parent commit: %w", rev.ID, err)
+	}
+	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
+	id, err := WriteMainlineCommit(s, tree, parentID, c)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: commit: %w", rev.ID, err)
+	}
+	return id.String(), nil
+}
+
 // identName keeps a name to what git's ident line can hold.
 func identName(s string) string {
 	s = strings.Map(func(r rune) rune {

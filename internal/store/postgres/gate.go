@@ -375,23 +375,10 @@ func (a *advance) storeRevision(ctx context.Context, c store.Change, objs *store
 	return rev, nil
 }
 
-// writeCommit writes the mainline commit of rev on top of the commit parent.
+// writeCommit writes the mainline commit of rev on top of the commit parent, dated now.
 func (a *advance) writeCommit(objs *store.GitObjects, rev store.Revision, parent string, c store.CommitInfo) (string, error) {
-	tree, err := store.ParseGitID(rev.GitTree)
-	if err != nil {
-		return "", fmt.Errorf("postgres: revision %s: git tree: %w", rev.ID, err)
-	}
-	parentID, err := store.ParseGitID(parent)
-	if err != nil {
-		return "", fmt.Errorf("postgres: revision %s: parent commit: %w", rev.ID, err)
-	}
-	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
 	c.CommittedAt, c.EmailDomain = a.db.commitTime(), a.db.emailDomain
-	id, err := store.WriteMainlineCommit(objs, tree, parentID, c)
-	if err != nil {
-		return "", fmt.Errorf("postgres: revision %s: commit: %w", rev.ID, err)
-	}
-	return id.String(), nil
+	return store.WriteRevisionCommit(objs, rev, parent, c)
 }
 
 // commit gives candidate, which the mainline just moved to, its mainline commit.

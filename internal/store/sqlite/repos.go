@@ -416,26 +416,14 @@ func (d *DB) insertRevision(ctx context.Context, tx *sql.Tx, objs *store.GitObje
 	return rev, nil
 }
 
-// writeCommit writes the mainline commit of rev on top of the commit parent.
+// writeCommit writes the mainline commit of rev on top of the commit parent, dated when rev
+// was stored unless c says otherwise.
 func (d *DB) writeCommit(objs *store.GitObjects, rev store.Revision, parent string, c store.CommitInfo) (string, error) {
-	tree, err := store.ParseGitID(rev.GitTree)
-	if err != nil {
-		return "", fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
-	}
-	parentID, err := store.ParseGitID(parent)
-	if err != nil {
-		return "", fmt.Errorf("revision %s: parent commit: %w", rev.ID, err)
-	}
-	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
 	if c.CommittedAt.IsZero() {
 		c.CommittedAt = rev.CreatedAt
 	}
 	c.EmailDomain = d.emailDomain
-	id, err := store.WriteMainlineCommit(objs, tree, parentID, c)
-	if err != nil {
-		return "", fmt.Errorf("revision %s: commit: %w", rev.ID, err)
-	}
-	return id.String(), nil
+	return store.WriteRevisionCommit(objs, rev, parent, c)
 }
 
 // moveMainline is the compare-and-swap of a repository's mainline: it moves to to only from
