@@ -1,25 +1,17 @@
 package postgres_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"maps"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/clock"
-	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
+	"github.com/ag-coord/ag/internal/store/storetest"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
 
@@ -36,7 +28,7 @@ func TestMigrationToGitKeepsEveryRevision(t *testing.T) {
 		t.Fatalf("migrate to schema %d: %v", postgres.GitMigration-1, err)
 	}
 	start := time.Date(2026, 3, 2, 9, 30, 0, 123456000, time.UTC)
-	content := newLegacyContent(start)
+	content := storetest.NewLegacyContent(start)
 	writeLegacyContent(t, connect(t, url), content)
 
 	clk := clock.NewFake(start.Add(24 * time.Hour))
@@ -44,7 +36,7 @@ func TestMigrationToGitKeepsEveryRevision(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open a database of schema %d: %v", postgres.GitMigration-1, err)
 	}
-	first := checkMigrated(t, db, content)
+	first := storetest.CheckGitMigration(t, db, content)
 	db.Close()
 
 	// The backfill run again over what it wrote finds nothing to do.
@@ -53,193 +45,19 @@ func TestMigrationToGitKeepsEveryRevision(t *testing.T) {
 	}
 
 	db = open(t, url, clk)
-	if second := checkMigrated(t, db, content); !maps.Equal(second, first) {
+	if second := storetest.CheckGitMigration(t, db, content); !maps.Equal(second, first) {
 		t.Fatalf("the git ids after a second open are\n  %v\nwant those of the first\n  %v", second, first)
 	}
-	advanceMigratedQueue(t, db, content)
-	integrateOnMigrated(t, db, content, first)
+	storetest.AdvanceMigratedQueue(t, db, content)
+	storetest.IntegrateOnMigrated(t, db, content, first)
 }
 
-// What follows is the same in the SQLite store's migrate_git_internal_test.go, but for the SQL
-// that writes the old layout.
+// The content and every check are storetest's, shared with the SQLite store's
+// migrate_git_internal_test.go; only the SQL that writes the old layout is this backend's.
 
-// legacyContent is what a build before the git content store wrote: two repositories, their
-// revisions and changes, and the blobs they name.
-type legacyContent struct {
-	plain, gated legacyRepository
-	revisions    []legacyRevision // in the order written
-	changes      []legacyChange   // in the order written (seq)
-	queued       legacyChange     // the gated repository's QUEUED change
-	side         legacyRevision   // the candidate of the REJECTED change, not on the mainline
-}
-
-// legacyRepository is a repository and its mainline, newest revision first.
-type legacyRepository struct {
-	name       string
-	validation []byte
-	at         time.Time
-	mainline   []legacyRevision
-}
-
-// legacyRevision is a revision and its files (path: content).
-type legacyRevision struct {
-	id, repository, parent, changeID, author string
-	files                                    map[string]string
-	at                                       time.Time
-}
-
-// tree answers the revision's files as the old build listed and encoded them.
-func (r legacyRevision) tree() repo.Tree {
-	t := repo.Tree{}
-	for p, c := range r.files {
-		t = append(t, repo.Entry{Path: p, Digest: repo.Digest([]byte(c)), Size: uint64(len(c))})
-	}
-	slices.SortFunc(t, func(a, b repo.Entry) int { return strings.Compare(a.Path, b.Path) })
-	return t
-}
-
-// legacyChange is a change and, for one that went through a queue, its edits.
-type legacyChange struct {
-	store.Change
-	edits []legacyEdit // nil: integrated directly, edits NULL
-}
-
-type legacyEdit struct {
-	path, content string
-	delete        bool
-}
-
-// editsJSON answers the change's edits as changes.edits kept them, or nil.
-func (c legacyChange) editsJSON() []byte {
-	if c.edits == nil {
-		return nil
-	}
-	edits := make([]repo.FileEdit, 0, len(c.edits))
-	for _, e := range c.edits {
-		if e.delete {
-			edits = append(edits, repo.FileEdit{Path: e.path, Delete: true})
-			continue
-		}
-		edits = append(edits, repo.FileEdit{Path: e.path, Digest: repo.Digest([]byte(e.content)), Size: uint64(len(e.content))})
-	}
-	b, err := json.Marshal(edits)
-	if err != nil {
-		panic(err) // a slice of plain structs
-	}
-	return b
-}
-
-// blobs answers every content the old build stored, once each.
-func (lc legacyContent) blobs() []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(c string) {
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	for _, r := range lc.revisions {
-		for _, c := range r.files {
-			add(c)
-		}
-	}
-	for _, c := range lc.changes {
-		for _, e := range c.edits {
-			if !e.delete {
-				add(e.content)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// newLegacyContent answers the content of the test, written from start on, a minute apart:
-//
-//   - plain, without a policy: a first revision with no files, then three changes integrated
-//     directly, which write files (one empty, one in a nested directory, two with the same
-//     content), delete one and rewrite another, the last made on an older base revision.
-//   - gated, with a policy: a change queued, validated and integrated with an attestation; a
-//     change rejected after validation, whose candidate stays off the mainline; and a change
-//     still QUEUED with its edits (a write, a new file in a new directory, a delete).
-func newLegacyContent(start time.Time) legacyContent {
-	at := func(minute int) time.Time { return start.Add(time.Duration(minute) * time.Minute) }
-	const (
-		readme  = "# plain\n"
-		oldTxt  = "to be deleted\n"
-		main1   = "package main\n\nfunc main() {}\n"
-		main2   = "package main\n\nfunc main() { println(\"hello\") }\n"
-		strs    = "package util\n\nfunc Upper(s string) string { return s }\n"
-		config  = "name: gated\nreplicas: 2\n"
-		app1    = "package app\n\nconst Version = 1\n"
-		app2    = "package app\n\nconst Version = 2\n"
-		broken  = "package app\n\nconst Version = \n"
-		helper  = "package lib\n\nfunc Help() {}\n"
-		message = "Drop old.txt and say hello\n\nmain prints a greeting now."
-	)
-	var lc legacyContent
-	rev := func(repository string, parent *legacyRevision, c *legacyChange, author string, files map[string]string, t time.Time) legacyRevision {
-		r := legacyRevision{id: store.NewID("rev"), repository: repository, author: author, files: files, at: t}
-		if parent != nil {
-			r.parent = parent.id
-		}
-		if c != nil {
-			r.changeID = c.ID
-		}
-		lc.revisions = append(lc.revisions, r)
-		return r
-	}
-	change := func(repository string, state store.ChangeState, base legacyRevision, author, msg string, paths []string, created, updated time.Time) legacyChange {
-		return legacyChange{Change: store.Change{ID: store.NewID("chg"), Repository: repository, State: state,
-			BaseRevision: base.id, Author: author, Message: msg, Paths: paths, CreatedAt: created, UpdatedAt: updated}}
-	}
-
-	// plain: every change integrated directly, its revision written at the same instant.
-	p0 := rev("plain", nil, nil, "admin", nil, at(0))
-	c1 := change("plain", store.ChangeIntegrated, p0, "alice|w1", "Add the first files",
-		[]string{"README.md", "empty.txt", "old.txt", "src/main.go", "src/util/strings.go"}, at(1), at(1))
-	p1 := rev("plain", &p0, &c1, c1.Author, map[string]string{"README.md": readme, "empty.txt": "", "old.txt": oldTxt,
-		"src/main.go": main1, "src/util/strings.go": strs}, at(1))
-	c2 := change("plain", store.ChangeIntegrated, p1, "bob|w2", message, []string{"old.txt", "src/main.go"}, at(2), at(2))
-	p2 := rev("plain", &p1, &c2, c2.Author, map[string]string{"README.md": readme, "empty.txt": "", "src/main.go": main2,
-		"src/util/strings.go": strs}, at(2))
-	c3 := change("plain", store.ChangeIntegrated, p1, "alice|w1", "Add the guide", []string{"docs/guide/intro.md"}, at(3), at(3))
-	p3 := rev("plain", &p2, &c3, c3.Author, map[string]string{"README.md": readme, "docs/guide/intro.md": readme,
-		"empty.txt": "", "src/main.go": main2, "src/util/strings.go": strs}, at(3))
-	c1.CandidateRevision, c1.IntegratedRevision = p1.id, p1.id
-	c2.CandidateRevision, c2.IntegratedRevision = p2.id, p2.id
-	c3.CandidateRevision, c3.IntegratedRevision = p3.id, p3.id
-	lc.changes = append(lc.changes, c1, c2, c3)
-	lc.plain = legacyRepository{name: "plain", at: at(0), mainline: []legacyRevision{p3, p2, p1, p0}}
-
-	// gated: queued at one time, its candidate built later, then settled later still.
-	g0 := rev("gated", nil, nil, "admin", nil, at(4))
-	gc1 := change("gated", store.ChangeIntegrated, g0, "carol|ci", "Configure the app",
-		[]string{"app/config.yaml", "app/main.go"}, at(5), at(7))
-	gc1.edits = []legacyEdit{{path: "app/config.yaml", content: config}, {path: "app/main.go", content: app1}}
-	g1 := rev("gated", &g0, &gc1, gc1.Author, map[string]string{"app/config.yaml": config, "app/main.go": app1}, at(6))
-	gc1.CandidateRevision, gc1.IntegratedRevision, gc1.JobID = g1.id, g1.id, store.NewID("job")
-	gc1.AttestationDigest = repo.Digest([]byte("the attestation of " + g1.id))
-
-	gc2 := change("gated", store.ChangeRejected, g1, "dave|w3", "Break the build", []string{"app/main.go"}, at(8), at(10))
-	gc2.edits = []legacyEdit{{path: "app/main.go", content: broken}}
-	g2 := rev("gated", &g1, &gc2, gc2.Author, map[string]string{"app/config.yaml": config, "app/main.go": broken}, at(9))
-	gc2.CandidateRevision, gc2.JobID, gc2.Reason = g2.id, store.NewID("job"), "validate job failed"
-
-	gc3 := change("gated", store.ChangeQueued, g1, "carol|w1", "Move the app on",
-		[]string{"app/config.yaml", "app/lib/helper.go", "app/main.go"}, at(11), at(11))
-	gc3.edits = []legacyEdit{{path: "app/config.yaml", delete: true}, {path: "app/lib/helper.go", content: helper},
-		{path: "app/main.go", content: app2}}
-	lc.changes = append(lc.changes, gc1, gc2, gc3)
-	lc.queued, lc.side = gc3, g2
-	lc.gated = legacyRepository{name: "gated", validation: []byte(`{"command": ["make", "test"], "timeout": "600s"}`),
-		at: at(4), mainline: []legacyRevision{g1, g0}}
-	return lc
-}
-
-// writeLegacyContent writes lc with the statements of the build of schema 8.
-func writeLegacyContent(t *testing.T, conn *pgx.Conn, lc legacyContent) {
+// writeLegacyContent writes lc with the statements of the build of schema 8, the one before
+// postgres.GitMigration.
+func writeLegacyContent(t *testing.T, conn *pgx.Conn, lc storetest.LegacyContent) {
 	t.Helper()
 	exec := func(query string, args ...any) {
 		t.Helper()
@@ -249,29 +67,29 @@ func writeLegacyContent(t *testing.T, conn *pgx.Conn, lc legacyContent) {
 	}
 	var digests []string
 	var contents [][]byte
-	for _, c := range lc.blobs() {
+	for _, c := range lc.Blobs() {
 		digests, contents = append(digests, repo.Digest([]byte(c))), append(contents, []byte(c))
 	}
 	exec(`INSERT INTO blobs (digest, content, size)
 		SELECT d, c, octet_length(c) FROM unnest($1::text[], $2::bytea[]) AS u(d, c)
 		ON CONFLICT (digest) DO NOTHING`, digests, contents)
-	for _, r := range []legacyRepository{lc.plain, lc.gated} {
+	for _, r := range lc.Repositories() {
 		var validation any
-		if r.validation != nil {
-			validation = r.validation
+		if r.Validation != nil {
+			validation = r.Validation
 		}
 		exec(`INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($1, $2, $3, $4)`,
-			r.name, r.mainline[0].id, validation, r.at)
+			r.Name, r.Mainline[0].ID, validation, r.CreatedAt)
 	}
-	for _, r := range lc.revisions {
-		tree := r.tree()
+	for _, r := range lc.Revisions {
+		tree := r.Tree()
 		exec(`INSERT INTO trees (digest, encoding) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING`, tree.Digest(), tree.Encode())
 		exec(`INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.id, r.repository, r.parent, r.changeID, r.author, tree.Digest(), r.at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.ID, r.Repository, r.Parent, r.ChangeID, r.Author, tree.Digest(), r.CreatedAt)
 	}
-	for _, c := range lc.changes {
+	for _, c := range lc.Changes {
 		var edits any
-		if e := c.editsJSON(); e != nil {
+		if e := c.EditsJSON(); e != nil {
 			edits = string(e)
 		}
 		exec(`INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author,
@@ -279,336 +97,5 @@ func writeLegacyContent(t *testing.T, conn *pgx.Conn, lc legacyContent) {
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15)`,
 			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Author,
 			c.Message, c.Paths, c.JobID, c.AttestationDigest, c.Reason, edits, c.CreatedAt, c.UpdatedAt)
-	}
-}
-
-// checkMigrated checks, through the store's API, that s holds lc as it was, in git's object
-// model too, and answers the git tree and commit of every revision and the mainline commit of
-// each repository ("<id> tree", "<id> commit", "<name> mainline").
-func checkMigrated(t *testing.T, s store.Store, lc legacyContent) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	ids := map[string]string{}
-	onMainline := map[string]bool{}
-	for _, r := range []legacyRepository{lc.plain, lc.gated} {
-		for _, rev := range r.mainline {
-			onMainline[rev.id] = true
-		}
-	}
-	for _, want := range lc.revisions {
-		got := checkRevision(t, s, want)
-		ids[want.id+" tree"], ids[want.id+" commit"] = got.GitTree, got.GitCommit
-		if onMainline[want.id] != (got.GitCommit != "") {
-			t.Errorf("revision %s has the commit %q; want one exactly when it is on the mainline (%t)",
-				want.id, got.GitCommit, onMainline[want.id])
-		}
-	}
-	if ids[lc.side.id+" tree"] == "" || ids[lc.side.id+" commit"] != "" {
-		t.Errorf("the rejected candidate %s has the git tree %q and the commit %q; want a tree and no commit",
-			lc.side.id, ids[lc.side.id+" tree"], ids[lc.side.id+" commit"])
-	}
-	for _, want := range lc.changes {
-		got, err := s.GetChange(ctx, want.ID)
-		if err != nil {
-			t.Fatalf("GetChange(%s) after the migration: %v", want.ID, err)
-		}
-		got.CreatedAt, got.UpdatedAt = got.CreatedAt.UTC(), got.UpdatedAt.UTC()
-		if !sameChange(got, want.Change) {
-			t.Errorf("change %s after the migration is\n  %+v\nwant\n  %+v", want.ID, got, want.Change)
-		}
-	}
-	changes := map[string]store.Change{}
-	for _, c := range lc.changes {
-		changes[c.ID] = c.Change
-	}
-	for _, r := range []legacyRepository{lc.plain, lc.gated} {
-		ids[r.name+" mainline"] = checkMainline(t, s, r, changes)
-	}
-	return ids
-}
-
-// sameChange reports whether got is want, field for field.
-func sameChange(got, want store.Change) bool {
-	return got.ID == want.ID && got.Repository == want.Repository && got.State == want.State &&
-		got.BaseRevision == want.BaseRevision && got.CandidateRevision == want.CandidateRevision &&
-		got.IntegratedRevision == want.IntegratedRevision && got.Author == want.Author && got.Message == want.Message &&
-		slices.Equal(got.Paths, want.Paths) && got.JobID == want.JobID && got.AttestationDigest == want.AttestationDigest &&
-		got.Reason == want.Reason && got.CreatedAt.Equal(want.CreatedAt) && got.UpdatedAt.Equal(want.UpdatedAt) &&
-		got.QueuePosition == want.QueuePosition
-}
-
-// checkRevision checks that the revision want answers as it did, and that its git tree is the
-// tree of its files computed by go-git alone, every object of which the store holds.
-func checkRevision(t *testing.T, s store.Store, want legacyRevision) store.Revision {
-	t.Helper()
-	got, err := s.GetRevision(context.Background(), want.repository, want.id)
-	if err != nil {
-		t.Fatalf("GetRevision(%s, %s) after the migration: %v", want.repository, want.id, err)
-	}
-	if got.ID != want.id || got.Repository != want.repository || got.Parent != want.parent ||
-		got.ChangeID != want.changeID || got.Author != want.author || !got.CreatedAt.Equal(want.at) {
-		t.Errorf("revision %s after the migration is %s %q parent %q change %q author %q at %s; want %s %q %q %q %q %s",
-			want.id, got.ID, got.Repository, got.Parent, got.ChangeID, got.Author, got.CreatedAt,
-			want.id, want.repository, want.parent, want.changeID, want.author, want.at)
-	}
-	if tree := want.tree(); !slices.Equal(got.Tree, tree) || got.TreeDigest != tree.Digest() {
-		t.Errorf("revision %s lists %v (%s); want its old files %v (%s)", want.id, got.Tree, got.TreeDigest, tree, tree.Digest())
-	}
-	checkGitTree(t, s, want.id, got.GitTree, want.files)
-	return got
-}
-
-// checkGitTree checks that id is the git tree of files (path: content) as go-git writes it, and
-// that the store answers each of its trees and blobs byte for byte.
-func checkGitTree(t *testing.T, s store.Store, what, id string, files map[string]string) {
-	t.Helper()
-	mem := memory.NewStorage()
-	contents := make(map[string][]byte, len(files))
-	for p, c := range files {
-		contents[p] = []byte(c)
-	}
-	want, err := gitstore.WriteFiles(mem, contents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id != want.String() {
-		t.Errorf("%s has the git tree %q; want %s, the tree of its files", what, id, want)
-		return
-	}
-	var walk func(id plumbing.Hash)
-	walk = func(id plumbing.Hash) {
-		o, err := mem.EncodedObject(plumbing.AnyObject, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantData := readObject(t, o)
-		typ, data, err := s.ReadGitObject(context.Background(), id)
-		if err != nil || typ != o.Type() || !bytes.Equal(data, wantData) {
-			t.Errorf("ReadGitObject(%s) of %s = %s %q, %v; want the %s %q", id, what, typ, data, err, o.Type(), wantData)
-			return
-		}
-		if typ != plumbing.TreeObject {
-			return
-		}
-		tree, err := object.DecodeTree(mem, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range tree.Entries {
-			walk(e.Hash)
-		}
-	}
-	walk(want)
-}
-
-func readObject(t *testing.T, o plumbing.EncodedObject) []byte {
-	t.Helper()
-	r, err := o.Reader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(r); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// readCommit answers the commit id as the store holds it, decoded by go-git.
-func readCommit(t *testing.T, s store.Store, id plumbing.Hash) *object.Commit {
-	t.Helper()
-	typ, data, err := s.ReadGitObject(context.Background(), id)
-	if err != nil || typ != plumbing.CommitObject {
-		t.Fatalf("ReadGitObject(%s) = %s, %v; want a commit", id, typ, err)
-	}
-	o := &plumbing.MemoryObject{}
-	o.SetType(typ)
-	if _, err := o.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	var c object.Commit
-	if err := c.Decode(o); err != nil {
-		t.Fatalf("decode commit %s: %v", id, err)
-	}
-	if c.Hash != id {
-		t.Fatalf("the commit stored as %s hashes to %s", id, c.Hash)
-	}
-	return &c
-}
-
-// commitMessage answers a commit message's text before its trailer block, and the trailers.
-func commitMessage(t *testing.T, msg string) (string, map[string]string) {
-	t.Helper()
-	i := strings.LastIndex(msg, "\n\n")
-	if i < 0 {
-		t.Fatalf("commit message %q has no trailer block", msg)
-	}
-	trailers := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSuffix(msg[i+2:], "\n"), "\n") {
-		k, v, ok := strings.Cut(line, ": ")
-		if _, dup := trailers[k]; !ok || dup {
-			t.Fatalf("commit message %q: %q is not a trailer, or a second one", msg, line)
-		}
-		trailers[k] = v
-	}
-	return msg[:i], trailers
-}
-
-// checkMainline walks r's commits from its mainline commit and checks that there is one per
-// mainline revision, newest first, each naming its revision's tree, change and attestation.
-// It answers the mainline commit.
-func checkMainline(t *testing.T, s store.Store, r legacyRepository, changes map[string]store.Change) string {
-	t.Helper()
-	ctx := context.Background()
-	got, err := s.GetRepository(ctx, r.name)
-	if err != nil {
-		t.Fatalf("GetRepository(%s) after the migration: %v", r.name, err)
-	}
-	if got.Mainline != r.mainline[0].id || !bytes.Equal(got.Validation, r.validation) || !got.CreatedAt.Equal(r.at) {
-		t.Errorf("repository %s after the migration is at %s, policy %s, created %s; want %s, %s, %s",
-			r.name, got.Mainline, got.Validation, got.CreatedAt, r.mainline[0].id, r.validation, r.at)
-	}
-	id, err := store.ParseGitID(got.MainlineCommit)
-	if err != nil {
-		t.Fatalf("repository %s: mainline commit: %v", r.name, err)
-	}
-	var walked []string
-	for n := 0; ; n++ {
-		c := readCommit(t, s, id)
-		walked = append(walked, id.String())
-		if n >= len(r.mainline) {
-			t.Fatalf("the commits of %s from %s are %v; want one per mainline revision (%d)", r.name, got.MainlineCommit, walked, len(r.mainline))
-		}
-		want := r.mainline[n]
-		rev, err := s.GetRevision(ctx, r.name, want.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rev.GitCommit != id.String() || c.TreeHash.String() != rev.GitTree {
-			t.Errorf("commit %d of %s is %s of the tree %s; want revision %s's commit %q of its tree %s",
-				n, r.name, id, c.TreeHash, want.id, rev.GitCommit, rev.GitTree)
-		}
-		// What the commit says, as this build writes it: the change's message and the trailers
-		// naming change, revision, holder and attestation; authored when the change was made,
-		// committed when the mainline moved to it.
-		subject := "Create repository " + r.name
-		trailers := map[string]string{"Ag-Revision": want.id, "Ag-Author": want.author}
-		authored, committed := want.at, want.at
-		if ch, ok := changes[want.changeID]; ok {
-			subject, trailers["Ag-Change"] = ch.Message, ch.ID
-			if ch.AttestationDigest != "" {
-				trailers["Ag-Attestation"] = ch.AttestationDigest
-			}
-			authored, committed = ch.CreatedAt, ch.UpdatedAt
-		}
-		body, gotTrailers := commitMessage(t, c.Message)
-		if body != subject || !maps.Equal(gotTrailers, trailers) {
-			t.Errorf("commit of revision %s says %q with the trailers %v; want %q with %v", want.id, body, gotTrailers, subject, trailers)
-		}
-		if c.Author.When.Unix() != authored.Unix() {
-			t.Errorf("commit of revision %s is authored at %s; want %s, when its change was made", want.id, c.Author.When, authored)
-		}
-		if c.Committer.When.Unix() != committed.Unix() {
-			t.Errorf("commit of revision %s is committed at %s; want %s, when the mainline moved to it (as AdvanceQueue dates it)",
-				want.id, c.Committer.When, committed)
-		}
-		if len(c.ParentHashes) == 0 {
-			break
-		}
-		if len(c.ParentHashes) != 1 {
-			t.Fatalf("commit of revision %s has the parents %v; want one", want.id, c.ParentHashes)
-		}
-		id = c.ParentHashes[0]
-	}
-	if len(walked) != len(r.mainline) {
-		t.Errorf("the commits of %s from %s are %v; want one per mainline revision (%d)", r.name, got.MainlineCommit, walked, len(r.mainline))
-	}
-	return got.MainlineCommit
-}
-
-// advanceMigratedQueue checks that the QUEUED change of the old build gets its turn: its
-// candidate is the migrated mainline with its edits, validated under the policy as stored.
-func advanceMigratedQueue(t *testing.T, s store.Store, lc legacyContent) {
-	t.Helper()
-	ctx := context.Background()
-	var validation []byte
-	changed, err := s.AdvanceQueue(ctx, store.AdvanceQueueParams{
-		Repository: lc.gated.name,
-		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) store.Verdict {
-			return store.Verdict{Outcome: store.VerdictPending}
-		},
-		Job: func(c store.Change, candidate store.Revision, v []byte) store.EnqueueJobParams {
-			validation = bytes.Clone(v)
-			payload, err := json.Marshal(map[string]string{"change_id": c.ID, "revision": candidate.ID, "git_tree": candidate.GitTree})
-			if err != nil {
-				panic(err)
-			}
-			return store.EnqueueJobParams{Kind: "validate", Payload: payload, Priority: 10, MaxAttempts: 2,
-				UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
-		},
-	})
-	if err != nil {
-		t.Fatalf("AdvanceQueue(%s) after the migration: %v", lc.gated.name, err)
-	}
-	if len(changed) != 1 || changed[0].ID != lc.queued.ID || changed[0].State != store.ChangeValidating ||
-		changed[0].CandidateRevision == "" || changed[0].JobID == "" {
-		t.Fatalf("AdvanceQueue(%s) after the migration changed %+v; want the queued change %s VALIDATING with a candidate and a job",
-			lc.gated.name, changed, lc.queued.ID)
-	}
-	if !bytes.Equal(validation, lc.gated.validation) {
-		t.Errorf("the gate's Job rule got the policy %s; want %s, as stored", validation, lc.gated.validation)
-	}
-	head := lc.gated.mainline[0]
-	files := maps.Clone(head.files)
-	for _, e := range lc.queued.edits {
-		if e.delete {
-			delete(files, e.path)
-		} else {
-			files[e.path] = e.content
-		}
-	}
-	checkRevision(t, s, legacyRevision{id: changed[0].CandidateRevision, repository: lc.gated.name, parent: head.id,
-		changeID: lc.queued.ID, author: lc.queued.Author, files: files, at: changed[0].UpdatedAt})
-	if c, err := s.GetChange(ctx, lc.queued.ID); err != nil || c.State != store.ChangeValidating {
-		t.Fatalf("GetChange(%s) after AdvanceQueue = %s, %v; want it VALIDATING", lc.queued.ID, c.State, err)
-	}
-}
-
-// integrateOnMigrated checks that a change integrated into the migrated plain repository lands
-// on its mainline, its commit's parent the migrated head commit.
-func integrateOnMigrated(t *testing.T, s store.Store, lc legacyContent, migrated map[string]string) {
-	t.Helper()
-	ctx := context.Background()
-	const holder, path, content = "alice|w1", "src/main.go", "package main\n\nfunc main() { println(\"hello, world\") }\n"
-	lease, err := s.AcquireLease(ctx, store.AcquireLeaseParams{Repository: lc.plain.name, Paths: []string{path}, Holder: holder, TTL: time.Hour})
-	if err != nil {
-		t.Fatalf("AcquireLease after the migration: %v", err)
-	}
-	head := lc.plain.mainline[0]
-	digest := repo.Digest([]byte(content))
-	c, err := s.Integrate(ctx, store.IntegrateParams{Repository: lc.plain.name, BaseRevision: head.id, Holder: holder,
-		FencingTokens: []uint64{lease.FencingToken}, Paths: []string{path}, Message: "Greet the world",
-		Blobs: []store.Blob{{Digest: digest, Content: []byte(content)}},
-		Edits: []repo.FileEdit{{Path: path, Digest: digest, Size: uint64(len(content))}}})
-	if err != nil || c.State != store.ChangeIntegrated {
-		t.Fatalf("Integrate after the migration = %s, %v; want it INTEGRATED", c.State, err)
-	}
-	files := maps.Clone(head.files)
-	files[path] = content
-	rev := checkRevision(t, s, legacyRevision{id: c.IntegratedRevision, repository: lc.plain.name, parent: head.id,
-		changeID: c.ID, author: holder, files: files, at: c.UpdatedAt})
-	r, err := s.GetRepository(ctx, lc.plain.name)
-	if err != nil || r.Mainline != rev.ID || r.MainlineCommit != rev.GitCommit || rev.GitCommit == "" {
-		t.Fatalf("GetRepository(%s) after Integrate = %s %q, %v; want the new revision %s and its commit %q",
-			lc.plain.name, r.Mainline, r.MainlineCommit, err, rev.ID, rev.GitCommit)
-	}
-	commit := readCommit(t, s, plumbing.NewHash(rev.GitCommit))
-	if parent := migrated[head.id+" commit"]; len(commit.ParentHashes) != 1 || commit.ParentHashes[0].String() != parent {
-		t.Errorf("the commit integrated after the migration has the parents %v; want the migrated head's commit %s",
-			commit.ParentHashes, parent)
-	}
-	if commit.TreeHash.String() != rev.GitTree {
-		t.Errorf("the commit integrated after the migration names the tree %s; want its revision's %s", commit.TreeHash, rev.GitTree)
 	}
 }
