@@ -1,7 +1,9 @@
 // Command checkout measures `ag repo import`, `ag checkout` and `ag status` (no edits) on
 // generated repositories of small files, against a real `ag serve`, with the ag binary it is
-// given, so that two builds can be compared in one session. It prints a Markdown table of
-// medians. Figures, not a test: nothing here passes or fails on a time.
+// given, so that two builds can be compared in one session; and, beside them, `git clone` of
+// the same repository from ag's git endpoint and from `git http-backend` serving a bare copy
+// of it from disk (through Go's CGI handler), the peer ag's clone is compared with. It prints a
+// Markdown table of medians. Figures, not a test: nothing here passes or fails on a time.
 //
 //	go build -o /tmp/ag ./cmd/ag && go run ./bench/checkout --ag /tmp/ag
 //	go run ./bench/checkout --ag /tmp/ag --sizes 1000,10000 --runs 5 --db postgres://...
@@ -13,6 +15,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http/cgi"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,8 +73,8 @@ func run() error {
 		fmt.Printf("load average before: %s", b)
 	}
 	fmt.Println()
-	fmt.Println("| files | import | checkout (median) | status, first after checkout | status, no edits (median) |")
-	fmt.Println("| --- | --- | --- | --- | --- |")
+	fmt.Println("| files | import | checkout (median) | git clone from ag (median) | git clone from git http-backend (median) | status, first after checkout | status, no edits (median) |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	for _, n := range o.sizes {
 		db := o.db
 		if db == "" {
@@ -165,6 +169,10 @@ func measure(o options, tmp, db string, n int) (string, error) {
 		}
 		checkouts = append(checkouts, took)
 	}
+	fromAG, fromBackend, err := measureClones(o, dir, url, token, repo)
+	if err != nil {
+		return "", err
+	}
 	// Past the stat cache's racy window (2 s at most), so that the first status may trust what
 	// it records.
 	time.Sleep(2500 * time.Millisecond)
@@ -180,7 +188,57 @@ func measure(o options, tmp, db string, n int) (string, error) {
 		}
 		statuses = append(statuses, took)
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, importCell, seconds(median(checkouts)), seconds(first), seconds(median(statuses))), nil
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", n, importCell, seconds(median(checkouts)), fromAG, fromBackend,
+		seconds(first), seconds(median(statuses))), nil
+}
+
+// measureClones times `git clone` of repo from ag's git endpoint, then, from a bare copy of
+// what it cloned, from `git http-backend` on a local port: the same objects, served by git's
+// own server. A build without a git endpoint answers "n/a" for both.
+func measureClones(o options, dir, url, token, repo string) (fromAG, fromBackend string, err error) {
+	gitTimed := func(args ...string) (time.Duration, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		err := cmd.Run()
+		if err != nil {
+			return 0, fmt.Errorf("git %s: %w\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return time.Since(start), nil
+	}
+	auth := "http.extraHeader=Authorization: Bearer " + token
+	remote := url + "/git/" + repo + ".git"
+	bare := filepath.Join(dir, "bare", repo+".git")
+	if _, err := gitTimed("-c", auth, "clone", "-q", "--bare", remote, bare); err != nil {
+		fmt.Fprintf(os.Stderr, "no git clone from this build: %v\n", firstLine(err))
+		return "n/a", "n/a", nil
+	}
+	execPath, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		return "", "", err
+	}
+	backend := httptest.NewServer(&cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + filepath.Dir(bare), "GIT_HTTP_EXPORT_ALL=1"},
+	})
+	defer backend.Close()
+	var agClones, backendClones []time.Duration
+	for i := range o.runs {
+		// Alternated, so that both meet the machine in the same state.
+		took, err := gitTimed("-c", auth, "clone", "-q", remote, filepath.Join(dir, fmt.Sprintf("clone-ag%d", i)))
+		if err != nil {
+			return "", "", err
+		}
+		agClones = append(agClones, took)
+		took, err = gitTimed("clone", "-q", backend.URL+"/"+repo+".git", filepath.Join(dir, fmt.Sprintf("clone-backend%d", i)))
+		if err != nil {
+			return "", "", err
+		}
+		backendClones = append(backendClones, took)
+	}
+	return seconds(median(agClones)), seconds(median(backendClones)), nil
 }
 
 // generate writes the files lo..hi-1 of a repository of n files, perDir per directory, under

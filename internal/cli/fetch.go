@@ -2,25 +2,23 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ag-coord/ag/client"
 )
 
-// fetchWorkers is how many GetBlob requests a checkout or a sync keeps in flight. Each holds
-// one blob in memory until its files are written (or, for a sync, kept until all are there).
-const fetchWorkers = 12
+// fetchCalls is how many GetBlobs calls a checkout or a sync keeps in flight.
+const fetchCalls = 4
 
 // fetchBlobs fetches the blobs of files (path → digest), each digest once however many paths
-// share it, by up to fetchWorkers concurrent requests, and calls got with each blob's content
-// and the paths (sorted) that hold it. got runs on the fetching goroutines, several at once.
-// The first error, from a fetch or from got, stops the rest and is answered; an error fetching
-// names the first path of the blob.
+// share it, in GetBlobs calls of many blobs, a few at once, and calls got with each blob's
+// content and the paths (sorted) that hold it. got runs on the fetching goroutines, several at
+// once. The first error, from a fetch or from got, stops the rest and is answered.
 func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, prog *progress, got func(paths []string, content []byte) error) error {
 	byDigest := map[string][]string{}
 	for p, d := range files {
@@ -33,36 +31,20 @@ func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, 
 	}
 	// In the order of their first paths, so a checkout fills directories one after the other.
 	sort.Slice(digests, func(i, j int) bool { return byDigest[digests[i]][0] < byDigest[digests[j]][0] })
-
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(fetchWorkers, len(digests)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(digests) || ctx.Err() != nil {
-					return
-				}
-				d := digests[i]
-				paths := byDigest[d]
-				content, err := c.Blob(ctx, d)
-				if err != nil {
-					cancel(fmt.Errorf("fetch %s: %w", paths[0], err))
-					return
-				}
-				if err := got(paths, content); err != nil {
-					cancel(err)
-					return
-				}
-				prog.add(len(paths), int64(len(content))*int64(len(paths)))
-			}
-		})
+	err := c.Blobs(ctx, digests, fetchCalls, func(d string, content []byte) error {
+		paths := byDigest[d]
+		if err := got(paths, content); err != nil {
+			return err
+		}
+		prog.add(len(paths), int64(len(content))*int64(len(paths)))
+		return nil
+	})
+	var missing *client.BlobNotFoundError
+	if errors.As(err, &missing) && len(byDigest[missing.Digest]) > 0 {
+		return fmt.Errorf("fetch %s: %w", byDigest[missing.Digest][0], err)
 	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("fetch the files' contents: %w", err)
 	}
 	return nil
 }
@@ -90,6 +72,7 @@ func fetchContents(ctx context.Context, c *client.Client, files map[string]strin
 type progress struct {
 	w          io.Writer
 	verb       string
+	unit       string // what totalFiles counts; "" is files
 	totalFiles int
 	totalBytes int64
 
@@ -147,7 +130,11 @@ func (p *progress) draw() {
 		total = "/" + humanBytes(p.totalBytes)
 	}
 	// \x1b[K clears what a longer line drawn before left at its end.
-	fmt.Fprintf(p.w, "\r%s %d/%d files, %s%s\x1b[K", p.verb, p.files, p.totalFiles, humanBytes(p.bytes), total)
+	unit := p.unit
+	if unit == "" {
+		unit = "files"
+	}
+	fmt.Fprintf(p.w, "\r%s %d/%d %s, %s%s\x1b[K", p.verb, p.files, p.totalFiles, unit, humanBytes(p.bytes), total)
 }
 
 // humanBytes writes a byte count in binary units, one decimal.

@@ -13,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 )
 
-// countingRepos is a fake server that counts its GetBlob calls: how many in all, per digest, and
-// at most at once. Each call takes a moment, so that calls made at once overlap.
+// countingRepos is a fake server that counts the blobs its GetBlobs calls ask for, per digest,
+// and the calls in flight at most at once. Each call takes a moment, so that calls made at once
+// overlap.
 type countingRepos struct {
 	*fakeRepos
 	mu       sync.Mutex
@@ -27,9 +31,11 @@ type countingRepos struct {
 	most     int
 }
 
-func (f *countingRepos) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*agwpv1.GetBlobResponse, error) {
+func (f *countingRepos) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
 	f.mu.Lock()
-	f.calls[req.GetDigest()]++
+	for _, d := range req.GetDigests() {
+		f.calls[d]++
+	}
 	f.inFlight++
 	f.most = max(f.most, f.inFlight)
 	f.mu.Unlock()
@@ -38,18 +44,19 @@ func (f *countingRepos) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest)
 		f.inFlight--
 		f.mu.Unlock()
 	}()
-	time.Sleep(2 * time.Millisecond)
-	return f.fakeRepos.GetBlob(ctx, req)
+	time.Sleep(20 * time.Millisecond)
+	return f.fakeRepos.GetBlobs(ctx, req, stream)
 }
 
-// TestCheckoutFetchesInParallel ensures `ag checkout` and `ag sync` fetch blobs by several
-// requests at once, but not more than a handful, and each blob once however many files hold it;
-// and that with stderr not a terminal they print no progress line.
+// TestCheckoutFetchesInParallel ensures `ag checkout` and `ag sync` fetch blobs by a few
+// GetBlobs calls at once, but not more than a handful, and each blob once however many files
+// hold it; and that with stderr not a terminal they print no progress line.
 func TestCheckoutFetchesInParallel(t *testing.T) {
 	t.Parallel()
 	files := map[string]string{}
-	for i := range 300 {
-		files[fmt.Sprintf("d%d/f%d.txt", i%7, i)] = fmt.Sprintf("content %d\n", i%60) // 60 distinct blobs
+	distinct := 3*client.BlobsPerCall + 1 // four calls
+	for i := range distinct + 300 {
+		files[fmt.Sprintf("d%d/f%d.txt", i%7, i)] = fmt.Sprintf("content %d\n", i%distinct)
 	}
 	f := &countingRepos{fakeRepos: &fakeRepos{}, calls: map[string]int{}}
 	f.set("rev_1", files)
@@ -79,12 +86,12 @@ func TestCheckoutFetchesInParallel(t *testing.T) {
 				t.Errorf("%s fetched %s %d times, want once", what, d, n)
 			}
 		}
-		if f.most < 2 || f.most > 16 {
-			t.Errorf("%s had at most %d GetBlob calls in flight, want several and at most 16", what, f.most)
+		if f.most < 2 || f.most > 4 {
+			t.Errorf("%s had at most %d GetBlobs calls in flight, want several and at most 4", what, f.most)
 		}
 		f.calls, f.most = map[string]int{}, 0
 	}
-	check("checkout", 60)
+	check("checkout", distinct)
 
 	// A sync to a revision that changes every file fetches the same way.
 	next := maps.Clone(files)
@@ -96,7 +103,7 @@ func TestCheckoutFetchesInParallel(t *testing.T) {
 		t.Fatalf("ag sync: exit %d\n%s%s", code, out, errOut)
 	}
 	assertFiles(t, dir, next)
-	check("sync", 60)
+	check("sync", distinct)
 }
 
 // TestCheckoutFetchFailureLeavesNothing ensures a checkout whose fetches fail while others are

@@ -146,10 +146,18 @@ verifies. Changes already queued are validated under the policy in force when th
 		},
 	}
 	var holder, message string
+	var filesOnly bool
 	importCmd := &cobra.Command{
 		Use:   "import NAME DIR",
-		Short: "load the files of a local folder into a repository's mainline (creating the repository when missing)",
-		Long: `Loads every regular file under DIR into the repository's mainline, in one change, under
+		Short: "start a repository from a git history, or load a folder's files into a repository's mainline",
+		Long: `When DIR is a git repository (it holds .git), creates the repository NAME from the history
+its HEAD reaches, keeping every commit's id: the mainline is HEAD, agents' changes become
+commits on top of it, and the clone in DIR fetches them from ag and fast-forwards (git remote
+add ag SERVER/git/NAME.git). Uncommitted changes in DIR are not imported. Objects the server
+holds are not sent again: an import that stopped is finished by running it again. HEAD's tree
+must hold regular files only (no symbolic links or submodules) at paths ag accepts.
+
+Otherwise, or with --files, loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
 never followed; so is what no repository may hold, at any depth: .git and .ag (a nested
 repository's .git among them).
@@ -164,9 +172,16 @@ files: import first, then set the policy.`,
 			if err != nil {
 				return err
 			}
+			if !filesOnly && isGitRepository(args[1]) {
+				if cmd.Flags().Changed("message") || cmd.Flags().Changed("holder") {
+					return withExit(ExitUsage, errors.New("-m and --holder are for a files import: a git history keeps its commits' messages and authors (add --files to import the files as one change)"))
+				}
+				return importGit(cmd.Context(), g, c, args[0], args[1])
+			}
 			return importTree(cmd.Context(), g, c, args[0], args[1], holder, message)
 		},
 	}
+	importCmd.Flags().BoolVar(&filesOnly, "files", false, "import DIR's files as a change even when DIR is a git repository")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
 	cmd.AddCommand(create, setValidation, show, list, importCmd)

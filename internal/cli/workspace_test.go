@@ -73,6 +73,21 @@ func (f *fakeRepos) GetBlob(_ context.Context, req *agwpv1.GetBlobRequest) (*agw
 	return &agwpv1.GetBlobResponse{Content: b}, nil
 }
 
+func (f *fakeRepos) GetBlobs(_ context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
+	for _, d := range req.GetDigests() {
+		f.mu.Lock()
+		b, ok := f.blobs[d]
+		f.mu.Unlock()
+		if !ok {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: not found", d))
+		}
+		if err := stream.Send(&agwpv1.GetBlobsResponse{Blobs: []*agwpv1.BlobContent{{Digest: d, Content: b}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func serveRepos(t *testing.T, f *fakeRepos) string {
 	t.Helper()
 	mux := http.NewServeMux()

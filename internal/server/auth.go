@@ -166,6 +166,7 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/FindMissingBlobs": {store.RoleAgent},
 	// A worker reads only what its current claim needs: see workerReads.
 	"/agwp.v1.RepositoryService/GetBlob":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/GetBlobs":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/GetTree":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/Integrate":   {store.RoleAgent},
 	"/agwp.v1.RepositoryService/GetChange":   {store.RoleAgent, store.RoleWorker, store.RoleReader},

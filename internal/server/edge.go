@@ -45,8 +45,9 @@ const (
 
 // contentProcedures carry file contents: their bodies may be up to maxContentRequestBytes.
 var contentProcedures = map[string]bool{
-	"/agwp.v1.RepositoryService/UploadBlobs": true,
-	"/agwp.v1.RepositoryService/Integrate":   true,
+	"/agwp.v1.RepositoryService/UploadBlobs":      true,
+	"/agwp.v1.RepositoryService/UploadGitObjects": true,
+	"/agwp.v1.RepositoryService/Integrate":        true,
 }
 
 // edge wraps the AGWP handlers; other paths (health, metrics, the OpenAPI document, and /git/,

@@ -205,6 +205,17 @@ func TestValidationGate(t *testing.T) {
 			}
 			_, err = ci.c.Repos.GetBlob(ctx, &agwpv1.GetBlobRequest{Digest: other.GetDigests()[0]})
 			wantCode(t, "a worker reads a blob of no job it holds", err, connect.CodePermissionDenied)
+			// Many at once: its candidate's blob passes, one other refuses the whole call.
+			var fetched []string
+			collect := func(d string, _ []byte) error { fetched = append(fetched, d); return nil }
+			if err := ci.c.Blobs(ctx, []string{tree.GetEntries()[0].GetDigest()}, 1, collect); err != nil || len(fetched) != 1 {
+				t.Fatalf("worker reads its candidate's blob with GetBlobs: %v, %v", fetched, err)
+			}
+			err = ci.c.Blobs(ctx, []string{tree.GetEntries()[0].GetDigest(), other.GetDigests()[0]}, 1, collect)
+			wantCode(t, "a worker reads, among many, a blob of no job it holds", err, connect.CodePermissionDenied)
+			if len(fetched) != 1 {
+				t.Fatalf("a refused GetBlobs delivered %d blobs", len(fetched)-1)
+			}
 
 			// Forged or mismatched envelopes are refused, and nothing is stored.
 			honest := ci.statement(cl, p, attest.ResultPassed)

@@ -9,6 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
@@ -69,7 +71,17 @@ func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRep
 	if err != nil {
 		return nil, err
 	}
-	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), Validation: policy, CreatedBy: callerFrom(ctx).principal.Name})
+	var head plumbing.Hash
+	if req.GetGitCommit() != "" {
+		if head, err = store.ParseGitID(req.GetGitCommit()); err != nil {
+			return nil, invalid("git_commit", "%v", err)
+		}
+		if err := h.checkImportHead(ctx, head); err != nil {
+			return nil, err
+		}
+	}
+	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), Validation: policy,
+		CreatedBy: callerFrom(ctx).principal.Name, GitCommit: head})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
@@ -163,6 +175,64 @@ func (h repoService) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	return &agwpv1.GetBlobResponse{Content: b.Content, Digest: b.Digest}, nil
+}
+
+// getBlobsMessageBytes is about how much content one GetBlobs message carries.
+const getBlobsMessageBytes = 1 << 20
+
+// getBlobsChunk is how many blobs GetBlobs reads from the store at once.
+const getBlobsChunk = 256
+
+func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
+	digests := req.GetDigests()
+	if err := validateDigests("digests", digests); err != nil {
+		return err
+	}
+	if c := callerFrom(ctx); c.principal.Role == store.RoleWorker {
+		for _, d := range digests {
+			if err := h.s.workerReads.mayReadBlob(ctx, c.principal.Name, d); err != nil {
+				return err
+			}
+		}
+	}
+	msg := &agwpv1.GetBlobsResponse{}
+	size := 0
+	send := func() error {
+		if len(msg.Blobs) == 0 {
+			return nil
+		}
+		err := stream.Send(msg)
+		msg, size = &agwpv1.GetBlobsResponse{}, 0
+		return err
+	}
+	for i := 0; i < len(digests); i += getBlobsChunk {
+		chunk := digests[i:min(len(digests), i+getBlobsChunk)]
+		blobs, err := h.s.store.GetBlobs(ctx, chunk)
+		if err != nil {
+			return storeError(err, connect.CodeInternal)
+		}
+		byDigest := make(map[string][]byte, len(blobs))
+		for _, b := range blobs {
+			byDigest[b.Digest] = b.Content
+		}
+		for _, d := range chunk {
+			content, ok := byDigest[d]
+			if !ok {
+				if err := send(); err != nil {
+					return err
+				}
+				return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: not found", d))
+			}
+			if size > 0 && size+len(content) > getBlobsMessageBytes {
+				if err := send(); err != nil {
+					return err
+				}
+			}
+			msg.Blobs = append(msg.Blobs, &agwpv1.BlobContent{Digest: d, Content: content})
+			size += len(content)
+		}
+	}
+	return send()
 }
 
 func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {

@@ -476,6 +476,31 @@ func WriteRevisionCommit(s storer.EncodedObjectStorer, rev Revision, parent stri
 	return id.String(), nil
 }
 
+// FirstRevision answers the git tree and commit of a new repository's first revision, and its
+// tree digest when it is known without listing the tree: the empty tree with a root commit of
+// its own (written to s), or, with p.GitCommit, that commit, which s must hold (ErrNotFound
+// otherwise), and its tree.
+func FirstRevision(s storer.EncodedObjectStorer, p CreateRepositoryParams, revisionID string, now time.Time, emailDomain string) (tree, commit plumbing.Hash, treeDigest string, err error) {
+	if !p.GitCommit.IsZero() {
+		c, err := object.GetCommit(s, p.GitCommit)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			return tree, commit, "", fmt.Errorf("commit %s: %w", p.GitCommit, ErrNotFound)
+		}
+		if err != nil {
+			return tree, commit, "", fmt.Errorf("commit %s: %w", p.GitCommit, err)
+		}
+		return c.TreeHash, p.GitCommit, "", nil
+	}
+	if tree, err = gitstore.WriteTree(s, nil); err != nil {
+		return tree, commit, "", err
+	}
+	commit, err = WriteMainlineCommit(s, tree, plumbing.ZeroHash, CommitInfo{
+		Repository: p.Name, RevisionID: revisionID, Author: p.CreatedBy,
+		AuthoredAt: now, CommittedAt: now, EmailDomain: emailDomain,
+	})
+	return tree, commit, repo.Tree{}.Digest(), err
+}
+
 // identName keeps a name to what git's ident line can hold.
 func identName(s string) string {
 	s = strings.Map(func(r rune) rune {

@@ -14,8 +14,10 @@ import (
 // RepoStore is the part of the store that keeps repositories, their content, file leases and
 // changes. Store embeds it.
 type RepoStore interface {
-	// CreateRepository creates a repository whose mainline is a new revision with the empty
-	// tree (author = p.CreatedBy, no parent, no change). A taken name: ErrAlreadyExists.
+	// CreateRepository creates a repository whose mainline is a new revision (author =
+	// p.CreatedBy, no parent, no change): of the empty tree, with a root commit of its own, or,
+	// with p.GitCommit, of that commit's tree and that commit, which the store must hold (an
+	// unknown commit: ErrNotFound). A taken name: ErrAlreadyExists.
 	CreateRepository(ctx context.Context, p CreateRepositoryParams) (Repository, error)
 
 	// GetRepository answers a repository by name, or ErrNotFound.
@@ -30,6 +32,10 @@ type RepoStore interface {
 
 	// GetBlob answers a blob, or ErrNotFound.
 	GetBlob(ctx context.Context, digest string) (Blob, error)
+
+	// GetBlobs answers the blobs among digests that the store holds, in no particular order; a
+	// digest it does not hold is absent from the answer.
+	GetBlobs(ctx context.Context, digests []string) ([]Blob, error)
 
 	// MissingBlobs answers the digests among digests that the store does not hold, in the order
 	// given.
@@ -46,6 +52,14 @@ type RepoStore interface {
 	// ReadGitObject answers the type and content (without git's header) of a git commit, tree
 	// or blob of any repository, or ErrNotFound.
 	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)
+
+	// PutGitObjects stores trees and commits (ID the git id of Type and Data, computed by the
+	// caller); one already stored is left as it is.
+	PutGitObjects(ctx context.Context, objects []GitObject) error
+
+	// MissingGitObjects answers the ids among ids that the store holds neither as a tree or
+	// commit nor as a blob, in the order given.
+	MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error)
 
 	// AcquireLease grants a lease on p.Paths (clean lease paths, validated by the caller) to
 	// p.Holder for p.TTL, unless an ACTIVE, unexpired lease of another holder overlaps one of
@@ -154,7 +168,8 @@ type Repository struct {
 type CreateRepositoryParams struct {
 	Name       string
 	Validation []byte
-	CreatedBy  string // principal name, the author of the first revision
+	CreatedBy  string        // principal name, the author of the first revision
+	GitCommit  plumbing.Hash // zero: an empty first revision
 }
 
 // ListRepositoriesParams page ListRepositories.

@@ -143,6 +143,19 @@ func (f *fakeRepos) GetBlob(_ context.Context, req *agwpv1.GetBlobRequest) (*agw
 	return &agwpv1.GetBlobResponse{Content: b, Digest: req.GetDigest()}, nil
 }
 
+func (f *fakeRepos) GetBlobs(_ context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
+	for _, d := range req.GetDigests() {
+		b, ok := f.blobs[d]
+		if !ok {
+			return connect.NewError(connect.CodeNotFound, errors.New("blob "+d+": not found"))
+		}
+		if err := stream.Send(&agwpv1.GetBlobsResponse{Blobs: []*agwpv1.BlobContent{{Digest: d, Content: b}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // TestHandleAttestsTheGitTree ensures a validator runs the command only on a checkout whose git
 // tree id and tree digest are those the job names (when it names them), and signs both, computed
 // from the files it wrote, whichever the job names.

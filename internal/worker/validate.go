@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -62,8 +61,8 @@ type Validator struct {
 var errNoSandbox = errors.New("this worker has no sandbox for validation commands: " +
 	"install bubblewrap, or start ag-worker with --unsafe-no-sandbox to run them with the worker's own rights")
 
-// blobFetchers bounds the blobs fetched at once.
-const blobFetchers = 8
+// blobFetchers bounds the GetBlobs calls in flight at once.
+const blobFetchers = 4
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
@@ -334,43 +333,11 @@ func (v *Validator) fetchBlobs(ctx context.Context, tree repo.Tree) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	todo := make(chan string)
-	var wg sync.WaitGroup
-	for range min(blobFetchers, len(missing)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range todo {
-				if err := v.fetchBlob(ctx, d); err != nil {
-					cancel(err)
-				}
-			}
-		}()
-	}
-feed:
-	for _, d := range missing {
-		select {
-		case todo <- d:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(todo)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return nil
+	return v.Client.Blobs(ctx, missing, blobFetchers, v.cacheBlob)
 }
 
-// fetchBlob fetches one blob (the client checks its digest) into the cache.
-func (v *Validator) fetchBlob(ctx context.Context, digest string) error {
-	content, err := v.Client.Blob(ctx, digest)
-	if err != nil {
-		return fmt.Errorf("get blob %s: %w", digest, err)
-	}
+// cacheBlob keeps a fetched blob (the client checked its digest) in the cache.
+func (v *Validator) cacheBlob(digest string, content []byte) error {
 	path := v.blobPath(digest)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("blob cache: %w", err)

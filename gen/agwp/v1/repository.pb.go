@@ -327,9 +327,13 @@ func (x *SetValidationResponse) GetRepository() *Repository {
 }
 
 type CreateRepositoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Validation    *Validation            `protobuf:"bytes,2,opt,name=validation,proto3" json:"validation,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Validation *Validation            `protobuf:"bytes,2,opt,name=validation,proto3" json:"validation,omitempty"`
+	// A git commit (40 hex) the server holds with everything it reaches (UploadGitObjects,
+	// UploadBlobs): the first revision is that commit, so the mainline continues its history and
+	// a clone of the original fast-forwards from ag. Empty: an empty first revision.
+	GitCommit     string `protobuf:"bytes,3,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -378,6 +382,246 @@ func (x *CreateRepositoryRequest) GetValidation() *Validation {
 	return nil
 }
 
+func (x *CreateRepositoryRequest) GetGitCommit() string {
+	if x != nil {
+		return x.GitCommit
+	}
+	return ""
+}
+
+// GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
+type GitObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "tree" or "commit".
+	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitObject) Reset() {
+	*x = GitObject{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitObject) ProtoMessage() {}
+
+func (x *GitObject) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitObject.ProtoReflect.Descriptor instead.
+func (*GitObject) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GitObject) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *GitObject) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type UploadGitObjectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 10,000 objects.
+	Objects       []*GitObject `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadGitObjectsRequest) Reset() {
+	*x = UploadGitObjectsRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadGitObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadGitObjectsRequest) ProtoMessage() {}
+
+func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadGitObjectsRequest.ProtoReflect.Descriptor instead.
+func (*UploadGitObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UploadGitObjectsRequest) GetObjects() []*GitObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+type UploadGitObjectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The git id of each object, in the order given.
+	Ids           []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadGitObjectsResponse) Reset() {
+	*x = UploadGitObjectsResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadGitObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadGitObjectsResponse) ProtoMessage() {}
+
+func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadGitObjectsResponse.ProtoReflect.Descriptor instead.
+func (*UploadGitObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UploadGitObjectsResponse) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type FindMissingGitObjectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 10,000 ids, 40 lowercase hex each.
+	Ids           []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindMissingGitObjectsRequest) Reset() {
+	*x = FindMissingGitObjectsRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindMissingGitObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindMissingGitObjectsRequest) ProtoMessage() {}
+
+func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindMissingGitObjectsRequest.ProtoReflect.Descriptor instead.
+func (*FindMissingGitObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FindMissingGitObjectsRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type FindMissingGitObjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MissingIds    []string               `protobuf:"bytes,1,rep,name=missing_ids,json=missingIds,proto3" json:"missing_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindMissingGitObjectsResponse) Reset() {
+	*x = FindMissingGitObjectsResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindMissingGitObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindMissingGitObjectsResponse) ProtoMessage() {}
+
+func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindMissingGitObjectsResponse.ProtoReflect.Descriptor instead.
+func (*FindMissingGitObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FindMissingGitObjectsResponse) GetMissingIds() []string {
+	if x != nil {
+		return x.MissingIds
+	}
+	return nil
+}
+
 type CreateRepositoryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -387,7 +631,7 @@ type CreateRepositoryResponse struct {
 
 func (x *CreateRepositoryResponse) Reset() {
 	*x = CreateRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +643,7 @@ func (x *CreateRepositoryResponse) String() string {
 func (*CreateRepositoryResponse) ProtoMessage() {}
 
 func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +656,7 @@ func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateRepositoryResponse) GetRepository() *Repository {
@@ -431,7 +675,7 @@ type GetRepositoryRequest struct {
 
 func (x *GetRepositoryRequest) Reset() {
 	*x = GetRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +687,7 @@ func (x *GetRepositoryRequest) String() string {
 func (*GetRepositoryRequest) ProtoMessage() {}
 
 func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +700,7 @@ func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRepositoryRequest) GetName() string {
@@ -475,7 +719,7 @@ type GetRepositoryResponse struct {
 
 func (x *GetRepositoryResponse) Reset() {
 	*x = GetRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +731,7 @@ func (x *GetRepositoryResponse) String() string {
 func (*GetRepositoryResponse) ProtoMessage() {}
 
 func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +744,7 @@ func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRepositoryResponse) GetRepository() *Repository {
@@ -520,7 +764,7 @@ type ListRepositoriesRequest struct {
 
 func (x *ListRepositoriesRequest) Reset() {
 	*x = ListRepositoriesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +776,7 @@ func (x *ListRepositoriesRequest) String() string {
 func (*ListRepositoriesRequest) ProtoMessage() {}
 
 func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +789,7 @@ func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRepositoriesRequest) GetPageSize() int32 {
@@ -572,7 +816,7 @@ type ListRepositoriesResponse struct {
 
 func (x *ListRepositoriesResponse) Reset() {
 	*x = ListRepositoriesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +828,7 @@ func (x *ListRepositoriesResponse) String() string {
 func (*ListRepositoriesResponse) ProtoMessage() {}
 
 func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +841,7 @@ func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRepositoriesResponse) GetRepositories() []*Repository {
@@ -623,7 +867,7 @@ type UploadBlobsRequest struct {
 
 func (x *UploadBlobsRequest) Reset() {
 	*x = UploadBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +879,7 @@ func (x *UploadBlobsRequest) String() string {
 func (*UploadBlobsRequest) ProtoMessage() {}
 
 func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +892,7 @@ func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UploadBlobsRequest) GetBlobs() [][]byte {
@@ -668,7 +912,7 @@ type UploadBlobsResponse struct {
 
 func (x *UploadBlobsResponse) Reset() {
 	*x = UploadBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +924,7 @@ func (x *UploadBlobsResponse) String() string {
 func (*UploadBlobsResponse) ProtoMessage() {}
 
 func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +937,7 @@ func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadBlobsResponse) GetDigests() []string {
@@ -712,7 +956,7 @@ type FindMissingBlobsRequest struct {
 
 func (x *FindMissingBlobsRequest) Reset() {
 	*x = FindMissingBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +968,7 @@ func (x *FindMissingBlobsRequest) String() string {
 func (*FindMissingBlobsRequest) ProtoMessage() {}
 
 func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +981,7 @@ func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FindMissingBlobsRequest) GetDigests() []string {
@@ -756,7 +1000,7 @@ type FindMissingBlobsResponse struct {
 
 func (x *FindMissingBlobsResponse) Reset() {
 	*x = FindMissingBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1012,7 @@ func (x *FindMissingBlobsResponse) String() string {
 func (*FindMissingBlobsResponse) ProtoMessage() {}
 
 func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1025,7 @@ func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FindMissingBlobsResponse) GetMissing() []string {
@@ -800,7 +1044,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1056,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1069,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetBlobRequest) GetDigest() string {
@@ -845,7 +1089,7 @@ type GetBlobResponse struct {
 
 func (x *GetBlobResponse) Reset() {
 	*x = GetBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1101,7 @@ func (x *GetBlobResponse) String() string {
 func (*GetBlobResponse) ProtoMessage() {}
 
 func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1114,7 @@ func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetBlobResponse) GetContent() []byte {
@@ -887,6 +1131,146 @@ func (x *GetBlobResponse) GetDigest() string {
 	return ""
 }
 
+type GetBlobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digests       []string               `protobuf:"bytes,1,rep,name=digests,proto3" json:"digests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobsRequest) Reset() {
+	*x = GetBlobsRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobsRequest) ProtoMessage() {}
+
+func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
+func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetBlobsRequest) GetDigests() []string {
+	if x != nil {
+		return x.Digests
+	}
+	return nil
+}
+
+type GetBlobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blobs         []*BlobContent         `protobuf:"bytes,1,rep,name=blobs,proto3" json:"blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobsResponse) Reset() {
+	*x = GetBlobsResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobsResponse) ProtoMessage() {}
+
+func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
+func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetBlobsResponse) GetBlobs() []*BlobContent {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
+type BlobContent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Content       []byte                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobContent) Reset() {
+	*x = BlobContent{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobContent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobContent) ProtoMessage() {}
+
+func (x *BlobContent) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobContent.ProtoReflect.Descriptor instead.
+func (*BlobContent) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BlobContent) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *BlobContent) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 type GetTreeRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -898,7 +1282,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1294,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1307,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -960,7 +1344,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1356,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1369,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -1055,7 +1439,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1451,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1464,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -1120,7 +1504,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1516,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1529,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Edit) GetPath() string {
@@ -1230,7 +1614,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1626,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1639,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -1309,7 +1693,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1705,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1718,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -1372,7 +1756,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1768,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1781,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Change) GetId() string {
@@ -1523,7 +1907,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1919,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1932,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -1574,7 +1958,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1970,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1983,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -1620,7 +2004,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +2016,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +2029,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -1679,7 +2063,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +2075,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +2088,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -1730,7 +2114,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +2126,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +2139,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -1774,7 +2158,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2170,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2183,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -1842,12 +2226,26 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x15SetValidationResponse\x123\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
-	"repository\"b\n" +
+	"repository\"\x81\x01\n" +
 	"\x17CreateRepositoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\n" +
 	"validation\x18\x02 \x01(\v2\x13.agwp.v1.ValidationR\n" +
-	"validation\"O\n" +
+	"validation\x12\x1d\n" +
+	"\n" +
+	"git_commit\x18\x03 \x01(\tR\tgitCommit\"3\n" +
+	"\tGitObject\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"G\n" +
+	"\x17UploadGitObjectsRequest\x12,\n" +
+	"\aobjects\x18\x01 \x03(\v2\x12.agwp.v1.GitObjectR\aobjects\",\n" +
+	"\x18UploadGitObjectsResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"0\n" +
+	"\x1cFindMissingGitObjectsRequest\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"@\n" +
+	"\x1dFindMissingGitObjectsResponse\x12\x1f\n" +
+	"\vmissing_ids\x18\x01 \x03(\tR\n" +
+	"missingIds\"O\n" +
 	"\x18CreateRepositoryResponse\x123\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
@@ -1877,7 +2275,14 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\"C\n" +
 	"\x0fGetBlobResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"L\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"+\n" +
+	"\x0fGetBlobsRequest\x12\x18\n" +
+	"\adigests\x18\x01 \x03(\tR\adigests\">\n" +
+	"\x10GetBlobsResponse\x12*\n" +
+	"\x05blobs\x18\x01 \x03(\v2\x14.agwp.v1.BlobContentR\x05blobs\"?\n" +
+	"\vBlobContent\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"L\n" +
 	"\x0eGetTreeRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -1963,15 +2368,18 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x17CHANGE_STATE_VALIDATING\x10\x02\x12\x1b\n" +
 	"\x17CHANGE_STATE_INTEGRATED\x10\x03\x12\x19\n" +
 	"\x15CHANGE_STATE_REJECTED\x10\x04\x12\x1a\n" +
-	"\x16CHANGE_STATE_CANCELLED\x10\x052\x92\f\n" +
+	"\x16CHANGE_STATE_CANCELLED\x10\x052\xbd\x0f\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
 	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12\x83\x01\n" +
 	"\rGetRepository\x12\x1d.agwp.v1.GetRepositoryRequest\x1a\x1e.agwp.v1.GetRepositoryResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/GetRepository\x12\x8f\x01\n" +
 	"\x10ListRepositories\x12 .agwp.v1.ListRepositoriesRequest\x1a!.agwp.v1.ListRepositoriesResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/ListRepositories\x12{\n" +
 	"\vUploadBlobs\x12\x1b.agwp.v1.UploadBlobsRequest\x1a\x1c.agwp.v1.UploadBlobsResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/UploadBlobs\x12\x8f\x01\n" +
-	"\x10FindMissingBlobs\x12 .agwp.v1.FindMissingBlobsRequest\x1a!.agwp.v1.FindMissingBlobsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/FindMissingBlobs\x12k\n" +
-	"\aGetBlob\x12\x17.agwp.v1.GetBlobRequest\x1a\x18.agwp.v1.GetBlobResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetBlob\x12k\n" +
+	"\x10FindMissingBlobs\x12 .agwp.v1.FindMissingBlobsRequest\x1a!.agwp.v1.FindMissingBlobsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/FindMissingBlobs\x12\x8f\x01\n" +
+	"\x10UploadGitObjects\x12 .agwp.v1.UploadGitObjectsRequest\x1a!.agwp.v1.UploadGitObjectsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/UploadGitObjects\x12\xa3\x01\n" +
+	"\x15FindMissingGitObjects\x12%.agwp.v1.FindMissingGitObjectsRequest\x1a&.agwp.v1.FindMissingGitObjectsResponse\";\x82\xd3\xe4\x93\x025:\x01*\"0/agwp.v1.RepositoryService/FindMissingGitObjects\x12k\n" +
+	"\aGetBlob\x12\x17.agwp.v1.GetBlobRequest\x1a\x18.agwp.v1.GetBlobResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetBlob\x12q\n" +
+	"\bGetBlobs\x12\x18.agwp.v1.GetBlobsRequest\x1a\x19.agwp.v1.GetBlobsResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/GetBlobs0\x01\x12k\n" +
 	"\aGetTree\x12\x17.agwp.v1.GetTreeRequest\x1a\x18.agwp.v1.GetTreeResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetTree\x12s\n" +
 	"\tIntegrate\x12\x19.agwp.v1.IntegrateRequest\x1a\x1a.agwp.v1.IntegrateResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/Integrate\x12s\n" +
 	"\tGetChange\x12\x19.agwp.v1.GetChangeRequest\x1a\x1a.agwp.v1.GetChangeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/GetChange\x12{\n" +
@@ -1991,92 +2399,108 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agwp_v1_repository_proto_goTypes = []any{
-	(ChangeState)(0),                 // 0: agwp.v1.ChangeState
-	(*Repository)(nil),               // 1: agwp.v1.Repository
-	(*Validation)(nil),               // 2: agwp.v1.Validation
-	(*SetValidationRequest)(nil),     // 3: agwp.v1.SetValidationRequest
-	(*SetValidationResponse)(nil),    // 4: agwp.v1.SetValidationResponse
-	(*CreateRepositoryRequest)(nil),  // 5: agwp.v1.CreateRepositoryRequest
-	(*CreateRepositoryResponse)(nil), // 6: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),     // 7: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),    // 8: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),  // 9: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil), // 10: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),       // 11: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),      // 12: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),  // 13: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil), // 14: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),           // 15: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),          // 16: agwp.v1.GetBlobResponse
-	(*GetTreeRequest)(nil),           // 17: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),          // 18: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                // 19: agwp.v1.TreeEntry
-	(*Edit)(nil),                     // 20: agwp.v1.Edit
-	(*IntegrateRequest)(nil),         // 21: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),        // 22: agwp.v1.IntegrateResponse
-	(*Change)(nil),                   // 23: agwp.v1.Change
-	(*GetChangeRequest)(nil),         // 24: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),        // 25: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),       // 26: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),      // 27: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),       // 28: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),      // 29: agwp.v1.WatchChangeResponse
-	nil,                              // 30: agwp.v1.Validation.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
+	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
+	(*Repository)(nil),                    // 1: agwp.v1.Repository
+	(*Validation)(nil),                    // 2: agwp.v1.Validation
+	(*SetValidationRequest)(nil),          // 3: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),         // 4: agwp.v1.SetValidationResponse
+	(*CreateRepositoryRequest)(nil),       // 5: agwp.v1.CreateRepositoryRequest
+	(*GitObject)(nil),                     // 6: agwp.v1.GitObject
+	(*UploadGitObjectsRequest)(nil),       // 7: agwp.v1.UploadGitObjectsRequest
+	(*UploadGitObjectsResponse)(nil),      // 8: agwp.v1.UploadGitObjectsResponse
+	(*FindMissingGitObjectsRequest)(nil),  // 9: agwp.v1.FindMissingGitObjectsRequest
+	(*FindMissingGitObjectsResponse)(nil), // 10: agwp.v1.FindMissingGitObjectsResponse
+	(*CreateRepositoryResponse)(nil),      // 11: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),          // 12: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),         // 13: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),       // 14: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),      // 15: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),            // 16: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),           // 17: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),       // 18: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil),      // 19: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),                // 20: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),               // 21: agwp.v1.GetBlobResponse
+	(*GetBlobsRequest)(nil),               // 22: agwp.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),              // 23: agwp.v1.GetBlobsResponse
+	(*BlobContent)(nil),                   // 24: agwp.v1.BlobContent
+	(*GetTreeRequest)(nil),                // 25: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 26: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 27: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 28: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 29: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 30: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 31: agwp.v1.Change
+	(*GetChangeRequest)(nil),              // 32: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 33: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 34: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 35: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 36: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 37: agwp.v1.WatchChangeResponse
+	nil,                                   // 38: agwp.v1.Validation.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 40: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	2,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	31, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	32, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	30, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	39, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	40, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	38, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
 	2,  // 4: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
 	1,  // 5: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
 	2,  // 6: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	1,  // 7: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 8: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 9: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	19, // 10: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	20, // 11: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	23, // 12: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
-	0,  // 13: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	31, // 14: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	31, // 15: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 16: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	23, // 17: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	23, // 18: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	23, // 19: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	5,  // 20: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	3,  // 21: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	7,  // 22: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	9,  // 23: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	11, // 24: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	13, // 25: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	15, // 26: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	17, // 27: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	21, // 28: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	24, // 29: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	26, // 30: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	28, // 31: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	6,  // 32: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	4,  // 33: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	8,  // 34: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	10, // 35: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	12, // 36: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	14, // 37: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	16, // 38: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	18, // 39: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	22, // 40: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	25, // 41: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	27, // 42: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	29, // 43: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 7: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
+	1,  // 8: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	1,  // 9: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	1,  // 10: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	24, // 11: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
+	27, // 12: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	28, // 13: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	31, // 14: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	0,  // 15: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
+	39, // 16: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	39, // 17: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 18: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	31, // 19: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	31, // 20: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	31, // 21: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	5,  // 22: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	3,  // 23: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	12, // 24: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	14, // 25: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	16, // 26: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	18, // 27: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	7,  // 28: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	9,  // 29: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	20, // 30: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	22, // 31: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	25, // 32: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	29, // 33: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	32, // 34: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	34, // 35: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	36, // 36: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	11, // 37: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	4,  // 38: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	13, // 39: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	15, // 40: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	17, // 41: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	19, // 42: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	8,  // 43: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	10, // 44: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	21, // 45: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	23, // 46: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	26, // 47: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	30, // 48: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	33, // 49: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	35, // 50: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	37, // 51: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -2084,7 +2508,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[19].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[27].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -2095,7 +2519,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

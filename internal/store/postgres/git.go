@@ -28,6 +28,40 @@ type gitBackend struct {
 	blobIDs map[string]plumbing.Hash
 }
 
+// PutGitObjects stores trees and commits.
+func (db *DB) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
+	return gitBackend{qr: db.pool}.PutGitObjects(ctx, objects)
+}
+
+// MissingGitObjects answers the ids the store holds neither as objects nor as blobs.
+func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := db.pool.Query(ctx, `SELECT u.i FROM unnest($1::bytea[]) WITH ORDINALITY AS u(i, n)
+		WHERE NOT EXISTS (SELECT 1 FROM git_objects g WHERE g.id = u.i)
+		  AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.git_id = u.i)
+		ORDER BY u.n`, raw)
+	if err != nil {
+		return nil, mapErr("missing git objects", err)
+	}
+	var missing []plumbing.Hash
+	var id []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		var h plumbing.Hash
+		copy(h[:], id)
+		missing = append(missing, h)
+		return nil
+	}); err != nil {
+		return nil, mapErr("missing git objects", err)
+	}
+	return missing, nil
+}
+
 // ReadGitObject answers a git object of any repository.
 func (db *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	return gitBackend{qr: db.pool}.ReadGitObject(ctx, id)

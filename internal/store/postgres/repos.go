@@ -7,11 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/gitstore"
-	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -44,11 +42,12 @@ func bytesOrNull(b []byte) []byte {
 
 // The first revision's git objects ($11-$13), the revision, the repository and its
 // repository.created event ($8 and $9 the actor, $10 the details) in one statement: a taken
-// name inserts none of them. The first revision's tree is empty: its digest is $2, its commit $3.
+// name inserts none of them. The first revision's tree is $14, its digest $2 (” when not
+// known yet) and its commit $3.
 var createRepositorySQL = q(`WITH g AS (` + putGitObjectsArgs(11) + `),
 rv AS (
 	INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
-	VALUES ($4, $5, $6, $2, '` + gitstore.EmptyTree.String() + `', $3, {now})),
+	VALUES ($4, $5, $6, $2, $14, $3, {now})),
 r AS (
 	INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
 	RETURNING name, mainline, validation, created_at),
@@ -65,16 +64,10 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 		det = details(map[string]any{"validation": jsonValue(p.Validation)})
 	}
 	revID := store.NewID("rev")
-	now := db.commitTime()
-	objs := store.NewGitObjects(ctx, nil)
-	tree, err := gitstore.WriteTree(objs, nil)
-	if err != nil {
-		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
-	}
-	commit, err := store.WriteMainlineCommit(objs, tree, plumbing.ZeroHash, store.CommitInfo{
-		Repository: p.Name, RevisionID: revID, Author: p.CreatedBy, AuthoredAt: now, CommittedAt: now,
-		EmailDomain: db.emailDomain,
-	})
+	// The objects of a new root commit are stored by the statement; an imported commit is read
+	// from the store.
+	objs := store.NewGitObjects(ctx, gitBackend{qr: db.pool})
+	tree, commit, digest, err := store.FirstRevision(objs, p, revID, db.commitTime(), db.emailDomain)
 	if err != nil {
 		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
 	}
@@ -82,9 +75,15 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 	if err != nil {
 		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
 	}
-	err = db.pool.QueryRow(ctx, createRepositorySQL, db.now(), repo.Tree{}.Digest(), commit.String(),
+	if !p.GitCommit.IsZero() {
+		det = details(map[string]any{"git_commit": p.GitCommit.String()})
+		if len(p.Validation) > 0 {
+			det = details(map[string]any{"git_commit": p.GitCommit.String(), "validation": jsonValue(p.Validation)})
+		}
+	}
+	err = db.pool.QueryRow(ctx, createRepositorySQL, db.now(), digest, commit.String(),
 		revID, p.Name, p.CreatedBy, bytesOrNull(p.Validation), actor.Principal, actor.Holder, textOrNil(det),
-		ids, types, data).
+		ids, types, data, tree.String()).
 		Scan(repositoryDest(&r)...)
 	if err != nil {
 		return store.Repository{}, mapErr("repository "+p.Name, err)
@@ -191,6 +190,30 @@ func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		b.Content = []byte{}
 	}
 	return b, nil
+}
+
+// GetBlobs answers the blobs the store holds among digests.
+func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, error) {
+	if len(digests) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT digest, content FROM blobs WHERE digest = ANY($1::text[])`, digests)
+	if err != nil {
+		return nil, mapErr("get blobs", err)
+	}
+	var out []store.Blob
+	var b store.Blob
+	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content}, func() error {
+		if b.Content == nil {
+			b.Content = []byte{}
+		}
+		out = append(out, b)
+		b = store.Blob{}
+		return nil
+	}); err != nil {
+		return nil, mapErr("get blobs", err)
+	}
+	return out, nil
 }
 
 // MissingBlobs answers the digests among digests that are not stored, in the order given.

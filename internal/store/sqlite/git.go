@@ -128,6 +128,55 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 	return out, nil
 }
 
+// PutGitObjects stores trees and commits.
+func (d *DB) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
+	if len(objects) == 0 {
+		return nil
+	}
+	return d.write(ctx, "put git objects", func(ctx context.Context, tx *sql.Tx) error {
+		return gitBackend{tx}.PutGitObjects(ctx, objects)
+	})
+}
+
+// MissingGitObjects answers the ids the store holds neither as objects nor as blobs.
+func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error) {
+	held := make(map[plumbing.Hash]bool, len(ids))
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		in := placeholders(1, len(chunk))
+		rows, err := d.r.QueryContext(ctx, `SELECT id FROM git_objects WHERE id IN (`+in+`)
+			UNION ALL SELECT git_id FROM blobs WHERE git_id IN (`+in+`)`, args...)
+		if err != nil {
+			return nil, interpret("missing git objects", err)
+		}
+		for rows.Next() {
+			var raw []byte
+			if err := rows.Scan(&raw); err != nil {
+				rows.Close()
+				return nil, interpret("missing git objects", err)
+			}
+			var h plumbing.Hash
+			copy(h[:], raw)
+			held[h] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("missing git objects", err)
+		}
+	}
+	var missing []plumbing.Hash
+	for _, id := range ids {
+		if !held[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
+}
+
 // ReadGitObject answers a git object of any repository.
 func (d *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	return readGitObject(ctx, d.r, id)

@@ -45,14 +45,7 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 			return interpret(fmt.Sprintf("create repository %q", p.Name), err)
 		}
 		objs := store.NewGitObjects(ctx, gitBackend{tx})
-		tree, err := gitstore.WriteTree(objs, nil)
-		if err != nil {
-			return fmt.Errorf("create repository %q: %w", p.Name, err)
-		}
-		commit, err := store.WriteMainlineCommit(objs, tree, plumbing.ZeroHash, store.CommitInfo{
-			Repository: p.Name, RevisionID: revID, Author: p.CreatedBy,
-			AuthoredAt: fromMicros(now), CommittedAt: fromMicros(now), EmailDomain: d.emailDomain,
-		})
+		tree, commit, digest, err := store.FirstRevision(objs, p, revID, fromMicros(now), d.emailDomain)
 		if err != nil {
 			return fmt.Errorf("create repository %q: %w", p.Name, err)
 		}
@@ -60,11 +53,14 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 			return fmt.Errorf("create repository %q: %w", p.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, repo.Tree{}.Digest(), tree.String(), commit.String(), now); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, digest, tree.String(), commit.String(), now); err != nil {
 			return interpret(fmt.Sprintf("create repository %q: first revision", p.Name), err)
 		}
 		r.MainlineCommit = commit.String()
 		var det details
+		if !p.GitCommit.IsZero() {
+			det.str("git_commit", p.GitCommit.String())
+		}
 		if r.Validation != nil {
 			det.raw("validation", r.Validation)
 		}
@@ -151,6 +147,38 @@ func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		b.Content = []byte{}
 	}
 	return b, nil
+}
+
+// GetBlobs answers the blobs the store holds among digests.
+func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, error) {
+	var out []store.Blob
+	for chunk := range slices.Chunk(digests, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, dg := range chunk {
+			args[i] = dg
+		}
+		rows, err := d.r.QueryContext(ctx, `SELECT digest, content FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpret("get blobs", err)
+		}
+		for rows.Next() {
+			var b store.Blob
+			if err := rows.Scan(&b.Digest, &b.Content); err != nil {
+				rows.Close()
+				return nil, interpret("get blobs", err)
+			}
+			if b.Content == nil {
+				b.Content = []byte{}
+			}
+			out = append(out, b)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("get blobs", err)
+		}
+	}
+	return out, nil
 }
 
 // missingChunk bounds the digests of one lookup, well under SQLite's parameter limit.

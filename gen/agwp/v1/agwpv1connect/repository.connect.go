@@ -51,9 +51,18 @@ const (
 	// RepositoryServiceFindMissingBlobsProcedure is the fully-qualified name of the RepositoryService's
 	// FindMissingBlobs RPC.
 	RepositoryServiceFindMissingBlobsProcedure = "/agwp.v1.RepositoryService/FindMissingBlobs"
+	// RepositoryServiceUploadGitObjectsProcedure is the fully-qualified name of the RepositoryService's
+	// UploadGitObjects RPC.
+	RepositoryServiceUploadGitObjectsProcedure = "/agwp.v1.RepositoryService/UploadGitObjects"
+	// RepositoryServiceFindMissingGitObjectsProcedure is the fully-qualified name of the
+	// RepositoryService's FindMissingGitObjects RPC.
+	RepositoryServiceFindMissingGitObjectsProcedure = "/agwp.v1.RepositoryService/FindMissingGitObjects"
 	// RepositoryServiceGetBlobProcedure is the fully-qualified name of the RepositoryService's GetBlob
 	// RPC.
 	RepositoryServiceGetBlobProcedure = "/agwp.v1.RepositoryService/GetBlob"
+	// RepositoryServiceGetBlobsProcedure is the fully-qualified name of the RepositoryService's
+	// GetBlobs RPC.
+	RepositoryServiceGetBlobsProcedure = "/agwp.v1.RepositoryService/GetBlobs"
 	// RepositoryServiceGetTreeProcedure is the fully-qualified name of the RepositoryService's GetTree
 	// RPC.
 	RepositoryServiceGetTreeProcedure = "/agwp.v1.RepositoryService/GetTree"
@@ -73,7 +82,8 @@ const (
 
 // RepositoryServiceClient is a client for the agwp.v1.RepositoryService service.
 type RepositoryServiceClient interface {
-	// CreateRepository creates a repository whose mainline is an empty revision. Role: admin.
+	// CreateRepository creates a repository whose mainline is an empty revision, or, with
+	// git_commit, the revision of that commit, which continues its history. Role: admin.
 	CreateRepository(context.Context, *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error)
 	// SetValidation replaces a repository's validation policy; an absent validation removes it.
 	// Changes already queued are validated under the policy in force when their turn comes.
@@ -88,8 +98,22 @@ type RepositoryServiceClient interface {
 	// FindMissingBlobs answers which of the digests the server does not hold, so a client uploads
 	// only those. Roles: agent, admin.
 	FindMissingBlobs(context.Context, *v1.FindMissingBlobsRequest) (*v1.FindMissingBlobsResponse, error)
+	// UploadGitObjects stores git trees and commits (blobs go through UploadBlobs), each under
+	// the id git computes from it, so that a repository can start from a git history
+	// (CreateRepository's git_commit). Role: admin.
+	UploadGitObjects(context.Context, *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error)
+	// FindMissingGitObjects answers which of the git object ids (commits, trees or blobs) the
+	// server does not hold, so that an import uploads only those, and resumes where it stopped.
+	// Role: admin.
+	FindMissingGitObjects(context.Context, *v1.FindMissingGitObjectsRequest) (*v1.FindMissingGitObjectsResponse, error)
 	// GetBlob answers a blob's content. Roles: admin, agent, reader.
 	GetBlob(context.Context, *v1.GetBlobRequest) (*v1.GetBlobResponse, error)
+	// GetBlobs streams the contents of many blobs, in the order asked, so that a checkout of
+	// many files takes a few calls: each message carries whole blobs, up to about 1 MiB of them
+	// (a larger blob comes alone). A digest the server does not hold ends the stream with
+	// not_found naming it. At most 10,000 digests. Roles: admin, agent, reader, worker (the
+	// blobs of the candidate of a validate job it holds).
+	GetBlobs(context.Context, *v1.GetBlobsRequest) (*connect.ServerStreamForClient[v1.GetBlobsResponse], error)
 	// GetTree answers a revision's files, the mainline's by default. Any role.
 	GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error)
 	// Integrate applies edits made on base_revision to the mainline, if every edited path is
@@ -150,10 +174,28 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(repositoryServiceMethods.ByName("FindMissingBlobs")),
 			connect.WithClientOptions(opts...),
 		),
+		uploadGitObjects: connect.NewClient[v1.UploadGitObjectsRequest, v1.UploadGitObjectsResponse](
+			httpClient,
+			baseURL+RepositoryServiceUploadGitObjectsProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("UploadGitObjects")),
+			connect.WithClientOptions(opts...),
+		),
+		findMissingGitObjects: connect.NewClient[v1.FindMissingGitObjectsRequest, v1.FindMissingGitObjectsResponse](
+			httpClient,
+			baseURL+RepositoryServiceFindMissingGitObjectsProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("FindMissingGitObjects")),
+			connect.WithClientOptions(opts...),
+		),
 		getBlob: connect.NewClient[v1.GetBlobRequest, v1.GetBlobResponse](
 			httpClient,
 			baseURL+RepositoryServiceGetBlobProcedure,
 			connect.WithSchema(repositoryServiceMethods.ByName("GetBlob")),
+			connect.WithClientOptions(opts...),
+		),
+		getBlobs: connect.NewClient[v1.GetBlobsRequest, v1.GetBlobsResponse](
+			httpClient,
+			baseURL+RepositoryServiceGetBlobsProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("GetBlobs")),
 			connect.WithClientOptions(opts...),
 		),
 		getTree: connect.NewClient[v1.GetTreeRequest, v1.GetTreeResponse](
@@ -191,18 +233,21 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 
 // repositoryServiceClient implements RepositoryServiceClient.
 type repositoryServiceClient struct {
-	createRepository *connect.Client[v1.CreateRepositoryRequest, v1.CreateRepositoryResponse]
-	setValidation    *connect.Client[v1.SetValidationRequest, v1.SetValidationResponse]
-	getRepository    *connect.Client[v1.GetRepositoryRequest, v1.GetRepositoryResponse]
-	listRepositories *connect.Client[v1.ListRepositoriesRequest, v1.ListRepositoriesResponse]
-	uploadBlobs      *connect.Client[v1.UploadBlobsRequest, v1.UploadBlobsResponse]
-	findMissingBlobs *connect.Client[v1.FindMissingBlobsRequest, v1.FindMissingBlobsResponse]
-	getBlob          *connect.Client[v1.GetBlobRequest, v1.GetBlobResponse]
-	getTree          *connect.Client[v1.GetTreeRequest, v1.GetTreeResponse]
-	integrate        *connect.Client[v1.IntegrateRequest, v1.IntegrateResponse]
-	getChange        *connect.Client[v1.GetChangeRequest, v1.GetChangeResponse]
-	listChanges      *connect.Client[v1.ListChangesRequest, v1.ListChangesResponse]
-	watchChange      *connect.Client[v1.WatchChangeRequest, v1.WatchChangeResponse]
+	createRepository      *connect.Client[v1.CreateRepositoryRequest, v1.CreateRepositoryResponse]
+	setValidation         *connect.Client[v1.SetValidationRequest, v1.SetValidationResponse]
+	getRepository         *connect.Client[v1.GetRepositoryRequest, v1.GetRepositoryResponse]
+	listRepositories      *connect.Client[v1.ListRepositoriesRequest, v1.ListRepositoriesResponse]
+	uploadBlobs           *connect.Client[v1.UploadBlobsRequest, v1.UploadBlobsResponse]
+	findMissingBlobs      *connect.Client[v1.FindMissingBlobsRequest, v1.FindMissingBlobsResponse]
+	uploadGitObjects      *connect.Client[v1.UploadGitObjectsRequest, v1.UploadGitObjectsResponse]
+	findMissingGitObjects *connect.Client[v1.FindMissingGitObjectsRequest, v1.FindMissingGitObjectsResponse]
+	getBlob               *connect.Client[v1.GetBlobRequest, v1.GetBlobResponse]
+	getBlobs              *connect.Client[v1.GetBlobsRequest, v1.GetBlobsResponse]
+	getTree               *connect.Client[v1.GetTreeRequest, v1.GetTreeResponse]
+	integrate             *connect.Client[v1.IntegrateRequest, v1.IntegrateResponse]
+	getChange             *connect.Client[v1.GetChangeRequest, v1.GetChangeResponse]
+	listChanges           *connect.Client[v1.ListChangesRequest, v1.ListChangesResponse]
+	watchChange           *connect.Client[v1.WatchChangeRequest, v1.WatchChangeResponse]
 }
 
 // CreateRepository calls agwp.v1.RepositoryService.CreateRepository.
@@ -259,6 +304,24 @@ func (c *repositoryServiceClient) FindMissingBlobs(ctx context.Context, req *v1.
 	return nil, err
 }
 
+// UploadGitObjects calls agwp.v1.RepositoryService.UploadGitObjects.
+func (c *repositoryServiceClient) UploadGitObjects(ctx context.Context, req *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error) {
+	response, err := c.uploadGitObjects.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// FindMissingGitObjects calls agwp.v1.RepositoryService.FindMissingGitObjects.
+func (c *repositoryServiceClient) FindMissingGitObjects(ctx context.Context, req *v1.FindMissingGitObjectsRequest) (*v1.FindMissingGitObjectsResponse, error) {
+	response, err := c.findMissingGitObjects.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // GetBlob calls agwp.v1.RepositoryService.GetBlob.
 func (c *repositoryServiceClient) GetBlob(ctx context.Context, req *v1.GetBlobRequest) (*v1.GetBlobResponse, error) {
 	response, err := c.getBlob.CallUnary(ctx, connect.NewRequest(req))
@@ -266,6 +329,11 @@ func (c *repositoryServiceClient) GetBlob(ctx context.Context, req *v1.GetBlobRe
 		return response.Msg, err
 	}
 	return nil, err
+}
+
+// GetBlobs calls agwp.v1.RepositoryService.GetBlobs.
+func (c *repositoryServiceClient) GetBlobs(ctx context.Context, req *v1.GetBlobsRequest) (*connect.ServerStreamForClient[v1.GetBlobsResponse], error) {
+	return c.getBlobs.CallServerStream(ctx, connect.NewRequest(req))
 }
 
 // GetTree calls agwp.v1.RepositoryService.GetTree.
@@ -311,7 +379,8 @@ func (c *repositoryServiceClient) WatchChange(ctx context.Context, req *v1.Watch
 
 // RepositoryServiceHandler is an implementation of the agwp.v1.RepositoryService service.
 type RepositoryServiceHandler interface {
-	// CreateRepository creates a repository whose mainline is an empty revision. Role: admin.
+	// CreateRepository creates a repository whose mainline is an empty revision, or, with
+	// git_commit, the revision of that commit, which continues its history. Role: admin.
 	CreateRepository(context.Context, *v1.CreateRepositoryRequest) (*v1.CreateRepositoryResponse, error)
 	// SetValidation replaces a repository's validation policy; an absent validation removes it.
 	// Changes already queued are validated under the policy in force when their turn comes.
@@ -326,8 +395,22 @@ type RepositoryServiceHandler interface {
 	// FindMissingBlobs answers which of the digests the server does not hold, so a client uploads
 	// only those. Roles: agent, admin.
 	FindMissingBlobs(context.Context, *v1.FindMissingBlobsRequest) (*v1.FindMissingBlobsResponse, error)
+	// UploadGitObjects stores git trees and commits (blobs go through UploadBlobs), each under
+	// the id git computes from it, so that a repository can start from a git history
+	// (CreateRepository's git_commit). Role: admin.
+	UploadGitObjects(context.Context, *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error)
+	// FindMissingGitObjects answers which of the git object ids (commits, trees or blobs) the
+	// server does not hold, so that an import uploads only those, and resumes where it stopped.
+	// Role: admin.
+	FindMissingGitObjects(context.Context, *v1.FindMissingGitObjectsRequest) (*v1.FindMissingGitObjectsResponse, error)
 	// GetBlob answers a blob's content. Roles: admin, agent, reader.
 	GetBlob(context.Context, *v1.GetBlobRequest) (*v1.GetBlobResponse, error)
+	// GetBlobs streams the contents of many blobs, in the order asked, so that a checkout of
+	// many files takes a few calls: each message carries whole blobs, up to about 1 MiB of them
+	// (a larger blob comes alone). A digest the server does not hold ends the stream with
+	// not_found naming it. At most 10,000 digests. Roles: admin, agent, reader, worker (the
+	// blobs of the candidate of a validate job it holds).
+	GetBlobs(context.Context, *v1.GetBlobsRequest, *connect.ServerStream[v1.GetBlobsResponse]) error
 	// GetTree answers a revision's files, the mainline's by default. Any role.
 	GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error)
 	// Integrate applies edits made on base_revision to the mainline, if every edited path is
@@ -384,10 +467,28 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		connect.WithSchema(repositoryServiceMethods.ByName("FindMissingBlobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	repositoryServiceUploadGitObjectsHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceUploadGitObjectsProcedure,
+		svc.UploadGitObjects,
+		connect.WithSchema(repositoryServiceMethods.ByName("UploadGitObjects")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceFindMissingGitObjectsHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceFindMissingGitObjectsProcedure,
+		svc.FindMissingGitObjects,
+		connect.WithSchema(repositoryServiceMethods.ByName("FindMissingGitObjects")),
+		connect.WithHandlerOptions(opts...),
+	)
 	repositoryServiceGetBlobHandler := connect.NewUnaryHandlerSimple(
 		RepositoryServiceGetBlobProcedure,
 		svc.GetBlob,
 		connect.WithSchema(repositoryServiceMethods.ByName("GetBlob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceGetBlobsHandler := connect.NewServerStreamHandlerSimple(
+		RepositoryServiceGetBlobsProcedure,
+		svc.GetBlobs,
+		connect.WithSchema(repositoryServiceMethods.ByName("GetBlobs")),
 		connect.WithHandlerOptions(opts...),
 	)
 	repositoryServiceGetTreeHandler := connect.NewUnaryHandlerSimple(
@@ -434,8 +535,14 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 			repositoryServiceUploadBlobsHandler.ServeHTTP(w, r)
 		case RepositoryServiceFindMissingBlobsProcedure:
 			repositoryServiceFindMissingBlobsHandler.ServeHTTP(w, r)
+		case RepositoryServiceUploadGitObjectsProcedure:
+			repositoryServiceUploadGitObjectsHandler.ServeHTTP(w, r)
+		case RepositoryServiceFindMissingGitObjectsProcedure:
+			repositoryServiceFindMissingGitObjectsHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetBlobProcedure:
 			repositoryServiceGetBlobHandler.ServeHTTP(w, r)
+		case RepositoryServiceGetBlobsProcedure:
+			repositoryServiceGetBlobsHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetTreeProcedure:
 			repositoryServiceGetTreeHandler.ServeHTTP(w, r)
 		case RepositoryServiceIntegrateProcedure:
@@ -479,8 +586,20 @@ func (UnimplementedRepositoryServiceHandler) FindMissingBlobs(context.Context, *
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.FindMissingBlobs is not implemented"))
 }
 
+func (UnimplementedRepositoryServiceHandler) UploadGitObjects(context.Context, *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.UploadGitObjects is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) FindMissingGitObjects(context.Context, *v1.FindMissingGitObjectsRequest) (*v1.FindMissingGitObjectsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.FindMissingGitObjects is not implemented"))
+}
+
 func (UnimplementedRepositoryServiceHandler) GetBlob(context.Context, *v1.GetBlobRequest) (*v1.GetBlobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.GetBlob is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) GetBlobs(context.Context, *v1.GetBlobsRequest, *connect.ServerStream[v1.GetBlobsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.GetBlobs is not implemented"))
 }
 
 func (UnimplementedRepositoryServiceHandler) GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error) {

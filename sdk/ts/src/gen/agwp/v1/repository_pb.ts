@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSKgAQoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoUU2V0VmFsaWRhdGlvblJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkAKFVNldFZhbGlkYXRpb25SZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IlAKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbiJDChhDcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSIkChRHZXRSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKFUdldFJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IkAKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIl4KGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIpCgxyZXBvc2l0b3JpZXMYASADKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiMKElVwbG9hZEJsb2JzUmVxdWVzdBINCgVibG9icxgBIAMoDCImChNVcGxvYWRCbG9ic1Jlc3BvbnNlEg8KB2RpZ2VzdHMYASADKAkiKgoXRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSIrChhGaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2USDwoHbWlzc2luZxgBIAMoCSIgCg5HZXRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkiMgoPR2V0QmxvYlJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAwSDgoGZGlnZXN0GAIgASgJIjYKDkdldFRyZWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEAoIcmV2aXNpb24YAiABKAkitgEKD0dldFRyZWVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoCRIjCgdlbnRyaWVzGAIgAygLMhIuYWd3cC52MS5UcmVlRW50cnkSEwoLdHJlZV9kaWdlc3QYAyABKAkSDgoGcGFyZW50GAQgASgJEhEKCWNoYW5nZV9pZBgFIAEoCRIOCgZhdXRob3IYBiABKAkSEAoIZ2l0X3RyZWUYByABKAkSEgoKZ2l0X2NvbW1pdBgIIAEoCSI3CglUcmVlRW50cnkSDAoEcGF0aBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoBCJaCgRFZGl0EgwKBHBhdGgYASABKAkSFQoLYmxvYl9kaWdlc3QYAiABKAlIABIRCgdjb250ZW50GAMgASgMSAASEAoGZGVsZXRlGAQgASgISABCCAoGYWN0aW9uIpQBChBJbnRlZ3JhdGVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSFQoNYmFzZV9yZXZpc2lvbhgCIAEoCRIcCgVlZGl0cxgDIAMoCzINLmFnd3AudjEuRWRpdBIWCg5mZW5jaW5nX3Rva2VucxgEIAMoBBIPCgdtZXNzYWdlGAUgASgJEg4KBmhvbGRlchgGIAEoCSI0ChFJbnRlZ3JhdGVSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSKTAwoGQ2hhbmdlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSIwoFc3RhdGUYAyABKA4yFC5hZ3dwLnYxLkNoYW5nZVN0YXRlEhUKDWJhc2VfcmV2aXNpb24YBCABKAkSGgoSY2FuZGlkYXRlX3JldmlzaW9uGAUgASgJEhsKE2ludGVncmF0ZWRfcmV2aXNpb24YBiABKAkSDgoGYXV0aG9yGAcgASgJEg8KB21lc3NhZ2UYCCABKAkSDQoFcGF0aHMYCSADKAkSDgoGam9iX2lkGAogASgJEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcHJvZ3Jlc3MYDyABKAkSFgoOcXVldWVfcG9zaXRpb24YECABKA0iTgoQR2V0Q2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI0ChFHZXRDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSJPChJMaXN0Q2hhbmdlc1JlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJQChNMaXN0Q2hhbmdlc1Jlc3BvbnNlEiAKB2NoYW5nZXMYASADKAsyDy5hZ3dwLnYxLkNoYW5nZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSV2F0Y2hDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCSI2ChNXYXRjaENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlKrUBCgtDaGFuZ2VTdGF0ZRIcChhDSEFOR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNDSEFOR0VfU1RBVEVfUVVFVUVEEAESGwoXQ0hBTkdFX1NUQVRFX1ZBTElEQVRJTkcQAhIbChdDSEFOR0VfU1RBVEVfSU5URUdSQVRFRBADEhkKFUNIQU5HRV9TVEFURV9SRUpFQ1RFRBAEEhoKFkNIQU5HRV9TVEFURV9DQU5DRUxMRUQQBTKSDAoRUmVwb3NpdG9yeVNlcnZpY2USjwEKEENyZWF0ZVJlcG9zaXRvcnkSIC5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0GiEuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvQ3JlYXRlUmVwb3NpdG9yeRKDAQoNU2V0VmFsaWRhdGlvbhIdLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlcXVlc3QaHi5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TZXRWYWxpZGF0aW9uEoMBCg1HZXRSZXBvc2l0b3J5Eh0uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVxdWVzdBoeLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFJlcG9zaXRvcnkSjwEKEExpc3RSZXBvc2l0b3JpZXMSIC5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0GiEuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdFJlcG9zaXRvcmllcxJ7CgtVcGxvYWRCbG9icxIbLmFnd3AudjEuVXBsb2FkQmxvYnNSZXF1ZXN0GhwuYWd3cC52MS5VcGxvYWRCbG9ic1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEJsb2JzEo8BChBGaW5kTWlzc2luZ0Jsb2JzEiAuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBohLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nQmxvYnMSawoHR2V0QmxvYhIXLmFnd3AudjEuR2V0QmxvYlJlcXVlc3QaGC5hZ3dwLnYxLkdldEJsb2JSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwAUIrWilnaXRodWIuY29tL2FnLWNvb3JkL2FnL2dlbi9hZ3dwL3YxO2Fnd3B2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSKgAQoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoUU2V0VmFsaWRhdGlvblJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkAKFVNldFZhbGlkYXRpb25SZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5ImQKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbhISCgpnaXRfY29tbWl0GAMgASgJIicKCUdpdE9iamVjdBIMCgR0eXBlGAEgASgJEgwKBGRhdGEYAiABKAwiPgoXVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QSIwoHb2JqZWN0cxgBIAMoCzISLmFnd3AudjEuR2l0T2JqZWN0IicKGFVwbG9hZEdpdE9iamVjdHNSZXNwb25zZRILCgNpZHMYASADKAkiKwocRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBILCgNpZHMYASADKAkiNAodRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2USEwoLbWlzc2luZ19pZHMYASADKAkiQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSIiCg9HZXRCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSI3ChBHZXRCbG9ic1Jlc3BvbnNlEiMKBWJsb2JzGAEgAygLMhQuYWd3cC52MS5CbG9iQ29udGVudCIuCgtCbG9iQ29udGVudBIOCgZkaWdlc3QYASABKAkSDwoHY29udGVudBgCIAEoDCI2Cg5HZXRUcmVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhAKCHJldmlzaW9uGAIgASgJIrYBCg9HZXRUcmVlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAkSIwoHZW50cmllcxgCIAMoCzISLmFnd3AudjEuVHJlZUVudHJ5EhMKC3RyZWVfZGlnZXN0GAMgASgJEg4KBnBhcmVudBgEIAEoCRIRCgljaGFuZ2VfaWQYBSABKAkSDgoGYXV0aG9yGAYgASgJEhAKCGdpdF90cmVlGAcgASgJEhIKCmdpdF9jb21taXQYCCABKAkiNwoJVHJlZUVudHJ5EgwKBHBhdGgYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAQiWgoERWRpdBIMCgRwYXRoGAEgASgJEhUKC2Jsb2JfZGlnZXN0GAIgASgJSAASEQoHY29udGVudBgDIAEoDEgAEhAKBmRlbGV0ZRgEIAEoCEgAQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UikwMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNIk4KEEdldENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRR2V0Q2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UiTwoSTGlzdENoYW5nZXNSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUAoTTGlzdENoYW5nZXNSZXNwb25zZRIgCgdjaGFuZ2VzGAEgAygLMg8uYWd3cC52MS5DaGFuZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKEldhdGNoQ2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkiNgoTV2F0Y2hDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSq1AQoLQ2hhbmdlU3RhdGUSHAoYQ0hBTkdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTQ0hBTkdFX1NUQVRFX1FVRVVFRBABEhsKF0NIQU5HRV9TVEFURV9WQUxJREFUSU5HEAISGwoXQ0hBTkdFX1NUQVRFX0lOVEVHUkFURUQQAxIZChVDSEFOR0VfU1RBVEVfUkVKRUNURUQQBBIaChZDSEFOR0VfU1RBVEVfQ0FOQ0VMTEVEEAUyvQ8KEVJlcG9zaXRvcnlTZXJ2aWNlEo8BChBDcmVhdGVSZXBvc2l0b3J5EiAuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVxdWVzdBohLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0NyZWF0ZVJlcG9zaXRvcnkSgwEKDVNldFZhbGlkYXRpb24SHS5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXF1ZXN0Gh4uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvU2V0VmFsaWRhdGlvbhKDAQoNR2V0UmVwb3NpdG9yeRIdLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlcXVlc3QaHi5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRSZXBvc2l0b3J5Eo8BChBMaXN0UmVwb3NpdG9yaWVzEiAuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBohLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RSZXBvc2l0b3JpZXMSewoLVXBsb2FkQmxvYnMSGy5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVxdWVzdBocLmFnd3AudjEuVXBsb2FkQmxvYnNSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRCbG9icxKPAQoQRmluZE1pc3NpbmdCbG9icxIgLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QaIS5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0Jsb2JzEo8BChBVcGxvYWRHaXRPYmplY3RzEiAuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVxdWVzdBohLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEdpdE9iamVjdHMSowEKFUZpbmRNaXNzaW5nR2l0T2JqZWN0cxIlLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBomLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2UiO4LT5JMCNToBKiIwL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdHaXRPYmplY3RzEmsKB0dldEJsb2ISFy5hZ3dwLnYxLkdldEJsb2JSZXF1ZXN0GhguYWd3cC52MS5HZXRCbG9iUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYhJxCghHZXRCbG9icxIYLmFnd3AudjEuR2V0QmxvYnNSZXF1ZXN0GhkuYWd3cC52MS5HZXRCbG9ic1Jlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2JzMAESawoHR2V0VHJlZRIXLmFnd3AudjEuR2V0VHJlZVJlcXVlc3QaGC5hZ3dwLnYxLkdldFRyZWVSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRUcmVlEnMKCUludGVncmF0ZRIZLmFnd3AudjEuSW50ZWdyYXRlUmVxdWVzdBoaLmFnd3AudjEuSW50ZWdyYXRlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvSW50ZWdyYXRlEnMKCUdldENoYW5nZRIZLmFnd3AudjEuR2V0Q2hhbmdlUmVxdWVzdBoaLmFnd3AudjEuR2V0Q2hhbmdlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0Q2hhbmdlEnsKC0xpc3RDaGFuZ2VzEhsuYWd3cC52MS5MaXN0Q2hhbmdlc1JlcXVlc3QaHC5hZ3dwLnYxLkxpc3RDaGFuZ2VzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdENoYW5nZXMSfQoLV2F0Y2hDaGFuZ2USGy5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVxdWVzdBocLmFnd3AudjEuV2F0Y2hDaGFuZ2VSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9XYXRjaENoYW5nZTABQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -151,6 +151,15 @@ export type CreateRepositoryRequest = Message<"agwp.v1.CreateRepositoryRequest">
    * @generated from field: agwp.v1.Validation validation = 2;
    */
   validation?: Validation | undefined;
+
+  /**
+   * A git commit (40 hex) the server holds with everything it reaches (UploadGitObjects,
+   * UploadBlobs): the first revision is that commit, so the mainline continues its history and
+   * a clone of the original fast-forwards from ag. Empty: an empty first revision.
+   *
+   * @generated from field: string git_commit = 3;
+   */
+  gitCommit: string;
 };
 
 /**
@@ -159,6 +168,106 @@ export type CreateRepositoryRequest = Message<"agwp.v1.CreateRepositoryRequest">
  */
 export const CreateRepositoryRequestSchema: GenMessage<CreateRepositoryRequest> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 4);
+
+/**
+ * GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
+ *
+ * @generated from message agwp.v1.GitObject
+ */
+export type GitObject = Message<"agwp.v1.GitObject"> & {
+  /**
+   * "tree" or "commit".
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message agwp.v1.GitObject.
+ * Use `create(GitObjectSchema)` to create a new message.
+ */
+export const GitObjectSchema: GenMessage<GitObject> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 5);
+
+/**
+ * @generated from message agwp.v1.UploadGitObjectsRequest
+ */
+export type UploadGitObjectsRequest = Message<"agwp.v1.UploadGitObjectsRequest"> & {
+  /**
+   * At most 10,000 objects.
+   *
+   * @generated from field: repeated agwp.v1.GitObject objects = 1;
+   */
+  objects: GitObject[];
+};
+
+/**
+ * Describes the message agwp.v1.UploadGitObjectsRequest.
+ * Use `create(UploadGitObjectsRequestSchema)` to create a new message.
+ */
+export const UploadGitObjectsRequestSchema: GenMessage<UploadGitObjectsRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 6);
+
+/**
+ * @generated from message agwp.v1.UploadGitObjectsResponse
+ */
+export type UploadGitObjectsResponse = Message<"agwp.v1.UploadGitObjectsResponse"> & {
+  /**
+   * The git id of each object, in the order given.
+   *
+   * @generated from field: repeated string ids = 1;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message agwp.v1.UploadGitObjectsResponse.
+ * Use `create(UploadGitObjectsResponseSchema)` to create a new message.
+ */
+export const UploadGitObjectsResponseSchema: GenMessage<UploadGitObjectsResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 7);
+
+/**
+ * @generated from message agwp.v1.FindMissingGitObjectsRequest
+ */
+export type FindMissingGitObjectsRequest = Message<"agwp.v1.FindMissingGitObjectsRequest"> & {
+  /**
+   * At most 10,000 ids, 40 lowercase hex each.
+   *
+   * @generated from field: repeated string ids = 1;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message agwp.v1.FindMissingGitObjectsRequest.
+ * Use `create(FindMissingGitObjectsRequestSchema)` to create a new message.
+ */
+export const FindMissingGitObjectsRequestSchema: GenMessage<FindMissingGitObjectsRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 8);
+
+/**
+ * @generated from message agwp.v1.FindMissingGitObjectsResponse
+ */
+export type FindMissingGitObjectsResponse = Message<"agwp.v1.FindMissingGitObjectsResponse"> & {
+  /**
+   * @generated from field: repeated string missing_ids = 1;
+   */
+  missingIds: string[];
+};
+
+/**
+ * Describes the message agwp.v1.FindMissingGitObjectsResponse.
+ * Use `create(FindMissingGitObjectsResponseSchema)` to create a new message.
+ */
+export const FindMissingGitObjectsResponseSchema: GenMessage<FindMissingGitObjectsResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 9);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryResponse
@@ -175,7 +284,7 @@ export type CreateRepositoryResponse = Message<"agwp.v1.CreateRepositoryResponse
  * Use `create(CreateRepositoryResponseSchema)` to create a new message.
  */
 export const CreateRepositoryResponseSchema: GenMessage<CreateRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 5);
+  messageDesc(file_agwp_v1_repository, 10);
 
 /**
  * @generated from message agwp.v1.GetRepositoryRequest
@@ -192,7 +301,7 @@ export type GetRepositoryRequest = Message<"agwp.v1.GetRepositoryRequest"> & {
  * Use `create(GetRepositoryRequestSchema)` to create a new message.
  */
 export const GetRepositoryRequestSchema: GenMessage<GetRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 6);
+  messageDesc(file_agwp_v1_repository, 11);
 
 /**
  * @generated from message agwp.v1.GetRepositoryResponse
@@ -209,7 +318,7 @@ export type GetRepositoryResponse = Message<"agwp.v1.GetRepositoryResponse"> & {
  * Use `create(GetRepositoryResponseSchema)` to create a new message.
  */
 export const GetRepositoryResponseSchema: GenMessage<GetRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 7);
+  messageDesc(file_agwp_v1_repository, 12);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesRequest
@@ -231,7 +340,7 @@ export type ListRepositoriesRequest = Message<"agwp.v1.ListRepositoriesRequest">
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 8);
+  messageDesc(file_agwp_v1_repository, 13);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesResponse
@@ -253,7 +362,7 @@ export type ListRepositoriesResponse = Message<"agwp.v1.ListRepositoriesResponse
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 9);
+  messageDesc(file_agwp_v1_repository, 14);
 
 /**
  * @generated from message agwp.v1.UploadBlobsRequest
@@ -270,7 +379,7 @@ export type UploadBlobsRequest = Message<"agwp.v1.UploadBlobsRequest"> & {
  * Use `create(UploadBlobsRequestSchema)` to create a new message.
  */
 export const UploadBlobsRequestSchema: GenMessage<UploadBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 10);
+  messageDesc(file_agwp_v1_repository, 15);
 
 /**
  * @generated from message agwp.v1.UploadBlobsResponse
@@ -289,7 +398,7 @@ export type UploadBlobsResponse = Message<"agwp.v1.UploadBlobsResponse"> & {
  * Use `create(UploadBlobsResponseSchema)` to create a new message.
  */
 export const UploadBlobsResponseSchema: GenMessage<UploadBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 11);
+  messageDesc(file_agwp_v1_repository, 16);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsRequest
@@ -306,7 +415,7 @@ export type FindMissingBlobsRequest = Message<"agwp.v1.FindMissingBlobsRequest">
  * Use `create(FindMissingBlobsRequestSchema)` to create a new message.
  */
 export const FindMissingBlobsRequestSchema: GenMessage<FindMissingBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 12);
+  messageDesc(file_agwp_v1_repository, 17);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsResponse
@@ -323,7 +432,7 @@ export type FindMissingBlobsResponse = Message<"agwp.v1.FindMissingBlobsResponse
  * Use `create(FindMissingBlobsResponseSchema)` to create a new message.
  */
 export const FindMissingBlobsResponseSchema: GenMessage<FindMissingBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 13);
+  messageDesc(file_agwp_v1_repository, 18);
 
 /**
  * @generated from message agwp.v1.GetBlobRequest
@@ -340,7 +449,7 @@ export type GetBlobRequest = Message<"agwp.v1.GetBlobRequest"> & {
  * Use `create(GetBlobRequestSchema)` to create a new message.
  */
 export const GetBlobRequestSchema: GenMessage<GetBlobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 14);
+  messageDesc(file_agwp_v1_repository, 19);
 
 /**
  * @generated from message agwp.v1.GetBlobResponse
@@ -362,7 +471,63 @@ export type GetBlobResponse = Message<"agwp.v1.GetBlobResponse"> & {
  * Use `create(GetBlobResponseSchema)` to create a new message.
  */
 export const GetBlobResponseSchema: GenMessage<GetBlobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 15);
+  messageDesc(file_agwp_v1_repository, 20);
+
+/**
+ * @generated from message agwp.v1.GetBlobsRequest
+ */
+export type GetBlobsRequest = Message<"agwp.v1.GetBlobsRequest"> & {
+  /**
+   * @generated from field: repeated string digests = 1;
+   */
+  digests: string[];
+};
+
+/**
+ * Describes the message agwp.v1.GetBlobsRequest.
+ * Use `create(GetBlobsRequestSchema)` to create a new message.
+ */
+export const GetBlobsRequestSchema: GenMessage<GetBlobsRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 21);
+
+/**
+ * @generated from message agwp.v1.GetBlobsResponse
+ */
+export type GetBlobsResponse = Message<"agwp.v1.GetBlobsResponse"> & {
+  /**
+   * @generated from field: repeated agwp.v1.BlobContent blobs = 1;
+   */
+  blobs: BlobContent[];
+};
+
+/**
+ * Describes the message agwp.v1.GetBlobsResponse.
+ * Use `create(GetBlobsResponseSchema)` to create a new message.
+ */
+export const GetBlobsResponseSchema: GenMessage<GetBlobsResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 22);
+
+/**
+ * @generated from message agwp.v1.BlobContent
+ */
+export type BlobContent = Message<"agwp.v1.BlobContent"> & {
+  /**
+   * @generated from field: string digest = 1;
+   */
+  digest: string;
+
+  /**
+   * @generated from field: bytes content = 2;
+   */
+  content: Uint8Array;
+};
+
+/**
+ * Describes the message agwp.v1.BlobContent.
+ * Use `create(BlobContentSchema)` to create a new message.
+ */
+export const BlobContentSchema: GenMessage<BlobContent> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 23);
 
 /**
  * @generated from message agwp.v1.GetTreeRequest
@@ -386,7 +551,7 @@ export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
  * Use `create(GetTreeRequestSchema)` to create a new message.
  */
 export const GetTreeRequestSchema: GenMessage<GetTreeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 16);
+  messageDesc(file_agwp_v1_repository, 24);
 
 /**
  * @generated from message agwp.v1.GetTreeResponse
@@ -446,7 +611,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
  * Use `create(GetTreeResponseSchema)` to create a new message.
  */
 export const GetTreeResponseSchema: GenMessage<GetTreeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 17);
+  messageDesc(file_agwp_v1_repository, 25);
 
 /**
  * @generated from message agwp.v1.TreeEntry
@@ -473,7 +638,7 @@ export type TreeEntry = Message<"agwp.v1.TreeEntry"> & {
  * Use `create(TreeEntrySchema)` to create a new message.
  */
 export const TreeEntrySchema: GenMessage<TreeEntry> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 18);
+  messageDesc(file_agwp_v1_repository, 26);
 
 /**
  * Edit writes or deletes one path.
@@ -519,7 +684,7 @@ export type Edit = Message<"agwp.v1.Edit"> & {
  * Use `create(EditSchema)` to create a new message.
  */
 export const EditSchema: GenMessage<Edit> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 19);
+  messageDesc(file_agwp_v1_repository, 27);
 
 /**
  * @generated from message agwp.v1.IntegrateRequest
@@ -567,7 +732,7 @@ export type IntegrateRequest = Message<"agwp.v1.IntegrateRequest"> & {
  * Use `create(IntegrateRequestSchema)` to create a new message.
  */
 export const IntegrateRequestSchema: GenMessage<IntegrateRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 20);
+  messageDesc(file_agwp_v1_repository, 28);
 
 /**
  * @generated from message agwp.v1.IntegrateResponse
@@ -584,7 +749,7 @@ export type IntegrateResponse = Message<"agwp.v1.IntegrateResponse"> & {
  * Use `create(IntegrateResponseSchema)` to create a new message.
  */
 export const IntegrateResponseSchema: GenMessage<IntegrateResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 21);
+  messageDesc(file_agwp_v1_repository, 29);
 
 /**
  * @generated from message agwp.v1.Change
@@ -683,7 +848,7 @@ export type Change = Message<"agwp.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 22);
+  messageDesc(file_agwp_v1_repository, 30);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -707,7 +872,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 23);
+  messageDesc(file_agwp_v1_repository, 31);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -724,7 +889,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 24);
+  messageDesc(file_agwp_v1_repository, 32);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -751,7 +916,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 25);
+  messageDesc(file_agwp_v1_repository, 33);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -773,7 +938,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 26);
+  messageDesc(file_agwp_v1_repository, 34);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -790,7 +955,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 27);
+  messageDesc(file_agwp_v1_repository, 35);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -807,7 +972,7 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 28);
+  messageDesc(file_agwp_v1_repository, 36);
 
 /**
  * ChangeState is where a change is in its life.
@@ -860,7 +1025,8 @@ export const ChangeStateSchema: GenEnum<ChangeState> = /*@__PURE__*/
  */
 export const RepositoryService: GenService<{
   /**
-   * CreateRepository creates a repository whose mainline is an empty revision. Role: admin.
+   * CreateRepository creates a repository whose mainline is an empty revision, or, with
+   * git_commit, the revision of that commit, which continues its history. Role: admin.
    *
    * @generated from rpc agwp.v1.RepositoryService.CreateRepository
    */
@@ -923,6 +1089,30 @@ export const RepositoryService: GenService<{
     output: typeof FindMissingBlobsResponseSchema;
   },
   /**
+   * UploadGitObjects stores git trees and commits (blobs go through UploadBlobs), each under
+   * the id git computes from it, so that a repository can start from a git history
+   * (CreateRepository's git_commit). Role: admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.UploadGitObjects
+   */
+  uploadGitObjects: {
+    methodKind: "unary";
+    input: typeof UploadGitObjectsRequestSchema;
+    output: typeof UploadGitObjectsResponseSchema;
+  },
+  /**
+   * FindMissingGitObjects answers which of the git object ids (commits, trees or blobs) the
+   * server does not hold, so that an import uploads only those, and resumes where it stopped.
+   * Role: admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.FindMissingGitObjects
+   */
+  findMissingGitObjects: {
+    methodKind: "unary";
+    input: typeof FindMissingGitObjectsRequestSchema;
+    output: typeof FindMissingGitObjectsResponseSchema;
+  },
+  /**
    * GetBlob answers a blob's content. Roles: admin, agent, reader.
    *
    * @generated from rpc agwp.v1.RepositoryService.GetBlob
@@ -931,6 +1121,20 @@ export const RepositoryService: GenService<{
     methodKind: "unary";
     input: typeof GetBlobRequestSchema;
     output: typeof GetBlobResponseSchema;
+  },
+  /**
+   * GetBlobs streams the contents of many blobs, in the order asked, so that a checkout of
+   * many files takes a few calls: each message carries whole blobs, up to about 1 MiB of them
+   * (a larger blob comes alone). A digest the server does not hold ends the stream with
+   * not_found naming it. At most 10,000 digests. Roles: admin, agent, reader, worker (the
+   * blobs of the candidate of a validate job it holds).
+   *
+   * @generated from rpc agwp.v1.RepositoryService.GetBlobs
+   */
+  getBlobs: {
+    methodKind: "server_streaming";
+    input: typeof GetBlobsRequestSchema;
+    output: typeof GetBlobsResponseSchema;
   },
   /**
    * GetTree answers a revision's files, the mainline's by default. Any role.

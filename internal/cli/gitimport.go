@@ -1,0 +1,333 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"connectrpc.com/connect"
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// isGitRepository reports whether dir is the top of a git working tree (it holds .git, a
+// directory or, for a linked worktree, a file).
+func isGitRepository(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, ".git"))
+	return err == nil
+}
+
+// gitHistory is what an import uploads, in the order the server takes it: blobs, then trees
+// with every tree after the trees it holds, then commits with every commit after its parents.
+type gitHistory struct {
+	head    plumbing.Hash
+	blobs   []plumbing.Hash
+	trees   []plumbing.Hash
+	commits []plumbing.Hash
+	files   int // files in the head commit's tree
+}
+
+// openGitStorage opens the object and reference storage of the git working tree dir.
+func openGitStorage(dir string) (*filesystem.Storage, error) {
+	gitDir := filepath.Join(dir, ".git")
+	fi, err := os.Stat(gitDir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a file, as in a linked worktree or a submodule: import from the repository's main working tree", gitDir)
+	}
+	return filesystem.NewStorage(osfs.New(gitDir), cache.NewObjectLRUDefault()), nil
+}
+
+// readGitHistory lists the objects that the HEAD of the git repository reaches.
+func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
+	ref, err := storer.ResolveReference(s, plumbing.HEAD)
+	if err != nil {
+		return nil, fmt.Errorf("read HEAD: %w (a repository without commits has no history to import)", err)
+	}
+	h := &gitHistory{head: ref.Hash()}
+	seenCommit := map[plumbing.Hash]bool{}
+	seenTree := map[plumbing.Hash]bool{}
+	seenBlob := map[plumbing.Hash]bool{}
+
+	var walkTree func(id plumbing.Hash) (int, error)
+	walkTree = func(id plumbing.Hash) (int, error) {
+		t, err := object.GetTree(s, id)
+		if err != nil {
+			return 0, fmt.Errorf("read tree %s: %w", id, err)
+		}
+		files := 0
+		for _, e := range t.Entries {
+			switch e.Mode {
+			case filemode.Dir:
+				n, err := walkTree(e.Hash)
+				if err != nil {
+					return 0, err
+				}
+				files += n
+			case filemode.Submodule:
+				// The server refuses it, naming the entry; uploading the rest first would be
+				// wasted.
+				return 0, fmt.Errorf("tree %s holds the submodule %s: ag does not hold submodules", id, e.Name)
+			default:
+				files++
+				if !seenBlob[e.Hash] {
+					seenBlob[e.Hash] = true
+					h.blobs = append(h.blobs, e.Hash)
+				}
+			}
+		}
+		if !seenTree[id] {
+			seenTree[id] = true
+			h.trees = append(h.trees, id) // after everything it holds
+		}
+		return files, nil
+	}
+
+	// Commits in an order where parents come first: a depth-first walk that emits a commit
+	// once all its parents are emitted.
+	type frame struct {
+		id       plumbing.Hash
+		expanded bool
+	}
+	stack := []frame{{id: h.head}}
+	for len(stack) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seenCommit[f.id] {
+			continue
+		}
+		c, err := object.GetCommit(s, f.id)
+		if err != nil {
+			return nil, fmt.Errorf("read commit %s: %w", f.id, err)
+		}
+		if !f.expanded {
+			stack = append(stack, frame{id: f.id, expanded: true})
+			for _, p := range c.ParentHashes {
+				if !seenCommit[p] {
+					stack = append(stack, frame{id: p})
+				}
+			}
+			continue
+		}
+		seenCommit[f.id] = true
+		n, err := walkTree(c.TreeHash)
+		if err != nil {
+			return nil, err
+		}
+		if f.id == h.head {
+			h.files = n
+		}
+		h.commits = append(h.commits, f.id)
+	}
+	return h, nil
+}
+
+// importGit starts the repository name from the history that the HEAD of the git repository
+// in dir reaches, keeping every commit's id: the mainline continues that history, so a clone
+// of dir fetches from ag and fast-forwards. Objects the server holds are not sent again, so an
+// import that stopped is finished by running it again.
+func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string) error {
+	if _, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name}); err == nil {
+		return withExit(ExitUsage, fmt.Errorf("repository %s exists: a git history starts a new repository (ag repo import --files imports %s's files as one change instead)", name, dir))
+	} else if !client.IsCode(err, connect.CodeNotFound) {
+		return err
+	}
+	st, err := openGitStorage(dir)
+	if err != nil {
+		return fmt.Errorf("open the git repository %s: %w", dir, err)
+	}
+	fmt.Fprintf(g.stderr, "reading the history of %s...\n", dir)
+	h, err := readGitHistory(ctx, st)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
+		len(h.commits), len(h.trees), len(h.blobs), h.files, h.head)
+
+	missing, err := missingGitObjects(ctx, c, h)
+	if err != nil {
+		return err
+	}
+	if err := uploadGitBlobs(ctx, g, c, st, h.blobs, missing); err != nil {
+		return err
+	}
+	if err := uploadGitObjects(ctx, g, c, st, "trees", h.trees, missing); err != nil {
+		return err
+	}
+	if err := uploadGitObjects(ctx, g, c, st, "commits", h.commits, missing); err != nil {
+		return err
+	}
+	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.head.String()})
+	if err != nil {
+		return err
+	}
+	repo := created.GetRepository()
+	if g.json {
+		return g.printJSON(repo)
+	}
+	fmt.Fprintf(g.stdout, "imported the git history of %s into %s: %d commits, %d files at %s; mainline %s\n",
+		dir, name, len(h.commits), h.files, h.head, repo.GetMainline())
+	fmt.Fprintf(g.stdout, "fetch from ag in that clone: git remote add ag %s/git/%s.git\n", c.BaseURL(), name)
+	return nil
+}
+
+// missingGitObjects asks the server which of the history's objects it lacks.
+func missingGitObjects(ctx context.Context, c *client.Client, h *gitHistory) (map[plumbing.Hash]bool, error) {
+	all := make([]string, 0, len(h.blobs)+len(h.trees)+len(h.commits))
+	for _, list := range [][]plumbing.Hash{h.blobs, h.trees, h.commits} {
+		for _, id := range list {
+			all = append(all, id.String())
+		}
+	}
+	missing := make(map[plumbing.Hash]bool)
+	for len(all) > 0 {
+		ask := all[:min(len(all), client.MaxDigestsPerCall)]
+		all = all[len(ask):]
+		res, err := c.Repos.FindMissingGitObjects(ctx, &agwpv1.FindMissingGitObjectsRequest{Ids: ask})
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range res.GetMissingIds() {
+			missing[plumbing.NewHash(id)] = true
+		}
+	}
+	return missing, nil
+}
+
+// importChunkBytes bounds one upload request, well under the server's 64 MiB of content.
+const importChunkBytes = 16 << 20
+
+// uploadGitBlobs uploads the contents of the missing blobs among ids.
+func uploadGitBlobs(ctx context.Context, g *globals, c *client.Client, s storer.EncodedObjectStorer, ids []plumbing.Hash, missing map[plumbing.Hash]bool) error {
+	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
+	if p != nil {
+		p.unit = "blobs"
+	}
+	var chunk [][]byte
+	size := 0
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		if _, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: chunk}); err != nil {
+			return err
+		}
+		p.add(len(chunk), int64(size))
+		chunk, size = nil, 0
+		return nil
+	}
+	for _, id := range ids {
+		if !missing[id] {
+			continue
+		}
+		data, err := readObject(s, plumbing.BlobObject, id)
+		if err != nil {
+			return err
+		}
+		if size+len(data) > importChunkBytes || len(chunk) == client.MaxBlobsPerUpload {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		chunk = append(chunk, data)
+		size += len(data)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	p.done()
+	return nil
+}
+
+// uploadGitObjects uploads the missing trees or commits among ids, in their order.
+func uploadGitObjects(ctx context.Context, g *globals, c *client.Client, s storer.EncodedObjectStorer, what string, ids []plumbing.Hash, missing map[plumbing.Hash]bool) error {
+	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
+	if p != nil {
+		p.unit = what
+	}
+	var chunk []*agwpv1.GitObject
+	size := 0
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		if _, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: chunk}); err != nil {
+			return err
+		}
+		p.add(len(chunk), int64(size))
+		chunk, size = nil, 0
+		return nil
+	}
+	for _, id := range ids {
+		if !missing[id] {
+			continue
+		}
+		o, err := s.EncodedObject(plumbing.AnyObject, id)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", id, err)
+		}
+		data, err := readObject(s, o.Type(), id)
+		if err != nil {
+			return err
+		}
+		if size+len(data) > importChunkBytes || len(chunk) == client.MaxBlobsPerUpload {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		chunk = append(chunk, &agwpv1.GitObject{Type: o.Type().String(), Data: data})
+		size += len(data)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	p.done()
+	return nil
+}
+
+func countMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
+	n := 0
+	for _, id := range ids {
+		if missing[id] {
+			n++
+		}
+	}
+	return n
+}
+
+// readObject answers the content of a git object, without its header.
+func readObject(s storer.EncodedObjectStorer, t plumbing.ObjectType, id plumbing.Hash) ([]byte, error) {
+	o, err := s.EncodedObject(t, id)
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+	}
+	rd, err := o.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+	}
+	defer rd.Close()
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+	}
+	if o.Hash() != id {
+		return nil, errors.New("the git repository answered another object for " + id.String())
+	}
+	return data, nil
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// A repository can start from a git history (docs/git.md#import): its blobs come through
+// UploadBlobs, its trees and commits through UploadGitObjects, and CreateRepository's
+// git_commit names the head. The store never holds an object whose references it lacks: an
+// object is accepted only when everything it names is stored or in the same request, so a
+// commit that is stored reaches only stored objects.
+
+// maxGitObjectsPerCall bounds UploadGitObjects and FindMissingGitObjects.
+const maxGitObjectsPerCall = 10000
+
+// UploadGitObjects stores trees and commits under the ids git computes for them.
+func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGitObjectsRequest) (*agwpv1.UploadGitObjectsResponse, error) {
+	in := req.GetObjects()
+	if len(in) > maxGitObjectsPerCall {
+		return nil, invalid("objects", "has %d objects, more than %d", len(in), maxGitObjectsPerCall)
+	}
+	objects := make([]store.GitObject, 0, len(in))
+	inRequest := make(map[plumbing.Hash]plumbing.ObjectType, len(in))
+	var refs []gitRef
+	total := 0
+	for i, o := range in {
+		total += len(o.GetData())
+		if total > maxContentBytes {
+			return nil, connect.NewError(connect.CodeResourceExhausted,
+				fmt.Errorf("objects: more than %d MiB in one request: upload in several", maxContentBytes>>20))
+		}
+		field := fmt.Sprintf("objects[%d]", i)
+		typ, err := plumbing.ParseObjectType(o.GetType())
+		if err != nil || (typ != plumbing.TreeObject && typ != plumbing.CommitObject) {
+			return nil, invalid(field+".type", "%q: want tree or commit (blobs go through UploadBlobs)", truncate(o.GetType(), 40))
+		}
+		mo := &plumbing.MemoryObject{}
+		mo.SetType(typ)
+		if _, err := mo.Write(o.GetData()); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		id := mo.Hash()
+		r, err := objectRefs(mo)
+		if err != nil {
+			return nil, invalid(field, "%s %s: %v", typ, id, err)
+		}
+		for j := range r {
+			r[j].from = id
+		}
+		refs = append(refs, r...)
+		inRequest[id] = typ
+		objects = append(objects, store.GitObject{ID: id, Type: typ, Data: o.GetData()})
+	}
+	var ask []plumbing.Hash
+	for _, r := range refs {
+		if _, ok := inRequest[r.id]; !ok {
+			ask = append(ask, r.id)
+		}
+	}
+	missing, err := h.s.store.MissingGitObjects(ctx, ask)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	if len(missing) > 0 {
+		for _, r := range refs {
+			if r.id == missing[0] {
+				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+					"%s names %s %s, which the server does not hold: upload blobs first (UploadBlobs), then trees from the leaves up, then commits from the oldest",
+					r.from, r.what, r.id))
+			}
+		}
+	}
+	if err := h.s.store.PutGitObjects(ctx, objects); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.UploadGitObjectsResponse{Ids: make([]string, len(objects))}
+	for i, o := range objects {
+		out.Ids[i] = o.ID.String()
+	}
+	return out, nil
+}
+
+// gitRef is an object's reference to another: a commit's tree or parent, a tree's entry.
+type gitRef struct {
+	from plumbing.Hash
+	what string // "tree", "parent commit", "blob of NAME", ...
+	id   plumbing.Hash
+}
+
+// objectRefs decodes a tree or commit and answers what it names. A tree's entry names must be
+// names ag could write (repo.ValidatePath of each as a path of one segment): the history is
+// served to every clone. Submodules (gitlinks) name commits of other repositories, which ag
+// cannot hold: they are refused.
+func objectRefs(o plumbing.EncodedObject) ([]gitRef, error) {
+	switch o.Type() {
+	case plumbing.TreeObject:
+		var t object.Tree
+		if err := t.Decode(o); err != nil {
+			return nil, err
+		}
+		refs := make([]gitRef, 0, len(t.Entries))
+		for _, e := range t.Entries {
+			if strings.Contains(e.Name, "/") {
+				return nil, fmt.Errorf("entry %q: a name holds no '/'", truncate(e.Name, 80))
+			}
+			if err := repo.ValidatePath(e.Name, false); err != nil {
+				return nil, fmt.Errorf("entry %q %v", truncate(e.Name, 80), err)
+			}
+			switch e.Mode {
+			case filemode.Dir:
+				refs = append(refs, gitRef{what: "tree " + e.Name, id: e.Hash})
+			case filemode.Regular, filemode.Deprecated, filemode.Executable, filemode.Symlink:
+				refs = append(refs, gitRef{what: "blob of " + e.Name, id: e.Hash})
+			case filemode.Submodule:
+				return nil, fmt.Errorf("entry %s is a submodule, which ag does not hold: import the submodule's files as files of the repository", e.Name)
+			default:
+				return nil, fmt.Errorf("entry %s has mode %o", e.Name, uint32(e.Mode))
+			}
+		}
+		return refs, nil
+	case plumbing.CommitObject:
+		var c object.Commit
+		if err := c.Decode(o); err != nil {
+			return nil, err
+		}
+		if c.TreeHash.IsZero() {
+			return nil, errors.New("no tree")
+		}
+		refs := []gitRef{{what: "tree", id: c.TreeHash}}
+		for _, p := range c.ParentHashes {
+			refs = append(refs, gitRef{what: "parent commit", id: p})
+		}
+		return refs, nil
+	}
+	return nil, fmt.Errorf("a %s is not uploaded here", o.Type())
+}
+
+// FindMissingGitObjects answers which ids the server does not hold.
+func (h repoService) FindMissingGitObjects(ctx context.Context, req *agwpv1.FindMissingGitObjectsRequest) (*agwpv1.FindMissingGitObjectsResponse, error) {
+	if len(req.GetIds()) > maxGitObjectsPerCall {
+		return nil, invalid("ids", "has %d ids, more than %d", len(req.GetIds()), maxGitObjectsPerCall)
+	}
+	ids := make([]plumbing.Hash, len(req.GetIds()))
+	for i, s := range req.GetIds() {
+		id, err := store.ParseGitID(s)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("ids[%d]", i), "%v", err)
+		}
+		ids[i] = id
+	}
+	missing, err := h.s.store.MissingGitObjects(ctx, ids)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.FindMissingGitObjectsResponse{MissingIds: make([]string, len(missing))}
+	for i, id := range missing {
+		out.MissingIds[i] = id.String()
+	}
+	return out, nil
+}
+
+// checkImportHead checks that a repository may start at commit: the server holds it (and so,
+// by UploadGitObjects' rule, everything it reaches), and its tree holds only files ag can
+// check out — regular or executable files, at paths ag accepts — since every checkout and
+// worker will write them.
+func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) error {
+	objs := store.NewGitObjects(ctx, readOnlyGit{h.s.store})
+	c, err := object.GetCommit(objs, commit)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("git_commit: the server does not hold commit %s: upload it and what it reaches first (UploadBlobs, UploadGitObjects)", commit))
+	}
+	if err != nil {
+		return storeError(err, connect.CodeInternal)
+	}
+	var walk func(id plumbing.Hash, prefix string) error
+	walk = func(id plumbing.Hash, prefix string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := object.GetTree(objs, id)
+		if err != nil {
+			return storeError(err, connect.CodeInternal)
+		}
+		for _, e := range t.Entries {
+			p := prefix + e.Name
+			switch e.Mode {
+			case filemode.Dir:
+				if err := walk(e.Hash, p+"/"); err != nil {
+					return err
+				}
+				continue
+			case filemode.Regular, filemode.Deprecated, filemode.Executable:
+			default:
+				return invalid("git_commit", "the tree of %s holds %s with mode %o: ag checks out regular files only (no symbolic links or submodules)",
+					commit, p, uint32(e.Mode))
+			}
+			if err := repo.ValidatePath(p, false); err != nil {
+				return invalid("git_commit", "the tree of %s holds the path %q, which %v", commit, truncate(p, 200), err)
+			}
+		}
+		return nil
+	}
+	return walk(c.TreeHash, "")
+}
+
+// readOnlyGit is store.GitBackend over the store, outside any transaction, for reading.
+type readOnlyGit struct{ st store.Store }
+
+func (r readOnlyGit) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	return r.st.ReadGitObject(ctx, id)
+}
+
+func (readOnlyGit) PutGitObjects(context.Context, []store.GitObject) error {
+	return errors.New("read only")
+}
+
+func (readOnlyGit) BlobGitIDs(context.Context, []string) (map[string]plumbing.Hash, error) {
+	return nil, errors.New("read only")
+}
+
+func (readOnlyGit) BlobsByGitID(context.Context, []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
+	return nil, errors.New("read only")
+}

@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/testutil/agtest"
+)
+
+// encodeTree answers a tree object's content with these entries, in git's order.
+func encodeTree(t *testing.T, entries ...object.TreeEntry) (plumbing.Hash, []byte) {
+	t.Helper()
+	tree := object.Tree{Entries: entries}
+	o := &plumbing.MemoryObject{}
+	if err := tree.Encode(o); err != nil {
+		t.Fatal(err)
+	}
+	return o.Hash(), objectData(t, o)
+}
+
+func encodeCommit(t *testing.T, tree plumbing.Hash, parents ...plumbing.Hash) (plumbing.Hash, []byte) {
+	t.Helper()
+	sig := object.Signature{Name: "Dev", Email: "dev@example.com"}
+	c := object.Commit{TreeHash: tree, ParentHashes: parents, Author: sig, Committer: sig, Message: "work\n"}
+	o := &plumbing.MemoryObject{}
+	if err := c.Encode(o); err != nil {
+		t.Fatal(err)
+	}
+	return o.Hash(), objectData(t, o)
+}
+
+func objectData(t *testing.T, o *plumbing.MemoryObject) []byte {
+	t.Helper()
+	r, err := o.Reader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b := make([]byte, o.Size())
+	if _, err := r.Read(b); err != nil && o.Size() > 0 {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestUploadGitObjectsKeepsTheStoreWhole attacks the import path: a history may not bring a
+// path no checkout may hold (.git, .ag), a submodule, or a reference to something the server
+// lacks; a non-admin may not upload at all; and a repository may start only at a commit the
+// server holds whose tree ag can check out.
+func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := agtest.Start(t, agtest.Options{Backend: backend})
+			admin := srv.Admin.Repos
+			blob := []byte("hello\n")
+			blobID := gitstore.BlobID(blob)
+			upload := func(objs ...*agwpv1.GitObject) error {
+				_, err := admin.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
+				return err
+			}
+			tree := func(entries ...object.TreeEntry) (plumbing.Hash, *agwpv1.GitObject) {
+				id, data := encodeTree(t, entries...)
+				return id, &agwpv1.GitObject{Type: "tree", Data: data}
+			}
+
+			// A tree naming a blob the server lacks: refused until the blob is uploaded.
+			goodID, good := tree(object.TreeEntry{Name: "a.txt", Mode: filemode.Regular, Hash: blobID})
+			err := upload(good)
+			wantCode(t, "a tree whose blob is missing", err, connect.CodeFailedPrecondition)
+			if !strings.Contains(err.Error(), blobID.String()) {
+				t.Fatalf("the refusal %q does not name the missing blob", err)
+			}
+			if _, err := admin.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: [][]byte{blob}}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := admin.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: []*agwpv1.GitObject{good}})
+			if err != nil || len(res.GetIds()) != 1 || res.GetIds()[0] != goodID.String() {
+				t.Fatalf("UploadGitObjects(tree) = %v, %v; want the id %s", res.GetIds(), err, goodID)
+			}
+
+			for _, name := range []string{".git", ".GIT", ".ag", "git~1", "a/b"} {
+				_, bad := tree(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: goodID})
+				wantCode(t, "a tree entry named "+name, upload(bad), connect.CodeInvalidArgument)
+			}
+			_, sub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: blobID})
+			wantCode(t, "a submodule", upload(sub), connect.CodeInvalidArgument)
+			wantCode(t, "a blob sent as a git object",
+				upload(&agwpv1.GitObject{Type: "blob", Data: blob}), connect.CodeInvalidArgument)
+
+			// A commit whose parent is missing; then its tree and parent in the same request.
+			parentID, parentData := encodeCommit(t, goodID)
+			childID, childData := encodeCommit(t, goodID, parentID)
+			wantCode(t, "a commit whose parent is missing",
+				upload(&agwpv1.GitObject{Type: "commit", Data: childData}), connect.CodeFailedPrecondition)
+			if err := upload(&agwpv1.GitObject{Type: "commit", Data: parentData}, &agwpv1.GitObject{Type: "commit", Data: childData}); err != nil {
+				t.Fatalf("a commit and its parent in one request: %v", err)
+			}
+			missing, err := admin.FindMissingGitObjects(ctx, &agwpv1.FindMissingGitObjectsRequest{
+				Ids: []string{childID.String(), blobID.String(), strings.Repeat("ab", 20)}})
+			if err != nil || len(missing.GetMissingIds()) != 1 || missing.GetMissingIds()[0] != strings.Repeat("ab", 20) {
+				t.Fatalf("FindMissingGitObjects = %v, %v; want only the unknown id", missing.GetMissingIds(), err)
+			}
+
+			agent := srv.Principal(t, "alice", agwpv1.Role_ROLE_AGENT)
+			_, err = agent.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: []*agwpv1.GitObject{good}})
+			wantCode(t, "an agent uploading git objects", err, connect.CodePermissionDenied)
+			_, err = agent.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "mine", GitCommit: childID.String()})
+			wantCode(t, "an agent creating a repository", err, connect.CodePermissionDenied)
+
+			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: strings.Repeat("cd", 20)})
+			wantCode(t, "a repository at an unknown commit", err, connect.CodeFailedPrecondition)
+			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: "HEAD"})
+			wantCode(t, "a repository at a commit that is no id", err, connect.CodeInvalidArgument)
+
+			// A head whose tree holds a symbolic link: ag would check it out as a file.
+			linkTree, link := tree(object.TreeEntry{Name: "a.txt", Mode: filemode.Regular, Hash: blobID},
+				object.TreeEntry{Name: "l", Mode: filemode.Symlink, Hash: blobID})
+			linkCommit, linkData := encodeCommit(t, linkTree)
+			if err := upload(link, &agwpv1.GitObject{Type: "commit", Data: linkData}); err != nil {
+				t.Fatalf("a history may hold a symbolic link: %v", err)
+			}
+			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: linkCommit.String()})
+			wantCode(t, "a repository whose head holds a symbolic link", err, connect.CodeInvalidArgument)
+
+			created, err := admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "app", GitCommit: childID.String()})
+			if err != nil || created.GetRepository().GetMainlineCommit() != childID.String() {
+				t.Fatalf("CreateRepository at %s = %v, %v", childID, created.GetRepository(), err)
+			}
+			tr, err := admin.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: "app"})
+			if err != nil || len(tr.GetEntries()) != 1 || tr.GetEntries()[0].GetPath() != "a.txt" || tr.GetGitTree() != goodID.String() ||
+				tr.GetGitCommit() != childID.String() {
+				t.Fatalf("GetTree of the imported repository = %v, %v", tr, err)
+			}
+		})
+	}
+}
