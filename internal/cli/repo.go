@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -476,14 +477,131 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 // writeTreeFiles fetches and writes files (path → digest) under root, fetching by several
 // requests at once and each blob once, counting on prog.
 func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) error {
+	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}}
+	defer w.close()
 	return fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
 		for _, p := range paths {
-			if err := writeFile(root, p, content); err != nil {
+			if err := w.write(p, content); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// freshWriter writes the files of a new checkout into root, a directory ag made for it that
+// holds nothing else: no file is there to replace, so each is created in place (O_EXCL, which
+// also refuses to write through anything that stands at its name), and directories are made
+// once and kept open, so that a file costs one openat, not one per segment of its path. At most
+// freshWriterDirs stay open: files come directory after directory.
+type freshWriter struct {
+	root  *os.Root
+	mu    sync.Mutex
+	made  map[string]bool     // directories made, by repository path
+	dirs  map[string]*openDir // open directories, by repository path
+	order []string            // of dirs, oldest first
+}
+
+const freshWriterDirs = 64
+
+type openDir struct {
+	root    *os.Root
+	users   int
+	evicted bool
+}
+
+// acquire answers the directory at path (a repository path, "" for the root), made if needed
+// and open until release.
+func (w *freshWriter) acquire(path string) (*openDir, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := w.dirs[path]; ok {
+		d.users++
+		return d, nil
+	}
+	if path != "" && !w.made[path] {
+		if err := w.mkdirAll(path); err != nil {
+			return nil, err
+		}
+	}
+	r := w.root
+	if path != "" {
+		var err error
+		if r, err = w.root.OpenRoot(filepath.FromSlash(path)); err != nil {
+			return nil, fmt.Errorf("open directory %s: %w", path, err)
+		}
+	}
+	d := &openDir{root: r, users: 1}
+	w.dirs[path] = d
+	w.order = append(w.order, path)
+	for len(w.order) > freshWriterDirs {
+		old := w.order[0]
+		w.order = w.order[1:]
+		od := w.dirs[old]
+		delete(w.dirs, old)
+		od.evicted = true
+		if od.users == 0 && od.root != w.root {
+			_ = od.root.Close()
+		}
+	}
+	return d, nil
+}
+
+func (w *freshWriter) release(d *openDir) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d.users--
+	if d.users == 0 && d.evicted && d.root != w.root {
+		_ = d.root.Close()
+	}
+}
+
+// mkdirAll makes the directories of path that are not made yet, from the top.
+func (w *freshWriter) mkdirAll(path string) error {
+	segs := strings.Split(path, "/")
+	for i := range segs {
+		dir := strings.Join(segs[:i+1], "/")
+		if w.made[dir] {
+			continue
+		}
+		if err := w.root.Mkdir(filepath.FromSlash(dir), 0o755); err != nil {
+			return fmt.Errorf("make directory %s: %w", dir, err)
+		}
+		w.made[dir] = true
+	}
+	return nil
+}
+
+func (w *freshWriter) write(path string, content []byte) error {
+	parentPath, name := splitParent(path)
+	d, err := w.acquire(parentPath)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer w.release(d)
+	f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func (w *freshWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, d := range w.dirs {
+		if d.root != w.root {
+			_ = d.root.Close()
+		}
+	}
+	w.dirs = nil
 }
 
 // defaultHolder derives a holder label from a directory name.
