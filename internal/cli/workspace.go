@@ -121,7 +121,7 @@ func (c *checkout) check() error {
 		if err := repo.ValidatePath(p, false); err != nil {
 			return fmt.Errorf("file %q %v", shortPath(p), err)
 		}
-		if !digestPattern.MatchString(d) {
+		if !repo.IsDigest(d) {
 			return fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
 		}
 	}
@@ -129,7 +129,7 @@ func (c *checkout) check() error {
 		if err := repo.ValidatePath(p, false); err != nil {
 			return fmt.Errorf("conflict %q %v", shortPath(p), err)
 		}
-		if !digestPattern.MatchString(rec.Ours) {
+		if !repo.IsDigest(rec.Ours) {
 			return fmt.Errorf("conflict %q has %q for a digest", shortPath(p), rec.Ours)
 		}
 	}

@@ -71,6 +71,11 @@ func ValidatePath(p string, dirOK bool) error {
 // HFS+ ignores, the trailing dots and spaces NTFS drops and an NTFS stream (":..."), and NTFS's
 // short names "git~1" and "ag~1" too.
 func ReservedSegment(seg string) (string, bool) {
+	// Every reserved spelling holds an ASCII '.' or '~' (the code points HFS+ ignores are
+	// left out, not mapped to '.'): most names are cleared without folding.
+	if !strings.ContainsAny(seg, ".~") {
+		return "", false
+	}
 	folded := strings.ToLower(strings.Map(func(r rune) rune {
 		if hfsIgnored(r) {
 			return -1

@@ -17,6 +17,21 @@ type Entry struct {
 	Size   uint64
 }
 
+// IsDigest reports whether s is a digest as ag writes them: "sha256:" and 64 lowercase hex
+// digits.
+func IsDigest(s string) bool {
+	hexPart, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(hexPart) != 64 {
+		return false
+	}
+	for i := 0; i < len(hexPart); i++ {
+		if c := hexPart[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // Tree is a revision's files, sorted by path.
 type Tree []Entry
 
