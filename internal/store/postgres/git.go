@@ -33,6 +33,13 @@ func (db *DB) PutGitObjects(ctx context.Context, objects []store.GitObject) erro
 	return gitBackend{qr: db.pool}.PutGitObjects(ctx, objects)
 }
 
+// missingGitObjectsSQL answers the ids among $1 that neither git_objects nor blobs holds, in
+// their order, one index probe per id and table (see missingBlobsSQL).
+const missingGitObjectsSQL = `SELECT u.i FROM unnest($1::bytea[]) WITH ORDINALITY AS u(i, n)
+LEFT JOIN LATERAL (SELECT 1 AS held FROM git_objects g WHERE g.id = u.i LIMIT 1) o ON true
+LEFT JOIN LATERAL (SELECT 1 AS held FROM blobs b WHERE b.git_id = u.i LIMIT 1) x ON true
+WHERE o.held IS NULL AND x.held IS NULL ORDER BY u.n`
+
 // MissingGitObjects answers the ids the store holds neither as objects nor as blobs.
 func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error) {
 	if len(ids) == 0 {
@@ -42,10 +49,7 @@ func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plu
 	for i := range ids {
 		raw[i] = ids[i][:]
 	}
-	rows, err := db.pool.Query(ctx, `SELECT u.i FROM unnest($1::bytea[]) WITH ORDINALITY AS u(i, n)
-		WHERE NOT EXISTS (SELECT 1 FROM git_objects g WHERE g.id = u.i)
-		  AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.git_id = u.i)
-		ORDER BY u.n`, raw)
+	rows, err := db.pool.Query(ctx, missingGitObjectsSQL, raw)
 	if err != nil {
 		return nil, mapErr("missing git objects", err)
 	}

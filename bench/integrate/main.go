@@ -1,0 +1,579 @@
+// Command integrate measures one-file integrations on repositories of growing size, against a
+// real `ag serve`, with the ag binary it is given: for each size a fresh server and database, a
+// repository of that many generated small files (`ag repo import`), then one agent with the Go
+// SDK leasing one file and integrating one-file edits in a row, each based on the revision the
+// one before made: --runs timed runs of --integrations each. It prints a Markdown table: the
+// import's time, integrations per second (the median run, and every run), how much the database
+// grew per integration, and the server's CPU per integration. Figures, not a test: nothing here
+// passes or fails on a time.
+//
+//	go build -o /tmp/ag ./cmd/ag && go run ./bench/integrate --ag /tmp/ag
+//	go run ./bench/integrate --ag /tmp/ag --sizes 1000,10000,100000 --db postgres://...
+//
+// With --db, every size gets a new database on that URL's server (CREATE DATABASE, dropped
+// afterwards unless --keep), so the role of the URL must be allowed to create databases.
+//
+// Database growth on SQLite is the size of ag.db and ag.db-wal together, before the timed
+// integrations and after, each time once the server has been idle for a while (--idle) and
+// after a wal_checkpoint(FULL) this program runs on its own connection, so that every commit is
+// in ag.db. The table also shows the growth of ag.db alone, which is the data: the WAL file is
+// reused, never shrunk, and while integrations follow one another it never starts over, so it
+// grows by what each one writes (about 21 pages) up to the writer's own checkpoint at 10,000
+// pages (about 41 MB): the sum measures the WAL's traffic, capped, more than the data. On
+// PostgreSQL it is pg_database_size (relations only; the WAL is not counted).
+//
+// Server CPU is the user and system time of the ag serve process over the timed integrations
+// (from /proc), divided by their number; PostgreSQL's own processes are not in it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"debug/buildinfo"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/mattn/go-sqlite3" // the SQLite driver ag uses, for the checkpoint before a size is read
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "integrate bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	ag           string
+	sizes        []int
+	integrations int
+	runs         int
+	db           string // "" = a new SQLite file per size; else a PostgreSQL URL whose server gets a new database per size
+	keep         bool
+	analyze      bool
+	port         int
+	perDir       int
+	nested       bool
+	idle         time.Duration
+	perf         string // a directory for `perf record` profiles of the server, or ""
+}
+
+func run() error {
+	var o options
+	var sizes string
+	flag.StringVar(&o.ag, "ag", "", "the ag binary to measure (required)")
+	flag.StringVar(&sizes, "sizes", "1000,10000,100000", "repository sizes in files, comma-separated")
+	flag.IntVar(&o.integrations, "integrations", 200, "one-file integrations timed in a row, per run")
+	flag.IntVar(&o.runs, "runs", 3, "timed runs per size, one after the other on the same server (the median rate is printed)")
+	flag.StringVar(&o.db, "db", "", "a PostgreSQL URL: each size gets a new database on its server (CREATE DATABASE); default a new SQLite file per size")
+	flag.BoolVar(&o.keep, "keep", false, "keep the PostgreSQL databases instead of dropping them after each size")
+	flag.BoolVar(&o.analyze, "analyze", false, "with --db, ANALYZE the new database after the import (as autovacuum would, sooner or later), so that the timed integrations run on statistics of the full tables")
+	flag.IntVar(&o.port, "port", 7794, "the port ag serve listens on")
+	flag.IntVar(&o.perDir, "per-dir", 100, "files per directory")
+	flag.BoolVar(&o.nested, "nested", false, "put the directories of files --per-dir at a time into top-level directories (dNN/dNNNN/fN.go), so that no tree has more than --per-dir entries; default all at the top level (dNNNN/fN.go)")
+	flag.StringVar(&o.perf, "perf", "", "record the server with perf record -g during the import and during the integrations, into this directory (import-N.data, integrate-N.data)")
+	flag.DurationVar(&o.idle, "idle", 2*time.Second, "how long the server is left idle (audit seals, checkpoints) before the database is measured")
+	flag.Parse()
+	if o.ag == "" {
+		return errors.New("--ag: name the ag binary to measure")
+	}
+	if o.integrations <= 0 || o.runs <= 0 {
+		return errors.New("--integrations, --runs: at least 1")
+	}
+	for s := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--sizes: %q is not a number of files", s)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if o.analyze && o.db == "" {
+		return errors.New("--analyze: only with --db")
+	}
+	if o.db != "" && !strings.HasPrefix(o.db, "postgres://") && !strings.HasPrefix(o.db, "postgresql://") {
+		return fmt.Errorf("--db: %q is not a postgres:// URL (SQLite is the default, a new file per size)", o.db)
+	}
+	tmp, err := os.MkdirTemp("", "ag-integrate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	store := "SQLite"
+	if o.db != "" {
+		store = "PostgreSQL"
+	}
+	if o.analyze {
+		store += " (ANALYZE after the import)"
+	}
+	fmt.Printf("ag: %s\n", version(o.ag))
+	shape := "all directories at the top level"
+	if o.nested {
+		shape = fmt.Sprintf("directories grouped %d to a top-level directory", o.perDir)
+	}
+	fmt.Printf("store: %s; %d runs of %d one-file integrations in a row per size, with the Go SDK (IntegrateFiles); %d files per directory, %s\n",
+		store, o.runs, o.integrations, o.perDir, shape)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average before: %s", b)
+	}
+	fmt.Println()
+	if o.db == "" {
+		fmt.Println("| files | import | integrations/s, median (runs) | growth per integrate (ag.db + wal) | ag.db alone | server CPU per integrate |")
+		fmt.Println("| --- | --- | --- | --- | --- | --- |")
+	} else {
+		fmt.Println("| files | import | integrations/s, median (runs) | growth per integrate (pg_database_size) | server CPU per integrate |")
+		fmt.Println("| --- | --- | --- | --- | --- |")
+	}
+	for _, n := range o.sizes {
+		row, err := measure(o, tmp, n)
+		if err != nil {
+			return fmt.Errorf("%d files: %w", n, err)
+		}
+		fmt.Println(row)
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("\nload average after: %s", b)
+	}
+	return nil
+}
+
+// measure serves a fresh database, imports a repository of n files and times the integrations.
+func measure(o options, tmp string, n int) (string, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := filepath.Join(tmp, fmt.Sprintf("n%d", n))
+	src := filepath.Join(dir, "src")
+	files := layout{n: n, perDir: o.perDir, nested: o.nested}
+	if err := files.generate(src); err != nil {
+		return "", err
+	}
+
+	var db string
+	var size func() (sizes, error)
+	analyze := func() error { return nil }
+	if o.db == "" {
+		path := filepath.Join(dir, "ag.db")
+		db = "sqlite:" + path
+		size = func() (sizes, error) { return sqliteSize(ctx, path) }
+	} else {
+		name := fmt.Sprintf("ag_integrate_bench_%d_%d", n, time.Now().Unix())
+		dbURL, drop, err := createDatabase(ctx, o.db, name)
+		if err != nil {
+			return "", err
+		}
+		if !o.keep {
+			defer drop()
+		} else {
+			fmt.Fprintf(os.Stderr, "%d files: database %s kept\n", n, name)
+		}
+		db = dbURL
+		size = func() (sizes, error) { return postgresSize(ctx, o.db, name) }
+		if o.analyze {
+			analyze = func() error { return analyzeDatabase(ctx, dbURL) }
+		}
+	}
+
+	token := fmt.Sprintf("agt_integratebench%d%d", n, time.Now().UnixNano())
+	serverURL := fmt.Sprintf("http://127.0.0.1:%d", o.port)
+	srv := exec.CommandContext(ctx, o.ag, "serve", "--db", db, "--addr", fmt.Sprintf("127.0.0.1:%d", o.port),
+		"--audit-key", filepath.Join(dir, "audit.key"), "--log-level", "warn")
+	srv.Env = append(os.Environ(), "AG_BOOTSTRAP_TOKEN="+token)
+	srv.Dir = dir
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	defer func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+	}()
+	ag := func(args ...string) (time.Duration, error) {
+		args = append(args, "--server", serverURL, "--token", token)
+		cmd := exec.Command(o.ag, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		err := cmd.Run()
+		took := time.Since(start)
+		if err != nil {
+			return took, fmt.Errorf("ag %s: %w\n%s", strings.Join(args[:min(len(args), 3)], " "), err, out.String())
+		}
+		return took, nil
+	}
+	var up error
+	for range 100 {
+		if _, up = ag("whoami"); up == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if up != nil {
+		return "", up
+	}
+
+	repo := fmt.Sprintf("bench%d", n)
+	stopPerf, err := record(o.perf, srv.Process.Pid, fmt.Sprintf("import-%d.data", n))
+	if err != nil {
+		return "", err
+	}
+	imported, err := ag("repo", "import", repo, src)
+	stopPerf()
+	if err != nil {
+		return "", err
+	}
+	if err := os.RemoveAll(src); err != nil {
+		return "", err
+	}
+	if err := analyze(); err != nil {
+		return "", err
+	}
+
+	admin := client.New(serverURL, token, client.WithTimeout(5*time.Minute))
+	p, err := admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: "agent", Role: agwpv1.Role_ROLE_AGENT})
+	if err != nil {
+		return "", fmt.Errorf("create the agent: %w", err)
+	}
+	agent := client.New(serverURL, p.GetToken(), client.WithTimeout(5*time.Minute))
+	r, err := agent.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: repo})
+	if err != nil {
+		return "", err
+	}
+	base := r.GetRepository().GetMainline()
+	// The file the agent edits: one in the middle of the repository.
+	i := n / 2
+	path := files.path(i)
+	const holder = "bench"
+	lease, err := agent.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: repo, Paths: []string{path}, Holder: holder, TTL: time.Hour})
+	if err != nil {
+		return "", err
+	}
+
+	time.Sleep(o.idle)
+	before, err := size()
+	if err != nil {
+		return "", err
+	}
+	cpuBefore, err := processCPU(srv.Process.Pid)
+	if err != nil {
+		return "", err
+	}
+	stopPerf, err = record(o.perf, srv.Process.Pid, fmt.Sprintf("integrate-%d.data", n))
+	if err != nil {
+		return "", err
+	}
+	var start time.Time
+	var rates []float64
+	for k := 0; k < o.runs*o.integrations; k++ {
+		if k%o.integrations == 0 {
+			start = time.Now()
+		}
+		content := fmt.Appendf(nil, "%s// Edit %d.\n", files.content(i), k+1)
+		ch, err := agent.IntegrateFiles(ctx, client.IntegrateOptions{
+			Repository: repo, BaseRevision: base, Holder: holder, FencingTokens: []uint64{lease.GetFencingToken()},
+			Message: fmt.Sprintf("edit %d", k+1), Changes: []client.FileChange{{Path: path, Content: content}},
+		})
+		if err != nil {
+			return "", fmt.Errorf("integration %d: %w", k+1, err)
+		}
+		if ch.GetState() != agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
+			return "", fmt.Errorf("integration %d: change %s is %s, not integrated", k+1, ch.GetId(), ch.GetState())
+		}
+		// The next edit is based on the revision this one made.
+		base = ch.GetIntegratedRevision()
+		if (k+1)%o.integrations == 0 {
+			rates = append(rates, float64(o.integrations)/time.Since(start).Seconds())
+		}
+	}
+	stopPerf()
+	cpuAfter, err := processCPU(srv.Process.Pid)
+	if err != nil {
+		return "", err
+	}
+	time.Sleep(o.idle)
+	after, err := size()
+	if err != nil {
+		return "", err
+	}
+
+	k := int64(o.runs * o.integrations)
+	cpu := (cpuAfter - cpuBefore) / time.Duration(k)
+	if o.db == "" {
+		return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, seconds(imported), rateCell(rates),
+			kb((after.total-before.total)/k), kb((after.main-before.main)/k), millis(cpu)), nil
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, seconds(imported), rateCell(rates), kb((after.total-before.total)/k), millis(cpu)), nil
+}
+
+// record starts `perf record -g` on the process pid into dir/name, and answers a function that
+// stops it and waits for its file; with no dir it records nothing.
+func record(dir string, pid int, name string) (func(), error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("perf", "record", "-g", "-F", "999", "-p", strconv.Itoa(pid), "-o", filepath.Join(dir, name))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf record: %w", err)
+	}
+	time.Sleep(500 * time.Millisecond) // perf attaches
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		// perf exits with an error status on the interrupt that ends its recording.
+		if err := cmd.Wait(); err != nil {
+			if _, serr := os.Stat(filepath.Join(dir, name)); serr != nil {
+				fmt.Fprintf(os.Stderr, "perf record %s: %v\n%s", name, err, out.String())
+			}
+		}
+	}, nil
+}
+
+// sizes is a database's size in bytes: total counts everything measured, main the SQLite
+// database file without its WAL (on PostgreSQL the same as total).
+type sizes struct {
+	total, main int64
+}
+
+// sqliteSize checkpoints the WAL into the database file (FULL: every frame, waiting for the
+// server's writer and readers; the WAL file keeps its size) and answers the sizes of ag.db and
+// ag.db-wal.
+func sqliteSize(ctx context.Context, path string) (sizes, error) {
+	db, err := sql.Open("sqlite3", (&url.URL{Scheme: "file", Path: path}).String()+"?_busy_timeout=10000")
+	if err != nil {
+		return sizes{}, err
+	}
+	defer db.Close()
+	var busy, frames, copied int
+	if err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(FULL)`).Scan(&busy, &frames, &copied); err != nil {
+		return sizes{}, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if busy != 0 || copied != frames {
+		fmt.Fprintf(os.Stderr, "checkpoint of %s incomplete (busy %d, %d of %d frames): ag.db alone misses what is left in the WAL\n", path, busy, copied, frames)
+	}
+	var s sizes
+	for _, name := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return sizes{}, err
+		}
+		s.total += fi.Size()
+		if name == path {
+			s.main = fi.Size()
+		}
+	}
+	return s, nil
+}
+
+// createDatabase creates the database name on the server of pgURL and answers its URL and a
+// function that drops it.
+func createDatabase(ctx context.Context, pgURL, name string) (string, func(), error) {
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to %s: %w", redact(pgURL), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		conn, err := pgx.Connect(context.Background(), pgURL)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
+		}
+	}
+	return u.String(), drop, nil
+}
+
+// analyzeDatabase runs ANALYZE on the database of dbURL.
+func analyzeDatabase(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", redact(dbURL), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
+}
+
+// postgresSize answers pg_database_size of the database name on the server of pgURL.
+func postgresSize(ctx context.Context, pgURL, name string) (sizes, error) {
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return sizes{}, fmt.Errorf("connect to %s: %w", redact(pgURL), err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT pg_database_size($1)`, name).Scan(&n); err != nil {
+		return sizes{}, fmt.Errorf("pg_database_size(%s): %w", name, err)
+	}
+	return sizes{total: n, main: n}, nil
+}
+
+// processCPU answers the processor time (user and system) the process pid has used, from
+// /proc/PID/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields start after its last ')'.
+	_, rest, ok := bytes.Cut(b, []byte(") "))
+	fields := strings.Fields(string(rest))
+	if !ok || len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	// utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name; in clock
+	// ticks, 100 per second on Linux.
+	var ticks int64
+	for _, f := range fields[11:13] {
+		t, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += t
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// layout names and fills the files of a generated repository: n files, perDir to a directory,
+// each a few lines of text different from every other (as bench/checkout's). The directories
+// are all at the top level, or with nested, perDir of them to a top-level directory.
+type layout struct {
+	n, perDir int
+	nested    bool
+}
+
+// path answers the path of file i.
+func (l layout) path(i int) string {
+	dirs := max(l.n/l.perDir, 1)
+	d := i / l.perDir
+	name := fmt.Sprintf("d%0*d/f%d.go", len(strconv.Itoa(dirs)), d, i)
+	if l.nested {
+		tops := max(dirs/l.perDir, 1)
+		name = fmt.Sprintf("d%0*d/%s", len(strconv.Itoa(tops)), d/l.perDir, name)
+	}
+	return name
+}
+
+func (l layout) content(i int) string {
+	return fmt.Sprintf("package d%d\n\n// File %d of %d.\nconst F%d = %d\n", i/l.perDir, i, l.n, i, i*7919)
+}
+
+// generate writes the repository's files under dir.
+func (l layout) generate(dir string) error {
+	for i := range l.n {
+		name := filepath.Join(dir, filepath.FromSlash(l.path(i)))
+		if i%l.perDir == 0 {
+			if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(name, []byte(l.content(i)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rateCell answers the median of rates, and each rate in the order of the runs.
+func rateCell(rates []float64) string {
+	sorted := slices.Clone(rates)
+	slices.Sort(sorted)
+	each := make([]string, len(rates))
+	for i, r := range rates {
+		each[i] = fmt.Sprintf("%.0f", r)
+	}
+	if len(rates) == 1 {
+		return each[0]
+	}
+	return fmt.Sprintf("%.0f (%s)", sorted[len(sorted)/2], strings.Join(each, " / "))
+}
+
+func seconds(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
+}
+
+func kb(b int64) string {
+	if b >= 1<<20 {
+		return fmt.Sprintf("%.2f MB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KB", float64(b)/(1<<10))
+}
+
+// redact hides a URL's password in messages.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "the --db URL"
+	}
+	return u.Redacted()
+}
+
+// version names the binary and the commit it was built from, as its build information says.
+func version(ag string) string {
+	info, err := buildinfo.ReadFile(ag)
+	if err != nil {
+		return ag
+	}
+	var rev, modified, when string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", with uncommitted changes"
+			}
+		case "vcs.time":
+			when = ", committed " + s.Value
+		}
+	}
+	if rev == "" {
+		// Built with -buildvcs=false (or outside a repository): the file's time is all there is.
+		built := ""
+		if fi, err := os.Stat(ag); err == nil {
+			built = ", built " + fi.ModTime().UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%s (%s, no commit recorded%s)", ag, info.GoVersion, built)
+	}
+	return fmt.Sprintf("%s (%s, commit %.12s%s%s)", ag, info.GoVersion, rev, when, modified)
+}
