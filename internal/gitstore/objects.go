@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -153,13 +152,24 @@ func (d *dir) write(s storer.EncodedObjectStorer) (plumbing.Hash, error) {
 // writeTreeObject sorts entries in git's order (a directory's name compares as if it ended
 // with '/') and stores the tree.
 func writeTreeObject(s storer.EncodedObjectStorer, entries []object.TreeEntry) (plumbing.Hash, error) {
-	sort.Sort(object.TreeEntrySorter(entries))
-	t := object.Tree{Entries: entries}
+	SortTreeEntries(entries)
 	o := s.NewEncodedObject()
-	if err := t.Encode(o); err != nil {
+	o.SetType(plumbing.TreeObject)
+	w, err := o.Writer()
+	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	return s.SetEncodedObject(o)
+	if _, err := w.Write(EncodeTree(entries)); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	id, err := s.SetEncodedObject(o)
+	if k, ok := s.(TreeKeeper); ok && err == nil {
+		k.KeepTree(id, entries)
+	}
+	return id, err
 }
 
 // Trailer is one "Key: value" line of a commit message's trailer block, as

@@ -81,11 +81,11 @@ func UpdateTree(s storer.EncodedObjectStorer, root plumbing.Hash, edits []Edit) 
 func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, prefix string) (plumbing.Hash, bool, error) {
 	var entries []object.TreeEntry
 	if !id.IsZero() {
-		t, err := object.GetTree(s, id)
+		old, err := TreeEntries(s, id)
 		if err != nil {
 			return plumbing.ZeroHash, false, fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
 		}
-		entries = append(make([]object.TreeEntry, 0, len(t.Entries)+len(n.children)), t.Entries...)
+		entries = append(make([]object.TreeEntry, 0, len(old)+len(n.children)), old...)
 	}
 	index := make(map[string]int, len(entries))
 	for i, e := range entries {

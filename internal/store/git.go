@@ -68,6 +68,9 @@ type GitObjects struct {
 	backend GitBackend
 	pending map[plumbing.Hash]plumbing.EncodedObject
 	order   []plumbing.Hash
+	// kept are the pending trees' entries, as written (gitstore.TreeKeeper): they go to the
+	// decoded-tree cache once stored, since the next Integrate reads the tree this one wrote.
+	kept map[plumbing.Hash][]object.TreeEntry
 }
 
 // NewGitObjects answers an object storer reading and writing through b with ctx. With b nil,
@@ -85,7 +88,23 @@ func (g *GitObjects) Flush() error {
 	if err := g.backend.PutGitObjects(g.ctx, objs); err != nil {
 		return fmt.Errorf("store git objects: %w", err)
 	}
+	// Stored in this transaction, which may yet roll back: a tree's id names its content
+	// whatever becomes of the row, and only a committed revision's tree is ever looked up.
+	for _, o := range objs {
+		if entries, ok := g.kept[o.ID]; ok {
+			decodedTrees.put(o.ID, newDecodedTree(entries))
+		}
+	}
+	g.kept = nil
 	return nil
+}
+
+// KeepTree implements gitstore.TreeKeeper.
+func (g *GitObjects) KeepTree(id plumbing.Hash, entries []object.TreeEntry) {
+	if g.kept == nil {
+		g.kept = make(map[plumbing.Hash][]object.TreeEntry)
+	}
+	g.kept[id] = entries
 }
 
 // TakePending answers the objects written since the last Flush, in the order they were
@@ -103,6 +122,16 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 	g.pending = make(map[plumbing.Hash]plumbing.EncodedObject)
 	g.order = g.order[:0]
 	return objs, nil
+}
+
+// KeepDecoded hands the kept entries of objs, stored by the caller, to the decoded-tree cache.
+func (g *GitObjects) KeepDecoded(objs []GitObject) {
+	for _, o := range objs {
+		if entries, ok := g.kept[o.ID]; ok {
+			decodedTrees.put(o.ID, newDecodedTree(entries))
+		}
+	}
+	g.kept = nil
 }
 
 func readAll(o plumbing.EncodedObject) ([]byte, error) {
@@ -168,6 +197,105 @@ func (g *GitObjects) EncodedObject(t plumbing.ObjectType, id plumbing.Hash) (plu
 	return o, nil
 }
 
+// TreeEntries answers the tree id decoded, from a process-wide cache when another call decoded
+// it (gitstore.TreeReader). The entries are not to be changed.
+func (g *GitObjects) TreeEntries(id plumbing.Hash) ([]object.TreeEntry, error) {
+	t, err := g.tree(id)
+	if err != nil {
+		return nil, err
+	}
+	return t.entries, nil
+}
+
+// tree answers the tree id decoded, with its index by name.
+func (g *GitObjects) tree(id plumbing.Hash) (*decodedTree, error) {
+	if _, pending := g.pending[id]; !pending {
+		if t, ok := decodedTrees.get(id); ok {
+			return t, nil
+		}
+	}
+	o, err := g.EncodedObject(plumbing.TreeObject, id)
+	if err != nil {
+		return nil, err
+	}
+	data, err := readAll(o)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := gitstore.DecodeTree(data)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id, err)
+	}
+	t := newDecodedTree(entries)
+	if _, pending := g.pending[id]; !pending {
+		decodedTrees.put(id, t)
+	}
+	return t, nil
+}
+
+func newDecodedTree(entries []object.TreeEntry) *decodedTree {
+	t := &decodedTree{entries: entries, byName: make(map[string]int, len(entries))}
+	for i, e := range entries {
+		t.byName[e.Name] = i
+	}
+	return t
+}
+
+// decodedTree is a tree's entries, in git's order, and their index by name.
+type decodedTree struct {
+	entries []object.TreeEntry
+	byName  map[string]int
+}
+
+// decodedTrees keeps recently used trees decoded, for every store of the process, bounded in
+// entries: a one-file Integrate at the top of a large repository reads the same large root
+// tree as the one before it, which wrote it.
+var decodedTrees = &treeLRU{maxEntries: 1 << 20, order: list.New(), byID: map[plumbing.Hash]*list.Element{}}
+
+type treeLRU struct {
+	mu                  sync.Mutex
+	maxEntries, entries int
+	order               *list.List // of *treeLRUItem, most recently used first
+	byID                map[plumbing.Hash]*list.Element
+}
+
+type treeLRUItem struct {
+	id   plumbing.Hash
+	tree *decodedTree
+}
+
+func (c *treeLRU) get(id plumbing.Hash) (*decodedTree, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byID[id]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*treeLRUItem).tree, true
+}
+
+func (c *treeLRU) put(id plumbing.Hash, t *decodedTree) {
+	n := len(t.entries) + 1
+	if n > c.maxEntries/8 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[id]; ok {
+		return
+	}
+	c.byID[id] = c.order.PushFront(&treeLRUItem{id: id, tree: t})
+	c.entries += n
+	for c.entries > c.maxEntries {
+		last := c.order.Back()
+		it := last.Value.(*treeLRUItem)
+		c.order.Remove(last)
+		delete(c.byID, it.id)
+		c.entries -= len(it.tree.entries) + 1
+	}
+}
+
 // IterEncodedObjects is not offered: nothing walks a whole store.
 func (g *GitObjects) IterEncodedObjects(plumbing.ObjectType) (storer.EncodedObjectIter, error) {
 	return nil, errors.New("git objects: iteration over the whole store is not supported")
@@ -193,32 +321,12 @@ func (g *GitObjects) AddAlternate(string) error {
 	return errors.New("git objects: alternates are not supported")
 }
 
-// treeIndex reads trees by id, each once, as maps from entry name to entry: a rebase of many
-// edits looks up the same directories again and again.
+// treeIndex reads trees by id through the decoded-tree cache.
 type treeIndex struct {
-	s     storer.EncodedObjectStorer
-	trees map[plumbing.Hash]map[string]object.TreeEntry
+	s *GitObjects
 }
 
-func newTreeIndex(s storer.EncodedObjectStorer) *treeIndex {
-	return &treeIndex{s: s, trees: make(map[plumbing.Hash]map[string]object.TreeEntry)}
-}
-
-func (x *treeIndex) entries(id plumbing.Hash) (map[string]object.TreeEntry, error) {
-	if m, ok := x.trees[id]; ok {
-		return m, nil
-	}
-	t, err := object.GetTree(x.s, id)
-	if err != nil {
-		return nil, fmt.Errorf("read tree %s: %w", id, err)
-	}
-	m := make(map[string]object.TreeEntry, len(t.Entries))
-	for _, e := range t.Entries {
-		m[e.Name] = e
-	}
-	x.trees[id] = m
-	return m, nil
-}
+func newTreeIndex(s *GitObjects) *treeIndex { return &treeIndex{s: s} }
 
 // lookupFile answers the blob id of the file at path in the tree root, zero when no file is
 // there (nothing, or a directory). It reads the trees on path's spine only.
@@ -229,14 +337,15 @@ func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, 
 		if id.IsZero() {
 			return plumbing.ZeroHash, nil
 		}
-		m, err := x.entries(id)
+		t, err := x.s.tree(id)
 		if err != nil {
-			return plumbing.ZeroHash, err
+			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", id, err)
 		}
-		found, ok := m[seg]
+		at, ok := t.byName[seg]
 		if !ok {
 			return plumbing.ZeroHash, nil
 		}
+		found := t.entries[at]
 		last := i == len(segs)-1
 		switch {
 		case last && found.Mode.IsFile():
@@ -307,11 +416,11 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := object.GetTree(s, id)
+		entries, err := gitstore.TreeEntries(s, id)
 		if err != nil {
 			return fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
 		}
-		for _, e := range t.Entries {
+		for _, e := range entries {
 			switch {
 			case e.Mode == filemode.Dir:
 				if err := walk(e.Hash, prefix+e.Name+"/"); err != nil {

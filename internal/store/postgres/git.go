@@ -105,15 +105,14 @@ func putGitObjectsArgs(n int) string {
 	ON CONFLICT (id) DO NOTHING`, n, n+1, n+2)
 }
 
-// pendingArgs answers the objects objs holds unflushed as putGitObjectsSQL's arguments, and
-// forgets them: the caller stores them in its own statement.
-func pendingArgs(objs *store.GitObjects) ([][]byte, []int16, [][]byte, error) {
-	pending, err := objs.TakePending()
-	if err != nil {
-		return nil, nil, nil, err
+// pendingArgs answers the objects objs holds unflushed, and as putGitObjectsSQL's arguments,
+// and forgets them: the caller stores them in its own statement (then objs.KeepDecoded).
+func pendingArgs(objs *store.GitObjects) (pending []store.GitObject, ids [][]byte, types []int16, data [][]byte, err error) {
+	if pending, err = objs.TakePending(); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	ids, types, data := gitObjectArgs(pending)
-	return ids, types, data, nil
+	ids, types, data = gitObjectArgs(pending)
+	return pending, ids, types, data, nil
 }
 
 // commitTime is the time a commit written now is dated: the store's clock when it has one,

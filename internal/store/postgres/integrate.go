@@ -316,6 +316,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	// The second round trip: the change and what goes with it, COMMIT. After an error the
 	// server skips the COMMIT, and the deferred ROLLBACK ends the transaction.
 	var final pgx.Batch
+	var written []store.GitObject // the trees and commit the statement stores
 	changeID := store.NewID("chg")
 	if gated {
 		// The rebased tree is not kept: AdvanceQueue builds the candidate on the mainline of
@@ -340,7 +341,9 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		if err != nil {
 			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
 		}
-		ids, types, data, err := pendingArgs(objs)
+		var ids, data [][]byte
+		var types []int16
+		written, ids, types, data, err = pendingArgs(objs)
 		if err != nil {
 			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
 		}
@@ -361,6 +364,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	// Every result is read: the change is committed whatever Close says.
 	fr.Close() //nolint:errcheck // see above
 	db.audited()
+	objs.KeepDecoded(written)
 	return s.change(), nil
 }
 

@@ -71,7 +71,7 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 	if err != nil {
 		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
 	}
-	ids, types, data, err := pendingArgs(objs)
+	_, ids, types, data, err := pendingArgs(objs)
 	if err != nil {
 		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
 	}
