@@ -220,7 +220,7 @@ func scanTree(dir string) (map[string]localFile, []string, error) {
 		return nil, nil, err
 	}
 	defer root.Close()
-	s, err := scanRoot(root, nil)
+	s, _, err := scanRoot(root, nil)
 	return s.files, s.skipped, err
 }
 
@@ -235,27 +235,27 @@ type scan struct {
 // hashWorkers is how many files a scan reads and hashes at once.
 var hashWorkers = min(8, 2*runtime.GOMAXPROCS(0))
 
-// scanRoot scans root as scanTree does. With a stat cache, a file whose stat is as cached (and
-// not racily clean) takes the cached digest without being read, and the scan answers the cache
-// of what it found, for the next one.
-func scanRoot(root *os.Root, cache *statCache) (scan, error) {
-	s := scan{files: map[string]localFile{}}
-	start := time.Now().UnixNano()
-	if cache != nil {
-		s.cache = &statCache{stamp: start, entries: make(map[string]statEntry, len(cache.entries))}
-	}
-	type toHash struct {
-		path string
-		stat fs.FileInfo // nil without a cache
-	}
-	var hash []toHash
-	err := fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
+// walked is a regular file a walk found: its repository path, and its stat when asked for.
+type walked struct {
+	rel  string
+	info fs.FileInfo
+}
+
+// walkWorkers is how many directories a walk reads at once: lstat of many files is mostly
+// the kernel's work, which two cores do twice as fast.
+var walkWorkers = min(8, 2*runtime.GOMAXPROCS(0))
+
+// walkFiles lists the regular files under root, with their stats when withInfo, and the paths
+// that are not regular files, skipping what no repository may hold. The top-level directories
+// are walked in parallel; the answer is in no particular order.
+func walkFiles(root *os.Root, withInfo bool) ([]walked, []string, error) {
+	fsys := root.FS()
+	var (
+		mu      sync.Mutex
+		files   []walked
+		skipped []string
+	)
+	visit := func(rel string, d fs.DirEntry, local *[]walked, localSkipped *[]string) error {
 		if _, reserved := repo.ReservedSegment(d.Name()); reserved {
 			if d.IsDir() {
 				return fs.SkipDir
@@ -266,39 +266,127 @@ func scanRoot(root *os.Root, cache *statCache) (scan, error) {
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			s.skipped = append(s.skipped, rel)
+			*localSkipped = append(*localSkipped, rel)
 			return nil
 		}
 		if err := repo.ValidatePath(rel, false); err != nil {
 			return fmt.Errorf("%s: %v", rel, err)
 		}
-		if cache == nil {
-			hash = append(hash, toHash{path: rel})
-			return nil
+		w := walked{rel: rel}
+		if withInfo {
+			// The stat is taken before the content is read: a write in between moves the
+			// mtime on from what is cached, and the next scan hashes the file again.
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			w.info = info
 		}
-		// The stat is taken before the content is read: a write in between moves the mtime on
-		// from what is cached, and the next scan hashes the file again.
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if digest, ok := cache.digestOf(rel, statOf(info, "")); ok {
-			s.files[rel] = localFile{digest: digest, size: info.Size()}
-			s.cache.entries[rel] = statOf(info, digest)
-			return nil
-		}
-		hash = append(hash, toHash{path: rel, stat: info})
+		*local = append(*local, w)
 		return nil
-	})
+	}
+	top, err := fs.ReadDir(fsys, ".")
 	if err != nil {
-		return s, err
+		return nil, nil, err
+	}
+	var dirs []string
+	for _, d := range top {
+		if d.IsDir() {
+			if _, reserved := repo.ReservedSegment(d.Name()); !reserved {
+				dirs = append(dirs, d.Name())
+			}
+			continue
+		}
+		if err := visit(d.Name(), d, &files, &skipped); err != nil {
+			return nil, nil, err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, len(dirs))
+	for range min(walkWorkers, len(dirs)) {
+		wg.Go(func() {
+			var local []walked
+			var localSkipped []string
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(dirs) {
+					break
+				}
+				errs[i] = fs.WalkDir(fsys, dirs[i], func(rel string, d fs.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					return visit(rel, d, &local, &localSkipped)
+				})
+				if errs[i] != nil {
+					break
+				}
+			}
+			mu.Lock()
+			files = append(files, local...)
+			skipped = append(skipped, localSkipped...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	sort.Strings(skipped)
+	return files, skipped, nil
+}
+
+// scanRoot scans root as scanTree does. With a stat cache (loadCache not nil; it is called
+// while the files are listed), a file whose stat is as cached (and not racily clean) takes the
+// cached digest without being read, and the scan answers the cache of what it found, for the
+// next one, and the cache it was given.
+func scanRoot(root *os.Root, loadCache func() *statCache) (scan, *statCache, error) {
+	start := time.Now().UnixNano()
+	var cacheCh chan *statCache
+	if loadCache != nil {
+		cacheCh = make(chan *statCache, 1)
+		go func() { cacheCh <- loadCache() }()
+	}
+	found, skipped, err := walkFiles(root, loadCache != nil)
+	var cache *statCache
+	if cacheCh != nil {
+		cache = <-cacheCh
+	}
+	s := scan{files: make(map[string]localFile, len(found)), skipped: skipped}
+	if err != nil {
+		return s, cache, err
+	}
+	if cache != nil {
+		s.cache = &statCache{stamp: start, entries: make(map[string]statEntry, len(found))}
+	}
+	type toHash struct {
+		path string
+		stat fs.FileInfo // nil without a cache
+	}
+	var hash []toHash
+	for _, f := range found {
+		if cache == nil {
+			hash = append(hash, toHash{path: f.rel})
+			continue
+		}
+		now := statOf(f.info, "")
+		if digest, ok := cache.digestOf(f.rel, now); ok {
+			s.files[f.rel] = localFile{digest: digest, size: f.info.Size()}
+			now.digest = digest
+			s.cache.entries[f.rel] = now
+			continue
+		}
+		hash = append(hash, toHash{path: f.rel, stat: f.info})
 	}
 	s.hashed = len(hash)
 	if len(hash) == 0 {
-		return s, nil
+		return s, cache, nil
 	}
 	// Read and hash in parallel: a cold scan of many small files waits on the file system.
-	found := make([]localFile, len(hash))
+	hashed := make([]localFile, len(hash))
 	errs := make([]error, len(hash))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -309,21 +397,21 @@ func scanRoot(root *os.Root, cache *statCache) (scan, error) {
 				if i >= len(hash) {
 					return
 				}
-				found[i], errs[i] = hashFile(root, hash[i].path)
+				hashed[i], errs[i] = hashFile(root, hash[i].path)
 			}
 		})
 	}
 	wg.Wait()
 	for i, h := range hash {
 		if errs[i] != nil {
-			return s, errs[i]
+			return s, cache, errs[i]
 		}
-		s.files[h.path] = found[i]
-		if s.cache != nil && found[i].size == h.stat.Size() {
-			s.cache.entries[h.path] = statOf(h.stat, found[i].digest)
+		s.files[h.path] = hashed[i]
+		if s.cache != nil && hashed[i].size == h.stat.Size() {
+			s.cache.entries[h.path] = statOf(h.stat, hashed[i].digest)
 		}
 	}
-	return s, nil
+	return s, cache, nil
 }
 
 // hashFile reads the file at a repository path under root and answers its digest and size.
@@ -383,8 +471,7 @@ func (c *checkout) scan() (scan, error) {
 		return scan{}, err
 	}
 	defer root.Close()
-	cache := loadStatCache(root)
-	s, err := scanRoot(root, cache)
+	s, cache, err := scanRoot(root, func() *statCache { return loadStatCache(root) })
 	if err != nil {
 		return s, err
 	}
