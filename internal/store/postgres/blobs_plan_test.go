@@ -40,30 +40,10 @@ ANALYZE`); err != nil {
 		{"missing git objects", missingGitObjectsSQL, `ARRAY['\x` + strings.Repeat("ab", 20) + `'::bytea]`},
 	}
 	for _, c := range cases {
-		if _, err := conn.Exec(ctx, "DEALLOCATE ALL"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, "PREPARE s AS "+c.sql); err != nil {
-			t.Fatalf("%s: PREPARE: %v", c.name, err)
-		}
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE s("+c.arg+")")
-		if err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
-		}
+		plan := genericPlan(ctx, t, conn, c.name, c.sql, c.arg)
 		for _, bad := range []string{"Seq Scan on blobs", "Seq Scan on git_objects", "Hash"} {
-			if strings.Contains(plan.String(), bad) {
-				t.Errorf("the plan of %s has %q:\n%s", c.name, bad, plan.String())
+			if strings.Contains(plan, bad) {
+				t.Errorf("the plan of %s has %q:\n%s", c.name, bad, plan)
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
@@ -42,37 +40,15 @@ ANALYZE`)
 	cases := []struct {
 		name, sql, args string
 	}{
-		{"queued head", queuedHeadSQL, "('r')"},
-		{"validating head", validatingHeadSQL, "('r')"},
-		{"get change", getChangeSQL, "('chg_39990')"},
+		{"queued head", queuedHeadSQL, "'r'"},
+		{"validating head", validatingHeadSQL, "'r'"},
+		{"get change", getChangeSQL, "'chg_39990'"},
 		{"pending queues", pendingQueuesSQL, ""},
 	}
 	for _, c := range cases {
-		if _, err := conn.Exec(ctx, "DEALLOCATE ALL"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, "PREPARE s AS "+c.sql); err != nil {
-			t.Fatalf("%s: PREPARE: %v", c.name, err)
-		}
-		// EXPLAIN without ANALYZE plans the statement and runs nothing. It is sent as text:
-		// DEALLOCATE ALL dropped the statements pgx prepared for the cases before.
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE s"+c.args, pgx.QueryExecModeSimpleProtocol)
-		if err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", c.name, err)
-		}
-		if strings.Contains(plan.String(), "Seq Scan on changes") || !strings.Contains(plan.String(), "changes_queue") {
-			t.Errorf("the plan of %s does not walk changes_queue:\n%s", c.name, plan.String())
+		plan := genericPlan(ctx, t, conn, c.name, c.sql, c.args)
+		if strings.Contains(plan, "Seq Scan on changes") || !strings.Contains(plan, "changes_queue") {
+			t.Errorf("the plan of %s does not walk changes_queue:\n%s", c.name, plan)
 		}
 	}
 }
