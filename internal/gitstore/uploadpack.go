@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/format/pktline"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
@@ -333,7 +332,7 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
 		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", len(objs)))
 	}
-	if _, err := packfile.NewEncoder(out, snap.Objects, false).Encode(objs, packWindow); err != nil {
+	if err := writePack(out, snap.Objects, objs); err != nil {
 		if mux != nil {
 			_, _ = mux.WriteChannel(sideband.ErrorMessage, []byte("ag: "+err.Error()+"\n"))
 		}

@@ -1,0 +1,90 @@
+package gitstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// TestPlainPackIsAPackGitReads writes every object of a small history as a pack without
+// deltas, the way large fetches are sent, and has git index it strictly and check every
+// object's id: a header, size or checksum wrong anywhere would fail.
+func TestPlainPackIsAPackGitReads(t *testing.T) {
+	t.Parallel()
+	needGit(t)
+	env := gitEnv(t)
+	r := &served{t: t, s: newStorer()}
+	r.commit("Import app", sampleFiles)
+	big := bytes.Repeat([]byte("a line that makes a blob larger than one header byte holds\n"), 3000)
+	for i := range 5 {
+		r.commit(fmt.Sprintf("Step %d", i), map[string][]byte{fmt.Sprintf("steps/%d.txt", i): fmt.Appendf(nil, "%d\n", i), "big.txt": append(big, byte('0'+i))})
+	}
+	ids, err := objectsToSend(context.Background(), r.s, nil, nil)
+	if err == nil && len(ids) > 0 {
+		t.Fatalf("objectsToSend with no wants answered %d objects", len(ids))
+	}
+	ids, err = objectsToSend(context.Background(), r.s, []plumbing.Hash{r.main}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pack bytes.Buffer
+	if err := writePlainPack(&pack, r.s, ids); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	git(t, env, dir, nil, "init", "-q", "--bare")
+	git(t, env, dir, pack.Bytes(), "index-pack", "--strict", "--stdin")
+	listed := strings.Fields(git(t, env, dir, nil, "rev-list", "--objects", r.main.String()))
+	// rev-list prints each object's id, and a tree's or blob's path after it.
+	n := 0
+	for _, f := range listed {
+		if len(f) == 40 {
+			n++
+		}
+	}
+	if n < len(ids) {
+		t.Fatalf("git reads %d objects from the pack, want the %d sent", n, len(ids))
+	}
+	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", r.main.String())
+}
+
+// TestLargeFetchesSendAPlainPack clones through the handler, over git's side band, with every
+// fetch large enough to be sent without deltas: the real git client must take the pack, check
+// out the files and find the clone whole. Not parallel: it lowers plainPackObjects, which
+// parallel tests read, and they wait until it has returned.
+func TestLargeFetchesSendAPlainPack(t *testing.T) {
+	needGit(t)
+	defer func(old int) { plainPackObjects = old }(plainPackObjects)
+	plainPackObjects = 1
+	env := gitEnv(t)
+	r := &served{t: t, s: newStorer()}
+	r.commit("Import app", sampleFiles)
+	// Random bytes do not compress: the blob's pack entry is more than a side-band packet.
+	big := make([]byte, 200<<10)
+	if _, err := rand.NewChaCha8([32]byte{3, 4}).Read(big); err != nil {
+		t.Fatal(err)
+	}
+	r.commit("Grow", map[string][]byte{"big.bin": big})
+	srv := httptest.NewServer(http.StripPrefix("/git/app.git", NewHandler(r.open)))
+	t.Cleanup(srv.Close)
+	dir := filepath.Join(t.TempDir(), "app")
+	if _, stderr, err := gitRun(env, "", nil, "clone", "--progress", srv.URL+"/git/app.git", dir); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, stderr)
+	}
+	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", "--full")
+	if got := strings.TrimSpace(git(t, env, dir, nil, "rev-parse", "HEAD")); got != r.main.String() {
+		t.Fatalf("cloned HEAD %s, want %s", got, r.main)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "big.bin")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big.bin in the clone: %d bytes, %v; want the %d written", len(got), err, len(big))
+	}
+}
