@@ -302,12 +302,13 @@ func (db *DB) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 		}
 		if err == nil {
 			backoff = minBackoff
-			db.listens.Add(1)
-			db.listening.Fire()
 			// A notification sent while we were not listening is lost; a claimer that waits
-			// for one looks again instead.
+			// for one looks again instead. Before the listen is counted, so that a signal
+			// taken once it is counted fires only for what happens after.
 			db.signal.Fire()
 			db.leaseSignal.Fire()
+			db.listens.Add(1)
+			db.listening.Fire()
 			for {
 				var n *pgconn.Notification
 				if n, err = conn.WaitForNotification(ctx); err != nil {
