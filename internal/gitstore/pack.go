@@ -31,6 +31,15 @@ func writePack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash) e
 	return writePlainPack(w, s, ids)
 }
 
+// Prefetcher is an object storer that can read many objects ahead of their use, in few
+// requests: writePlainPack asks it for each batch of objects before it writes them.
+type Prefetcher interface {
+	Prefetch(ids []plumbing.Hash)
+}
+
+// prefetchBatch is how many objects writePlainPack asks a Prefetcher for at once.
+const prefetchBatch = 256
+
 // writePlainPack writes a version 2 pack of whole objects: "PACK", the version and the count,
 // then per object its type and size header and its zlib-compressed content, then the SHA-1 of
 // everything before (git's pack format, Documentation/gitformat-pack.txt).
@@ -49,7 +58,11 @@ func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Ha
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	prefetcher, _ := s.(Prefetcher)
+	for i, id := range ids {
+		if prefetcher != nil && i%prefetchBatch == 0 {
+			prefetcher.Prefetch(ids[i:min(len(ids), i+prefetchBatch)])
+		}
 		o, err := s.EncodedObject(plumbing.AnyObject, id)
 		if err != nil {
 			return fmt.Errorf("object %s: %w", id, err)

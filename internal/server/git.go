@@ -398,6 +398,43 @@ func (o *gitObjects) read(id plumbing.Hash) (plumbing.ObjectType, []byte, error)
 	return typ, content, nil
 }
 
+// batchSource is a gitObjectSource that reads many objects in one request; the store is one.
+type batchSource interface {
+	ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error)
+}
+
+// Prefetch reads the objects among ids that the cache lacks in one request to a store that
+// can (gitstore.Prefetcher): a pack of 100,000 objects then costs a few hundred requests,
+// not 100,000. A failure is only logged: each object is read again, alone, when it is used.
+func (o *gitObjects) Prefetch(ids []plumbing.Hash) {
+	b, ok := o.src.(batchSource)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	var ask []plumbing.Hash
+	for _, id := range ids {
+		if _, cached := o.cache[id]; !cached {
+			ask = append(ask, id)
+		}
+	}
+	o.mu.Unlock()
+	if len(ask) == 0 {
+		return
+	}
+	objs, err := b.ReadGitObjects(o.ctx, ask)
+	if err != nil {
+		logGitStoreError(o.ctx, o.log, "read objects", err, "objects", len(ask))
+		return
+	}
+	for _, obj := range objs {
+		switch obj.Type {
+		case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+			o.remember(&cachedGitObject{id: obj.ID, typ: obj.Type, content: obj.Data})
+		}
+	}
+}
+
 func (o *gitObjects) remember(c *cachedGitObject) {
 	if len(c.content) > o.maxBytes {
 		return

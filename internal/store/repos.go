@@ -53,6 +53,10 @@ type RepoStore interface {
 	// or blob of any repository, or ErrNotFound.
 	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)
 
+	// ReadGitObjects answers the git objects among ids that the store holds (commits, trees and
+	// blobs, as ReadGitObject), in no particular order; one it does not hold is absent.
+	ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]GitObject, error)
+
 	// PutGitObjects stores trees and commits (ID the git id of Type and Data, computed by the
 	// caller); one already stored is left as it is.
 	PutGitObjects(ctx context.Context, objects []GitObject) error

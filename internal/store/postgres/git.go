@@ -66,6 +66,41 @@ func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plu
 	return missing, nil
 }
 
+// ReadGitObjects answers the git objects the store holds among ids.
+func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := db.pool.Query(ctx, `SELECT id, type, data FROM git_objects WHERE id = ANY($1::bytea[])
+		UNION ALL SELECT git_id, 3, content FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
+	if err != nil {
+		return nil, mapErr("read git objects", err)
+	}
+	var out []store.GitObject
+	var (
+		id   []byte
+		typ  int16
+		data []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data}, func() error {
+		o := store.GitObject{Type: plumbing.ObjectType(typ), Data: data}
+		if o.Data == nil {
+			o.Data = []byte{}
+		}
+		copy(o.ID[:], id)
+		out = append(out, o)
+		data = nil
+		return nil
+	}); err != nil {
+		return nil, mapErr("read git objects", err)
+	}
+	return out, nil
+}
+
 // ReadGitObject answers a git object of any repository.
 func (db *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	return gitBackend{qr: db.pool}.ReadGitObject(ctx, id)

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -33,21 +32,15 @@ func readGitObject(ctx context.Context, q querier, id plumbing.Hash) (plumbing.O
 		typ  int
 		data []byte
 	)
-	err := q.QueryRowContext(ctx, `SELECT type, data FROM git_objects WHERE id = ?`, id[:]).Scan(&typ, &data)
-	if err == nil {
-		return plumbing.ObjectType(typ), data, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, interpret("read git object "+id.String(), err)
-	}
-	err = q.QueryRowContext(ctx, `SELECT content FROM blobs WHERE git_id = ?`, id[:]).Scan(&data)
+	err := q.QueryRowContext(ctx, `SELECT type, data FROM git_objects WHERE id = ?1
+		UNION ALL SELECT 3, content FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data)
 	if err != nil {
 		return 0, nil, interpret("read git object "+id.String(), err)
 	}
 	if data == nil {
 		data = []byte{}
 	}
-	return plumbing.BlobObject, data, nil
+	return plumbing.ObjectType(typ), data, nil
 }
 
 func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
@@ -175,6 +168,46 @@ func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plum
 		}
 	}
 	return missing, nil
+}
+
+// ReadGitObjects answers the git objects the store holds among ids.
+func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error) {
+	var out []store.GitObject
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		in := placeholders(1, len(chunk))
+		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data FROM git_objects WHERE id IN (`+in+`)
+			UNION ALL SELECT git_id, 3, content FROM blobs WHERE git_id IN (`+in+`)`, args...)
+		if err != nil {
+			return nil, interpret("read git objects", err)
+		}
+		for rows.Next() {
+			var (
+				raw  []byte
+				typ  int
+				data []byte
+			)
+			if err := rows.Scan(&raw, &typ, &data); err != nil {
+				rows.Close()
+				return nil, interpret("read git objects", err)
+			}
+			if data == nil {
+				data = []byte{}
+			}
+			o := store.GitObject{Type: plumbing.ObjectType(typ), Data: data}
+			copy(o.ID[:], raw)
+			out = append(out, o)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpret("read git objects", err)
+		}
+	}
+	return out, nil
 }
 
 // ReadGitObject answers a git object of any repository.

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -175,6 +178,18 @@ func testIntegrate(t *testing.T, newStore Factory) {
 	}
 	if got := b.repository(t, "web").MainlineCommit; got != rev.GitCommit {
 		t.Fatalf("the repository's mainline commit is %s, want the integrated revision's %s", got, rev.GitCommit)
+	}
+	// Many objects at once: the commit, its tree and a blob; an unknown id is left out.
+	blobID := gitstore.BlobID([]byte("package a\n"))
+	unknown := plumbing.NewHash(strings.Repeat("ab", 20))
+	objs, err := b.rs.ReadGitObjects(b.ctx, []plumbing.Hash{plumbing.NewHash(rev.GitCommit), plumbing.NewHash(rev.GitTree), blobID, unknown})
+	if err != nil || len(objs) != 3 {
+		t.Fatalf("ReadGitObjects = %d objects, %v; want the commit, the tree and the blob", len(objs), err)
+	}
+	for _, o := range objs {
+		if got := plumbing.ComputeHash(o.Type, o.Data); got != o.ID {
+			t.Fatalf("ReadGitObjects answered %s %s whose content hashes to %s", o.Type, o.ID, got)
+		}
 	}
 	for _, bl := range p.Blobs {
 		if got, err := b.rs.GetBlob(b.ctx, bl.Digest); err != nil || string(got.Content) != string(bl.Content) {
