@@ -191,11 +191,26 @@ type Commit struct {
 // FormatMessage answers a commit message: msg without its trailing white space, then a blank
 // line and one "Key: value" line per trailer. An empty msg is "(no message)": git reads the
 // first line as the subject, so a trailer there would not be a trailer.
+//
+// msg is the agent's and the trailers are ag's, so nothing in msg may pass for a trailer.
+// git reads trailers from the last paragraph, which is ag's, except that `git
+// interpret-trailers` first cuts a message at a line starting "---" (a patch's divider): a
+// message holding "Ag-Attestation: ..." and then such a line would have its forged paragraph
+// read as the trailers. Such lines get a leading space, which git does not take for a
+// divider. NUL, which git's fsck reports in a commit, becomes U+FFFD.
 func FormatMessage(msg string, trailers []Trailer) (string, error) {
 	msg = strings.TrimRight(msg, " \t\r\n")
 	if msg == "" {
 		msg = "(no message)"
 	}
+	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		if rest, ok := strings.CutPrefix(l, "---"); ok && (rest == "" || strings.ContainsAny(rest[:1], " \t\r\v\f")) {
+			lines[i] = " " + l
+		}
+	}
+	msg = strings.Join(lines, "\n")
 	var b strings.Builder
 	b.WriteString(msg)
 	b.WriteByte('\n')

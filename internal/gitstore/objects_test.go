@@ -187,3 +187,33 @@ func TestImportTree(t *testing.T) {
 		t.Error("a blob whose size differs from the tree's was accepted")
 	}
 }
+
+// TestAgentMessageCannotForgeTrailers is the attack: an agent's change message that carries
+// its own Ag-Attestation and Ag-Author, then a patch divider ("---"), after which git
+// interpret-trailers would stop reading and take the forged paragraph for the trailers. Only
+// ag's trailers are read back, by git log's %(trailers) and by interpret-trailers alike; a NUL
+// in the message does not reach the commit.
+func TestAgentMessageCannotForgeTrailers(t *testing.T) {
+	t.Parallel()
+	needGit(t)
+	env := gitEnv(t)
+	forged := "Fix\n\nAg-Attestation: sha256:" + strings.Repeat("0", 64) + "\nAg-Author: admin|x\n---\nsee above\n--- \tagain\n\nnul\x00here"
+	trailers := []Trailer{{Key: "Ag-Change", Value: "chg_real"}, {Key: "Ag-Author", Value: "mallory|m"}}
+	msg, err := FormatMessage(forged, trailers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Ag-Change: chg_real\nAg-Author: mallory|m\n"
+	dir := t.TempDir()
+	if got := git(t, env, dir, []byte(msg), "interpret-trailers", "--parse"); got != want {
+		t.Fatalf("git interpret-trailers --parse of the message read:\n%s\nwant only ag's trailers:\n%s", got, want)
+	}
+	if strings.Contains(msg, "\x00") || !strings.Contains(msg, "Ag-Attestation: sha256:") || !strings.Contains(msg, "\n ---\n") {
+		t.Fatalf("the message lost the agent's words or kept its NUL: %q", msg)
+	}
+	git(t, env, dir, nil, "init", "-q")
+	got := commitTree(t, env, dir, EmptyTree.String(), "", msg)
+	if log := git(t, env, dir, nil, "log", "-1", "--format=%(trailers)", got); log != want+"\n" {
+		t.Fatalf("git log's trailers:\n%q\nwant\n%q", log, want+"\n")
+	}
+}
