@@ -180,8 +180,28 @@ func (h repoService) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*
 // getBlobsMessageBytes is about how much content one GetBlobs message carries.
 const getBlobsMessageBytes = 1 << 20
 
-// getBlobsChunk is how many blobs GetBlobs reads from the store at once.
-const getBlobsChunk = 256
+// getBlobsReadBytes bounds the contents GetBlobs reads from the store at once: a call may ask
+// for 10,000 blobs of up to 64 MiB each, which must not all be in memory together.
+const getBlobsReadBytes = 8 << 20
+
+// blobReads splits digests, in order, into store reads of at most maxBytes of content by their
+// sizes; a blob larger than maxBytes is read alone.
+func blobReads(digests []string, sizes map[string]uint64, maxBytes uint64) [][]string {
+	var reads [][]string
+	var size uint64
+	start := 0
+	for i, d := range digests {
+		if i > start && size+sizes[d] > maxBytes {
+			reads = append(reads, digests[start:i])
+			start, size = i, 0
+		}
+		size += sizes[d]
+	}
+	if start < len(digests) {
+		reads = append(reads, digests[start:])
+	}
+	return reads
+}
 
 func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
 	digests := req.GetDigests()
@@ -195,6 +215,17 @@ func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, 
 			}
 		}
 	}
+	sizes, err := h.s.store.BlobSizes(ctx, digests)
+	if err != nil {
+		return storeError(err, connect.CodeInternal)
+	}
+	held := len(digests)
+	for i, d := range digests {
+		if _, ok := sizes[d]; !ok {
+			held = i // what comes before is sent, then not_found names it
+			break
+		}
+	}
 	msg := &agwpv1.GetBlobsResponse{}
 	size := 0
 	send := func() error {
@@ -205,9 +236,8 @@ func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, 
 		msg, size = &agwpv1.GetBlobsResponse{}, 0
 		return err
 	}
-	for i := 0; i < len(digests); i += getBlobsChunk {
-		chunk := digests[i:min(len(digests), i+getBlobsChunk)]
-		blobs, err := h.s.store.GetBlobs(ctx, chunk)
+	for _, read := range blobReads(digests[:held], sizes, getBlobsReadBytes) {
+		blobs, err := h.s.store.GetBlobs(ctx, read)
 		if err != nil {
 			return storeError(err, connect.CodeInternal)
 		}
@@ -215,13 +245,10 @@ func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, 
 		for _, b := range blobs {
 			byDigest[b.Digest] = b.Content
 		}
-		for _, d := range chunk {
+		for _, d := range read {
 			content, ok := byDigest[d]
 			if !ok {
-				if err := send(); err != nil {
-					return err
-				}
-				return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: not found", d))
+				return connect.NewError(connect.CodeInternal, fmt.Errorf("blob %s: the store listed it, then did not answer it", d))
 			}
 			if size > 0 && size+len(content) > getBlobsMessageBytes {
 				if err := send(); err != nil {
@@ -232,7 +259,13 @@ func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, 
 			size += len(content)
 		}
 	}
-	return send()
+	if err := send(); err != nil {
+		return err
+	}
+	if held < len(digests) {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: not found: upload it (UploadBlobs) first", digests[held]))
+	}
+	return nil
 }
 
 func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {
