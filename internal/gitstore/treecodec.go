@@ -79,6 +79,25 @@ func DecodeTree(data []byte) ([]object.TreeEntry, error) {
 	return entries, nil
 }
 
+// DecodeCanonicalTree is DecodeTree for a tree from elsewhere, which every git client will
+// read: it also refuses entries out of git's order or named twice, and modes not written as
+// git writes them (a zero-padded "040000"), which git's fsck reports.
+func DecodeCanonicalTree(data []byte) ([]object.TreeEntry, error) {
+	entries, err := DecodeTree(data)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(entries); i++ {
+		if compareTreeEntries(entries[i-1], entries[i]) >= 0 {
+			return nil, fmt.Errorf("tree: %q comes after %q: entries must be in git's order, each name once", entries[i].Name, entries[i-1].Name)
+		}
+	}
+	if !bytes.Equal(EncodeTree(entries), data) {
+		return nil, errors.New("tree: not encoded as git encodes it (a mode with a leading zero?)")
+	}
+	return entries, nil
+}
+
 // EncodeTree answers the content of a tree object holding entries, which must be in git's
 // order (SortTreeEntries).
 func EncodeTree(entries []object.TreeEntry) []byte {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -52,7 +53,7 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
 		id := mo.Hash()
-		r, err := objectRefs(mo)
+		r, err := objectRefs(mo, o.GetData())
 		if err != nil {
 			return nil, invalid(field, "%s %s: %v", typ, id, err)
 		}
@@ -99,19 +100,20 @@ type gitRef struct {
 	id   plumbing.Hash
 }
 
-// objectRefs decodes a tree or commit and answers what it names. A tree's entry names must be
-// names ag could write (repo.ValidatePath of each as a path of one segment): the history is
+// objectRefs decodes a tree or commit (o, whose content is data) and answers what it names. A
+// tree must be canonical, as git's fsck on every clone would require: in git's order, each name
+// once, modes as git writes them. Its entry names must be names ag could write (repo.ValidatePath of each as a path of one segment): the history is
 // served to every clone. Submodules (gitlinks) name commits of other repositories, which ag
 // cannot hold: they are refused.
-func objectRefs(o plumbing.EncodedObject) ([]gitRef, error) {
+func objectRefs(o plumbing.EncodedObject, data []byte) ([]gitRef, error) {
 	switch o.Type() {
 	case plumbing.TreeObject:
-		var t object.Tree
-		if err := t.Decode(o); err != nil {
+		entries, err := gitstore.DecodeCanonicalTree(data)
+		if err != nil {
 			return nil, err
 		}
-		refs := make([]gitRef, 0, len(t.Entries))
-		for _, e := range t.Entries {
+		refs := make([]gitRef, 0, len(entries))
+		for _, e := range entries {
 			if strings.Contains(e.Name, "/") {
 				return nil, fmt.Errorf("entry %q: a name holds no '/'", truncate(e.Name, 80))
 			}

@@ -92,6 +92,16 @@ func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 				_, bad := tree(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: goodID})
 				wantCode(t, "a tree entry named "+name, upload(bad), connect.CodeInvalidArgument)
 			}
+			// Trees git's fsck would refuse on every clone: out of order, a name twice, a
+			// zero-padded mode.
+			_, good2 := tree(object.TreeEntry{Name: "b.txt", Mode: filemode.Regular, Hash: blobID})
+			unordered := append(append([]byte{}, good2.GetData()...), good.GetData()...) // b.txt, then a.txt
+			twice := append(append([]byte{}, good.GetData()...), good.GetData()...)
+			padded := append([]byte("0"), good.GetData()...) // "0100644 a.txt"
+			for name, data := range map[string][]byte{"out of order": unordered, "a name twice": twice, "a zero-padded mode": padded} {
+				err := upload(&agwpv1.GitObject{Type: "tree", Data: data})
+				wantCode(t, "a tree with "+name, err, connect.CodeInvalidArgument)
+			}
 			_, sub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: blobID})
 			wantCode(t, "a submodule", upload(sub), connect.CodeInvalidArgument)
 			wantCode(t, "a blob sent as a git object",
