@@ -1,7 +1,6 @@
 package gitstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,34 +57,6 @@ func WriteFiles(s storer.EncodedObjectStorer, files map[string][]byte) (plumbing
 		list = append(list, File{Path: p, Blob: id})
 	}
 	return WriteTree(s, list)
-}
-
-// ImportTree stores an ag tree as git objects: each blob read by its sha256 digest through
-// read (once per distinct digest), then the trees. It answers the root tree's id.
-func ImportTree(ctx context.Context, s storer.EncodedObjectStorer, t repo.Tree, read func(ctx context.Context, digest string) ([]byte, error)) (plumbing.Hash, error) {
-	ids := make(map[string]plumbing.Hash)
-	files := make([]File, 0, len(t))
-	for _, e := range t {
-		id, ok := ids[e.Digest]
-		if !ok {
-			if err := ctx.Err(); err != nil {
-				return plumbing.ZeroHash, err
-			}
-			content, err := read(ctx, e.Digest)
-			if err != nil {
-				return plumbing.ZeroHash, fmt.Errorf("read blob %s of %s: %w", e.Digest, e.Path, err)
-			}
-			if uint64(len(content)) != e.Size {
-				return plumbing.ZeroHash, fmt.Errorf("blob %s of %s is %d bytes, the tree says %d", e.Digest, e.Path, len(content), e.Size)
-			}
-			if id, err = WriteBlob(s, content); err != nil {
-				return plumbing.ZeroHash, fmt.Errorf("write blob %s: %w", e.Path, err)
-			}
-			ids[e.Digest] = id
-		}
-		files = append(files, File{Path: e.Path, Blob: id})
-	}
-	return WriteTree(s, files)
 }
 
 // dir is a directory being built from a flat list of files.

@@ -1,7 +1,6 @@
 package gitstore
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
-
-	"github.com/ag-coord/ag/internal/repo"
 )
 
 // sampleFiles holds names whose git order differs from plain byte order: a directory "foo"
@@ -141,51 +138,6 @@ func commitTree(t *testing.T, env []string, dir, tree, parent, msg string) strin
 		args = append(args, "-p", parent)
 	}
 	return strings.TrimSpace(git(t, env, dir, nil, args...))
-}
-
-// TestImportTree ensures an ag tree imports to the same root as its files written directly,
-// reading each distinct blob once, and that a size that does not match is refused.
-func TestImportTree(t *testing.T) {
-	t.Parallel()
-	var tr repo.Tree
-	blobs := map[string][]byte{}
-	for p, c := range sampleFiles {
-		d := repo.Digest(c)
-		blobs[d] = c
-		tr = append(tr, repo.Entry{Path: p, Digest: d, Size: uint64(len(c))})
-	}
-	tr = append(tr, repo.Entry{Path: "copy/README.md", Digest: repo.Digest(sampleFiles["README.md"]), Size: 6})
-	sort.Slice(tr, func(i, j int) bool { return tr[i].Path < tr[j].Path })
-	reads := map[string]int{}
-	read := func(_ context.Context, d string) ([]byte, error) {
-		reads[d]++
-		return blobs[d], nil
-	}
-	s := newStorer()
-	got, err := ImportTree(context.Background(), s, tr, read)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{"copy/README.md": sampleFiles["README.md"]}
-	for p, c := range sampleFiles {
-		files[p] = c
-	}
-	want, err := WriteFiles(newStorer(), files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Errorf("imported root %s, want %s", got, want)
-	}
-	for d, n := range reads {
-		if n != 1 {
-			t.Errorf("blob %s read %d times", d, n)
-		}
-	}
-	tr[0].Size++
-	if _, err := ImportTree(context.Background(), newStorer(), tr, read); err == nil {
-		t.Error("a blob whose size differs from the tree's was accepted")
-	}
 }
 
 // TestAgentMessageCannotForgeTrailers is the attack: an agent's change message that carries

@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -108,37 +107,6 @@ func TestTreeEncodingRoundTrips(t *testing.T) {
 	}
 	if _, err := DecodeTree([]byte("a\x00sha256:x\x00")); err == nil {
 		t.Fatal("a truncated encoding decoded")
-	}
-}
-
-// TestRebase ensures edits apply on top of a mainline that moved on elsewhere, and that an
-// edited path that moved on is a conflict.
-func TestRebase(t *testing.T) {
-	d := func(s string) string { return Digest([]byte(s)) }
-	base := Tree{{Path: "a", Digest: d("a1"), Size: 2}, {Path: "b", Digest: d("b1"), Size: 2}}
-	mainline := Tree{{Path: "a", Digest: d("a1"), Size: 2}, {Path: "b", Digest: d("b2"), Size: 2}, {Path: "c", Digest: d("c1"), Size: 2}}
-	got, err := Rebase(base, mainline, []FileEdit{{Path: "a", Digest: d("a2"), Size: 2}, {Path: "new/x", Digest: d("x"), Size: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Tree{{Path: "a", Digest: d("a2"), Size: 2}, {Path: "b", Digest: d("b2"), Size: 2}, {Path: "c", Digest: d("c1"), Size: 2}, {Path: "new/x", Digest: d("x"), Size: 1}}
-	if got.Digest() != want.Digest() {
-		t.Fatalf("rebase = %v, want %v", got, want)
-	}
-	got, err = Rebase(base, mainline, []FileEdit{{Path: "a", Delete: true}})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("delete a = %v, %v", got, err)
-	}
-	var conflict *ConflictError
-	if _, err := Rebase(base, mainline, []FileEdit{{Path: "b", Digest: d("b3")}}); !errors.As(err, &conflict) || conflict.Path != "b" {
-		t.Fatalf("edit of a path that moved on = %v, want a conflict on b", err)
-	}
-	if _, err := Rebase(base, mainline, []FileEdit{{Path: "c", Delete: true}}); !errors.As(err, &conflict) {
-		t.Fatalf("edit of a path added in the mainline = %v, want a conflict", err)
-	}
-	var collision *CollisionError
-	if _, err := Rebase(base, mainline, []FileEdit{{Path: "a/inner", Digest: d("i")}}); !errors.As(err, &collision) {
-		t.Fatalf("a file under the file a = %v, want a collision", err)
 	}
 }
 

@@ -106,42 +106,6 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("%s changed in the mainline since your base revision: sync, redo the edit, and integrate again", e.Path)
 }
 
-// Rebase applies edits made on base to mainline, path by path: an edited path whose content in
-// mainline differs from its content in base is a *ConflictError; paths not edited keep the
-// mainline's content.
-func Rebase(base, mainline Tree, edits []FileEdit) (Tree, error) {
-	byPath := make(map[string]FileEdit, len(edits))
-	for _, e := range edits {
-		b, inBase := base.Lookup(e.Path)
-		m, inMain := mainline.Lookup(e.Path)
-		if inBase != inMain || b.Digest != m.Digest {
-			return nil, &ConflictError{Path: e.Path}
-		}
-		byPath[e.Path] = e
-	}
-	out := make(Tree, 0, len(mainline)+len(edits))
-	for _, m := range mainline {
-		if e, ok := byPath[m.Path]; ok {
-			if !e.Delete {
-				out = append(out, Entry{Path: e.Path, Digest: e.Digest, Size: e.Size})
-			}
-			delete(byPath, m.Path)
-			continue
-		}
-		out = append(out, m)
-	}
-	for _, e := range byPath {
-		if !e.Delete {
-			out = append(out, Entry{Path: e.Path, Digest: e.Digest, Size: e.Size})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	if err := out.checkFileDirCollisions(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // CollisionError says that a path would be both a file and a directory.
 type CollisionError struct {
 	File, Under string
@@ -149,20 +113,4 @@ type CollisionError struct {
 
 func (e *CollisionError) Error() string {
 	return fmt.Sprintf("%s would be a file and also the directory of %s", e.File, e.Under)
-}
-
-// checkFileDirCollisions refuses a tree that no file system can hold: "a" and "a/b" both files.
-func (t Tree) checkFileDirCollisions() error {
-	files := make(map[string]bool, len(t))
-	for _, e := range t {
-		files[e.Path] = true
-	}
-	for _, e := range t {
-		for _, dir := range Ancestors(e.Path) {
-			if files[strings.TrimSuffix(dir, "/")] {
-				return &CollisionError{File: strings.TrimSuffix(dir, "/"), Under: e.Path}
-			}
-		}
-	}
-	return nil
 }

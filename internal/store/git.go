@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -61,8 +60,8 @@ const DefaultGitEmailDomain = "ag.invalid"
 
 // GitObjects is a go-git object storer over a GitBackend inside one transaction. Objects
 // written are kept in memory until Flush, so that the trees of one edit that a later step
-// replaces are never stored. Trees read are cached for the whole process: an id names one
-// content whatever the database.
+// replaces are never stored. Trees are kept decoded for the whole process (TreeEntries): an
+// id names one content whatever the database.
 type GitObjects struct {
 	ctx     context.Context
 	backend GitBackend
@@ -168,22 +167,15 @@ func (g *GitObjects) EncodedObject(t plumbing.ObjectType, id plumbing.Hash) (plu
 		}
 		return o, nil
 	}
-	typ, data, ok := treeCache.get(id)
-	if !ok && g.backend == nil {
+	if g.backend == nil {
 		return nil, plumbing.ErrObjectNotFound
 	}
-	if !ok {
-		var err error
-		typ, data, err = g.backend.ReadGitObject(g.ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			return nil, plumbing.ErrObjectNotFound
-		}
-		if err != nil {
-			return nil, err
-		}
-		if typ == plumbing.TreeObject {
-			treeCache.put(id, typ, data)
-		}
+	typ, data, err := g.backend.ReadGitObject(g.ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	if err != nil {
+		return nil, err
 	}
 	if t != plumbing.AnyObject && typ != t {
 		return nil, plumbing.ErrObjectNotFound
@@ -358,8 +350,7 @@ func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, 
 	return plumbing.ZeroHash, nil
 }
 
-// RebaseGit is repo.Rebase on git trees: edits made on the tree base are applied to the tree
-// mainline. An edited path whose file differs between base and mainline is a
+// RebaseGit applies edits made on the git tree base to the git tree mainline, path by path. An edited path whose file differs between base and mainline is a
 // *repo.ConflictError; a file that would also be a directory a *repo.CollisionError. It reads
 // and writes the trees on the edited paths' spines only, and answers the new root tree. The
 // edits' blobs must be stored (in this transaction or before).
@@ -645,70 +636,6 @@ func ParseGitID(s string) (plumbing.Hash, error) {
 		return plumbing.ZeroHash, fmt.Errorf("%q is not a git object id (40 lowercase hex)", s)
 	}
 	return plumbing.NewHash(s), nil
-}
-
-// GitIDString answers a stored git id column's text: "" for the zero id.
-func GitIDString(id plumbing.Hash) string {
-	if id.IsZero() {
-		return ""
-	}
-	return id.String()
-}
-
-// treeCache keeps recently read trees, by id, for every store of the process: an Integrate
-// reads the same top directories again and again.
-var treeCache = newGitCache(4096, 64<<20)
-
-type gitCache struct {
-	mu       sync.Mutex
-	maxItems int
-	maxBytes int
-	bytes    int
-	order    *list.List
-	byID     map[plumbing.Hash]*list.Element
-}
-
-type gitCacheItem struct {
-	id   plumbing.Hash
-	typ  plumbing.ObjectType
-	data []byte
-}
-
-func newGitCache(maxItems, maxBytes int) *gitCache {
-	return &gitCache{maxItems: maxItems, maxBytes: maxBytes, order: list.New(), byID: map[plumbing.Hash]*list.Element{}}
-}
-
-func (c *gitCache) get(id plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byID[id]
-	if !ok {
-		return 0, nil, false
-	}
-	c.order.MoveToFront(e)
-	it := e.Value.(*gitCacheItem)
-	return it.typ, it.data, true
-}
-
-func (c *gitCache) put(id plumbing.Hash, typ plumbing.ObjectType, data []byte) {
-	if len(data) > c.maxBytes/16 {
-		return
-	}
-	data = bytes.Clone(data)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.byID[id]; ok {
-		return
-	}
-	c.byID[id] = c.order.PushFront(&gitCacheItem{id: id, typ: typ, data: data})
-	c.bytes += len(data)
-	for c.order.Len() > c.maxItems || c.bytes > c.maxBytes {
-		last := c.order.Back()
-		it := last.Value.(*gitCacheItem)
-		c.order.Remove(last)
-		delete(c.byID, it.id)
-		c.bytes -= len(it.data)
-	}
 }
 
 // flatTrees keeps the file lists of recently listed trees, by git tree id: checkouts and

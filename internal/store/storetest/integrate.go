@@ -29,8 +29,8 @@ type fileEdit struct {
 func put(path, content string) fileEdit { return fileEdit{path: path, content: content} }
 func del(path string) fileEdit          { return fileEdit{path: path, delete: true} }
 
-// integrateParams builds an Integrate of edits on base, their contents sent inline, rebased
-// with repo.Rebase, and the edits kept for a queue.
+// integrateParams builds an Integrate of edits on base, their contents sent inline, and the
+// edits kept for a queue.
 func integrateParams(repository, base, holder string, tokens []uint64, edits ...fileEdit) store.IntegrateParams {
 	var (
 		fe    []repo.FileEdit
