@@ -164,13 +164,26 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 	if err != nil {
 		return err
 	}
-	if err := uploadGitBlobs(ctx, g, c, st, h.blobs, missing); err != nil {
+	// Blobs go with their sha256 digests (UploadBlobs), trees and commits as git objects.
+	uploadBlobs := func(objs []*agwpv1.GitObject) error {
+		blobs := make([][]byte, len(objs))
+		for i, o := range objs {
+			blobs[i] = o.GetData()
+		}
+		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: blobs})
 		return err
 	}
-	if err := uploadGitObjects(ctx, g, c, st, "trees", h.trees, missing); err != nil {
+	uploadObjects := func(objs []*agwpv1.GitObject) error {
+		_, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
 		return err
 	}
-	if err := uploadGitObjects(ctx, g, c, st, "commits", h.commits, missing); err != nil {
+	if err := uploadMissing(g, "blobs", st, h.blobs, missing, uploadBlobs); err != nil {
+		return err
+	}
+	if err := uploadMissing(g, "trees", st, h.trees, missing, uploadObjects); err != nil {
+		return err
+	}
+	if err := uploadMissing(g, "commits", st, h.commits, missing, uploadObjects); err != nil {
 		return err
 	}
 	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.head.String()})
@@ -213,50 +226,10 @@ func missingGitObjects(ctx context.Context, c *client.Client, h *gitHistory) (ma
 // importChunkBytes bounds one upload request, well under the server's 64 MiB of content.
 const importChunkBytes = 16 << 20
 
-// uploadGitBlobs uploads the contents of the missing blobs among ids.
-func uploadGitBlobs(ctx context.Context, g *globals, c *client.Client, s storer.EncodedObjectStorer, ids []plumbing.Hash, missing map[plumbing.Hash]bool) error {
-	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
-	if p != nil {
-		p.unit = "blobs"
-	}
-	var chunk [][]byte
-	size := 0
-	flush := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		if _, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: chunk}); err != nil {
-			return err
-		}
-		p.add(len(chunk), int64(size))
-		chunk, size = nil, 0
-		return nil
-	}
-	for _, id := range ids {
-		if !missing[id] {
-			continue
-		}
-		data, err := readObject(s, plumbing.BlobObject, id)
-		if err != nil {
-			return err
-		}
-		if size+len(data) > importChunkBytes || len(chunk) == client.MaxBlobsPerUpload {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		chunk = append(chunk, data)
-		size += len(data)
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	p.done()
-	return nil
-}
-
-// uploadGitObjects uploads the missing trees or commits among ids, in their order.
-func uploadGitObjects(ctx context.Context, g *globals, c *client.Client, s storer.EncodedObjectStorer, what string, ids []plumbing.Hash, missing map[plumbing.Hash]bool) error {
+// uploadMissing sends the missing objects among ids, in their order, in calls of at most
+// importChunkBytes and client.MaxBlobsPerUpload objects: send gets each call's objects.
+func uploadMissing(g *globals, what string, s storer.EncodedObjectStorer, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
+	send func(objs []*agwpv1.GitObject) error) error {
 	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
 	if p != nil {
 		p.unit = what
@@ -267,7 +240,7 @@ func uploadGitObjects(ctx context.Context, g *globals, c *client.Client, s store
 		if len(chunk) == 0 {
 			return nil
 		}
-		if _, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: chunk}); err != nil {
+		if err := send(chunk); err != nil {
 			return err
 		}
 		p.add(len(chunk), int64(size))
@@ -278,11 +251,7 @@ func uploadGitObjects(ctx context.Context, g *globals, c *client.Client, s store
 		if !missing[id] {
 			continue
 		}
-		o, err := s.EncodedObject(plumbing.AnyObject, id)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", id, err)
-		}
-		data, err := readObject(s, o.Type(), id)
+		typ, data, err := readObject(s, id)
 		if err != nil {
 			return err
 		}
@@ -291,7 +260,7 @@ func uploadGitObjects(ctx context.Context, g *globals, c *client.Client, s store
 				return err
 			}
 		}
-		chunk = append(chunk, &agwpv1.GitObject{Type: o.Type().String(), Data: data})
+		chunk = append(chunk, &agwpv1.GitObject{Type: typ.String(), Data: data})
 		size += len(data)
 	}
 	if err := flush(); err != nil {
@@ -311,23 +280,23 @@ func countMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
 	return n
 }
 
-// readObject answers the content of a git object, without its header.
-func readObject(s storer.EncodedObjectStorer, t plumbing.ObjectType, id plumbing.Hash) ([]byte, error) {
-	o, err := s.EncodedObject(t, id)
+// readObject answers the type and content of a git object, without its header.
+func readObject(s storer.EncodedObjectStorer, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	o, err := s.EncodedObject(plumbing.AnyObject, id)
 	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+		return 0, nil, fmt.Errorf("read %s: %w", id, err)
 	}
 	rd, err := o.Reader()
 	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+		return 0, nil, fmt.Errorf("read %s %s: %w", o.Type(), id, err)
 	}
 	defer rd.Close()
 	data, err := io.ReadAll(rd)
 	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", t, id, err)
+		return 0, nil, fmt.Errorf("read %s %s: %w", o.Type(), id, err)
 	}
 	if o.Hash() != id {
-		return nil, errors.New("the git repository answered another object for " + id.String())
+		return 0, nil, errors.New("the git repository answered another object for " + id.String())
 	}
-	return data, nil
+	return o.Type(), data, nil
 }

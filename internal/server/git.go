@@ -234,10 +234,7 @@ func parseCommitID(id string) (plumbing.Hash, error) {
 	if id == "" {
 		return plumbing.ZeroHash, nil
 	}
-	if len(id) != 40 || strings.ToLower(id) != id || !plumbing.IsHash(id) {
-		return plumbing.ZeroHash, fmt.Errorf("%q is not a commit id", truncate(id, 80))
-	}
-	return plumbing.NewHash(id), nil
+	return store.ParseGitID(id)
 }
 
 // logGitStoreError logs a store error a git request met, at the level the API logs it at: a

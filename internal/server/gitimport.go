@@ -178,7 +178,7 @@ func (h repoService) FindMissingGitObjects(ctx context.Context, req *agwpv1.Find
 // check out — regular or executable files, at paths ag accepts — since every checkout and
 // worker will write them.
 func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) error {
-	objs := store.NewGitObjects(ctx, readOnlyGit{h.s.store})
+	objs := newGitObjects(ctx, h.s.store, h.s.log)
 	c, err := object.GetCommit(objs, commit)
 	if errors.Is(err, plumbing.ErrObjectNotFound) {
 		return connect.NewError(connect.CodeFailedPrecondition,
@@ -192,11 +192,11 @@ func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := object.GetTree(objs, id)
+		entries, err := gitstore.TreeEntries(objs, id)
 		if err != nil {
 			return storeError(err, connect.CodeInternal)
 		}
-		for _, e := range t.Entries {
+		for _, e := range entries {
 			p := prefix + e.Name
 			switch e.Mode {
 			case filemode.Dir:
@@ -216,23 +216,4 @@ func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) 
 		return nil
 	}
 	return walk(c.TreeHash, "")
-}
-
-// readOnlyGit is store.GitBackend over the store, outside any transaction, for reading.
-type readOnlyGit struct{ st store.Store }
-
-func (r readOnlyGit) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
-	return r.st.ReadGitObject(ctx, id)
-}
-
-func (readOnlyGit) PutGitObjects(context.Context, []store.GitObject) error {
-	return errors.New("read only")
-}
-
-func (readOnlyGit) BlobGitIDs(context.Context, []string) (map[string]plumbing.Hash, error) {
-	return nil, errors.New("read only")
-}
-
-func (readOnlyGit) BlobsByGitID(context.Context, []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
-	return nil, errors.New("read only")
 }
