@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ag-coord/ag/bench/internal/agserve"
 )
 
 func main() {
@@ -68,7 +70,7 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 
-	fmt.Printf("ag: %s\n", version(o.ag))
+	fmt.Printf("ag: %s\n", agserve.Version(o.ag))
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("load average before: %s", b)
 	}
@@ -97,45 +99,15 @@ func measure(o options, tmp, db string, n int) (string, error) {
 	if err := generate(all, n, o.perDir, 0, n); err != nil {
 		return "", err
 	}
-	token := fmt.Sprintf("agt_checkoutbench%d%d", n, time.Now().UnixNano())
-	url := fmt.Sprintf("http://127.0.0.1:%d", o.port)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := exec.CommandContext(ctx, o.ag, "serve", "--db", db, "--addr", fmt.Sprintf("127.0.0.1:%d", o.port),
-		"--audit-key", filepath.Join(dir, "audit.key"), "--log-level", "warn")
-	srv.Env = append(os.Environ(), "AG_BOOTSTRAP_TOKEN="+token)
-	srv.Dir = dir
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
+	srv, err := agserve.Start(ctx, o.ag, db, dir, o.port)
+	if err != nil {
 		return "", err
 	}
-	defer func() {
-		_ = srv.Process.Signal(os.Interrupt)
-		_ = srv.Wait()
-	}()
-	ag := func(args ...string) (time.Duration, error) {
-		args = append(args, "--server", url, "--token", token)
-		cmd := exec.Command(o.ag, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		start := time.Now()
-		err := cmd.Run()
-		took := time.Since(start)
-		if err != nil {
-			return took, fmt.Errorf("ag %s: %w\n%s", strings.Join(args[:min(len(args), 3)], " "), err, out.String())
-		}
-		return took, nil
-	}
-	var up error
-	for range 100 {
-		if _, up = ag("whoami"); up == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if up != nil {
-		return "", up
-	}
+	defer srv.Stop()
+	ag := srv.AG
+	url, token := srv.URL, srv.Token
 	repo := fmt.Sprintf("bench%d", n)
 
 	importCell := ""
@@ -156,7 +128,7 @@ func measure(o options, tmp, db string, n int) (string, error) {
 			}
 		}
 	} else {
-		importCell = seconds(took)
+		importCell = agserve.Seconds(took)
 	}
 
 	var checkouts []time.Duration
@@ -188,8 +160,8 @@ func measure(o options, tmp, db string, n int) (string, error) {
 		}
 		statuses = append(statuses, took)
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", n, importCell, seconds(median(checkouts)), fromAG, fromBackend,
-		seconds(first), seconds(median(statuses))), nil
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", n, importCell, agserve.Seconds(median(checkouts)), fromAG, fromBackend,
+		agserve.Seconds(first), agserve.Seconds(median(statuses))), nil
 }
 
 // measureClones times `git clone` of repo from ag's git endpoint, then, from a bare copy of
@@ -238,7 +210,7 @@ func measureClones(o options, dir, url, token, repo string) (fromAG, fromBackend
 		}
 		backendClones = append(backendClones, took)
 	}
-	return seconds(median(agClones)), seconds(median(backendClones)), nil
+	return agserve.Seconds(median(agClones)), agserve.Seconds(median(backendClones)), nil
 }
 
 // generate writes the files lo..hi-1 of a repository of n files, perDir per directory, under
@@ -266,22 +238,7 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func seconds(d time.Duration) string {
-	if d < time.Second {
-		return fmt.Sprintf("%d ms", d.Milliseconds())
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
 func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
-}
-
-func version(ag string) string {
-	out, err := exec.Command(ag, "--version").CombinedOutput()
-	if err != nil {
-		return ag
-	}
-	return ag + " (" + strings.TrimSpace(string(out)) + ")"
 }

@@ -30,7 +30,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/mattn/go-sqlite3" // the SQLite driver ag uses, for the checkpoint before a size is read
 
+	"github.com/ag-coord/ag/bench/internal/agserve"
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
@@ -120,7 +120,7 @@ func run() error {
 	if o.analyze {
 		store += " (ANALYZE after the import)"
 	}
-	fmt.Printf("ag: %s\n", version(o.ag))
+	fmt.Printf("ag: %s\n", agserve.Version(o.ag))
 	shape := "all directories at the top level"
 	if o.nested {
 		shape = fmt.Sprintf("directories grouped %d to a top-level directory", o.perDir)
@@ -187,46 +187,16 @@ func measure(o options, tmp string, n int) (string, error) {
 		}
 	}
 
-	token := fmt.Sprintf("agt_integratebench%d%d", n, time.Now().UnixNano())
-	serverURL := fmt.Sprintf("http://127.0.0.1:%d", o.port)
-	srv := exec.CommandContext(ctx, o.ag, "serve", "--db", db, "--addr", fmt.Sprintf("127.0.0.1:%d", o.port),
-		"--audit-key", filepath.Join(dir, "audit.key"), "--log-level", "warn")
-	srv.Env = append(os.Environ(), "AG_BOOTSTRAP_TOKEN="+token)
-	srv.Dir = dir
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
+	srv, err := agserve.Start(ctx, o.ag, db, dir, o.port)
+	if err != nil {
 		return "", err
 	}
-	defer func() {
-		_ = srv.Process.Signal(os.Interrupt)
-		_ = srv.Wait()
-	}()
-	ag := func(args ...string) (time.Duration, error) {
-		args = append(args, "--server", serverURL, "--token", token)
-		cmd := exec.Command(o.ag, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		start := time.Now()
-		err := cmd.Run()
-		took := time.Since(start)
-		if err != nil {
-			return took, fmt.Errorf("ag %s: %w\n%s", strings.Join(args[:min(len(args), 3)], " "), err, out.String())
-		}
-		return took, nil
-	}
-	var up error
-	for range 100 {
-		if _, up = ag("whoami"); up == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if up != nil {
-		return "", up
-	}
+	defer srv.Stop()
+	ag := srv.AG
+	serverURL, token := srv.URL, srv.Token
 
 	repo := fmt.Sprintf("bench%d", n)
-	stopPerf, err := record(o.perf, srv.Process.Pid, fmt.Sprintf("import-%d.data", n))
+	stopPerf, err := record(o.perf, srv.Cmd.Process.Pid, fmt.Sprintf("import-%d.data", n))
 	if err != nil {
 		return "", err
 	}
@@ -267,11 +237,11 @@ func measure(o options, tmp string, n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cpuBefore, err := processCPU(srv.Process.Pid)
+	cpuBefore, err := processCPU(srv.Cmd.Process.Pid)
 	if err != nil {
 		return "", err
 	}
-	stopPerf, err = record(o.perf, srv.Process.Pid, fmt.Sprintf("integrate-%d.data", n))
+	stopPerf, err = record(o.perf, srv.Cmd.Process.Pid, fmt.Sprintf("integrate-%d.data", n))
 	if err != nil {
 		return "", err
 	}
@@ -299,7 +269,7 @@ func measure(o options, tmp string, n int) (string, error) {
 		}
 	}
 	stopPerf()
-	cpuAfter, err := processCPU(srv.Process.Pid)
+	cpuAfter, err := processCPU(srv.Cmd.Process.Pid)
 	if err != nil {
 		return "", err
 	}
@@ -312,10 +282,10 @@ func measure(o options, tmp string, n int) (string, error) {
 	k := int64(o.runs * o.integrations)
 	cpu := (cpuAfter - cpuBefore) / time.Duration(k)
 	if o.db == "" {
-		return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, seconds(imported), rateCell(rates),
+		return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, agserve.Seconds(imported), rateCell(rates),
 			kb((after.total-before.total)/k), kb((after.main-before.main)/k), millis(cpu)), nil
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, seconds(imported), rateCell(rates), kb((after.total-before.total)/k), millis(cpu)), nil
+	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, agserve.Seconds(imported), rateCell(rates), kb((after.total-before.total)/k), millis(cpu)), nil
 }
 
 // record starts `perf record -g` on the process pid into dir/name, and answers a function that
@@ -521,13 +491,6 @@ func rateCell(rates []float64) string {
 	return fmt.Sprintf("%.0f (%s)", sorted[len(sorted)/2], strings.Join(each, " / "))
 }
 
-func seconds(d time.Duration) string {
-	if d < time.Second {
-		return fmt.Sprintf("%d ms", d.Milliseconds())
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
 func millis(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
 }
@@ -549,31 +512,3 @@ func redact(s string) string {
 }
 
 // version names the binary and the commit it was built from, as its build information says.
-func version(ag string) string {
-	info, err := buildinfo.ReadFile(ag)
-	if err != nil {
-		return ag
-	}
-	var rev, modified, when string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", with uncommitted changes"
-			}
-		case "vcs.time":
-			when = ", committed " + s.Value
-		}
-	}
-	if rev == "" {
-		// Built with -buildvcs=false (or outside a repository): the file's time is all there is.
-		built := ""
-		if fi, err := os.Stat(ag); err == nil {
-			built = ", built " + fi.ModTime().UTC().Format(time.RFC3339)
-		}
-		return fmt.Sprintf("%s (%s, no commit recorded%s)", ag, info.GoVersion, built)
-	}
-	return fmt.Sprintf("%s (%s, commit %.12s%s%s)", ag, info.GoVersion, rev, when, modified)
-}
