@@ -75,8 +75,8 @@ func run() error {
 		fmt.Printf("load average before: %s", b)
 	}
 	fmt.Println()
-	fmt.Println("| files | import | checkout (median) | git clone from ag (median) | git clone from git http-backend (median) | status, first after checkout | status, no edits (median) |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| files | import | checkout (median) | git clone from ag (median) | git clone from git http-backend (median) | status, first after checkout | status, no edits (median) | git status in the clone (median) |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, n := range o.sizes {
 		db := o.db
 		if db == "" {
@@ -145,23 +145,50 @@ func measure(o options, tmp, db string, n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Past the stat cache's racy window (2 s at most), so that the first status may trust what
-	// it records.
+	// Past the index's racy window (2 s at most), so that the first status may trust what the
+	// checkout recorded.
 	time.Sleep(2500 * time.Millisecond)
 	first, err := ag("-C", last, "status")
 	if err != nil {
 		return "", err
 	}
-	var statuses []time.Duration
-	for range max(o.runs, 5) {
+	// `git status` in a clone of the same files, alternated with ag's, for what the machine
+	// allows: both stat every file.
+	clone := filepath.Join(dir, "clone-ag0")
+	gitStatus := func() (time.Duration, error) {
+		if _, err := os.Stat(clone); err != nil {
+			return 0, nil
+		}
+		cmd := exec.Command("git", "-C", clone, "status")
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("git status: %w\n%s", err, out)
+		}
+		return time.Since(start), nil
+	}
+	if _, err := gitStatus(); err != nil { // the first refreshes the clone's index
+		return "", err
+	}
+	var statuses, gitStatuses []time.Duration
+	for range max(o.runs, 9) {
 		took, err := ag("-C", last, "status")
 		if err != nil {
 			return "", err
 		}
 		statuses = append(statuses, took)
+		if took, err = gitStatus(); err != nil {
+			return "", err
+		}
+		gitStatuses = append(gitStatuses, took)
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", n, importCell, agserve.Seconds(median(checkouts)), fromAG, fromBackend,
-		agserve.Seconds(first), agserve.Seconds(median(statuses))), nil
+	gitCell := "n/a"
+	if _, err := os.Stat(clone); err == nil {
+		gitCell = agserve.Seconds(median(gitStatuses))
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s |", n, importCell, agserve.Seconds(median(checkouts)), fromAG, fromBackend,
+		agserve.Seconds(first), agserve.Seconds(median(statuses)), gitCell), nil
 }
 
 // measureClones times `git clone` of repo from ag's git endpoint, then, from a bare copy of

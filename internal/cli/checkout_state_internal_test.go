@@ -47,3 +47,53 @@ func TestAHandEditedCheckoutStateIsRefused(t *testing.T) {
 		t.Errorf("a state ag wrote: %v", err)
 	}
 }
+
+// TestAHandEditedIndexIsRefused ensures the paths of a checkout's index, which ag writes, are
+// checked before ag writes or removes a file by them: an index edited by hand, copied from
+// someone else or damaged must not make a revert write into .git or out of the checkout, and
+// checkout.json must not name another file as its index.
+func TestAHandEditedIndexIsRefused(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, path := range []string{"a/.git/hooks/pre-commit", "../victim.txt", ".ag/checkout.json", "/etc/passwd"} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		co := &checkout{Repository: "app", root: root}
+		co.setBase("rev_1", map[string]string{"fine.txt": digest})
+		if err := co.save(); err != nil {
+			t.Fatal(err)
+		}
+		// The hostile path in the index, written as ag writes indexes: only its content lies.
+		hostile, err := baseIndex(map[string]string{path: digest}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, stateDir, co.Index), hostile.encode(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := findCheckout(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fresh.baseFiles(); err == nil || !strings.Contains(err.Error(), "is damaged") {
+			t.Errorf("%s in the index: baseFiles = %v, want it refused as damaged", path, err)
+		}
+		fresh, _ = findCheckout(root)
+		if edits, err := fresh.localEdits(); err == nil || !strings.Contains(err.Error(), "is damaged") {
+			t.Errorf("%s in the index: localEdits = %v, %v; want it refused as damaged (a revert would write it back)", path, edits, err)
+		}
+	}
+	for _, name := range []string{"../x", "checkout.json", "index-../../x", "index-"} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(statePath(root), []byte(`{"repository":"app","index":"`+name+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := findCheckout(root); err == nil || !strings.Contains(err.Error(), "is damaged") {
+			t.Errorf("checkout.json naming %q as its index: %v, want it refused as damaged", name, err)
+		}
+	}
+}

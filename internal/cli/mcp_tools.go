@@ -687,7 +687,11 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 	if err != nil {
 		return nil, out, err
 	}
-	before := maps.Clone(ws.co.Files)
+	before, err := ws.co.baseFiles()
+	if err != nil {
+		return nil, out, err
+	}
+	before = maps.Clone(before)
 	res, syncErr := syncWith(ctx, ws, opts)
 	if res == nil {
 		return nil, out, syncErr

@@ -324,7 +324,8 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, BaseRevision: tree.GetRevision(), Files: files, root: abs}
+			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, root: abs}
+			co.setBase(tree.GetRevision(), files)
 			var size int64
 			for _, e := range tree.GetEntries() {
 				size += int64(e.GetSize())
@@ -405,9 +406,11 @@ func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer root.Close()
-	if err := writeTreeFiles(ctx, c, root, co.Files, prog); err != nil {
+	written, err := writeTreeFiles(ctx, c, root, co.files, prog)
+	if err != nil {
 		return err
 	}
+	co.recordWritten(written)
 	if err := co.saveIn(root); err != nil {
 		return err
 	}
@@ -451,9 +454,11 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer stage.Close()
-	if err := writeTreeFiles(ctx, c, stage, co.Files, prog); err != nil {
+	written, err := writeTreeFiles(ctx, c, stage, co.files, prog)
+	if err != nil {
 		return err
 	}
+	co.recordWritten(written)
 	entries, err := readDir(stage, ".")
 	if err != nil {
 		return err
@@ -476,10 +481,10 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 
 // writeTreeFiles fetches and writes files (path → digest) under root, fetching by several
 // requests at once and each blob once, counting on prog.
-func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) error {
-	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}}
+func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) (map[string]fileStat, error) {
+	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}, written: make(map[string]fileStat, len(files))}
 	defer w.close()
-	return fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
+	err := fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
 		for _, p := range paths {
 			if err := w.write(p, content); err != nil {
 				return err
@@ -487,6 +492,7 @@ func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files 
 		}
 		return nil
 	})
+	return w.written, err
 }
 
 // freshWriter writes the files of a new checkout into root, a directory ag made for it that
@@ -500,6 +506,9 @@ type freshWriter struct {
 	made  map[string]bool     // directories made, by repository path
 	dirs  map[string]*openDir // open directories, by repository path
 	order []string            // of dirs, oldest first
+	// written holds the stat of each file written, taken before it was closed: the checkout's
+	// index records it, so that the first status reads no file.
+	written map[string]fileStat
 }
 
 const freshWriterDirs = 64
@@ -584,12 +593,19 @@ func (w *freshWriter) write(path string, content []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	_, err = f.Write(content)
+	var info fs.FileInfo
+	if err == nil {
+		info, err = f.Stat()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	w.mu.Lock()
+	w.written[path] = statOfInfo(info)
+	w.mu.Unlock()
 	return nil
 }
 

@@ -84,6 +84,10 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	if err != nil {
 		return nil, err
 	}
+	baseFiles, err := ws.co.baseFiles()
+	if err != nil {
+		return nil, err
+	}
 	local := map[string]localEdit{}
 	for _, e := range edits {
 		local[e.path] = e
@@ -102,14 +106,14 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		if _, ok := target[p]; ok {
 			writes = append(writes, p)
 			res.Updated = append(res.Updated, p)
-		} else if e, edited := local[p]; (edited && e.kind != "deleted") || (!edited && ws.co.Files[p] != "") {
+		} else if e, edited := local[p]; (edited && e.kind != "deleted") || (!edited && baseFiles[p] != "") {
 			deletes = append(deletes, p)
 			res.Deleted = append(res.Deleted, p)
 		}
 	}
 	consider := func(p string) error {
 		want, inTarget := target[p]
-		base, inBase := ws.co.Files[p]
+		base, inBase := baseFiles[p]
 		e, edited := local[p]
 		upstream := inTarget != inBase || want != base
 		if rec, ok := ws.co.Conflicts[p]; ok {
@@ -157,7 +161,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	for p := range target {
 		paths[p] = true
 	}
-	for p := range ws.co.Files {
+	for p := range baseFiles {
 		paths[p] = true
 	}
 	for p := range local {
@@ -177,7 +181,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	oursContent := map[string][]byte{}
 	for _, p := range merges {
 		var base []byte
-		if d, ok := ws.co.Files[p]; ok {
+		if d, ok := baseFiles[p]; ok {
 			if base, err = ws.c.Blob(ctx, d); err != nil {
 				return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
 			}
@@ -281,8 +285,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			return nil, err
 		}
 	}
-	ws.co.BaseRevision = tree.GetRevision()
-	ws.co.Files = target
+	ws.co.setBase(tree.GetRevision(), target)
 	for p := range drop {
 		if rec, ok := ws.co.Conflicts[p]; ok {
 			delete(ws.co.Conflicts, p)
@@ -496,7 +499,7 @@ func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, erro
 		aName, bName := "a/"+e.path, "b/"+e.path
 		if e.kind == "added" {
 			aName = "/dev/null"
-		} else if before, err = ws.c.Blob(ctx, ws.co.Files[e.path]); err != nil {
+		} else if before, err = ws.c.Blob(ctx, e.base); err != nil {
 			return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
 		}
 		if e.kind == "deleted" {
@@ -582,7 +585,7 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 	var restore []string
 	for _, e := range edits {
 		if e.kind != "added" {
-			bases[e.path] = ws.co.Files[e.path]
+			bases[e.path] = e.base
 			restore = append(restore, e.path)
 		}
 	}

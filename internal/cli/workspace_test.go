@@ -15,11 +15,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
+	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -118,6 +120,10 @@ func listTree(t *testing.T, dir string) []string {
 		}
 		rel, _ := filepath.Rel(dir, path)
 		rel = filepath.ToSlash(rel)
+		if strings.HasPrefix(d.Name(), "index-") && filepath.Base(filepath.Dir(path)) == ".ag" {
+			// A checkout's index has a name of its own each time its base revision changes.
+			rel = strings.TrimSuffix(rel, d.Name()) + "index-*"
+		}
 		switch {
 		case d.IsDir():
 			rel += "/"
@@ -242,10 +248,10 @@ func TestCheckoutFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("ag checkout into an empty directory: %v\n%s", err, out)
 	}
 	assertFiles(t, empty, map[string]string{"a.txt": "a\n", "b/c.txt": "c\n"})
-	if got := listTree(t, filepath.Join(empty, ".ag")); !slices.Equal(got, []string{"checkout.json"}) {
-		t.Errorf("the checkout's .ag/ holds %q, want only checkout.json", got)
+	if got := listTree(t, filepath.Join(empty, ".ag")); !slices.Equal(got, []string{"checkout.json", "index-*"}) {
+		t.Errorf("the checkout's .ag/ holds %q, want only checkout.json and its index", got)
 	}
-	want := []string{"empty/", "empty/.ag/", "empty/.ag/checkout.json", "empty/a.txt", "empty/b/", "empty/b/c.txt"}
+	want := []string{"empty/", "empty/.ag/", "empty/.ag/checkout.json", "empty/.ag/index-*", "empty/a.txt", "empty/b/", "empty/b/c.txt"}
 	if got := listTree(t, parent); !slices.Equal(got, want) {
 		t.Errorf("%s holds %q, want the checkout alone: %q", parent, got, want)
 	}
@@ -286,7 +292,7 @@ func TestSyncRefusesHostilePaths(t *testing.T) {
 			if got := baseRevision(t, dir); got != "rev_1" {
 				t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
 			}
-			want := []string{"co/", "co/.ag/", "co/.ag/checkout.json", "co/a.txt", "co/gone.txt"}
+			want := []string{"co/", "co/.ag/", "co/.ag/checkout.json", "co/.ag/index-*", "co/a.txt", "co/gone.txt"}
 			if got := listTree(t, parent); !slices.Equal(got, want) {
 				t.Errorf("after the refused sync, %s holds %q, want the checkout alone: %q", parent, got, want)
 			}
@@ -469,5 +475,50 @@ func TestScanSkipsNestedRepositories(t *testing.T) {
 	_, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
 	if err == nil || !strings.Contains(err.Error(), "vendor/lib/lib.go") || strings.Contains(err.Error(), ".git") {
 		t.Errorf("ag sync over an added vendor/lib/lib.go: %v; want the conflict naming it and nothing under .git", err)
+	}
+}
+
+// TestCheckoutRecordsWhatItWrote ensures a checkout's index records the stat of every file it
+// wrote, so that the first status after it, once past the racy window, reads no file; and that
+// an edit is still found.
+func TestCheckoutRecordsWhatItWrote(t *testing.T) {
+	t.Parallel()
+	files := map[string]string{"a.txt": "a\n", "b/c.txt": "c\n", "b/d/e.txt": "e\n"}
+	for _, inside := range []bool{false, true} {
+		f := &fakeRepos{}
+		f.set("rev_1", files)
+		url := serveRepos(t, f)
+		dir := filepath.Join(t.TempDir(), "co")
+		if inside {
+			// Into an existing empty directory: the files are moved up from a staging directory.
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := runAg("checkout", "app", dir, "--server", url, "--token", "t"); err != nil {
+			t.Fatalf("ag checkout: %v\n%s", err, out)
+		}
+		if err := cli.AgeCheckout(dir, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		edits, hashed, err := cli.ScanCheckout(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A file moved into place gets a new ctime (unless within the same clock tick): moved up
+		// from staging, a.txt may be read once.
+		mostHashed := 0
+		if inside {
+			mostHashed = 1
+		}
+		if len(edits) != 0 || hashed > mostHashed {
+			t.Errorf("checkout (into an existing directory: %v), first scan: edits %q, %d files read; want none, and at most %d read", inside, edits, hashed, mostHashed)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "b", "d", "e.txt"), []byte("E\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if edits, _, err := cli.ScanCheckout(dir); err != nil || !slices.Equal(edits, []string{"modified b/d/e.txt"}) {
+			t.Errorf("after an edit: %q, %v; want b/d/e.txt modified", edits, err)
+		}
 	}
 }

@@ -48,7 +48,9 @@ func ValidatePath(p string, dirOK bool) error {
 		}
 		body = strings.TrimSuffix(p, "/")
 	}
-	for _, seg := range strings.Split(body, "/") {
+	for rest := body; ; {
+		seg, tail, more := strings.Cut(rest, "/")
+		rest = tail
 		switch seg {
 		case "":
 			return errors.New("has an empty segment ('//')")
@@ -61,8 +63,10 @@ func ValidatePath(p string, dirOK bool) error {
 		if name, ok := ReservedSegment(seg); ok {
 			return fmt.Errorf("has a segment %q, which names %s: no repository may hold a %s directory", seg, name, name)
 		}
+		if !more {
+			return nil
+		}
 	}
-	return nil
 }
 
 // ReservedSegment reports whether seg names .git or .ag on some file system a checkout may
@@ -73,7 +77,25 @@ func ValidatePath(p string, dirOK bool) error {
 func ReservedSegment(seg string) (string, bool) {
 	// Every reserved spelling holds an ASCII '.' or '~' (the code points HFS+ ignores are
 	// left out, not mapped to '.'): most names are cleared without folding.
+	if seg == "" || seg[0] < utf8.RuneSelf && !strings.ContainsRune(".gGaA", rune(seg[0])) {
+		// Folding changes neither an ASCII first letter nor what precedes it: a name that
+		// begins with none of those of the reserved names' is none of them.
+		return "", false
+	}
 	if !strings.ContainsAny(seg, ".~") {
+		return "", false
+	}
+	// An ASCII name holds none of the code points HFS+ ignores, so it folds without a copy:
+	// a checkout's scan asks this of every file name, and most hold a '.'.
+	if ascii(seg) {
+		folded, _, _ := strings.Cut(seg, ":")
+		folded = strings.TrimRight(folded, ". ")
+		for _, name := range reservedNames {
+			short, isShort := strings.CutSuffix(folded, "~1")
+			if strings.EqualFold(folded, name) || (isShort && strings.EqualFold(short, name[1:])) {
+				return name, true
+			}
+		}
 		return "", false
 	}
 	folded := strings.ToLower(strings.Map(func(r rune) rune {
@@ -90,6 +112,15 @@ func ReservedSegment(seg string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // hfsIgnored reports whether HFS+ leaves r out when it compares names (git's is_hfs_dot_git).

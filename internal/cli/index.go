@@ -1,0 +1,371 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/maphash"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// A checkout's index is what ag knows of each of its paths, as git's index is: the content the
+// base revision has there, and the stat (size, mtime, ctime, inode, mode) and content digest the
+// file on disk had when it was last hashed. A scan that finds a file with the stat it had takes
+// its content to be the one recorded, without reading it: that is what spares `ag status` (and
+// integrate, diff, sync, revert: everything that asks localEdits) from reading and hashing every
+// file of a checkout.
+//
+// A stat that matches can still hide an edit when the edit came so soon after the hash that the
+// mtime did not move: the "racily clean" files of git. Every index carries the time its scan
+// began (or its own mtime, when earlier), and an entry whose mtime is not at least a window older
+// than that is never trusted: such a file is hashed again on every scan, until a scan that begins
+// a window after its last write records it anew. The window is 100 ms where the index file's own
+// mtime has a fraction of a second, well over the kernel tick by which file systems' stamps lag
+// the clock, and 2 s where it has none: the 1 s and 2 s granularity of some file systems (FAT,
+// some network file systems).
+//
+// The index is binary, sorted by path, and read in one piece without a copy per path: at 100,000
+// files the JSON map and the text stat cache it replaces took most of a status's time to decode.
+// It ends with a CRC-32C of what precedes it, so a file cut short or damaged is refused rather
+// than read as a checkout with fewer files.
+//
+// The base part changes only with the base revision, and checkout.json names the index that
+// goes with its base revision: a new base is written to a new index file, then checkout.json is
+// renamed over the old one naming it, then the old index is removed, so a crash at any point
+// leaves a checkout.json whose index is whole and of its base. A scan rewrites the index it was
+// given in place (a new file renamed over it): only the stat part differs, so either file is
+// right for the base.
+
+// indexMagic heads an index of this version.
+const indexMagic = "ag-index\x00\x02"
+
+// indexPrefix begins the name of every index file under .ag.
+const indexPrefix = "index-"
+
+// racyWindow is how much older than the index's scan an mtime must be for its entry to be
+// trusted, on a file system that stamps whole seconds; fineRacyWindow on one that stamps finer
+// (as the index file's own mtime tells), whose stamps lag the clock by a kernel tick at most.
+const (
+	racyWindow     = 2 * time.Second
+	fineRacyWindow = 100 * time.Millisecond
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// sha256Sum is a content digest as bytes: the API's "sha256:<hex>" without the text.
+type sha256Sum [32]byte
+
+func (d sha256Sum) String() string { return "sha256:" + hex.EncodeToString(d[:]) }
+
+// parseSum reads a digest "sha256:<hex>".
+func parseSum(digest string) (sha256Sum, bool) {
+	var d sha256Sum
+	h, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(h) != 64 {
+		return d, false
+	}
+	_, err := hex.Decode(d[:], []byte(h))
+	return d, err == nil
+}
+
+// fileStat is what the index keeps of a file's stat. The mode is the platform's raw one, and
+// ctime and inode are 0 where the platform does not tell.
+type fileStat struct {
+	size  int64
+	mtime int64 // ns since the epoch
+	ctime int64 // ns since the epoch; every write, chmod or utimes moves it on
+	ino   uint64
+	mode  uint32
+}
+
+// indexEntry is what the index knows of one path.
+type indexEntry struct {
+	path   string
+	inBase bool      // the base revision has a file here, with content base
+	base   sha256Sum //
+	hashed bool      // the file on disk had stat when it was hashed to local
+	stat   fileStat
+	local  sha256Sum
+}
+
+// index is a checkout's index.
+type index struct {
+	// stamp is when the scan that wrote the index began (ns since the epoch), or the index
+	// file's own mtime when that is earlier: stats are trusted only when older than it.
+	stamp   int64
+	window  time.Duration // see racyWindow
+	entries []indexEntry  // sorted by path, each path once
+}
+
+// trusted answers the content of the file at entry e whose stat is now, when the index may be
+// trusted for it.
+func (x *index) trusted(e *indexEntry, now fileStat) (sha256Sum, bool) {
+	if !e.hashed || e.stat != now || e.stat.mtime >= x.stamp-x.window.Nanoseconds() {
+		return sha256Sum{}, false
+	}
+	return e.local, true
+}
+
+// Flags of an entry in the encoding.
+const (
+	entryInBase = 1 << iota
+	entryHashed
+)
+
+// indexRecord is the size of an entry's record in the encoding: path offset (4) and length (4),
+// flags (4), base digest (32), size, mtime, ctime, inode (8 each), mode (4), local digest (32).
+const indexRecord = 4 + 4 + 4 + 32 + 8*4 + 4 + 32
+
+// encode answers the index as decodeIndex reads it:
+//
+//	"ag-index" 0x00 0x02, stamp (8 bytes), count (4 bytes)
+//	count records of indexRecord bytes, in path order
+//	the paths, one after the other
+//	CRC-32C of all the above (4 bytes)
+//
+// with integers little-endian. Records of one size make reading an index of 100,000 files a
+// few milliseconds: what a scan reads before it can compare anything.
+func (x *index) encode() []byte {
+	names := 0
+	for i := range x.entries {
+		names += len(x.entries[i].path)
+	}
+	b := make([]byte, 0, len(indexMagic)+12+len(x.entries)*indexRecord+names+4)
+	b = append(b, indexMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(x.stamp))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.entries)))
+	off := 0
+	for i := range x.entries {
+		e := &x.entries[i]
+		var flags uint32
+		if e.inBase {
+			flags |= entryInBase
+		}
+		if e.hashed {
+			flags |= entryHashed
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(off))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.path)))
+		b = binary.LittleEndian.AppendUint32(b, flags)
+		b = append(b, e.base[:]...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.stat.size))
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.stat.mtime))
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.stat.ctime))
+		b = binary.LittleEndian.AppendUint64(b, e.stat.ino)
+		b = binary.LittleEndian.AppendUint32(b, e.stat.mode)
+		b = append(b, e.local[:]...)
+		off += len(e.path)
+	}
+	for i := range x.entries {
+		b = append(b, x.entries[i].path...)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// errIndexDamaged is what decodeIndex answers for anything but an index ag wrote whole.
+var errIndexDamaged = errors.New("not a whole index of this version")
+
+// decodeIndex reads an index, which keeps data: its paths are strings over it, not copies.
+// Paths are not checked here (see checkout.baseFiles): a scan only compares them with what it
+// finds on disk.
+func decodeIndex(data []byte) (*index, error) {
+	head := len(indexMagic) + 12
+	if len(data) < head+4 || !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return nil, errIndexDamaged
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
+		return nil, errIndexDamaged
+	}
+	le := binary.LittleEndian
+	x := &index{stamp: int64(le.Uint64(data[len(indexMagic):]))}
+	count := int(le.Uint32(data[len(indexMagic)+8:]))
+	if count > (len(body)-head)/indexRecord {
+		return nil, errIndexDamaged
+	}
+	records, names := body[head:head+count*indexRecord], body[head+count*indexRecord:]
+	// data is the caller's to give away, never written after: its paths are taken as strings
+	// without copying megabytes.
+	all := unsafe.String(unsafe.SliceData(names), len(names))
+	x.entries = make([]indexEntry, count)
+	end := 0
+	for i := range x.entries {
+		r := records[i*indexRecord : (i+1)*indexRecord]
+		off, n, flags := int(le.Uint32(r)), int(le.Uint32(r[4:])), le.Uint32(r[8:])
+		if off != end || n == 0 || n > len(names)-off || flags&^(entryInBase|entryHashed) != 0 {
+			return nil, errIndexDamaged
+		}
+		end = off + n
+		e := &x.entries[i]
+		e.path = all[off:end]
+		if i > 0 && e.path <= x.entries[i-1].path {
+			return nil, errIndexDamaged
+		}
+		e.inBase, e.hashed = flags&entryInBase != 0, flags&entryHashed != 0
+		copy(e.base[:], r[12:44])
+		e.stat = fileStat{size: int64(le.Uint64(r[44:])), mtime: int64(le.Uint64(r[52:])), ctime: int64(le.Uint64(r[60:])), ino: le.Uint64(r[68:]), mode: le.Uint32(r[76:])}
+		copy(e.local[:], r[80:112])
+	}
+	if end != len(names) {
+		return nil, errIndexDamaged
+	}
+	return x, nil
+}
+
+// validIndexName reports whether name is one saveIn gives an index file: checkout.json names
+// it, and must not name another file of the checkout, or one outside it.
+func validIndexName(name string) bool {
+	rest, ok := strings.CutPrefix(name, indexPrefix)
+	if !ok || rest == "" || len(rest) > 64 {
+		return false
+	}
+	for _, r := range rest {
+		if !('A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// readIndex reads the index file name under .ag of the checkout opened as root.
+func readIndex(root *os.Root, name string) (*index, error) {
+	path := stateDir + "/" + name
+	info, err := root.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := root.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	x, err := decodeIndex(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	x.stamp = min(x.stamp, info.ModTime().UnixNano())
+	x.window = racyWindow
+	if info.ModTime().Nanosecond() != 0 {
+		x.window = fineRacyWindow
+	}
+	return x, nil
+}
+
+// baseIndex answers an index of the base files (path → digest), carrying over what old knows of
+// the files on disk.
+func baseIndex(files map[string]string, old *index) (*index, error) {
+	x := &index{entries: make([]indexEntry, 0, len(files))}
+	if old != nil {
+		x.stamp, x.window = old.stamp, old.window
+		for _, e := range old.entries {
+			if e.hashed {
+				e.inBase, e.base = false, sha256Sum{}
+				x.entries = append(x.entries, e)
+			}
+		}
+	}
+	pos := make(map[string]int, len(x.entries))
+	for i, e := range x.entries {
+		pos[e.path] = i
+	}
+	for p, d := range files {
+		sum, ok := parseSum(d)
+		if !ok {
+			return nil, fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
+		}
+		if i, ok := pos[p]; ok {
+			x.entries[i].inBase, x.entries[i].base = true, sum
+			continue
+		}
+		x.entries = append(x.entries, indexEntry{path: p, inBase: true, base: sum})
+	}
+	slices.SortFunc(x.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
+	return x, nil
+}
+
+// removeStaleIndexes removes the index files under .ag other than keep: those of earlier base
+// revisions, those a crash left before checkout.json named them, and the stat cache that came
+// before the index.
+func removeStaleIndexes(root *os.Root, keep string) {
+	_ = root.Remove(stateDir + "/stat")
+	entries, err := fs.ReadDir(root.FS(), stateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), indexPrefix) && e.Name() != keep {
+			_ = root.Remove(stateDir + "/" + e.Name())
+		}
+	}
+}
+
+// saveIndex writes x over the index file name under .ag, atomically.
+func saveIndex(root *os.Root, name string, x *index) error {
+	return writeFile(root, stateDir+"/"+name, x.encode())
+}
+
+// checkBase refuses base files no ag wrote: ag writes, reverts and removes files by these
+// paths, so a path into .git or out of the checkout must not pass because the index was edited
+// by hand, copied from someone else, or damaged.
+func checkBase(files map[string]string) error {
+	for p, d := range files {
+		if err := repo.ValidatePath(p, false); err != nil {
+			return fmt.Errorf("file %q %v", shortPath(p), err)
+		}
+		if !repo.IsDigest(d) {
+			return fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
+		}
+	}
+	return nil
+}
+
+// pathTable finds the entries of an index by path. A scan looks up every file it finds, as
+// bytes; a map of strings cost twice as long to build at 100,000 files, and a copy of each path
+// to look up.
+type pathTable struct {
+	x     *index
+	seed  maphash.Seed
+	slots []int32 // 1 + the entry hashed there, 0 for none: open addressing, probed linearly
+	mask  uint64
+}
+
+func newPathTable(x *index) *pathTable {
+	size := 8
+	for size < 2*len(x.entries) {
+		size <<= 1
+	}
+	t := &pathTable{x: x, seed: maphash.MakeSeed(), slots: make([]int32, size), mask: uint64(size - 1)}
+	for i := range x.entries {
+		h := maphash.String(t.seed, x.entries[i].path) & t.mask
+		for t.slots[h] != 0 {
+			h = (h + 1) & t.mask
+		}
+		t.slots[h] = int32(i + 1)
+	}
+	return t
+}
+
+// find answers the entry at path.
+func (t *pathTable) find(path []byte) (int, bool) {
+	for h := maphash.Bytes(t.seed, path) & t.mask; ; h = (h + 1) & t.mask {
+		s := t.slots[h]
+		if s == 0 {
+			return 0, false
+		}
+		if t.x.entries[s-1].path == string(path) {
+			return int(s - 1), true
+		}
+	}
+}
