@@ -124,6 +124,19 @@ func SortTreeEntries(entries []object.TreeEntry) {
 	}
 }
 
+// FindTreeEntry answers the position of the entry called name among entries, in git's order,
+// by binary search: a one-file change to a tree of a thousand entries looks up one name, and a
+// map of all of them cost more than the rest of the change.
+func FindTreeEntry(entries []object.TreeEntry, name string) (int, bool) {
+	// In git's order a directory sorts as if its name ended in '/': a name is in one of two
+	// places.
+	if i, ok := slices.BinarySearchFunc(entries, object.TreeEntry{Name: name, Mode: filemode.Regular}, compareTreeEntries); ok {
+		return i, true
+	}
+	i, ok := slices.BinarySearchFunc(entries, object.TreeEntry{Name: name, Mode: filemode.Dir}, compareTreeEntries)
+	return i, ok && entries[i].Name == name
+}
+
 func compareTreeEntries(a, b object.TreeEntry) int {
 	an, bn := len(a.Name), len(b.Name)
 	for i := 0; i < min(an, bn); i++ {

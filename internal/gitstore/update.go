@@ -87,15 +87,13 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		}
 		entries = append(make([]object.TreeEntry, 0, len(old)+len(n.children)), old...)
 	}
-	index := make(map[string]int, len(entries))
-	for i, e := range entries {
-		index[e.Name] = i
-	}
+	sorted := len(entries) // entries[:sorted] are the old tree's, in git's order
 	changed := false
-	removed := 0
+	var removed []bool // by position in entries[:sorted], allocated at the first removal
 	for name, c := range n.children {
 		path := prefix + name
-		i, exists := index[name]
+		// Each name is one child: a name appended below is not looked up again.
+		i, exists := FindTreeEntry(entries[:sorted], name)
 		var old object.TreeEntry
 		if exists {
 			old = entries[i]
@@ -137,8 +135,11 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		}
 		switch {
 		case next.Name == "" && exists:
-			entries[i].Name = "" // removed below
-			removed++
+			// Removed below, once every name is looked up: the search needs the names in place.
+			if removed == nil {
+				removed = make([]bool, sorted)
+			}
+			removed[i] = true
 			changed = true
 		case next.Name == "":
 		case exists:
@@ -147,7 +148,6 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 				changed = true
 			}
 		default:
-			index[name] = len(entries)
 			entries = append(entries, next)
 			changed = true
 		}
@@ -155,10 +155,10 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 	if !changed {
 		return id, false, nil
 	}
-	if removed > 0 {
+	if removed != nil {
 		kept := entries[:0]
-		for _, e := range entries {
-			if e.Name != "" {
+		for i, e := range entries {
+			if i >= sorted || !removed[i] {
 				kept = append(kept, e)
 			}
 		}

@@ -226,17 +226,12 @@ func (g *GitObjects) tree(id plumbing.Hash) (*decodedTree, error) {
 }
 
 func newDecodedTree(entries []object.TreeEntry) *decodedTree {
-	t := &decodedTree{entries: entries, byName: make(map[string]int, len(entries))}
-	for i, e := range entries {
-		t.byName[e.Name] = i
-	}
-	return t
+	return &decodedTree{entries: entries}
 }
 
-// decodedTree is a tree's entries, in git's order, and their index by name.
+// decodedTree is a tree's entries, in git's order (gitstore.FindTreeEntry finds one by name).
 type decodedTree struct {
 	entries []object.TreeEntry
-	byName  map[string]int
 }
 
 // decodedTrees keeps recently used trees decoded, for every store of the process, bounded in
@@ -333,7 +328,7 @@ func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, 
 		if err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", id, err)
 		}
-		at, ok := t.byName[seg]
+		at, ok := gitstore.FindTreeEntry(t.entries, seg)
 		if !ok {
 			return plumbing.ZeroHash, nil
 		}
