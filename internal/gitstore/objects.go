@@ -136,11 +136,7 @@ func writeTreeObject(s storer.EncodedObjectStorer, entries []object.TreeEntry) (
 	if err := w.Close(); err != nil {
 		return plumbing.ZeroHash, err
 	}
-	id, err := s.SetEncodedObject(o)
-	if k, ok := s.(TreeKeeper); ok && err == nil {
-		k.KeepTree(id, entries)
-	}
-	return id, err
+	return s.SetEncodedObject(o)
 }
 
 // Trailer is one "Key: value" line of a commit message's trailer block, as

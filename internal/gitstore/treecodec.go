@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -20,16 +22,9 @@ import (
 // an object storer that keeps decoded trees (TreeReader) spares decoding the same tree again.
 
 // TreeReader is an object storer that answers trees already decoded, such as from a cache.
-// The entries are in git's order and are the caller's to read, never to change.
+// The entries are in git's order and the caller's.
 type TreeReader interface {
 	TreeEntries(id plumbing.Hash) ([]object.TreeEntry, error)
-}
-
-// TreeKeeper is an object storer that keeps the entries of the trees written to it, decoded,
-// so that reading them back costs no decoding. writeTreeObject hands them over: the storer may
-// keep the slice, which nobody changes afterwards.
-type TreeKeeper interface {
-	KeepTree(id plumbing.Hash, entries []object.TreeEntry)
 }
 
 // TreeEntries answers the entries of the tree id in s, through s's own TreeEntries when it
@@ -56,27 +51,74 @@ func TreeEntries(s storer.EncodedObjectStorer, id plumbing.Hash) ([]object.TreeE
 
 // DecodeTree parses the content of a tree object: entries of "MODE NAME\0" and a 20-byte id.
 func DecodeTree(data []byte) ([]object.TreeEntry, error) {
-	var entries []object.TreeEntry
-	for len(data) > 0 {
-		sp := bytes.IndexByte(data, ' ')
+	t, err := PackTree(data)
+	if err != nil {
+		return nil, err
+	}
+	return t.Entries(), nil
+}
+
+// PackedTree is a decoded tree held without a pointer per entry: its names stay in its
+// encoding. A server caches a million tree entries, and the collector reads every pointer
+// of what is cached on each of its cycles: as object.TreeEntry values, that reading was most
+// of what a one-file integrate at the top of a 100,000-file repository cost beyond a small one.
+type PackedTree struct {
+	data    string // the tree's encoding, which holds the names
+	entries []packedEntry
+}
+
+type packedEntry struct {
+	nameStart, nameEnd uint32
+	mode               filemode.FileMode
+	hash               plumbing.Hash
+}
+
+// PackTree parses the content of a tree object, as DecodeTree does.
+func PackTree(data []byte) (*PackedTree, error) {
+	t := &PackedTree{data: string(data)}
+	for pos := 0; pos < len(t.data); {
+		sp := strings.IndexByte(t.data[pos:], ' ')
 		if sp <= 0 {
 			return nil, errors.New("tree: an entry without a mode")
 		}
-		mode, err := strconv.ParseUint(string(data[:sp]), 8, 32)
+		mode, err := strconv.ParseUint(t.data[pos:pos+sp], 8, 32)
 		if err != nil {
-			return nil, fmt.Errorf("tree: mode %q: %w", data[:sp], err)
+			return nil, fmt.Errorf("tree: mode %q: %w", t.data[pos:pos+sp], err)
 		}
-		data = data[sp+1:]
-		nul := bytes.IndexByte(data, 0)
-		if nul < 0 || len(data) < nul+1+20 {
+		pos += sp + 1
+		nul := strings.IndexByte(t.data[pos:], 0)
+		if nul < 0 || len(t.data)-pos < nul+1+20 {
 			return nil, errors.New("tree: an entry cut short")
 		}
-		var id plumbing.Hash
-		copy(id[:], data[nul+1:nul+21])
-		entries = append(entries, object.TreeEntry{Name: string(data[:nul]), Mode: filemode.FileMode(mode), Hash: id})
-		data = data[nul+21:]
+		e := packedEntry{nameStart: uint32(pos), nameEnd: uint32(pos + nul), mode: filemode.FileMode(mode)}
+		copy(e.hash[:], t.data[pos+nul+1:pos+nul+21])
+		t.entries = append(t.entries, e)
+		pos += nul + 21
 	}
-	return entries, nil
+	return t, nil
+}
+
+// Len answers the number of entries.
+func (t *PackedTree) Len() int { return len(t.entries) }
+
+// Entry answers entry i, its name shared with the tree.
+func (t *PackedTree) Entry(i int) object.TreeEntry {
+	e := &t.entries[i]
+	return object.TreeEntry{Name: t.data[e.nameStart:e.nameEnd], Mode: e.mode, Hash: e.hash}
+}
+
+// Entries answers the entries, in a slice of the caller's.
+func (t *PackedTree) Entries() []object.TreeEntry {
+	out := make([]object.TreeEntry, len(t.entries))
+	for i := range out {
+		out[i] = t.Entry(i)
+	}
+	return out
+}
+
+// Find answers the position of the entry called name, as FindTreeEntry does.
+func (t *PackedTree) Find(name string) (int, bool) {
+	return findTreeEntry(len(t.entries), t.Entry, name)
 }
 
 // DecodeCanonicalTree is DecodeTree for a tree from elsewhere, which every git client will
@@ -128,13 +170,22 @@ func SortTreeEntries(entries []object.TreeEntry) {
 // by binary search: a one-file change to a tree of a thousand entries looks up one name, and a
 // map of all of them cost more than the rest of the change.
 func FindTreeEntry(entries []object.TreeEntry, name string) (int, bool) {
+	return findTreeEntry(len(entries), func(i int) object.TreeEntry { return entries[i] }, name)
+}
+
+func findTreeEntry(n int, entry func(int) object.TreeEntry, name string) (int, bool) {
 	// In git's order a directory sorts as if its name ended in '/': a name is in one of two
 	// places.
-	if i, ok := slices.BinarySearchFunc(entries, object.TreeEntry{Name: name, Mode: filemode.Regular}, compareTreeEntries); ok {
-		return i, true
+	for _, mode := range []filemode.FileMode{filemode.Regular, filemode.Dir} {
+		probe := object.TreeEntry{Name: name, Mode: mode}
+		i := sort.Search(n, func(i int) bool { return compareTreeEntries(entry(i), probe) >= 0 })
+		if i < n {
+			if e := entry(i); e.Name == name && compareTreeEntries(e, probe) == 0 {
+				return i, true
+			}
+		}
 	}
-	i, ok := slices.BinarySearchFunc(entries, object.TreeEntry{Name: name, Mode: filemode.Dir}, compareTreeEntries)
-	return i, ok && entries[i].Name == name
+	return 0, false
 }
 
 func compareTreeEntries(a, b object.TreeEntry) int {

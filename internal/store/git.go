@@ -67,9 +67,6 @@ type GitObjects struct {
 	backend GitBackend
 	pending map[plumbing.Hash]plumbing.EncodedObject
 	order   []plumbing.Hash
-	// kept are the pending trees' entries, as written (gitstore.TreeKeeper): they go to the
-	// decoded-tree cache once stored, since the next Integrate reads the tree this one wrote.
-	kept map[plumbing.Hash][]object.TreeEntry
 }
 
 // NewGitObjects answers an object storer reading and writing through b with ctx. With b nil,
@@ -89,21 +86,8 @@ func (g *GitObjects) Flush() error {
 	}
 	// Stored in this transaction, which may yet roll back: a tree's id names its content
 	// whatever becomes of the row, and only a committed revision's tree is ever looked up.
-	for _, o := range objs {
-		if entries, ok := g.kept[o.ID]; ok {
-			decodedTrees.put(o.ID, newDecodedTree(entries))
-		}
-	}
-	g.kept = nil
+	g.KeepDecoded(objs)
 	return nil
-}
-
-// KeepTree implements gitstore.TreeKeeper.
-func (g *GitObjects) KeepTree(id plumbing.Hash, entries []object.TreeEntry) {
-	if g.kept == nil {
-		g.kept = make(map[plumbing.Hash][]object.TreeEntry)
-	}
-	g.kept[id] = entries
 }
 
 // TakePending answers the objects written since the last Flush, in the order they were
@@ -123,14 +107,16 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 	return objs, nil
 }
 
-// KeepDecoded hands the kept entries of objs, stored by the caller, to the decoded-tree cache.
+// KeepDecoded hands the trees among objs, stored by the caller, to the decoded-tree cache: the next
+// Integrate reads the tree this one wrote.
 func (g *GitObjects) KeepDecoded(objs []GitObject) {
 	for _, o := range objs {
-		if entries, ok := g.kept[o.ID]; ok {
-			decodedTrees.put(o.ID, newDecodedTree(entries))
+		if o.Type == plumbing.TreeObject {
+			if t, err := gitstore.PackTree(o.Data); err == nil {
+				decodedTrees.put(o.ID, t)
+			}
 		}
 	}
-	g.kept = nil
 }
 
 func readAll(o plumbing.EncodedObject) ([]byte, error) {
@@ -196,11 +182,11 @@ func (g *GitObjects) TreeEntries(id plumbing.Hash) ([]object.TreeEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.entries, nil
+	return t.Entries(), nil
 }
 
 // tree answers the tree id decoded, with its index by name.
-func (g *GitObjects) tree(id plumbing.Hash) (*decodedTree, error) {
+func (g *GitObjects) tree(id plumbing.Hash) (*gitstore.PackedTree, error) {
 	if _, pending := g.pending[id]; !pending {
 		if t, ok := decodedTrees.get(id); ok {
 			return t, nil
@@ -214,24 +200,14 @@ func (g *GitObjects) tree(id plumbing.Hash) (*decodedTree, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := gitstore.DecodeTree(data)
+	t, err := gitstore.PackTree(data)
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", id, err)
 	}
-	t := newDecodedTree(entries)
 	if _, pending := g.pending[id]; !pending {
 		decodedTrees.put(id, t)
 	}
 	return t, nil
-}
-
-func newDecodedTree(entries []object.TreeEntry) *decodedTree {
-	return &decodedTree{entries: entries}
-}
-
-// decodedTree is a tree's entries, in git's order (gitstore.FindTreeEntry finds one by name).
-type decodedTree struct {
-	entries []object.TreeEntry
 }
 
 // decodedTrees keeps recently used trees decoded, for every store of the process, bounded in
@@ -248,10 +224,10 @@ type treeLRU struct {
 
 type treeLRUItem struct {
 	id   plumbing.Hash
-	tree *decodedTree
+	tree *gitstore.PackedTree
 }
 
-func (c *treeLRU) get(id plumbing.Hash) (*decodedTree, bool) {
+func (c *treeLRU) get(id plumbing.Hash) (*gitstore.PackedTree, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.byID[id]
@@ -262,8 +238,8 @@ func (c *treeLRU) get(id plumbing.Hash) (*decodedTree, bool) {
 	return e.Value.(*treeLRUItem).tree, true
 }
 
-func (c *treeLRU) put(id plumbing.Hash, t *decodedTree) {
-	n := len(t.entries) + 1
+func (c *treeLRU) put(id plumbing.Hash, t *gitstore.PackedTree) {
+	n := t.Len() + 1
 	if n > c.maxEntries/8 {
 		return
 	}
@@ -279,7 +255,7 @@ func (c *treeLRU) put(id plumbing.Hash, t *decodedTree) {
 		it := last.Value.(*treeLRUItem)
 		c.order.Remove(last)
 		delete(c.byID, it.id)
-		c.entries -= len(it.tree.entries) + 1
+		c.entries -= it.tree.Len() + 1
 	}
 }
 
@@ -328,11 +304,11 @@ func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, 
 		if err != nil {
 			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", id, err)
 		}
-		at, ok := gitstore.FindTreeEntry(t.entries, seg)
+		at, ok := t.Find(seg)
 		if !ok {
 			return plumbing.ZeroHash, nil
 		}
-		found := t.entries[at]
+		found := t.Entry(at)
 		last := i == len(segs)-1
 		switch {
 		case last && found.Mode.IsFile():
