@@ -75,8 +75,8 @@ func run() error {
 		fmt.Printf("load average before: %s", b)
 	}
 	fmt.Println()
-	fmt.Println("| files | import | checkout (median) | git clone from ag (median) | git clone from git http-backend (median) | status, first after checkout | status, no edits (median) | git status in the clone (median) |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| files | import | checkout (median) | git clone from ag (median) | git clone from git http-backend (median) | status, first after checkout | status, no edits (median) | git status in the clone (median) | status with ag watch (median) |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, n := range o.sizes {
 		db := o.db
 		if db == "" {
@@ -187,8 +187,34 @@ func measure(o options, tmp, db string, n int) (string, error) {
 	if _, err := os.Stat(clone); err == nil {
 		gitCell = agserve.Seconds(median(gitStatuses))
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s |", n, importCell, agserve.Seconds(median(checkouts)), fromAG, fromBackend,
-		agserve.Seconds(first), agserve.Seconds(median(statuses)), gitCell), nil
+	watchCell, err := watchedStatus(ag, last, max(o.runs, 9))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |", n, importCell, agserve.Seconds(median(checkouts)), fromAG, fromBackend,
+		agserve.Seconds(first), agserve.Seconds(median(statuses)), gitCell, watchCell), nil
+}
+
+// watchedStatus times `ag status` in the checkout co with `ag watch` running, after one status
+// that records the watcher's token; "n/a" for a build or a system without it.
+func watchedStatus(ag func(...string) (time.Duration, error), co string, runs int) (string, error) {
+	if _, err := ag("-C", co, "watch", "--background"); err != nil {
+		fmt.Fprintf(os.Stderr, "no ag watch here: %v\n", firstLine(err))
+		return "n/a", nil
+	}
+	defer ag("-C", co, "watch", "--stop")
+	if _, err := ag("-C", co, "status"); err != nil {
+		return "", err
+	}
+	var took []time.Duration
+	for range runs {
+		d, err := ag("-C", co, "status")
+		if err != nil {
+			return "", err
+		}
+		took = append(took, d)
+	}
+	return agserve.Seconds(median(took)), nil
 }
 
 // measureClones times `git clone` of repo from ag's git endpoint, then, from a bare copy of

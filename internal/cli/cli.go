@@ -108,7 +108,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g),
 		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newDiffCmd(g), newRevertCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
-	root.AddCommand(newMCPCmd(g), newGitCredentialCmd(g))
+	root.AddCommand(newMCPCmd(g), newGitCredentialCmd(g), newWatchCmd(g))
 	strictCommands(root)
 	return root
 }

@@ -46,8 +46,12 @@ import (
 // given in place (a new file renamed over it): only the stat part differs, so either file is
 // right for the base.
 
-// indexMagic heads an index of this version.
-const indexMagic = "ag-index\x00\x02"
+// indexMagic heads an index of this version; indexMagicV2 one of the version before, which
+// had no watcher token.
+const (
+	indexMagic   = "ag-index\x00\x03"
+	indexMagicV2 = "ag-index\x00\x02"
+)
 
 // indexPrefix begins the name of every index file under .ag.
 const indexPrefix = "index-"
@@ -105,6 +109,9 @@ type index struct {
 	stamp   int64
 	window  time.Duration // see racyWindow
 	entries []indexEntry  // sorted by path, each path once
+	// watch is the checkout watcher's token taken before the scan that wrote the index began:
+	// the changes since it are those the stats here do not know of (watch.go).
+	watch watchToken
 }
 
 // trusted answers the content of the file at entry e whose stat is now, when the index may be
@@ -128,7 +135,8 @@ const indexRecord = 4 + 4 + 4 + 32 + 8*4 + 4 + 32
 
 // encode answers the index as decodeIndex reads it:
 //
-//	"ag-index" 0x00 0x02, stamp (8 bytes), count (4 bytes)
+//	"ag-index" 0x00 0x03, stamp (8 bytes), count (4 bytes),
+//	watcher session (16 bytes, zero without a watcher), watcher sequence (8 bytes)
 //	count records of indexRecord bytes, in path order
 //	the paths, one after the other
 //	CRC-32C of all the above (4 bytes)
@@ -140,10 +148,13 @@ func (x *index) encode() []byte {
 	for i := range x.entries {
 		names += len(x.entries[i].path)
 	}
-	b := make([]byte, 0, len(indexMagic)+12+len(x.entries)*indexRecord+names+4)
+	b := make([]byte, 0, len(indexMagic)+36+len(x.entries)*indexRecord+names+4)
 	b = append(b, indexMagic...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(x.stamp))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.entries)))
+	session := sessionBytes(x.watch.Session)
+	b = append(b, session[:]...)
+	b = binary.LittleEndian.AppendUint64(b, x.watch.Seq)
 	off := 0
 	for i := range x.entries {
 		e := &x.entries[i]
@@ -179,8 +190,13 @@ var errIndexDamaged = errors.New("not a whole index of this version")
 // Paths are not checked here (see checkout.baseFiles): a scan only compares them with what it
 // finds on disk.
 func decodeIndex(data []byte) (*index, error) {
-	head := len(indexMagic) + 12
-	if len(data) < head+4 || !bytes.HasPrefix(data, []byte(indexMagic)) {
+	head := len(indexMagic) + 36
+	if bytes.HasPrefix(data, []byte(indexMagicV2)) {
+		head = len(indexMagic) + 12
+	} else if !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return nil, errIndexDamaged
+	}
+	if len(data) < head+4 {
 		return nil, errIndexDamaged
 	}
 	body := data[:len(data)-4]
@@ -190,6 +206,11 @@ func decodeIndex(data []byte) (*index, error) {
 	le := binary.LittleEndian
 	x := &index{stamp: int64(le.Uint64(data[len(indexMagic):]))}
 	count := int(le.Uint32(data[len(indexMagic)+8:]))
+	if head > len(indexMagic)+12 {
+		var session [16]byte
+		copy(session[:], data[len(indexMagic)+12:])
+		x.watch = watchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
+	}
 	if count > (len(body)-head)/indexRecord {
 		return nil, errIndexDamaged
 	}
@@ -268,7 +289,7 @@ func readIndex(root *os.Root, name string) (*index, error) {
 func baseIndex(files map[string]string, old *index) (*index, error) {
 	x := &index{entries: make([]indexEntry, 0, len(files))}
 	if old != nil {
-		x.stamp, x.window = old.stamp, old.window
+		x.stamp, x.window, x.watch = old.stamp, old.window, old.watch
 		for _, e := range old.entries {
 			if e.hashed {
 				e.inBase, e.base = false, sha256Sum{}

@@ -48,6 +48,13 @@ func statTestCheckout(t *testing.T, files map[string]string) *checkout {
 // there finds them (reading the checkout's state anew), and how many files the scan hashed.
 func editsOf(t *testing.T, co *checkout) ([]string, int) {
 	t.Helper()
+	edits, s := scanEdits(t, co)
+	return edits, s.hashed
+}
+
+// scanEdits is editsOf, answering the scan.
+func scanEdits(t *testing.T, co *checkout) ([]string, *scan) {
+	t.Helper()
 	fresh, err := findCheckout(co.root)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +99,7 @@ func editsOf(t *testing.T, co *checkout) ([]string, int) {
 	if !slices.Equal(out, want) {
 		t.Errorf("the scan with the index found %q, reading every file %q", out, want)
 	}
-	return out, s.hashed
+	return out, s
 }
 
 // TestIndexFindsEveryEdit ensures the index spares a scan from hashing files whose stat did not

@@ -3,6 +3,8 @@ package cli
 import (
 	"io"
 	"os"
+	"os/exec"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,3 +18,9 @@ func isTerminal(w io.Writer) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }
+
+// watchSupported: `ag watch` watches directories with inotify, one watch per directory.
+const watchSupported = true
+
+// detach makes c a process of its own session, which outlives the terminal that started it.
+func detach(c *exec.Cmd) { c.SysProcAttr = &syscall.SysProcAttr{Setsid: true} }

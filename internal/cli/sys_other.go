@@ -5,6 +5,7 @@ package cli
 import (
 	"io"
 	"os"
+	"os/exec"
 )
 
 // isTerminal reports whether w is a character device other than the null device: a terminal,
@@ -21,3 +22,9 @@ func isTerminal(w io.Writer) bool {
 	null, err := os.Stat(os.DevNull)
 	return err != nil || !os.SameFile(info, null)
 }
+
+// watchSupported: elsewhere than Linux, watching a checkout takes a watch per file (kqueue) or
+// is not built; scans stat every file.
+const watchSupported = false
+
+func detach(*exec.Cmd) {}

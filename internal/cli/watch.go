@@ -1,0 +1,535 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/spf13/cobra"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// A checkout's watcher (`ag watch`) is what lets a scan of a large checkout stat only what
+// changed, as git's fsmonitor does: it watches every directory of the checkout with inotify and
+// answers, over a socket in .ag, the paths that changed since a token the checkout's index
+// records. Without a watcher, or when it cannot say (it started after the index was written,
+// its event queue overflowed, the token is another run's), a scan stats every file.
+//
+// Before it answers, the watcher creates a file in .ag and waits for the event of that file:
+// every event of a change made before the question was asked has then been read (git's
+// fsmonitor calls these cookies). What inotify does not see it cannot tell: a write through a
+// memory mapping, a change through a hard link from outside the checkout, a network file
+// system's changes made on another machine. docs/cli.md says so.
+
+// watchSocket is where a checkout's watcher listens, under its root.
+const watchSocket = stateDir + "/watch.sock"
+
+// watchCookiePrefix begins the names of the watcher's cookie files in .ag.
+const watchCookiePrefix = "watch-cookie-"
+
+// maxWatchChanged bounds the paths a watcher remembers: beyond it, it starts a new session,
+// and the scans that ask it read everything once.
+const maxWatchChanged = 200000
+
+// watchToken names a point in a watcher's history: the run (session) and how many changes it
+// had seen.
+type watchToken struct {
+	Session string `json:"session"`
+	Seq     uint64 `json:"seq"`
+}
+
+// watchRequest is what a scan (or `ag watch --stop`) asks a watcher.
+type watchRequest struct {
+	Since watchToken `json:"since"`
+	Stop  bool       `json:"stop,omitempty"`
+}
+
+// watchAnswer is a watcher's answer to "what changed since": with Full, it cannot tell (the
+// token is of another session), and the scan reads everything.
+type watchAnswer struct {
+	Now   watchToken `json:"now"`
+	Full  bool       `json:"full,omitempty"`
+	Paths []string   `json:"paths,omitempty"` // repository paths of files or directories that changed
+}
+
+// watcher is a running `ag watch`.
+type watcher struct {
+	root   string // absolute
+	fw     *fsnotify.Watcher
+	logf   func(format string, args ...any)
+	socket os.FileInfo // the socket file it made, to notice it being replaced or the checkout moved
+
+	mu       sync.Mutex
+	session  string
+	seq      uint64
+	changed  map[string]uint64 // path → seq of its last change
+	cookies  map[string]chan struct{}
+	cookieN  uint64
+	lastAsk  time.Time
+	stop     context.CancelFunc // ends the watch, set by watch
+	failures int                // directories that could not be watched since the session began
+}
+
+// newWatcher watches every directory of the checkout at root, skipping what no repository may
+// hold, and .ag itself for its cookies.
+func newWatcher(root string, logf func(string, ...any)) (*watcher, error) {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{root: root, fw: fw, logf: logf, changed: map[string]uint64{}, cookies: map[string]chan struct{}{}, lastAsk: time.Now()}
+	w.newSession()
+	if err := fw.Add(filepath.Join(root, stateDir)); err != nil {
+		fw.Close()
+		return nil, fmt.Errorf("watch %s: %w", stateDir, err)
+	}
+	if err := w.watchTree(""); err != nil {
+		fw.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *watcher) newSession() {
+	w.session = rand.Text()[:16]
+	w.seq = 0
+	clear(w.changed)
+	w.failures = 0
+}
+
+// watchTree adds a watch on the directory at rel ("" for the root) and every directory under
+// it, and answers the files found there: a directory made after the watch of its parent saw it
+// may have got files before its own watch was added.
+func (w *watcher) watchTree(rel string) error {
+	return filepath.WalkDir(filepath.Join(w.root, filepath.FromSlash(rel)), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // gone meanwhile: its removal is an event of its parent
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if _, reserved := repo.ReservedSegment(d.Name()); reserved && path != w.root {
+			return fs.SkipDir
+		}
+		if err := w.fw.Add(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipDir
+			}
+			return fmt.Errorf("watch %s: %w (on Linux, fs.inotify.max_user_watches bounds the directories one user can watch)", path, err)
+		}
+		return nil
+	})
+}
+
+// run reads the file system's events until ctx ends.
+func (w *watcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.fw.Events:
+			if !ok {
+				return
+			}
+			w.event(ev)
+		case err, ok := <-w.fw.Errors:
+			if !ok {
+				return
+			}
+			w.mu.Lock()
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				w.logf("the event queue overflowed: scans read every file once")
+			} else {
+				w.logf("watch: %v: scans read every file once", err)
+			}
+			w.newSession()
+			w.mu.Unlock()
+		}
+	}
+}
+
+func (w *watcher) event(ev fsnotify.Event) {
+	rel, err := filepath.Rel(w.root, ev.Name)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return
+	}
+	rel = filepath.ToSlash(rel)
+	if name, ok := strings.CutPrefix(rel, stateDir+"/"); ok {
+		if strings.HasPrefix(name, watchCookiePrefix) && ev.Has(fsnotify.Create) {
+			w.mu.Lock()
+			if ch, ok := w.cookies[name]; ok {
+				close(ch)
+				delete(w.cookies, name)
+			}
+			w.mu.Unlock()
+		}
+		return
+	}
+	for seg := range strings.SplitSeq(rel, "/") {
+		if _, reserved := repo.ReservedSegment(seg); reserved {
+			return
+		}
+	}
+	if ev.Has(fsnotify.Create) {
+		if info, err := os.Lstat(ev.Name); err == nil && info.IsDir() {
+			if err := w.watchTree(rel); err != nil {
+				w.logf("%v: scans read every file once", err)
+				w.mu.Lock()
+				w.newSession()
+				w.mu.Unlock()
+				return
+			}
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	w.changed[rel] = w.seq
+	if len(w.changed) > maxWatchChanged {
+		w.logf("more than %d paths changed: scans read every file once", maxWatchChanged)
+		w.newSession()
+	}
+}
+
+// since answers what changed since token, once every event before the question is read.
+func (w *watcher) since(token watchToken) watchAnswer {
+	if err := w.sync(2 * time.Second); err != nil {
+		w.logf("%v: this scan reads every file", err)
+		w.mu.Lock()
+		w.newSession()
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastAsk = time.Now()
+	ans := watchAnswer{Now: watchToken{Session: w.session, Seq: w.seq}}
+	if token.Session != w.session || token.Seq > w.seq {
+		ans.Full = true
+		return ans
+	}
+	for p, seq := range w.changed {
+		if seq > token.Seq {
+			ans.Paths = append(ans.Paths, p)
+		}
+	}
+	sort.Strings(ans.Paths)
+	return ans
+}
+
+// sync makes a cookie file and waits for its event: then every event of an earlier change
+// has been read.
+func (w *watcher) sync(timeout time.Duration) error {
+	w.mu.Lock()
+	w.cookieN++
+	name := fmt.Sprintf("%s%d-%s", watchCookiePrefix, w.cookieN, w.session)
+	ch := make(chan struct{})
+	w.cookies[name] = ch
+	w.mu.Unlock()
+	path := filepath.Join(w.root, stateDir, name)
+	defer os.Remove(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		w.mu.Lock()
+		delete(w.cookies, name)
+		w.mu.Unlock()
+		return fmt.Errorf("make a cookie file: %w", err)
+	}
+	f.Close()
+	select {
+	case <-ch:
+		return nil
+	case <-time.After(timeout):
+		w.mu.Lock()
+		delete(w.cookies, name)
+		w.mu.Unlock()
+		return errors.New("the event of a cookie file did not come")
+	}
+}
+
+// serve answers the scans that connect to l until ctx ends.
+func (w *watcher) serve(ctx context.Context, l net.Listener) {
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go w.answer(conn)
+	}
+}
+
+func (w *watcher) answer(conn net.Conn) {
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var req watchRequest
+	if err := json.NewDecoder(io.LimitReader(conn, 4096)).Decode(&req); err != nil {
+		return
+	}
+	if req.Stop {
+		w.mu.Lock()
+		ans := watchAnswer{Now: watchToken{Session: w.session, Seq: w.seq}}
+		w.mu.Unlock()
+		_ = json.NewEncoder(conn).Encode(ans)
+		w.stop()
+		return
+	}
+	ans := w.since(req.Since)
+	if !w.stillHere() {
+		ans = watchAnswer{Now: ans.Now, Full: true}
+	}
+	_ = json.NewEncoder(conn).Encode(ans)
+}
+
+// stillHere reports whether the checkout is where the watcher watches it: its socket is the
+// one it made. A checkout moved elsewhere is watched under its old paths.
+func (w *watcher) stillHere() bool {
+	info, err := os.Lstat(filepath.Join(w.root, watchSocket))
+	return err == nil && os.SameFile(info, w.socket)
+}
+
+// idleFor answers how long no scan asked.
+func (w *watcher) idleFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.lastAsk)
+}
+
+// listenWatch makes the watcher's socket in the checkout at root, replacing one no watcher
+// answers on any more.
+func listenWatch(root string) (net.Listener, error) {
+	path := filepath.Join(root, watchSocket)
+	if len(path) >= 108 {
+		return nil, fmt.Errorf("%s is too long a path for a socket (the limit is 107 bytes): a checkout this deep cannot be watched", path)
+	}
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return nil, fmt.Errorf("a watcher already watches %s", root)
+	}
+	if info, err := os.Lstat(path); err == nil {
+		if info.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s is there and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// askWatcher asks the watcher of the checkout at root what changed since token, and answers
+// false when there is none, or it does not answer within a second.
+func askWatcher(root string, token watchToken) (watchAnswer, bool) {
+	path := filepath.Join(root, watchSocket)
+	if len(path) >= 108 {
+		return watchAnswer{}, false
+	}
+	if info, err := os.Lstat(path); err != nil || info.Mode()&fs.ModeSocket == 0 {
+		return watchAnswer{}, false
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return watchAnswer{}, false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := json.NewEncoder(conn).Encode(watchRequest{Since: token}); err != nil {
+		return watchAnswer{}, false
+	}
+	var ans watchAnswer
+	if err := json.NewDecoder(bufio.NewReader(io.LimitReader(conn, 64<<20))).Decode(&ans); err != nil || ans.Now.Session == "" {
+		return watchAnswer{}, false
+	}
+	for _, p := range ans.Paths {
+		if repo.ValidatePath(p, false) != nil {
+			return watchAnswer{}, false
+		}
+	}
+	return ans, true
+}
+
+// sessionBytes answers a watcher session as the index keeps it.
+func sessionBytes(s string) (b [16]byte) {
+	copy(b[:], s)
+	return b
+}
+
+// sessionString reads a session the index kept.
+func sessionString(b [16]byte) string {
+	return strings.TrimRight(string(b[:]), "\x00")
+}
+
+// newWatchCmd is `ag watch`.
+func newWatchCmd(g *globals) *cobra.Command {
+	var (
+		background, stop bool
+		idle             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "watch the checkout's files, so that status, diff and integrate stat only what changed",
+		Long: `ag watch watches every directory of the checkout with inotify, until interrupted, and
+answers scans over .ag/watch.sock: ag status, diff, integrate, sync and revert then stat only the
+paths that changed since the last scan instead of every file. Linux only. --background starts it
+detached (its log in .ag/watch.log) and returns once it answers; --stop stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			co, err := findCheckout(g.dir)
+			if err != nil {
+				return err
+			}
+			switch {
+			case stop:
+				return stopWatch(g, co.root)
+			case !watchSupported:
+				return withExit(ExitUsage, errors.New("ag watch needs Linux's inotify: elsewhere a scan stats every file"))
+			case background:
+				return startWatch(g, co.root, idle)
+			}
+			return runWatch(cmd.Context(), g, co.root, idle)
+		},
+	}
+	cmd.Flags().BoolVar(&background, "background", false, "start the watcher detached and return once it answers")
+	cmd.Flags().BoolVar(&stop, "stop", false, "stop the checkout's watcher")
+	cmd.Flags().DurationVar(&idle, "idle", 0, "stop after no scan asked for this long (0: never)")
+	return cmd
+}
+
+// runWatch watches the checkout at root until ctx ends, its checkout goes, or no scan asked for
+// idle (when not 0).
+func runWatch(ctx context.Context, g *globals, root string, idle time.Duration) error {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(g.stderr, "%s ag watch: %s\n", time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
+	}
+	w, err := newWatcher(root, logf)
+	if err != nil {
+		return err
+	}
+	defer w.fw.Close()
+	l, err := listenWatch(root)
+	if err != nil {
+		return err
+	}
+	socket := filepath.Join(root, watchSocket)
+	defer func() {
+		if w.stillHere() {
+			os.Remove(socket)
+		}
+	}()
+	if w.socket, err = os.Lstat(socket); err != nil {
+		l.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.stop = cancel
+	go w.run(ctx)
+	go w.serve(ctx, l)
+	logf("watching %s; scans ask %s", root, socket)
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logf("stopped")
+			return nil
+		case <-tick.C:
+			if _, err := os.Stat(statePath(root)); err != nil || !w.stillHere() {
+				logf("the checkout is gone or moved: stopping")
+				return nil
+			}
+			if idle > 0 && w.idleFor() > idle {
+				logf("no scan asked for %s: stopping", idle)
+				return nil
+			}
+		}
+	}
+}
+
+// startWatch starts `ag watch` detached on the checkout at root, and returns once it answers.
+func startWatch(g *globals, root string, idle time.Duration) error {
+	if _, ok := askWatcher(root, watchToken{}); ok {
+		fmt.Fprintf(g.stdout, "a watcher already watches %s\n", root)
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(filepath.Join(root, stateDir, "watch.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	c := exec.Command(self, "watch", "-C", root, "--idle", idle.String())
+	c.Stdout, c.Stderr = logFile, logFile
+	detach(c)
+	if err := c.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	deadline := time.After(60 * time.Second)
+	for {
+		if _, ok := askWatcher(root, watchToken{}); ok {
+			fmt.Fprintf(g.stdout, "watching %s (pid %d, log in %s)\n", root, c.Process.Pid, filepath.Join(root, stateDir, "watch.log"))
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("ag watch exited before it answered (%v): see %s", err, filepath.Join(root, stateDir, "watch.log"))
+		case <-deadline:
+			return fmt.Errorf("ag watch did not answer within a minute: see %s", filepath.Join(root, stateDir, "watch.log"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stopWatch stops the watcher of the checkout at root, if one runs.
+func stopWatch(g *globals, root string) error {
+	path := filepath.Join(root, watchSocket)
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		fmt.Fprintf(g.stdout, "no watcher watches %s\n", root)
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := json.NewEncoder(conn).Encode(watchRequest{Stop: true}); err != nil {
+		return err
+	}
+	var ans watchAnswer
+	if err := json.NewDecoder(conn).Decode(&ans); err != nil {
+		return fmt.Errorf("the watcher did not answer: %w", err)
+	}
+	fmt.Fprintf(g.stdout, "stopped the watcher of %s\n", root)
+	return nil
+}
