@@ -72,17 +72,18 @@ type watcher struct {
 	root   string // absolute
 	fw     *fsnotify.Watcher
 	logf   func(format string, args ...any)
-	socket os.FileInfo // the socket file it made, to notice it being replaced or the checkout moved
+	socket os.FileInfo        // the socket file it made, to notice it being replaced or the checkout moved
+	stop   context.CancelFunc // ends the watch, set by runWatch
+	// dirs are the directories watched, by path: written before run starts and by run alone.
+	dirs map[string]bool
 
-	mu       sync.Mutex
-	session  string
-	seq      uint64
-	changed  map[string]uint64 // path → seq of its last change
-	cookies  map[string]chan struct{}
-	cookieN  uint64
-	lastAsk  time.Time
-	stop     context.CancelFunc // ends the watch, set by watch
-	failures int                // directories that could not be watched since the session began
+	mu      sync.Mutex
+	session string
+	seq     uint64
+	changed map[string]uint64 // path → seq of its last change
+	cookies map[string]chan struct{}
+	cookieN uint64
+	lastAsk time.Time
 }
 
 // newWatcher watches every directory of the checkout at root, skipping what no repository may
@@ -92,7 +93,7 @@ func newWatcher(root string, logf func(string, ...any)) (*watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &watcher{root: root, fw: fw, logf: logf, changed: map[string]uint64{}, cookies: map[string]chan struct{}{}, lastAsk: time.Now()}
+	w := &watcher{root: root, fw: fw, logf: logf, dirs: map[string]bool{}, changed: map[string]uint64{}, cookies: map[string]chan struct{}{}, lastAsk: time.Now()}
 	w.newSession()
 	if err := fw.Add(filepath.Join(root, stateDir)); err != nil {
 		fw.Close()
@@ -109,12 +110,11 @@ func (w *watcher) newSession() {
 	w.session = rand.Text()[:16]
 	w.seq = 0
 	clear(w.changed)
-	w.failures = 0
 }
 
 // watchTree adds a watch on the directory at rel ("" for the root) and every directory under
-// it, and answers the files found there: a directory made after the watch of its parent saw it
-// may have got files before its own watch was added.
+// it. Files made in a new directory before its watch was added are not lost: a scan reads
+// every file under a directory the watcher names.
 func (w *watcher) watchTree(rel string) error {
 	return filepath.WalkDir(filepath.Join(w.root, filepath.FromSlash(rel)), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -135,8 +135,24 @@ func (w *watcher) watchTree(rel string) error {
 			}
 			return fmt.Errorf("watch %s: %w (on Linux, fs.inotify.max_user_watches bounds the directories one user can watch)", path, err)
 		}
+		w.dirs[path] = true
 		return nil
 	})
+}
+
+// rewatch drops every watch and watches the whole checkout again, in a new session. A watch
+// follows its directory's inode, and fsnotify keeps the path it was given: after a directory
+// with subdirectories is renamed, their events would come under the old names. Renaming a
+// directory is rare enough for the next scan to read everything.
+func (w *watcher) rewatch() error {
+	for path := range w.dirs {
+		_ = w.fw.Remove(path)
+	}
+	clear(w.dirs)
+	w.mu.Lock()
+	w.newSession()
+	w.mu.Unlock()
+	return w.watchTree("")
 }
 
 // run reads the file system's events until ctx ends.
@@ -186,6 +202,20 @@ func (w *watcher) event(ev fsnotify.Event) {
 	for seg := range strings.SplitSeq(rel, "/") {
 		if _, reserved := repo.ReservedSegment(seg); reserved {
 			return
+		}
+	}
+	if (ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove)) && w.dirs[ev.Name] {
+		if ev.Has(fsnotify.Rename) {
+			w.logf("%s was renamed: scans read every file once", rel)
+			if err := w.rewatch(); err != nil {
+				w.logf("%v", err)
+			}
+			return
+		}
+		for path := range w.dirs {
+			if path == ev.Name || strings.HasPrefix(path, ev.Name+string(filepath.Separator)) {
+				delete(w.dirs, path) // inotify dropped its watch with it
+			}
 		}
 	}
 	if ev.Has(fsnotify.Create) {

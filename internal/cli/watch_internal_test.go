@@ -65,6 +65,7 @@ func TestWatcherTellsEveryEdit(t *testing.T) {
 	for i := range 40 {
 		files[fmt.Sprintf("d%d/f%d.txt", i%4, i)] = fmt.Sprintf("file %02d\n", i)
 	}
+	files["d0/sub/s.txt"] = "s\n"
 	co := statTestCheckout(t, files)
 	path := func(p string) string { return filepath.Join(co.root, filepath.FromSlash(p)) }
 	stop, log := startTestWatch(t, co.root)
@@ -136,18 +137,35 @@ func TestWatcherTellsEveryEdit(t *testing.T) {
 			movedD0 = append(movedD0, fmt.Sprintf("deleted d0/f%d.txt", i), fmt.Sprintf("added e0/f%d.txt", i))
 		}
 	}
+	movedD0 = append(movedD0, "deleted d0/sub/s.txt", "added e0/sub/s.txt")
 	want = sortEdits(append(want, goneD3...))
 	step("a directory removed", want, func() {
 		if err := os.RemoveAll(path("d3")); err != nil {
 			t.Fatal(err)
 		}
 	})
+	// A directory renamed, with a directory under it: the watcher watches everything anew, and
+	// the next scan reads everything; then an edit under the moved subdirectory is seen.
 	want = sortEdits(append(want, movedD0...))
-	step("a directory renamed", want, func() {
-		if err := os.Rename(path("d0"), path("e0")); err != nil {
+	if err := os.Rename(path("d0"), path("e0")); err != nil {
+		t.Fatal(err)
+	}
+	if edits, watched := watchedEditsOf(t, co); !slices.Equal(edits, want) || watched {
+		t.Errorf("a directory renamed: edits %q (watched %v), want %q read in full", edits, watched, want)
+	}
+	want = sortEdits(append(slices.DeleteFunc(want, func(e string) bool { return e == "added e0/sub/s.txt" }), "added e0/sub/s.txt"))
+	step("an edit under the renamed directory's subdirectory", want, func() {
+		if err := os.WriteFile(path("e0/sub/s.txt"), []byte("s, edited\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	})
+	if err := os.WriteFile(path("e0/sub/s2.txt"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = sortEdits(append(want, "added e0/sub/s2.txt"))
+	if edits, watched := watchedEditsOf(t, co); !slices.Equal(edits, want) || !watched {
+		t.Errorf("a file added under the renamed directory's subdirectory: edits %q (watched %v), want %q through the watcher", edits, watched, want)
+	}
 
 	stop()
 	if _, err := os.Lstat(path(watchSocket)); !os.IsNotExist(err) {
