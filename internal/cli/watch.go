@@ -84,6 +84,9 @@ type watcher struct {
 	cookies map[string]chan struct{}
 	cookieN uint64
 	lastAsk time.Time
+	// broken is set when a directory could not be watched: from then on the watcher answers
+	// that it cannot tell, until it is restarted.
+	broken bool
 }
 
 // newWatcher watches every directory of the checkout at root, skipping what no repository may
@@ -144,7 +147,7 @@ func (w *watcher) watchTree(rel string) error {
 // follows its directory's inode, and fsnotify keeps the path it was given: after a directory
 // with subdirectories is renamed, their events would come under the old names. Renaming a
 // directory is rare enough for the next scan to read everything.
-func (w *watcher) rewatch() error {
+func (w *watcher) rewatch() {
 	for path := range w.dirs {
 		_ = w.fw.Remove(path)
 	}
@@ -152,7 +155,19 @@ func (w *watcher) rewatch() error {
 	w.mu.Lock()
 	w.newSession()
 	w.mu.Unlock()
-	return w.watchTree("")
+	if err := w.watchTree(""); err != nil {
+		w.fail(err)
+	}
+}
+
+// fail gives up telling what changed: a directory that could not be watched would hide its
+// changes.
+func (w *watcher) fail(err error) {
+	w.logf("%v: scans read every file until ag watch is restarted", err)
+	w.mu.Lock()
+	w.broken = true
+	w.newSession()
+	w.mu.Unlock()
 }
 
 // run reads the file system's events until ctx ends.
@@ -207,9 +222,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 	if (ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove)) && w.dirs[ev.Name] {
 		if ev.Has(fsnotify.Rename) {
 			w.logf("%s was renamed: scans read every file once", rel)
-			if err := w.rewatch(); err != nil {
-				w.logf("%v", err)
-			}
+			w.rewatch()
 			return
 		}
 		for path := range w.dirs {
@@ -221,10 +234,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 	if ev.Has(fsnotify.Create) {
 		if info, err := os.Lstat(ev.Name); err == nil && info.IsDir() {
 			if err := w.watchTree(rel); err != nil {
-				w.logf("%v: scans read every file once", err)
-				w.mu.Lock()
-				w.newSession()
-				w.mu.Unlock()
+				w.fail(err)
 				return
 			}
 		}
@@ -251,7 +261,7 @@ func (w *watcher) since(token watchToken) watchAnswer {
 	defer w.mu.Unlock()
 	w.lastAsk = time.Now()
 	ans := watchAnswer{Now: watchToken{Session: w.session, Seq: w.seq}}
-	if token.Session != w.session || token.Seq > w.seq {
+	if w.broken || token.Session != w.session || token.Seq > w.seq {
 		ans.Full = true
 		return ans
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,5 +188,32 @@ func TestWatcherTellsEveryEdit(t *testing.T) {
 	want = sortEdits(append(want, "modified d1/f5.txt"))
 	if edits, watched := watchedEditsOf(t, co); !slices.Equal(edits, want) || !watched {
 		t.Errorf("with a new watcher, after an edit: edits %q (watched %v), want %q through the watcher", edits, watched, want)
+	}
+}
+
+// TestABrokenWatcherCannotTell ensures a watcher that failed to watch a directory answers that
+// it cannot tell, whatever token a scan brings, so that the scan reads every file.
+func TestABrokenWatcherCannotTell(t *testing.T) {
+	if !watchSupported {
+		t.Skip("ag watch is Linux's only")
+	}
+	t.Parallel()
+	co := statTestCheckout(t, map[string]string{"a.txt": "a\n"})
+	w, err := newWatcher(co.root, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.fw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.run(ctx)
+	now := w.since(watchToken{}).Now
+	if ans := w.since(now); ans.Full {
+		t.Fatalf("a working watcher, asked with its own token: %+v, want an answer", ans)
+	}
+	w.fail(errors.New("watch d: no space left on device"))
+	now = w.since(watchToken{}).Now
+	if ans := w.since(now); !ans.Full {
+		t.Errorf("a broken watcher, asked with its own token: %+v, want it to say it cannot tell", ans)
 	}
 }
