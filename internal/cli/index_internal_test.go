@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -319,12 +321,22 @@ func TestIndexEncoding(t *testing.T) {
 		}
 		x.entries = append(x.entries, e)
 	}
-	got, err := decodeIndex(x.encode())
+	x.watch = watchToken{Session: "S3SS10N", Seq: 42}
+	encoded := x.encode()
+	got, err := decodeIndex(encoded)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.stamp != x.stamp || !slices.Equal(got.entries, x.entries) {
+	if got.stamp != x.stamp || got.watch != x.watch || !slices.Equal(got.entries, x.entries) {
 		t.Errorf("read back %+v, want %+v", got, x)
+	}
+	// The version before the watcher's token: the same without those 24 bytes.
+	head := len(indexMagic) + 12
+	v2 := append([]byte(indexMagicV2), encoded[len(indexMagic):head]...)
+	v2 = append(v2, encoded[head+24:len(encoded)-4]...)
+	v2 = binary.LittleEndian.AppendUint32(v2, crc32.Checksum(v2, castagnoli))
+	if got, err := decodeIndex(v2); err != nil || got.watch != (watchToken{}) || !slices.Equal(got.entries, x.entries) {
+		t.Errorf("an index of the version before read back %+v, %v; want the same entries and no token", got, err)
 	}
 	x.entries[1], x.entries[2] = x.entries[2], x.entries[1]
 	if _, err := decodeIndex(x.encode()); err == nil {
