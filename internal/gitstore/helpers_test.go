@@ -2,8 +2,10 @@ package gitstore
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,4 +106,40 @@ func (s *countingStorer) Writes() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.writes
+}
+
+// packingStorer is a countingStorer that answers trees packed and is handed the trees
+// UpdateTree splices, as the store's GitObjects is; it checks that each tree it is handed is
+// the one stored under its id.
+type packingStorer struct {
+	*countingStorer
+	t *testing.T
+}
+
+func (s packingStorer) PackedTree(id plumbing.Hash) (*PackedTree, error) {
+	o, err := s.EncodedObject(plumbing.TreeObject, id)
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return PackTree(data)
+}
+
+func (s packingStorer) KeepPacked(id plumbing.Hash, t *PackedTree) {
+	stored, err := s.PackedTree(id)
+	if err != nil {
+		s.t.Errorf("kept tree %s is not stored: %v", id, err)
+		return
+	}
+	if stored.data != t.data || !slices.Equal(stored.entries, t.entries) {
+		s.t.Errorf("kept tree %s differs from the one stored under its id", id)
+	}
 }

@@ -124,13 +124,18 @@ func (d *dir) write(s storer.EncodedObjectStorer) (plumbing.Hash, error) {
 // with '/') and stores the tree.
 func writeTreeObject(s storer.EncodedObjectStorer, entries []object.TreeEntry) (plumbing.Hash, error) {
 	SortTreeEntries(entries)
+	return writeTreeData(s, EncodeTree(entries))
+}
+
+// writeTreeData stores a tree encoded as data.
+func writeTreeData(s storer.EncodedObjectStorer, data []byte) (plumbing.Hash, error) {
 	o := s.NewEncodedObject()
 	o.SetType(plumbing.TreeObject)
 	w, err := o.Writer()
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	if _, err := w.Write(EncodeTree(entries)); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	if err := w.Close(); err != nil {

@@ -129,19 +129,35 @@ func parseMode(s string) (filemode.FileMode, error) {
 }
 
 func appendMode(b []byte, m filemode.FileMode) []byte {
-	switch m {
-	case filemode.Regular:
-		return append(b, modeRegular...)
-	case filemode.Dir:
-		return append(b, modeDir...)
-	case filemode.Executable:
-		return append(b, modeExecutable...)
-	case filemode.Symlink:
-		return append(b, modeSymlink...)
-	case filemode.Submodule:
-		return append(b, modeSubmodule...)
+	if text := modeText(m); text != "" {
+		return append(b, text...)
 	}
 	return strconv.AppendUint(b, uint64(m), 8)
+}
+
+// modeText answers the mode as git writes it, for the modes git writes; "" for another.
+func modeText(m filemode.FileMode) string {
+	switch m {
+	case filemode.Regular:
+		return modeRegular
+	case filemode.Dir:
+		return modeDir
+	case filemode.Executable:
+		return modeExecutable
+	case filemode.Symlink:
+		return modeSymlink
+	case filemode.Submodule:
+		return modeSubmodule
+	}
+	return ""
+}
+
+// PackedTreeReader is an object storer that answers trees packed, and keeps those written to
+// it: UpdateTree then changes a tree's entries in place in its encoding (spliceDir) instead of
+// decoding and encoding all of them.
+type PackedTreeReader interface {
+	PackedTree(id plumbing.Hash) (*PackedTree, error)
+	KeepPacked(id plumbing.Hash, t *PackedTree)
 }
 
 // Len answers the number of entries.
@@ -160,6 +176,14 @@ func (t *PackedTree) Entries() []object.TreeEntry {
 		out[i] = t.Entry(i)
 	}
 	return out
+}
+
+// modeStart answers where entry i's mode begins in the encoding.
+func (t *PackedTree) modeStart(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return int(t.entries[i-1].nameEnd) + 1 + 20
 }
 
 // Find answers the position of the entry called name, as FindTreeEntry does.

@@ -2,6 +2,7 @@ package gitstore
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -79,6 +80,14 @@ func UpdateTree(s storer.EncodedObjectStorer, root plumbing.Hash, edits []Edit) 
 // answers the new tree's id (zero when it holds nothing) and whether it changed. Unchanged and
 // empty trees are not written.
 func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, prefix string) (plumbing.Hash, bool, error) {
+	var subs map[string]plumbing.Hash // subdirectories spliceDir updated before it gave up
+	if r, ok := s.(PackedTreeReader); ok && !id.IsZero() {
+		nid, changed, done, updated, err := spliceDir(s, r, id, n, prefix)
+		if done || err != nil {
+			return nid, changed, err
+		}
+		subs = updated
+	}
 	var entries []object.TreeEntry
 	if !id.IsZero() {
 		old, err := TreeEntries(s, id)
@@ -108,9 +117,13 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 			if isDir {
 				base = old.Hash
 			}
-			var err error
-			if sub, _, err = updateDir(s, base, c, path+"/"); err != nil {
-				return plumbing.ZeroHash, false, err
+			if updated, ok := subs[name]; ok {
+				sub = updated
+			} else {
+				var err error
+				if sub, _, err = updateDir(s, base, c, path+"/"); err != nil {
+					return plumbing.ZeroHash, false, err
+				}
 			}
 		} else if isDir {
 			sub = old.Hash
@@ -172,4 +185,81 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		return plumbing.ZeroHash, false, fmt.Errorf("write tree %q: %w", prefix, err)
 	}
 	return nid, true, nil
+}
+
+// spliceDir is updateDir for the common case of edits that only change what existing entries
+// point to: a file's new content, a subdirectory's new tree. Those change 20 bytes of an entry
+// (and a file's mode, 100644 for 100755 or 120000, of the same length) in the tree's encoding,
+// which is changed in place: a one-file change under a directory of a thousand entries then
+// neither decodes nor encodes the thousand. Anything else (an entry added or removed, a file
+// becoming a directory) answers done false, with the subdirectories it updated on the way, and
+// updateDir takes the general way.
+func spliceDir(s storer.EncodedObjectStorer, r PackedTreeReader, id plumbing.Hash, n *editNode, prefix string) (nid plumbing.Hash, changed, done bool, subs map[string]plumbing.Hash, err error) {
+	old, err := r.PackedTree(id)
+	if err != nil {
+		return plumbing.ZeroHash, false, false, nil, fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
+	}
+	type replacement struct {
+		at   int
+		mode filemode.FileMode
+		hash plumbing.Hash
+	}
+	var repl []replacement
+	var dirs []string
+	// Whether every edit is a replacement, before any subdirectory is updated.
+	for name, c := range n.children {
+		at, found := old.Find(name)
+		if !found {
+			return plumbing.ZeroHash, false, false, nil, nil
+		}
+		e := old.Entry(at)
+		switch {
+		case c.edit != nil && !c.edit.Delete && len(c.children) == 0 && e.Mode != filemode.Dir:
+			if e.Mode != filemode.Regular && len(modeText(e.Mode)) != len(modeRegular) {
+				return plumbing.ZeroHash, false, false, nil, nil
+			}
+			repl = append(repl, replacement{at: at, mode: filemode.Regular, hash: c.edit.Blob})
+		case c.edit == nil && len(c.children) > 0 && e.Mode == filemode.Dir:
+			dirs = append(dirs, name)
+		default:
+			return plumbing.ZeroHash, false, false, nil, nil
+		}
+	}
+	for _, name := range dirs {
+		at, _ := old.Find(name)
+		sub, _, err := updateDir(s, old.Entry(at).Hash, n.children[name], prefix+name+"/")
+		if err != nil {
+			return plumbing.ZeroHash, false, false, nil, err
+		}
+		if subs == nil {
+			subs = make(map[string]plumbing.Hash, len(dirs))
+		}
+		subs[name] = sub
+		repl = append(repl, replacement{at: at, mode: filemode.Dir, hash: sub})
+	}
+	for _, x := range repl {
+		if x.hash.IsZero() {
+			return plumbing.ZeroHash, false, false, subs, nil // a directory emptied goes
+		}
+	}
+	data := []byte(old.data)
+	entries := slices.Clone(old.entries)
+	for _, x := range repl {
+		e := &entries[x.at]
+		if e.mode == x.mode && e.hash == x.hash {
+			continue
+		}
+		changed = true
+		copy(data[old.modeStart(x.at):], modeText(x.mode))
+		copy(data[e.nameEnd+1:], x.hash[:])
+		e.mode, e.hash = x.mode, x.hash
+	}
+	if !changed {
+		return id, false, true, nil, nil
+	}
+	if nid, err = writeTreeData(s, data); err != nil {
+		return plumbing.ZeroHash, false, false, nil, fmt.Errorf("write tree %q: %w", prefix, err)
+	}
+	r.KeepPacked(nid, &PackedTree{data: string(data), entries: entries})
+	return nid, true, true, nil, nil
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -58,10 +61,22 @@ func randomPath(r *rand.Rand) string {
 // spines: never more trees than the edited paths have directories.
 func TestUpdateTreeMatchesRebuild(t *testing.T) {
 	t.Parallel()
+	t.Run("decoding every tree", func(t *testing.T) {
+		t.Parallel()
+		s := newStorer()
+		updateTreeMatchesRebuild(t, s, s)
+	})
+	t.Run("splicing packed trees", func(t *testing.T) {
+		t.Parallel()
+		s := newStorer()
+		updateTreeMatchesRebuild(t, packingStorer{s, t}, s)
+	})
+}
+
+func updateTreeMatchesRebuild(t *testing.T, s storer.EncodedObjectStorer, writes *countingStorer) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
-	s := newStorer()
 	blob := func() plumbing.Hash {
 		id, err := WriteBlob(s, fmt.Appendf(nil, "content %d\n", r.IntN(50)))
 		if err != nil {
@@ -70,7 +85,8 @@ func TestUpdateTreeMatchesRebuild(t *testing.T) {
 		return id
 	}
 	m := model{}
-	for len(m) < 300 {
+	// Up to 300 files: a few early top-level files can leave fewer paths that do not collide.
+	for try := 0; len(m) < 300 && try < 20000; try++ {
 		p := randomPath(r)
 		m[p] = blob()
 		if m.collides() {
@@ -110,7 +126,7 @@ func TestUpdateTreeMatchesRebuild(t *testing.T) {
 			add(Edit{Path: p + "/" + segments[r.IntN(len(segments))], Blob: blob()})
 		case kind == 3 && len(paths) > 0: // a directory's files all go, maybe a file takes its name
 			d := path.Dir(paths[r.IntN(len(paths))])
-			if !strings.Contains(d, "/") && r.IntN(4) > 0 { // keep most top directories
+			if !strings.Contains(d, "/") && r.IntN(4) > 0 || d == "." { // keep most top directories; "." is the root
 				d = paths[r.IntN(len(paths))]
 			}
 			for _, q := range paths {
@@ -152,7 +168,7 @@ func TestUpdateTreeMatchesRebuild(t *testing.T) {
 				next[e.Path] = e.Blob
 			}
 		}
-		before := s.Writes()
+		before := writes.Writes()
 		got, err := UpdateTree(s, root, edits)
 		if next.collides() {
 			var ce *repo.CollisionError
@@ -165,7 +181,7 @@ func TestUpdateTreeMatchesRebuild(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: edits %v: %v", step, edits, err)
 		}
-		written := s.Writes() - before
+		written := writes.Writes() - before
 		spine := map[string]bool{"": true}
 		for _, e := range edits {
 			for _, d := range repo.Ancestors(e.Path) {
@@ -255,4 +271,50 @@ func BenchmarkUpdateTreeOneFile(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(s.Writes()-before)/float64(n), "objects/op")
+}
+
+// TestSplicedTreesAreTheOnesDecodingWrites ensures that editing files in place in a tree's
+// encoding gives the tree decoding and encoding it gives, for files of every mode git writes
+// (an edited file is written 100644 either way) and for an edit that is not a replacement.
+func TestSplicedTreesAreTheOnesDecodingWrites(t *testing.T) {
+	t.Parallel()
+	base := newStorer()
+	blob := func(s string) plumbing.Hash {
+		id, err := WriteBlob(base, []byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	exe, link, sub := blob("#!/bin/sh\n"), blob("target"), blob("sub")
+	root, err := writeTreeObject(base, []object.TreeEntry{
+		{Name: "run.sh", Mode: filemode.Executable, Hash: exe},
+		{Name: "link", Mode: filemode.Symlink, Hash: link},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDir, err := UpdateTree(base, root, []Edit{{Path: "d/x", Blob: sub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, edits := range [][]Edit{
+		{{Path: "run.sh", Blob: blob("#!/bin/sh\necho\n")}},
+		{{Path: "link", Blob: blob("a file now")}},
+		{{Path: "d/x", Blob: blob("sub, edited")}},
+		{{Path: "run.sh", Blob: exe}}, // the same content: only the mode changes
+		{{Path: "d/x", Blob: blob("again")}, {Path: "new", Blob: sub}},
+	} {
+		decoded, err := UpdateTree(base, withDir, edits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spliced, err := UpdateTree(packingStorer{base, t}, withDir, edits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spliced != decoded {
+			t.Errorf("edits %v: spliced %s, decoded %s", edits, spliced, decoded)
+		}
+	}
 }

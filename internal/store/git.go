@@ -67,6 +67,9 @@ type GitObjects struct {
 	backend GitBackend
 	pending map[plumbing.Hash]plumbing.EncodedObject
 	order   []plumbing.Hash
+	// kept are pending trees as gitstore packed them (gitstore.PackedTreeReader): they go to
+	// the decoded-tree cache once stored, without being parsed again.
+	kept map[plumbing.Hash]*gitstore.PackedTree
 }
 
 // NewGitObjects answers an object storer reading and writing through b with ctx. With b nil,
@@ -111,12 +114,32 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 // Integrate reads the tree this one wrote.
 func (g *GitObjects) KeepDecoded(objs []GitObject) {
 	for _, o := range objs {
-		if o.Type == plumbing.TreeObject {
-			if t, err := gitstore.PackTree(o.Data); err == nil {
-				decodedTrees.put(o.ID, t)
-			}
+		if o.Type != plumbing.TreeObject {
+			continue
+		}
+		if t, ok := g.kept[o.ID]; ok {
+			decodedTrees.put(o.ID, t)
+		} else if t, err := gitstore.PackTree(o.Data); err == nil {
+			decodedTrees.put(o.ID, t)
 		}
 	}
+	g.kept = nil
+}
+
+// PackedTree implements gitstore.PackedTreeReader.
+func (g *GitObjects) PackedTree(id plumbing.Hash) (*gitstore.PackedTree, error) {
+	if t, ok := g.kept[id]; ok {
+		return t, nil
+	}
+	return g.tree(id)
+}
+
+// KeepPacked implements gitstore.PackedTreeReader.
+func (g *GitObjects) KeepPacked(id plumbing.Hash, t *gitstore.PackedTree) {
+	if g.kept == nil {
+		g.kept = make(map[plumbing.Hash]*gitstore.PackedTree)
+	}
+	g.kept[id] = t
 }
 
 func readAll(o plumbing.EncodedObject) ([]byte, error) {
