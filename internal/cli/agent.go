@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -251,12 +252,22 @@ func pathsOverlap(a, b string) bool {
 
 // integrate sends edits to the mainline under the checkout's leases, as one change with
 // message. ag integrate and the MCP tool integrate both send this way, after their checks.
+// The files are read through the checkout's os.Root: one swapped for a symbolic link to
+// somewhere else after the scan (by anyone who can write the checkout) is refused, not read
+// through the link and sent.
 func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message string) (*agwpv1.Change, error) {
+	root, err := os.OpenRoot(ws.co.root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	changes := make([]client.FileChange, 0, len(edits))
 	for _, e := range edits {
 		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
 		if !fc.Delete {
-			fc.LocalPath = filepath.Join(ws.co.root, filepath.FromSlash(e.path))
+			if fc.Content, err = root.ReadFile(filepath.FromSlash(e.path)); err != nil {
+				return nil, fmt.Errorf("read %s: %w", e.path, err)
+			}
 		}
 		changes = append(changes, fc)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,29 @@ func TestAHandEditedIndexIsRefused(t *testing.T) {
 		if _, err := findCheckout(root); err == nil || !strings.Contains(err.Error(), "is damaged") {
 			t.Errorf("checkout.json naming %q as its index: %v, want it refused as damaged", name, err)
 		}
+	}
+}
+
+// TestIntegrateReadsNothingOutsideTheCheckout ensures a file the scan found, swapped for a
+// symbolic link to a file outside the checkout before integrate reads it, is refused rather
+// than read through the link and sent: the edit here is the scan's, the swap is the attack.
+func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
+	t.Parallel()
+	co := statTestCheckout(t, map[string]string{"a.txt": "a\n"})
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("the key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(co.root, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(co.root, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// No client: a read refused stops integrate before anything is sent.
+	ws := &workspace{co: co}
+	_, err := ws.integrate(context.Background(), []localEdit{{path: "a.txt", kind: "modified"}}, "m")
+	if err == nil || !strings.Contains(err.Error(), "read a.txt") {
+		t.Errorf("integrate of a file swapped for a link out of the checkout: %v, want the read refused", err)
 	}
 }
