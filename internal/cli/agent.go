@@ -17,6 +17,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // workspace is a command's checkout and client.
@@ -214,7 +215,7 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 			}
 			for _, lp := range l.GetPaths() {
 				for _, p := range paths {
-					if !pathsOverlap(lp, p) {
+					if !repo.Overlap(lp, p) {
 						continue
 					}
 					line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", lp, l.GetHolder(), l.GetId(),
@@ -242,12 +243,6 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 		msg += "; retry later, or wait for it with --wait 60s"
 	}
 	return withExit(ExitLease, errors.New("lease refused: "+msg))
-}
-
-// pathsOverlap reports whether two lease paths cover a common file: equal, or one a directory
-// ("a/") holding the other.
-func pathsOverlap(a, b string) bool {
-	return a == b || strings.HasSuffix(a, "/") && strings.HasPrefix(b, a) || strings.HasSuffix(b, "/") && strings.HasPrefix(a, b)
 }
 
 // integrate sends edits to the mainline under the checkout's leases, as one change with
