@@ -69,6 +69,7 @@ type options struct {
 	perDir       int
 	nested       bool
 	idle         time.Duration
+	interleave   bool
 	perf         string // a directory for `perf record` profiles of the server, or ""
 }
 
@@ -84,6 +85,7 @@ func run() error {
 	flag.BoolVar(&o.analyze, "analyze", false, "with --db, ANALYZE the new database after the import (as autovacuum would, sooner or later), so that the timed integrations run on statistics of the full tables")
 	flag.IntVar(&o.port, "port", 7794, "the port ag serve listens on")
 	flag.IntVar(&o.perDir, "per-dir", 100, "files per directory")
+	flag.BoolVar(&o.interleave, "interleave", false, "start every size's server first, then take the timed runs in turn, size after size (default: one size after the other)")
 	flag.BoolVar(&o.nested, "nested", false, "put the directories of files --per-dir at a time into top-level directories (dNN/dNNNN/fN.go), so that no tree has more than --per-dir entries; default all at the top level (dNNNN/fN.go)")
 	flag.StringVar(&o.perf, "perf", "", "record the server with perf record -g during the import and during the integrations, into this directory (import-N.data, integrate-N.data)")
 	flag.DurationVar(&o.idle, "idle", 2*time.Second, "how long the server is left idle (audit seals, checkpoints) before the database is measured")
@@ -138,12 +140,50 @@ func run() error {
 		fmt.Println("| files | import | integrations/s, median (runs) | growth per integrate (pg_database_size) | server CPU per integrate |")
 		fmt.Println("| --- | --- | --- | --- | --- |")
 	}
-	for _, n := range o.sizes {
-		row, err := measure(o, tmp, n)
-		if err != nil {
-			return fmt.Errorf("%d files: %w", n, err)
+	if o.interleave {
+		// Every size's server up at once, and their runs taken in turn: a machine whose speed
+		// drifts over minutes then weighs on every size alike, which the ratio of two sizes'
+		// rates needs.
+		var targets []*target
+		defer func() {
+			for _, t := range targets {
+				t.close()
+			}
+		}()
+		for i, n := range o.sizes {
+			t, err := setUp(o, tmp, n, o.port+i)
+			if err != nil {
+				return fmt.Errorf("%d files: %w", n, err)
+			}
+			targets = append(targets, t)
 		}
-		fmt.Println(row)
+		for _, t := range targets {
+			if err := t.begin(); err != nil {
+				return fmt.Errorf("%d files: %w", t.n, err)
+			}
+		}
+		for range o.runs {
+			for _, t := range targets {
+				if err := t.run(); err != nil {
+					return fmt.Errorf("%d files: %w", t.n, err)
+				}
+			}
+		}
+		for _, t := range targets {
+			row, err := t.end()
+			if err != nil {
+				return fmt.Errorf("%d files: %w", t.n, err)
+			}
+			fmt.Println(row)
+		}
+	} else {
+		for i, n := range o.sizes {
+			row, err := measure(o, tmp, n, o.port+i)
+			if err != nil {
+				return fmt.Errorf("%d files: %w", n, err)
+			}
+			fmt.Println(row)
+		}
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("\nload average after: %s", b)
@@ -152,140 +192,200 @@ func run() error {
 }
 
 // measure serves a fresh database, imports a repository of n files and times the integrations.
-func measure(o options, tmp string, n int) (string, error) {
+func measure(o options, tmp string, n, port int) (string, error) {
+	t, err := setUp(o, tmp, n, port)
+	if err != nil {
+		return "", err
+	}
+	defer t.close()
+	if err := t.begin(); err != nil {
+		return "", err
+	}
+	for range o.runs {
+		if err := t.run(); err != nil {
+			return "", err
+		}
+	}
+	return t.end()
+}
+
+// target is one size's server, its repository imported and the agent's lease taken.
+type target struct {
+	o        options
+	n        int
+	srv      *agserve.Server
+	cancel   context.CancelFunc
+	cleanups []func()
+	imported time.Duration
+	size     func() (sizes, error)
+	agent    *client.Client
+	files    layout
+	repo     string
+	path     string
+	base     string
+	token    uint64
+	done     int // integrations so far
+
+	before    sizes
+	cpuBefore time.Duration
+	stopPerf  func()
+	rates     []float64
+}
+
+// setUp serves a fresh database on port, imports a repository of n files and leases the file
+// the agent edits.
+func setUp(o options, tmp string, n, port int) (*target, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t := &target{o: o, n: n, cancel: cancel, files: layout{n: n, perDir: o.perDir, nested: o.nested}, repo: fmt.Sprintf("bench%d", n)}
+	ok := false
+	defer func() {
+		if !ok {
+			t.close()
+		}
+	}()
 	dir := filepath.Join(tmp, fmt.Sprintf("n%d", n))
 	src := filepath.Join(dir, "src")
-	files := layout{n: n, perDir: o.perDir, nested: o.nested}
-	if err := files.generate(src); err != nil {
-		return "", err
+	if err := t.files.generate(src); err != nil {
+		return nil, err
 	}
 
 	var db string
-	var size func() (sizes, error)
 	analyze := func() error { return nil }
 	if o.db == "" {
 		path := filepath.Join(dir, "ag.db")
 		db = "sqlite:" + path
-		size = func() (sizes, error) { return sqliteSize(ctx, path) }
+		t.size = func() (sizes, error) { return sqliteSize(ctx, path) }
 	} else {
 		name := fmt.Sprintf("ag_integrate_bench_%d_%d", n, time.Now().Unix())
 		dbURL, drop, err := createDatabase(ctx, o.db, name)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if !o.keep {
-			defer drop()
+			t.cleanups = append(t.cleanups, drop)
 		} else {
 			fmt.Fprintf(os.Stderr, "%d files: database %s kept\n", n, name)
 		}
 		db = dbURL
-		size = func() (sizes, error) { return postgresSize(ctx, o.db, name) }
+		t.size = func() (sizes, error) { return postgresSize(ctx, o.db, name) }
 		if o.analyze {
 			analyze = func() error { return analyzeDatabase(ctx, dbURL) }
 		}
 	}
 
-	srv, err := agserve.Start(ctx, o.ag, db, dir, o.port)
+	srv, err := agserve.Start(ctx, o.ag, db, dir, port)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer srv.Stop()
-	ag := srv.AG
-	serverURL, token := srv.URL, srv.Token
-
-	repo := fmt.Sprintf("bench%d", n)
+	t.srv = srv
 	stopPerf, err := record(o.perf, srv.Cmd.Process.Pid, fmt.Sprintf("import-%d.data", n))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	imported, err := ag("repo", "import", repo, src)
+	t.imported, err = srv.AG("repo", "import", t.repo, src)
 	stopPerf()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := os.RemoveAll(src); err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := analyze(); err != nil {
-		return "", err
+		return nil, err
 	}
 
-	admin := client.New(serverURL, token, client.WithTimeout(5*time.Minute))
+	admin := client.New(srv.URL, srv.Token, client.WithTimeout(5*time.Minute))
 	p, err := admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: "agent", Role: agwpv1.Role_ROLE_AGENT})
 	if err != nil {
-		return "", fmt.Errorf("create the agent: %w", err)
+		return nil, fmt.Errorf("create the agent: %w", err)
 	}
-	agent := client.New(serverURL, p.GetToken(), client.WithTimeout(5*time.Minute))
-	r, err := agent.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: repo})
+	t.agent = client.New(srv.URL, p.GetToken(), client.WithTimeout(5*time.Minute))
+	r, err := t.agent.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: t.repo})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	base := r.GetRepository().GetMainline()
+	t.base = r.GetRepository().GetMainline()
 	// The file the agent edits: one in the middle of the repository.
-	i := n / 2
-	path := files.path(i)
-	const holder = "bench"
-	lease, err := agent.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: repo, Paths: []string{path}, Holder: holder, TTL: time.Hour})
+	t.path = t.files.path(n / 2)
+	lease, err := t.agent.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: t.repo, Paths: []string{t.path}, Holder: benchHolder, TTL: 2 * time.Hour})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	t.token = lease.GetFencingToken()
+	ok = true
+	return t, nil
+}
 
-	time.Sleep(o.idle)
-	before, err := size()
-	if err != nil {
-		return "", err
+const benchHolder = "bench"
+
+// begin takes the sizes and CPU time the timed runs are measured from.
+func (t *target) begin() error {
+	time.Sleep(t.o.idle)
+	var err error
+	if t.before, err = t.size(); err != nil {
+		return err
 	}
-	cpuBefore, err := processCPU(srv.Cmd.Process.Pid)
-	if err != nil {
-		return "", err
+	if t.cpuBefore, err = processCPU(t.srv.Cmd.Process.Pid); err != nil {
+		return err
 	}
-	stopPerf, err = record(o.perf, srv.Cmd.Process.Pid, fmt.Sprintf("integrate-%d.data", n))
-	if err != nil {
-		return "", err
-	}
-	var start time.Time
-	var rates []float64
-	for k := 0; k < o.runs*o.integrations; k++ {
-		if k%o.integrations == 0 {
-			start = time.Now()
-		}
-		content := fmt.Appendf(nil, "%s// Edit %d.\n", files.content(i), k+1)
-		ch, err := agent.IntegrateFiles(ctx, client.IntegrateOptions{
-			Repository: repo, BaseRevision: base, Holder: holder, FencingTokens: []uint64{lease.GetFencingToken()},
-			Message: fmt.Sprintf("edit %d", k+1), Changes: []client.FileChange{{Path: path, Content: content}},
+	t.stopPerf, err = record(t.o.perf, t.srv.Cmd.Process.Pid, fmt.Sprintf("integrate-%d.data", t.n))
+	return err
+}
+
+// run times one run of o.integrations one-file integrations in a row.
+func (t *target) run() error {
+	ctx := context.Background()
+	start := time.Now()
+	for range t.o.integrations {
+		t.done++
+		content := fmt.Appendf(nil, "%s// Edit %d.\n", t.files.content(t.n/2), t.done)
+		ch, err := t.agent.IntegrateFiles(ctx, client.IntegrateOptions{
+			Repository: t.repo, BaseRevision: t.base, Holder: benchHolder, FencingTokens: []uint64{t.token},
+			Message: fmt.Sprintf("edit %d", t.done), Changes: []client.FileChange{{Path: t.path, Content: content}},
 		})
 		if err != nil {
-			return "", fmt.Errorf("integration %d: %w", k+1, err)
+			return fmt.Errorf("integration %d: %w", t.done, err)
 		}
 		if ch.GetState() != agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
-			return "", fmt.Errorf("integration %d: change %s is %s, not integrated", k+1, ch.GetId(), ch.GetState())
+			return fmt.Errorf("integration %d: change %s is %s, not integrated", t.done, ch.GetId(), ch.GetState())
 		}
 		// The next edit is based on the revision this one made.
-		base = ch.GetIntegratedRevision()
-		if (k+1)%o.integrations == 0 {
-			rates = append(rates, float64(o.integrations)/time.Since(start).Seconds())
-		}
+		t.base = ch.GetIntegratedRevision()
 	}
-	stopPerf()
-	cpuAfter, err := processCPU(srv.Cmd.Process.Pid)
-	if err != nil {
-		return "", err
-	}
-	time.Sleep(o.idle)
-	after, err := size()
-	if err != nil {
-		return "", err
-	}
+	t.rates = append(t.rates, float64(t.o.integrations)/time.Since(start).Seconds())
+	return nil
+}
 
-	k := int64(o.runs * o.integrations)
-	cpu := (cpuAfter - cpuBefore) / time.Duration(k)
-	if o.db == "" {
-		return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, agserve.Seconds(imported), rateCell(rates),
-			kb((after.total-before.total)/k), kb((after.main-before.main)/k), millis(cpu)), nil
+// end answers the size's row of the table.
+func (t *target) end() (string, error) {
+	t.stopPerf()
+	cpuAfter, err := processCPU(t.srv.Cmd.Process.Pid)
+	if err != nil {
+		return "", err
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, agserve.Seconds(imported), rateCell(rates), kb((after.total-before.total)/k), millis(cpu)), nil
+	time.Sleep(t.o.idle)
+	after, err := t.size()
+	if err != nil {
+		return "", err
+	}
+	k := int64(t.done)
+	cpu := (cpuAfter - t.cpuBefore) / time.Duration(k)
+	if t.o.db == "" {
+		return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", t.n, agserve.Seconds(t.imported), rateCell(t.rates),
+			kb((after.total-t.before.total)/k), kb((after.main-t.before.main)/k), millis(cpu)), nil
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s |", t.n, agserve.Seconds(t.imported), rateCell(t.rates), kb((after.total-t.before.total)/k), millis(cpu)), nil
+}
+
+// close stops the server and drops what setUp made.
+func (t *target) close() {
+	if t.srv != nil {
+		t.srv.Stop()
+	}
+	for _, f := range t.cleanups {
+		f()
+	}
+	t.cancel()
 }
 
 // record starts `perf record -g` on the process pid into dir/name, and answers a function that
