@@ -99,6 +99,11 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 	sorted := len(entries) // entries[:sorted] are the old tree's, in git's order
 	changed := false
 	var removed []bool // by position in entries[:sorted], allocated at the first removal
+	type replacement struct {
+		at    int
+		entry object.TreeEntry
+	}
+	var replaced []replacement
 	for name, c := range n.children {
 		path := prefix + name
 		// Each name is one child: a name appended below is not looked up again.
@@ -157,7 +162,9 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		case next.Name == "":
 		case exists:
 			if next != old {
-				entries[i] = next
+				// Replaced below, once every name is looked up: a file that becomes a
+				// directory changes its place in git's order, which the search relies on.
+				replaced = append(replaced, replacement{at: i, entry: next})
 				changed = true
 			}
 		default:
@@ -167,6 +174,9 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 	}
 	if !changed {
 		return id, false, nil
+	}
+	for _, r := range replaced {
+		entries[r.at] = r.entry
 	}
 	if removed != nil {
 		kept := entries[:0]

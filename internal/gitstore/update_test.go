@@ -318,3 +318,37 @@ func TestSplicedTreesAreTheOnesDecodingWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestAFileBecomingADirectoryKeepsItsNeighbours ensures that a file turned into a directory,
+// which moves it in git's order, does not hide the names around it from the edits after it:
+// "a" and "a-b" sort apart as files and "a/" after "a-b".
+func TestAFileBecomingADirectoryKeepsItsNeighbours(t *testing.T) {
+	t.Parallel()
+	s := newStorer()
+	blob := func(c string) plumbing.Hash {
+		id, err := WriteBlob(s, []byte(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	root, err := WriteTree(s, []File{{Path: "a", Blob: blob("a")}, {Path: "a-b", Blob: blob("a-b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edits := []Edit{{Path: "a", Delete: true}, {Path: "a/x", Blob: blob("x")}, {Path: "a-b", Blob: blob("a-b, edited")}}
+	for i := range 20 { // the edits' names are visited in a map's order
+		got, err := UpdateTree(s, root, edits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := WriteTree(newStorer(), []File{{Path: "a/x", Blob: blob("x")}, {Path: "a-b", Blob: blob("a-b, edited")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			entries, _ := TreeEntries(s, got)
+			t.Fatalf("try %d: root %s holds %v, want %s", i, got, entries, want)
+		}
+	}
+}
