@@ -247,9 +247,10 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 
 // integrate sends edits to the mainline under the checkout's leases, as one change with
 // message. ag integrate and the MCP tool integrate both send this way, after their checks.
-// The files are read through the checkout's os.Root: one swapped for a symbolic link to
-// somewhere else after the scan (by anyone who can write the checkout) is refused, not read
-// through the link and sent.
+// The files are read through the checkout's os.Root, and must hold what the scan found: one
+// swapped for a symbolic link after the scan (by anyone who can write the checkout) is refused,
+// whether the link leads out of the checkout (os.Root) or to another file in it, .git's among
+// them (the digest).
 func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message string) (*agwpv1.Change, error) {
 	root, err := os.OpenRoot(ws.co.root)
 	if err != nil {
@@ -262,6 +263,9 @@ func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message s
 		if !fc.Delete {
 			if fc.Content, err = root.ReadFile(filepath.FromSlash(e.path)); err != nil {
 				return nil, fmt.Errorf("read %s: %w", e.path, err)
+			}
+			if repo.Digest(fc.Content) != e.digest {
+				return nil, fmt.Errorf("read %s: it changed since it was scanned; integrate again", e.path)
 			}
 		}
 		changes = append(changes, fc)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // TestAHandEditedCheckoutStateIsRefused ensures the checkout's own state, which ag writes, is
@@ -117,8 +119,27 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 	}
 	// No client: a read refused stops integrate before anything is sent.
 	ws := &workspace{co: co}
-	_, err := ws.integrate(context.Background(), []localEdit{{path: "a.txt", kind: "modified"}}, "m")
+	scanned := localEdit{path: "a.txt", kind: "modified", digest: repo.Digest([]byte("a, edited\n"))}
+	_, err := ws.integrate(context.Background(), []localEdit{scanned}, "m")
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") {
 		t.Errorf("integrate of a file swapped for a link out of the checkout: %v, want the read refused", err)
+	}
+	// A link to another file of the checkout (git's configuration, say) is read through, and
+	// refused because it is not what the scan found.
+	if err := os.MkdirAll(filepath.Join(co.root, "sub", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(co.root, "sub", ".git", "config"), []byte("[core]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(co.root, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("sub", ".git", "config"), filepath.Join(co.root, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ws.integrate(context.Background(), []localEdit{scanned}, "m")
+	if err == nil || !strings.Contains(err.Error(), "changed since it was scanned") {
+		t.Errorf("integrate of a file swapped for a link to .git/config: %v, want it refused as changed", err)
 	}
 }

@@ -316,9 +316,14 @@ func baseIndex(files map[string]string, old *index) (*index, error) {
 	return x, nil
 }
 
-// removeStaleIndexes removes the index files under .ag other than keep: those of earlier base
-// revisions, those a crash left before checkout.json named them, and the stat cache that came
-// before the index.
+// staleIndexAge is how old an index file that checkout.json does not name must be to be
+// removed as a crash's leftover: younger, it may be another ag's, about to be named.
+const staleIndexAge = 10 * time.Minute
+
+// removeStaleIndexes removes the index files under .ag that checkout.json does not name (keep)
+// and that are older than staleIndexAge: those a crash left before checkout.json named them,
+// and those of earlier bases whose removal a crash cut short. It removes the stat cache that
+// came before the index too.
 func removeStaleIndexes(root *os.Root, keep string) {
 	_ = root.Remove(stateDir + "/stat")
 	entries, err := fs.ReadDir(root.FS(), stateDir)
@@ -326,7 +331,10 @@ func removeStaleIndexes(root *os.Root, keep string) {
 		return
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), indexPrefix) && e.Name() != keep {
+		if !strings.HasPrefix(e.Name(), indexPrefix) || e.Name() == keep {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleIndexAge {
 			_ = root.Remove(stateDir + "/" + e.Name())
 		}
 	}
@@ -334,7 +342,7 @@ func removeStaleIndexes(root *os.Root, keep string) {
 
 // saveIndex writes x over the index file name under .ag, atomically.
 func saveIndex(root *os.Root, name string, x *index) error {
-	return writeFile(root, stateDir+"/"+name, x.encode())
+	return writeStateFile(root, stateDir+"/"+name, x.encode())
 }
 
 // checkBase refuses base files no ag wrote: ag writes, reverts and removes files by these

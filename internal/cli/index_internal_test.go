@@ -251,6 +251,15 @@ func TestIndexSurvivesACrash(t *testing.T) {
 	if err := os.WriteFile(stray, other.encode(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A crash's leftover is old; a young index beside it may be another ag's, about to be named.
+	longAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stray, longAgo, longAgo); err != nil {
+		t.Fatal(err)
+	}
+	young := filepath.Join(agDir, indexPrefix+"ANOTHERS")
+	if err := os.WriteFile(young, other.encode(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if edits, hashed := editsOf(t, co); len(edits) != 0 || hashed != 0 {
 		t.Errorf("beside a crash's leftovers: edits %q, hashed %d; want none", edits, hashed)
 	}
@@ -269,6 +278,9 @@ func TestIndexSurvivesACrash(t *testing.T) {
 	}
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
 		t.Errorf("the stray index is still there after a save: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("a young index not named by checkout.json was removed: %v", err)
 	}
 	if _, err := os.Stat(indexPath); !os.IsNotExist(err) {
 		t.Errorf("the index of the old base is still there after a save: %v", err)

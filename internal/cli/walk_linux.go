@@ -119,8 +119,10 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
 	})
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil // removed since its parent was read
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+			// Removed since its parent was read, or made a file or a symbolic link: what is
+			// there now is the next scan's to find.
+			return nil
 		}
 		return &os.PathError{Op: "open", Path: name, Err: err}
 	}
@@ -174,10 +176,10 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 // "." and "..".
 func parseDirents(buf []byte, names []string, types []byte) ([]string, []byte) {
 	types = types[:0]
-	for len(buf) > 0 {
+	for len(buf) >= 19 {
 		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name (NUL-terminated).
 		reclen := int(buf[16]) | int(buf[17])<<8
-		if reclen == 0 || reclen > len(buf) {
+		if reclen < 19 || reclen > len(buf) {
 			break
 		}
 		rec := buf[:reclen]

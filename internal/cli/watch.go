@@ -199,7 +199,7 @@ func (w *watcher) run(ctx context.Context) {
 
 func (w *watcher) event(ev fsnotify.Event) {
 	rel, err := filepath.Rel(w.root, ev.Name)
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return
 	}
 	rel = filepath.ToSlash(rel)
@@ -252,10 +252,13 @@ func (w *watcher) event(ev fsnotify.Event) {
 // since answers what changed since token, once every event before the question is read.
 func (w *watcher) since(token watchToken) watchAnswer {
 	if err := w.sync(2 * time.Second); err != nil {
+		// Events may be unread, or watches not yet back (a rewatch in progress): no token
+		// is given, so that the scan reads everything and records none.
 		w.logf("%v: this scan reads every file", err)
 		w.mu.Lock()
 		w.newSession()
 		w.mu.Unlock()
+		return watchAnswer{Full: true}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -524,7 +527,14 @@ func startWatch(g *globals, root string, idle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(filepath.Join(root, stateDir, "watch.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// Through the checkout's os.Root: a symbolic link planted as the log must not make ag
+	// append to a file elsewhere.
+	checkoutRoot, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	logFile, err := checkoutRoot.OpenFile(filepath.Join(stateDir, "watch.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	checkoutRoot.Close()
 	if err != nil {
 		return err
 	}

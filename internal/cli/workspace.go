@@ -221,6 +221,9 @@ func (c *checkout) saveIn(root *os.Root) error {
 		return err
 	}
 	c.idx, c.baseChanged = x, false
+	if old != "" {
+		_ = root.Remove(stateDir + "/" + old)
+	}
 	removeStaleIndexes(root, name)
 	return nil
 }
@@ -231,7 +234,7 @@ func (c *checkout) saveState(root *os.Root) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(root, stateDir+"/checkout.json", data)
+	return writeStateFile(root, stateDir+"/checkout.json", data)
 }
 
 // setBase makes files (path → digest) the checkout's base revision's, written to a new index at
@@ -267,6 +270,15 @@ func (c *checkout) loadIndex(root *os.Root) (*index, error) {
 		return baseIndex(c.files, c.idx)
 	}
 	x, err := readIndex(root, c.Index)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Another ag in this checkout may have moved it to a new base meanwhile, and removed
+		// the index this one read the name of: the state is read again, once.
+		if fresh, ferr := findCheckout(c.root); ferr == nil && fresh.root == c.root && fresh.Index != c.Index && fresh.Index != "" {
+			c.Index, c.BaseRevision, c.LegacyFiles = fresh.Index, fresh.BaseRevision, nil
+			c.Leases, c.Conflicts = fresh.Leases, fresh.Conflicts
+			x, err = readIndex(root, c.Index)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), err)
 	}
@@ -548,7 +560,10 @@ func hashFile(root *os.Root, path string) (localFile, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	buf := hashBuffers.Get().(*[]byte)
+	defer hashBuffers.Put(buf)
+	// Through a struct that hides the file's WriteTo, so that the pooled buffer is used.
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *buf)
 	if err != nil {
 		return localFile{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -573,8 +588,9 @@ func (c *checkout) localEdits() ([]localEdit, error) {
 }
 
 // edits answers the differences the scan found between the files on disk and the base
-// revision's, by path. The path of a deletion is the index's alone, so it is checked as
-// baseFiles checks them: revert writes the file back there.
+// revision's, by path. Every path is checked as baseFiles checks them: a path the index gave
+// (a deletion, or a file the watcher's word left unread) is the index's alone, and revert
+// writes or removes by it.
 func (s *scan) edits(c *checkout) ([]localEdit, error) {
 	var edits []localEdit
 	compare := func(e *indexEntry, local sha256Sum) {
@@ -587,9 +603,6 @@ func (s *scan) edits(c *checkout) ([]localEdit, error) {
 	}
 	for i := range s.x.entries {
 		if e := &s.x.entries[i]; s.found[i] == absent && e.inBase {
-			if err := repo.ValidatePath(e.path, false); err != nil {
-				return nil, fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), shortPath(e.path), err)
-			}
 			edits = append(edits, localEdit{path: e.path, kind: "deleted", base: e.base.String()})
 		} else if s.found[i] == unchanged {
 			compare(e, e.local)
@@ -601,6 +614,11 @@ func (s *scan) edits(c *checkout) ([]localEdit, error) {
 			compare(&s.x.entries[h.entry], sum)
 		} else {
 			compare(&indexEntry{path: h.path}, sum)
+		}
+	}
+	for _, e := range edits {
+		if err := repo.ValidatePath(e.path, false); err != nil {
+			return nil, fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), shortPath(e.path), err)
 		}
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].path < edits[j].path })
@@ -617,10 +635,7 @@ func (c *checkout) scan() (*scan, error) {
 		return nil, err
 	}
 	defer root.Close()
-	// What a scan allocates is nearly all alive until it ends (the index, the stats it found):
-	// collecting during it would mark the same tens of megabytes again and again, on the cores
-	// the walk's system calls want. Measured at 100,000 files: a quarter of a status's time.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer holdGC()()
 	start := time.Now().UnixNano()
 	var (
 		s     *scan
@@ -674,6 +689,45 @@ func (c *checkout) scan() (*scan, error) {
 	}
 	return s, nil
 }
+
+// gcHold counts the scans running in this process (the MCP server runs several at once).
+var gcHold struct {
+	sync.Mutex
+	scans   int
+	percent int
+	limit   int64
+}
+
+// holdGC holds the collector off while a scan runs, and answers the function that lets it go
+// when the last running scan ends. What a scan allocates is nearly all alive until it ends
+// (the index, the stats it found): collecting during it would mark the same tens of megabytes
+// again and again, on the cores the walk's system calls want (measured at 100,000 files: a
+// quarter of a status's time). Reading files allocates little (hashFile's buffers are pooled),
+// and a memory limit of 1 GiB beyond the heap at the start still makes the collector run
+// should a scan grow past it.
+func holdGC() func() {
+	gcHold.Lock()
+	defer gcHold.Unlock()
+	if gcHold.scans == 0 {
+		gcHold.percent = debug.SetGCPercent(-1)
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		gcHold.limit = debug.SetMemoryLimit(min(debug.SetMemoryLimit(-1), int64(m.HeapAlloc)+1<<30))
+	}
+	gcHold.scans++
+	return func() {
+		gcHold.Lock()
+		defer gcHold.Unlock()
+		if gcHold.scans--; gcHold.scans == 0 {
+			debug.SetGCPercent(gcHold.percent)
+			debug.SetMemoryLimit(gcHold.limit)
+		}
+	}
+}
+
+// hashBuffers are hashFile's read buffers, so that hashing many files with the collector held
+// off does not pile up a buffer per file.
+var hashBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // walkAll scans every file of the checkout against its index: the files are listed while the
 // index is read, since both take a while at 100,000 files.
@@ -756,6 +810,7 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 			check[i] = true
 		}
 	}
+	gone := make([]bool, len(x.entries)) // under a path that is no directory any more
 	for _, p := range changed {
 		if i, ok := lookup.find([]byte(p)); ok {
 			check[i] = true
@@ -763,10 +818,18 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 		// What was under p, were it a directory: the watcher names a directory removed or
 		// moved away, not always each file it held.
 		under := p + "/"
-		for i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].path >= under }); i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
+		first := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].path >= under })
+		for i := first; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
 			check[i] = true
 		}
 		info, err := root.Lstat(filepath.FromSlash(p))
+		if err == nil && !info.IsDir() || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			// Nothing is under a file, a symbolic link (which a walk does not follow) or
+			// nothing; os.Root would follow a link to a directory in the checkout.
+			for i := first; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
+				gone[i] = true
+			}
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 			continue
@@ -805,6 +868,9 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 			continue
 		}
 		s.found[i] = absent
+		if gone[i] {
+			continue
+		}
 		info, err := root.Lstat(filepath.FromSlash(x.entries[i].path))
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
@@ -945,6 +1011,17 @@ func shortPath(p string) string {
 // content goes to a new file renamed over the old, so a reader sees the old or the new file,
 // and a symbolic link standing at path is replaced, not written through.
 func writeFile(root *os.Root, path string, content []byte) error {
+	return writeFileSync(root, path, content, false)
+}
+
+// writeStateFile is writeFile for the checkout's own state (checkout.json, the index): the
+// content reaches the disk before the rename, and the rename before it returns, so that after
+// a power loss checkout.json never names an index that is not whole.
+func writeStateFile(root *os.Root, path string, content []byte) error {
+	return writeFileSync(root, path, content, true)
+}
+
+func writeFileSync(root *os.Root, path string, content []byte, durable bool) error {
 	if err := makeParents(root, path); err != nil {
 		return err
 	}
@@ -960,6 +1037,9 @@ func writeFile(root *os.Root, path string, content []byte) error {
 		return err
 	}
 	_, err = f.Write(content)
+	if err == nil && durable {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -969,6 +1049,19 @@ func writeFile(root *os.Root, path string, content []byte) error {
 	if err != nil {
 		_ = root.Remove(filepath.FromSlash(tmp))
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if durable {
+		parent := dir
+		if parent == "" {
+			parent = "."
+		}
+		if d, err := root.Open(filepath.FromSlash(parent)); err == nil {
+			err = d.Sync()
+			d.Close()
+			if err != nil {
+				return fmt.Errorf("write %s: %w", path, err)
+			}
+		}
 	}
 	return nil
 }
