@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gitstore"
 )
 
 // isGitRepository reports whether dir is the top of a git working tree (it holds .git, a
@@ -286,12 +286,7 @@ func readObject(s storer.EncodedObjectStorer, id plumbing.Hash) (plumbing.Object
 	if err != nil {
 		return 0, nil, fmt.Errorf("read %s: %w", id, err)
 	}
-	rd, err := o.Reader()
-	if err != nil {
-		return 0, nil, fmt.Errorf("read %s %s: %w", o.Type(), id, err)
-	}
-	defer rd.Close()
-	data, err := io.ReadAll(rd)
+	data, err := gitstore.ObjectData(o)
 	if err != nil {
 		return 0, nil, fmt.Errorf("read %s %s: %w", o.Type(), id, err)
 	}

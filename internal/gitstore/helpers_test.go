@@ -2,7 +2,6 @@ package gitstore
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -121,12 +120,7 @@ func (s packingStorer) PackedTree(id plumbing.Hash) (*PackedTree, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := o.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	data, err := io.ReadAll(r)
+	data, err := ObjectData(o)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package gitstore
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -23,20 +24,35 @@ func BlobID(content []byte) plumbing.Hash {
 
 // WriteBlob stores content as a git blob and answers its id.
 func WriteBlob(s storer.EncodedObjectStorer, content []byte) (plumbing.Hash, error) {
+	return writeObject(s, plumbing.BlobObject, content)
+}
+
+// writeObject stores data as a git object of type t and answers its id.
+func writeObject(s storer.EncodedObjectStorer, t plumbing.ObjectType, data []byte) (plumbing.Hash, error) {
 	o := s.NewEncodedObject()
-	o.SetType(plumbing.BlobObject)
-	o.SetSize(int64(len(content)))
+	o.SetType(t)
+	o.SetSize(int64(len(data)))
 	w, err := o.Writer()
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	if _, err := w.Write(content); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	if err := w.Close(); err != nil {
 		return plumbing.ZeroHash, err
 	}
 	return s.SetEncodedObject(o)
+}
+
+// ObjectData answers the content of an object, without git's header.
+func ObjectData(o plumbing.EncodedObject) ([]byte, error) {
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
 }
 
 // File is one file of a tree: its path and the id of its blob.
@@ -129,19 +145,7 @@ func writeTreeObject(s storer.EncodedObjectStorer, entries []object.TreeEntry) (
 
 // writeTreeData stores a tree encoded as data.
 func writeTreeData(s storer.EncodedObjectStorer, data []byte) (plumbing.Hash, error) {
-	o := s.NewEncodedObject()
-	o.SetType(plumbing.TreeObject)
-	w, err := o.Writer()
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if _, err := w.Write(data); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return s.SetEncodedObject(o)
+	return writeObject(s, plumbing.TreeObject, data)
 }
 
 // Trailer is one "Key: value" line of a commit message's trailer block, as

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -37,12 +36,7 @@ func TreeEntries(s storer.EncodedObjectStorer, id plumbing.Hash) ([]object.TreeE
 	if err != nil {
 		return nil, err
 	}
-	r, err := o.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	data, err := io.ReadAll(r)
+	data, err := ObjectData(o)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -99,7 +98,7 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 	objs := make([]GitObject, 0, len(g.order))
 	for _, id := range g.order {
 		o := g.pending[id]
-		data, err := readAll(o)
+		data, err := gitstore.ObjectData(o)
 		if err != nil {
 			return nil, err
 		}
@@ -140,15 +139,6 @@ func (g *GitObjects) KeepPacked(id plumbing.Hash, t *gitstore.PackedTree) {
 		g.kept = make(map[plumbing.Hash]*gitstore.PackedTree)
 	}
 	g.kept[id] = t
-}
-
-func readAll(o plumbing.EncodedObject) ([]byte, error) {
-	r, err := o.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return io.ReadAll(r)
 }
 
 // NewEncodedObject implements storer.EncodedObjectStorer.
@@ -219,7 +209,7 @@ func (g *GitObjects) tree(id plumbing.Hash) (*gitstore.PackedTree, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := readAll(o)
+	data, err := gitstore.ObjectData(o)
 	if err != nil {
 		return nil, err
 	}

@@ -330,16 +330,11 @@ func checkGitTree(t *testing.T, s store.Store, what, id string, files map[string
 
 func readObject(t *testing.T, o plumbing.EncodedObject) []byte {
 	t.Helper()
-	r, err := o.Reader()
+	data, err := gitstore.ObjectData(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(r); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
+	return data
 }
 
 // readCommit answers the commit id as the store holds it, decoded by go-git.
