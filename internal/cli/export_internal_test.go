@@ -49,5 +49,5 @@ func ScanCheckout(dir string) ([]string, int, error) {
 	for _, e := range edits {
 		out = append(out, e.kind+" "+e.path)
 	}
-	return out, s.hashed, nil
+	return out, len(s.hash), nil
 }

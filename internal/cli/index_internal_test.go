@@ -51,7 +51,7 @@ func statTestCheckout(t *testing.T, files map[string]string) *checkout {
 func editsOf(t *testing.T, co *checkout) ([]string, int) {
 	t.Helper()
 	edits, s := scanEdits(t, co)
-	return edits, s.hashed
+	return edits, len(s.hash)
 }
 
 // scanEdits is editsOf, answering the scan.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"sync"
 	"syscall"
 
@@ -18,10 +17,10 @@ import (
 // allocated a FileInfo and a DirEntry per file and took twice as long. Directories are opened
 // with openat2 beneath dir and without following any symbolic link, which is what os.Root
 // guarantees; a kernel without openat2 (before Linux 5.6) gets the os.Root walk.
-func statWalk(dir string, root *os.Root) ([]walkedFiles, []string, error) {
+func statWalk(dir string, root *os.Root) ([]walkedFiles, error) {
 	rootFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(rootFD)
 	probe, err := unix.Openat2(rootFD, ".", &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
@@ -29,28 +28,22 @@ func statWalk(dir string, root *os.Root) ([]walkedFiles, []string, error) {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 			return walkStatsOfRoot(root)
 		}
-		return nil, nil, &os.PathError{Op: "openat2", Path: dir, Err: err}
+		return nil, &os.PathError{Op: "openat2", Path: dir, Err: err}
 	}
 	unix.Close(probe)
 
 	w := &dirWalk{rootFD: rootFD, queue: []string{""}}
 	w.cond = sync.NewCond(&w.mu)
 	parts := make([]walkedFiles, walkWorkers)
-	skipped := make([][]string, walkWorkers)
 	var wg sync.WaitGroup
 	for i := range walkWorkers {
-		wg.Go(func() { skipped[i] = w.work(&parts[i]) })
+		wg.Go(func() { w.work(&parts[i]) })
 	}
 	wg.Wait()
 	if w.err != nil {
-		return nil, nil, w.err
+		return nil, w.err
 	}
-	var allSkipped []string
-	for i := range parts {
-		allSkipped = append(allSkipped, skipped[i]...)
-	}
-	sort.Strings(allSkipped)
-	return parts, allSkipped, nil
+	return parts, nil
 }
 
 // dirWalk hands out the directories of a walk to its workers: the walk is as parallel as the
@@ -92,24 +85,25 @@ func (w *dirWalk) done(subdirs []string, err error) {
 	w.cond.Broadcast()
 }
 
-func (w *dirWalk) work(out *walkedFiles) []string {
+func (w *dirWalk) work(out *walkedFiles) {
 	buf := make([]byte, 64<<10)
-	var skipped, subdirs, names []string
+	var subdirs, names []string
 	var path []byte
 	for {
 		dir, ok := w.next()
 		if !ok {
-			return skipped
+			return
 		}
 		subdirs = subdirs[:0]
-		err := w.readDir(dir, buf, &names, &path, out, &subdirs, &skipped)
+		err := w.readDir(dir, buf, &names, &path, out, &subdirs)
 		w.done(subdirs, err)
 	}
 }
 
 // readDir lists one directory: its regular files into out with their stats, its
-// subdirectories into subdirs, and what is neither into skipped.
-func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte, out *walkedFiles, subdirs, skipped *[]string) error {
+// subdirectories into subdirs; what is neither (a symbolic link, a device) is no file of the
+// checkout.
+func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte, out *walkedFiles, subdirs *[]string) error {
 	name := dir
 	if name == "" {
 		name = "."
@@ -157,7 +151,7 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 				case unix.S_IFDIR:
 					typ = unix.DT_DIR
 				default:
-					typ = unix.DT_LNK // not a regular file: skipped below
+					typ = unix.DT_LNK // not a regular file: left out below
 				}
 			}
 			switch typ {
@@ -165,8 +159,6 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 				*subdirs = append(*subdirs, string(*path)+"/")
 			case unix.DT_REG:
 				out.add(*path, statOfSys(&st))
-			default:
-				*skipped = append(*skipped, string(*path))
 			}
 		}
 	}

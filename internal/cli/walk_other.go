@@ -5,7 +5,7 @@ package cli
 import "os"
 
 // statWalk lists the regular files under dir with their stats, through os.Root.
-func statWalk(_ string, root *os.Root) ([]walkedFiles, []string, error) {
+func statWalk(_ string, root *os.Root) ([]walkedFiles, error) {
 	return walkStatsOfRoot(root)
 }
 

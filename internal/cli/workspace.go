@@ -513,27 +513,27 @@ func (w *walkedFiles) path(i int) []byte {
 
 // walkStatsOfRoot is statWalk through os.Root, for where the system calls it makes are not
 // to be had.
-func walkStatsOfRoot(root *os.Root) ([]walkedFiles, []string, error) {
-	found, skipped, err := walkFiles(root, true)
+func walkStatsOfRoot(root *os.Root) ([]walkedFiles, error) {
+	found, _, err := walkFiles(root, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var out walkedFiles
 	for _, f := range found {
 		out.add([]byte(f.rel), statOfInfo(f.info))
 	}
-	return []walkedFiles{out}, skipped, nil
+	return []walkedFiles{out}, nil
 }
 
 // scan is what a scan of a checkout found, against its index.
 type scan struct {
-	x        *index
-	found    []scanState // per entry of x
-	hash     []toHash    // the files the scan read and hashed: those it found in state rehashed, and those with no entry in x
+	x     *index
+	found []scanState // per entry of x
+	// hash are the files the scan read and hashed: those it found in state rehashed, and those
+	// with no entry in x. The others' contents came from the index.
+	hash     []toHash
 	contents []localFile // of each of hash
-	hashed   int         // len(hash): the others' contents came from the index
-	skipped  []string
-	watched  bool // the scan took the checkout watcher's word for what did not change
+	watched  bool        // the scan took the checkout watcher's word for what did not change
 }
 
 // toHash is a file a scan reads and hashes.
@@ -662,7 +662,6 @@ func (c *checkout) scan() (*scan, error) {
 			return nil, err
 		}
 	}
-	s.hashed = len(s.hash)
 	paths := make([]string, len(s.hash))
 	for i, h := range s.hash {
 		paths[i] = h.path
@@ -677,7 +676,7 @@ func (c *checkout) scan() (*scan, error) {
 	// A new watcher token is worth a write when the watcher would otherwise answer many paths
 	// again next time.
 	newToken := token != s.x.watch && (token.Session != s.x.watch.Session || token.Seq-s.x.watch.Seq > 256)
-	if s.hashed > 0 || gone || newToken {
+	if len(s.hash) > 0 || gone || newToken {
 		next := s.recorded(start)
 		next.watch = token
 		if c.Index == "" || c.baseChanged {
@@ -746,7 +745,7 @@ func (c *checkout) walkAll(root *os.Root) (*scan, error) {
 		}
 		ch <- loaded{x: x, lookup: newPathTable(x)}
 	}()
-	walked, skipped, walkErr := statWalk(c.root, root)
+	walked, walkErr := statWalk(c.root, root)
 	l := <-ch
 	if walkErr != nil {
 		return nil, walkErr
@@ -754,7 +753,7 @@ func (c *checkout) walkAll(root *os.Root) (*scan, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
-	s := &scan{x: l.x, found: make([]scanState, len(l.x.entries)), skipped: skipped}
+	s := &scan{x: l.x, found: make([]scanState, len(l.x.entries))}
 	for _, part := range walked {
 		for i := range part.len() {
 			if err := s.saw(l.lookup, part.path(i), part.stats[i]); err != nil {
