@@ -502,31 +502,21 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The server is asked while the files are scanned: neither waits for the other.
-			var (
-				r        *agwpv1.GetRepositoryResponse
-				leases   *agwpv1.ListLeasesResponse
-				askErr   error
-				answered = make(chan struct{})
-			)
-			go func() {
-				defer close(answered)
-				if r, askErr = ws.c.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.co.Repository}); askErr != nil {
-					return
-				}
-				leases, askErr = ws.c.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
-					Repository: ws.co.Repository, Holder: heldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
-				})
-			}()
 			edits, err := ws.co.localEdits()
-			<-answered
 			if err != nil {
 				return err
 			}
-			if askErr != nil {
-				return askErr
-			}
 			conflicted, err := ws.co.conflicted(edits)
+			if err != nil {
+				return err
+			}
+			r, err := ws.c.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.co.Repository})
+			if err != nil {
+				return err
+			}
+			leases, err := ws.c.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
+				Repository: ws.co.Repository, Holder: heldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
+			})
 			if err != nil {
 				return err
 			}
