@@ -35,7 +35,12 @@ import (
 //	AdvanceQueue                   change.validating   change/<id>        candidate_revision, job
 //	AdvanceQueue                   change.rejected     change/<id>        reason, attestation_digest (of a signed FAILED run)
 //	AdvanceQueue                   change.cancelled    change/<id>        reason
-//	AdvanceQueue                   change.requeued     change/<id>        (a pass on a mainline that moved)
+//	AdvanceQueue                   change.requeued     change/<id>        reason (its candidate was superseded or split)
+//	AdvanceQueue                   candidate.built     candidate/<id>     changes, job, parent_revision, revision
+//	AdvanceQueue                   candidate.passed    candidate/<id>     attestation_digest, job
+//	AdvanceQueue                   candidate.failed    candidate/<id>     job, reason, attestation_digest (of a signed FAILED run)
+//	AdvanceQueue                   candidate.superseded candidate/<id>    job, reason (its job is cancelled: job.cancelled or job.cancel_requested)
+//	AdvanceQueue                   candidate.split     candidate/<id>     changes, into (the largest part)
 //
 // Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
 // event are the worker or holder the method was given when it has one ("<principal>|<label>":

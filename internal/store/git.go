@@ -481,6 +481,15 @@ type CommitInfo struct {
 	AuthoredAt    time.Time
 	CommittedAt   time.Time
 	EmailDomain   string // DefaultGitEmailDomain when empty
+	// Batch, for a tree validated as a batch of changes, names each of them in its order: the
+	// commit then has an Ag-Change and an Ag-Author trailer per change.
+	Batch []BatchedChange
+}
+
+// BatchedChange is one change of a batch commit.
+type BatchedChange struct {
+	ID     string
+	Author string // "<principal>|<label>"
 }
 
 // WriteMainlineCommit stores the commit that makes tree the mainline after parent (zero for
@@ -513,9 +522,19 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 			trailers = append(trailers, gitstore.Trailer{Key: k, Value: v})
 		}
 	}
-	add("Ag-Change", c.ChangeID)
-	add("Ag-Revision", c.RevisionID)
-	add("Ag-Author", c.Author)
+	if len(c.Batch) > 0 {
+		for _, b := range c.Batch {
+			add("Ag-Change", b.ID)
+		}
+		add("Ag-Revision", c.RevisionID)
+		for _, b := range c.Batch {
+			add("Ag-Author", b.Author)
+		}
+	} else {
+		add("Ag-Change", c.ChangeID)
+		add("Ag-Revision", c.RevisionID)
+		add("Ag-Author", c.Author)
+	}
 	if len(c.FencingTokens) > 0 {
 		tokens := slices.Clone(c.FencingTokens)
 		slices.Sort(tokens)

@@ -14,6 +14,8 @@ import (
 // RepoStore is the part of the store that keeps repositories, their content, file leases and
 // changes. Store embeds it.
 type RepoStore interface {
+	CandidateReader
+
 	// CreateRepository creates a repository whose mainline is a new revision (author =
 	// p.CreatedBy, no parent, no change): of the empty tree, with a root commit of its own, or,
 	// with p.GitCommit, of that commit's tree and that commit, which the store must hold (an
@@ -133,26 +135,21 @@ type RepoStore interface {
 
 	// AdvanceQueue moves one repository's integration queue on, in one transaction that holds
 	// the repository (concurrent calls for the same repository, from any replica, are
-	// serialized; Integrate is serialized with them too). It answers every change whose state
-	// it changed, in the order it changed them. Unknown repository: ErrNotFound.
+	// serialized; Integrate is serialized with them too), by the rules of RunQueue, which every
+	// store runs. It answers every change whose state it changed, in the order it changed them.
+	// Unknown repository: ErrNotFound.
 	//
-	// 1. The VALIDATING change, if any, is settled with p.Decide(change, its candidate
-	//    revision, its job, the job's attestation or nil):
-	//    - VerdictPending: nothing more is done.
-	//    - VerdictPass: when the mainline is still the candidate's parent, the mainline moves
-	//      to the candidate (compare-and-swap), which gets its mainline commit naming the
-	//      attestation, and the change becomes INTEGRATED with
-	//      integrated_revision = the candidate and attestation_digest = the job's; when the
-	//      mainline moved meanwhile, the change goes back to QUEUED at its place (candidate and
-	//      job cleared), to be rebuilt and validated again.
-	//    - VerdictReject / VerdictCancel: REJECTED / CANCELLED with the verdict's reason.
-	// 2. While no change is VALIDATING, the oldest QUEUED change gets its turn: its edits are
-	//    applied to the mainline with RebaseGit. A refusal (a conflict) rejects the change
-	//    (reason = the error's text) and the next change gets its turn. Otherwise, when the repository has no validation policy (it was
-	//    removed), the built tree is integrated at once as Integrate does without a policy;
-	//    with one, the tree is stored as the candidate revision (parent = the mainline,
-	//    change, author = the change's author), the job p.Job answers is enqueued (in the same
-	//    transaction), and the change becomes VALIDATING with candidate_revision and job_id.
+	// In short: each live candidate's validation is settled with p.Decide; the first pending
+	// candidate, whose parent is the mainline, lands when it passed (the mainline moves to it by
+	// compare-and-swap and it gets its mainline commit naming its attestation; its changes become
+	// INTEGRATED) or, failing, has its change REJECTED (a failed batch is split instead);
+	// candidates built on what is no longer ahead of them are superseded, their jobs cancelled
+	// and their changes QUEUED again; then QUEUED changes are built into candidates on the last
+	// one, up to p.Depth validating at once and p.Batch changes each, their jobs (p.Job)
+	// enqueued in the same transaction. A change that does not apply to the mainline is
+	// REJECTED; one that does not apply on a change ahead waits, and so does everything after it.
+	// Without a policy (it was removed), the QUEUED changes are integrated directly once no
+	// candidate is ahead of them.
 	AdvanceQueue(ctx context.Context, p AdvanceQueueParams) ([]Change, error)
 
 	// ListChanges answers a repository's changes, newest first.
@@ -295,6 +292,11 @@ type Change struct {
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
 	QueuePosition      int // GetChange only: QUEUED or VALIDATING changes ahead of a QUEUED one
+	// CandidateID is the live candidate a VALIDATING change is in.
+	CandidateID string
+	// BatchLimit, when not 0, bounds the batch the change may be validated in: a batch it was
+	// in failed, and the queue is looking for the changes that broke it.
+	BatchLimit int
 }
 
 // IntegrateParams are the inputs of Integrate.
@@ -345,8 +347,12 @@ type AdvanceQueueParams struct {
 	// Decide settles a VALIDATING change. att is nil when the job holds no attestation.
 	Decide func(c Change, candidate Revision, job Job, att *Attestation) Verdict
 	// Job answers the validate job to enqueue for a candidate; validation is the repository's
-	// policy as stored.
+	// policy as stored, c the candidate's last change.
 	Job func(c Change, candidate Revision, validation []byte) EnqueueJobParams
+	// Depth bounds the candidates validating at once (0 or 1: one at a time).
+	Depth int
+	// Batch bounds the changes one candidate validates together (0 or 1: one).
+	Batch int
 }
 
 // ListChangesParams page ListChanges.

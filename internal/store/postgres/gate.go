@@ -15,10 +15,10 @@ import (
 
 // ---- the integration queue ----
 //
-// A repository's queue is its QUEUED and VALIDATING changes in seq order, at most one of them
-// VALIDATING. Every step of it (Integrate queueing a change, AdvanceQueue settling or starting
-// a validation) runs under the repository's row lock, so replicas advancing the same queue
-// take turns, and each sees what the one before it committed.
+// A repository's queue is its QUEUED and VALIDATING changes in seq order; store.RunQueue holds
+// its rules. Every step of it (Integrate queueing a change, AdvanceQueue settling, landing or
+// building candidates) runs under the repository's row lock, so replicas advancing the same
+// queue take turns, and each sees what the one before it committed.
 
 // setValidationSQL replaces the policy and records the repository.validation_set event ($4
 // and $5 the actor, $6 the details).
@@ -61,28 +61,38 @@ func (db *DB) PendingQueues(ctx context.Context) ([]string, error) {
 // (the row alone, for the same reason), and reads what the advance starts from.
 const advanceLockSQL = `SELECT mainline, validation FROM repositories WHERE name = $1 FOR UPDATE`
 
-// queueHeadSQL answers the oldest change of the repository $1 in state, with its edits. The
-// state is a literal so that the search walks changes_queue, whose predicate it implies.
-func queueHeadSQL(state store.ChangeState) string {
-	return `SELECT ` + changeCols + `, edits FROM changes
-	WHERE repository = $1 AND state = '` + string(state) + `' ORDER BY seq LIMIT 1`
-}
+// pendingSQL answers the repository's queue in order. The states are literals so that the
+// search walks changes_queue, whose predicate they are.
+var pendingSQL = `SELECT ` + changeCols + ` FROM changes
+	WHERE repository = $1 AND state IN ('queued', 'validating') ORDER BY seq LIMIT $2`
 
-var (
-	validatingHeadSQL = queueHeadSQL(store.ChangeValidating)
-	queuedHeadSQL     = queueHeadSQL(store.ChangeQueued)
-)
+var candidateCols = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason, created_at, updated_at`
 
-// setChangeSQL writes what a step of the queue changes in a change, records its event ($9 the
-// action, $10 and $11 the actor, $12 the details) and answers the change as it now is.
-var setChangeSQL = q(`WITH c AS (
-	UPDATE changes SET
-		state = $3, candidate_revision = $4, integrated_revision = $5, job_id = $6, attestation_digest = $7,
-		reason = $8, updated_at = {now}
-	WHERE id = $2
-	RETURNING ` + changeCols + `),
-ev AS (` + auditRecord(`SELECT $10, $11, $9, 'change/' || c.id, $12 FROM c`) + `)
-SELECT ` + changeCols + ` FROM c`)
+// liveCandidatesSQL reads candidates_live alone, whose predicate it repeats.
+var liveCandidatesSQL = `SELECT ` + candidateCols + ` FROM candidates
+	WHERE repository = $1 AND state IN ('validating', 'passed', 'failed') ORDER BY seq`
+
+var changeCandidatesSQL = `SELECT ` + candidateCols + ` FROM candidates
+	WHERE id IN (SELECT candidate_id FROM candidate_changes WHERE change_id = $1) ORDER BY seq`
+
+// setChangeSQL writes what a step of the queue changes in a change, if it is still in state $11.
+var setChangeSQL = q(`UPDATE changes SET
+	state = $3, candidate_revision = $4, integrated_revision = $5, job_id = $6, attestation_digest = $7,
+	reason = $8, candidate_id = $9, batch_limit = $10, updated_at = {now}
+WHERE id = $2 AND state = $11
+RETURNING ` + changeCols)
+
+var insertCandidateSQL = q(`INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id, created_at, updated_at)
+VALUES ($2, $3, $4, $5, $6, $7, {now}, {now})`)
+
+var insertCandidateChangesSQL = `INSERT INTO candidate_changes (candidate_id, change_id, position)
+SELECT $1, c.id, c.n - 1 FROM unnest($2::text[]) WITH ORDINALITY AS c(id, n)`
+
+var setCandidateSQL = q(`UPDATE candidates SET state = $3, attestation_digest = $4, reason = $5, updated_at = {now}
+WHERE id = $2 AND state = $6`)
+
+// recordSQL records one event of the queue's, the server's own.
+var recordSQL = q(auditRecord(`SELECT $2::text, $3::text, $4::text, $5::text, $6::text`))
 
 // storeRevisionSQL stores a built revision and answers its time.
 var storeRevisionSQL = q(`INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
@@ -93,33 +103,9 @@ RETURNING created_at`)
 // cannot fail; the condition keeps the rule in the statement that applies it.
 const moveMainlineSQL = `UPDATE repositories SET mainline = $3 WHERE name = $1 AND mainline = $2`
 
-// advance is one AdvanceQueue transaction.
-type advance struct {
-	db         *DB
-	tx         pgx.Tx
-	p          store.AdvanceQueueParams
-	mainline   string
-	validation []byte
-	changed    []store.Change
-	enqueued   bool
-}
-
-// integratedDetails are the details of a change.integrated event of c, integrated as rev.
-func integratedDetails(c store.Change, rev string) map[string]any {
-	paths := c.Paths
-	if paths == nil {
-		paths = []string{}
-	}
-	d := map[string]any{"repository": c.Repository, "revision": rev, "paths": paths}
-	if c.AttestationDigest != "" {
-		d["attestation_digest"] = c.AttestationDigest
-	}
-	return d
-}
-
-// AdvanceQueue settles the repository's VALIDATING change, then gives the QUEUED ones their
-// turn until one is VALIDATING or none is left, in one transaction under the repository's lock.
-// Its events, the validation job's enqueue too, are the server's own (store.SystemPrincipal).
+// AdvanceQueue moves a repository's integration queue on (store.RunQueue) in one transaction
+// under the repository's lock. Its events, the validation jobs' too, are the server's own
+// (store.SystemPrincipal).
 func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
 	if p.Decide == nil || p.Job == nil {
 		return nil, errors.New("postgres: advance queue: Decide and Job are both needed")
@@ -129,293 +115,314 @@ func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]s
 		return nil, mapErr("advance queue", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	a := &advance{db: db, tx: tx, p: p}
+	a := &advance{db: db, ctx: ctx, tx: tx, repository: p.Repository}
 	if err := tx.QueryRow(ctx, advanceLockSQL, p.Repository).Scan(&a.mainline, &a.validation); err != nil {
 		return nil, mapErr("repository "+p.Repository, err)
 	}
 	a.validation = bytesOrNull(a.validation)
-	pending, err := a.settle(ctx)
+	a.objs = store.NewGitObjects(ctx, gitBackend{qr: tx})
+	changed, enqueued, err := store.RunQueue(a, p)
 	if err != nil {
-		return nil, err
-	}
-	if !pending {
-		if err := a.next(ctx); err != nil {
-			return nil, err
+		if a.err != nil {
+			err = a.err
 		}
+		return nil, fmt.Errorf("postgres: advance the queue of %q: %w", p.Repository, err)
+	}
+	if a.err != nil {
+		return nil, fmt.Errorf("postgres: advance the queue of %q: %w", p.Repository, a.err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, mapErr("advance queue: commit", err)
 	}
-	if a.enqueued {
+	if enqueued {
 		db.signal.Fire()
 	}
-	if len(a.changed) > 0 {
+	if a.recorded {
 		db.audited()
 	}
-	return a.changed, nil
+	return changed, nil
 }
 
-// head answers the oldest change of the repository that sql (validatingHeadSQL or
-// queuedHeadSQL) finds, and its edits, or false when there is none.
-func (a *advance) head(ctx context.Context, sql string) (store.Change, []repo.FileEdit, bool, error) {
-	var s changeScan
-	var js []byte
-	err := a.tx.QueryRow(ctx, sql, a.p.Repository).Scan(append(s.dest(), &js)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Change{}, nil, false, nil
-	}
+// advance is one AdvanceQueue transaction: store.RunQueue's store.QueueTx.
+type advance struct {
+	db         *DB
+	ctx        context.Context
+	tx         pgx.Tx
+	repository string
+	mainline   string
+	validation []byte
+	objs       *store.GitObjects
+	recorded   bool
+	err        error // the first failure of Record, which answers none
+}
+
+func (a *advance) Mainline() string   { return a.mainline }
+func (a *advance) Validation() []byte { return a.validation }
+
+func (a *advance) Pending(limit int) ([]store.Change, error) {
+	rows, err := a.tx.Query(a.ctx, pendingSQL, a.repository, limit)
 	if err != nil {
-		return store.Change{}, nil, false, mapErr("advance queue: read the queue", err)
+		return nil, mapErr("read the queue", err)
 	}
-	c := s.change()
+	defer rows.Close()
+	var changes []store.Change
+	for rows.Next() {
+		var s changeScan
+		if err := rows.Scan(s.dest()...); err != nil {
+			return nil, mapErr("read the queue", err)
+		}
+		changes = append(changes, s.change())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("read the queue", err)
+	}
+	return changes, nil
+}
+
+func (a *advance) Live() ([]store.Candidate, error) {
+	return queryCandidates(a.ctx, a.tx, liveCandidatesSQL, a.repository)
+}
+
+func queryCandidates(ctx context.Context, qr querier, sql string, args ...any) ([]store.Candidate, error) {
+	rows, err := qr.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, mapErr("read candidates", err)
+	}
+	defer rows.Close()
+	var cands []store.Candidate
+	for rows.Next() {
+		var (
+			c     store.Candidate
+			state string
+		)
+		if err := rows.Scan(&c.ID, &c.Repository, &state, &c.Revision, &c.ParentRevision, &c.JobID,
+			&c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt); err != nil {
+			return nil, mapErr("read candidates", err)
+		}
+		c.State, c.CreatedAt, c.UpdatedAt = store.CandidateState(state), c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+		cands = append(cands, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("read candidates", err)
+	}
+	return cands, nil
+}
+
+func (a *advance) Revision(id string) (store.Revision, error) {
+	return getRevision(a.ctx, a.tx, a.repository, id)
+}
+
+func (a *advance) Job(id string) (store.Job, *store.Attestation, error) {
+	var js jobScan
+	if err := a.tx.QueryRow(a.ctx, getJobSQL, id).Scan(js.dest()...); err != nil {
+		return store.Job{}, nil, mapErr("validate job "+id, err)
+	}
+	job := js.job()
+	if job.AttestationDigest == "" {
+		return job, nil, nil
+	}
+	att, err := getAttestation(a.ctx, a.tx, job.AttestationDigest)
+	switch {
+	case err == nil:
+		return job, &att, nil
+	case errors.Is(err, store.ErrNotFound):
+		// A digest whose envelope is missing cannot be verified either: Decide sees no
+		// attestation rather than the queue stopping on it.
+		return job, nil, nil
+	}
+	return store.Job{}, nil, err
+}
+
+func (a *advance) Edits(changeID string) ([]repo.FileEdit, []uint64, error) {
+	var (
+		js     []byte
+		tokens string
+	)
+	if err := a.tx.QueryRow(a.ctx, `SELECT edits, fencing_tokens FROM changes WHERE id = $1`, changeID).Scan(&js, &tokens); err != nil {
+		return nil, nil, mapErr("change "+changeID+": its edits", err)
+	}
 	var edits []repo.FileEdit
 	if js != nil {
 		if err := json.Unmarshal(js, &edits); err != nil {
-			return store.Change{}, nil, false, fmt.Errorf("postgres: change %s: decode its edits: %w", c.ID, err)
+			return nil, nil, fmt.Errorf("change %s: decode its edits: %w", changeID, err)
 		}
 	}
-	return c, edits, true, nil
+	var toks []uint64
+	if err := json.Unmarshal([]byte(tokens), &toks); err != nil {
+		return nil, nil, fmt.Errorf("change %s: its fencing tokens: %w", changeID, err)
+	}
+	return edits, toks, nil
 }
 
-// set writes c's state, revisions, job, attestation and reason with the audit event action
-// and its details (nil: none), and records the change as the database answers it.
-func (a *advance) set(ctx context.Context, c store.Change, action string, det map[string]any) error {
-	var s changeScan
-	var detJSON []byte
-	if det != nil {
-		detJSON = details(det)
-	}
-	err := a.tx.QueryRow(ctx, setChangeSQL, a.db.now(), c.ID, string(c.State), c.CandidateRevision,
-		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, action, systemActor.Principal, systemActor.Holder,
-		textOrNil(detJSON)).Scan(s.dest()...)
-	if err != nil {
-		return mapErr("advance queue: change "+c.ID, err)
-	}
-	a.changed = append(a.changed, s.change())
-	return nil
-}
-
-// moveMainline moves the mainline to rev when it is still from, and reports whether it did.
-func (a *advance) moveMainline(ctx context.Context, from, rev string) (bool, error) {
-	tag, err := a.tx.Exec(ctx, moveMainlineSQL, a.p.Repository, from, rev)
-	if err != nil {
-		return false, mapErr("advance queue: move the mainline", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	a.mainline = rev
-	return true, nil
-}
-
-// settle settles the VALIDATING change, if any, and reports whether its validation is still
-// pending, which ends the advance.
-func (a *advance) settle(ctx context.Context) (pending bool, err error) {
-	c, _, ok, err := a.head(ctx, validatingHeadSQL)
-	if err != nil || !ok {
-		return false, err
-	}
-	candidate, err := getRevision(ctx, a.tx, c.Repository, c.CandidateRevision)
-	if err != nil {
-		return false, fmt.Errorf("postgres: change %s: its candidate: %w", c.ID, err)
-	}
-	var js jobScan
-	if err := a.tx.QueryRow(ctx, getJobSQL, c.JobID).Scan(js.dest()...); err != nil {
-		return false, mapErr("change "+c.ID+": its job "+c.JobID, err)
-	}
-	job := js.job()
-	var att *store.Attestation
-	if job.AttestationDigest != "" {
-		got, err := getAttestation(ctx, a.tx, job.AttestationDigest)
-		switch {
-		case err == nil:
-			att = &got
-		case !errors.Is(err, store.ErrNotFound):
-			return false, err
-		}
-	}
-	v := a.p.Decide(c, candidate, job, att)
-	var action string
-	var det map[string]any
-	switch v.Outcome {
-	case store.VerdictPending:
-		return true, nil
-	case store.VerdictPass:
-		moved, err := a.moveMainline(ctx, candidate.Parent, candidate.ID)
-		if err != nil {
-			return false, err
-		}
-		if moved {
-			if err := a.commit(ctx, c, candidate, job.AttestationDigest); err != nil {
-				return false, err
-			}
-			c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, candidate.ID, job.AttestationDigest
-			action, det = "change.integrated", integratedDetails(c, candidate.ID)
-		} else {
-			// The candidate was validated on a mainline that is gone: back to its place in
-			// the queue, to be built again on the new one.
-			c.State, c.CandidateRevision, c.JobID = store.ChangeQueued, "", ""
-			action = "change.requeued"
-		}
-	case store.VerdictReject:
-		c.State, c.Reason, c.AttestationDigest = store.ChangeRejected, v.Reason, v.Attestation
-		action, det = "change.rejected", map[string]any{"reason": v.Reason}
-		if v.Attestation != "" {
-			det["attestation_digest"] = v.Attestation
-		}
-	case store.VerdictCancel:
-		c.State, c.Reason = store.ChangeCancelled, v.Reason
-		action, det = "change.cancelled", map[string]any{"reason": v.Reason}
-	default:
-		return false, fmt.Errorf("postgres: advance queue: change %s: unknown verdict %d", c.ID, v.Outcome)
-	}
-	return false, a.set(ctx, c, action, det)
-}
-
-// next gives the QUEUED changes their turn, oldest first, until one is VALIDATING or none is
-// left.
-func (a *advance) next(ctx context.Context) error {
-	for {
-		c, edits, ok, err := a.head(ctx, queuedHeadSQL)
-		if err != nil || !ok {
-			return err
-		}
-		base, err := getRevision(ctx, a.tx, c.Repository, c.BaseRevision)
-		if err != nil {
-			return fmt.Errorf("postgres: change %s: its base: %w", c.ID, err)
-		}
-		mainline, err := getRevision(ctx, a.tx, c.Repository, a.mainline)
-		if err != nil {
-			return fmt.Errorf("postgres: advance queue: the mainline: %w", err)
-		}
-		backend := gitBackend{qr: a.tx}
-		objs := store.NewGitObjects(ctx, backend)
-		t, err := rebase(ctx, backend, objs, base, mainline, edits)
-		if err != nil {
-			var conflict *repo.ConflictError
-			var collision *repo.CollisionError
-			if !errors.As(err, &conflict) && !errors.As(err, &collision) {
-				return fmt.Errorf("postgres: change %s: %w", c.ID, err)
-			}
-			c.State, c.Reason = store.ChangeRejected, err.Error()
-			if err := a.set(ctx, c, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
-				return err
-			}
-			continue
-		}
-		var commit *store.CommitInfo
-		if a.validation == nil {
-			// The policy was removed while the change waited: it is integrated as Integrate
-			// does without one.
-			tokens, err := a.fencingTokens(ctx, c.ID)
-			if err != nil {
-				return err
-			}
-			commit = &store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt}
-		}
-		rev, err := a.storeRevision(ctx, c, objs, t, mainline, commit)
-		if err != nil {
-			return err
-		}
-		if a.validation == nil {
-			if _, err := a.moveMainline(ctx, rev.Parent, rev.ID); err != nil {
-				return err
-			}
-			c.State, c.CandidateRevision, c.IntegratedRevision = store.ChangeIntegrated, rev.ID, rev.ID
-			if err := a.set(ctx, c, "change.integrated", integratedDetails(c, rev.ID)); err != nil {
-				return err
-			}
-			continue
-		}
-		job, existing, err := a.db.enqueue(ctx, a.tx, a.p.Job(c, rev, a.validation), systemActor)
-		if err != nil {
-			return fmt.Errorf("change %s: enqueue its validation: %w", c.ID, err)
-		}
-		a.enqueued = a.enqueued || !existing
-		c.State, c.CandidateRevision, c.JobID = store.ChangeValidating, rev.ID, job.ID
-		return a.set(ctx, c, "change.validating", map[string]any{"candidate_revision": rev.ID, "job": job.ID})
-	}
-}
-
-// rebase applies edits made on base to head's git tree (store.RebaseGit).
-func rebase(ctx context.Context, b gitBackend, objs *store.GitObjects, base, head store.Revision, edits []repo.FileEdit) (plumbing.Hash, error) {
+func (a *advance) Rebase(base store.Revision, onto plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error) {
 	baseTree, err := store.ParseGitID(base.GitTree)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
 	}
-	headTree, err := store.ParseGitID(head.GitTree)
-	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", head.ID, err)
-	}
-	return store.RebaseGit(ctx, b, objs, baseTree, headTree, edits)
+	return store.RebaseGit(a.ctx, gitBackend{qr: a.tx}, a.objs, baseTree, onto, edits)
 }
 
-// storeRevision stores the git objects objs holds and the revision of change c with tree t on
-// the mainline parent; with commit, also its mainline commit.
-func (a *advance) storeRevision(ctx context.Context, c store.Change, objs *store.GitObjects, t plumbing.Hash,
-	parent store.Revision, commit *store.CommitInfo) (store.Revision, error) {
-	rev := store.Revision{ID: store.NewID("rev"), Repository: c.Repository, Parent: parent.ID, ChangeID: c.ID,
-		Author: c.Author, GitTree: t.String()}
+func (a *advance) StoreRevision(parent store.Revision, tree plumbing.Hash, changeID, author string, commit *store.CommitInfo) (store.Revision, error) {
+	rev := store.Revision{ID: store.NewID("rev"), Repository: a.repository, Parent: parent.ID, ChangeID: changeID,
+		Author: author, GitTree: tree.String()}
 	if commit != nil {
-		id, err := a.writeCommit(objs, rev, parent.GitCommit, *commit)
+		id, err := a.writeCommit(rev, parent.GitCommit, *commit)
 		if err != nil {
 			return store.Revision{}, err
 		}
 		rev.GitCommit = id
 	}
-	if err := objs.Flush(); err != nil {
-		return store.Revision{}, fmt.Errorf("postgres: change %s: %w", c.ID, err)
+	if err := a.objs.Flush(); err != nil {
+		return store.Revision{}, err
 	}
-	err := a.tx.QueryRow(ctx, storeRevisionSQL, a.db.now(), rev.ID, rev.Repository, rev.Parent,
+	err := a.tx.QueryRow(a.ctx, storeRevisionSQL, a.db.now(), rev.ID, rev.Repository, rev.Parent,
 		rev.ChangeID, rev.Author, rev.GitTree, rev.GitCommit).Scan(&rev.CreatedAt)
 	if err != nil {
-		return store.Revision{}, mapErr("advance queue: store the revision of change "+c.ID, err)
+		return store.Revision{}, mapErr("store the revision of change "+changeID, err)
 	}
 	rev.CreatedAt = rev.CreatedAt.UTC()
 	return rev, nil
 }
 
 // writeCommit writes the mainline commit of rev on top of the commit parent, dated now.
-func (a *advance) writeCommit(objs *store.GitObjects, rev store.Revision, parent string, c store.CommitInfo) (string, error) {
+func (a *advance) writeCommit(rev store.Revision, parent string, c store.CommitInfo) (string, error) {
 	c.CommittedAt, c.EmailDomain = a.db.commitTime(), a.db.emailDomain
-	return store.WriteRevisionCommit(objs, rev, parent, c)
+	return store.WriteRevisionCommit(a.objs, rev, parent, c)
 }
 
-// commit gives candidate, which the mainline just moved to, its mainline commit.
-func (a *advance) commit(ctx context.Context, c store.Change, candidate store.Revision, attestation string) error {
-	parent, err := getRevision(ctx, a.tx, c.Repository, candidate.Parent)
+func (a *advance) WriteCommit(rev, parent store.Revision, c store.CommitInfo) (string, error) {
+	id, err := a.writeCommit(rev, parent.GitCommit, c)
 	if err != nil {
-		return fmt.Errorf("postgres: change %s: its candidate's parent: %w", c.ID, err)
+		return "", err
 	}
-	tokens, err := a.fencingTokens(ctx, c.ID)
+	if err := a.objs.Flush(); err != nil {
+		return "", err
+	}
+	if _, err := a.tx.Exec(a.ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, id, rev.ID); err != nil {
+		return "", mapErr("store the commit of revision "+rev.ID, err)
+	}
+	return id, nil
+}
+
+func (a *advance) MoveMainline(from, to string) error {
+	tag, err := a.tx.Exec(a.ctx, moveMainlineSQL, a.repository, from, to)
 	if err != nil {
-		return err
+		return mapErr("move the mainline", err)
 	}
-	objs := store.NewGitObjects(ctx, gitBackend{qr: a.tx})
-	id, err := a.writeCommit(objs, candidate, parent.GitCommit, store.CommitInfo{
-		Message: c.Message, FencingTokens: tokens, Attestation: attestation, AuthoredAt: c.CreatedAt,
-	})
-	if err != nil {
-		return err
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("move the mainline: the mainline of %q moved during the transaction", a.repository)
 	}
-	if err := objs.Flush(); err != nil {
-		return fmt.Errorf("postgres: change %s: %w", c.ID, err)
+	a.mainline = to
+	return nil
+}
+
+func (a *advance) Enqueue(p store.EnqueueJobParams) (store.Job, bool, error) {
+	job, existing, err := a.db.enqueue(a.ctx, a.tx, p, systemActor)
+	if !existing && err == nil {
+		a.recorded = true
 	}
-	if _, err := a.tx.Exec(ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, id, candidate.ID); err != nil {
-		return mapErr("advance queue: store the commit of change "+c.ID, err)
+	return job, !existing, err
+}
+
+func (a *advance) CancelJob(id string) error {
+	var (
+		ok bool
+		s  jobScan
+	)
+	// A job that ended already (or whose worker was asked already) is left as it is.
+	err := a.tx.QueryRow(a.ctx, cancelSQL, a.db.now(), id, systemActor.Principal, systemActor.Holder).
+		Scan(append([]any{&ok}, s.dest()...)...)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return mapErr("cancel job "+id, err)
+	}
+	if ok {
+		a.recorded = true
 	}
 	return nil
 }
 
-// fencingTokens answers the lease tokens change id was integrated under.
-func (a *advance) fencingTokens(ctx context.Context, id string) ([]uint64, error) {
-	var raw string
-	if err := a.tx.QueryRow(ctx, `SELECT fencing_tokens FROM changes WHERE id = $1`, id).Scan(&raw); err != nil {
-		return nil, mapErr("change "+id+": its fencing tokens", err)
+func (a *advance) InsertCandidate(c store.Candidate) error {
+	if _, err := a.tx.Exec(a.ctx, insertCandidateSQL, a.db.now(), c.ID, a.repository, string(c.State), c.Revision,
+		c.ParentRevision, c.JobID); err != nil {
+		return mapErr("store candidate", err)
 	}
-	var tokens []uint64
-	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
-		return nil, fmt.Errorf("postgres: change %s: its fencing tokens: %w", id, err)
+	if _, err := a.tx.Exec(a.ctx, insertCandidateChangesSQL, c.ID, c.Changes); err != nil {
+		return mapErr("store candidate", err)
 	}
-	return tokens, nil
+	return nil
+}
+
+func (a *advance) SetCandidate(c store.Candidate, from store.CandidateState) error {
+	tag, err := a.tx.Exec(a.ctx, setCandidateSQL, a.db.now(), c.ID, string(c.State), c.AttestationDigest, c.Reason, string(from))
+	if err != nil {
+		return mapErr("update candidate "+c.ID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("update candidate %s: it is no longer %s", c.ID, from)
+	}
+	return nil
+}
+
+func (a *advance) SetChange(c store.Change, from store.ChangeState) (store.Change, error) {
+	var s changeScan
+	err := a.tx.QueryRow(a.ctx, setChangeSQL, a.db.now(), c.ID, string(c.State), c.CandidateRevision,
+		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, c.CandidateID, c.BatchLimit, string(from)).Scan(s.dest()...)
+	if err != nil {
+		return store.Change{}, mapErr("update change "+c.ID, err)
+	}
+	return s.change(), nil
+}
+
+func (a *advance) Record(action, subject string, det map[string]any) {
+	if a.err != nil {
+		return
+	}
+	var detJSON []byte
+	if det != nil {
+		detJSON = details(det)
+	}
+	if _, err := a.tx.Exec(a.ctx, recordSQL, a.db.now(), systemActor.Principal, systemActor.Holder, action, subject,
+		textOrNil(detJSON)); err != nil {
+		a.err = mapErr("record "+action, err)
+		return
+	}
+	a.recorded = true
+}
+
+// ListCandidates answers a change's candidates, oldest first, or a repository's live ones.
+func (db *DB) ListCandidates(ctx context.Context, p store.ListCandidatesParams) ([]store.Candidate, error) {
+	var (
+		cands []store.Candidate
+		err   error
+	)
+	if p.ChangeID != "" {
+		cands, err = queryCandidates(ctx, db.pool, changeCandidatesSQL, p.ChangeID)
+	} else {
+		cands, err = queryCandidates(ctx, db.pool, liveCandidatesSQL, p.Repository)
+	}
+	if err != nil || len(cands) == 0 {
+		return cands, err
+	}
+	ids := make([]string, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		ids[i], at[c.ID] = c.ID, i
+	}
+	rows, err := db.pool.Query(ctx, `SELECT candidate_id, change_id FROM candidate_changes
+		WHERE candidate_id = ANY($1) ORDER BY candidate_id, position`, ids)
+	if err != nil {
+		return nil, mapErr("read candidates", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cand, change string
+		if err := rows.Scan(&cand, &change); err != nil {
+			return nil, mapErr("read candidates", err)
+		}
+		cands[at[cand]].Changes = append(cands[at[cand]].Changes, change)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("read candidates", err)
+	}
+	return cands, nil
 }

@@ -21,6 +21,7 @@ import (
 var changeFields = []string{
 	"id", "repository", "state", "base_revision", "candidate_revision", "integrated_revision",
 	"author", "message", "paths", "job_id", "attestation_digest", "reason", "created_at", "updated_at",
+	"candidate_id", "batch_limit",
 }
 
 var changeCols = strings.Join(changeFields, ", ")
@@ -33,7 +34,8 @@ type changeScan struct {
 func (s *changeScan) dest() []any {
 	c := &s.c
 	return []any{&c.ID, &c.Repository, &s.state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
-		&c.Author, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt}
+		&c.Author, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt,
+		&c.CandidateID, &c.BatchLimit}
 }
 
 func (s *changeScan) change() store.Change {

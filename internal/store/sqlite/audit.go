@@ -157,6 +157,18 @@ func (x *details) raw(k string, v []byte) *details {
 	return x
 }
 
+// detailsOf encodes details given as a map, as the PostgreSQL store does: keys in order, no
+// HTML escaping.
+func detailsOf(m map[string]any) detailsJSON {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		panic(fmt.Sprintf("sqlite: encode audit details: %v", err)) // only strings, numbers and lists of them
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
 // detailsJSON is what a details builder wrote: a JSON object.
 type detailsJSON []byte
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -62,9 +64,9 @@ func (d *DB) PendingQueues(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// AdvanceQueue settles a repository's validating change and gives the queued ones their turn,
-// in one write. SQLite has one writer, so the write holds the repository against every other
-// AdvanceQueue and Integrate.
+// AdvanceQueue moves a repository's integration queue on (store.RunQueue), in one write.
+// SQLite has one writer, so the write holds the repository against every other AdvanceQueue
+// and Integrate.
 func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
 	if p.Decide == nil || p.Job == nil {
 		return nil, errors.New("advance queue: Decide and Job are required")
@@ -75,17 +77,18 @@ func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]st
 		enqueued bool
 	)
 	err := d.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		q := queue{d: d, ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
+		q := &queue{d: d, ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
 		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
 			Scan(&q.mainline, &q.validation); err != nil {
 			return interpret(op, err)
 		}
-		settled, err := q.settle(p, &changed)
-		if err != nil || !settled {
-			return err
+		q.objs = store.NewGitObjects(ctx, gitBackend{tx})
+		var err error
+		changed, enqueued, err = store.RunQueue(q, p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
 		}
-		enqueued, err = q.next(p, &changed)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -96,8 +99,8 @@ func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]st
 	return changed, nil
 }
 
-// queue is one AdvanceQueue's view of a repository, inside its write. Every event it records
-// is the integration queue's: the server's own (store.SystemPrincipal).
+// queue is one AdvanceQueue's store.QueueTx, inside its write. Every event it records is the
+// integration queue's: the server's own (store.SystemPrincipal).
 type queue struct {
 	d          *DB
 	ctx        context.Context
@@ -107,176 +110,205 @@ type queue struct {
 	mainline   string
 	validation []byte
 	now        int64
+	objs       *store.GitObjects
 }
 
-// head answers the repository's oldest change in state, with its edits.
-func (q *queue) head(state store.ChangeState) (c store.Change, edits []repo.FileEdit, found bool, err error) {
-	var raw sql.NullString
+func (q *queue) Mainline() string   { return q.mainline }
+func (q *queue) Validation() []byte { return q.validation }
+
+func (q *queue) Pending(limit int) ([]store.Change, error) {
 	// The literal states match the partial index changes_queue, so SQLite walks only the queue.
-	c, err = scanChange(q.tx.QueryRowContext(q.ctx, `SELECT edits, `+changeColumns+` FROM changes
-		WHERE repository = ? AND state IN ('queued', 'validating') AND state = ? ORDER BY seq LIMIT 1`,
-		q.repository, string(state)), &raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Change{}, nil, false, nil
-	}
+	rows, err := q.tx.QueryContext(q.ctx, `SELECT `+changeColumns+` FROM changes
+		WHERE repository = ? AND state IN ('queued', 'validating') ORDER BY seq LIMIT ?`, q.repository, limit)
 	if err != nil {
-		return store.Change{}, nil, false, interpret(q.op+": read the queue", err)
+		return nil, interpret("read the queue", err)
 	}
-	if raw.Valid {
-		if err := json.Unmarshal([]byte(raw.String), &edits); err != nil {
-			return store.Change{}, nil, false, fmt.Errorf("%s: change %s: edits: %w", q.op, c.ID, err)
+	defer rows.Close()
+	var changes []store.Change
+	for rows.Next() {
+		c, err := scanChange(rows)
+		if err != nil {
+			return nil, interpret("read the queue", err)
 		}
+		changes = append(changes, c)
 	}
-	return c, edits, true, nil
+	if err := rows.Err(); err != nil {
+		return nil, interpret("read the queue", err)
+	}
+	return changes, nil
 }
 
-// update applies set to change id, which must still be in state from, records the change's
-// event, and answers it as it is now. args are set's parameters from ?3 on (?1 is the id, ?2 the
-// time).
-func (q *queue) update(id string, from store.ChangeState, set string, args ...any) (store.Change, error) {
-	all := append([]any{id, q.now}, args...)
-	c, err := scanChange(q.tx.QueryRowContext(q.ctx, `UPDATE changes SET `+set+`, updated_at = ?2
-		WHERE id = ?1 AND state = '`+string(from)+`' RETURNING `+changeColumns, all...))
-	if err != nil {
-		return store.Change{}, interpret(fmt.Sprintf("%s: update change %s", q.op, id), err)
+const candidateColumns = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason,
+	created_at, updated_at`
+
+func scanCandidate(row scanner) (store.Candidate, error) {
+	var (
+		c                store.Candidate
+		state            string
+		created, updated int64
+	)
+	if err := row.Scan(&c.ID, &c.Repository, &state, &c.Revision, &c.ParentRevision, &c.JobID, &c.AttestationDigest,
+		&c.Reason, &created, &updated); err != nil {
+		return store.Candidate{}, err
 	}
-	if err := q.record(from, c); err != nil {
-		return store.Change{}, err
-	}
+	c.State, c.CreatedAt, c.UpdatedAt = store.CandidateState(state), fromMicros(created), fromMicros(updated)
 	return c, nil
 }
 
-// record records the event of c's move from state from to its state now.
-func (q *queue) record(from store.ChangeState, c store.Change) error {
-	var (
-		action string
-		det    details
-	)
-	switch c.State {
-	case store.ChangeIntegrated:
-		q.d.recordIntegrated(q.now, systemActor, c)
-		return nil
-	case store.ChangeValidating:
-		action = "change.validating"
-		det.str("candidate_revision", c.CandidateRevision).str("job", c.JobID)
-	case store.ChangeRejected:
-		action = "change.rejected"
-		det.strIf("attestation_digest", c.AttestationDigest).str("reason", c.Reason)
-	case store.ChangeCancelled:
-		action = "change.cancelled"
-		det.str("reason", c.Reason)
-	case store.ChangeQueued:
-		if from != store.ChangeValidating {
-			return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
-		}
-		q.d.record(q.now, systemActor, "change.requeued", "change/"+c.ID, nil)
-		return nil
-	default:
-		return fmt.Errorf("%s: change %s: no event for a move from %s to %s", q.op, c.ID, from, c.State)
-	}
-	q.d.record(q.now, systemActor, action, "change/"+c.ID, det.done())
-	return nil
+func (q *queue) Live() ([]store.Candidate, error) {
+	return queryCandidates(q.ctx, q.tx, `SELECT `+candidateColumns+` FROM candidates
+		WHERE repository = ? AND state IN ('validating', 'passed', 'failed') ORDER BY seq`, q.repository)
 }
 
-// settle decides the validating change, if any, and answers whether the queue may move on.
-func (q *queue) settle(p store.AdvanceQueueParams, changed *[]store.Change) (bool, error) {
-	c, _, found, err := q.head(store.ChangeValidating)
+func queryCandidates(ctx context.Context, db querier, query string, args ...any) ([]store.Candidate, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return false, err
+		return nil, interpret("read candidates", err)
 	}
-	if !found {
-		return true, nil
+	defer rows.Close()
+	var cands []store.Candidate
+	for rows.Next() {
+		c, err := scanCandidate(rows)
+		if err != nil {
+			return nil, interpret("read candidates", err)
+		}
+		cands = append(cands, c)
 	}
-	candidate, err := getRevision(q.ctx, q.tx, q.repository, c.CandidateRevision)
+	if err := rows.Err(); err != nil {
+		return nil, interpret("read candidates", err)
+	}
+	return cands, nil
+}
+
+func (q *queue) Revision(id string) (store.Revision, error) {
+	return getRevision(q.ctx, q.tx, q.repository, id)
+}
+
+func (q *queue) Job(id string) (store.Job, *store.Attestation, error) {
+	job, err := getJob(q.ctx, q.tx, id)
 	if err != nil {
-		return false, fmt.Errorf("%s: change %s: candidate %w", q.op, c.ID, err)
-	}
-	job, err := getJob(q.ctx, q.tx, c.JobID)
-	if err != nil {
-		return false, fmt.Errorf("%s: change %s: validate %w", q.op, c.ID, err)
+		return store.Job{}, nil, fmt.Errorf("validate %w", err)
 	}
 	att, err := q.attestation(job)
-	if err != nil {
-		return false, err
-	}
-	v := p.Decide(c, candidate, job, att)
-	var settled store.Change
-	switch v.Outcome {
-	case store.VerdictPending:
-		return false, nil
-	case store.VerdictPass:
-		moved, err := moveMainline(q.ctx, q.tx, q.repository, candidate.Parent, candidate.ID)
-		if err != nil {
-			return false, fmt.Errorf("%s: %w", q.op, err)
-		}
-		if moved {
-			if err := q.commit(c, candidate, job.AttestationDigest); err != nil {
-				return false, err
-			}
-			q.mainline = candidate.ID
-			settled, err = q.update(c.ID, store.ChangeValidating,
-				`state = 'integrated', integrated_revision = ?3, attestation_digest = ?4`, candidate.ID, job.AttestationDigest)
-		} else {
-			// The candidate passed, but on a mainline that is no longer the mainline: what was
-			// validated is not what would be integrated, so it is built and validated again.
-			settled, err = q.update(c.ID, store.ChangeValidating, `state = 'queued', candidate_revision = '', job_id = ''`)
-		}
-		if err != nil {
-			return false, err
-		}
-	case store.VerdictReject:
-		if settled, err = q.update(c.ID, store.ChangeValidating, `state = 'rejected', reason = ?3, attestation_digest = ?4`, v.Reason, v.Attestation); err != nil {
-			return false, err
-		}
-	case store.VerdictCancel:
-		if settled, err = q.update(c.ID, store.ChangeValidating, `state = 'cancelled', reason = ?3`, v.Reason); err != nil {
-			return false, err
-		}
-	default:
-		return false, fmt.Errorf("%s: change %s: Decide answered the unknown outcome %d", q.op, c.ID, v.Outcome)
-	}
-	*changed = append(*changed, settled)
-	return true, nil
+	return job, att, err
 }
 
-// commit gives candidate, which the mainline just moved to, its mainline commit.
-func (q *queue) commit(c store.Change, candidate store.Revision, attestation string) error {
-	parent, err := getRevision(q.ctx, q.tx, q.repository, candidate.Parent)
-	if err != nil {
-		return fmt.Errorf("%s: change %s: parent %w", q.op, c.ID, err)
+func (q *queue) Edits(changeID string) ([]repo.FileEdit, []uint64, error) {
+	var (
+		raw    sql.NullString
+		tokens string
+	)
+	if err := q.tx.QueryRowContext(q.ctx, `SELECT edits, fencing_tokens FROM changes WHERE id = ?`, changeID).
+		Scan(&raw, &tokens); err != nil {
+		return nil, nil, interpret("change "+changeID+": edits", err)
 	}
-	tokens, err := q.fencingTokens(c.ID)
+	var edits []repo.FileEdit
+	if raw.Valid {
+		if err := json.Unmarshal([]byte(raw.String), &edits); err != nil {
+			return nil, nil, fmt.Errorf("change %s: edits: %w", changeID, err)
+		}
+	}
+	var toks []uint64
+	if err := json.Unmarshal([]byte(tokens), &toks); err != nil {
+		return nil, nil, fmt.Errorf("change %s: fencing tokens: %w", changeID, err)
+	}
+	return edits, toks, nil
+}
+
+func (q *queue) Rebase(base store.Revision, onto plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error) {
+	baseTree, err := store.ParseGitID(base.GitTree)
 	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
+	}
+	return store.RebaseGit(q.ctx, gitBackend{q.tx}, q.objs, baseTree, onto, edits)
+}
+
+func (q *queue) StoreRevision(parent store.Revision, tree plumbing.Hash, changeID, author string, commit *store.CommitInfo) (store.Revision, error) {
+	return q.d.insertRevision(q.ctx, q.tx, q.objs, revisionParams{repository: q.repository, parent: parent,
+		changeID: changeID, author: author, tree: tree, now: q.now, commit: commit})
+}
+
+func (q *queue) WriteCommit(rev, parent store.Revision, c store.CommitInfo) (string, error) {
+	c.CommittedAt = fromMicros(q.now) // when the mainline moves, not when the candidate was built
+	commit, err := q.d.writeCommit(q.objs, rev, parent.GitCommit, c)
+	if err != nil {
+		return "", err
+	}
+	if err := q.objs.Flush(); err != nil {
+		return "", err
+	}
+	if _, err := q.tx.ExecContext(q.ctx, `UPDATE revisions SET git_commit = ? WHERE id = ?`, commit, rev.ID); err != nil {
+		return "", interpret("store the commit of revision "+rev.ID, err)
+	}
+	return commit, nil
+}
+
+func (q *queue) MoveMainline(from, to string) error {
+	if err := mustMoveMainline(q.ctx, q.tx, q.repository, from, to); err != nil {
 		return err
 	}
-	objs := store.NewGitObjects(q.ctx, gitBackend{q.tx})
-	commit, err := q.d.writeCommit(objs, candidate, parent.GitCommit, store.CommitInfo{
-		Message: c.Message, FencingTokens: tokens, Attestation: attestation, AuthoredAt: c.CreatedAt,
-		CommittedAt: fromMicros(q.now), // when the mainline moves, not when the candidate was built
-	})
-	if err != nil {
-		return fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
+	q.mainline = to
+	return nil
+}
+
+func (q *queue) Enqueue(p store.EnqueueJobParams) (store.Job, bool, error) {
+	job, existing, err := q.d.enqueueJob(q.ctx, q.tx, p, fromMicros(q.now), systemActor)
+	return job, !existing, err
+}
+
+func (q *queue) CancelJob(id string) error {
+	_, err := q.d.cancelJob(q.ctx, q.tx, id, q.now, systemActor)
+	var stateErr *store.StateError
+	if errors.As(err, &stateErr) {
+		return nil // it ended already
 	}
-	if err := objs.Flush(); err != nil {
-		return fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
+	return err
+}
+
+func (q *queue) InsertCandidate(c store.Candidate) error {
+	if _, err := q.tx.ExecContext(q.ctx, `INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id,
+		created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, q.repository, string(c.State), c.Revision,
+		c.ParentRevision, c.JobID, q.now, q.now); err != nil {
+		return interpret("store candidate", err)
 	}
-	if _, err := q.tx.ExecContext(q.ctx, `UPDATE revisions SET git_commit = ? WHERE id = ?`, commit, candidate.ID); err != nil {
-		return interpret(fmt.Sprintf("%s: change %s: store commit", q.op, c.ID), err)
+	for i, id := range c.Changes {
+		if _, err := q.tx.ExecContext(q.ctx, `INSERT INTO candidate_changes (candidate_id, change_id, position) VALUES (?, ?, ?)`,
+			c.ID, id, i); err != nil {
+			return interpret("store candidate", err)
+		}
 	}
 	return nil
 }
 
-// fencingTokens answers the lease tokens change id was integrated under.
-func (q *queue) fencingTokens(id string) ([]uint64, error) {
-	var raw string
-	if err := q.tx.QueryRowContext(q.ctx, `SELECT fencing_tokens FROM changes WHERE id = ?`, id).Scan(&raw); err != nil {
-		return nil, interpret(fmt.Sprintf("%s: change %s: fencing tokens", q.op, id), err)
+func (q *queue) SetCandidate(c store.Candidate, from store.CandidateState) error {
+	res, err := q.tx.ExecContext(q.ctx, `UPDATE candidates SET state = ?, attestation_digest = ?, reason = ?, updated_at = ?
+		WHERE id = ? AND state = ?`, string(c.State), c.AttestationDigest, c.Reason, q.now, c.ID, string(from))
+	if err != nil {
+		return interpret("update candidate "+c.ID, err)
 	}
-	var tokens []uint64
-	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
-		return nil, fmt.Errorf("%s: change %s: fencing tokens: %w", q.op, id, err)
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("update candidate %s: it is no longer %s", c.ID, from)
 	}
-	return tokens, nil
+	return nil
+}
+
+func (q *queue) SetChange(c store.Change, from store.ChangeState) (store.Change, error) {
+	stored, err := scanChange(q.tx.QueryRowContext(q.ctx, `UPDATE changes SET state = ?, candidate_revision = ?,
+		integrated_revision = ?, job_id = ?, attestation_digest = ?, reason = ?, candidate_id = ?, batch_limit = ?,
+		updated_at = ? WHERE id = ? AND state = ? RETURNING `+changeColumns, string(c.State), c.CandidateRevision,
+		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, c.CandidateID, c.BatchLimit, q.now, c.ID, string(from)))
+	if err != nil {
+		return store.Change{}, interpret("update change "+c.ID, err)
+	}
+	return stored, nil
+}
+
+func (q *queue) Record(action, subject string, det map[string]any) {
+	var b []byte
+	if det != nil {
+		b = detailsOf(det)
+	}
+	q.d.record(q.now, systemActor, action, subject, b)
 }
 
 // attestation answers the envelope a job's completion stored, or nil. A digest whose envelope
@@ -302,74 +334,39 @@ func (q *queue) attestation(job store.Job) (*store.Attestation, error) {
 	return &a, nil
 }
 
-// next gives queued changes their turn, oldest first, until one is validating or none is left,
-// and answers whether it enqueued a new job.
-func (q *queue) next(p store.AdvanceQueueParams, changed *[]store.Change) (bool, error) {
-	for {
-		c, edits, found, err := q.head(store.ChangeQueued)
-		if err != nil || !found {
-			return false, err
-		}
-		base, err := getRevision(q.ctx, q.tx, q.repository, c.BaseRevision)
-		if err != nil {
-			return false, fmt.Errorf("%s: change %s: base %w", q.op, c.ID, err)
-		}
-		head, err := getRevision(q.ctx, q.tx, q.repository, q.mainline)
-		if err != nil {
-			return false, fmt.Errorf("%s: mainline %w", q.op, err)
-		}
-		objs := store.NewGitObjects(q.ctx, gitBackend{q.tx})
-		tree, buildErr := rebase(q.ctx, q.tx, objs, base, head, edits)
-		if buildErr != nil {
-			var conflict *repo.ConflictError
-			var collision *repo.CollisionError
-			if !errors.As(buildErr, &conflict) && !errors.As(buildErr, &collision) {
-				return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, buildErr)
-			}
-			rejected, err := q.update(c.ID, store.ChangeQueued, `state = 'rejected', reason = ?3`, buildErr.Error())
-			if err != nil {
-				return false, err
-			}
-			*changed = append(*changed, rejected)
-			continue
-		}
-		rp := revisionParams{repository: q.repository, parent: head, changeID: c.ID, author: c.Author, tree: tree, now: q.now}
-		if q.validation == nil {
-			// The policy was removed while the change waited: it is integrated as Integrate
-			// would have integrated it.
-			tokens, err := q.fencingTokens(c.ID)
-			if err != nil {
-				return false, err
-			}
-			rp.commit = &store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt}
-		}
-		candidate, err := q.d.insertRevision(q.ctx, q.tx, objs, rp)
-		if err != nil {
-			return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
-		}
-		if q.validation == nil {
-			if err := mustMoveMainline(q.ctx, q.tx, q.repository, q.mainline, candidate.ID); err != nil {
-				return false, fmt.Errorf("%s: %w", q.op, err)
-			}
-			q.mainline = candidate.ID
-			integrated, err := q.update(c.ID, store.ChangeQueued,
-				`state = 'integrated', candidate_revision = ?3, integrated_revision = ?3`, candidate.ID)
-			if err != nil {
-				return false, err
-			}
-			*changed = append(*changed, integrated)
-			continue
-		}
-		job, existing, err := q.d.enqueueJob(q.ctx, q.tx, p.Job(c, candidate, q.validation), fromMicros(q.now), systemActor)
-		if err != nil {
-			return false, fmt.Errorf("%s: change %s: %w", q.op, c.ID, err)
-		}
-		validating, err := q.update(c.ID, store.ChangeQueued,
-			`state = 'validating', candidate_revision = ?3, job_id = ?4`, candidate.ID, job.ID)
-		if err != nil {
-			return false, err
-		}
-		*changed = append(*changed, validating)
-		return !existing, nil
+// ListCandidates answers a change's candidates, oldest first, or a repository's live ones.
+func (d *DB) ListCandidates(ctx context.Context, p store.ListCandidatesParams) ([]store.Candidate, error) {
+	var (
+		cands []store.Candidate
+		err   error
+	)
+	if p.ChangeID != "" {
+		cands, err = queryCandidates(ctx, d.r, `SELECT `+candidateColumns+` FROM candidates
+			WHERE id IN (SELECT candidate_id FROM candidate_changes WHERE change_id = ?) ORDER BY seq`, p.ChangeID)
+	} else {
+		cands, err = queryCandidates(ctx, d.r, `SELECT `+candidateColumns+` FROM candidates
+			WHERE repository = ? AND state IN ('validating', 'passed', 'failed') ORDER BY seq`, p.Repository)
 	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range cands {
+		rows, err := d.r.QueryContext(ctx, `SELECT change_id FROM candidate_changes WHERE candidate_id = ? ORDER BY position`, cands[i].ID)
+		if err != nil {
+			return nil, interpret("read candidates", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, interpret("read candidates", err)
+			}
+			cands[i].Changes = append(cands[i].Changes, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, interpret("read candidates", err)
+		}
+	}
+	return cands, nil
 }

@@ -544,37 +544,43 @@ func (d *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 	actor := store.ActorOf(ctx)
 	var job store.Job
 	err := d.write(ctx, "cancel job", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := getJob(ctx, tx, jobID)
-		if err != nil {
-			return fmt.Errorf("cancel job: %w", err)
-		}
-		var q, action string
-		switch cur.State {
-		case store.JobQueued:
-			q = `UPDATE jobs SET state = 'cancelled', finished_at = ?2, updated_at = ?2
-				WHERE id = ?1 AND state = 'queued' RETURNING ` + jobColumns
-			action = "job.cancelled"
-		case store.JobClaimed:
-			if cur.CancelRequested {
-				job = cur
-				return nil
-			}
-			q = `UPDATE jobs SET cancel_requested = 1, updated_at = ?2
-				WHERE id = ?1 AND state = 'claimed' RETURNING ` + jobColumns
-			action = "job.cancel_requested"
-		default:
-			return &store.StateError{What: "job " + jobID,
-				Msg: fmt.Sprintf("is %s; only a queued or claimed job can be cancelled", cur.State)}
-		}
-		j, err := scanJob(tx.QueryRowContext(ctx, q, jobID, now))
-		if err != nil {
-			return interpret("cancel job "+jobID, err)
-		}
-		d.record(now, actor, action, "job/"+j.ID, nil)
-		job = j
-		return nil
+		var err error
+		job, err = d.cancelJob(ctx, tx, jobID, now, actor)
+		return err
 	})
 	return job, err
+}
+
+// cancelJob is CancelJob inside a write, for actor: the integration queue cancels the jobs of
+// the candidates it supersedes in its own.
+func (d *DB) cancelJob(ctx context.Context, tx *sql.Tx, jobID string, now int64, actor store.Actor) (store.Job, error) {
+	cur, err := getJob(ctx, tx, jobID)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("cancel job: %w", err)
+	}
+	var q, action string
+	switch cur.State {
+	case store.JobQueued:
+		q = `UPDATE jobs SET state = 'cancelled', finished_at = ?2, updated_at = ?2
+			WHERE id = ?1 AND state = 'queued' RETURNING ` + jobColumns
+		action = "job.cancelled"
+	case store.JobClaimed:
+		if cur.CancelRequested {
+			return cur, nil
+		}
+		q = `UPDATE jobs SET cancel_requested = 1, updated_at = ?2
+			WHERE id = ?1 AND state = 'claimed' RETURNING ` + jobColumns
+		action = "job.cancel_requested"
+	default:
+		return store.Job{}, &store.StateError{What: "job " + jobID,
+			Msg: fmt.Sprintf("is %s; only a queued or claimed job can be cancelled", cur.State)}
+	}
+	j, err := scanJob(tx.QueryRowContext(ctx, q, jobID, now))
+	if err != nil {
+		return store.Job{}, interpret("cancel job "+jobID, err)
+	}
+	d.record(now, actor, action, "job/"+j.ID, nil)
+	return j, nil
 }
 
 // GetJob answers one job.

@@ -274,7 +274,7 @@ func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (st
 }
 
 const changeColumns = `id, repository, state, base_revision, candidate_revision, integrated_revision, author, message,
-	paths, job_id, attestation_digest, reason, created_at, updated_at`
+	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit`
 
 // scanChange reads the changeColumns of a row; before are columns selected ahead of them.
 func scanChange(row scanner, before ...any) (store.Change, error) {
@@ -284,7 +284,8 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 		created, updated int64
 	)
 	dest := append(before, &c.ID, &c.Repository, &state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
-		&c.Author, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated)
+		&c.Author, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated, &c.CandidateID,
+		&c.BatchLimit)
 	if err := row.Scan(dest...); err != nil {
 		return store.Change{}, err
 	}

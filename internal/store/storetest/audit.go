@@ -454,6 +454,7 @@ var auditActions = []string{
 	"lease.granted", "lease.renewed", "lease.released", "lease.broken",
 	"repository.created", "repository.validation_set",
 	"change.integrated", "change.queued", "change.validating", "change.rejected", "change.cancelled", "change.requeued",
+	"candidate.built", "candidate.passed", "candidate.failed", "candidate.superseded", "candidate.split",
 }
 
 // auditCase is one state change of the contract's table: act arranges what it needs, calls
@@ -798,6 +799,8 @@ var auditCases = []auditCase{
 		return []auditWant{
 			{"job.enqueued", "job/" + v.JobID, system, map[string]any{"kind": "validate", "priority": 10, "max_attempts": 2,
 				"unique_key": "validate:" + v.CandidateRevision}},
+			{"candidate.built", "candidate/" + v.CandidateID, system, map[string]any{"changes": []string{c.ID}, "job": v.JobID,
+				"parent_revision": c.BaseRevision, "revision": v.CandidateRevision}},
 			{"change.validating", "change/" + c.ID, system, map[string]any{"candidate_revision": v.CandidateRevision, "job": v.JobID}},
 		}
 	}},
@@ -809,8 +812,11 @@ var auditCases = []auditCase{
 		g.setVerdict(passWhenAttested)
 		b.markLog(t)
 		b.advance(t, g, "web", step{c.ID, store.ChangeIntegrated})
-		return []auditWant{{"change.integrated", "change/" + c.ID, system, map[string]any{"repository": "web",
-			"revision": v.CandidateRevision, "paths": []string{"src/a.go"}, "attestation_digest": att.Digest}}}
+		return []auditWant{
+			{"candidate.passed", "candidate/" + v.CandidateID, system, map[string]any{"attestation_digest": att.Digest, "job": v.JobID}},
+			{"change.integrated", "change/" + c.ID, system, map[string]any{"repository": "web",
+				"revision": v.CandidateRevision, "paths": []string{"src/a.go"}, "attestation_digest": att.Digest}},
+		}
 	}},
 	{"advance_queue_requeues_a_pass_on_a_mainline_that_moved", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)
@@ -824,21 +830,28 @@ var auditCases = []auditCase{
 		g.setVerdict(passWhenAttested)
 		b.markLog(t)
 		v2 := b.advance(t, g, "web", step{c.ID, store.ChangeQueued}, step{c.ID, store.ChangeValidating})[1]
+		why := "it was built on revision " + c.BaseRevision + ", which is no longer what is ahead of it"
 		return []auditWant{
-			{"change.requeued", "change/" + c.ID, system, nil},
+			{"candidate.superseded", "candidate/" + v1.CandidateID, system, map[string]any{"job": v1.JobID, "reason": why}},
+			{"change.requeued", "change/" + c.ID, system, map[string]any{"reason": why}},
 			{"job.enqueued", "job/" + v2.JobID, system, map[string]any{"kind": "validate", "priority": 10, "max_attempts": 2,
 				"unique_key": "validate:" + v2.CandidateRevision}},
+			{"candidate.built", "candidate/" + v2.CandidateID, system, map[string]any{"changes": []string{c.ID}, "job": v2.JobID,
+				"parent_revision": b.repository(t, "web").Mainline, "revision": v2.CandidateRevision}},
 			{"change.validating", "change/" + c.ID, system, map[string]any{"candidate_revision": v2.CandidateRevision, "job": v2.JobID}},
 		}
 	}},
 	{"advance_queue_rejects_a_change", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)
 		g := newGate()
-		b.advance(t, g, "web", step{c.ID, store.ChangeValidating})
+		v := b.advance(t, g, "web", step{c.ID, store.ChangeValidating})[0]
 		g.setVerdict(verdictOf(store.VerdictReject, "tests failed: 3 of 120"))
 		b.markLog(t)
 		b.advance(t, g, "web", step{c.ID, store.ChangeRejected})
-		return []auditWant{{"change.rejected", "change/" + c.ID, system, map[string]any{"reason": "tests failed: 3 of 120"}}}
+		return []auditWant{
+			{"candidate.failed", "candidate/" + v.CandidateID, system, map[string]any{"job": v.JobID, "reason": "tests failed: 3 of 120"}},
+			{"change.rejected", "change/" + c.ID, system, map[string]any{"reason": "tests failed: 3 of 120"}},
+		}
 	}},
 	{"advance_queue_cancels_a_change", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)
@@ -863,6 +876,37 @@ var auditCases = []auditCase{
 			{"change.integrated", "change/" + first.ID, system,
 				map[string]any{"repository": "web", "revision": got[0].IntegratedRevision, "paths": []string{"src/a.go"}}},
 			{"change.rejected", "change/" + second.ID, system, map[string]any{"reason": reason}},
+		}
+	}},
+	{"advance_queue_splits_a_failed_batch", func(t *testing.T, b *abundle) []auditWant {
+		r := b.createPolicyRepo(t, "web")
+		l := b.acquire(t, "web", alice, time.Hour, "src/")
+		first := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "a")))
+		second := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/b.go", "b")))
+		g := newGate()
+		g.depth, g.batch = 2, 2
+		batch := b.advance(t, g, "web", step{first.ID, store.ChangeValidating}, step{second.ID, store.ChangeValidating})[0]
+		g.setVerdict(verdictOf(store.VerdictReject, "tests failed"))
+		b.markLog(t)
+		got := b.advance(t, g, "web", step{first.ID, store.ChangeQueued}, step{second.ID, store.ChangeQueued},
+			step{first.ID, store.ChangeValidating}, step{second.ID, store.ChangeValidating})
+		why := "its batch " + batch.CandidateID + " of 2 changes failed: validating parts of at most 1"
+		a, c := got[2], got[3]
+		return []auditWant{
+			{"candidate.failed", "candidate/" + batch.CandidateID, system, map[string]any{"job": batch.JobID, "reason": "tests failed"}},
+			{"candidate.split", "candidate/" + batch.CandidateID, system, map[string]any{"changes": []string{first.ID, second.ID}, "into": 1}},
+			{"change.requeued", "change/" + first.ID, system, map[string]any{"reason": why}},
+			{"change.requeued", "change/" + second.ID, system, map[string]any{"reason": why}},
+			{"job.enqueued", "job/" + a.JobID, system, map[string]any{"kind": "validate", "priority": 10, "max_attempts": 2,
+				"unique_key": "validate:" + a.CandidateRevision}},
+			{"candidate.built", "candidate/" + a.CandidateID, system, map[string]any{"changes": []string{first.ID}, "job": a.JobID,
+				"parent_revision": r.Mainline, "revision": a.CandidateRevision}},
+			{"change.validating", "change/" + first.ID, system, map[string]any{"candidate_revision": a.CandidateRevision, "job": a.JobID}},
+			{"job.enqueued", "job/" + c.JobID, system, map[string]any{"kind": "validate", "priority": 10, "max_attempts": 2,
+				"unique_key": "validate:" + c.CandidateRevision}},
+			{"candidate.built", "candidate/" + c.CandidateID, system, map[string]any{"changes": []string{second.ID}, "job": c.JobID,
+				"parent_revision": a.CandidateRevision, "revision": c.CandidateRevision}},
+			{"change.validating", "change/" + second.ID, system, map[string]any{"candidate_revision": c.CandidateRevision, "job": c.JobID}},
 		}
 	}},
 	{"advance_queue_integrates_directly_once_the_policy_is_removed", func(t *testing.T, b *abundle) []auditWant {

@@ -31,6 +31,8 @@ type gate struct {
 	verdict func(job store.Job, att *store.Attestation) store.Verdict
 	decided []decision
 	jobs    []jobCall
+	// depth and batch are AdvanceQueueParams' Depth and Batch.
+	depth, batch int
 }
 
 type decision struct {
@@ -66,6 +68,8 @@ func (g *gate) params(repository string) store.AdvanceQueueParams {
 			g.jobs = append(g.jobs, jobCall{c, candidate, validation})
 			return validateJob(c, candidate, validation)
 		},
+		Depth: g.depth,
+		Batch: g.batch,
 	}
 }
 
@@ -298,6 +302,10 @@ func testGateAdvanceBuilds(t *testing.T, newStore Factory) {
 	got := b.advance(t, g, "web", step{c1.ID, store.ChangeValidating})
 	want := c1
 	want.State, want.CandidateRevision, want.JobID, want.UpdatedAt = store.ChangeValidating, got[0].CandidateRevision, got[0].JobID, b.clk.Now()
+	want.CandidateID = got[0].CandidateID
+	if !strings.HasPrefix(want.CandidateID, "cnd_") {
+		t.Fatalf("the validating change is in candidate %q, want a candidate id", want.CandidateID)
+	}
 	assertFields(t, "AdvanceQueue's validating change", got[0], want)
 	cand := b.wantCandidate(t, want, want.CandidateRevision, r.Mainline, map[string]string{"src/a.go": "a1", "src/x.go": "x1"})
 	if m := b.repository(t, "web").Mainline; m != r.Mainline {
@@ -469,6 +477,7 @@ func testGatePassOnMovedMainline(t *testing.T, newStore Factory) {
 	got := b.advance(t, g, "web", step{c1.ID, store.ChangeQueued}, step{c1.ID, store.ChangeValidating})
 	requeued := v1
 	requeued.State, requeued.CandidateRevision, requeued.JobID, requeued.UpdatedAt = store.ChangeQueued, "", "", b.clk.Now()
+	requeued.CandidateID = ""
 	assertFields(t, "the change that passed on an old mainline", got[0], requeued)
 	if m := b.repository(t, "web").Mainline; m != direct.IntegratedRevision {
 		t.Fatalf("the mainline is %s after a pass on an old mainline, want it left at %s", m, direct.IntegratedRevision)

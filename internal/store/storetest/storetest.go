@@ -143,6 +143,9 @@ var tests = []conformanceTest{
 	{"set_validation_replaces_the_policy_and_get_repository_shows_it", testGateSetValidation},
 	{"list_jobs_filters_by_claimant_or_every_label_of_a_principal", testListJobsClaimedBy},
 	{"concurrent_integrates_and_advances_integrate_every_change_once_in_queue_order", testGateConcurrentOrder},
+	{"speculation_validates_candidates_at_once_each_on_the_one_ahead_and_lands_them_in_order", testSpeculationLandsInOrder},
+	{"speculation_rejects_a_failure_only_once_the_candidates_ahead_passed_and_rebuilds_the_later_ones_without_it", testSpeculationRejectsOnlyTheCulprit},
+	{"a_failing_batch_is_split_until_the_culprit_is_found_and_the_others_land", testSpeculationBatchFindsTheCulprit},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
 	{"refused_requests_and_changes_of_nothing_write_no_audit_event", testAuditRefusalsWriteNothing},

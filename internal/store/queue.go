@@ -1,0 +1,572 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// QueueWindow bounds how many pending changes one advance reads: the live candidates' changes
+// and the next ones to build are at the front of the queue, and a longer queue is walked by the
+// advances that follow.
+const QueueWindow = 1024
+
+// QueueTx is one AdvanceQueue transaction of a backend: it holds the repository against every
+// other AdvanceQueue and Integrate, and RunQueue runs the queue's rules through it, so that the
+// rules are written once for every store.
+type QueueTx interface {
+	// Mainline answers the repository's mainline revision id, as MoveMainline left it.
+	Mainline() string
+	// Validation answers the repository's validation policy as stored, nil for none.
+	Validation() []byte
+	// Pending answers up to limit QUEUED and VALIDATING changes, oldest first.
+	Pending(limit int) ([]Change, error)
+	// Live answers the repository's live candidates (Changes need not be filled in).
+	Live() ([]Candidate, error)
+	Revision(id string) (Revision, error)
+	// Job answers a job and the attestation its completion stored, or nil.
+	Job(id string) (Job, *Attestation, error)
+	// Edits answers the edits and lease tokens a change was integrated with.
+	Edits(changeID string) ([]repo.FileEdit, []uint64, error)
+	// Rebase applies edits made on base to the git tree onto (RebaseGit), keeping what it
+	// writes for StoreRevision.
+	Rebase(base Revision, onto plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error)
+	// StoreRevision stores the git objects written so far and a revision of tree on parent;
+	// with commit, also the mainline commit on parent's.
+	StoreRevision(parent Revision, tree plumbing.Hash, changeID, author string, commit *CommitInfo) (Revision, error)
+	// WriteCommit gives rev, which the mainline just moved to, its mainline commit on parent's,
+	// and answers the commit's id.
+	WriteCommit(rev, parent Revision, c CommitInfo) (string, error)
+	// MoveMainline is the compare-and-swap of the mainline; a miss is an error, since the
+	// repository is held.
+	MoveMainline(from, to string) error
+	// Enqueue enqueues a job as the server, and reports whether it is new.
+	Enqueue(p EnqueueJobParams) (Job, bool, error)
+	// CancelJob cancels a queued job and asks a claimed one's worker to stop, as the server;
+	// a job that ended already is left alone.
+	CancelJob(id string) error
+	// InsertCandidate stores a new candidate with its changes.
+	InsertCandidate(c Candidate) error
+	// SetCandidate writes c's state, attestation and reason; it must still be in state from.
+	SetCandidate(c Candidate, from CandidateState) error
+	// SetChange writes c's state, revisions, job, attestation, reason, candidate and batch
+	// limit; it must still be in state from. It answers the change as stored.
+	SetChange(c Change, from ChangeState) (Change, error)
+	// Record records an event of the server's own.
+	Record(action, subject string, details map[string]any)
+}
+
+// RunQueue moves a repository's integration queue on (AdvanceQueue's rules) through tx, and
+// answers the changes whose state changed, in order, and whether it enqueued a job.
+//
+// It walks the pending changes in queue order from the mainline, keeping the tip: the revision
+// the next candidate is built on. A live candidate must sit on the tip; one that does not was
+// built on something no longer ahead of it and is superseded (its job cancelled, its changes
+// queued again, to be rebuilt at once). A candidate whose validation settled passes or fails;
+// only the first pending one, whose parent is the mainline itself, lands or is rejected, since
+// only then is its outcome its own. A passed one behind it waits and lands with it, in order; a
+// failed one behind it waits too, and the candidates after it are rebuilt without it. Queued
+// changes are built into new candidates on the tip while fewer than p.Depth live candidates are
+// on it, p.Batch changes to a candidate.
+func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
+	r := &queueRun{tx: tx, p: p, depth: max(p.Depth, 1), batch: max(p.Batch, 1)}
+	if err := r.run(); err != nil {
+		return nil, false, err
+	}
+	return r.changed, r.enqueued, nil
+}
+
+type queueRun struct {
+	tx           QueueTx
+	p            AdvanceQueueParams
+	depth, batch int
+	changed      []Change
+	enqueued     bool
+
+	mainline Revision
+	tip      Revision
+	ahead    int    // pending changes ahead of the walk that are not on the mainline
+	chain    int    // candidates on the tip's chain still validating: the workers the queue holds
+	blocked  bool   // a queued change was left waiting: nothing after it is built
+	why      string // what last moved the tip away from what later candidates were built on
+}
+
+func (r *queueRun) run() error {
+	var err error
+	if r.mainline, err = r.tx.Revision(r.tx.Mainline()); err != nil {
+		return fmt.Errorf("the mainline: %w", err)
+	}
+	r.tip = r.mainline
+	pending, err := r.tx.Pending(QueueWindow)
+	if err != nil {
+		return err
+	}
+	liveList, err := r.tx.Live()
+	if err != nil {
+		return err
+	}
+	live := make(map[string]*Candidate, len(liveList))
+	for i := range liveList {
+		live[liveList[i].ID] = &liveList[i]
+	}
+	members := make(map[string][]int)
+	for i, c := range pending {
+		if c.State == ChangeValidating && c.CandidateID != "" {
+			members[c.CandidateID] = append(members[c.CandidateID], i)
+		}
+	}
+	// A live candidate none of whose changes is pending any more (written off by hand, or by a
+	// replica from before candidates) has nothing left to decide.
+	for _, c := range liveList {
+		if len(members[c.ID]) == 0 {
+			if err := r.supersede(c, nil, "none of its changes is waiting any more"); err != nil {
+				return err
+			}
+		}
+	}
+	for i := 0; i < len(pending); {
+		c := pending[i]
+		if c.State == ChangeValidating {
+			cand := live[c.CandidateID]
+			idx := members[c.CandidateID]
+			n := len(idx)
+			whole := cand != nil && idx[0] == i && idx[n-1] == i+n-1
+			if !whole || cand.ParentRevision != r.tip.ID || r.blocked {
+				if err := r.requeue(pending, i, cand, idx); err != nil {
+					return err
+				}
+				continue // pending[i] is QUEUED now
+			}
+			next, err := r.settle(pending, i, cand)
+			if err != nil {
+				return err
+			}
+			i = next
+			continue
+		}
+		next, err := r.build(pending, i)
+		if err != nil {
+			return err
+		}
+		i = next
+	}
+	return nil
+}
+
+// requeue supersedes the stale candidate of pending[i] and queues its changes again in place.
+func (r *queueRun) requeue(pending []Change, i int, cand *Candidate, idx []int) error {
+	if cand == nil || !containsIndex(idx, i) {
+		// A VALIDATING change without a live candidate of its own: a queue from before
+		// candidates, or an inconsistency; either way it is built again.
+		return r.requeueChange(&pending[i], "it had no live candidate")
+	}
+	why := r.why
+	switch {
+	case r.blocked:
+		why = "a change ahead of it waits to be built"
+	case why == "":
+		why = "it was built on revision " + cand.ParentRevision + ", which is no longer what is ahead of it"
+	}
+	var changes []*Change
+	for _, j := range idx {
+		changes = append(changes, &pending[j])
+	}
+	return r.supersede(*cand, changes, why)
+}
+
+func containsIndex(idx []int, i int) bool {
+	for _, j := range idx {
+		if j == i {
+			return true
+		}
+	}
+	return false
+}
+
+// supersede ends a live candidate whose tree is no longer the one its changes would land as,
+// cancels its job, and queues its changes again.
+func (r *queueRun) supersede(c Candidate, changes []*Change, why string) error {
+	from := c.State
+	c.State, c.Reason = CandidateSuperseded, why
+	if err := r.tx.SetCandidate(c, from); err != nil {
+		return err
+	}
+	r.tx.Record("candidate.superseded", "candidate/"+c.ID, map[string]any{"job": c.JobID, "reason": why})
+	if err := r.tx.CancelJob(c.JobID); err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		if err := r.requeueChange(ch, why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *queueRun) requeueChange(c *Change, why string) error {
+	c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeQueued, "", "", ""
+	return r.set(c, ChangeValidating, "change.requeued", map[string]any{"reason": why})
+}
+
+// set stores a change's move from state from and records its event.
+func (r *queueRun) set(c *Change, from ChangeState, action string, det map[string]any) error {
+	stored, err := r.tx.SetChange(*c, from)
+	if err != nil {
+		return err
+	}
+	*c = stored
+	r.tx.Record(action, "change/"+c.ID, det)
+	r.changed = append(r.changed, stored)
+	return nil
+}
+
+// settle decides the live candidate whose first change is pending[i], when its validation
+// settled, and lands, rejects, splits or keeps it; it answers where the walk goes on.
+func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error) {
+	n := len(cand.Changes)
+	if n == 0 {
+		for j := i; j < len(pending) && pending[j].CandidateID == cand.ID; j++ {
+			cand.Changes = append(cand.Changes, pending[j].ID)
+		}
+		n = len(cand.Changes)
+	}
+	group := pending[i : i+n]
+	last := group[n-1]
+	rev, err := r.tx.Revision(cand.Revision)
+	if err != nil {
+		return 0, fmt.Errorf("candidate %s: %w", cand.ID, err)
+	}
+	if cand.State == CandidateValidating {
+		job, att, err := r.tx.Job(cand.JobID)
+		if err != nil {
+			return 0, fmt.Errorf("candidate %s: %w", cand.ID, err)
+		}
+		v := r.p.Decide(last, rev, job, att)
+		switch v.Outcome {
+		case VerdictPending:
+		case VerdictPass:
+			cand.State, cand.AttestationDigest = CandidatePassed, job.AttestationDigest
+			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+				return 0, err
+			}
+			r.tx.Record("candidate.passed", "candidate/"+cand.ID,
+				map[string]any{"attestation_digest": job.AttestationDigest, "job": job.ID})
+		case VerdictReject:
+			cand.State, cand.AttestationDigest, cand.Reason = CandidateFailed, v.Attestation, v.Reason
+			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+				return 0, err
+			}
+			det := map[string]any{"job": job.ID, "reason": v.Reason}
+			if v.Attestation != "" {
+				det["attestation_digest"] = v.Attestation
+			}
+			r.tx.Record("candidate.failed", "candidate/"+cand.ID, det)
+		case VerdictCancel:
+			cand.State, cand.Reason = CandidateCancelled, v.Reason
+			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+				return 0, err
+			}
+			for j := range group {
+				c := &group[j]
+				c.State, c.Reason = ChangeCancelled, v.Reason
+				if err := r.set(c, ChangeValidating, "change.cancelled", map[string]any{"reason": v.Reason}); err != nil {
+					return 0, err
+				}
+			}
+			r.why = "the change " + last.ID + " ahead of it was cancelled"
+			return i + n, nil
+		default:
+			return 0, fmt.Errorf("candidate %s: Decide answered the unknown outcome %d", cand.ID, v.Outcome)
+		}
+	}
+	switch cand.State {
+	case CandidatePassed:
+		if r.ahead == 0 {
+			return i + n, r.land(cand, rev, group)
+		}
+		r.tip, r.ahead = rev, r.ahead+n // it holds no worker: it does not count against the depth
+	case CandidateValidating:
+		r.tip, r.chain, r.ahead = rev, r.chain+1, r.ahead+n
+	case CandidateFailed:
+		if n > 1 {
+			// A batch that failed: its parts are validated apart, each on the one before, until
+			// the changes that broke it are alone.
+			return i, r.split(cand, group)
+		}
+		if r.ahead == 0 {
+			// On the mainline itself: the change broke it.
+			cand.State = CandidateRejected
+			if err := r.tx.SetCandidate(*cand, CandidateFailed); err != nil {
+				return 0, err
+			}
+			c := &group[0]
+			c.State, c.Reason, c.AttestationDigest = ChangeRejected, cand.Reason, cand.AttestationDigest
+			det := map[string]any{"reason": c.Reason}
+			if c.AttestationDigest != "" {
+				det["attestation_digest"] = c.AttestationDigest
+			}
+			if err := r.set(c, ChangeValidating, "change.rejected", det); err != nil {
+				return 0, err
+			}
+			r.why = "the change " + c.ID + " ahead of it was rejected"
+			return i + 1, nil
+		}
+		// Whether it broke the candidate itself is known only once the ones ahead pass; those
+		// after it are built without it meanwhile.
+		r.ahead += n
+		r.why = "the candidate " + cand.ID + " of change " + last.ID + " ahead of it failed"
+	default:
+		return 0, fmt.Errorf("candidate %s: live in state %s", cand.ID, cand.State)
+	}
+	return i + n, nil
+}
+
+// land moves the mainline to a passed candidate whose parent is the mainline, gives it its
+// mainline commit and integrates its changes.
+func (r *queueRun) land(cand *Candidate, rev Revision, group []Change) error {
+	// The pass was recorded by this advance or an earlier one: the mainline moves only on a
+	// verdict read again now, from the stored job and attestation.
+	job, att, err := r.tx.Job(cand.JobID)
+	if err != nil {
+		return fmt.Errorf("candidate %s: %w", cand.ID, err)
+	}
+	if v := r.p.Decide(group[len(group)-1], rev, job, att); v.Outcome != VerdictPass || job.AttestationDigest != cand.AttestationDigest {
+		return fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
+	}
+	if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
+		return err
+	}
+	info, err := r.commitInfo(group)
+	if err != nil {
+		return err
+	}
+	info.Attestation = cand.AttestationDigest
+	if rev.GitCommit, err = r.tx.WriteCommit(rev, r.mainline, info); err != nil {
+		return fmt.Errorf("candidate %s: %w", cand.ID, err)
+	}
+	cand.State = CandidateLanded
+	if err := r.tx.SetCandidate(*cand, CandidatePassed); err != nil {
+		return err
+	}
+	for j := range group {
+		c := &group[j]
+		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, rev.ID, cand.AttestationDigest
+		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
+		if err := r.set(c, ChangeValidating, "change.integrated", IntegratedDetails(*c)); err != nil {
+			return err
+		}
+	}
+	r.mainline, r.tip = rev, rev
+	r.why = ""
+	return nil
+}
+
+// commitInfo answers the mainline commit of a candidate of changes: the change's own message
+// and tokens, or, for a batch, one message naming every change and the union of their tokens.
+func (r *queueRun) commitInfo(group []Change) (CommitInfo, error) {
+	var info CommitInfo
+	for j, c := range group {
+		_, tokens, err := r.tx.Edits(c.ID)
+		if err != nil {
+			return CommitInfo{}, err
+		}
+		info.FencingTokens = append(info.FencingTokens, tokens...)
+		if j == 0 || c.CreatedAt.After(info.AuthoredAt) {
+			info.AuthoredAt = c.CreatedAt
+		}
+	}
+	if len(group) == 1 {
+		info.Message = group[0].Message
+		return info, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Integrate %d changes\n", len(group))
+	for _, c := range group {
+		subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
+		if subject == "" {
+			subject = "(no message)"
+		}
+		fmt.Fprintf(&b, "\n%s %s: %s", c.ID, c.Author, subject)
+	}
+	info.Message = b.String()
+	for _, c := range group {
+		info.Batch = append(info.Batch, BatchedChange{ID: c.ID, Author: c.Author})
+	}
+	return info, nil
+}
+
+// split ends a failed batch and queues its changes again, each half to be validated apart.
+func (r *queueRun) split(cand *Candidate, group []Change) error {
+	half := (len(group) + 1) / 2
+	cand.State = CandidateSplit
+	if err := r.tx.SetCandidate(*cand, CandidateFailed); err != nil {
+		return err
+	}
+	r.tx.Record("candidate.split", "candidate/"+cand.ID, map[string]any{"changes": cand.Changes, "into": int64(half)})
+	why := fmt.Sprintf("its batch %s of %d changes failed: validating parts of at most %d", cand.ID, len(group), half)
+	for j := range group {
+		c := &group[j]
+		c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeQueued, "", "", ""
+		if c.BatchLimit == 0 || c.BatchLimit > half {
+			c.BatchLimit = half
+		}
+		if err := r.set(c, ChangeValidating, "change.requeued", map[string]any{"reason": why}); err != nil {
+			return err
+		}
+	}
+	r.why = "the batch " + cand.ID + " ahead of it was split"
+	return nil
+}
+
+// build gives the queued changes from pending[i] their turn: a candidate on the tip, or, when
+// the repository has no policy any more, the mainline itself. It answers where the walk goes on.
+func (r *queueRun) build(pending []Change, i int) (int, error) {
+	if r.blocked {
+		return i + 1, nil
+	}
+	validation := r.tx.Validation()
+	if validation == nil {
+		if r.ahead > 0 {
+			r.blocked = true // candidates built under the policy land first
+			return i + 1, nil
+		}
+		return i + 1, r.integrateDirectly(&pending[i])
+	}
+	if r.chain >= r.depth {
+		r.blocked = true
+		return i + 1, nil
+	}
+	tree, err := ParseGitID(r.tip.GitTree)
+	if err != nil {
+		return 0, fmt.Errorf("revision %s: git tree: %w", r.tip.ID, err)
+	}
+	limit := r.batch
+	var built []*Change
+	j := i
+	for ; j < len(pending) && pending[j].State == ChangeQueued; j++ {
+		c := &pending[j]
+		if c.BatchLimit > 0 {
+			limit = min(limit, c.BatchLimit)
+		}
+		if len(built) >= limit {
+			break
+		}
+		t, err := r.rebase(c, tree)
+		var conflict *repo.ConflictError
+		var collision *repo.CollisionError
+		switch {
+		case err == nil:
+			tree = t
+			built = append(built, c)
+			continue
+		case !errors.As(err, &conflict) && !errors.As(err, &collision):
+			return 0, fmt.Errorf("change %s: %w", c.ID, err)
+		case len(built) == 0 && r.ahead == 0:
+			// It does not apply to the mainline itself.
+			c.State, c.Reason = ChangeRejected, err.Error()
+			if err := r.set(c, ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
+				return 0, err
+			}
+			return j + 1, nil
+		}
+		// It does not apply on a change ahead of it, which may yet be rejected: it waits for
+		// its turn on the mainline, and so does everything after it.
+		r.blocked = true
+		break
+	}
+	if len(built) == 0 {
+		return j, nil
+	}
+	last := built[len(built)-1]
+	rev, err := r.tx.StoreRevision(r.tip, tree, last.ID, last.Author, nil)
+	if err != nil {
+		return 0, fmt.Errorf("change %s: %w", last.ID, err)
+	}
+	job, isNew, err := r.tx.Enqueue(r.p.Job(*last, rev, validation))
+	if err != nil {
+		return 0, fmt.Errorf("change %s: enqueue its validation: %w", last.ID, err)
+	}
+	r.enqueued = r.enqueued || isNew
+	cand := Candidate{ID: NewID("cnd"), Repository: last.Repository, State: CandidateValidating, Revision: rev.ID,
+		ParentRevision: r.tip.ID, JobID: job.ID}
+	for _, c := range built {
+		cand.Changes = append(cand.Changes, c.ID)
+	}
+	if err := r.tx.InsertCandidate(cand); err != nil {
+		return 0, err
+	}
+	r.tx.Record("candidate.built", "candidate/"+cand.ID, map[string]any{"changes": cand.Changes, "job": job.ID,
+		"parent_revision": cand.ParentRevision, "revision": rev.ID})
+	for _, c := range built {
+		c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeValidating, rev.ID, job.ID, cand.ID
+		if err := r.set(c, ChangeQueued, "change.validating",
+			map[string]any{"candidate_revision": rev.ID, "job": job.ID}); err != nil {
+			return 0, err
+		}
+	}
+	r.tip, r.chain, r.ahead = rev, r.chain+1, r.ahead+len(built)
+	return i + len(built), nil
+}
+
+func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, error) {
+	base, err := r.tx.Revision(c.BaseRevision)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("base %w", err)
+	}
+	edits, _, err := r.tx.Edits(c.ID)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return r.tx.Rebase(base, onto, edits)
+}
+
+// integrateDirectly integrates a queued change of a repository whose policy was removed while
+// it waited, as Integrate would have without one.
+func (r *queueRun) integrateDirectly(c *Change) error {
+	tree, err := ParseGitID(r.mainline.GitTree)
+	if err != nil {
+		return fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
+	}
+	t, err := r.rebase(c, tree)
+	if err != nil {
+		var conflict *repo.ConflictError
+		var collision *repo.CollisionError
+		if !errors.As(err, &conflict) && !errors.As(err, &collision) {
+			return fmt.Errorf("change %s: %w", c.ID, err)
+		}
+		c.State, c.Reason = ChangeRejected, err.Error()
+		return r.set(c, ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
+	}
+	_, tokens, err := r.tx.Edits(c.ID)
+	if err != nil {
+		return err
+	}
+	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Author,
+		&CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
+	if err != nil {
+		return fmt.Errorf("change %s: %w", c.ID, err)
+	}
+	if err := r.tx.MoveMainline(r.mainline.ID, rev.ID); err != nil {
+		return err
+	}
+	r.mainline, r.tip = rev, rev
+	c.State, c.CandidateRevision, c.IntegratedRevision = ChangeIntegrated, rev.ID, rev.ID
+	return r.set(c, ChangeQueued, "change.integrated", IntegratedDetails(*c))
+}
+
+// IntegratedDetails are the details of the change.integrated event of c.
+func IntegratedDetails(c Change) map[string]any {
+	paths := c.Paths
+	if paths == nil {
+		paths = []string{}
+	}
+	d := map[string]any{"repository": c.Repository, "revision": c.IntegratedRevision, "paths": paths}
+	if c.AttestationDigest != "" {
+		d["attestation_digest"] = c.AttestationDigest
+	}
+	return d
+}

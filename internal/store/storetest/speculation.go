@@ -1,0 +1,313 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// The parallel gate: several candidates validate at once, each on the one ahead of it, and
+// batches of changes validate together (store.RunQueue through AdvanceQueue).
+
+// passUnlessFailed is the gate's rule as a worker's outcome shows it: a job completed with exit
+// code 0 and an attestation passes, one completed otherwise fails, a running one is pending.
+func passUnlessFailed(job store.Job, att *store.Attestation) store.Verdict {
+	switch {
+	case job.State == store.JobCompleted && att != nil && string(job.Result) == `{"exit_code": 0}`:
+		return store.Verdict{Outcome: store.VerdictPass}
+	case job.State == store.JobCompleted:
+		return store.Verdict{Outcome: store.VerdictReject, Reason: "the tests failed in " + job.ID, Attestation: job.AttestationDigest}
+	case job.State.Terminal():
+		return store.Verdict{Outcome: store.VerdictReject, Reason: "validate job " + string(job.State)}
+	default:
+		return store.Verdict{Outcome: store.VerdictPending}
+	}
+}
+
+// runner claims validate jobs as a worker would and completes them when told.
+type runner struct {
+	b       *rbundle
+	claimed map[string]store.Job
+}
+
+func (b *rbundle) runner() *runner { return &runner{b: b, claimed: map[string]store.Job{}} }
+
+// claimAll claims every claimable validate job.
+func (r *runner) claimAll(t *testing.T) {
+	t.Helper()
+	for _, j := range r.b.claimJobs(t, "runner|w1", time.Hour, 100, "validate") {
+		r.claimed[j.ID] = j
+	}
+}
+
+// finish completes a claimed job, passing or failing, with an attestation.
+func (r *runner) finish(t *testing.T, jobID string, passed bool) {
+	t.Helper()
+	job, ok := r.claimed[jobID]
+	if !ok {
+		r.claimAll(t)
+		if job, ok = r.claimed[jobID]; !ok {
+			t.Fatalf("the validate job %s could not be claimed", jobID)
+		}
+	}
+	result := `{"exit_code": 0}`
+	if !passed {
+		result = `{"exit_code": 1}`
+	}
+	if _, err := r.b.st.CompleteJob(r.b.ctx, store.CompleteJobParams{JobID: jobID, Worker: "runner|w1",
+		FencingToken: job.Attempts, Result: []byte(result), Attestation: attestation(jobID, result+" "+jobID)}); err != nil {
+		t.Fatalf("CompleteJob(%s): %v", jobID, err)
+	}
+	delete(r.claimed, jobID)
+}
+
+// queueDisjoint queues n changes of alice's, each writing its own file f<i>.go on the mainline
+// r, and answers them in queue order.
+func (b *rbundle) queueDisjoint(t *testing.T, r store.Repository, n int) []store.Change {
+	t.Helper()
+	l := b.acquire(t, r.Name, alice, time.Hour, "src/")
+	var changes []store.Change
+	for i := range n {
+		p := integrateParams(r.Name, r.Mainline, alice, []uint64{l.FencingToken}, put(fmt.Sprintf("src/f%d.go", i), fmt.Sprint(i)))
+		p.Message = fmt.Sprintf("change %d", i)
+		changes = append(changes, b.queue(t, p))
+	}
+	return changes
+}
+
+func (b *rbundle) liveCandidates(t *testing.T, repository string) []store.Candidate {
+	t.Helper()
+	cands, err := b.rs.ListCandidates(b.ctx, store.ListCandidatesParams{Repository: repository})
+	if err != nil {
+		t.Fatalf("ListCandidates(%s): %v", repository, err)
+	}
+	return cands
+}
+
+func (b *rbundle) history(t *testing.T, changeID string) []store.Candidate {
+	t.Helper()
+	cands, err := b.rs.ListCandidates(b.ctx, store.ListCandidatesParams{ChangeID: changeID})
+	if err != nil {
+		t.Fatalf("ListCandidates(change %s): %v", changeID, err)
+	}
+	return cands
+}
+
+// wantFiles fails the test unless the mainline of repository holds exactly files.
+func (b *rbundle) wantFiles(t *testing.T, repository string, files map[string]string) {
+	t.Helper()
+	m := b.revision(t, repository, b.repository(t, repository).Mainline)
+	want := treeOf(files)
+	if m.TreeDigest != want.Digest() {
+		t.Fatalf("the mainline %s holds %v, want %v", m.ID, m.Tree, want)
+	}
+}
+
+func steps(changes []store.Change, state store.ChangeState) []step {
+	var s []step
+	for _, c := range changes {
+		s = append(s, step{c.ID, state})
+	}
+	return s
+}
+
+func testSpeculationLandsInOrder(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth = 4
+	g.setVerdict(passUnlessFailed)
+	cs := b.queueDisjoint(t, r, 6)
+
+	// Four candidates at once, each on the one ahead of it.
+	got := b.advance(t, g, "web", steps(cs[:4], store.ChangeValidating)...)
+	live := b.liveCandidates(t, "web")
+	if len(live) != 4 {
+		t.Fatalf("ListCandidates(web) answered %d live candidates, want 4", len(live))
+	}
+	parent := r.Mainline
+	files := map[string]string{}
+	for i, c := range got {
+		files[fmt.Sprintf("src/f%d.go", i)] = fmt.Sprint(i)
+		b.wantCandidate(t, c, c.CandidateRevision, parent, files)
+		cand := live[i]
+		if cand.ID != c.CandidateID || cand.State != store.CandidateValidating || cand.ParentRevision != parent ||
+			cand.Revision != c.CandidateRevision || cand.JobID != c.JobID || !slices.Equal(cand.Changes, []string{c.ID}) {
+			t.Fatalf("live candidate %d = %+v; want %s validating change %s on %s", i, cand, c.CandidateID, c.ID, parent)
+		}
+		parent = c.CandidateRevision
+	}
+	if pos := b.change(t, cs[4].ID).QueuePosition; pos != 4 {
+		t.Fatalf("the fifth change has queue position %d, want 4", pos)
+	}
+
+	// The second passes first: it waits for the first, which then lands with it, in order.
+	// Waiting, it holds no worker: the fifth change takes its place in the window.
+	run := b.runner()
+	run.claimAll(t)
+	run.finish(t, got[1].JobID, true)
+	fifth := b.advance(t, g, "web", step{cs[4].ID, store.ChangeValidating})[0]
+	if m := b.repository(t, "web").Mainline; m != r.Mainline {
+		t.Fatalf("the mainline moved to %s on a pass behind a pending candidate", m)
+	}
+	run.finish(t, got[0].JobID, true)
+	b.clk.Advance(time.Second)
+	landed := b.advance(t, g, "web", step{cs[0].ID, store.ChangeIntegrated}, step{cs[1].ID, store.ChangeIntegrated},
+		step{cs[5].ID, store.ChangeValidating})
+	landed = append(landed[:2], fifth, landed[2])
+	if m := b.repository(t, "web").Mainline; m != got[1].CandidateRevision {
+		t.Fatalf("the mainline is %s, want the second candidate %s", m, got[1].CandidateRevision)
+	}
+	for i := range 2 {
+		// Each landed candidate is a commit of its own, naming its own attestation.
+		rev := b.revision(t, "web", landed[i].IntegratedRevision)
+		b.wantCommit(t, rev, landed[i].Message, "Ag-Attestation: "+landed[i].AttestationDigest)
+		if landed[i].AttestationDigest == "" || landed[i].JobID != got[i].JobID {
+			t.Fatalf("change %d landed with attestation %q and job %s; want its candidate's job %s and its attestation",
+				i, landed[i].AttestationDigest, landed[i].JobID, got[i].JobID)
+		}
+	}
+	if landed[2].CandidateRevision == "" || b.revision(t, "web", landed[2].CandidateRevision).Parent != got[3].CandidateRevision {
+		t.Fatalf("the fifth change's candidate is not built on the fourth's %s", got[3].CandidateRevision)
+	}
+	for _, c := range []store.Change{got[2], got[3], landed[2], landed[3]} {
+		run.finish(t, c.JobID, true)
+	}
+	b.advance(t, g, "web", steps(cs[2:], store.ChangeIntegrated)...)
+	all := map[string]string{}
+	for i := range cs {
+		all[fmt.Sprintf("src/f%d.go", i)] = fmt.Sprint(i)
+	}
+	b.wantFiles(t, "web", all)
+	if live := b.liveCandidates(t, "web"); len(live) != 0 {
+		t.Fatalf("%d candidates are still live after every change landed", len(live))
+	}
+	for _, c := range cs {
+		h := b.history(t, c.ID)
+		if len(h) != 1 || h[0].State != store.CandidateLanded {
+			t.Fatalf("the history of %s is %+v, want one landed candidate", c.ID, h)
+		}
+	}
+}
+
+func testSpeculationRejectsOnlyTheCulprit(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth = 4
+	g.setVerdict(passUnlessFailed)
+	cs := b.queueDisjoint(t, r, 5)
+	got := b.advance(t, g, "web", steps(cs[:4], store.ChangeValidating)...)
+	run := b.runner()
+	run.claimAll(t) // the fourth candidate's worker is running it when the third fails
+
+	// The third fails while the first two still validate: it is not rejected yet (what broke
+	// it may be ahead of it), but the fourth, built on it, is superseded and rebuilt without it.
+	run.finish(t, got[2].JobID, false)
+	b.clk.Advance(time.Second)
+	moved := b.advance(t, g, "web", step{cs[3].ID, store.ChangeQueued}, step{cs[3].ID, store.ChangeValidating},
+		step{cs[4].ID, store.ChangeValidating})
+	if c := b.change(t, cs[2].ID); c.State != store.ChangeValidating {
+		t.Fatalf("the failed third change is %s before the candidates ahead of it passed, want still validating", c.State)
+	}
+	if j, err := b.st.GetJob(b.ctx, got[3].JobID); err != nil || j.State != store.JobClaimed || !j.CancelRequested {
+		t.Fatalf("the superseded candidate's job is %s, cancel requested %v (%v); want its worker asked to stop", j.State, j.CancelRequested, err)
+	}
+	rebuilt := moved[1]
+	if p := b.revision(t, "web", rebuilt.CandidateRevision).Parent; p != got[1].CandidateRevision {
+		t.Fatalf("the fourth change was rebuilt on %s, want on the second's candidate %s, without the third", p, got[1].CandidateRevision)
+	}
+	h := b.history(t, cs[3].ID)
+	if len(h) != 2 || h[0].State != store.CandidateSuperseded || h[0].Reason == "" || h[1].State != store.CandidateValidating {
+		t.Fatalf("the history of the fourth change is %+v, want a superseded candidate with its reason, then a validating one", h)
+	}
+
+	// Once the two ahead pass, the third is known to have broken its candidate.
+	run.finish(t, got[0].JobID, true)
+	run.finish(t, got[1].JobID, true)
+	rejected := b.advance(t, g, "web", step{cs[0].ID, store.ChangeIntegrated}, step{cs[1].ID, store.ChangeIntegrated},
+		step{cs[2].ID, store.ChangeRejected})[2]
+	if rejected.Reason != "the tests failed in "+got[2].JobID || rejected.AttestationDigest == "" {
+		t.Fatalf("the third change was rejected with %q, attestation %q; want the failure and its signed run", rejected.Reason, rejected.AttestationDigest)
+	}
+	run.claimAll(t)
+	run.finish(t, rebuilt.JobID, true)
+	run.finish(t, moved[2].JobID, true)
+	b.advance(t, g, "web", step{cs[3].ID, store.ChangeIntegrated}, step{cs[4].ID, store.ChangeIntegrated})
+	b.wantFiles(t, "web", map[string]string{"src/f0.go": "0", "src/f1.go": "1", "src/f3.go": "3", "src/f4.go": "4"})
+}
+
+func testSpeculationBatchFindsTheCulprit(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth, g.batch = 4, 8
+	g.setVerdict(passUnlessFailed)
+	cs := b.queueDisjoint(t, r, 8)
+	culprit := cs[5]
+	run := b.runner()
+	validations := 0
+	for round := 0; ; round++ {
+		if round > 20 {
+			t.Fatal("the queue did not settle in 20 rounds")
+		}
+		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+			t.Fatalf("AdvanceQueue: %v", err)
+		}
+		run.claimAll(t)
+		if len(run.claimed) == 0 {
+			break
+		}
+		// A candidate fails when it holds the culprit.
+		bad := map[string]bool{}
+		for _, c := range b.history(t, culprit.ID) {
+			bad[c.JobID] = true
+		}
+		for id := range run.claimed {
+			validations++
+			run.finish(t, id, !bad[id])
+		}
+	}
+	for _, c := range cs {
+		want := store.ChangeIntegrated
+		if c.ID == culprit.ID {
+			want = store.ChangeRejected
+		}
+		if got := b.change(t, c.ID); got.State != want {
+			t.Fatalf("change %s (%s) is %s, want %s", c.ID, c.Message, got.State, want)
+		}
+	}
+	files := map[string]string{}
+	for i := range cs {
+		if cs[i].ID != culprit.ID {
+			files[fmt.Sprintf("src/f%d.go", i)] = fmt.Sprint(i)
+		}
+	}
+	b.wantFiles(t, "web", files)
+	h := b.history(t, culprit.ID)
+	if len(h) < 3 || h[0].State != store.CandidateSplit || len(h[0].Changes) != 8 || h[len(h)-1].State != store.CandidateRejected ||
+		len(h[len(h)-1].Changes) != 1 {
+		t.Fatalf("the culprit's history is %+v; want the batch of 8 split, down to itself alone, rejected", h)
+	}
+	// Every landed tree is one a worker validated: the batch commits name their changes.
+	m := b.revision(t, "web", b.repository(t, "web").Mainline)
+	for m.Parent != r.Mainline {
+		integrated := 0
+		for _, c := range cs {
+			if got := b.change(t, c.ID); got.IntegratedRevision == m.ID {
+				integrated++
+				if got.AttestationDigest == "" {
+					t.Fatalf("change %s landed without an attestation", c.ID)
+				}
+			}
+		}
+		if integrated == 0 {
+			t.Fatalf("the mainline revision %s integrated no change", m.ID)
+		}
+		m = b.revision(t, "web", m.Parent)
+	}
+	t.Logf("%d validations found the culprit among 8", validations)
+}
