@@ -22,22 +22,26 @@ import (
 type validationFlags struct {
 	timeout time.Duration
 	env     []string
+	depth   uint32
+	batch   uint32
 }
 
 func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "kill the validation command after this long and reject the change (default 10m on the server, at most 24h)")
 	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
+	cmd.Flags().Uint32Var(&f.depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it (default: as many as the validate workers seen, at most 64)")
+	cmd.Flags().Uint32Var(&f.batch, "batch", 0, "validate this many changes together in one run, splitting a batch that fails until the changes that broke it are found (default 1, at most 64)")
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
 func (f *validationFlags) validation(command []string) (*agwpv1.Validation, error) {
 	if len(command) == 0 {
-		if f.timeout != 0 || len(f.env) > 0 {
-			return nil, errors.New("--timeout and --env belong to a validation command: name it after --, e.g. `-- go test ./...`")
+		if f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 {
+			return nil, errors.New("--timeout, --env, --depth and --batch belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
-	v := &agwpv1.Validation{Command: command}
+	v := &agwpv1.Validation{Command: command, Depth: f.depth, Batch: f.batch}
 	if f.timeout != 0 {
 		v.Timeout = durationpb.New(f.timeout)
 	}
@@ -58,6 +62,12 @@ func describeValidation(v *agwpv1.Validation) string {
 	s := "`" + strings.Join(v.GetCommand(), " ") + "`"
 	if v.GetTimeout() != nil {
 		s += " (timeout " + v.GetTimeout().AsDuration().String() + ")"
+	}
+	if d := v.GetDepth(); d > 0 {
+		s += fmt.Sprintf(", %d at once", d)
+	}
+	if b := v.GetBatch(); b > 1 {
+		s += fmt.Sprintf(", in batches of %d", b)
 	}
 	return s
 }
@@ -100,7 +110,61 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 	} else {
 		fmt.Fprintf(tw, "validation\tnone: changes integrate at once\n")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	q, err := c.Repos.GetQueue(ctx, &agwpv1.GetQueueRequest{Repository: name})
+	if err != nil {
+		return err
+	}
+	if len(q.GetCandidates()) > 0 || len(q.GetWaiting()) > 0 {
+		fmt.Fprintln(g.stdout)
+		printQueue(g.stdout, q)
+	}
+	return nil
+}
+
+// printQueue shows a repository's integration queue: the candidates in flight, then the
+// changes waiting to be built.
+func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
+	fmt.Fprintf(w, "queue: %d candidates in flight, %d changes waiting (depth %d, batch %d)\n",
+		len(q.GetCandidates()), len(q.GetWaiting()), q.GetDepth(), max(q.GetBatch(), 1))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(q.GetCandidates()) > 0 {
+		fmt.Fprintln(tw, "  #\tCANDIDATE\tSTATE\tCHANGES\tON\tWORKER\tPROGRESS")
+		for _, c := range q.GetCandidates() {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.GetPosition(), c.GetId(), candidateStateName(c.GetState()),
+				strings.Join(c.GetChanges(), ","), c.GetParentRevision(), dash(strings.Join(c.GetWorkers(), ",")), dash(c.GetProgress()))
+		}
+	}
+	if len(q.GetWaiting()) > 0 {
+		fmt.Fprintln(tw, "  \tWAITING\tAUTHOR\tPATHS\tCREATED\tMESSAGE\t")
+		for _, ch := range q.GetWaiting() {
+			fmt.Fprintf(tw, "  \t%s\t%s\t%d\t%s\t%s\t\n", ch.GetId(), ch.GetAuthor(), len(ch.GetPaths()), formatTime(ch.GetCreatedAt()),
+				firstLineOf(ch.GetMessage()))
+		}
+	}
+	_ = tw.Flush()
+}
+
+func candidateStateName(s agwpv1.CandidateState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "CANDIDATE_STATE_"))
+}
+
+// describeCandidate says in a line where a candidate is: its place and what it is built on.
+func describeCandidate(c *agwpv1.Candidate) string {
+	s := c.GetId() + " " + candidateStateName(c.GetState())
+	if n := len(c.GetChanges()); n > 1 {
+		s += fmt.Sprintf(", a batch of %d", n)
+	}
+	if p := c.GetPosition(); p > 0 {
+		s += fmt.Sprintf(", position %d in the queue", p)
+	}
+	s += ", on " + c.GetParentRevision()
+	if w := c.GetWorkers(); len(w) > 0 {
+		s += ", run by " + strings.Join(w, ", ")
+	}
+	return s
 }
 
 func newChangeCmd(g *globals) *cobra.Command {
@@ -179,9 +243,28 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 	fmt.Fprintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
 	fmt.Fprintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
 	fmt.Fprintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
+	if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED {
+		fmt.Fprintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(queuePlace(ch), " ()")))
+	}
+	if c := ch.GetCandidate(); c != nil && ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
+		fmt.Fprintf(tw, "in candidate\t%s\n", describeCandidate(c))
+	}
 	_ = tw.Flush()
 	if ch.GetReason() != "" {
 		fmt.Fprintf(w, "reason: %s\n", ch.GetReason())
+	}
+	if h := ch.GetHistory(); len(h) > 1 || (len(h) == 1 && len(h[0].GetChanges()) > 1) {
+		fmt.Fprintf(w, "validated %d times:\n", len(h))
+		for _, c := range h {
+			line := fmt.Sprintf("  %s  %s", c.GetId(), candidateStateName(c.GetState()))
+			if n := len(c.GetChanges()); n > 1 {
+				line += fmt.Sprintf(" (a batch of %d)", n)
+			}
+			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
+				line += ": " + firstLineOf(r)
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 }
 
@@ -193,6 +276,15 @@ func followChange(ctx context.Context, g *globals, c *client.Client, change *agw
 	show := func(ch *agwpv1.Change) {
 		if g.json {
 			return
+		}
+		if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING && ch.GetCandidate() != nil &&
+			(shown == nil || ch.GetCandidate().GetId() != shown.GetCandidate().GetId() ||
+				ch.GetCandidate().GetPosition() != shown.GetCandidate().GetPosition()) {
+			fmt.Fprintf(g.stderr, "change %s: in candidate %s\n", ch.GetId(), describeCandidate(ch.GetCandidate()))
+			if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() {
+				shown = ch
+				return
+			}
 		}
 		if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() &&
 			ch.GetQueuePosition() == shown.GetQueuePosition() {

@@ -104,7 +104,7 @@ verifies. Changes already queued are validated under the policy in force when th
 	setValidation.Flags().BoolVar(&none, "none", false, "remove the validation policy")
 	show := &cobra.Command{
 		Use:   "show NAME",
-		Short: "show a repository: its mainline, the change and attestation behind it, and its validation policy",
+		Short: "show a repository: its mainline, the change and attestation behind it, its validation policy and its queue",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -185,7 +185,28 @@ files: import first, then set the policy.`,
 	importCmd.Flags().BoolVar(&filesOnly, "files", false, "import DIR's files as a change even when DIR is a git repository")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
-	cmd.AddCommand(create, setValidation, show, list, importCmd)
+	queue := &cobra.Command{
+		Use:   "queue NAME",
+		Short: "show a repository's integration queue: the candidates validating, with their workers, and the changes waiting",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			q, err := c.Repos.GetQueue(cmd.Context(), &agwpv1.GetQueueRequest{Repository: args[0]})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(q)
+			}
+			fmt.Fprintf(g.stdout, "mainline %s\n", q.GetMainline())
+			printQueue(g.stdout, q)
+			return nil
+		},
+	}
+	cmd.AddCommand(create, setValidation, show, queue, list, importCmd)
 	return cmd
 }
 

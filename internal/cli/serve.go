@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ag-coord/ag/internal/audit"
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -32,6 +33,7 @@ type serveOptions struct {
 	insecure       bool
 	logLevel       string
 	logFormat      string
+	gateMaxDepth   int
 	pollInterval   time.Duration
 	auditKey       string
 	auditOrigin    string
@@ -67,6 +69,7 @@ and each request at DEBUG (--log-level debug).`,
 	f.StringVar(&o.logLevel, "log-level", envOr("AG_LOG_LEVEL", "info"), "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", envOr("AG_LOG_FORMAT", "text"), "text or json")
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
+	f.IntVar(&o.gateMaxDepth, "gate-max-depth", gate.DefaultMaxDepth, "at most this many candidates of a repository validate at once when its policy names no depth (it follows the validate workers seen)")
 	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+defaultAuditKey+")")
 	f.StringVar(&o.gitEmailDomain, "git-email-domain", envOr("AG_GIT_EMAIL_DOMAIN", store.DefaultGitEmailDomain),
 		"the domain of the e-mail addresses of the mainline commits' authors (principal+label@DOMAIN) and committer (AG_GIT_EMAIL_DOMAIN)")
@@ -158,6 +161,9 @@ func auditKeyFor(db string) string {
 }
 
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
+	if o.gateMaxDepth < 0 || o.gateMaxDepth > gate.MaxDepth {
+		return withExit(ExitUsage, fmt.Errorf("--gate-max-depth %d is out of range (1 to %d; 0: the default, %d)", o.gateMaxDepth, gate.MaxDepth, gate.DefaultMaxDepth))
+	}
 	err := serveUntilDone(ctx, g, o)
 	if err != nil && ctx.Err() != nil {
 		// Stopped (Ctrl-C, SIGTERM) while it was starting: what failed then failed because of
@@ -238,7 +244,8 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 
-	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer})
+	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer,
+		GateMaxDepth: o.gateMaxDepth})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)

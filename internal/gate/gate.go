@@ -1,6 +1,7 @@
 // Package gate runs the integration queue: each repository with a validation policy validates
-// its changes one at a time, in arrival order, and moves its mainline only on a passing,
-// verified attestation for exactly the candidate tree.
+// its changes in arrival order, several candidates at once, each on the one ahead of it
+// (store.RunQueue), and moves its mainline only on a passing, verified attestation for exactly
+// the candidate tree.
 //
 // The queue's state lives only in the store. Any replica may advance any repository's queue
 // (the store serializes them per repository), so a replica that dies leaves nothing behind
@@ -32,14 +33,23 @@ const ValidateMaxAttempts = 3
 // the longer tail (64 KiB) in its output.
 const maxReasonTail = 4 << 10
 
+// DefaultMaxDepth bounds the automatic depth of a queue: candidates beyond the workers' reach
+// only wait, and each is rebuilt when one ahead of it fails.
+const DefaultMaxDepth = 8
+
 // Gate advances integration queues.
 type Gate struct {
-	store  store.Store
-	log    *slog.Logger
-	sweep  time.Duration
-	kicks  chan string
-	signal store.Signal
+	store    store.Store
+	log      *slog.Logger
+	sweep    time.Duration
+	kicks    chan string
+	sweepNow chan struct{}
+	signal   store.Signal
 
+	// Capacity is what a policy without a depth speculates to; nil: one candidate at a time.
+	Capacity *Capacity
+	// MaxDepth bounds the automatic depth (DefaultMaxDepth when 0).
+	MaxDepth int
 	// OnChange, when set, is called with every change whose state an advance changed.
 	OnChange func(store.Change)
 }
@@ -54,7 +64,16 @@ func New(st store.Store, log *slog.Logger, sweep time.Duration) *Gate {
 	if sweep <= 0 {
 		sweep = 2 * time.Second
 	}
-	return &Gate{store: st, log: log, sweep: sweep, kicks: make(chan string, 1024)}
+	return &Gate{store: st, log: log, sweep: sweep, kicks: make(chan string, 1024), sweepNow: make(chan struct{}, 1)}
+}
+
+// KickAll asks for an advance of every pending queue soon: more workers came, and queues may
+// speculate further.
+func (g *Gate) KickAll() {
+	select {
+	case g.sweepNow <- struct{}{}:
+	default:
+	}
 }
 
 // Kick asks for an advance of repository's queue soon. It never blocks: when the gate is
@@ -95,6 +114,8 @@ func (g *Gate) Run(ctx context.Context) {
 			}
 		case <-t.C:
 			g.advancePending(ctx)
+		case <-g.sweepNow:
+			g.advancePending(ctx)
 		}
 	}
 }
@@ -124,6 +145,7 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 		Repository: repository,
 		Decide:     Decide,
 		Job:        validateJob,
+		Shape:      g.Shape,
 	})
 	if err != nil {
 		return nil, err
@@ -139,6 +161,24 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 		g.signal.Fire()
 	}
 	return changed, nil
+}
+
+// Shape answers how deep a queue speculates and how many changes a candidate takes, from its
+// stored policy: the policy's depth, or the validate workers seen recently.
+func (g *Gate) Shape(validation []byte) (depth, batch int) {
+	p, _, err := ParsePolicy(validation)
+	if err != nil {
+		return 1, 1
+	}
+	depth = p.Depth
+	if depth == 0 && g.Capacity != nil {
+		limit := g.MaxDepth
+		if limit <= 0 {
+			limit = DefaultMaxDepth
+		}
+		depth = min(g.Capacity.Estimate(), limit)
+	}
+	return max(depth, 1), max(p.Batch, 1)
 }
 
 // validateJob answers the validate job of a candidate under the repository's stored policy.

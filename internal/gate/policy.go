@@ -16,6 +16,10 @@ const (
 	maxArgBytes    = 4096
 	maxEnv         = 64
 	maxEnvValue    = 4096
+	// MaxDepth bounds the candidates of one repository validating at once, and MaxBatch the
+	// changes one candidate validates together.
+	MaxDepth = 64
+	MaxBatch = 64
 )
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -26,6 +30,26 @@ type Policy struct {
 	Command []string          `json:"command"`
 	Timeout Duration          `json:"timeout"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Depth is how many candidates validate at once, each on the one ahead of it; 0: as many as
+	// the validate workers seen recently (Gate.MaxDepth at most).
+	Depth int `json:"depth,omitempty"`
+	// Batch is how many changes one candidate validates together; 0 or 1: one.
+	Batch int `json:"batch,omitempty"`
+}
+
+// WithQueue answers p with the queue's depth and batch, checked.
+func (p Policy) WithQueue(depth, batch int) (Policy, error) {
+	if depth < 0 || depth > MaxDepth {
+		return Policy{}, &PolicyError{"depth", fmt.Sprintf("%d is out of range (0, automatic, to %d)", depth, MaxDepth)}
+	}
+	if batch < 0 || batch > MaxBatch {
+		return Policy{}, &PolicyError{"batch", fmt.Sprintf("%d is out of range (0 or 1, one change a candidate, to %d)", batch, MaxBatch)}
+	}
+	if batch == 1 {
+		batch = 0
+	}
+	p.Depth, p.Batch = depth, batch
+	return p, nil
 }
 
 // Duration is a time.Duration stored as its Go string ("10m0s"), readable in the database.

@@ -172,6 +172,7 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/GetChange":   {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/ListChanges": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/WatchChange": {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/GetQueue":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
 
 	// Fetching a repository's mainline with git (git.go). Not a worker: it reads only the
 	// candidate of a validate job it holds (workerReads), never a whole history.

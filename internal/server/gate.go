@@ -28,6 +28,9 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 		return nil, err
 	}
 	p, err := gate.NewPolicy(v.GetCommand(), timeout, v.GetEnv())
+	if err == nil {
+		p, err = p.WithQueue(int(min(v.GetDepth(), gate.MaxDepth+1)), int(min(v.GetBatch(), gate.MaxBatch+1)))
+	}
 	var pe *gate.PolicyError
 	if errors.As(err, &pe) {
 		return nil, invalid(field+"."+pe.Field, "%s", pe.Msg)
@@ -43,7 +46,8 @@ func validationProto(stored []byte) *agwpv1.Validation {
 	if err != nil || !ok {
 		return nil
 	}
-	return &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env}
+	return &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env,
+		Depth: uint32(p.Depth), Batch: uint32(p.Batch)}
 }
 
 func (h repoService) SetValidation(ctx context.Context, req *agwpv1.SetValidationRequest) (*agwpv1.SetValidationResponse, error) {
@@ -65,34 +69,145 @@ func (h repoService) SetValidation(ctx context.Context, req *agwpv1.SetValidatio
 }
 
 // changeWithProgress answers a change as clients see it: while VALIDATING with the validate
-// job's progress line, while QUEUED with its place in the queue.
+// job's progress line and its candidate (with the workers running it and its place in the
+// queue), while QUEUED with its place in the queue, and always with every candidate it was in.
 func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *agwpv1.Change {
 	out := changeProto(c)
-	switch c.State {
-	case store.ChangeQueued:
+	if c.State == store.ChangeQueued {
 		out.QueuePosition = uint32(c.QueuePosition)
-	case store.ChangeValidating:
-		if c.JobID == "" {
-			break
-		}
-		job, err := h.s.store.GetJob(ctx, c.JobID)
-		if err != nil {
-			break
-		}
-		switch {
-		case job.State == store.JobQueued && job.Attempts == 0:
-			out.Progress = "waiting for a worker"
-		case job.State == store.JobQueued:
-			out.Progress = fmt.Sprintf("attempt %d failed (%s); waiting for a worker", job.Attempts, firstLine(job.LastError))
-		case job.State == store.JobClaimed && job.Progress == "":
-			out.Progress = "claimed by " + job.ClaimedBy
-		case job.State == store.JobClaimed:
-			out.Progress = job.ClaimedBy + ": " + job.Progress
-		default:
-			out.Progress = "validation " + string(job.State) + "; settling"
-		}
+	}
+	history, err := h.s.store.ListCandidates(ctx, store.ListCandidatesParams{ChangeID: c.ID})
+	if err != nil {
+		h.s.log.Warn("read a change's candidates", "change", c.ID, "err", err)
+	}
+	for _, cand := range history {
+		out.History = append(out.History, candidateProto(cand))
+	}
+	if n := len(out.History); n > 0 {
+		out.Candidate = out.History[n-1]
+	}
+	if c.State != store.ChangeValidating || c.JobID == "" {
+		return out
+	}
+	job, err := h.s.store.GetJob(ctx, c.JobID)
+	if err != nil {
+		return out
+	}
+	out.Progress = jobProgress(job)
+	if out.Candidate != nil && out.Candidate.GetId() == c.CandidateID {
+		h.liveCandidate(ctx, out.Candidate, job)
 	}
 	return out
+}
+
+// jobProgress says where a validate job is, for people.
+func jobProgress(job store.Job) string {
+	switch {
+	case job.State == store.JobQueued && job.Attempts == 0:
+		return "waiting for a worker"
+	case job.State == store.JobQueued:
+		return fmt.Sprintf("attempt %d failed (%s); waiting for a worker", job.Attempts, firstLine(job.LastError))
+	case job.State == store.JobClaimed && job.Progress == "":
+		return "claimed by " + job.ClaimedBy
+	case job.State == store.JobClaimed:
+		return job.ClaimedBy + ": " + job.Progress
+	}
+	return "validation " + string(job.State) + "; settling"
+}
+
+// liveCandidate fills in what a live candidate's job and queue say of it: its workers, its
+// progress and its place among the live candidates.
+func (h repoService) liveCandidate(ctx context.Context, out *agwpv1.Candidate, job store.Job) {
+	if job.State == store.JobClaimed {
+		out.Workers = []string{job.ClaimedBy}
+		out.Progress = jobProgress(job)
+	} else if job.State == store.JobQueued {
+		out.Progress = jobProgress(job)
+	}
+	live, err := h.s.store.ListCandidates(ctx, store.ListCandidatesParams{Repository: out.GetRepository()})
+	if err != nil {
+		return
+	}
+	for i, c := range live {
+		if c.ID == out.GetId() {
+			out.Position = uint32(i + 1)
+		}
+	}
+}
+
+func candidateProto(c store.Candidate) *agwpv1.Candidate {
+	return &agwpv1.Candidate{
+		Id: c.ID, Repository: c.Repository, State: candidateStateProto(c.State), Revision: c.Revision,
+		ParentRevision: c.ParentRevision, Changes: c.Changes, JobId: c.JobID, AttestationDigest: c.AttestationDigest,
+		Reason: c.Reason, CreatedAt: timestamp(c.CreatedAt), UpdatedAt: timestamp(c.UpdatedAt),
+	}
+}
+
+func candidateStateProto(s store.CandidateState) agwpv1.CandidateState {
+	switch s {
+	case store.CandidateValidating:
+		return agwpv1.CandidateState_CANDIDATE_STATE_VALIDATING
+	case store.CandidatePassed:
+		return agwpv1.CandidateState_CANDIDATE_STATE_PASSED
+	case store.CandidateFailed:
+		return agwpv1.CandidateState_CANDIDATE_STATE_FAILED
+	case store.CandidateLanded:
+		return agwpv1.CandidateState_CANDIDATE_STATE_LANDED
+	case store.CandidateRejected:
+		return agwpv1.CandidateState_CANDIDATE_STATE_REJECTED
+	case store.CandidateSplit:
+		return agwpv1.CandidateState_CANDIDATE_STATE_SPLIT
+	case store.CandidateSuperseded:
+		return agwpv1.CandidateState_CANDIDATE_STATE_SUPERSEDED
+	case store.CandidateCancelled:
+		return agwpv1.CandidateState_CANDIDATE_STATE_CANCELLED
+	}
+	return agwpv1.CandidateState_CANDIDATE_STATE_UNSPECIFIED
+}
+
+// maxQueueWaiting bounds the waiting changes GetQueue lists.
+const maxQueueWaiting = 1000
+
+func (h repoService) GetQueue(ctx context.Context, req *agwpv1.GetQueueRequest) (*agwpv1.GetQueueResponse, error) {
+	if err := validateName("repository", req.GetRepository()); err != nil {
+		return nil, err
+	}
+	r, err := h.s.store.GetRepository(ctx, req.GetRepository())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	live, err := h.s.store.ListCandidates(ctx, store.ListCandidatesParams{Repository: r.Name})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	waiting, _, err := h.s.store.ListChanges(ctx, store.ListChangesParams{Repository: r.Name, Queued: true, Limit: maxQueueWaiting})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.GetQueueResponse{Mainline: r.Mainline}
+	if r.Validation != nil {
+		depth, batch := h.s.gate.Shape(r.Validation)
+		out.Depth, out.Batch = uint32(depth), uint32(batch)
+	}
+	for i, c := range live {
+		cp := candidateProto(c)
+		cp.Position = uint32(i + 1)
+		if job, err := h.s.store.GetJob(ctx, c.JobID); err == nil {
+			if job.State == store.JobClaimed {
+				cp.Workers = []string{job.ClaimedBy}
+			}
+			if c.State == store.CandidateValidating {
+				cp.Progress = jobProgress(job)
+			}
+		}
+		out.Candidates = append(out.Candidates, cp)
+	}
+	for i, c := range waiting {
+		cp := changeProto(c)
+		cp.QueuePosition = uint32(i)
+		out.Waiting = append(out.Waiting, cp)
+	}
+	return out, nil
 }
 
 // kickValidation advances the queue of a validate job's repository after the job moved.
@@ -100,6 +215,7 @@ func (s *Server) kickValidation(job store.Job) {
 	if job.Kind != agwp.KindValidate {
 		return
 	}
+	s.gate.Capacity.Released(job.ID)
 	if repository, ok := validateRepository(job.Payload); ok {
 		s.gate.Kick(repository)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/ag-coord/ag/agwp"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -75,6 +77,22 @@ func (h jobService) ClaimJobs(ctx context.Context, req *agwpv1.ClaimJobsRequest)
 // whose caller went away before the answer is handed back at once, so its jobs do not sit
 // claimed by nobody until the lease runs out.
 func (h jobService) claim(ctx context.Context, p store.ClaimJobParams, wait time.Duration) ([]store.Job, error) {
+	if len(p.Kinds) == 0 || slices.Contains(p.Kinds, agwp.KindValidate) {
+		// A worker that can validate is what the integration queues speculate to.
+		done := h.s.gate.Capacity.Waiting()
+		jobs, err := h.claimWaiting(ctx, p, wait)
+		done()
+		for _, j := range jobs {
+			if j.Kind == agwp.KindValidate {
+				h.s.gate.Capacity.Held(j.ID, j.LeaseExpiresAt)
+			}
+		}
+		return jobs, err
+	}
+	return h.claimWaiting(ctx, p, wait)
+}
+
+func (h jobService) claimWaiting(ctx context.Context, p store.ClaimJobParams, wait time.Duration) ([]store.Job, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		// Taken before looking, so an enqueue that commits after the look still wakes us.
@@ -179,6 +197,9 @@ func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRe
 	})
 	if err != nil {
 		return nil, h.claimRefusal("HeartbeatJob", err, connect.CodeNotFound)
+	}
+	if job.Kind == agwp.KindValidate {
+		h.s.gate.Capacity.Held(job.ID, job.LeaseExpiresAt)
 	}
 	return &agwpv1.HeartbeatJobResponse{
 		LeaseExpiresAt:  timestamp(job.LeaseExpiresAt),
@@ -303,6 +324,9 @@ func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*a
 		return nil, h.claimRefusal("FailJob", err, connect.CodeNotFound)
 	}
 	h.s.metrics.failures.Inc()
+	if job.Kind == agwp.KindValidate {
+		h.s.gate.Capacity.Released(job.ID)
+	}
 	if job.State.Terminal() {
 		h.s.kickValidation(job)
 	}

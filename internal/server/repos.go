@@ -495,7 +495,9 @@ func (h repoService) WatchChange(ctx context.Context, req *agwpv1.WatchChangeReq
 		}
 		out := h.changeWithProgress(ctx, c)
 		if last == nil || out.GetState() != last.GetState() || out.GetProgress() != last.GetProgress() ||
-			out.GetQueuePosition() != last.GetQueuePosition() || out.GetCandidateRevision() != last.GetCandidateRevision() {
+			out.GetQueuePosition() != last.GetQueuePosition() || out.GetCandidateRevision() != last.GetCandidateRevision() ||
+			out.GetCandidate().GetId() != last.GetCandidate().GetId() || out.GetCandidate().GetState() != last.GetCandidate().GetState() ||
+			out.GetCandidate().GetPosition() != last.GetCandidate().GetPosition() {
 			if err := stream.Send(&agwpv1.WatchChangeResponse{Change: out}); err != nil {
 				return err
 			}

@@ -41,6 +41,9 @@ type Config struct {
 	// GateSweep is how often the server looks at every integration queue with pending changes,
 	// besides advancing a queue at once when a request moves it. Default 2s.
 	GateSweep time.Duration
+	// GateMaxDepth bounds how many candidates of a repository whose policy names no depth
+	// validate at once; the depth follows the validate workers seen. Default gate.DefaultMaxDepth.
+	GateMaxDepth int
 	// BodyIdleTimeout is how long a request body may go without delivering a byte, and
 	// BodyTimeout how long any body may take before it must keep 64 KiB/s on average (the time
 	// the bytes that arrived take at that pace is added to it). Defaults DefaultBodyIdleTimeout
@@ -110,6 +113,8 @@ func New(cfg Config) *Server {
 	}
 	s.gate = gate.New(cfg.Store, s.log, cfg.GateSweep)
 	s.gate.OnChange = s.metrics.changeSettled
+	s.gate.MaxDepth = cfg.GateMaxDepth
+	s.gate.Capacity = gate.NewCapacity(nil, s.gate.KickAll)
 	s.workerReads = &workerReads{s: s}
 	if s.pollInterval <= 0 {
 		s.pollInterval = time.Second

@@ -73,7 +73,11 @@ type QueueTx interface {
 // changes are built into new candidates on the tip while fewer than p.Depth live candidates are
 // on it, p.Batch changes to a candidate.
 func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
-	r := &queueRun{tx: tx, p: p, depth: max(p.Depth, 1), batch: max(p.Batch, 1)}
+	depth, batch := p.Depth, p.Batch
+	if p.Shape != nil {
+		depth, batch = p.Shape(tx.Validation())
+	}
+	r := &queueRun{tx: tx, p: p, depth: max(depth, 1), batch: max(batch, 1)}
 	if err := r.run(); err != nil {
 		return nil, false, err
 	}

@@ -353,6 +353,8 @@ type AdvanceQueueParams struct {
 	Depth int
 	// Batch bounds the changes one candidate validates together (0 or 1: one).
 	Batch int
+	// Shape, when set, answers Depth and Batch from the repository's policy as stored.
+	Shape func(validation []byte) (depth, batch int)
 }
 
 // ListChangesParams page ListChanges.
@@ -360,6 +362,8 @@ type ListChangesParams struct {
 	Repository string
 	Limit      int
 	PageToken  string
+	// Queued answers only the QUEUED changes, oldest first (the queue's waiting ones), one page.
+	Queued bool
 }
 
 // ErrLeaseConflict: a lease of another holder overlaps.

@@ -83,6 +83,83 @@ func (ChangeState) EnumDescriptor() ([]byte, []int) {
 	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{0}
 }
 
+type CandidateState int32
+
+const (
+	CandidateState_CANDIDATE_STATE_UNSPECIFIED CandidateState = 0
+	// Its validate job has not settled.
+	CandidateState_CANDIDATE_STATE_VALIDATING CandidateState = 1
+	// Passed, waiting for the candidates ahead of it to land.
+	CandidateState_CANDIDATE_STATE_PASSED CandidateState = 2
+	// Failed, waiting to know whether the candidates ahead of it pass: only then is the failure
+	// its own changes'.
+	CandidateState_CANDIDATE_STATE_FAILED CandidateState = 3
+	// The mainline moved to it.
+	CandidateState_CANDIDATE_STATE_LANDED CandidateState = 4
+	// It failed on the mainline itself: its change was rejected.
+	CandidateState_CANDIDATE_STATE_REJECTED CandidateState = 5
+	// A batch that failed: its changes were validated again in smaller parts.
+	CandidateState_CANDIDATE_STATE_SPLIT CandidateState = 6
+	// Built on what is no longer ahead of it (a candidate ahead failed, was split, or its change
+	// was cancelled): its job was cancelled and its changes rebuilt.
+	CandidateState_CANDIDATE_STATE_SUPERSEDED CandidateState = 7
+	// Its validate job was cancelled by a person.
+	CandidateState_CANDIDATE_STATE_CANCELLED CandidateState = 8
+)
+
+// Enum value maps for CandidateState.
+var (
+	CandidateState_name = map[int32]string{
+		0: "CANDIDATE_STATE_UNSPECIFIED",
+		1: "CANDIDATE_STATE_VALIDATING",
+		2: "CANDIDATE_STATE_PASSED",
+		3: "CANDIDATE_STATE_FAILED",
+		4: "CANDIDATE_STATE_LANDED",
+		5: "CANDIDATE_STATE_REJECTED",
+		6: "CANDIDATE_STATE_SPLIT",
+		7: "CANDIDATE_STATE_SUPERSEDED",
+		8: "CANDIDATE_STATE_CANCELLED",
+	}
+	CandidateState_value = map[string]int32{
+		"CANDIDATE_STATE_UNSPECIFIED": 0,
+		"CANDIDATE_STATE_VALIDATING":  1,
+		"CANDIDATE_STATE_PASSED":      2,
+		"CANDIDATE_STATE_FAILED":      3,
+		"CANDIDATE_STATE_LANDED":      4,
+		"CANDIDATE_STATE_REJECTED":    5,
+		"CANDIDATE_STATE_SPLIT":       6,
+		"CANDIDATE_STATE_SUPERSEDED":  7,
+		"CANDIDATE_STATE_CANCELLED":   8,
+	}
+)
+
+func (x CandidateState) Enum() *CandidateState {
+	p := new(CandidateState)
+	*p = x
+	return p
+}
+
+func (x CandidateState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CandidateState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agwp_v1_repository_proto_enumTypes[1].Descriptor()
+}
+
+func (CandidateState) Type() protoreflect.EnumType {
+	return &file_agwp_v1_repository_proto_enumTypes[1]
+}
+
+func (x CandidateState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CandidateState.Descriptor instead.
+func (CandidateState) EnumDescriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{1}
+}
+
 type Repository struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// [a-z0-9][a-z0-9._-]{0,63}
@@ -173,7 +250,14 @@ type Validation struct {
 	// Default 10m, at most 24h; the command's process group is killed when it runs longer.
 	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Added to the worker's environment.
-	Env           map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How many candidates validate at once, each on the one ahead of it; at most 64. 0: as many
+	// as the validate workers the server saw in the last minute (at most its --gate-max-depth).
+	Depth uint32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	// How many changes one candidate validates together; at most 64. 0 or 1: one. A batch that
+	// fails is split in halves, validated on top of each other, until the changes that broke it
+	// are alone.
+	Batch         uint32 `protobuf:"varint,5,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +311,20 @@ func (x *Validation) GetEnv() map[string]string {
 		return x.Env
 	}
 	return nil
+}
+
+func (x *Validation) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *Validation) GetBatch() uint32 {
+	if x != nil {
+		return x.Batch
+	}
+	return 0
 }
 
 type SetValidationRequest struct {
@@ -1750,6 +1848,12 @@ type Change struct {
 	Progress string `protobuf:"bytes,15,opt,name=progress,proto3" json:"progress,omitempty"`
 	// Changes ahead of this one in its repository's integration queue, while QUEUED.
 	QueuePosition uint32 `protobuf:"varint,16,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
+	// While VALIDATING: the candidate the change is validated in. Once final: the last one it
+	// was in (the one that landed it, or that failed). GetChange and WatchChange fill it in.
+	Candidate *Candidate `protobuf:"bytes,17,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// Every candidate the change was in, oldest first: why it was validated more than once.
+	// GetChange and WatchChange fill it in.
+	History       []*Candidate `protobuf:"bytes,18,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1896,6 +2000,302 @@ func (x *Change) GetQueuePosition() uint32 {
 	return 0
 }
 
+func (x *Change) GetCandidate() *Candidate {
+	if x != nil {
+		return x.Candidate
+	}
+	return nil
+}
+
+func (x *Change) GetHistory() []*Candidate {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// Candidate is one tree the integration queue asked a worker to validate: its parent revision
+// (the mainline, or the candidate ahead of it) with the edits of its changes applied in order.
+type Candidate struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Repository string                 `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"`
+	State      CandidateState         `protobuf:"varint,3,opt,name=state,proto3,enum=agwp.v1.CandidateState" json:"state,omitempty"`
+	// The candidate revision: exactly the tree validated, and the one the mainline moves to.
+	Revision       string `protobuf:"bytes,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	ParentRevision string `protobuf:"bytes,5,opt,name=parent_revision,json=parentRevision,proto3" json:"parent_revision,omitempty"`
+	// In queue order; more than one for a batch.
+	Changes []string `protobuf:"bytes,6,rep,name=changes,proto3" json:"changes,omitempty"`
+	JobId   string   `protobuf:"bytes,7,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The workers holding its validate job ("<principal>|<label>"), while it runs.
+	Workers []string `protobuf:"bytes,8,rep,name=workers,proto3" json:"workers,omitempty"`
+	// Its validate job's latest progress line, while it runs.
+	Progress string `protobuf:"bytes,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	// While live: its place among the live candidates, 1 for the one on the mainline.
+	Position uint32 `protobuf:"varint,10,opt,name=position,proto3" json:"position,omitempty"`
+	// The attestation its outcome rests on, when it has one.
+	AttestationDigest string `protobuf:"bytes,11,opt,name=attestation_digest,json=attestationDigest,proto3" json:"attestation_digest,omitempty"`
+	// Why it failed, was superseded, split or cancelled.
+	Reason        string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Candidate) Reset() {
+	*x = Candidate{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Candidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Candidate) ProtoMessage() {}
+
+func (x *Candidate) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
+func (*Candidate) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Candidate) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Candidate) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Candidate) GetState() CandidateState {
+	if x != nil {
+		return x.State
+	}
+	return CandidateState_CANDIDATE_STATE_UNSPECIFIED
+}
+
+func (x *Candidate) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *Candidate) GetParentRevision() string {
+	if x != nil {
+		return x.ParentRevision
+	}
+	return ""
+}
+
+func (x *Candidate) GetChanges() []string {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *Candidate) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *Candidate) GetWorkers() []string {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *Candidate) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
+func (x *Candidate) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Candidate) GetAttestationDigest() string {
+	if x != nil {
+		return x.AttestationDigest
+	}
+	return ""
+}
+
+func (x *Candidate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Candidate) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Candidate) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type GetQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueueRequest) Reset() {
+	*x = GetQueueRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueueRequest) ProtoMessage() {}
+
+func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
+func (*GetQueueRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetQueueRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+type GetQueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Revision id of the mainline head.
+	Mainline string `protobuf:"bytes,1,opt,name=mainline,proto3" json:"mainline,omitempty"`
+	// The live candidates in queue order: validating, or passed or failed and waiting for the
+	// ones ahead of them.
+	Candidates []*Candidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The QUEUED changes, oldest first (at most 1000).
+	Waiting []*Change `protobuf:"bytes,3,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	// The depth and batch the queue uses now: the policy's, or the depth found from the workers.
+	Depth         uint32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	Batch         uint32 `protobuf:"varint,5,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueueResponse) Reset() {
+	*x = GetQueueResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueueResponse) ProtoMessage() {}
+
+func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
+func (*GetQueueResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetQueueResponse) GetMainline() string {
+	if x != nil {
+		return x.Mainline
+	}
+	return ""
+}
+
+func (x *GetQueueResponse) GetCandidates() []*Candidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *GetQueueResponse) GetWaiting() []*Change {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *GetQueueResponse) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *GetQueueResponse) GetBatch() uint32 {
+	if x != nil {
+		return x.Batch
+	}
+	return 0
+}
+
 type GetChangeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ChangeId string                 `protobuf:"bytes,1,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
@@ -1907,7 +2307,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2319,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2332,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -1958,7 +2358,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2370,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2383,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -2004,7 +2404,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2416,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2429,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -2063,7 +2463,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2475,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2488,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2114,7 +2514,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2526,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2539,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -2158,7 +2558,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2570,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2583,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -2207,12 +2607,14 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xc3\x01\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xef\x01\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12.\n" +
-	"\x03env\x18\x03 \x03(\v2\x1c.agwp.v1.Validation.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x03 \x03(\v2\x1c.agwp.v1.Validation.EnvEntryR\x03env\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\rR\x05depth\x12\x14\n" +
+	"\x05batch\x18\x05 \x01(\rR\x05batch\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -2320,7 +2722,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
 	"\x06holder\x18\x06 \x01(\tR\x06holder\"<\n" +
 	"\x11IntegrateResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xc8\x04\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xa8\x05\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -2342,7 +2744,41 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1a\n" +
 	"\bprogress\x18\x0f \x01(\tR\bprogress\x12%\n" +
-	"\x0equeue_position\x18\x10 \x01(\rR\rqueuePosition\"^\n" +
+	"\x0equeue_position\x18\x10 \x01(\rR\rqueuePosition\x120\n" +
+	"\tcandidate\x18\x11 \x01(\v2\x12.agwp.v1.CandidateR\tcandidate\x12,\n" +
+	"\ahistory\x18\x12 \x03(\v2\x12.agwp.v1.CandidateR\ahistory\"\xef\x03\n" +
+	"\tCandidate\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12-\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x17.agwp.v1.CandidateStateR\x05state\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\tR\brevision\x12'\n" +
+	"\x0fparent_revision\x18\x05 \x01(\tR\x0eparentRevision\x12\x18\n" +
+	"\achanges\x18\x06 \x03(\tR\achanges\x12\x15\n" +
+	"\x06job_id\x18\a \x01(\tR\x05jobId\x12\x18\n" +
+	"\aworkers\x18\b \x03(\tR\aworkers\x12\x1a\n" +
+	"\bprogress\x18\t \x01(\tR\bprogress\x12\x1a\n" +
+	"\bposition\x18\n" +
+	" \x01(\rR\bposition\x12-\n" +
+	"\x12attestation_digest\x18\v \x01(\tR\x11attestationDigest\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"created_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"1\n" +
+	"\x0fGetQueueRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\"\xb9\x01\n" +
+	"\x10GetQueueResponse\x12\x1a\n" +
+	"\bmainline\x18\x01 \x01(\tR\bmainline\x122\n" +
+	"\n" +
+	"candidates\x18\x02 \x03(\v2\x12.agwp.v1.CandidateR\n" +
+	"candidates\x12)\n" +
+	"\awaiting\x18\x03 \x03(\v2\x0f.agwp.v1.ChangeR\awaiting\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\rR\x05depth\x12\x14\n" +
+	"\x05batch\x18\x05 \x01(\rR\x05batch\"^\n" +
 	"\x10GetChangeRequest\x12\x1b\n" +
 	"\tchange_id\x18\x01 \x01(\tR\bchangeId\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"<\n" +
@@ -2368,7 +2804,17 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x17CHANGE_STATE_VALIDATING\x10\x02\x12\x1b\n" +
 	"\x17CHANGE_STATE_INTEGRATED\x10\x03\x12\x19\n" +
 	"\x15CHANGE_STATE_REJECTED\x10\x04\x12\x1a\n" +
-	"\x16CHANGE_STATE_CANCELLED\x10\x052\xbd\x0f\n" +
+	"\x16CHANGE_STATE_CANCELLED\x10\x05*\x9d\x02\n" +
+	"\x0eCandidateState\x12\x1f\n" +
+	"\x1bCANDIDATE_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aCANDIDATE_STATE_VALIDATING\x10\x01\x12\x1a\n" +
+	"\x16CANDIDATE_STATE_PASSED\x10\x02\x12\x1a\n" +
+	"\x16CANDIDATE_STATE_FAILED\x10\x03\x12\x1a\n" +
+	"\x16CANDIDATE_STATE_LANDED\x10\x04\x12\x1c\n" +
+	"\x18CANDIDATE_STATE_REJECTED\x10\x05\x12\x19\n" +
+	"\x15CANDIDATE_STATE_SPLIT\x10\x06\x12\x1e\n" +
+	"\x1aCANDIDATE_STATE_SUPERSEDED\x10\a\x12\x1d\n" +
+	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xae\x10\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
 	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12\x83\x01\n" +
@@ -2384,7 +2830,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\tIntegrate\x12\x19.agwp.v1.IntegrateRequest\x1a\x1a.agwp.v1.IntegrateResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/Integrate\x12s\n" +
 	"\tGetChange\x12\x19.agwp.v1.GetChangeRequest\x1a\x1a.agwp.v1.GetChangeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/GetChange\x12{\n" +
 	"\vListChanges\x12\x1b.agwp.v1.ListChangesRequest\x1a\x1c.agwp.v1.ListChangesResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/ListChanges\x12}\n" +
-	"\vWatchChange\x12\x1b.agwp.v1.WatchChangeRequest\x1a\x1c.agwp.v1.WatchChangeResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/WatchChange0\x01B+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
+	"\vWatchChange\x12\x1b.agwp.v1.WatchChangeRequest\x1a\x1c.agwp.v1.WatchChangeResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/WatchChange0\x01\x12o\n" +
+	"\bGetQueue\x12\x18.agwp.v1.GetQueueRequest\x1a\x19.agwp.v1.GetQueueResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/GetQueueB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
 
 var (
 	file_agwp_v1_repository_proto_rawDescOnce sync.Once
@@ -2398,109 +2845,122 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 	return file_agwp_v1_repository_proto_rawDescData
 }
 
-var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
-	(*Repository)(nil),                    // 1: agwp.v1.Repository
-	(*Validation)(nil),                    // 2: agwp.v1.Validation
-	(*SetValidationRequest)(nil),          // 3: agwp.v1.SetValidationRequest
-	(*SetValidationResponse)(nil),         // 4: agwp.v1.SetValidationResponse
-	(*CreateRepositoryRequest)(nil),       // 5: agwp.v1.CreateRepositoryRequest
-	(*GitObject)(nil),                     // 6: agwp.v1.GitObject
-	(*UploadGitObjectsRequest)(nil),       // 7: agwp.v1.UploadGitObjectsRequest
-	(*UploadGitObjectsResponse)(nil),      // 8: agwp.v1.UploadGitObjectsResponse
-	(*FindMissingGitObjectsRequest)(nil),  // 9: agwp.v1.FindMissingGitObjectsRequest
-	(*FindMissingGitObjectsResponse)(nil), // 10: agwp.v1.FindMissingGitObjectsResponse
-	(*CreateRepositoryResponse)(nil),      // 11: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),          // 12: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),         // 13: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),       // 14: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil),      // 15: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),            // 16: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),           // 17: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),       // 18: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil),      // 19: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),                // 20: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),               // 21: agwp.v1.GetBlobResponse
-	(*GetBlobsRequest)(nil),               // 22: agwp.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),              // 23: agwp.v1.GetBlobsResponse
-	(*BlobContent)(nil),                   // 24: agwp.v1.BlobContent
-	(*GetTreeRequest)(nil),                // 25: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),               // 26: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                     // 27: agwp.v1.TreeEntry
-	(*Edit)(nil),                          // 28: agwp.v1.Edit
-	(*IntegrateRequest)(nil),              // 29: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),             // 30: agwp.v1.IntegrateResponse
-	(*Change)(nil),                        // 31: agwp.v1.Change
-	(*GetChangeRequest)(nil),              // 32: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),             // 33: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),            // 34: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 35: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 36: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 37: agwp.v1.WatchChangeResponse
-	nil,                                   // 38: agwp.v1.Validation.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 40: google.protobuf.Duration
+	(CandidateState)(0),                   // 1: agwp.v1.CandidateState
+	(*Repository)(nil),                    // 2: agwp.v1.Repository
+	(*Validation)(nil),                    // 3: agwp.v1.Validation
+	(*SetValidationRequest)(nil),          // 4: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),         // 5: agwp.v1.SetValidationResponse
+	(*CreateRepositoryRequest)(nil),       // 6: agwp.v1.CreateRepositoryRequest
+	(*GitObject)(nil),                     // 7: agwp.v1.GitObject
+	(*UploadGitObjectsRequest)(nil),       // 8: agwp.v1.UploadGitObjectsRequest
+	(*UploadGitObjectsResponse)(nil),      // 9: agwp.v1.UploadGitObjectsResponse
+	(*FindMissingGitObjectsRequest)(nil),  // 10: agwp.v1.FindMissingGitObjectsRequest
+	(*FindMissingGitObjectsResponse)(nil), // 11: agwp.v1.FindMissingGitObjectsResponse
+	(*CreateRepositoryResponse)(nil),      // 12: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),          // 13: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),         // 14: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),       // 15: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),      // 16: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),            // 17: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),           // 18: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),       // 19: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil),      // 20: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),                // 21: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),               // 22: agwp.v1.GetBlobResponse
+	(*GetBlobsRequest)(nil),               // 23: agwp.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),              // 24: agwp.v1.GetBlobsResponse
+	(*BlobContent)(nil),                   // 25: agwp.v1.BlobContent
+	(*GetTreeRequest)(nil),                // 26: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 27: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 28: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 29: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 30: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 31: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 32: agwp.v1.Change
+	(*Candidate)(nil),                     // 33: agwp.v1.Candidate
+	(*GetQueueRequest)(nil),               // 34: agwp.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),              // 35: agwp.v1.GetQueueResponse
+	(*GetChangeRequest)(nil),              // 36: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 37: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 38: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 39: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 40: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 41: agwp.v1.WatchChangeResponse
+	nil,                                   // 42: agwp.v1.Validation.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 44: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
-	2,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	39, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	40, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	38, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
-	2,  // 4: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
-	1,  // 5: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 6: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	6,  // 7: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
-	1,  // 8: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 9: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	1,  // 10: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	24, // 11: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
-	27, // 12: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	28, // 13: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	31, // 14: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	3,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
+	43, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	44, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	42, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	3,  // 4: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
+	2,  // 5: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 6: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
+	7,  // 7: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
+	2,  // 8: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 9: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 10: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	25, // 11: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
+	28, // 12: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	29, // 13: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	32, // 14: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
 	0,  // 15: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	39, // 16: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	39, // 17: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 18: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	31, // 19: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	31, // 20: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	31, // 21: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	5,  // 22: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	3,  // 23: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	12, // 24: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	14, // 25: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	16, // 26: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	18, // 27: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	7,  // 28: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
-	9,  // 29: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
-	20, // 30: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	22, // 31: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	25, // 32: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	29, // 33: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	32, // 34: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	34, // 35: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	36, // 36: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	11, // 37: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	4,  // 38: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	13, // 39: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	15, // 40: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	17, // 41: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	19, // 42: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	8,  // 43: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	10, // 44: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	21, // 45: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	23, // 46: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	26, // 47: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	30, // 48: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	33, // 49: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	35, // 50: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	37, // 51: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	43, // 16: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	43, // 17: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	33, // 18: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
+	33, // 19: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
+	1,  // 20: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
+	43, // 21: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	43, // 22: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	33, // 23: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	32, // 24: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	44, // 25: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	32, // 26: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	32, // 27: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	32, // 28: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	6,  // 29: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	4,  // 30: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	13, // 31: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	15, // 32: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	17, // 33: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	19, // 34: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	8,  // 35: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	10, // 36: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	21, // 37: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	23, // 38: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	26, // 39: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	30, // 40: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	36, // 41: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	38, // 42: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	40, // 43: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	34, // 44: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	12, // 45: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	5,  // 46: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	14, // 47: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	16, // 48: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	18, // 49: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	20, // 50: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	9,  // 51: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	11, // 52: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	22, // 53: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	24, // 54: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	27, // 55: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	31, // 56: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	37, // 57: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	39, // 58: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	41, // 59: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	35, // 60: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	45, // [45:61] is the sub-list for method output_type
+	29, // [29:45] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -2518,8 +2978,8 @@ func file_agwp_v1_repository_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   38,
+			NumEnums:      2,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -82,8 +82,16 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.pool.Query(ctx, `SELECT seq, `+changeCols+` FROM changes
-		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, p.Repository, before, limit+1)
+	query := `SELECT seq, ` + changeCols + ` FROM changes
+		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`
+	if p.Queued {
+		// The literal states are changes_queue's predicate; one page, oldest first.
+		query = `SELECT seq, ` + changeCols + ` FROM changes
+		WHERE repository = $1 AND state IN ('queued', 'validating') AND state = 'queued' AND $2::bigint >= 0
+		ORDER BY seq LIMIT $3`
+		before = 0
+	}
+	rows, err := db.pool.Query(ctx, query, p.Repository, before, limit+1)
 	if err != nil {
 		return nil, "", mapErr("list changes", err)
 	}
@@ -101,6 +109,9 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 		return nil, "", mapErr("list changes", err)
 	}
 	if len(out) > limit {
+		if p.Queued {
+			return out[:limit], "", nil
+		}
 		return out[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
 	}
 	return out, "", nil

@@ -590,6 +590,12 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 	limit := pageLimit(p.Limit)
 	q := `SELECT seq, ` + changeColumns + ` FROM changes WHERE repository = ?`
 	args := []any{p.Repository}
+	if p.Queued {
+		// The literal states match the partial index changes_queue.
+		changes, err := queryChanges(ctx, d.r, q+` AND state IN ('queued', 'validating') AND state = 'queued'
+			ORDER BY seq LIMIT ?`, p.Repository, limit)
+		return changes, "", err
+	}
 	if before > 0 {
 		q += ` AND seq < ?`
 		args = append(args, before)
@@ -623,4 +629,26 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 		next = store.EncodeSeqPageToken(seqs[limit-1])
 	}
 	return changes, next, nil
+}
+
+// queryChanges answers the changes a query of seq and changeColumns finds.
+func queryChanges(ctx context.Context, db querier, query string, args ...any) ([]store.Change, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, interpret("list changes", err)
+	}
+	defer rows.Close()
+	var changes []store.Change
+	for rows.Next() {
+		var seq int64
+		c, err := scanChange(rows, &seq)
+		if err != nil {
+			return nil, interpret("list changes", err)
+		}
+		changes = append(changes, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret("list changes", err)
+	}
+	return changes, nil
 }

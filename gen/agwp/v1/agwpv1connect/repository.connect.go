@@ -78,6 +78,9 @@ const (
 	// RepositoryServiceWatchChangeProcedure is the fully-qualified name of the RepositoryService's
 	// WatchChange RPC.
 	RepositoryServiceWatchChangeProcedure = "/agwp.v1.RepositoryService/WatchChange"
+	// RepositoryServiceGetQueueProcedure is the fully-qualified name of the RepositoryService's
+	// GetQueue RPC.
+	RepositoryServiceGetQueueProcedure = "/agwp.v1.RepositoryService/GetQueue"
 )
 
 // RepositoryServiceClient is a client for the agwp.v1.RepositoryService service.
@@ -125,6 +128,9 @@ type RepositoryServiceClient interface {
 	ListChanges(context.Context, *v1.ListChangesRequest) (*v1.ListChangesResponse, error)
 	// WatchChange streams a change's state transitions until it is final. Any role.
 	WatchChange(context.Context, *v1.WatchChangeRequest) (*connect.ServerStreamForClient[v1.WatchChangeResponse], error)
+	// GetQueue answers a repository's integration queue: the candidates validating or waiting
+	// to land, in queue order, and the changes waiting to be built. Any role.
+	GetQueue(context.Context, *v1.GetQueueRequest) (*v1.GetQueueResponse, error)
 }
 
 // NewRepositoryServiceClient constructs a client for the agwp.v1.RepositoryService service. By
@@ -228,6 +234,12 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(repositoryServiceMethods.ByName("WatchChange")),
 			connect.WithClientOptions(opts...),
 		),
+		getQueue: connect.NewClient[v1.GetQueueRequest, v1.GetQueueResponse](
+			httpClient,
+			baseURL+RepositoryServiceGetQueueProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("GetQueue")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -248,6 +260,7 @@ type repositoryServiceClient struct {
 	getChange             *connect.Client[v1.GetChangeRequest, v1.GetChangeResponse]
 	listChanges           *connect.Client[v1.ListChangesRequest, v1.ListChangesResponse]
 	watchChange           *connect.Client[v1.WatchChangeRequest, v1.WatchChangeResponse]
+	getQueue              *connect.Client[v1.GetQueueRequest, v1.GetQueueResponse]
 }
 
 // CreateRepository calls agwp.v1.RepositoryService.CreateRepository.
@@ -377,6 +390,15 @@ func (c *repositoryServiceClient) WatchChange(ctx context.Context, req *v1.Watch
 	return c.watchChange.CallServerStream(ctx, connect.NewRequest(req))
 }
 
+// GetQueue calls agwp.v1.RepositoryService.GetQueue.
+func (c *repositoryServiceClient) GetQueue(ctx context.Context, req *v1.GetQueueRequest) (*v1.GetQueueResponse, error) {
+	response, err := c.getQueue.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // RepositoryServiceHandler is an implementation of the agwp.v1.RepositoryService service.
 type RepositoryServiceHandler interface {
 	// CreateRepository creates a repository whose mainline is an empty revision, or, with
@@ -422,6 +444,9 @@ type RepositoryServiceHandler interface {
 	ListChanges(context.Context, *v1.ListChangesRequest) (*v1.ListChangesResponse, error)
 	// WatchChange streams a change's state transitions until it is final. Any role.
 	WatchChange(context.Context, *v1.WatchChangeRequest, *connect.ServerStream[v1.WatchChangeResponse]) error
+	// GetQueue answers a repository's integration queue: the candidates validating or waiting
+	// to land, in queue order, and the changes waiting to be built. Any role.
+	GetQueue(context.Context, *v1.GetQueueRequest) (*v1.GetQueueResponse, error)
 }
 
 // NewRepositoryServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -521,6 +546,12 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		connect.WithSchema(repositoryServiceMethods.ByName("WatchChange")),
 		connect.WithHandlerOptions(opts...),
 	)
+	repositoryServiceGetQueueHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceGetQueueProcedure,
+		svc.GetQueue,
+		connect.WithSchema(repositoryServiceMethods.ByName("GetQueue")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/agwp.v1.RepositoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RepositoryServiceCreateRepositoryProcedure:
@@ -553,6 +584,8 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 			repositoryServiceListChangesHandler.ServeHTTP(w, r)
 		case RepositoryServiceWatchChangeProcedure:
 			repositoryServiceWatchChangeHandler.ServeHTTP(w, r)
+		case RepositoryServiceGetQueueProcedure:
+			repositoryServiceGetQueueHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -620,4 +653,8 @@ func (UnimplementedRepositoryServiceHandler) ListChanges(context.Context, *v1.Li
 
 func (UnimplementedRepositoryServiceHandler) WatchChange(context.Context, *v1.WatchChangeRequest, *connect.ServerStream[v1.WatchChangeResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.WatchChange is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) GetQueue(context.Context, *v1.GetQueueRequest) (*v1.GetQueueResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.GetQueue is not implemented"))
 }

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSKgAQoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoUU2V0VmFsaWRhdGlvblJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkAKFVNldFZhbGlkYXRpb25SZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5ImQKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbhISCgpnaXRfY29tbWl0GAMgASgJIicKCUdpdE9iamVjdBIMCgR0eXBlGAEgASgJEgwKBGRhdGEYAiABKAwiPgoXVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QSIwoHb2JqZWN0cxgBIAMoCzISLmFnd3AudjEuR2l0T2JqZWN0IicKGFVwbG9hZEdpdE9iamVjdHNSZXNwb25zZRILCgNpZHMYASADKAkiKwocRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBILCgNpZHMYASADKAkiNAodRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2USEwoLbWlzc2luZ19pZHMYASADKAkiQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSIiCg9HZXRCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSI3ChBHZXRCbG9ic1Jlc3BvbnNlEiMKBWJsb2JzGAEgAygLMhQuYWd3cC52MS5CbG9iQ29udGVudCIuCgtCbG9iQ29udGVudBIOCgZkaWdlc3QYASABKAkSDwoHY29udGVudBgCIAEoDCI2Cg5HZXRUcmVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhAKCHJldmlzaW9uGAIgASgJIrYBCg9HZXRUcmVlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAkSIwoHZW50cmllcxgCIAMoCzISLmFnd3AudjEuVHJlZUVudHJ5EhMKC3RyZWVfZGlnZXN0GAMgASgJEg4KBnBhcmVudBgEIAEoCRIRCgljaGFuZ2VfaWQYBSABKAkSDgoGYXV0aG9yGAYgASgJEhAKCGdpdF90cmVlGAcgASgJEhIKCmdpdF9jb21taXQYCCABKAkiNwoJVHJlZUVudHJ5EgwKBHBhdGgYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAQiWgoERWRpdBIMCgRwYXRoGAEgASgJEhUKC2Jsb2JfZGlnZXN0GAIgASgJSAASEQoHY29udGVudBgDIAEoDEgAEhAKBmRlbGV0ZRgEIAEoCEgAQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UikwMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNIk4KEEdldENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRR2V0Q2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UiTwoSTGlzdENoYW5nZXNSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUAoTTGlzdENoYW5nZXNSZXNwb25zZRIgCgdjaGFuZ2VzGAEgAygLMg8uYWd3cC52MS5DaGFuZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKEldhdGNoQ2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkiNgoTV2F0Y2hDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSq1AQoLQ2hhbmdlU3RhdGUSHAoYQ0hBTkdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTQ0hBTkdFX1NUQVRFX1FVRVVFRBABEhsKF0NIQU5HRV9TVEFURV9WQUxJREFUSU5HEAISGwoXQ0hBTkdFX1NUQVRFX0lOVEVHUkFURUQQAxIZChVDSEFOR0VfU1RBVEVfUkVKRUNURUQQBBIaChZDSEFOR0VfU1RBVEVfQ0FOQ0VMTEVEEAUyvQ8KEVJlcG9zaXRvcnlTZXJ2aWNlEo8BChBDcmVhdGVSZXBvc2l0b3J5EiAuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVxdWVzdBohLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0NyZWF0ZVJlcG9zaXRvcnkSgwEKDVNldFZhbGlkYXRpb24SHS5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXF1ZXN0Gh4uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvU2V0VmFsaWRhdGlvbhKDAQoNR2V0UmVwb3NpdG9yeRIdLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlcXVlc3QaHi5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRSZXBvc2l0b3J5Eo8BChBMaXN0UmVwb3NpdG9yaWVzEiAuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBohLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RSZXBvc2l0b3JpZXMSewoLVXBsb2FkQmxvYnMSGy5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVxdWVzdBocLmFnd3AudjEuVXBsb2FkQmxvYnNSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRCbG9icxKPAQoQRmluZE1pc3NpbmdCbG9icxIgLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QaIS5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0Jsb2JzEo8BChBVcGxvYWRHaXRPYmplY3RzEiAuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVxdWVzdBohLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEdpdE9iamVjdHMSowEKFUZpbmRNaXNzaW5nR2l0T2JqZWN0cxIlLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBomLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2UiO4LT5JMCNToBKiIwL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdHaXRPYmplY3RzEmsKB0dldEJsb2ISFy5hZ3dwLnYxLkdldEJsb2JSZXF1ZXN0GhguYWd3cC52MS5HZXRCbG9iUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYhJxCghHZXRCbG9icxIYLmFnd3AudjEuR2V0QmxvYnNSZXF1ZXN0GhkuYWd3cC52MS5HZXRCbG9ic1Jlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2JzMAESawoHR2V0VHJlZRIXLmFnd3AudjEuR2V0VHJlZVJlcXVlc3QaGC5hZ3dwLnYxLkdldFRyZWVSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRUcmVlEnMKCUludGVncmF0ZRIZLmFnd3AudjEuSW50ZWdyYXRlUmVxdWVzdBoaLmFnd3AudjEuSW50ZWdyYXRlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvSW50ZWdyYXRlEnMKCUdldENoYW5nZRIZLmFnd3AudjEuR2V0Q2hhbmdlUmVxdWVzdBoaLmFnd3AudjEuR2V0Q2hhbmdlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0Q2hhbmdlEnsKC0xpc3RDaGFuZ2VzEhsuYWd3cC52MS5MaXN0Q2hhbmdlc1JlcXVlc3QaHC5hZ3dwLnYxLkxpc3RDaGFuZ2VzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdENoYW5nZXMSfQoLV2F0Y2hDaGFuZ2USGy5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVxdWVzdBocLmFnd3AudjEuV2F0Y2hDaGFuZ2VSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9XYXRjaENoYW5nZTABQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSK+AQoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoUU2V0VmFsaWRhdGlvblJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkAKFVNldFZhbGlkYXRpb25SZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5ImQKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbhISCgpnaXRfY29tbWl0GAMgASgJIicKCUdpdE9iamVjdBIMCgR0eXBlGAEgASgJEgwKBGRhdGEYAiABKAwiPgoXVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QSIwoHb2JqZWN0cxgBIAMoCzISLmFnd3AudjEuR2l0T2JqZWN0IicKGFVwbG9hZEdpdE9iamVjdHNSZXNwb25zZRILCgNpZHMYASADKAkiKwocRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBILCgNpZHMYASADKAkiNAodRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2USEwoLbWlzc2luZ19pZHMYASADKAkiQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSIiCg9HZXRCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSI3ChBHZXRCbG9ic1Jlc3BvbnNlEiMKBWJsb2JzGAEgAygLMhQuYWd3cC52MS5CbG9iQ29udGVudCIuCgtCbG9iQ29udGVudBIOCgZkaWdlc3QYASABKAkSDwoHY29udGVudBgCIAEoDCI2Cg5HZXRUcmVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhAKCHJldmlzaW9uGAIgASgJIrYBCg9HZXRUcmVlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAkSIwoHZW50cmllcxgCIAMoCzISLmFnd3AudjEuVHJlZUVudHJ5EhMKC3RyZWVfZGlnZXN0GAMgASgJEg4KBnBhcmVudBgEIAEoCRIRCgljaGFuZ2VfaWQYBSABKAkSDgoGYXV0aG9yGAYgASgJEhAKCGdpdF90cmVlGAcgASgJEhIKCmdpdF9jb21taXQYCCABKAkiNwoJVHJlZUVudHJ5EgwKBHBhdGgYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAQiWgoERWRpdBIMCgRwYXRoGAEgASgJEhUKC2Jsb2JfZGlnZXN0GAIgASgJSAASEQoHY29udGVudBgDIAEoDEgAEhAKBmRlbGV0ZRgEIAEoCEgAQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2Ui3wMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNEiUKCWNhbmRpZGF0ZRgRIAEoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiMKB2hpc3RvcnkYEiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZSLgAgoJQ2FuZGlkYXRlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSJgoFc3RhdGUYAyABKA4yFy5hZ3dwLnYxLkNhbmRpZGF0ZVN0YXRlEhAKCHJldmlzaW9uGAQgASgJEhcKD3BhcmVudF9yZXZpc2lvbhgFIAEoCRIPCgdjaGFuZ2VzGAYgAygJEg4KBmpvYl9pZBgHIAEoCRIPCgd3b3JrZXJzGAggAygJEhAKCHByb2dyZXNzGAkgASgJEhAKCHBvc2l0aW9uGAogASgNEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJQoPR2V0UXVldWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkijAEKEEdldFF1ZXVlUmVzcG9uc2USEAoIbWFpbmxpbmUYASABKAkSJgoKY2FuZGlkYXRlcxgCIAMoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiAKB3dhaXRpbmcYAyADKAsyDy5hZ3dwLnYxLkNoYW5nZRINCgVkZXB0aBgEIAEoDRINCgViYXRjaBgFIAEoDSJOChBHZXRDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUdldENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlIk8KEkxpc3RDaGFuZ2VzUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlAKE0xpc3RDaGFuZ2VzUmVzcG9uc2USIAoHY2hhbmdlcxgBIAMoCzIPLmFnd3AudjEuQ2hhbmdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSInChJXYXRjaENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJIjYKE1dhdGNoQ2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UqtQEKC0NoYW5nZVN0YXRlEhwKGENIQU5HRV9TVEFURV9VTlNQRUNJRklFRBAAEhcKE0NIQU5HRV9TVEFURV9RVUVVRUQQARIbChdDSEFOR0VfU1RBVEVfVkFMSURBVElORxACEhsKF0NIQU5HRV9TVEFURV9JTlRFR1JBVEVEEAMSGQoVQ0hBTkdFX1NUQVRFX1JFSkVDVEVEEAQSGgoWQ0hBTkdFX1NUQVRFX0NBTkNFTExFRBAFKp0CCg5DYW5kaWRhdGVTdGF0ZRIfChtDQU5ESURBVEVfU1RBVEVfVU5TUEVDSUZJRUQQABIeChpDQU5ESURBVEVfU1RBVEVfVkFMSURBVElORxABEhoKFkNBTkRJREFURV9TVEFURV9QQVNTRUQQAhIaChZDQU5ESURBVEVfU1RBVEVfRkFJTEVEEAMSGgoWQ0FORElEQVRFX1NUQVRFX0xBTkRFRBAEEhwKGENBTkRJREFURV9TVEFURV9SRUpFQ1RFRBAFEhkKFUNBTkRJREFURV9TVEFURV9TUExJVBAGEh4KGkNBTkRJREFURV9TVEFURV9TVVBFUlNFREVEEAcSHQoZQ0FORElEQVRFX1NUQVRFX0NBTkNFTExFRBAIMq4QChFSZXBvc2l0b3J5U2VydmljZRKPAQoQQ3JlYXRlUmVwb3NpdG9yeRIgLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QaIS5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9DcmVhdGVSZXBvc2l0b3J5EoMBCg1TZXRWYWxpZGF0aW9uEh0uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVxdWVzdBoeLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1NldFZhbGlkYXRpb24SgwEKDUdldFJlcG9zaXRvcnkSHS5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXF1ZXN0Gh4uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UmVwb3NpdG9yeRKPAQoQTGlzdFJlcG9zaXRvcmllcxIgLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaIS5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9MaXN0UmVwb3NpdG9yaWVzEnsKC1VwbG9hZEJsb2JzEhsuYWd3cC52MS5VcGxvYWRCbG9ic1JlcXVlc3QaHC5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkQmxvYnMSjwEKEEZpbmRNaXNzaW5nQmxvYnMSIC5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0GiEuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdCbG9icxKPAQoQVXBsb2FkR2l0T2JqZWN0cxIgLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QaIS5hZ3dwLnYxLlVwbG9hZEdpdE9iamVjdHNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRHaXRPYmplY3RzEqMBChVGaW5kTWlzc2luZ0dpdE9iamVjdHMSJS5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1JlcXVlc3QaJi5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1Jlc3BvbnNlIjuC0+STAjU6ASoiMC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nR2l0T2JqZWN0cxJrCgdHZXRCbG9iEhcuYWd3cC52MS5HZXRCbG9iUmVxdWVzdBoYLmFnd3AudjEuR2V0QmxvYlJlc3BvbnNlIi2C0+STAic6ASoiIi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2IScQoIR2V0QmxvYnMSGC5hZ3dwLnYxLkdldEJsb2JzUmVxdWVzdBoZLmFnd3AudjEuR2V0QmxvYnNSZXNwb25zZSIugtPkkwIoOgEqIiMvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iczABEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwARJvCghHZXRRdWV1ZRIYLmFnd3AudjEuR2V0UXVldWVSZXF1ZXN0GhkuYWd3cC52MS5HZXRRdWV1ZVJlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFF1ZXVlQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -88,6 +88,23 @@ export type Validation = Message<"agwp.v1.Validation"> & {
    * @generated from field: map<string, string> env = 3;
    */
   env: { [key: string]: string };
+
+  /**
+   * How many candidates validate at once, each on the one ahead of it; at most 64. 0: as many
+   * as the validate workers the server saw in the last minute (at most its --gate-max-depth).
+   *
+   * @generated from field: uint32 depth = 4;
+   */
+  depth: number;
+
+  /**
+   * How many changes one candidate validates together; at most 64. 0 or 1: one. A batch that
+   * fails is split in halves, validated on top of each other, until the changes that broke it
+   * are alone.
+   *
+   * @generated from field: uint32 batch = 5;
+   */
+  batch: number;
 };
 
 /**
@@ -841,6 +858,22 @@ export type Change = Message<"agwp.v1.Change"> & {
    * @generated from field: uint32 queue_position = 16;
    */
   queuePosition: number;
+
+  /**
+   * While VALIDATING: the candidate the change is validated in. Once final: the last one it
+   * was in (the one that landed it, or that failed). GetChange and WatchChange fill it in.
+   *
+   * @generated from field: agwp.v1.Candidate candidate = 17;
+   */
+  candidate?: Candidate | undefined;
+
+  /**
+   * Every candidate the change was in, oldest first: why it was validated more than once.
+   * GetChange and WatchChange fill it in.
+   *
+   * @generated from field: repeated agwp.v1.Candidate history = 18;
+   */
+  history: Candidate[];
 };
 
 /**
@@ -849,6 +882,168 @@ export type Change = Message<"agwp.v1.Change"> & {
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 30);
+
+/**
+ * Candidate is one tree the integration queue asked a worker to validate: its parent revision
+ * (the mainline, or the candidate ahead of it) with the edits of its changes applied in order.
+ *
+ * @generated from message agwp.v1.Candidate
+ */
+export type Candidate = Message<"agwp.v1.Candidate"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string repository = 2;
+   */
+  repository: string;
+
+  /**
+   * @generated from field: agwp.v1.CandidateState state = 3;
+   */
+  state: CandidateState;
+
+  /**
+   * The candidate revision: exactly the tree validated, and the one the mainline moves to.
+   *
+   * @generated from field: string revision = 4;
+   */
+  revision: string;
+
+  /**
+   * @generated from field: string parent_revision = 5;
+   */
+  parentRevision: string;
+
+  /**
+   * In queue order; more than one for a batch.
+   *
+   * @generated from field: repeated string changes = 6;
+   */
+  changes: string[];
+
+  /**
+   * @generated from field: string job_id = 7;
+   */
+  jobId: string;
+
+  /**
+   * The workers holding its validate job ("<principal>|<label>"), while it runs.
+   *
+   * @generated from field: repeated string workers = 8;
+   */
+  workers: string[];
+
+  /**
+   * Its validate job's latest progress line, while it runs.
+   *
+   * @generated from field: string progress = 9;
+   */
+  progress: string;
+
+  /**
+   * While live: its place among the live candidates, 1 for the one on the mainline.
+   *
+   * @generated from field: uint32 position = 10;
+   */
+  position: number;
+
+  /**
+   * The attestation its outcome rests on, when it has one.
+   *
+   * @generated from field: string attestation_digest = 11;
+   */
+  attestationDigest: string;
+
+  /**
+   * Why it failed, was superseded, split or cancelled.
+   *
+   * @generated from field: string reason = 12;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 13;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 14;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agwp.v1.Candidate.
+ * Use `create(CandidateSchema)` to create a new message.
+ */
+export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 31);
+
+/**
+ * @generated from message agwp.v1.GetQueueRequest
+ */
+export type GetQueueRequest = Message<"agwp.v1.GetQueueRequest"> & {
+  /**
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+};
+
+/**
+ * Describes the message agwp.v1.GetQueueRequest.
+ * Use `create(GetQueueRequestSchema)` to create a new message.
+ */
+export const GetQueueRequestSchema: GenMessage<GetQueueRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 32);
+
+/**
+ * @generated from message agwp.v1.GetQueueResponse
+ */
+export type GetQueueResponse = Message<"agwp.v1.GetQueueResponse"> & {
+  /**
+   * Revision id of the mainline head.
+   *
+   * @generated from field: string mainline = 1;
+   */
+  mainline: string;
+
+  /**
+   * The live candidates in queue order: validating, or passed or failed and waiting for the
+   * ones ahead of them.
+   *
+   * @generated from field: repeated agwp.v1.Candidate candidates = 2;
+   */
+  candidates: Candidate[];
+
+  /**
+   * The QUEUED changes, oldest first (at most 1000).
+   *
+   * @generated from field: repeated agwp.v1.Change waiting = 3;
+   */
+  waiting: Change[];
+
+  /**
+   * The depth and batch the queue uses now: the policy's, or the depth found from the workers.
+   *
+   * @generated from field: uint32 depth = 4;
+   */
+  depth: number;
+
+  /**
+   * @generated from field: uint32 batch = 5;
+   */
+  batch: number;
+};
+
+/**
+ * Describes the message agwp.v1.GetQueueResponse.
+ * Use `create(GetQueueResponseSchema)` to create a new message.
+ */
+export const GetQueueResponseSchema: GenMessage<GetQueueResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 33);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -872,7 +1067,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 31);
+  messageDesc(file_agwp_v1_repository, 34);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -889,7 +1084,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 32);
+  messageDesc(file_agwp_v1_repository, 35);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -916,7 +1111,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 33);
+  messageDesc(file_agwp_v1_repository, 36);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -938,7 +1133,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 34);
+  messageDesc(file_agwp_v1_repository, 37);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -955,7 +1150,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 35);
+  messageDesc(file_agwp_v1_repository, 38);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -972,7 +1167,7 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 36);
+  messageDesc(file_agwp_v1_repository, 39);
 
 /**
  * ChangeState is where a change is in its life.
@@ -1016,6 +1211,80 @@ export enum ChangeState {
  */
 export const ChangeStateSchema: GenEnum<ChangeState> = /*@__PURE__*/
   enumDesc(file_agwp_v1_repository, 0);
+
+/**
+ * @generated from enum agwp.v1.CandidateState
+ */
+export enum CandidateState {
+  /**
+   * @generated from enum value: CANDIDATE_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Its validate job has not settled.
+   *
+   * @generated from enum value: CANDIDATE_STATE_VALIDATING = 1;
+   */
+  VALIDATING = 1,
+
+  /**
+   * Passed, waiting for the candidates ahead of it to land.
+   *
+   * @generated from enum value: CANDIDATE_STATE_PASSED = 2;
+   */
+  PASSED = 2,
+
+  /**
+   * Failed, waiting to know whether the candidates ahead of it pass: only then is the failure
+   * its own changes'.
+   *
+   * @generated from enum value: CANDIDATE_STATE_FAILED = 3;
+   */
+  FAILED = 3,
+
+  /**
+   * The mainline moved to it.
+   *
+   * @generated from enum value: CANDIDATE_STATE_LANDED = 4;
+   */
+  LANDED = 4,
+
+  /**
+   * It failed on the mainline itself: its change was rejected.
+   *
+   * @generated from enum value: CANDIDATE_STATE_REJECTED = 5;
+   */
+  REJECTED = 5,
+
+  /**
+   * A batch that failed: its changes were validated again in smaller parts.
+   *
+   * @generated from enum value: CANDIDATE_STATE_SPLIT = 6;
+   */
+  SPLIT = 6,
+
+  /**
+   * Built on what is no longer ahead of it (a candidate ahead failed, was split, or its change
+   * was cancelled): its job was cancelled and its changes rebuilt.
+   *
+   * @generated from enum value: CANDIDATE_STATE_SUPERSEDED = 7;
+   */
+  SUPERSEDED = 7,
+
+  /**
+   * Its validate job was cancelled by a person.
+   *
+   * @generated from enum value: CANDIDATE_STATE_CANCELLED = 8;
+   */
+  CANCELLED = 8,
+}
+
+/**
+ * Describes the enum agwp.v1.CandidateState.
+ */
+export const CandidateStateSchema: GenEnum<CandidateState> = /*@__PURE__*/
+  enumDesc(file_agwp_v1_repository, 1);
 
 /**
  * RepositoryService keeps repositories' content (blobs by digest, revisions as trees) and moves
@@ -1186,6 +1455,17 @@ export const RepositoryService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchChangeRequestSchema;
     output: typeof WatchChangeResponseSchema;
+  },
+  /**
+   * GetQueue answers a repository's integration queue: the candidates validating or waiting
+   * to land, in queue order, and the changes waiting to be built. Any role.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.GetQueue
+   */
+  getQueue: {
+    methodKind: "unary";
+    input: typeof GetQueueRequestSchema;
+    output: typeof GetQueueResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agwp_v1_repository, 0);
