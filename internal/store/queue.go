@@ -10,9 +10,9 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// QueueWindow bounds how many pending changes one advance reads: the live candidates' changes
-// and the next ones to build are at the front of the queue, and a longer queue is walked by the
-// advances that follow.
+// QueueWindow bounds how many pending changes one advance reads (more when depth × batch needs
+// it): the live candidates' changes and the next ones to build are at the front of the queue,
+// and the rest waits for the advances that follow.
 const QueueWindow = 1024
 
 // QueueTx is one AdvanceQueue transaction of a backend: it holds the repository against every
@@ -105,7 +105,8 @@ func (r *queueRun) run() error {
 		return fmt.Errorf("the mainline: %w", err)
 	}
 	r.tip = r.mainline
-	pending, err := r.tx.Pending(QueueWindow)
+	window := max(QueueWindow, 2*r.depth*r.batch+64)
+	pending, err := r.tx.Pending(window)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func (r *queueRun) run() error {
 	// A live candidate none of whose changes is pending any more (written off by hand, or by a
 	// replica from before candidates) has nothing left to decide.
 	for _, c := range liveList {
-		if len(members[c.ID]) == 0 {
+		if len(members[c.ID]) == 0 && len(pending) < window {
 			if err := r.supersede(c, nil, "none of its changes is waiting any more"); err != nil {
 				return err
 			}
@@ -134,6 +135,10 @@ func (r *queueRun) run() error {
 	}
 	for i := 0; i < len(pending); {
 		c := pending[i]
+		if c.State.Terminal() {
+			i++ // settled earlier in this walk
+			continue
+		}
 		if c.State == ChangeValidating {
 			cand := live[c.CandidateID]
 			idx := members[c.CandidateID]
@@ -270,18 +275,27 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 			}
 			r.tx.Record("candidate.failed", "candidate/"+cand.ID, det)
 		case VerdictCancel:
+			// The job was enqueued for the candidate's last change, and its author (or an
+			// admin) cancelled it: that change is cancelled. The others of a batch are
+			// someone else's, and are validated again.
 			cand.State, cand.Reason = CandidateCancelled, v.Reason
 			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
 				return 0, err
 			}
-			for j := range group {
-				c := &group[j]
-				c.State, c.Reason = ChangeCancelled, v.Reason
-				if err := r.set(c, ChangeValidating, "change.cancelled", map[string]any{"reason": v.Reason}); err != nil {
+			for j := range group[:n-1] {
+				if err := r.requeueChange(&group[j], "the validate job of its batch was cancelled for "+last.ID); err != nil {
 					return 0, err
 				}
 			}
+			c := &group[n-1]
+			c.State, c.Reason = ChangeCancelled, v.Reason
+			if err := r.set(c, ChangeValidating, "change.cancelled", map[string]any{"reason": v.Reason}); err != nil {
+				return 0, err
+			}
 			r.why = "the change " + last.ID + " ahead of it was cancelled"
+			if n > 1 {
+				return i, nil // the rest of the batch is built again here
+			}
 			return i + n, nil
 		default:
 			return 0, fmt.Errorf("candidate %s: Decide answered the unknown outcome %d", cand.ID, v.Outcome)

@@ -311,3 +311,25 @@ func testSpeculationBatchFindsTheCulprit(t *testing.T, newStore Factory) {
 	}
 	t.Logf("%d validations found the culprit among 8", validations)
 }
+
+func testSpeculationCancelledBatchJob(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth, g.batch = 2, 3
+	cs := b.queueDisjoint(t, r, 3)
+	batch := b.advance(t, g, "web", steps(cs, store.ChangeValidating)...)
+
+	// The batch's job was enqueued for its last change; whoever cancels it cancels that change
+	// only: the others are someone else's, and are validated again, without it.
+	g.setVerdict(verdictOf(store.VerdictCancel, "the validate job was cancelled"))
+	got := b.advance(t, g, "web", step{cs[0].ID, store.ChangeQueued}, step{cs[1].ID, store.ChangeQueued},
+		step{cs[2].ID, store.ChangeCancelled}, step{cs[0].ID, store.ChangeValidating}, step{cs[1].ID, store.ChangeValidating})
+	if got[3].CandidateID != got[4].CandidateID || got[3].CandidateID == batch[0].CandidateID {
+		t.Fatalf("the two changes left were rebuilt in candidates %s and %s, want one new batch", got[3].CandidateID, got[4].CandidateID)
+	}
+	h := b.history(t, cs[0].ID)
+	if len(h) != 2 || h[0].State != store.CandidateCancelled || h[1].State != store.CandidateValidating || len(h[1].Changes) != 2 {
+		t.Fatalf("the first change's history is %+v, want the cancelled batch, then a batch of the two left", h)
+	}
+}

@@ -146,6 +146,7 @@ var tests = []conformanceTest{
 	{"speculation_validates_candidates_at_once_each_on_the_one_ahead_and_lands_them_in_order", testSpeculationLandsInOrder},
 	{"speculation_rejects_a_failure_only_once_the_candidates_ahead_passed_and_rebuilds_the_later_ones_without_it", testSpeculationRejectsOnlyTheCulprit},
 	{"a_failing_batch_is_split_until_the_culprit_is_found_and_the_others_land", testSpeculationBatchFindsTheCulprit},
+	{"a_cancelled_batch_job_cancels_only_the_change_it_was_enqueued_for", testSpeculationCancelledBatchJob},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
 	{"refused_requests_and_changes_of_nothing_write_no_audit_event", testAuditRefusalsWriteNothing},
