@@ -1,0 +1,337 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// candidatesMigration is the migration that brings candidates (0009_candidates.sql).
+const candidatesMigration = 9
+
+// TestMigrationToCandidatesKeepsTheQueue ensures that a file of schema 8, the one-at-a-time
+// gate, upgrades with its queue as it stood: the VALIDATING change becomes the one live
+// candidate it was, on the revision it was built on and with its job, and the queue goes on from
+// there: the job's pass lands it, and the QUEUED change behind it is built on it.
+func TestMigrationToCandidatesKeepsTheQueue(t *testing.T) {
+	t.Parallel()
+	if m := migrations()[candidatesMigration-1]; m.name != "0009_candidates.sql" {
+		t.Fatalf("migration %d is %s, want 0009_candidates.sql", candidatesMigration, m.name)
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ag.db")
+	start := time.Date(2026, 5, 4, 8, 0, 0, 0, time.UTC)
+	old := migrateTo(t, path, candidatesMigration-1)
+	q := newOldQueue(t, start)
+	q.write(t, old)
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clk := clock.NewFake(start.Add(time.Hour))
+	db, err := Open(ctx, path, store.Options{Clock: clk})
+	if err != nil {
+		t.Fatalf("Open a file of schema %d: %v", candidatesMigration-1, err)
+	}
+	defer db.Close()
+
+	// The validating change is the one candidate it was.
+	want := store.Candidate{ID: "cnd_" + q.validating.ID, Repository: q.name, State: store.CandidateValidating,
+		Revision: q.candidate.ID, ParentRevision: q.mainline.ID, JobID: q.jobID, Changes: []string{q.validating.ID},
+		CreatedAt: q.validating.UpdatedAt, UpdatedAt: q.validating.UpdatedAt}
+	for _, p := range []store.ListCandidatesParams{{ChangeID: q.validating.ID}, {Repository: q.name}} {
+		got, err := db.ListCandidates(ctx, p)
+		if err != nil {
+			t.Fatalf("ListCandidates(%+v) after the migration: %v", p, err)
+		}
+		if len(got) != 1 || !sameCandidate(got[0], want) {
+			t.Fatalf("ListCandidates(%+v) after the migration = %+v; want the one candidate %+v", p, got, want)
+		}
+	}
+	if got, err := db.ListCandidates(ctx, store.ListCandidatesParams{ChangeID: q.queued.ID}); err != nil || len(got) != 0 {
+		t.Fatalf("ListCandidates of the queued change = %+v, %v; want none", got, err)
+	}
+	for _, w := range []struct {
+		c         store.Change
+		candidate string
+	}{{q.validating, want.ID}, {q.queued, ""}} {
+		got, err := db.GetChange(ctx, w.c.ID)
+		if err != nil {
+			t.Fatalf("GetChange(%s) after the migration: %v", w.c.ID, err)
+		}
+		if got.State != w.c.State || got.CandidateID != w.candidate || got.CandidateRevision != w.c.CandidateRevision ||
+			got.JobID != w.c.JobID || got.BatchLimit != 0 {
+			t.Fatalf("GetChange(%s) after the migration = %s, candidate %q, revision %q, job %q, batch limit %d; want %s, %q, %q, %q, 0",
+				w.c.ID, got.State, got.CandidateID, got.CandidateRevision, got.JobID, got.BatchLimit,
+				w.c.State, w.candidate, w.c.CandidateRevision, w.c.JobID)
+		}
+	}
+
+	// The job passes: the candidate lands, and the queued change is built on it.
+	job, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: "runner|w1", Kinds: []string{"validate"}, Lease: time.Minute})
+	if err != nil || job == nil || job.ID != q.jobID {
+		t.Fatalf("ClaimJob(validate) after the migration = %v, %v; want the candidate's job %s", job, err, q.jobID)
+	}
+	att := &store.Attestation{Digest: repo.Digest([]byte("passed " + job.ID)), Envelope: []byte("passed " + job.ID), JobID: job.ID}
+	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w1", FencingToken: job.Attempts,
+		Result: []byte(`{"exit_code": 0}`), Attestation: att}); err != nil {
+		t.Fatalf("CompleteJob(%s): %v", job.ID, err)
+	}
+	clk.Advance(time.Second)
+	var decided []string
+	changed, err := db.AdvanceQueue(ctx, store.AdvanceQueueParams{
+		Repository: q.name,
+		Decide: func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
+			decided = append(decided, c.ID+" "+candidate.ID+" "+job.ID)
+			if job.State == store.JobCompleted && att != nil && string(job.Result) == `{"exit_code": 0}` {
+				return store.Verdict{Outcome: store.VerdictPass}
+			}
+			return store.Verdict{Outcome: store.VerdictPending}
+		},
+		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
+			return store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"revision":"` + candidate.ID + `"}`),
+				MaxAttempts: 1, UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
+		},
+		Depth: 4,
+	})
+	if err != nil {
+		t.Fatalf("AdvanceQueue after the migration: %v", err)
+	}
+	if len(decided) == 0 || decided[0] != q.validating.ID+" "+q.candidate.ID+" "+q.jobID {
+		t.Fatalf("Decide was asked about %v; want first the validating change, its candidate and its job", decided)
+	}
+	if len(changed) != 2 || changed[0].ID != q.validating.ID || changed[0].State != store.ChangeIntegrated ||
+		changed[1].ID != q.queued.ID || changed[1].State != store.ChangeValidating {
+		t.Fatalf("AdvanceQueue after the migration answered %+v; want the validating change integrated, then the queued one validating", changed)
+	}
+	landed := changed[0]
+	if landed.IntegratedRevision != q.candidate.ID || landed.AttestationDigest != att.Digest || landed.JobID != q.jobID {
+		t.Fatalf("the migrated candidate landed as %s with attestation %q, job %s; want %s, %q, %s",
+			landed.IntegratedRevision, landed.AttestationDigest, landed.JobID, q.candidate.ID, att.Digest, q.jobID)
+	}
+	r, err := db.GetRepository(ctx, q.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := db.GetRevision(ctx, q.name, q.candidate.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mainline != q.candidate.ID || rev.GitCommit == "" || r.MainlineCommit != rev.GitCommit {
+		t.Fatalf("the repository is at %s, commit %q; want the landed candidate %s and its commit %q", r.Mainline, r.MainlineCommit,
+			q.candidate.ID, rev.GitCommit)
+	}
+	typ, data, err := db.ReadGitObject(ctx, plumbing.NewHash(rev.GitCommit))
+	if err != nil || typ != plumbing.CommitObject {
+		t.Fatalf("ReadGitObject(%s) = %s, %v; want the landed candidate's commit", rev.GitCommit, typ, err)
+	}
+	var commit object.Commit
+	o := &plumbing.MemoryObject{}
+	o.SetType(typ)
+	if _, err := o.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit.Decode(o); err != nil {
+		t.Fatal(err)
+	}
+	if commit.TreeHash.String() != q.candidate.GitTree || !slices.Equal(commit.ParentHashes, []plumbing.Hash{plumbing.NewHash(q.mainline.GitCommit)}) {
+		t.Fatalf("the landed commit has the tree %s and the parents %v; want the candidate's tree %s on the old mainline commit %s",
+			commit.TreeHash, commit.ParentHashes, q.candidate.GitTree, q.mainline.GitCommit)
+	}
+	if h, err := db.ListCandidates(ctx, store.ListCandidatesParams{ChangeID: q.validating.ID}); err != nil || len(h) != 1 ||
+		h[0].ID != want.ID || h[0].State != store.CandidateLanded || h[0].AttestationDigest != att.Digest {
+		t.Fatalf("the history of the migrated change is %+v, %v; want its candidate %s landed with the attestation", h, err, want.ID)
+	}
+	next, err := db.ListCandidates(ctx, store.ListCandidatesParams{ChangeID: q.queued.ID})
+	if err != nil || len(next) != 1 || next[0].State != store.CandidateValidating || next[0].ParentRevision != q.candidate.ID ||
+		next[0].Revision != changed[1].CandidateRevision || !slices.Equal(next[0].Changes, []string{q.queued.ID}) {
+		t.Fatalf("the queued change's candidates are %+v, %v; want one validating on the landed candidate %s", next, err, q.candidate.ID)
+	}
+	built, err := db.GetRevision(ctx, q.name, next[0].Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := q.filesAfter(); !slices.Equal(built.Tree, want) {
+		t.Fatalf("the queued change was built as %v, want %v", built.Tree, want)
+	}
+}
+
+// sameCandidate reports whether got is want, field for field.
+func sameCandidate(got, want store.Candidate) bool {
+	return got.ID == want.ID && got.Repository == want.Repository && got.State == want.State && got.Revision == want.Revision &&
+		got.ParentRevision == want.ParentRevision && got.JobID == want.JobID && slices.Equal(got.Changes, want.Changes) &&
+		got.AttestationDigest == want.AttestationDigest && got.Reason == want.Reason &&
+		got.CreatedAt.Equal(want.CreatedAt) && got.UpdatedAt.Equal(want.UpdatedAt)
+}
+
+// oldQueue is what the build of schema 8 kept of a repository with a policy whose gate
+// validated one change at a time: a mainline of two revisions; a change VALIDATING, made on
+// the first and built on the second (its candidate revision, without a commit), with its
+// validate job queued; and a change QUEUED behind it. Its git objects are in objs.
+type oldQueue struct {
+	name                  string
+	created               time.Time
+	first, mainline       store.Revision
+	candidate             store.Revision
+	integrated            store.Change // the change of the mainline's second revision
+	validating, queued    store.Change
+	edits                 map[string][]repo.FileEdit // by change
+	jobID                 string
+	jobCreated            time.Time
+	objs                  *memory.Storage
+	files, validatedFiles map[string]string // the mainline's and the candidate's
+	queuedFiles           map[string]string // what the queued change writes
+}
+
+func newOldQueue(t *testing.T, start time.Time) oldQueue {
+	t.Helper()
+	at := func(minute int) time.Time { return start.Add(time.Duration(minute) * time.Minute) }
+	q := oldQueue{name: "gated", created: at(0), objs: memory.NewStorage(), edits: map[string][]repo.FileEdit{},
+		files:          map[string]string{"README.md": "# gated\n"},
+		validatedFiles: map[string]string{"README.md": "# gated\n", "src/a.go": "package src\n\nconst A = 1\n"},
+		queuedFiles:    map[string]string{"src/b.go": "package src\n\nconst B = 2\n"},
+	}
+	writeTree := func(files map[string]string) string {
+		contents := map[string][]byte{}
+		for p, c := range files {
+			contents[p] = []byte(c)
+		}
+		id, err := gitstore.WriteFiles(q.objs, contents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.String()
+	}
+	q.first = store.Revision{ID: store.NewID("rev"), Repository: q.name, Author: "admin", CreatedAt: at(0)}
+	tree, commit, _, err := store.FirstRevision(q.objs, store.CreateRepositoryParams{Name: q.name, CreatedBy: "admin"},
+		q.first.ID, at(0), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.first.GitTree, q.first.GitCommit = tree.String(), commit.String()
+
+	change := func(state store.ChangeState, base store.Revision, author string, files map[string]string, created, updated time.Time) store.Change {
+		c := store.Change{ID: store.NewID("chg"), Repository: q.name, State: state, BaseRevision: base.ID, Author: author,
+			Message: "change of " + author, CreatedAt: created, UpdatedAt: updated}
+		for p, content := range files {
+			c.Paths = append(c.Paths, p)
+			if _, err := gitstore.WriteBlob(q.objs, []byte(content)); err != nil {
+				t.Fatal(err)
+			}
+			q.edits[c.ID] = append(q.edits[c.ID], repo.FileEdit{Path: p, Digest: repo.Digest([]byte(content)), Size: uint64(len(content))})
+		}
+		slices.Sort(c.Paths)
+		return c
+	}
+	q.integrated = change(store.ChangeIntegrated, q.first, "alice|w1", q.files, at(1), at(1))
+	q.mainline = store.Revision{ID: store.NewID("rev"), Repository: q.name, Parent: q.first.ID, ChangeID: q.integrated.ID,
+		Author: q.integrated.Author, GitTree: writeTree(q.files), CreatedAt: at(1)}
+	if q.mainline.GitCommit, err = store.WriteRevisionCommit(q.objs, q.mainline, q.first.GitCommit,
+		store.CommitInfo{Message: q.integrated.Message, FencingTokens: []uint64{1}, AuthoredAt: at(1), CommittedAt: at(1)}); err != nil {
+		t.Fatal(err)
+	}
+	q.integrated.CandidateRevision, q.integrated.IntegratedRevision = q.mainline.ID, q.mainline.ID
+
+	q.validating = change(store.ChangeValidating, q.first, "bob|w2", map[string]string{"src/a.go": q.validatedFiles["src/a.go"]}, at(2), at(3))
+	q.candidate = store.Revision{ID: store.NewID("rev"), Repository: q.name, Parent: q.mainline.ID, ChangeID: q.validating.ID,
+		Author: q.validating.Author, GitTree: writeTree(q.validatedFiles), CreatedAt: at(3)}
+	q.jobID, q.jobCreated = store.NewID("job"), at(3)
+	q.validating.CandidateRevision, q.validating.JobID = q.candidate.ID, q.jobID
+
+	q.queued = change(store.ChangeQueued, q.mainline, "carol|w3", q.queuedFiles, at(4), at(4))
+	return q
+}
+
+// filesAfter answers the tree the queued change is built as, on the candidate.
+func (q oldQueue) filesAfter() repo.Tree {
+	var t repo.Tree
+	for _, files := range []map[string]string{q.validatedFiles, q.queuedFiles} {
+		for p, c := range files {
+			t = append(t, repo.Entry{Path: p, Digest: repo.Digest([]byte(c)), Size: uint64(len(c))})
+		}
+	}
+	slices.SortFunc(t, func(a, b repo.Entry) int { return strings.Compare(a.Path, b.Path) })
+	return t
+}
+
+// write writes q with the statements of the build of schema 8.
+func (q oldQueue) write(t *testing.T, db *sql.DB) {
+	t.Helper()
+	exec := func(query string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(query, args...); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+	}
+	exec(`INSERT INTO repositories (name, mainline, validation, lease_counter, created_at) VALUES (?, ?, ?, 3, ?)`,
+		q.name, q.mainline.ID, []byte(`{"command": ["make", "test"]}`), q.created.UnixMicro())
+	iter, err := q.objs.IterEncodedObjects(plumbing.AnyObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := iter.ForEach(func(o plumbing.EncodedObject) error {
+		data, err := gitstore.ObjectData(o)
+		if err != nil {
+			return err
+		}
+		id := o.Hash()
+		if o.Type() == plumbing.BlobObject {
+			exec(`INSERT INTO blobs (digest, content, size, git_id) VALUES (?, ?, ?, ?)`, repo.Digest(data), data, len(data), id[:])
+			return nil
+		}
+		exec(`INSERT INTO git_objects (id, type, data) VALUES (?, ?, ?)`, id[:], int(o.Type()), data)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Revision{q.first, q.mainline, q.candidate} {
+		digest := ""
+		if r.ID == q.first.ID {
+			digest = repo.Tree{}.Digest()
+		}
+		exec(`INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, git_tree, git_commit, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Repository, r.Parent, r.ChangeID, r.Author, digest, r.GitTree, r.GitCommit,
+			r.CreatedAt.UnixMicro())
+	}
+	payload, err := json.Marshal(map[string]string{"change_id": q.validating.ID, "revision": q.candidate.ID, "git_tree": q.candidate.GitTree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(`INSERT INTO jobs (id, kind, state, payload, priority, max_attempts, run_after, created_at, updated_at, enqueued_by, unique_key)
+		VALUES (?, 'validate', 'queued', ?, 10, 2, ?, ?, ?, 'gate', ?)`, q.jobID, payload, q.jobCreated.UnixMicro(),
+		q.jobCreated.UnixMicro(), q.jobCreated.UnixMicro(), "validate:"+q.candidate.ID)
+	for i, c := range []store.Change{q.integrated, q.validating, q.queued} {
+		paths, err := json.Marshal(c.Paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var edits any // the first change was integrated before the policy was set: no edits kept
+		if c.State != store.ChangeIntegrated {
+			e, err := json.Marshal(q.edits[c.ID])
+			if err != nil {
+				t.Fatal(err)
+			}
+			edits = string(e)
+		}
+		exec(`INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author,
+			message, paths, job_id, edits, fencing_tokens, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Author,
+			c.Message, string(paths), c.JobID, edits, fmt.Sprintf("[%d]", i+1), c.CreatedAt.UnixMicro(), c.UpdatedAt.UnixMicro())
+	}
+}
