@@ -51,3 +51,35 @@ ANALYZE`)
 		}
 	}
 }
+
+// TestLiveCandidatesUseTheirIndex ensures that every advance's read of the live candidates walks
+// candidates_live, however many candidates a repository's history holds.
+func TestLiveCandidatesUseTheirIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.pool.Exec(ctx, `
+INSERT INTO repositories (name, mainline, created_at) VALUES ('r', 'rev_0', now()), ('s', 'rev_0', now());
+INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id, created_at, updated_at)
+SELECT 'cnd_' || g, CASE WHEN g % 2 = 0 THEN 'r' ELSE 's' END,
+	CASE WHEN g > 39990 THEN 'validating' WHEN g % 7 = 0 THEN 'superseded' ELSE 'landed' END,
+	'rev_' || g, 'rev_' || (g - 1), 'job_' || g, now(), now()
+FROM generate_series(1, 40000) AS g;
+ANALYZE`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	plan := genericPlan(ctx, t, conn, "live candidates", liveCandidatesSQL, "'r'")
+	if strings.Contains(plan, "Seq Scan on candidates") || !strings.Contains(plan, "candidates_live") {
+		t.Errorf("the plan of the live candidates does not walk candidates_live:\n%s", plan)
+	}
+}
