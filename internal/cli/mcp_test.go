@@ -473,6 +473,9 @@ func TestMCPIntegrateRejected(t *testing.T) {
 		!strings.Contains(got.Change.OutputTail, "--- FAIL: TestA") || !slices.Equal(got.Change.Paths, []string{"src/b.go"}) {
 		t.Errorf("integrate answered %+v, want src/b.go rejected with the failure's reason and output", got.Change)
 	}
+	if c := got.Change.Candidate; c == nil || c.State != "rejected" || !slices.Equal(c.Changes, []string{got.Change.ID}) || c.On == "" {
+		t.Errorf("the rejected change's candidate is %+v, want the rejected candidate of it alone, on the mainline", c)
+	}
 	for _, want := range []string{"rejected", "go test exited 1", "a_test.go:9: got 1, want 2", "integrate again"} {
 		if !strings.Contains(resultText(res), want) {
 			t.Errorf("the tool error %q does not say %q", resultText(res), want)

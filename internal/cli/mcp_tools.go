@@ -146,15 +146,43 @@ type changeView struct {
 	OutputTail         string   `json:"output_tail,omitempty" jsonschema:"the tail of the failing validation's output"`
 	CreatedAt          string   `json:"created_at"`
 	UpdatedAt          string   `json:"updated_at"`
+	// Candidate and History say where a validating change is and why it was validated again.
+	Candidate *candidateView  `json:"candidate,omitempty" jsonschema:"the candidate the change is validated in (its last one once final)"`
+	History   []candidateView `json:"history,omitempty" jsonschema:"every candidate the change was in, oldest first, when more than one"`
+}
+
+type candidateView struct {
+	ID       string   `json:"id"`
+	State    string   `json:"state" jsonschema:"validating, passed, failed, landed, rejected, split, superseded or cancelled"`
+	Position uint32   `json:"position,omitempty" jsonschema:"while live: its place among the candidates in flight, 1 for the one on the mainline"`
+	Changes  []string `json:"changes"`
+	On       string   `json:"on" jsonschema:"the revision it is built on: the mainline, or the candidate ahead of it"`
+	Workers  []string `json:"workers,omitempty"`
+	Reason   string   `json:"reason,omitempty" jsonschema:"why it failed, was superseded, split or cancelled"`
+}
+
+func newCandidateView(c *agwpv1.Candidate) candidateView {
+	return candidateView{ID: c.GetId(), State: candidateStateName(c.GetState()), Position: c.GetPosition(),
+		Changes: nonNil(c.GetChanges()), On: c.GetParentRevision(), Workers: c.GetWorkers(), Reason: firstLineOf(c.GetReason())}
 }
 
 func newChangeView(c *agwpv1.Change) changeView {
 	reason, tail, _ := strings.Cut(c.GetReason(), "\n\n")
-	return changeView{ID: c.GetId(), Repository: c.GetRepository(), State: changeStateName(c.GetState()), QueuePosition: c.GetQueuePosition(),
+	v := changeView{ID: c.GetId(), Repository: c.GetRepository(), State: changeStateName(c.GetState()), QueuePosition: c.GetQueuePosition(),
 		Progress: c.GetProgress(), Author: c.GetAuthor(), Message: c.GetMessage(), Paths: nonNil(c.GetPaths()),
 		BaseRevision: c.GetBaseRevision(), CandidateRevision: c.GetCandidateRevision(), IntegratedRevision: c.GetIntegratedRevision(),
 		JobID: c.GetJobId(), AttestationDigest: c.GetAttestationDigest(), Reason: reason, OutputTail: tail,
 		CreatedAt: rfc3339(c.GetCreatedAt()), UpdatedAt: rfc3339(c.GetUpdatedAt())}
+	if cand := c.GetCandidate(); cand != nil {
+		cv := newCandidateView(cand)
+		v.Candidate = &cv
+	}
+	if h := c.GetHistory(); len(h) > 1 {
+		for _, cand := range h {
+			v.History = append(v.History, newCandidateView(cand))
+		}
+	}
+	return v
 }
 
 // status
