@@ -257,6 +257,13 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 		v := r.p.Decide(last, rev, job, att)
 		switch v.Outcome {
 		case VerdictPending:
+			if r.grows(pending, i, cand, job) {
+				var changes []*Change
+				for j := range group {
+					changes = append(changes, &group[j])
+				}
+				return i, r.supersede(*cand, changes, "more changes came before a worker took it: it is built again as a larger batch")
+			}
 		case VerdictPass:
 			cand.State, cand.AttestationDigest = CandidatePassed, job.AttestationDigest
 			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
@@ -341,6 +348,29 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 		return 0, fmt.Errorf("candidate %s: live in state %s", cand.ID, cand.State)
 	}
 	return i + n, nil
+}
+
+// grows reports whether a batch candidate no worker has taken yet would take the queued change
+// behind it, which came after it was built: changes that pile up before the workers come are
+// validated in one batch rather than behind one that holds the first alone. A change that was
+// there when it was built was left out for a reason (the batch was full, or it waits), so only a
+// newer one counts, which also bounds the rebuilds by the changes that arrive.
+func (r *queueRun) grows(pending []Change, i int, cand *Candidate, job Job) bool {
+	n := len(cand.Changes)
+	if r.batch <= 1 || job.State != JobQueued || job.Attempts > 0 || i+n >= len(pending) {
+		return false
+	}
+	next := pending[i+n]
+	if next.State != ChangeQueued || !next.CreatedAt.After(cand.CreatedAt) {
+		return false
+	}
+	limit := r.batch
+	for _, c := range pending[i : i+n+1] {
+		if c.BatchLimit > 0 {
+			limit = min(limit, c.BatchLimit)
+		}
+	}
+	return n < limit
 }
 
 // land moves the mainline to a passed candidate whose parent is the mainline, gives it its

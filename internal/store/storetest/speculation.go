@@ -333,3 +333,43 @@ func testSpeculationCancelledBatchJob(t *testing.T, newStore Factory) {
 		t.Fatalf("the first change's history is %+v, want the cancelled batch, then a batch of the two left", h)
 	}
 }
+
+func testSpeculationBatchGrowsUntilAWorkerTakesIt(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth, g.batch = 2, 4
+	l := b.acquire(t, r.Name, alice, time.Hour, "src/")
+	queue := func(i int) store.Change {
+		p := integrateParams(r.Name, r.Mainline, alice, []uint64{l.FencingToken}, put(fmt.Sprintf("src/f%d.go", i), fmt.Sprint(i)))
+		return b.queue(t, p)
+	}
+	first := queue(0)
+	alone := b.advance(t, g, "web", step{first.ID, store.ChangeValidating})[0]
+
+	// Three more come before any worker took the first's job: one batch of the four is
+	// validated instead, and the job no one took is cancelled.
+	b.clk.Advance(time.Second)
+	more := []store.Change{queue(1), queue(2), queue(3)}
+	got := b.advance(t, g, "web", step{first.ID, store.ChangeQueued}, step{first.ID, store.ChangeValidating},
+		step{more[0].ID, store.ChangeValidating}, step{more[1].ID, store.ChangeValidating}, step{more[2].ID, store.ChangeValidating})
+	if got[1].CandidateID == alone.CandidateID || got[4].CandidateID != got[1].CandidateID {
+		t.Fatalf("the four changes are in candidates %s and %s, want one new batch", got[1].CandidateID, got[4].CandidateID)
+	}
+	if j, err := b.st.GetJob(b.ctx, alone.JobID); err != nil || j.State != store.JobCancelled {
+		t.Fatalf("the first candidate's job is %s (%v), want cancelled", j.State, err)
+	}
+	if h := b.history(t, first.ID); len(h) != 2 || h[0].State != store.CandidateSuperseded || len(h[1].Changes) != 4 {
+		t.Fatalf("the first change's history is %+v, want a superseded candidate, then the batch of 4", h)
+	}
+
+	// Once a worker took the batch, a change that comes later is built on it, not into it.
+	run := b.runner()
+	run.claimAll(t)
+	b.clk.Advance(time.Second)
+	late := queue(4)
+	next := b.advance(t, g, "web", step{late.ID, store.ChangeValidating})[0]
+	if p := b.revision(t, "web", next.CandidateRevision).Parent; p != got[4].CandidateRevision {
+		t.Fatalf("the late change was built on %s, want on the running batch %s", p, got[4].CandidateRevision)
+	}
+}

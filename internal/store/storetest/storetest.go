@@ -147,6 +147,7 @@ var tests = []conformanceTest{
 	{"speculation_rejects_a_failure_only_once_the_candidates_ahead_passed_and_rebuilds_the_later_ones_without_it", testSpeculationRejectsOnlyTheCulprit},
 	{"a_failing_batch_is_split_until_the_culprit_is_found_and_the_others_land", testSpeculationBatchFindsTheCulprit},
 	{"a_cancelled_batch_job_cancels_only_the_change_it_was_enqueued_for", testSpeculationCancelledBatchJob},
+	{"a_batch_no_worker_took_yet_takes_the_changes_that_come_behind_it", testSpeculationBatchGrowsUntilAWorkerTakesIt},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
 	{"refused_requests_and_changes_of_nothing_write_no_audit_event", testAuditRefusalsWriteNothing},
