@@ -150,13 +150,21 @@ var (
 // ErrClaimLost) or its cancellation is requested (cause ErrCancelRequested). Progress set with
 // SetProgress travels with the next heartbeat.
 func (h *Claim) KeepAlive(ctx context.Context) (context.Context, func()) {
+	return h.KeepAliveEvery(ctx, h.lease/3)
+}
+
+// KeepAliveEvery is KeepAlive with heartbeats every interval (at most a third of the lease):
+// sooner, a cancellation requested reaches the job sooner.
+func (h *Claim) KeepAliveEvery(ctx context.Context, interval time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	if interval <= 0 || interval > h.lease/3 {
+		interval = h.lease / 3
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		interval := h.lease / 3
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {

@@ -280,6 +280,15 @@ func followChange(ctx context.Context, g *globals, c *client.Client, change *agw
 		if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING && ch.GetCandidate() != nil &&
 			(shown == nil || ch.GetCandidate().GetId() != shown.GetCandidate().GetId() ||
 				ch.GetCandidate().GetPosition() != shown.GetCandidate().GetPosition()) {
+			if before := shown.GetCandidate(); before != nil && before.GetId() != ch.GetCandidate().GetId() {
+				// Say why it is validated again.
+				for _, c := range ch.GetHistory() {
+					if c.GetId() == before.GetId() && c.GetReason() != "" {
+						fmt.Fprintf(g.stderr, "change %s: candidate %s %s: %s\n", ch.GetId(), c.GetId(),
+							candidateStateName(c.GetState()), firstLineOf(c.GetReason()))
+					}
+				}
+			}
 			fmt.Fprintf(g.stderr, "change %s: in candidate %s\n", ch.GetId(), describeCandidate(ch.GetCandidate()))
 			if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() {
 				shown = ch

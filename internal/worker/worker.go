@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ag-coord/ag/agwp"
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
@@ -167,7 +168,13 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim) {
 	log.Info("claimed")
 	handler := w.cfg.Handlers[job.GetKind()]
 
-	aliveCtx, stop := claim.KeepAlive(ctx)
+	beat := claim.Lease() / 3
+	if job.GetKind() == agwp.KindValidate {
+		// The integration queue cancels the validations of candidates it superseded; the
+		// worker hears of it at its next heartbeat, and a doomed run holds it until then.
+		beat = min(beat, validateHeartbeat)
+	}
+	aliveCtx, stop := claim.KeepAliveEvery(ctx, beat)
 	runCtx, cancelRun := context.WithCancelCause(aliveCtx)
 	defer cancelRun(nil)
 	prog := newProgress(claim, cancelRun, claim.Lease()/3)
@@ -236,6 +243,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// validateHeartbeat is how often a validate job's claim is heartbeaten at least.
+const validateHeartbeat = time.Second
 
 // progressEvery is the least time between two heartbeats sent for progress lines.
 const progressEvery = time.Second
