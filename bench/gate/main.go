@@ -1,13 +1,38 @@
 // Command gate measures the integration queue of a repository under a validation policy: how
-// long changes submitted at once take to reach the mainline when each validation takes a fixed
-// time and several workers validate. Each round starts a fresh `ag serve` (SQLite), imports a
-// repository of one file per change, sets the policy `sh -c "sleep SECONDS"`, starts the
-// `ag-worker` processes, has the agents lease their files, submits every change at once through
-// the Go SDK, and times until the last one is integrated. It prints each round, the median, and
-// the ideal: changes × validation ÷ workers.
+// long changes submitted at once take to be final (integrated, or rejected when they fail
+// validation) when each validation takes a fixed time and several workers validate. Each round
+// starts a fresh `ag serve` (SQLite, or a new PostgreSQL database with --db), imports a
+// repository of one file per change, sets the policy `sh -c "sleep SECONDS; test ! -e fail"`
+// (with --depth and --batch when given), starts the `ag-worker` processes, has the agents lease
+// their files, submits every change at once through the Go SDK, and times until the last one
+// is final. It prints each round and the median.
+//
+// With --fail N, N changes spread over the submission (the middle one for N=1) also write a
+// marker file of their own, fail/fNNN.txt: the validation fails in every tree that holds one,
+// so a candidate fails exactly when it includes a failing change, wherever in the queue it
+// sits. Each round checks that exactly the failing changes were rejected, by a failed
+// validation, and the others integrated, and fails otherwise.
+//
+// The ideal of a round is what a queue without overhead needs: the rounds of validation the
+// queue's own rules (store.RunQueue) take, played with every validation taking --validate and
+// nothing else taking any time, times --validate (ideal.go). It follows the depth (the
+// policy's, else the workers, at most --gate-max-depth or the server's default), the batch,
+// the workers, and, with --fail, where the failing changes landed in the queue, which the
+// server decides (the changes arrive at once): it is worked out per round from the queue order
+// the server kept. The queue's overhead per change is the time to all final minus that ideal,
+// divided by the changes: what the server (queue advances, claims), the workers (fetching the
+// tree, the checkout, the attestation) and the polling of this program add to the sleeps.
+// Validate jobs are those the server created in the round (each candidate's, including the
+// ones cancelled when their candidate was rebuilt), beside the ideal queue's. Server CPU is the
+// user and system time of the ag serve process from the first submission to the last change
+// final (/proc/PID/stat), divided by the changes; PostgreSQL's own processes are not in it.
 //
 //	go build -o /tmp/ag ./cmd/ag && go build -o /tmp/ag-worker ./cmd/ag-worker
 //	go run ./bench/gate --ag /tmp/ag --worker /tmp/ag-worker --workers 4 --changes 12 --validate 2s
+//	go run ./bench/gate --ag /tmp/ag --worker /tmp/ag-worker --fail 1 --db postgres://...
+//
+// With --db, every round gets a new database on that URL's server (CREATE DATABASE, dropped
+// after the round), so the role of the URL must be allowed to create databases.
 package main
 
 import (
@@ -16,6 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +55,7 @@ import (
 	"github.com/ag-coord/ag/bench/internal/agserve"
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gate"
 )
 
 type options struct {
@@ -37,6 +64,11 @@ type options struct {
 	agents, rounds   int
 	validate         time.Duration
 	port             int
+	fail             int
+	depth, batch     int
+	gateMaxDepth     int
+	db               string // "" = a new SQLite file per round; else a PostgreSQL URL whose server gets a new database per round
+	logs             string // a directory for each round's ag serve (level info) and ag-worker logs, or ""
 }
 
 func main() {
@@ -56,6 +88,12 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds, each on a fresh server (the median is printed)")
 	flag.DurationVar(&o.validate, "validate", 2*time.Second, "how long each validation takes (sleep)")
 	flag.IntVar(&o.port, "port", 7795, "the port ag serve listens on")
+	flag.IntVar(&o.fail, "fail", 0, "changes, spread over the submission, that fail validation (each adds a marker file the validation fails on)")
+	flag.IntVar(&o.depth, "depth", 0, "the policy's depth (ag repo set-validation --depth); 0: none, the server follows the workers")
+	flag.IntVar(&o.batch, "batch", 0, "the policy's batch (ag repo set-validation --batch); 0: none, one change a candidate")
+	flag.IntVar(&o.gateMaxDepth, "gate-max-depth", 0, "ag serve --gate-max-depth; 0: the server's default")
+	flag.StringVar(&o.db, "db", "", "a PostgreSQL URL: each round gets a new database on its server (CREATE DATABASE); default a new SQLite file per round")
+	flag.StringVar(&o.logs, "logs", "", "write each round's ag serve log, at level info, to DIR/round-N.log and each ag-worker's to DIR/round-N-wK.log (default: the server's warnings to standard error)")
 	flag.Parse()
 	if o.ag == "" || o.worker == "" {
 		return errors.New("--ag and --worker: name the binaries to measure")
@@ -63,64 +101,218 @@ func run() error {
 	if o.workers < 1 || o.changes < 1 || o.agents < 1 || o.rounds < 1 {
 		return errors.New("--workers, --changes, --agents, --rounds: at least 1")
 	}
-	ideal := time.Duration(o.changes) * o.validate / time.Duration(o.workers)
+	if o.fail < 0 || o.fail > o.changes {
+		return fmt.Errorf("--fail: 0 to --changes (%d)", o.changes)
+	}
+	if o.depth < 0 || o.batch < 0 || o.gateMaxDepth < 0 {
+		return errors.New("--depth, --batch, --gate-max-depth: 0 (the default) or more")
+	}
+	if o.db != "" && !strings.HasPrefix(o.db, "postgres://") && !strings.HasPrefix(o.db, "postgresql://") {
+		return fmt.Errorf("--db: %q is not a postgres:// URL (SQLite is the default, a new file per round)", o.db)
+	}
+	store := "SQLite"
+	if o.db != "" {
+		store = "PostgreSQL"
+	}
+	fails := failing(o.changes, o.fail)
+	var names []string
+	for i, f := range fails {
+		if f {
+			names = append(names, fileName(i))
+		}
+	}
+	depth := o.depth
+	shape := fmt.Sprintf("depth %d", depth)
+	if depth == 0 {
+		limit := o.gateMaxDepth
+		if limit == 0 {
+			limit = gate.DefaultMaxDepth
+		}
+		depth = min(o.workers, limit)
+		shape = fmt.Sprintf("depth automatic: %d (the %d workers, at most %d)", depth, o.workers, limit)
+	}
+	batch := max(o.batch, 1)
+	shape += fmt.Sprintf(", batch %d", batch)
+	workersBound := time.Duration(o.changes) * o.validate / time.Duration(o.workers*batch)
 	fmt.Printf("ag: %s\n", agserve.Version(o.ag))
-	fmt.Printf("%d changes from %d agents submitted at once, validation `sleep %s`, %d workers; ideal %s\n\n",
-		o.changes, o.agents, o.validate, o.workers, ideal)
-	fmt.Println("| round | all integrated after | changes/min | against the ideal |")
-	fmt.Println("| --- | --- | --- | --- |")
-	var took []time.Duration
+	fmt.Printf("%d changes from %d agents submitted at once, validation `%s` (%s), %d workers, %s, %s",
+		o.changes, o.agents, validation(o.validate), o.validate, o.workers, shape, store)
+	if len(names) > 0 {
+		fmt.Printf("; %d failing (%s)", len(names), strings.Join(names, ", "))
+	}
+	fmt.Printf("; the workers' bound (changes × validation ÷ workers ÷ batch) %s\n\n", agserve.Seconds(workersBound))
+	final := "all integrated after"
+	if o.fail > 0 {
+		final = "all final after"
+	}
+	fmt.Printf("| round | %s | changes/min | against the ideal | ideal | depth | validate jobs | queue overhead per change | server CPU per change |\n", final)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	var all []result
 	for r := range o.rounds {
-		d, err := round(o)
+		res, err := round(o, r+1, fails, depth, batch)
+		if res != nil {
+			all = append(all, *res)
+			fmt.Println(res.row(fmt.Sprint(r + 1)))
+		}
 		if err != nil {
 			return fmt.Errorf("round %d: %w", r+1, err)
 		}
-		took = append(took, d)
-		fmt.Printf("| %d | %s | %.1f | %.2f× |\n", r+1, agserve.Seconds(d), float64(o.changes)/d.Minutes(), d.Seconds()/ideal.Seconds())
 	}
-	slices.Sort(took)
-	m := took[len(took)/2]
-	fmt.Printf("| median | %s | %.1f | %.2f× |\n", agserve.Seconds(m), float64(o.changes)/m.Minutes(), m.Seconds()/ideal.Seconds())
+	fmt.Println(median(all).row("median"))
 	return nil
 }
 
-// round runs one round on a fresh server and answers how long the changes took to land.
-func round(o options) (time.Duration, error) {
+// failing answers which of n changes fail when k do: k spread evenly, each in the middle of its
+// share (the middle one for k=1).
+func failing(n, k int) []bool {
+	f := make([]bool, n)
+	for j := range k {
+		f[(2*j+1)*n/(2*k)] = true
+	}
+	return f
+}
+
+// result is one round's measurements.
+type result struct {
+	took      time.Duration // from the first submission to the last change final
+	ideal     time.Duration // the ideal queue's rounds × the validation
+	rounds    int           // the ideal queue's rounds
+	failingAt []int         // the failing changes' places in the queue, from 1
+	idealJobs int           // the validate jobs of the ideal queue
+	jobs      int           // the validate jobs the server created
+	cancelled int           // of those, cancelled (their candidate rebuilt)
+	depth     int           // the depth GetQueue answered after the submissions
+	changes   int           // submitted
+	overhead  time.Duration // (took − ideal) ÷ changes
+	cpu       time.Duration // the server's CPU over took, ÷ changes
+}
+
+func (r result) row(name string) string {
+	jobs := fmt.Sprintf("%d (ideal %d)", r.jobs, r.idealJobs)
+	if r.cancelled > 0 {
+		jobs = fmt.Sprintf("%d (ideal %d; %d cancelled)", r.jobs, r.idealJobs, r.cancelled)
+	}
+	ideal := fmt.Sprintf("%s (%d rounds)", agserve.Seconds(r.ideal), r.rounds)
+	if len(r.failingAt) > 0 {
+		at := make([]string, len(r.failingAt))
+		for i, k := range r.failingAt {
+			at[i] = fmt.Sprint(k)
+		}
+		ideal = fmt.Sprintf("%s (%d rounds; failing %s in the queue)", agserve.Seconds(r.ideal), r.rounds, strings.Join(at, ", "))
+	}
+	return fmt.Sprintf("| %s | %s | %.1f | %.2f× | %s | %d | %s | %s | %s |", name, agserve.Seconds(r.took),
+		float64(r.changes)/r.took.Minutes(), r.took.Seconds()/r.ideal.Seconds(), ideal, r.depth, jobs,
+		millis(r.overhead), millis(r.cpu))
+}
+
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+}
+
+// median answers every column's own median over rounds.
+func median(rs []result) result {
+	mid := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	d := func(f func(result) time.Duration) time.Duration {
+		return time.Duration(mid(func(r result) float64 { return float64(f(r)) }))
+	}
+	n := func(f func(result) int) int { return int(mid(func(r result) float64 { return float64(f(r)) })) }
+	return result{
+		took:      d(func(r result) time.Duration { return r.took }),
+		ideal:     d(func(r result) time.Duration { return r.ideal }),
+		rounds:    n(func(r result) int { return r.rounds }),
+		idealJobs: n(func(r result) int { return r.idealJobs }),
+		jobs:      n(func(r result) int { return r.jobs }),
+		cancelled: n(func(r result) int { return r.cancelled }),
+		depth:     n(func(r result) int { return r.depth }),
+		changes:   rs[0].changes,
+		overhead:  d(func(r result) time.Duration { return r.overhead }),
+		cpu:       d(func(r result) time.Duration { return r.cpu }),
+	}
+}
+
+// round runs round n on a fresh server and answers what it measured; with an error after the
+// measurement (a change that ended otherwise than it should), both.
+func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir, err := os.MkdirTemp("", "ag-gate-bench-")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := agserve.Start(ctx, o.ag, "sqlite:"+filepath.Join(dir, "ag.db"), dir, o.port)
-	if err != nil {
-		return 0, err
+	db := "sqlite:" + filepath.Join(dir, "ag.db")
+	if o.db != "" {
+		u, drop, err := createDatabase(ctx, o.db, fmt.Sprintf("ag_gate_%d_%d", os.Getpid(), n))
+		if err != nil {
+			return nil, err
+		}
+		defer drop() // after the server stopped, deferred below
+		db = u
 	}
-	defer srv.Stop()
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}()
+	logFile := func(name string) (io.Writer, error) {
+		if o.logs == "" {
+			return nil, nil
+		}
+		if err := os.MkdirAll(o.logs, 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.Create(filepath.Join(o.logs, fmt.Sprintf("round-%d%s.log", n, name)))
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, f)
+		return f, nil
+	}
+	log, err := logFile("")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := startServer(ctx, o.ag, db, dir, o.port, o.gateMaxDepth, log)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
 
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		return 0, err
+		return nil, err
 	}
 	for i := range o.changes {
 		if err := os.WriteFile(filepath.Join(src, fileName(i)), fmt.Appendf(nil, "file %d\n", i), 0o644); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	if _, err := srv.AG("repo", "import", "app", src); err != nil {
-		return 0, err
+	if err := srv.run("repo", "import", "app", src); err != nil {
+		return nil, err
 	}
-	// Not through srv.AG, which puts --server and --token last: here they would be the command.
-	policy := exec.Command(o.ag, "repo", "set-validation", "app", "--server", srv.URL, "--token", srv.Token,
-		"--", "sh", "-c", fmt.Sprintf("sleep %g", o.validate.Seconds()))
-	if out, err := policy.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("ag repo set-validation: %w\n%s", err, out)
+	policy := []string{"repo", "set-validation", "app"}
+	if o.depth > 0 {
+		policy = append(policy, "--depth", fmt.Sprint(o.depth))
 	}
-	admin := client.New(srv.URL, srv.Token)
+	if o.batch > 0 {
+		policy = append(policy, "--batch", fmt.Sprint(o.batch))
+	}
+	policy = append(policy, "--", "sh", "-c", validation(o.validate))
+	if err := srv.run(policy...); err != nil {
+		return nil, err
+	}
+	admin := client.New(srv.url, srv.token)
 	ci, err := admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: "ci", Role: agwpv1.Role_ROLE_WORKER})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var workers []*exec.Cmd
 	defer func() {
@@ -130,9 +322,14 @@ func round(o options) (time.Duration, error) {
 		}
 	}()
 	for i := range o.workers {
-		w, err := startWorker(ctx, o, dir, srv.URL, ci.GetToken(), fmt.Sprintf("w%d", i))
+		label := fmt.Sprintf("w%d", i)
+		log, err := logFile("-" + label)
 		if err != nil {
-			return 0, err
+			return nil, err
+		}
+		w, err := startWorker(ctx, o, dir, srv.url, ci.GetToken(), label, log)
+		if err != nil {
+			return nil, err
 		}
 		workers = append(workers, w)
 	}
@@ -141,33 +338,41 @@ func round(o options) (time.Duration, error) {
 	for i := range agents {
 		p, err := admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: fmt.Sprintf("agent%d", i), Role: agwpv1.Role_ROLE_AGENT})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		agents[i] = client.New(srv.URL, p.GetToken())
+		agents[i] = client.New(srv.url, p.GetToken())
 	}
 	repo, err := admin.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: "app"})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	base := repo.GetRepository().GetMainline()
 	tokens := make([]uint64, o.changes)
 	for i := range o.changes {
-		l, err := agents[i%o.agents].AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: []string{fileName(i)}, Holder: "bench", TTL: time.Hour})
+		l, err := agents[i%o.agents].AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: paths(i, fails), Holder: "bench", TTL: time.Hour})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		tokens[i] = l.GetFencingToken()
 	}
 
+	cpu0, err := srv.cpu()
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	ids := make([]string, o.changes)
 	errs := make([]error, o.changes)
 	var wg sync.WaitGroup
 	for i := range o.changes {
 		wg.Go(func() {
+			edits := []client.FileChange{{Path: fileName(i), Content: fmt.Appendf(nil, "file %d, edited\n", i)}}
+			if fails[i] {
+				edits = append(edits, client.FileChange{Path: marker(i), Content: []byte("this change fails validation\n")})
+			}
 			ch, err := agents[i%o.agents].IntegrateFiles(ctx, client.IntegrateOptions{
 				Repository: "app", BaseRevision: base, Holder: "bench", FencingTokens: []uint64{tokens[i]},
-				Message: fmt.Sprintf("change %d", i), Changes: []client.FileChange{{Path: fileName(i), Content: fmt.Appendf(nil, "file %d, edited\n", i)}},
+				Message: fmt.Sprintf("change %d", i), Changes: edits,
 			})
 			if err != nil {
 				errs[i] = err
@@ -178,30 +383,152 @@ func round(o options) (time.Duration, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return nil, err
 	}
+	q, err := admin.Repos.GetQueue(ctx, &agwpv1.GetQueueRequest{Repository: "app"})
+	if err != nil {
+		return nil, err
+	}
+	ended := make([]*agwpv1.Change, o.changes)
 	for i, id := range ids {
 		for {
 			res, err := admin.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: id, Wait: durationpb.New(30 * time.Second)})
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			st := res.GetChange().GetState()
-			if st == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
-				break
-			}
 			if st != agwpv1.ChangeState_CHANGE_STATE_QUEUED && st != agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
-				return 0, fmt.Errorf("change %d (%s) ended %s: %s", i, id, st, res.GetChange().GetReason())
+				ended[i] = res.GetChange()
+				break
 			}
 		}
 	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	cpu1, err := srv.cpu()
+	if err != nil {
+		return nil, err
+	}
+
+	order, err := queueOrder(ctx, admin, ids)
+	if err != nil {
+		return nil, err
+	}
+	inQueue := make([]bool, len(order))
+	var failingAt []int
+	for k, i := range order {
+		inQueue[k] = fails[i]
+		if fails[i] {
+			failingAt = append(failingAt, k+1)
+		}
+	}
+	p, err := ideal(schedule{fails: inQueue, depth: depth, batch: batch, workers: o.workers})
+	if err != nil {
+		return nil, err
+	}
+	jobs, cancelled, err := validateJobs(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{
+		took: took, ideal: time.Duration(p.rounds) * o.validate, rounds: p.rounds, failingAt: failingAt, idealJobs: p.jobs,
+		jobs: jobs, cancelled: cancelled, depth: int(q.GetDepth()), changes: o.changes,
+		overhead: (took - time.Duration(p.rounds)*o.validate) / time.Duration(o.changes),
+		cpu:      (cpu1 - cpu0) / time.Duration(o.changes),
+	}
+	return res, check(ended, fails)
 }
+
+// check answers an error naming every change that did not end as it should: rejected by a
+// failed validation when it fails, integrated otherwise.
+func check(ended []*agwpv1.Change, fails []bool) error {
+	var errs []error
+	for i, c := range ended {
+		st := c.GetState()
+		switch {
+		case fails[i] && st != agwpv1.ChangeState_CHANGE_STATE_REJECTED:
+			errs = append(errs, fmt.Errorf("change %d (%s), which fails validation, ended %s", i, c.GetId(), st))
+		case fails[i] && !strings.HasPrefix(c.GetReason(), "validation failed"):
+			errs = append(errs, fmt.Errorf("change %d (%s) was rejected, but not by its validation: %s", i, c.GetId(), c.GetReason()))
+		case !fails[i] && st != agwpv1.ChangeState_CHANGE_STATE_INTEGRATED:
+			errs = append(errs, fmt.Errorf("change %d (%s) ended %s: %s", i, c.GetId(), st, c.GetReason()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// queueOrder answers the submission indexes of ids in the order of the repository's queue
+// (ListChanges answers newest first).
+func queueOrder(ctx context.Context, admin *client.Client, ids []string) ([]int, error) {
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	var order []int
+	token := ""
+	for {
+		res, err := admin.Repos.ListChanges(ctx, &agwpv1.ListChangesRequest{Repository: "app", PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range res.GetChanges() {
+			if i, ok := index[c.GetId()]; ok {
+				order = append(order, i)
+			}
+		}
+		if token = res.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if len(order) != len(ids) {
+		return nil, fmt.Errorf("ListChanges answered %d of the %d changes", len(order), len(ids))
+	}
+	slices.Reverse(order)
+	return order, nil
+}
+
+// validateJobs answers how many validate jobs the server holds, and how many of them were
+// cancelled.
+func validateJobs(ctx context.Context, admin *client.Client) (all, cancelled int, err error) {
+	token := ""
+	for {
+		res, err := admin.Jobs.ListJobs(ctx, &agwpv1.ListJobsRequest{PageSize: 1000, PageToken: token, Kinds: []string{"validate"}})
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, j := range res.GetJobs() {
+			all++
+			if j.GetState() == agwpv1.JobState_JOB_STATE_CANCELLED {
+				cancelled++
+			}
+		}
+		if token = res.GetNextPageToken(); token == "" {
+			return all, cancelled, nil
+		}
+	}
+}
+
+// validation is the script the policy runs: it takes d, and fails when the tree holds the
+// marker of a failing change.
+func validation(d time.Duration) string {
+	return fmt.Sprintf("sleep %g; test ! -e fail", d.Seconds())
+}
+
+// paths answers what change i leases and writes: its file, and its marker when it fails.
+func paths(i int, fails []bool) []string {
+	if fails[i] {
+		return []string{fileName(i), marker(i)}
+	}
+	return []string{fileName(i)}
+}
+
+// marker is the file a failing change adds: the validation fails in a tree that has fail/.
+func marker(i int) string { return "fail/" + fileName(i) }
 
 func fileName(i int) string { return fmt.Sprintf("f%03d.txt", i) }
 
-// startWorker starts an ag-worker that runs validate jobs, and answers once it has started.
-func startWorker(ctx context.Context, o options, dir, url, token, label string) (*exec.Cmd, error) {
+// startWorker starts an ag-worker that runs validate jobs, and answers once it has started;
+// with log, its log goes there.
+func startWorker(ctx context.Context, o options, dir, url, token, label string, log io.Writer) (*exec.Cmd, error) {
 	wdir := filepath.Join(dir, label)
 	if err := os.MkdirAll(wdir, 0o755); err != nil {
 		return nil, err
@@ -222,6 +549,9 @@ func startWorker(ctx context.Context, o options, dir, url, token, label string) 
 		sc := bufio.NewScanner(stderr)
 		said := false
 		for sc.Scan() {
+			if log != nil {
+				fmt.Fprintln(log, sc.Text())
+			}
 			if !said && strings.Contains(sc.Text(), `msg="ag-worker started"`) {
 				said = true
 				started <- true
