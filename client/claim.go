@@ -175,7 +175,9 @@ func (h *Claim) KeepAliveEvery(ctx context.Context, interval time.Duration) (con
 				return
 			case <-t.C:
 			}
-			hctx, hcancel := context.WithTimeout(ctx, interval)
+			// However often it beats, each heartbeat may take a third of the lease: a server
+			// slower than the pace must not lose the claim.
+			hctx, hcancel := context.WithTimeout(ctx, h.lease/3)
 			res, err := h.Heartbeat(hctx, h.takeProgress())
 			hcancel()
 			switch {
@@ -187,7 +189,8 @@ func (h *Claim) KeepAliveEvery(ctx context.Context, interval time.Duration) (con
 				return
 			}
 			// Other errors (the server briefly unreachable) are retried at the next tick; the
-			// lease is three ticks long.
+			// lease is at least three ticks long. Ticks that came while a heartbeat was in
+			// flight were dropped by the ticker.
 		}
 	}()
 	var once sync.Once

@@ -3,11 +3,15 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
 
@@ -39,5 +43,51 @@ func TestKeepAliveEveryHearsACancellationAtItsOwnPace(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the claim did not hear of the cancellation within 15 s, heartbeating every 50 ms")
+	}
+}
+
+// slowHeartbeats is a job server whose heartbeats take longer than a fast pace: a busy store.
+type slowHeartbeats struct {
+	agwpv1connect.UnimplementedJobServiceHandler
+	delay    time.Duration
+	answered atomic.Int32
+}
+
+func (s *slowHeartbeats) ClaimJob(context.Context, *agwpv1.ClaimJobRequest) (*agwpv1.ClaimJobResponse, error) {
+	return &agwpv1.ClaimJobResponse{Job: &agwpv1.Job{Id: "job_1", Kind: "validate", Attempts: 1}}, nil
+}
+
+func (s *slowHeartbeats) HeartbeatJob(ctx context.Context, _ *agwpv1.HeartbeatJobRequest) (*agwpv1.HeartbeatJobResponse, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.answered.Add(1)
+	return &agwpv1.HeartbeatJobResponse{}, nil
+}
+
+// TestKeepAliveEveryWaitsForASlowServer ensures that heartbeats sent faster than a third of the
+// lease still wait up to a third of the lease for their answer: a server slower than the pace
+// keeps the claim alive.
+func TestKeepAliveEveryWaitsForASlowServer(t *testing.T) {
+	t.Parallel()
+	s := &slowHeartbeats{delay: 300 * time.Millisecond}
+	mux := http.NewServeMux()
+	mux.Handle(agwpv1connect.NewJobServiceHandler(s))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	claim, err := client.New(srv.URL, "token").Claim(context.Background(), client.ClaimOptions{Worker: "w1", Lease: 3 * time.Second})
+	if err != nil || claim == nil {
+		t.Fatalf("Claim = %v, %v", claim, err)
+	}
+	alive, stop := claim.KeepAliveEvery(context.Background(), 50*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.answered.Load() < 2 && time.Now().Before(deadline) && alive.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if n := s.answered.Load(); n < 2 {
+		t.Fatalf("%d heartbeats of a server answering in 300 ms were answered before the claim gave up, heartbeating every 50 ms; want them waited for", n)
 	}
 }

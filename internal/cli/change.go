@@ -29,7 +29,7 @@ type validationFlags struct {
 func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "kill the validation command after this long and reject the change (default 10m on the server, at most 24h)")
 	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
-	cmd.Flags().Uint32Var(&f.depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it (default: as many as the validate workers seen, at most 64)")
+	cmd.Flags().Uint32Var(&f.depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it, at most 64 (default: as many as the validate workers seen, at most the server's --gate-max-depth, 8)")
 	cmd.Flags().Uint32Var(&f.batch, "batch", 0, "validate this many changes together in one run, splitting a batch that fails until the changes that broke it are found (default 1, at most 64)")
 }
 
@@ -114,6 +114,9 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 		return err
 	}
 	q, err := c.Repos.GetQueue(ctx, &agwpv1.GetQueueRequest{Repository: name})
+	if client.IsCode(err, connect.CodeUnimplemented) {
+		return nil // a server from before GetQueue: the repository was shown
+	}
 	if err != nil {
 		return err
 	}

@@ -21,14 +21,18 @@ type Capacity struct {
 	now     func() time.Time
 	waiting int
 	held    map[string]time.Time // validate job id → when its lease ends
-	samples []capacitySample     // what it was, when it changed, oldest first
-	peak    int                  // the estimate last answered or reported
+	// buckets hold the highest value of each of the last capacityWindow's seconds, by the
+	// second: the estimate costs the same however often workers claim.
+	buckets [capacitySeconds]capacityBucket
+	peak    int // the estimate last answered or reported
 	onRise  func()
 }
 
-type capacitySample struct {
-	at    time.Time
-	value int
+const capacitySeconds = int(capacityWindow / time.Second)
+
+type capacityBucket struct {
+	second int64
+	max    int
 }
 
 // NewCapacity answers an empty estimate; onRise, when set, is called (outside the lock) when
@@ -63,10 +67,12 @@ func (c *Capacity) Estimate() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	c.sampleLocked(now)
-	best := 0
-	for _, s := range c.samples {
-		best = max(best, s.value)
+	best := c.sampleLocked(now)
+	oldest := now.Unix() - int64(capacitySeconds) + 1
+	for _, b := range c.buckets {
+		if b.second >= oldest {
+			best = max(best, b.max)
+		}
 	}
 	c.peak = best
 	return best
@@ -75,9 +81,7 @@ func (c *Capacity) Estimate() int {
 func (c *Capacity) change(f func()) {
 	c.mu.Lock()
 	f()
-	now := c.now()
-	c.sampleLocked(now)
-	v := c.samples[len(c.samples)-1].value
+	v := c.sampleLocked(c.now())
 	rose := v > c.peak
 	if rose {
 		c.peak = v
@@ -89,24 +93,20 @@ func (c *Capacity) change(f func()) {
 	}
 }
 
-// sampleLocked records the value now and forgets the values the window no longer covers. A
-// sample holds from its time until the next one's, so the oldest kept may start before the
-// window: it was still the value when the window began.
-func (c *Capacity) sampleLocked(now time.Time) {
+// sampleLocked records the value now in its second's bucket and answers it. A held job whose
+// lease ran out is forgotten: its worker went without a word.
+func (c *Capacity) sampleLocked(now time.Time) int {
 	for id, until := range c.held {
 		if !until.After(now) {
-			delete(c.held, id) // its worker went without a word
+			delete(c.held, id)
 		}
 	}
-	cut := now.Add(-capacityWindow)
-	i := 0
-	for i+1 < len(c.samples) && !c.samples[i+1].at.After(cut) {
-		i++
-	}
-	c.samples = c.samples[i:]
 	v := c.waiting + len(c.held)
-	if n := len(c.samples); n > 0 && c.samples[n-1].value == v {
-		return
+	sec := now.Unix()
+	b := &c.buckets[int(sec%int64(capacitySeconds))]
+	if b.second != sec {
+		*b = capacityBucket{second: sec}
 	}
-	c.samples = append(c.samples, capacitySample{at: now, value: v})
+	b.max = max(b.max, v)
+	return v
 }

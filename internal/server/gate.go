@@ -80,7 +80,9 @@ func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *ag
 	if err != nil {
 		h.s.log.Warn("read a change's candidates", "change", c.ID, "err", err)
 	}
-	for _, cand := range history {
+	// A change rebuilt again and again (many failures ahead of it) keeps its whole history in
+	// the store; an answer carries the newest maxHistory.
+	for _, cand := range history[max(0, len(history)-maxHistory):] {
 		out.History = append(out.History, candidateProto(cand))
 	}
 	if n := len(out.History); n > 0 {
@@ -165,6 +167,9 @@ func candidateStateProto(s store.CandidateState) agwpv1.CandidateState {
 	return agwpv1.CandidateState_CANDIDATE_STATE_UNSPECIFIED
 }
 
+// maxHistory bounds the candidates a change's answer lists.
+const maxHistory = 50
+
 // maxQueueWaiting bounds the waiting changes GetQueue lists.
 const maxQueueWaiting = 1000
 
@@ -215,7 +220,6 @@ func (s *Server) kickValidation(job store.Job) {
 	if job.Kind != agwp.KindValidate {
 		return
 	}
-	s.gate.Capacity.Released(job.ID)
 	if repository, ok := validateRepository(job.Payload); ok {
 		s.gate.Kick(repository)
 	}

@@ -299,6 +299,9 @@ func (h jobService) completion(ctx context.Context, procedure string, req *agwpv
 // completed counts an accepted completion and lets the gate act on a validate job's result.
 func (h jobService) completed(job store.Job) {
 	h.s.metrics.completions.Inc()
+	if job.Kind == agwp.KindValidate {
+		h.s.gate.Capacity.Released(job.ID)
+	}
 	h.s.kickValidation(job)
 }
 

@@ -95,6 +95,7 @@ type queueRun struct {
 	tip      Revision
 	ahead    int    // pending changes ahead of the walk that are not on the mainline
 	chain    int    // candidates on the tip's chain still validating: the workers the queue holds
+	live     int    // live candidates ahead of the walk, whatever their state
 	blocked  bool   // a queued change was left waiting: nothing after it is built
 	why      string // what last moved the tip away from what later candidates were built on
 }
@@ -143,6 +144,20 @@ func (r *queueRun) run() error {
 			cand := live[c.CandidateID]
 			idx := members[c.CandidateID]
 			n := len(idx)
+			if n > 0 && len(pending) == window && idx[n-1] == len(pending)-1 {
+				// Its changes may go on past what was read: it is left for an advance that
+				// sees all of them.
+				break
+			}
+			if cand != nil && n > 0 && idx[0] == i && cand.Revision == r.tip.ID && r.ahead == 0 {
+				// The mainline is this candidate already: a replica of the version before
+				// candidates landed it for its first change only. The others landed with it.
+				if err := r.landed(cand, pending, idx); err != nil {
+					return err
+				}
+				i = idx[n-1] + 1
+				continue
+			}
 			whole := cand != nil && idx[0] == i && idx[n-1] == i+n-1
 			if !whole || cand.ParentRevision != r.tip.ID || r.blocked {
 				if err := r.requeue(pending, i, cand, idx); err != nil {
@@ -313,13 +328,14 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 		if r.ahead == 0 {
 			return i + n, r.land(cand, rev, group)
 		}
-		r.tip, r.ahead = rev, r.ahead+n // it holds no worker: it does not count against the depth
+		r.tip, r.ahead, r.live = rev, r.ahead+n, r.live+1 // it holds no worker: it does not count against the depth
 	case CandidateValidating:
-		r.tip, r.chain, r.ahead = rev, r.chain+1, r.ahead+n
+		r.tip, r.chain, r.ahead, r.live = rev, r.chain+1, r.ahead+n, r.live+1
 	case CandidateFailed:
-		if n > 1 {
-			// A batch that failed: its parts are validated apart, each on the one before, until
-			// the changes that broke it are alone.
+		if n > 1 && r.ahead == 0 {
+			// A batch that failed on the mainline itself: its parts are validated apart, each
+			// on the one before, until the changes that broke it are alone. Behind a pending
+			// candidate, the failure may be that one's, and it waits as a single does.
 			return i, r.split(cand, group)
 		}
 		if r.ahead == 0 {
@@ -342,7 +358,7 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 		}
 		// Whether it broke the candidate itself is known only once the ones ahead pass; those
 		// after it are built without it meanwhile.
-		r.ahead += n
+		r.ahead, r.live = r.ahead+n, r.live+1
 		r.why = "the candidate " + cand.ID + " of change " + last.ID + " ahead of it failed"
 	default:
 		return 0, fmt.Errorf("candidate %s: live in state %s", cand.ID, cand.State)
@@ -484,7 +500,9 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 		}
 		return i + 1, r.integrateDirectly(&pending[i])
 	}
-	if r.chain >= r.depth {
+	if r.chain >= r.depth || r.live >= maxLive(r.depth) {
+		// Passed and failed candidates waiting behind a slow one hold no worker, but all of
+		// them are validated again if it fails: they are bounded too.
 		r.blocked = true
 		return i + 1, nil
 	}
@@ -556,8 +574,32 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 			return 0, err
 		}
 	}
-	r.tip, r.chain, r.ahead = rev, r.chain+1, r.ahead+len(built)
+	r.tip, r.chain, r.ahead, r.live = rev, r.chain+1, r.ahead+len(built), r.live+1
 	return i + len(built), nil
+}
+
+// maxLive bounds the live candidates of a queue: what one failure ahead of them can cost.
+func maxLive(depth int) int { return 2 * depth }
+
+// landed integrates the changes still VALIDATING in a candidate the mainline already is.
+func (r *queueRun) landed(cand *Candidate, pending []Change, idx []int) error {
+	job, _, err := r.tx.Job(cand.JobID)
+	if err != nil {
+		return fmt.Errorf("candidate %s: %w", cand.ID, err)
+	}
+	from := cand.State
+	cand.State, cand.AttestationDigest = CandidateLanded, job.AttestationDigest
+	if err := r.tx.SetCandidate(*cand, from); err != nil {
+		return err
+	}
+	for _, j := range idx {
+		c := &pending[j]
+		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, cand.Revision, job.AttestationDigest
+		if err := r.set(c, ChangeValidating, "change.integrated", IntegratedDetails(*c)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, error) {

@@ -259,8 +259,8 @@ func (q *queue) Enqueue(p store.EnqueueJobParams) (store.Job, bool, error) {
 func (q *queue) CancelJob(id string) error {
 	_, err := q.d.cancelJob(q.ctx, q.tx, id, q.now, systemActor)
 	var stateErr *store.StateError
-	if errors.As(err, &stateErr) {
-		return nil // it ended already
+	if errors.As(err, &stateErr) || errors.Is(err, store.ErrNotFound) {
+		return nil // it ended already, or there is none to stop
 	}
 	return err
 }
@@ -350,23 +350,29 @@ func (d *DB) ListCandidates(ctx context.Context, p store.ListCandidatesParams) (
 	if err != nil {
 		return nil, err
 	}
-	for i := range cands {
-		rows, err := d.r.QueryContext(ctx, `SELECT change_id FROM candidate_changes WHERE candidate_id = ? ORDER BY position`, cands[i].ID)
-		if err != nil {
+	if len(cands) == 0 {
+		return cands, nil
+	}
+	args := make([]any, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		args[i], at[c.ID] = c.ID, i
+	}
+	rows, err := d.r.QueryContext(ctx, `SELECT candidate_id, change_id FROM candidate_changes
+		WHERE candidate_id IN (`+placeholders(1, len(cands))+`) ORDER BY candidate_id, position`, args...)
+	if err != nil {
+		return nil, interpret("read candidates", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cand, change string
+		if err := rows.Scan(&cand, &change); err != nil {
 			return nil, interpret("read candidates", err)
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, interpret("read candidates", err)
-			}
-			cands[i].Changes = append(cands[i].Changes, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, interpret("read candidates", err)
-		}
+		cands[at[cand]].Changes = append(cands[at[cand]].Changes, change)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret("read candidates", err)
 	}
 	return cands, nil
 }

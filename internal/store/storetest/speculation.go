@@ -373,3 +373,133 @@ func testSpeculationBatchGrowsUntilAWorkerTakesIt(t *testing.T, newStore Factory
 		t.Fatalf("the late change was built on %s, want on the running batch %s", p, got[4].CandidateRevision)
 	}
 }
+
+func testSpeculationLiveCandidatesAreBounded(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth = 2
+	g.setVerdict(passUnlessFailed)
+	cs := b.queueDisjoint(t, r, 30)
+	b.advance(t, g, "web", steps(cs[:2], store.ChangeValidating)...)
+	run := b.runner()
+	front := b.change(t, cs[0].ID).JobID
+
+	// Behind a slow first candidate, the ones after it pass and wait: they hold no worker, but a
+	// failure of the first would cost all of them again, so they are bounded too.
+	for range 10 {
+		run.claimAll(t)
+		for id := range run.claimed {
+			if id != front {
+				run.finish(t, id, true)
+			}
+		}
+		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+			t.Fatalf("AdvanceQueue: %v", err)
+		}
+	}
+	if live := b.liveCandidates(t, "web"); len(live) != 4 {
+		t.Fatalf("%d live candidates behind a slow one at depth 2, want 4 (twice the depth)", len(live))
+	}
+	run.finish(t, front, false)
+	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+		t.Fatalf("AdvanceQueue: %v", err)
+	}
+	superseded := 0
+	for _, c := range cs[1:] {
+		for _, h := range b.history(t, c.ID) {
+			if h.State == store.CandidateSuperseded {
+				superseded++
+			}
+		}
+	}
+	if superseded != 3 {
+		t.Fatalf("the first candidate's failure superseded %d candidates, want the 3 behind it", superseded)
+	}
+}
+
+func testSpeculationAFailedBatchBehindAPendingOneWaits(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth, g.batch = 2, 8
+	g.setVerdict(passUnlessFailed)
+	cs := b.queueDisjoint(t, r, 16)
+	got := b.advance(t, g, "web", steps(cs, store.ChangeValidating)...)
+	run := b.runner()
+	run.claimAll(t)
+
+	// The second batch fails while the first still validates: the failure may be the first's,
+	// so it is not split yet.
+	run.finish(t, got[8].JobID, false)
+	b.advance(t, g, "web")
+	for _, c := range cs[8:] {
+		if got := b.change(t, c.ID); got.BatchLimit != 0 || got.State != store.ChangeValidating {
+			t.Fatalf("change %s behind a pending batch is %s with batch limit %d, want validating, unsplit", c.ID, got.State, got.BatchLimit)
+		}
+	}
+	// The first fails too: it is split, its halves validating one on the other; the second,
+	// built on it, is superseded, whole, to be built again behind them.
+	run.finish(t, got[0].JobID, false)
+	moved, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+	if err != nil {
+		t.Fatalf("AdvanceQueue: %v", err)
+	}
+	var gotSteps []step
+	for _, c := range moved {
+		gotSteps = append(gotSteps, step{c.ID, c.State})
+	}
+	if want := append(append(steps(cs[:8], store.ChangeQueued), steps(cs[:8], store.ChangeValidating)...),
+		steps(cs[8:], store.ChangeQueued)...); !slices.Equal(gotSteps, want) {
+		t.Fatalf("AdvanceQueue answered %v, want %v", gotSteps, want)
+	}
+	if moved[8].CandidateID == moved[15].CandidateID || moved[8].BatchLimit != 4 {
+		t.Fatalf("the first batch was rebuilt as %s and %s with limit %d, want two halves of 4", moved[8].CandidateID, moved[15].CandidateID, moved[8].BatchLimit)
+	}
+	for _, c := range cs[8:] {
+		if got := b.change(t, c.ID); got.BatchLimit != 0 {
+			t.Fatalf("change %s has batch limit %d after the batch ahead of it was split, want none", c.ID, got.BatchLimit)
+		}
+	}
+}
+
+func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.setVerdict(passUnlessFailed)
+	shape := [2]int{20, 60}
+	params := func() store.AdvanceQueueParams {
+		p := g.params("web")
+		p.Shape = func([]byte) (int, int) { return shape[0], shape[1] }
+		return p
+	}
+	const n = store.QueueWindow + 76
+	cs := b.queueDisjoint(t, r, n)
+	if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
+		t.Fatalf("AdvanceQueue: %v", err)
+	}
+	run := b.runner()
+	run.claimAll(t)
+	for id := range run.claimed {
+		run.finish(t, id, true)
+	}
+	// The workers went away: the depth falls to 1, and with it what one advance reads, which
+	// now ends inside a batch. That batch is left whole for a later advance.
+	shape = [2]int{1, 1}
+	for range 3 {
+		if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
+			t.Fatalf("AdvanceQueue: %v", err)
+		}
+	}
+	for i, c := range cs {
+		if got := b.change(t, c.ID); got.State != store.ChangeIntegrated {
+			t.Fatalf("change %d is %s (%s), want every change of the passed batches integrated", i, got.State, got.Reason)
+		}
+	}
+	files := map[string]string{}
+	for i := range cs {
+		files[fmt.Sprintf("src/f%d.go", i)] = fmt.Sprint(i)
+	}
+	b.wantFiles(t, "web", files)
+}

@@ -148,6 +148,9 @@ var tests = []conformanceTest{
 	{"a_failing_batch_is_split_until_the_culprit_is_found_and_the_others_land", testSpeculationBatchFindsTheCulprit},
 	{"a_cancelled_batch_job_cancels_only_the_change_it_was_enqueued_for", testSpeculationCancelledBatchJob},
 	{"a_batch_no_worker_took_yet_takes_the_changes_that_come_behind_it", testSpeculationBatchGrowsUntilAWorkerTakesIt},
+	{"live_candidates_are_at_most_twice_the_depth", testSpeculationLiveCandidatesAreBounded},
+	{"a_failed_batch_behind_a_pending_candidate_waits_unsplit", testSpeculationAFailedBatchBehindAPendingOneWaits},
+	{"a_shrinking_window_never_cuts_a_candidate", testSpeculationAWindowNeverCutsACandidate},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
 	{"refused_requests_and_changes_of_nothing_write_no_audit_event", testAuditRefusalsWriteNothing},
