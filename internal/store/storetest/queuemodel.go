@@ -1,0 +1,210 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+)
+
+// testQueueModel drives one queue through random integrates (some failing in every tree that
+// holds them, some sharing a file), random depths and batches on each advance, passes, failures,
+// cancellations of queued and claimed jobs, and the policy removed and set again; after every
+// advance, and after draining, it checks the queue's promises: a change is integrated exactly
+// when its file is on the mainline, in queue order along the mainline's history; a failing
+// change never lands validated; a change is rejected for a failed validation only when it is
+// the one that fails; a validating change is in a live candidate; nothing is left pending.
+func testQueueModel(t *testing.T, newStore Factory) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { queueModelRun(t, newStore, seed) })
+	}
+}
+
+func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	l := b.acquire(t, r.Name, alice, 100*time.Hour, "src/", "shared/", "poison/")
+	g := newGate()
+	g.setVerdict(passUnlessFailed)
+	type ch struct {
+		c      store.Change
+		poison bool
+		own    string
+	}
+	var all []ch
+	claimed := map[string]store.Job{}
+	treeHasPoison := func(job store.Job) bool {
+		var p struct {
+			Revision string `json:"revision"`
+		}
+		if err := json.Unmarshal(job.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		rev := b.revision(t, "web", p.Revision)
+		mt := b.revision(t, "web", b.repository(t, "web").Mainline)
+		return slices.ContainsFunc(rev.Tree, func(e repo.Entry) bool {
+			return strings.HasPrefix(e.Path, "poison/") && !slices.ContainsFunc(mt.Tree, func(f repo.Entry) bool { return f.Path == e.Path })
+		})
+	}
+	check := func(round int) {
+		m := b.repository(t, "web").Mainline
+		mt := b.revision(t, "web", m)
+		has := func(path string) bool {
+			return slices.ContainsFunc(mt.Tree, func(e repo.Entry) bool { return e.Path == path })
+		}
+		// The chain of mainline revisions and the changes integrated at each, in order.
+		var chain []string
+		for id := m; id != r.Mainline; {
+			chain = append(chain, id)
+			id = b.revision(t, "web", id).Parent
+		}
+		slices.Reverse(chain)
+		pos := map[string]int{}
+		for i, id := range chain {
+			pos[id] = i
+		}
+		lastIdx := -1
+		lastPos := -1
+		for i, x := range all {
+			c := b.change(t, x.c.ID)
+			if (c.State == store.ChangeIntegrated) != has(x.own) {
+				t.Fatalf("seed %d round %d: change %d is %s (%s) but its own file in the mainline: %v", seed, round, i, c.State, c.Reason, has(x.own))
+			}
+			if c.State == store.ChangeIntegrated {
+				p, ok := pos[c.IntegratedRevision]
+				if !ok {
+					t.Fatalf("seed %d round %d: change %d integrated at %s, not on the mainline chain", seed, round, i, c.IntegratedRevision)
+				}
+				if p < lastPos || i < lastIdx {
+					t.Fatalf("seed %d round %d: change %d landed out of order", seed, round, i)
+				}
+				lastPos, lastIdx = p, i
+			}
+			if c.State == store.ChangeIntegrated && x.poison && c.AttestationDigest != "" {
+				t.Fatalf("seed %d round %d: poisoned change %d landed with attestation %s", seed, round, i, c.AttestationDigest)
+			}
+			if c.State == store.ChangeRejected && strings.HasPrefix(c.Reason, "the tests failed") && !x.poison {
+				t.Fatalf("seed %d round %d: change %d rejected for a failure not its own: %s", seed, round, i, c.Reason)
+			}
+			if c.State == store.ChangeValidating {
+				found := false
+				for _, cand := range b.liveCandidates(t, "web") {
+					if cand.ID == c.CandidateID && slices.Contains(cand.Changes, c.ID) {
+						found = true
+					}
+				}
+				if !found {
+					t.Fatalf("seed %d round %d: change %d validating without a live candidate", seed, round, i)
+				}
+			}
+		}
+	}
+	finish := func(id string) {
+		job := claimed[id]
+		delete(claimed, id)
+		result := `{"exit_code": 0}`
+		if treeHasPoison(job) {
+			result = `{"exit_code": 1}`
+		}
+		_, _ = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "runner|w1",
+			FencingToken: job.Attempts, Result: []byte(result), Attestation: attestation(id, result+" "+id)})
+	}
+	advance := func() {
+		g.depth, g.batch = 1+rng.IntN(4), 1+rng.IntN(4)
+		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+			t.Fatalf("seed %d: AdvanceQueue: %v", seed, err)
+		}
+	}
+	n := 0
+	removed := false
+	for round := range 80 {
+		if rng.IntN(25) == 0 {
+			var v []byte
+			if removed {
+				v = policy
+			}
+			if _, err := b.rs.SetValidation(b.ctx, "web", v); err != nil {
+				t.Fatal(err)
+			}
+			removed = !removed
+		}
+		for range rng.IntN(3) {
+			if removed {
+				break
+			}
+			m := b.repository(t, "web").Mainline
+			own := fmt.Sprintf("src/o%d.go", n)
+			edits := []fileEdit{put(own, fmt.Sprint(n))}
+			x := ch{own: own}
+			if rng.IntN(10) < 3 {
+				edits = append(edits, put(fmt.Sprintf("shared/s%d.go", rng.IntN(3)), fmt.Sprint(n)))
+			}
+			if rng.IntN(10) < 2 {
+				edits = append(edits, put(fmt.Sprintf("poison/p%d", n), "x"))
+				x.poison = true
+			}
+			p := integrateParams(r.Name, m, alice, []uint64{l.FencingToken}, edits...)
+			c, err := b.rs.Integrate(b.ctx, p)
+			if err != nil {
+				continue // a conflict with the mainline at once
+			}
+			x.c = c
+			all = append(all, x)
+			n++
+		}
+		if rng.IntN(10) < 7 {
+			for _, j := range b.claimJobs(t, "runner|w1", 100*time.Hour, 100, "validate") {
+				claimed[j.ID] = j
+			}
+		}
+		for id := range claimed {
+			if rng.IntN(2) == 0 {
+				finish(id)
+			}
+		}
+		if rng.IntN(15) == 0 {
+			for id := range claimed {
+				_, _ = b.st.CancelJob(b.ctx, id)
+				_, _ = b.st.FailJob(b.ctx, store.FailJobParams{JobID: id, Worker: "runner|w1", FencingToken: claimed[id].Attempts, Error: "stopped", Final: true})
+				delete(claimed, id)
+				break
+			}
+		}
+		if rng.IntN(20) == 0 {
+			jobs, _, err := b.st.ListJobs(b.ctx, store.ListJobsParams{States: []store.JobState{store.JobQueued}, Kinds: []string{"validate"}, Limit: 100})
+			if err == nil && len(jobs) > 0 {
+				_, _ = b.st.CancelJob(b.ctx, jobs[rng.IntN(len(jobs))].ID)
+			}
+		}
+		advance()
+		check(round)
+	}
+	if removed {
+		if _, err := b.rs.SetValidation(b.ctx, "web", policy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 200 {
+		for _, j := range b.claimJobs(t, "runner|w1", 100*time.Hour, 100, "validate") {
+			claimed[j.ID] = j
+		}
+		for id := range claimed {
+			finish(id)
+		}
+		advance()
+		check(1000 + round)
+	}
+	for i, x := range all {
+		if c := b.change(t, x.c.ID); !c.State.Terminal() {
+			t.Fatalf("seed %d: change %d still %s after draining", seed, i, c.State)
+		}
+	}
+}
