@@ -53,6 +53,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/bench/internal/agserve"
+	"github.com/ag-coord/ag/bench/internal/pgdb"
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/gate"
@@ -249,7 +250,7 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 	defer os.RemoveAll(dir)
 	db := "sqlite:" + filepath.Join(dir, "ag.db")
 	if o.db != "" {
-		u, drop, err := createDatabase(ctx, o.db, fmt.Sprintf("ag_gate_%d_%d", os.Getpid(), n))
+		u, drop, err := pgdb.Create(ctx, o.db, fmt.Sprintf("ag_gate_%d_%d", os.Getpid(), n))
 		if err != nil {
 			return nil, err
 		}

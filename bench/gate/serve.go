@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // server is an `ag serve` process with a bootstrap admin token. bench/internal/agserve starts
@@ -115,42 +112,4 @@ func (s *server) cpu() (time.Duration, error) {
 		ticks += t
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
-}
-
-// createDatabase creates the database name on the server of pgURL and answers its URL and a
-// function that drops it (as bench/integrate does).
-func createDatabase(ctx context.Context, pgURL, name string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to %s: %w", redact(pgURL), err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	u, err := url.Parse(pgURL)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	drop := func() {
-		conn, err := pgx.Connect(context.Background(), pgURL)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-		}
-	}
-	return u.String(), drop, nil
-}
-
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "the --db URL"
-	}
-	return u.Redacted()
 }

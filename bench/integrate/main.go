@@ -46,6 +46,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the SQLite driver ag uses, for the checkpoint before a size is read
 
 	"github.com/ag-coord/ag/bench/internal/agserve"
+	"github.com/ag-coord/ag/bench/internal/pgdb"
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
@@ -257,7 +258,7 @@ func setUp(o options, tmp string, n, port int) (*target, error) {
 		t.size = func() (sizes, error) { return sqliteSize(ctx, path) }
 	} else {
 		name := fmt.Sprintf("ag_integrate_bench_%d_%d", n, time.Now().Unix())
-		dbURL, drop, err := createDatabase(ctx, o.db, name)
+		dbURL, drop, err := pgdb.Create(ctx, o.db, name)
 		if err != nil {
 			return nil, err
 		}
@@ -454,41 +455,11 @@ func sqliteSize(ctx context.Context, path string) (sizes, error) {
 	return s, nil
 }
 
-// createDatabase creates the database name on the server of pgURL and answers its URL and a
-// function that drops it.
-func createDatabase(ctx context.Context, pgURL, name string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to %s: %w", redact(pgURL), err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	u, err := url.Parse(pgURL)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	drop := func() {
-		conn, err := pgx.Connect(context.Background(), pgURL)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-		}
-	}
-	return u.String(), drop, nil
-}
-
 // analyzeDatabase runs ANALYZE on the database of dbURL.
 func analyzeDatabase(ctx context.Context, dbURL string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(dbURL), err)
+		return fmt.Errorf("connect to %s: %w", pgdb.Redact(dbURL), err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
@@ -501,7 +472,7 @@ func analyzeDatabase(ctx context.Context, dbURL string) error {
 func postgresSize(ctx context.Context, pgURL, name string) (sizes, error) {
 	conn, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
-		return sizes{}, fmt.Errorf("connect to %s: %w", redact(pgURL), err)
+		return sizes{}, fmt.Errorf("connect to %s: %w", pgdb.Redact(pgURL), err)
 	}
 	defer conn.Close(ctx)
 	var n int64
@@ -600,15 +571,6 @@ func kb(b int64) string {
 		return fmt.Sprintf("%.2f MB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%.1f KB", float64(b)/(1<<10))
-}
-
-// redact hides a URL's password in messages.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "the --db URL"
-	}
-	return u.Redacted()
 }
 
 // version names the binary and the commit it was built from, as its build information says.
