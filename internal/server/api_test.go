@@ -327,6 +327,7 @@ func TestOperationalEndpoints(t *testing.T) {
 		`ag_job_claims_total 1`,
 		`ag_refusals_total{method="CompleteJob",reason="stale_claim"} 1`,
 		`ag_request_duration_seconds_count{code="ok",procedure="/agwp.v1.JobService/ClaimJob"} 1`,
+		`ag_gate_validate_capacity 1`, // the claim above took any kind: a worker that can validate
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
@@ -115,6 +116,10 @@ func New(cfg Config) *Server {
 	s.gate.OnChange = s.metrics.changeSettled
 	s.gate.MaxDepth = cfg.GateMaxDepth
 	s.gate.Capacity = gate.NewCapacity(nil, s.gate.KickAll)
+	s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ag_gate_validate_capacity",
+		Help: "The validations this replica's workers can run at once, as seen in the last minute: the automatic depth of the integration queues.",
+	}, func() float64 { return float64(s.gate.Capacity.Estimate()) }))
 	s.workerReads = &workerReads{s: s}
 	if s.pollInterval <= 0 {
 		s.pollInterval = time.Second
