@@ -159,6 +159,9 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 	}
 	if len(changed) > 0 {
 		g.signal.Fire()
+		// What moved may let more move (an advance builds at most store.BuildBudget changes):
+		// the queue is advanced again until an advance changes nothing.
+		g.Kick(repository)
 	}
 	return changed, nil
 }

@@ -60,6 +60,11 @@ type QueueTx interface {
 	Record(action, subject string, details map[string]any)
 }
 
+// BuildBudget bounds the changes one advance builds into candidates: the advance holds the
+// repository (on SQLite, every write), and a deep queue of large batches is built over several.
+// An advance that changed something is followed by another (the gate's), which builds on.
+const BuildBudget = 256
+
 // RunQueue moves a repository's integration queue on (AdvanceQueue's rules) through tx, and
 // answers the changes whose state changed, in order, and whether it enqueued a job.
 //
@@ -96,6 +101,7 @@ type queueRun struct {
 	ahead    int    // pending changes ahead of the walk that are not on the mainline
 	chain    int    // candidates on the tip's chain still validating: the workers the queue holds
 	live     int    // live candidates ahead of the walk, whatever their state
+	built    int    // changes built into candidates by this advance
 	blocked  bool   // a queued change was left waiting: nothing after it is built
 	why      string // what last moved the tip away from what later candidates were built on
 }
@@ -500,7 +506,7 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 		}
 		return i + 1, r.integrateDirectly(&pending[i])
 	}
-	if r.chain >= r.depth || r.live >= maxLive(r.depth) {
+	if r.chain >= r.depth || r.live >= maxLive(r.depth) || r.built >= BuildBudget {
 		// Passed and failed candidates waiting behind a slow one hold no worker, but all of
 		// them are validated again if it fails: they are bounded too.
 		r.blocked = true
@@ -575,6 +581,7 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 		}
 	}
 	r.tip, r.chain, r.ahead, r.live = rev, r.chain+1, r.ahead+len(built), r.live+1
+	r.built += len(built)
 	return i + len(built), nil
 }
 

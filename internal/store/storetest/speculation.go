@@ -468,7 +468,7 @@ func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
 	r := b.createPolicyRepo(t, "web")
 	g := newGate()
 	g.setVerdict(passUnlessFailed)
-	shape := [2]int{20, 60}
+	shape := [2]int{20, 60} // 19 batches of 60, reaching past the window of depth 1
 	params := func() store.AdvanceQueueParams {
 		p := g.params("web")
 		p.Shape = func([]byte) (int, int) { return shape[0], shape[1] }
@@ -476,8 +476,13 @@ func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
 	}
 	const n = store.QueueWindow + 76
 	cs := b.queueDisjoint(t, r, n)
-	if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
-		t.Fatalf("AdvanceQueue: %v", err)
+	for range n/store.BuildBudget + 1 { // each advance builds a part
+		if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
+			t.Fatalf("AdvanceQueue: %v", err)
+		}
+	}
+	if c := b.change(t, cs[n-1].ID); c.State != store.ChangeValidating {
+		t.Fatalf("the last change is %s after the advances that build the queue, want validating", c.State)
 	}
 	run := b.runner()
 	run.claimAll(t)
@@ -502,4 +507,28 @@ func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
 		files[fmt.Sprintf("src/f%d.go", i)] = fmt.Sprint(i)
 	}
 	b.wantFiles(t, "web", files)
+}
+
+func testSpeculationAnAdvanceBuildsABoundedPart(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	g := newGate()
+	g.depth, g.batch = 64, 8
+	cs := b.queueDisjoint(t, r, store.BuildBudget+40)
+	// The advance holds the repository: it builds at most BuildBudget changes, and the next
+	// one builds on.
+	first, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+	if err != nil || len(first) != store.BuildBudget {
+		t.Fatalf("the first advance moved %d changes (%v), want %d", len(first), err, store.BuildBudget)
+	}
+	second, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+	if err != nil || len(second) != 40 {
+		t.Fatalf("the second advance moved %d changes (%v), want the 40 left", len(second), err)
+	}
+	if p := b.revision(t, "web", second[0].CandidateRevision).Parent; p != first[len(first)-1].CandidateRevision {
+		t.Fatalf("the second advance built on %s, want on the last candidate of the first, %s", p, first[len(first)-1].CandidateRevision)
+	}
+	if c := b.change(t, cs[len(cs)-1].ID); c.State != store.ChangeValidating {
+		t.Fatalf("the last change is %s, want validating", c.State)
+	}
 }

@@ -151,6 +151,7 @@ var tests = []conformanceTest{
 	{"live_candidates_are_at_most_twice_the_depth", testSpeculationLiveCandidatesAreBounded},
 	{"a_failed_batch_behind_a_pending_candidate_waits_unsplit", testSpeculationAFailedBatchBehindAPendingOneWaits},
 	{"a_shrinking_window_never_cuts_a_candidate", testSpeculationAWindowNeverCutsACandidate},
+	{"an_advance_builds_a_bounded_part_of_a_long_queue", testSpeculationAnAdvanceBuildsABoundedPart},
 	{"random_queues_keep_every_promise_of_the_gate", testQueueModel},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
