@@ -130,8 +130,8 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 // printQueue shows a repository's integration queue: the candidates in flight, then the
 // changes waiting to be built.
 func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
-	fmt.Fprintf(w, "queue: %d candidates in flight, %d changes waiting (depth %d, batch %d)\n",
-		len(q.GetCandidates()), len(q.GetWaiting()), q.GetDepth(), max(q.GetBatch(), 1))
+	fmt.Fprintf(w, "queue: %s in flight, %s waiting (depth %d, batch %d)\n",
+		plural(len(q.GetCandidates()), "candidate"), plural(len(q.GetWaiting()), "change"), q.GetDepth(), max(q.GetBatch(), 1))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(q.GetCandidates()) > 0 {
 		fmt.Fprintln(tw, "  #\tCANDIDATE\tSTATE\tCHANGES\tON\tWORKER\tPROGRESS")
@@ -148,6 +148,13 @@ func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
 		}
 	}
 	_ = tw.Flush()
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func candidateStateName(s agwpv1.CandidateState) string {

@@ -211,7 +211,7 @@ func (g *gateEnv) waitRunning(t *testing.T, subs []*submitted) *agwpv1.GetQueueR
 		for k, s := range subs {
 			c := cs[k]
 			if c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_VALIDATING || !slices.Equal(c.GetChanges(), []string{s.id}) ||
-				len(c.GetWorkers()) != 1 || c.GetProgress() != fmt.Sprintf("%s: waiting for go or go-%d", c.GetWorkers()[0], k+1) {
+				len(c.GetWorkers()) != 1 || c.GetProgress() != fmt.Sprintf("waiting for go or go-%d", k+1) {
 				return false, describeQueue(q)
 			}
 		}

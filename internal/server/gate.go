@@ -120,12 +120,7 @@ func jobProgress(job store.Job) string {
 // liveCandidate fills in what a live candidate's job and queue say of it: its workers, its
 // progress and its place among the live candidates.
 func (h repoService) liveCandidate(ctx context.Context, out *agwpv1.Candidate, job store.Job) {
-	if job.State == store.JobClaimed {
-		out.Workers = []string{job.ClaimedBy}
-		out.Progress = jobProgress(job)
-	} else if job.State == store.JobQueued {
-		out.Progress = jobProgress(job)
-	}
+	out.Workers, out.Progress = candidateRun(job)
 	live, err := h.s.store.ListCandidates(ctx, store.ListCandidatesParams{Repository: out.GetRepository()})
 	if err != nil {
 		return
@@ -135,6 +130,18 @@ func (h repoService) liveCandidate(ctx context.Context, out *agwpv1.Candidate, j
 			out.Position = uint32(i + 1)
 		}
 	}
+}
+
+// candidateRun answers who runs a live candidate's job and its latest progress line (the
+// Candidate message names the workers apart, so the line is the job's own).
+func candidateRun(job store.Job) (workers []string, progress string) {
+	switch job.State {
+	case store.JobClaimed:
+		return []string{job.ClaimedBy}, job.Progress
+	case store.JobQueued:
+		return nil, jobProgress(job)
+	}
+	return nil, ""
 }
 
 func candidateProto(c store.Candidate) *agwpv1.Candidate {
@@ -197,13 +204,8 @@ func (h repoService) GetQueue(ctx context.Context, req *agwpv1.GetQueueRequest) 
 	for i, c := range live {
 		cp := candidateProto(c)
 		cp.Position = uint32(i + 1)
-		if job, err := h.s.store.GetJob(ctx, c.JobID); err == nil {
-			if job.State == store.JobClaimed {
-				cp.Workers = []string{job.ClaimedBy}
-			}
-			if c.State == store.CandidateValidating {
-				cp.Progress = jobProgress(job)
-			}
+		if job, err := h.s.store.GetJob(ctx, c.JobID); err == nil && c.State == store.CandidateValidating {
+			cp.Workers, cp.Progress = candidateRun(job)
 		}
 		out.Candidates = append(out.Candidates, cp)
 	}
