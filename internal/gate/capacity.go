@@ -80,8 +80,10 @@ func (c *Capacity) Estimate() int {
 
 func (c *Capacity) change(f func()) {
 	c.mu.Lock()
+	now := c.now()
+	c.sampleLocked(now) // the value that held until now counts for this second too
 	f()
-	v := c.sampleLocked(c.now())
+	v := c.sampleLocked(now)
 	rose := v > c.peak
 	if rose {
 		c.peak = v

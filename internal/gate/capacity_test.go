@@ -49,3 +49,22 @@ func TestCapacityCountsWaitingClaimsAndHeldJobsOverTheLastMinute(t *testing.T) {
 		t.Fatalf("Estimate after one came back = %d after %d rises, want 1 after 5", got, rises)
 	}
 }
+
+// TestCapacityRemembersTheValueBeforeADrop ensures that a value that held for a while without a
+// change still counts in the second it ended: four jobs held for 50 s, with no heartbeat seen
+// meanwhile, then released, were seen within the last minute 40 s later.
+func TestCapacityRemembersTheValueBeforeADrop(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	c := NewCapacity(clk.Now, nil)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		c.Held(id, clk.Now().Add(3*time.Minute))
+	}
+	clk.Advance(50 * time.Second)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		c.Released(id)
+	}
+	clk.Advance(40 * time.Second)
+	if got := c.Estimate(); got != 4 {
+		t.Fatalf("Estimate = %d, want 4: four jobs were held 40 s ago, within the last minute", got)
+	}
+}

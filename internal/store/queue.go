@@ -82,6 +82,8 @@ func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
 	if p.Shape != nil {
 		depth, batch = p.Shape(tx.Validation())
 	}
+	// A candidate must fit well inside the window the walk reads (policies allow 64).
+	batch = min(batch, QueueWindow/4)
 	r := &queueRun{tx: tx, p: p, depth: max(depth, 1), batch: max(batch, 1)}
 	if err := r.run(); err != nil {
 		return nil, false, err
@@ -392,7 +394,21 @@ func (r *queueRun) grows(pending []Change, i int, cand *Candidate, job Job) bool
 			limit = min(limit, c.BatchLimit)
 		}
 	}
-	return n < limit
+	if n >= limit || r.chain >= r.depth || r.live >= maxLive(r.depth) || r.built >= BuildBudget {
+		return false // it would not be built again here
+	}
+	// Only a batch that would take the change grows: one that does not apply on it waits behind
+	// it, and building the batch again without it would gain nothing, every advance.
+	rev, err := r.tx.Revision(cand.Revision)
+	if err != nil {
+		return false
+	}
+	tree, err := ParseGitID(rev.GitTree)
+	if err != nil {
+		return false
+	}
+	_, err = r.rebase(&next, tree)
+	return err == nil
 }
 
 // land moves the mainline to a passed candidate whose parent is the mainline, gives it its

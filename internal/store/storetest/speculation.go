@@ -532,3 +532,54 @@ func testSpeculationAnAdvanceBuildsABoundedPart(t *testing.T, newStore Factory) 
 		t.Fatalf("the last change is %s, want validating", c.State)
 	}
 }
+
+func testSpeculationABatchGrowsOnlyWithWhatAppliesOnIt(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	l := b.acquire(t, r.Name, alice, time.Hour, "src/")
+	tokens := []uint64{l.FencingToken}
+	g := newGate()
+	g.depth, g.batch = 1, 4
+	first := b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go", "x")))
+	b.clk.Advance(time.Second)
+	b.advance(t, g, "web", step{first.ID, store.ChangeValidating})
+	b.clk.Advance(2 * time.Second)
+	// A newer change that does not apply on the batch waits for it to land; the batch, which no
+	// worker took yet, is not built again without it, even while the clock reads earlier (a
+	// wall clock stepped back): the queue settles.
+	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go", "y")))
+	b.clk.Set(b.clk.Now().Add(-time.Second))
+	for range 3 {
+		if changed, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil || len(changed) != 0 {
+			t.Fatalf("AdvanceQueue = %d changes (%v), want none: the batch cannot grow", len(changed), err)
+		}
+	}
+}
+
+func testSpeculationABatchBeyondTheDepthDoesNotGrow(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	l := b.acquire(t, "web", alice, time.Hour, "src/")
+	tokens := []uint64{l.FencingToken}
+	g := newGate()
+	g.depth, g.batch = 2, 2
+	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/a.go", "a")))
+	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/a2.go", "a")))
+	second := b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/b.go", "b")))
+	b.clk.Advance(time.Second)
+	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil { // [a a2], then [b] on it
+		t.Fatalf("AdvanceQueue: %v", err)
+	}
+	b.clk.Advance(time.Second)
+	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/c.go", "c")))
+	b.clk.Advance(time.Second)
+	// This replica sees one worker: [b] is beyond its depth, and is not taken apart to grow,
+	// since it could not be built again here.
+	g.depth = 1
+	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+		t.Fatalf("AdvanceQueue: %v", err)
+	}
+	if got := b.change(t, second.ID); got.State != store.ChangeValidating {
+		t.Fatalf("the second batch's change is %s: its candidate was taken apart to grow and not built again", got.State)
+	}
+}

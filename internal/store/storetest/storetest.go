@@ -148,6 +148,8 @@ var tests = []conformanceTest{
 	{"a_failing_batch_is_split_until_the_culprit_is_found_and_the_others_land", testSpeculationBatchFindsTheCulprit},
 	{"a_cancelled_batch_job_cancels_only_the_change_it_was_enqueued_for", testSpeculationCancelledBatchJob},
 	{"a_batch_no_worker_took_yet_takes_the_changes_that_come_behind_it", testSpeculationBatchGrowsUntilAWorkerTakesIt},
+	{"a_batch_grows_only_with_a_change_that_applies_on_it", testSpeculationABatchGrowsOnlyWithWhatAppliesOnIt},
+	{"a_batch_beyond_the_depth_does_not_grow", testSpeculationABatchBeyondTheDepthDoesNotGrow},
 	{"live_candidates_are_at_most_twice_the_depth", testSpeculationLiveCandidatesAreBounded},
 	{"a_failed_batch_behind_a_pending_candidate_waits_unsplit", testSpeculationAFailedBatchBehindAPendingOneWaits},
 	{"a_shrinking_window_never_cuts_a_candidate", testSpeculationAWindowNeverCutsACandidate},
