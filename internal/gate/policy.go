@@ -38,17 +38,17 @@ type Policy struct {
 }
 
 // WithQueue answers p with the queue's depth and batch, checked.
-func (p Policy) WithQueue(depth, batch int) (Policy, error) {
-	if depth < 0 || depth > MaxDepth {
+func (p Policy) WithQueue(depth, batch uint32) (Policy, error) {
+	if depth > MaxDepth {
 		return Policy{}, &PolicyError{"depth", fmt.Sprintf("%d is out of range (0, automatic, to %d)", depth, MaxDepth)}
 	}
-	if batch < 0 || batch > MaxBatch {
+	if batch > MaxBatch {
 		return Policy{}, &PolicyError{"batch", fmt.Sprintf("%d is out of range (0 or 1, one change a candidate, to %d)", batch, MaxBatch)}
 	}
 	if batch == 1 {
 		batch = 0
 	}
-	p.Depth, p.Batch = depth, batch
+	p.Depth, p.Batch = int(depth), int(batch)
 	return p, nil
 }
 

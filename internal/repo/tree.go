@@ -114,3 +114,11 @@ type CollisionError struct {
 func (e *CollisionError) Error() string {
 	return fmt.Sprintf("%s would be a file and also the directory of %s", e.File, e.Under)
 }
+
+// DoesNotApply reports whether err says edits do not apply to a tree: a *ConflictError or a
+// *CollisionError, which refuse a change rather than fail the store.
+func DoesNotApply(err error) bool {
+	var conflict *ConflictError
+	var collision *CollisionError
+	return errors.As(err, &conflict) || errors.As(err, &collision)
+}

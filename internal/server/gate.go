@@ -29,7 +29,7 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	}
 	p, err := gate.NewPolicy(v.GetCommand(), timeout, v.GetEnv())
 	if err == nil {
-		p, err = p.WithQueue(int(min(v.GetDepth(), gate.MaxDepth+1)), int(min(v.GetBatch(), gate.MaxBatch+1)))
+		p, err = p.WithQueue(v.GetDepth(), v.GetBatch())
 	}
 	var pe *gate.PolicyError
 	if errors.As(err, &pe) {

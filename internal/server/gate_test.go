@@ -480,6 +480,8 @@ func TestSetValidation(t *testing.T) {
 				{&agwpv1.Validation{Command: []string{""}}, "validation.command[0]"},
 				{&agwpv1.Validation{Command: []string{"true"}, Timeout: durationpb.New(48 * time.Hour)}, "validation.timeout"},
 				{&agwpv1.Validation{Command: []string{"true"}, Env: map[string]string{"A=B": "c"}}, "validation.env"},
+				{&agwpv1.Validation{Command: []string{"true"}, Depth: 100}, "validation.depth: 100 is out of range"},
+				{&agwpv1.Validation{Command: []string{"true"}, Batch: 1 << 31}, "validation.batch: 2147483648 is out of range"},
 			} {
 				_, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: bad.v})
 				wantCode(t, "policy "+bad.v.String(), err, connect.CodeInvalidArgument)
@@ -490,7 +492,12 @@ func TestSetValidation(t *testing.T) {
 			_, err = srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "nope", Validation: &agwpv1.Validation{Command: []string{"true"}}})
 			wantCode(t, "policy of an unknown repository", err, connect.CodeNotFound)
 
-			res, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: &agwpv1.Validation{Command: []string{"true"}}})
+			res, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app",
+				Validation: &agwpv1.Validation{Command: []string{"true"}, Depth: 3, Batch: 4}})
+			if v := res.GetRepository().GetValidation(); err != nil || v.GetDepth() != 3 || v.GetBatch() != 4 {
+				t.Fatalf("set a policy of depth 3 in batches of 4: %v, %v", res, err)
+			}
+			res, err = srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: &agwpv1.Validation{Command: []string{"true"}}})
 			if err != nil || res.GetRepository().GetValidation().GetTimeout().AsDuration() != 10*time.Minute {
 				t.Fatalf("set policy: %v, %v (want the default timeout of 10m)", res, err)
 			}

@@ -406,10 +406,8 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		Blobs:         blobs,
 		Edits:         edits,
 	})
-	var conflict *repo.ConflictError
-	var collision *repo.CollisionError
 	switch {
-	case errors.As(err, &conflict), errors.As(err, &collision):
+	case repo.DoesNotApply(err):
 		h.s.metrics.refusal("Integrate", "conflict")
 		return nil, connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, store.ErrFailedPrecondition):

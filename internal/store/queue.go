@@ -1,8 +1,8 @@
 package store
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -98,6 +98,7 @@ type queueRun struct {
 	changed      []Change
 	enqueued     bool
 
+	pending  []Change // the window of the queue this advance reads, oldest first
 	mainline Revision
 	tip      Revision
 	ahead    int    // pending changes ahead of the walk that are not on the mainline
@@ -119,6 +120,7 @@ func (r *queueRun) run() error {
 	if err != nil {
 		return err
 	}
+	r.pending = pending
 	liveList, err := r.tx.Live()
 	if err != nil {
 		return err
@@ -173,7 +175,7 @@ func (r *queueRun) run() error {
 				}
 				continue // pending[i] is QUEUED now
 			}
-			next, err := r.settle(pending, i, cand)
+			next, err := r.settle(pending[i:i+n], i, cand)
 			if err != nil {
 				return err
 			}
@@ -191,7 +193,7 @@ func (r *queueRun) run() error {
 
 // requeue supersedes the stale candidate of pending[i] and queues its changes again in place.
 func (r *queueRun) requeue(pending []Change, i int, cand *Candidate, idx []int) error {
-	if cand == nil || !containsIndex(idx, i) {
+	if cand == nil || !slices.Contains(idx, i) {
 		// A VALIDATING change without a live candidate of its own: a queue from before
 		// candidates, or an inconsistency; either way it is built again.
 		return r.requeueChange(&pending[i], "it had no live candidate")
@@ -203,20 +205,11 @@ func (r *queueRun) requeue(pending []Change, i int, cand *Candidate, idx []int) 
 	case why == "":
 		why = "it was built on revision " + cand.ParentRevision + ", which is no longer what is ahead of it"
 	}
-	var changes []*Change
-	for _, j := range idx {
-		changes = append(changes, &pending[j])
+	changes := make([]*Change, len(idx))
+	for k, j := range idx {
+		changes[k] = &pending[j]
 	}
 	return r.supersede(*cand, changes, why)
-}
-
-func containsIndex(idx []int, i int) bool {
-	for _, j := range idx {
-		if j == i {
-			return true
-		}
-	}
-	return false
 }
 
 // supersede ends a live candidate whose tree is no longer the one its changes would land as,
@@ -256,17 +249,15 @@ func (r *queueRun) set(c *Change, from ChangeState, action string, det map[strin
 	return nil
 }
 
-// settle decides the live candidate whose first change is pending[i], when its validation
-// settled, and lands, rejects, splits or keeps it; it answers where the walk goes on.
-func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error) {
-	n := len(cand.Changes)
-	if n == 0 {
-		for j := i; j < len(pending) && pending[j].CandidateID == cand.ID; j++ {
-			cand.Changes = append(cand.Changes, pending[j].ID)
-		}
-		n = len(cand.Changes)
+// settle decides the live candidate of group, its changes, the pending ones from index i, when
+// its validation settled, and lands, rejects, splits or keeps it; it answers where the walk goes
+// on.
+func (r *queueRun) settle(group []Change, i int, cand *Candidate) (int, error) {
+	n := len(group)
+	cand.Changes = make([]string, n)
+	for j, c := range group {
+		cand.Changes[j] = c.ID
 	}
-	group := pending[i : i+n]
 	last := group[n-1]
 	rev, err := r.tx.Revision(cand.Revision)
 	if err != nil {
@@ -280,10 +271,10 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 		v := r.p.Decide(last, rev, job, att)
 		switch v.Outcome {
 		case VerdictPending:
-			if r.grows(pending, i, cand, job) {
-				var changes []*Change
+			if r.grows(group, i, cand, rev, job) {
+				changes := make([]*Change, n)
 				for j := range group {
-					changes = append(changes, &group[j])
+					changes[j] = &group[j]
 				}
 				return i, r.supersede(*cand, changes, "more changes came before a worker took it: it is built again as a larger batch")
 			}
@@ -374,22 +365,23 @@ func (r *queueRun) settle(pending []Change, i int, cand *Candidate) (int, error)
 	return i + n, nil
 }
 
-// grows reports whether a batch candidate no worker has taken yet would take the queued change
-// behind it, which came after it was built: changes that pile up before the workers come are
-// validated in one batch rather than behind one that holds the first alone. A change that was
-// there when it was built was left out for a reason (the batch was full, or it waits), so only a
-// newer one counts, which also bounds the rebuilds by the changes that arrive.
-func (r *queueRun) grows(pending []Change, i int, cand *Candidate, job Job) bool {
-	n := len(cand.Changes)
-	if r.batch <= 1 || job.State != JobQueued || job.Attempts > 0 || i+n >= len(pending) {
+// grows reports whether a batch candidate (group, its changes, of revision rev) no worker has
+// taken yet would take the queued change behind it, which came after it was built: changes that
+// pile up before the workers come are validated in one batch rather than behind one that holds
+// the first alone. A change that was there when it was built was left out for a reason (the
+// batch was full, or it waits), so only a newer one counts, which also bounds the rebuilds by
+// the changes that arrive.
+func (r *queueRun) grows(group []Change, i int, cand *Candidate, rev Revision, job Job) bool {
+	n := len(group)
+	if r.batch <= 1 || job.State != JobQueued || job.Attempts > 0 || i+n >= len(r.pending) {
 		return false
 	}
-	next := pending[i+n]
+	next := r.pending[i+n]
 	if next.State != ChangeQueued || !next.CreatedAt.After(cand.CreatedAt) {
 		return false
 	}
 	limit := r.batch
-	for _, c := range pending[i : i+n+1] {
+	for _, c := range r.pending[i : i+n+1] {
 		if c.BatchLimit > 0 {
 			limit = min(limit, c.BatchLimit)
 		}
@@ -399,15 +391,11 @@ func (r *queueRun) grows(pending []Change, i int, cand *Candidate, job Job) bool
 	}
 	// Only a batch that would take the change grows: one that does not apply on it waits behind
 	// it, and building the batch again without it would gain nothing, every advance.
-	rev, err := r.tx.Revision(cand.Revision)
-	if err != nil {
-		return false
-	}
 	tree, err := ParseGitID(rev.GitTree)
 	if err != nil {
 		return false
 	}
-	_, err = r.rebase(&next, tree)
+	_, _, err = r.rebase(&next, tree)
 	return err == nil
 }
 
@@ -442,7 +430,7 @@ func (r *queueRun) land(cand *Candidate, rev Revision, group []Change) error {
 		c := &group[j]
 		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, rev.ID, cand.AttestationDigest
 		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
-		if err := r.set(c, ChangeValidating, "change.integrated", IntegratedDetails(*c)); err != nil {
+		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return err
 		}
 	}
@@ -543,15 +531,13 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 		if len(built) >= limit {
 			break
 		}
-		t, err := r.rebase(c, tree)
-		var conflict *repo.ConflictError
-		var collision *repo.CollisionError
+		t, _, err := r.rebase(c, tree)
 		switch {
 		case err == nil:
 			tree = t
 			built = append(built, c)
 			continue
-		case !errors.As(err, &conflict) && !errors.As(err, &collision):
+		case !repo.DoesNotApply(err):
 			return 0, fmt.Errorf("change %s: %w", c.ID, err)
 		case len(built) == 0 && r.ahead == 0:
 			// It does not apply to the mainline itself.
@@ -618,23 +604,25 @@ func (r *queueRun) landed(cand *Candidate, pending []Change, idx []int) error {
 	for _, j := range idx {
 		c := &pending[j]
 		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, cand.Revision, job.AttestationDigest
-		if err := r.set(c, ChangeValidating, "change.integrated", IntegratedDetails(*c)); err != nil {
+		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, error) {
+// rebase applies c's edits to the tree onto, and answers the tree and c's lease tokens.
+func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint64, error) {
 	base, err := r.tx.Revision(c.BaseRevision)
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("base %w", err)
+		return plumbing.ZeroHash, nil, fmt.Errorf("base %w", err)
 	}
-	edits, _, err := r.tx.Edits(c.ID)
+	edits, tokens, err := r.tx.Edits(c.ID)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, nil, err
 	}
-	return r.tx.Rebase(base, onto, edits)
+	tree, err := r.tx.Rebase(base, onto, edits)
+	return tree, tokens, err
 }
 
 // integrateDirectly integrates a queued change of a repository whose policy was removed while
@@ -644,19 +632,13 @@ func (r *queueRun) integrateDirectly(c *Change) error {
 	if err != nil {
 		return fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
 	}
-	t, err := r.rebase(c, tree)
+	t, tokens, err := r.rebase(c, tree)
 	if err != nil {
-		var conflict *repo.ConflictError
-		var collision *repo.CollisionError
-		if !errors.As(err, &conflict) && !errors.As(err, &collision) {
+		if !repo.DoesNotApply(err) {
 			return fmt.Errorf("change %s: %w", c.ID, err)
 		}
 		c.State, c.Reason = ChangeRejected, err.Error()
 		return r.set(c, ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
-	}
-	_, tokens, err := r.tx.Edits(c.ID)
-	if err != nil {
-		return err
 	}
 	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Author,
 		&CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
@@ -668,11 +650,11 @@ func (r *queueRun) integrateDirectly(c *Change) error {
 	}
 	r.mainline, r.tip = rev, rev
 	c.State, c.CandidateRevision, c.IntegratedRevision = ChangeIntegrated, rev.ID, rev.ID
-	return r.set(c, ChangeQueued, "change.integrated", IntegratedDetails(*c))
+	return r.set(c, ChangeQueued, "change.integrated", integratedDetails(*c))
 }
 
-// IntegratedDetails are the details of the change.integrated event of c.
-func IntegratedDetails(c Change) map[string]any {
+// integratedDetails are the details of the change.integrated event of c.
+func integratedDetails(c Change) map[string]any {
 	paths := c.Paths
 	if paths == nil {
 		paths = []string{}

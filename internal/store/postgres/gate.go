@@ -164,19 +164,7 @@ func (a *advance) Pending(limit int) ([]store.Change, error) {
 	if err != nil {
 		return nil, mapErr("read the queue", err)
 	}
-	defer rows.Close()
-	var changes []store.Change
-	for rows.Next() {
-		var s changeScan
-		if err := rows.Scan(s.dest()...); err != nil {
-			return nil, mapErr("read the queue", err)
-		}
-		changes = append(changes, s.change())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr("read the queue", err)
-	}
-	return changes, nil
+	return collectChanges(rows)
 }
 
 func (a *advance) Live() ([]store.Candidate, error) {

@@ -82,16 +82,19 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 	if limit <= 0 {
 		limit = 100
 	}
-	query := `SELECT seq, ` + changeCols + ` FROM changes
-		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`
 	if p.Queued {
-		// The literal states are changes_queue's predicate; one page, oldest first.
-		query = `SELECT seq, ` + changeCols + ` FROM changes
-		WHERE repository = $1 AND state IN ('queued', 'validating') AND state = 'queued' AND $2::bigint >= 0
-		ORDER BY seq LIMIT $3`
-		before = 0
+		// One page, oldest first, read from changes_queue (the literal states are its predicate).
+		rows, err := db.pool.Query(ctx, `SELECT `+changeCols+` FROM changes
+			WHERE repository = $1 AND state IN ('queued', 'validating') AND state = 'queued' ORDER BY seq LIMIT $2`,
+			p.Repository, limit)
+		if err != nil {
+			return nil, "", mapErr("list changes", err)
+		}
+		changes, err := collectChanges(rows)
+		return changes, "", err
 	}
-	rows, err := db.pool.Query(ctx, query, p.Repository, before, limit+1)
+	rows, err := db.pool.Query(ctx, `SELECT seq, `+changeCols+` FROM changes
+		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, p.Repository, before, limit+1)
 	if err != nil {
 		return nil, "", mapErr("list changes", err)
 	}
@@ -109,12 +112,26 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 		return nil, "", mapErr("list changes", err)
 	}
 	if len(out) > limit {
-		if p.Queued {
-			return out[:limit], "", nil
-		}
 		return out[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
 	}
 	return out, "", nil
+}
+
+// collectChanges answers the changes of rows that select changeCols.
+func collectChanges(rows pgx.Rows) ([]store.Change, error) {
+	defer rows.Close()
+	var changes []store.Change
+	for rows.Next() {
+		var s changeScan
+		if err := rows.Scan(s.dest()...); err != nil {
+			return nil, mapErr("read changes", err)
+		}
+		changes = append(changes, s.change())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("read changes", err)
+	}
+	return changes, nil
 }
 
 // ---- integrate ----

@@ -118,24 +118,8 @@ func (q *queue) Validation() []byte { return q.validation }
 
 func (q *queue) Pending(limit int) ([]store.Change, error) {
 	// The literal states match the partial index changes_queue, so SQLite walks only the queue.
-	rows, err := q.tx.QueryContext(q.ctx, `SELECT `+changeColumns+` FROM changes
+	return queryChanges(q.ctx, q.tx, `SELECT seq, `+changeColumns+` FROM changes
 		WHERE repository = ? AND state IN ('queued', 'validating') ORDER BY seq LIMIT ?`, q.repository, limit)
-	if err != nil {
-		return nil, interpret("read the queue", err)
-	}
-	defer rows.Close()
-	var changes []store.Change
-	for rows.Next() {
-		c, err := scanChange(rows)
-		if err != nil {
-			return nil, interpret("read the queue", err)
-		}
-		changes = append(changes, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpret("read the queue", err)
-	}
-	return changes, nil
 }
 
 const candidateColumns = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason,
