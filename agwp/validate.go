@@ -29,6 +29,9 @@ type ValidatePayload struct {
 	Command           []string          `json:"command"`
 	Timeout           string            `json:"timeout"` // a Go duration, "10m0s"
 	Env               map[string]string `json:"env,omitempty"`
+	// Lane is the policy lane the candidate validates, "" for the whole tree (ADR-0024). A
+	// lane's candidate tree holds no other lane's files.
+	Lane string `json:"lane,omitempty"`
 }
 
 var (

@@ -145,6 +145,7 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 		Repository: repository,
 		Decide:     Decide,
 		Job:        validateJob,
+		Lanes:      StoreLanes,
 		Shape:      g.Shape,
 	})
 	if err != nil {
@@ -188,12 +189,16 @@ func (g *Gate) Shape(validation []byte) (depth, batch int) {
 // The payload names the candidate's git tree id and, when the candidate has one, its tree
 // digest (a candidate built in the queue's transaction has none: computing it reads the whole
 // tree).
-func validateJob(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
+func validateJob(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
 	p, _, err := ParsePolicy(validation)
 	if err != nil {
 		// A policy the server cannot read was not written by it; the job fails on the
 		// worker with a clear payload error rather than the queue stalling.
 		p = Policy{}
+	}
+	l, ok := p.Lane(lane)
+	if !ok {
+		l = Lane{} // as above: the queue only builds candidates for the policy's lanes
 	}
 	payload, _ := json.Marshal(agwp.ValidatePayload{
 		Repository:        c.Repository,
@@ -201,9 +206,10 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte) st
 		CandidateRevision: candidate.ID,
 		TreeDigest:        candidate.TreeDigest,
 		GitTree:           candidate.GitTree,
-		Command:           p.Command,
-		Timeout:           time.Duration(p.Timeout).String(),
-		Env:               p.Env,
+		Command:           l.Command,
+		Timeout:           time.Duration(l.Timeout).String(),
+		Env:               l.Env,
+		Lane:              lane,
 	})
 	return store.EnqueueJobParams{
 		Kind:        agwp.KindValidate,

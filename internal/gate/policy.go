@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
+
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
 )
 
 // Limits of a validation policy.
@@ -35,6 +39,112 @@ type Policy struct {
 	Depth int `json:"depth,omitempty"`
 	// Batch is how many changes one candidate validates together; 0 or 1: one.
 	Batch int `json:"batch,omitempty"`
+	// Lanes are the parts of the repository validated apart (ADR-0024); the command above
+	// validates every change that is not within one lane, on the whole tree.
+	Lanes []Lane `json:"lanes,omitempty"`
+}
+
+// Lane is a part of a repository validated on its own: a change all of whose paths are under
+// its prefixes is validated with its command, on the candidate tree without the other lanes'
+// files, and does not wait for the changes of other lanes.
+type Lane struct {
+	Name     string            `json:"name"`
+	Prefixes []string          `json:"prefixes"`
+	Command  []string          `json:"command"`
+	Timeout  Duration          `json:"timeout"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+// Limits of a policy's lanes.
+const (
+	MaxLanes        = 32
+	maxLanePrefixes = 64
+)
+
+var laneName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,31}$`)
+
+// NewLane checks a lane's parts as NewPolicy checks a policy's, and its name and prefixes
+// (lease paths: "dir/" for a directory, or a file).
+func NewLane(name string, prefixes []string, command []string, timeout time.Duration, env map[string]string) (Lane, error) {
+	if !laneName.MatchString(name) {
+		return Lane{}, &PolicyError{"name", fmt.Sprintf("%q is not a lane name (1 to 32 of a-z, 0-9, '.', '_', '-', starting with a letter or digit)", truncate(name, 80))}
+	}
+	if len(prefixes) == 0 {
+		return Lane{}, &PolicyError{"prefixes", "are required: the directories (\"web/\") and files the lane validates"}
+	}
+	if len(prefixes) > maxLanePrefixes {
+		return Lane{}, &PolicyError{"prefixes", fmt.Sprintf("has %d paths, more than %d", len(prefixes), maxLanePrefixes)}
+	}
+	for i, pre := range prefixes {
+		if err := repo.ValidatePath(pre, true); err != nil {
+			return Lane{}, &PolicyError{fmt.Sprintf("prefixes[%d]", i), fmt.Sprintf("%q %v", truncate(pre, 80), err)}
+		}
+		for _, other := range prefixes[:i] {
+			if repo.Overlap(pre, other) {
+				return Lane{}, &PolicyError{fmt.Sprintf("prefixes[%d]", i), fmt.Sprintf("%q overlaps %q", pre, other)}
+			}
+		}
+	}
+	p, err := NewPolicy(command, timeout, env)
+	if err != nil {
+		return Lane{}, err
+	}
+	return Lane{Name: name, Prefixes: slices.Clone(prefixes), Command: p.Command, Timeout: p.Timeout, Env: p.Env}, nil
+}
+
+// WithLanes answers p with lanes, checked: unique names, and no path of one lane overlapping a
+// path of another, so that what a lane validates cannot be changed by another lane's change.
+func (p Policy) WithLanes(lanes []Lane) (Policy, error) {
+	if len(lanes) > MaxLanes {
+		return Policy{}, &PolicyError{"lanes", fmt.Sprintf("has %d lanes, more than %d", len(lanes), MaxLanes)}
+	}
+	for i, l := range lanes {
+		for _, other := range lanes[:i] {
+			if l.Name == other.Name {
+				return Policy{}, &PolicyError{fmt.Sprintf("lanes[%d].name", i), fmt.Sprintf("%q names two lanes", l.Name)}
+			}
+			for _, pre := range l.Prefixes {
+				for _, o := range other.Prefixes {
+					if repo.Overlap(pre, o) {
+						return Policy{}, &PolicyError{fmt.Sprintf("lanes[%d].prefixes", i),
+							fmt.Sprintf("%q of lane %s overlaps %q of lane %s: a path belongs to one lane at most", pre, l.Name, o, other.Name)}
+					}
+				}
+			}
+		}
+	}
+	if len(lanes) == 0 {
+		lanes = nil
+	}
+	p.Lanes = lanes
+	return p, nil
+}
+
+// Lane answers the lane called name, or the policy's own command as a lane for "" (the root
+// lane: the whole tree). ok is false for a lane the policy does not have.
+func (p Policy) Lane(name string) (l Lane, ok bool) {
+	if name == "" {
+		return Lane{Command: p.Command, Timeout: p.Timeout, Env: p.Env}, true
+	}
+	for _, l := range p.Lanes {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Lane{}, false
+}
+
+// StoreLanes answers the lanes as the queue sees them: names and paths.
+func StoreLanes(validation []byte) []store.Lane {
+	p, ok, err := ParsePolicy(validation)
+	if err != nil || !ok || len(p.Lanes) == 0 {
+		return nil
+	}
+	out := make([]store.Lane, len(p.Lanes))
+	for i, l := range p.Lanes {
+		out[i] = store.Lane{Name: l.Name, Prefixes: l.Prefixes}
+	}
+	return out
 }
 
 // WithQueue answers p with the queue's depth and batch, checked.

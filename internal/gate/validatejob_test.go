@@ -22,7 +22,7 @@ func TestValidateJobNamesTheCandidateTree(t *testing.T) {
 		{ID: "rev_42", GitTree: gitTree, TreeDigest: tree},
 		{ID: "rev_42", TreeDigest: tree}, // a store that does not know git trees
 	} {
-		job := validateJob(change, candidate, policy)
+		job := validateJob(change, candidate, policy, "")
 		if job.Kind != agwp.KindValidate || job.UniqueKey != "validate:chg_1:rev_42" {
 			t.Errorf("job = %+v", job)
 		}

@@ -35,12 +35,19 @@ type Candidate struct {
 	Revision       string // the candidate revision: exactly the tree validated
 	ParentRevision string
 	JobID          string
-	Changes        []string // in queue order
+	Changes        []string // in queue order, when filled in
+	// Size is how many changes it holds (0 for a candidate stored before sizes were).
+	Size int
 	// AttestationDigest is the attestation its outcome rests on, when it has one.
 	AttestationDigest string
 	Reason            string // why it failed, was superseded, split or cancelled
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// Lane is the policy lane it validates (ADR-0024), RootLane for the whole tree. A lane's
+	// candidate revision holds the lane's view of the tree only: without other lanes' files.
+	Lane string
+	// ParentTree is, for a lane's candidate, the git tree of the lane's view it was built on.
+	ParentTree string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // ListCandidatesParams select candidates for ListCandidates: those of one change (its history),

@@ -484,6 +484,11 @@ type CommitInfo struct {
 	// Batch, for a tree validated as a batch of changes, names each of them in its order: the
 	// commit then has an Ag-Change and an Ag-Author trailer per change.
 	Batch []BatchedChange
+	// Lane, for a tree whose attestation is of a lane's view (ADR-0024), names the lane, and
+	// LaneExcluded the paths its view leaves out: the attested tree is this commit's tree
+	// without them. The commit has an Ag-Lane trailer and an Ag-Lane-Excluded one per path.
+	Lane         string
+	LaneExcluded []string
 }
 
 // BatchedChange is one change of a batch commit.
@@ -545,6 +550,12 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 		add("Ag-Lease-Tokens", strings.Join(strs, ", "))
 	}
 	add("Ag-Attestation", c.Attestation)
+	if c.Lane != "" {
+		add("Ag-Lane", c.Lane)
+		for _, p := range c.LaneExcluded {
+			add("Ag-Lane-Excluded", p)
+		}
+	}
 	var parents []plumbing.Hash
 	if !parent.IsZero() {
 		parents = []plumbing.Hash{parent}

@@ -35,6 +35,9 @@ type QueueTx interface {
 	// Rebase applies edits made on base to the git tree onto (RebaseGit), keeping what it
 	// writes for StoreRevision.
 	Rebase(base Revision, onto plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error)
+	// Project answers the git tree tree without the paths hidden (gitstore.Prune), keeping what
+	// it writes for StoreRevision.
+	Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, error)
 	// StoreRevision stores the git objects written so far and a revision of tree on parent;
 	// with commit, also the mainline commit on parent's.
 	StoreRevision(parent Revision, tree plumbing.Hash, changeID, author string, commit *CommitInfo) (Revision, error)
@@ -77,6 +80,11 @@ const BuildBudget = 256
 // failed one behind it waits too, and the candidates after it are rebuilt without it. Queued
 // changes are built into new candidates on the tip while fewer than p.Depth live candidates are
 // on it, p.Batch changes to a candidate.
+//
+// With lanes (ADR-0024) the queue is walked in sections: the changes of the root lane at its
+// front on the whole tree, as above; then the changes of the lanes up to the next root lane
+// change, each lane on its own from its view of the tip, so that the changes of one lane do not
+// wait for another's; the rest waits for those to land.
 func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
 	depth, batch := p.Depth, p.Batch
 	if p.Shape != nil {
@@ -84,7 +92,7 @@ func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
 	}
 	// A candidate must fit well inside the window the walk reads (policies allow 64).
 	batch = min(batch, QueueWindow/4)
-	r := &queueRun{tx: tx, p: p, depth: max(depth, 1), batch: max(batch, 1)}
+	r := &queueRun{tx: tx, p: p, depth: max(depth, 1), batch: max(batch, 1), counts: map[string]laneCount{}}
 	if err := r.run(); err != nil {
 		return nil, false, err
 	}
@@ -98,15 +106,36 @@ type queueRun struct {
 	changed      []Change
 	enqueued     bool
 
-	pending  []Change // the window of the queue this advance reads, oldest first
-	mainline Revision
-	tip      Revision
-	ahead    int    // pending changes ahead of the walk that are not on the mainline
-	chain    int    // candidates on the tip's chain still validating: the workers the queue holds
-	live     int    // live candidates ahead of the walk, whatever their state
-	built    int    // changes built into candidates by this advance
-	blocked  bool   // a queued change was left waiting: nothing after it is built
-	why      string // what last moved the tip away from what later candidates were built on
+	window     []Change // the part of the queue this advance reads, oldest first
+	windowFull bool     // the queue may go on past it
+	mainline   Revision
+	lanes      []Lane
+	built      int                  // changes built into candidates by this advance
+	counts     map[string]laneCount // each lane's live candidates, as its walk left them or before it
+}
+
+// laneCount is what a lane's live candidates hold: workers (validating) and what a failure
+// ahead of them costs (live).
+type laneCount struct{ validating, live int }
+
+// walk is the walk of one section of the queue in one lane.
+type walk struct {
+	*queueRun
+	lane    string
+	hidden  []string // the paths the lane's view leaves out
+	pending []Change // the section's changes of the lane, in queue order
+	at      []int    // where each of pending is in the window
+	tip     Revision // for a lane, a revision of its view (GitTree), ID the revision it is a view of
+	ahead   int      // pending changes ahead of the walk that are not on the mainline
+	chain   int      // candidates on the tip's chain still validating: the workers the queue holds
+	live    int      // live candidates ahead of the walk, whatever their state
+	// elsewhere is what the other lanes' live candidates hold.
+	elsewhere laneCount
+	blocked   bool   // a queued change was left waiting: nothing after it is built
+	why       string // what last moved the tip away from what later candidates were built on
+	// laneHead is the walk's ahead when no change of its own lane is ahead: a lane's first
+	// candidate is built whatever the others hold, so that no lane waits for another's.
+	laneHead int
 }
 
 func (r *queueRun) run() error {
@@ -114,36 +143,146 @@ func (r *queueRun) run() error {
 	if r.mainline, err = r.tx.Revision(r.tx.Mainline()); err != nil {
 		return fmt.Errorf("the mainline: %w", err)
 	}
-	r.tip = r.mainline
-	window := max(QueueWindow, 2*r.depth*r.batch+64)
-	pending, err := r.tx.Pending(window)
+	if r.p.Lanes != nil {
+		r.lanes = r.p.Lanes(r.tx.Validation())
+	}
+	size := max(QueueWindow, 2*r.depth*r.batch+64)
+	pending, err := r.tx.Pending(size)
 	if err != nil {
 		return err
 	}
-	r.pending = pending
+	r.window, r.windowFull = pending, len(pending) == size
 	liveList, err := r.tx.Live()
 	if err != nil {
 		return err
 	}
+	lanes := make([]string, len(pending))
+	members := make(map[string][]int)
+	for i, c := range pending {
+		lanes[i] = LaneOf(r.lanes, c.Paths)
+		if c.State == ChangeValidating && c.CandidateID != "" {
+			members[c.CandidateID] = append(members[c.CandidateID], i)
+		}
+	}
 	live := make(map[string]*Candidate, len(liveList))
 	for i := range liveList {
-		live[liveList[i].ID] = &liveList[i]
+		c := &liveList[i]
+		idx := members[c.ID]
+		switch {
+		case len(idx) == 0 && !r.windowFull:
+			// None of its changes is pending any more (written off by hand, or by a replica
+			// from before candidates): it has nothing left to decide.
+			if err := r.supersede(*c, nil, "none of its changes is waiting any more"); err != nil {
+				return err
+			}
+			continue
+		case slices.ContainsFunc(idx, func(j int) bool { return lanes[j] != c.Lane }):
+			changes := make([]*Change, len(idx))
+			for k, j := range idx {
+				changes[k] = &pending[j]
+			}
+			if err := r.supersede(*c, changes, "the policy's lanes changed: its changes are validated in another lane now"); err != nil {
+				return err
+			}
+			continue
+		}
+		live[c.ID] = c
+		n := r.counts[c.Lane]
+		n.live++
+		if c.State == CandidateValidating {
+			n.validating++
+		}
+		r.counts[c.Lane] = n
 	}
+
+	// The root lane's changes at the front of the queue, on the whole tree.
+	front := 0
+	for front < len(pending) && lanes[front] == RootLane {
+		front++
+	}
+	root := r.newWalk(RootLane, nil, r.mainline, 0, 0, positions(0, front))
+	if err := root.run(live); err != nil {
+		return err
+	}
+	r.counts[RootLane] = laneCount{root.chain, root.live}
+	// Then each lane's changes up to the next root lane change, on the lane's view of the tip.
+	end := front
+	for end < len(pending) && lanes[end] != RootLane {
+		end++
+	}
+	var order []string
+	for i := front; i < end; i++ {
+		if !slices.Contains(order, lanes[i]) {
+			order = append(order, lanes[i])
+		}
+	}
+	for _, name := range order {
+		hidden := LaneHidden(r.lanes, name)
+		tree, err := ParseGitID(root.tip.GitTree)
+		if err != nil {
+			return fmt.Errorf("revision %s: git tree: %w", root.tip.ID, err)
+		}
+		view, err := r.tx.Project(tree, hidden)
+		if err != nil {
+			return fmt.Errorf("revision %s: the view of lane %s: %w", root.tip.ID, name, err)
+		}
+		tip := root.tip
+		tip.GitTree, tip.TreeDigest = view.String(), ""
+		var at []int
+		for i := front; i < end; i++ {
+			if lanes[i] == name {
+				at = append(at, i)
+			}
+		}
+		w := r.newWalk(name, hidden, tip, root.ahead, root.ahead, at)
+		w.blocked, w.why = root.blocked, root.why
+		if err := w.run(live); err != nil {
+			return err
+		}
+		r.counts[name] = laneCount{w.chain, w.live}
+	}
+	if end == len(pending) {
+		return nil
+	}
+	// A root lane change behind the lanes' changes is built once they landed, on the whole tree
+	// then; it and everything behind it waits.
+	rest := r.newWalk(RootLane, nil, r.mainline, 1, 0, positions(end, len(pending)))
+	rest.blocked = true
+	return rest.run(live)
+}
+
+// newWalk answers the walk of the window's changes at positions in a lane, from tip, with ahead
+// changes ahead of it already; laneHead is ahead's part that is not the lane's own.
+func (r *queueRun) newWalk(lane string, hidden []string, tip Revision, ahead, laneHead int, at []int) *walk {
+	w := &walk{queueRun: r, lane: lane, hidden: hidden, tip: tip, ahead: ahead, laneHead: laneHead, at: at}
+	w.pending = make([]Change, len(at))
+	for k, i := range at {
+		w.pending[k] = r.window[i]
+	}
+	for name, n := range r.counts {
+		if name != lane {
+			w.elsewhere.validating += n.validating
+			w.elsewhere.live += n.live
+		}
+	}
+	return w
+}
+
+// run walks the section: it settles, lands, rejects or supersedes its live candidates, and
+// builds its queued changes into new ones.
+func (r *walk) run(live map[string]*Candidate) error {
+	pending := r.pending
 	members := make(map[string][]int)
 	for i, c := range pending {
 		if c.State == ChangeValidating && c.CandidateID != "" {
 			members[c.CandidateID] = append(members[c.CandidateID], i)
 		}
 	}
-	// A live candidate none of whose changes is pending any more (written off by hand, or by a
-	// replica from before candidates) has nothing left to decide.
-	for _, c := range liveList {
-		if len(members[c.ID]) == 0 && len(pending) < window {
-			if err := r.supersede(c, nil, "none of its changes is waiting any more"); err != nil {
-				return err
-			}
+	defer func() {
+		for k, i := range r.at {
+			r.window[i] = pending[k]
 		}
-	}
+	}()
 	for i := 0; i < len(pending); {
 		c := pending[i]
 		if c.State.Terminal() {
@@ -154,12 +293,12 @@ func (r *queueRun) run() error {
 			cand := live[c.CandidateID]
 			idx := members[c.CandidateID]
 			n := len(idx)
-			if n > 0 && len(pending) == window && idx[n-1] == len(pending)-1 {
+			if n > 0 && r.windowFull && (r.at[idx[n-1]] == len(r.window)-1 || cand != nil && cand.Size > n) {
 				// Its changes may go on past what was read: it is left for an advance that
 				// sees all of them.
 				break
 			}
-			if cand != nil && n > 0 && idx[0] == i && cand.Revision == r.tip.ID && r.ahead == 0 {
+			if r.lane == RootLane && cand != nil && n > 0 && idx[0] == i && cand.Revision == r.tip.ID && r.ahead == 0 {
 				// The mainline is this candidate already: a replica of the version before
 				// candidates landed it for its first change only. The others landed with it.
 				if err := r.landed(cand, pending, idx); err != nil {
@@ -168,8 +307,8 @@ func (r *queueRun) run() error {
 				i = idx[n-1] + 1
 				continue
 			}
-			whole := cand != nil && idx[0] == i && idx[n-1] == i+n-1
-			if !whole || cand.ParentRevision != r.tip.ID || r.blocked {
+			whole := cand != nil && idx[0] == i && idx[n-1] == i+n-1 && (cand.Size == 0 || cand.Size == n)
+			if !whole || !r.onTip(cand) || r.blocked {
 				if err := r.requeue(pending, i, cand, idx); err != nil {
 					return err
 				}
@@ -191,8 +330,28 @@ func (r *queueRun) run() error {
 	return nil
 }
 
+func positions(from, to int) []int {
+	at := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		at = append(at, i)
+	}
+	return at
+}
+
+// onTip reports whether a live candidate was built on the walk's tip: on the revision itself,
+// or, in a lane, on the same view of the tree.
+func (r *walk) onTip(cand *Candidate) bool {
+	if cand.Lane != r.lane {
+		return false
+	}
+	if r.lane == RootLane {
+		return cand.ParentRevision == r.tip.ID
+	}
+	return cand.ParentTree == r.tip.GitTree
+}
+
 // requeue supersedes the stale candidate of pending[i] and queues its changes again in place.
-func (r *queueRun) requeue(pending []Change, i int, cand *Candidate, idx []int) error {
+func (r *walk) requeue(pending []Change, i int, cand *Candidate, idx []int) error {
 	if cand == nil || !slices.Contains(idx, i) {
 		// A VALIDATING change without a live candidate of its own: a queue from before
 		// candidates, or an inconsistency; either way it is built again.
@@ -252,7 +411,7 @@ func (r *queueRun) set(c *Change, from ChangeState, action string, det map[strin
 // settle decides the live candidate of group, its changes, the pending ones from index i, when
 // its validation settled, and lands, rejects, splits or keeps it; it answers where the walk goes
 // on.
-func (r *queueRun) settle(group []Change, i int, cand *Candidate) (int, error) {
+func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 	n := len(group)
 	cand.Changes = make([]string, n)
 	for j, c := range group {
@@ -371,7 +530,7 @@ func (r *queueRun) settle(group []Change, i int, cand *Candidate) (int, error) {
 // the first alone. A change that was there when it was built was left out for a reason (the
 // batch was full, or it waits), so only a newer one counts, which also bounds the rebuilds by
 // the changes that arrive.
-func (r *queueRun) grows(group []Change, i int, cand *Candidate, rev Revision, job Job) bool {
+func (r *walk) grows(group []Change, i int, cand *Candidate, rev Revision, job Job) bool {
 	n := len(group)
 	if r.batch <= 1 || job.State != JobQueued || job.Attempts > 0 || i+n >= len(r.pending) {
 		return false
@@ -386,7 +545,7 @@ func (r *queueRun) grows(group []Change, i int, cand *Candidate, rev Revision, j
 			limit = min(limit, c.BatchLimit)
 		}
 	}
-	if n >= limit || r.chain >= r.depth || r.live >= maxLive(r.depth) || r.built >= BuildBudget {
+	if n >= limit || r.full() || r.built >= BuildBudget {
 		return false // it would not be built again here
 	}
 	// Only a batch that would take the change grows: one that does not apply on it waits behind
@@ -401,7 +560,7 @@ func (r *queueRun) grows(group []Change, i int, cand *Candidate, rev Revision, j
 
 // land moves the mainline to a passed candidate whose parent is the mainline, gives it its
 // mainline commit and integrates its changes.
-func (r *queueRun) land(cand *Candidate, rev Revision, group []Change) error {
+func (r *walk) land(cand *Candidate, rev Revision, group []Change) error {
 	// The pass was recorded by this advance or an earlier one: the mainline moves only on a
 	// verdict read again now, from the stored job and attestation.
 	job, att, err := r.tx.Job(cand.JobID)
@@ -411,16 +570,25 @@ func (r *queueRun) land(cand *Candidate, rev Revision, group []Change) error {
 	if v := r.p.Decide(group[len(group)-1], rev, job, att); v.Outcome != VerdictPass || job.AttestationDigest != cand.AttestationDigest {
 		return fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
 	}
-	if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
-		return err
-	}
 	info, err := r.commitInfo(group)
 	if err != nil {
 		return err
 	}
 	info.Attestation = cand.AttestationDigest
-	if rev.GitCommit, err = r.tx.WriteCommit(rev, r.mainline, info); err != nil {
-		return fmt.Errorf("candidate %s: %w", cand.ID, err)
+	landed := rev
+	if r.lane == RootLane {
+		if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
+			return err
+		}
+		if rev.GitCommit, err = r.tx.WriteCommit(rev, r.mainline, info); err != nil {
+			return fmt.Errorf("candidate %s: %w", cand.ID, err)
+		}
+		landed = rev
+	} else {
+		landed, err = r.landLane(cand, rev, group, info)
+		if err != nil || landed.ID == "" {
+			return err
+		}
 	}
 	cand.State = CandidateLanded
 	if err := r.tx.SetCandidate(*cand, CandidatePassed); err != nil {
@@ -428,20 +596,96 @@ func (r *queueRun) land(cand *Candidate, rev Revision, group []Change) error {
 	}
 	for j := range group {
 		c := &group[j]
-		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, rev.ID, cand.AttestationDigest
+		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, landed.ID, cand.AttestationDigest
 		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
 		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return err
 		}
 	}
-	r.mainline, r.tip = rev, rev
+	r.mainline, r.tip = landed, rev
+	if r.lane == RootLane {
+		r.tip = landed
+	}
 	r.why = ""
+	return nil
+}
+
+// landLane moves the mainline on by a passed lane candidate rev (of its changes group): the
+// mainline may hold other lanes' changes the candidate was not built on, so its changes are
+// applied to the mainline now, and the mainline moves to the result only if the lane's view of
+// it is exactly the tree the attestation is about and nothing outside the lane changed. It
+// answers the new mainline revision, or, when that does not hold (the lanes changed under it),
+// supersedes the candidate and answers no revision.
+func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info CommitInfo) (Revision, error) {
+	before, err := ParseGitID(r.mainline.GitTree)
+	if err != nil {
+		return Revision{}, fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
+	}
+	tree := before
+	var why string
+	for j := range group {
+		if tree, _, err = r.rebase(&group[j], tree); err != nil {
+			if !repo.DoesNotApply(err) {
+				return Revision{}, fmt.Errorf("change %s: %w", group[j].ID, err)
+			}
+			why = "it does not apply to the mainline: " + err.Error()
+			break
+		}
+	}
+	if why == "" {
+		view, err := r.tx.Project(tree, r.hidden)
+		if err != nil {
+			return Revision{}, fmt.Errorf("candidate %s: the lane's view: %w", cand.ID, err)
+		}
+		own := laneOwn(r.lanes, r.lane)
+		outside, err := r.tx.Project(tree, own)
+		if err != nil {
+			return Revision{}, err
+		}
+		outsideBefore, err := r.tx.Project(before, own)
+		if err != nil {
+			return Revision{}, err
+		}
+		switch {
+		case view.String() != rev.GitTree:
+			why = fmt.Sprintf("the lane's view of the mainline with it is %s, not the tree %s validated", view, rev.GitTree)
+		case outside != outsideBefore:
+			why = "it changes files outside its lane " + r.lane
+		}
+	}
+	if why != "" {
+		changes := make([]*Change, len(group))
+		for j := range group {
+			changes[j] = &group[j]
+		}
+		r.why = "the candidate " + cand.ID + " ahead of it could not land"
+		return Revision{}, r.supersede(*cand, changes, why)
+	}
+	last := group[len(group)-1]
+	info.Lane, info.LaneExcluded = r.lane, r.hidden
+	landed, err := r.tx.StoreRevision(r.mainline, tree, last.ID, last.Author, &info)
+	if err != nil {
+		return Revision{}, fmt.Errorf("candidate %s: %w", cand.ID, err)
+	}
+	if err := r.tx.MoveMainline(r.mainline.ID, landed.ID); err != nil {
+		return Revision{}, err
+	}
+	return landed, nil
+}
+
+// laneOwn answers a lane's own paths.
+func laneOwn(lanes []Lane, name string) []string {
+	for _, l := range lanes {
+		if l.Name == name {
+			return l.Prefixes
+		}
+	}
 	return nil
 }
 
 // commitInfo answers the mainline commit of a candidate of changes: the change's own message
 // and tokens, or, for a batch, one message naming every change and the union of their tokens.
-func (r *queueRun) commitInfo(group []Change) (CommitInfo, error) {
+func (r *walk) commitInfo(group []Change) (CommitInfo, error) {
 	var info CommitInfo
 	for j, c := range group {
 		_, tokens, err := r.tx.Edits(c.ID)
@@ -474,7 +718,7 @@ func (r *queueRun) commitInfo(group []Change) (CommitInfo, error) {
 }
 
 // split ends a failed batch and queues its changes again, each half to be validated apart.
-func (r *queueRun) split(cand *Candidate, group []Change) error {
+func (r *walk) split(cand *Candidate, group []Change) error {
 	half := (len(group) + 1) / 2
 	cand.State = CandidateSplit
 	if err := r.tx.SetCandidate(*cand, CandidateFailed); err != nil {
@@ -498,7 +742,7 @@ func (r *queueRun) split(cand *Candidate, group []Change) error {
 
 // build gives the queued changes from pending[i] their turn: a candidate on the tip, or, when
 // the repository has no policy any more, the mainline itself. It answers where the walk goes on.
-func (r *queueRun) build(pending []Change, i int) (int, error) {
+func (r *walk) build(pending []Change, i int) (int, error) {
 	if r.blocked {
 		return i + 1, nil
 	}
@@ -510,9 +754,10 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 		}
 		return i + 1, r.integrateDirectly(&pending[i])
 	}
-	if r.chain >= r.depth || r.live >= maxLive(r.depth) || r.built >= BuildBudget {
+	if r.full() && r.ahead > r.laneHead || r.built >= BuildBudget {
 		// Passed and failed candidates waiting behind a slow one hold no worker, but all of
-		// them are validated again if it fails: they are bounded too.
+		// them are validated again if it fails: they are bounded too. A lane's first candidate
+		// is built anyway: a lane does not wait for the others' workers.
 		r.blocked = true
 		return i + 1, nil
 	}
@@ -560,21 +805,24 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("change %s: %w", last.ID, err)
 	}
-	job, isNew, err := r.tx.Enqueue(r.p.Job(*last, rev, validation))
+	job, isNew, err := r.tx.Enqueue(r.p.Job(*last, rev, validation, r.lane))
 	if err != nil {
 		return 0, fmt.Errorf("change %s: enqueue its validation: %w", last.ID, err)
 	}
 	r.enqueued = r.enqueued || isNew
 	cand := Candidate{ID: NewID("cnd"), Repository: last.Repository, State: CandidateValidating, Revision: rev.ID,
-		ParentRevision: r.tip.ID, JobID: job.ID}
+		ParentRevision: r.tip.ID, JobID: job.ID, Lane: r.lane, ParentTree: r.tip.GitTree}
 	for _, c := range built {
 		cand.Changes = append(cand.Changes, c.ID)
 	}
 	if err := r.tx.InsertCandidate(cand); err != nil {
 		return 0, err
 	}
-	r.tx.Record("candidate.built", "candidate/"+cand.ID, map[string]any{"changes": cand.Changes, "job": job.ID,
-		"parent_revision": cand.ParentRevision, "revision": rev.ID})
+	det := map[string]any{"changes": cand.Changes, "job": job.ID, "parent_revision": cand.ParentRevision, "revision": rev.ID}
+	if r.lane != RootLane {
+		det["lane"] = r.lane
+	}
+	r.tx.Record("candidate.built", "candidate/"+cand.ID, det)
 	for _, c := range built {
 		c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeValidating, rev.ID, job.ID, cand.ID
 		if err := r.set(c, ChangeQueued, "change.validating",
@@ -590,8 +838,13 @@ func (r *queueRun) build(pending []Change, i int) (int, error) {
 // maxLive bounds the live candidates of a queue: what one failure ahead of them can cost.
 func maxLive(depth int) int { return 2 * depth }
 
+// full reports whether the queue holds as many candidates as its depth allows, in every lane.
+func (r *walk) full() bool {
+	return r.chain+r.elsewhere.validating >= r.depth || r.live+r.elsewhere.live >= maxLive(r.depth)
+}
+
 // landed integrates the changes still VALIDATING in a candidate the mainline already is.
-func (r *queueRun) landed(cand *Candidate, pending []Change, idx []int) error {
+func (r *walk) landed(cand *Candidate, pending []Change, idx []int) error {
 	job, _, err := r.tx.Job(cand.JobID)
 	if err != nil {
 		return fmt.Errorf("candidate %s: %w", cand.ID, err)
@@ -612,7 +865,7 @@ func (r *queueRun) landed(cand *Candidate, pending []Change, idx []int) error {
 }
 
 // rebase applies c's edits to the tree onto, and answers the tree and c's lease tokens.
-func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint64, error) {
+func (r *walk) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint64, error) {
 	base, err := r.tx.Revision(c.BaseRevision)
 	if err != nil {
 		return plumbing.ZeroHash, nil, fmt.Errorf("base %w", err)
@@ -627,7 +880,7 @@ func (r *queueRun) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint6
 
 // integrateDirectly integrates a queued change of a repository whose policy was removed while
 // it waited, as Integrate would have without one.
-func (r *queueRun) integrateDirectly(c *Change) error {
+func (r *walk) integrateDirectly(c *Change) error {
 	tree, err := ParseGitID(r.mainline.GitTree)
 	if err != nil {
 		return fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)

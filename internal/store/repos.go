@@ -347,8 +347,10 @@ type AdvanceQueueParams struct {
 	// Decide settles a VALIDATING change. att is nil when the job holds no attestation.
 	Decide func(c Change, candidate Revision, job Job, att *Attestation) Verdict
 	// Job answers the validate job to enqueue for a candidate; validation is the repository's
-	// policy as stored, c the candidate's last change.
-	Job func(c Change, candidate Revision, validation []byte) EnqueueJobParams
+	// policy as stored, c the candidate's last change, lane the policy lane it validates.
+	Job func(c Change, candidate Revision, validation []byte, lane string) EnqueueJobParams
+	// Lanes, when set, answers the lanes of the repository's policy as stored (ADR-0024).
+	Lanes func(validation []byte) []Lane
 	// Depth bounds the candidates validating at once (0 or 1: one at a time).
 	Depth int
 	// Batch bounds the changes one candidate validates together (0 or 1: one).

@@ -9,6 +9,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -66,7 +67,8 @@ const advanceLockSQL = `SELECT mainline, validation FROM repositories WHERE name
 var pendingSQL = `SELECT ` + changeCols + ` FROM changes
 	WHERE repository = $1 AND state IN ('queued', 'validating') ORDER BY seq LIMIT $2`
 
-var candidateCols = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason, created_at, updated_at`
+var candidateCols = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason, lane, parent_tree,
+	size, created_at, updated_at`
 
 // liveCandidatesSQL reads candidates_live alone, whose predicate it repeats.
 var liveCandidatesSQL = `SELECT ` + candidateCols + ` FROM candidates
@@ -82,8 +84,9 @@ var setChangeSQL = q(`UPDATE changes SET
 WHERE id = $2 AND state = $11
 RETURNING ` + changeCols)
 
-var insertCandidateSQL = q(`INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id, created_at, updated_at)
-VALUES ($2, $3, $4, $5, $6, $7, {now}, {now})`)
+var insertCandidateSQL = q(`INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id, lane,
+	parent_tree, size, created_at, updated_at)
+VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, {now}, {now})`)
 
 var insertCandidateChangesSQL = `INSERT INTO candidate_changes (candidate_id, change_id, position)
 SELECT $1, c.id, c.n - 1 FROM unnest($2::text[]) WITH ORDINALITY AS c(id, n)`
@@ -184,7 +187,7 @@ func queryCandidates(ctx context.Context, qr querier, sql string, args ...any) (
 			state string
 		)
 		if err := rows.Scan(&c.ID, &c.Repository, &state, &c.Revision, &c.ParentRevision, &c.JobID,
-			&c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt); err != nil {
+			&c.AttestationDigest, &c.Reason, &c.Lane, &c.ParentTree, &c.Size, &c.CreatedAt, &c.UpdatedAt); err != nil {
 			return nil, mapErr("read candidates", err)
 		}
 		c.State, c.CreatedAt, c.UpdatedAt = store.CandidateState(state), c.CreatedAt.UTC(), c.UpdatedAt.UTC()
@@ -248,6 +251,10 @@ func (a *advance) Rebase(base store.Revision, onto plumbing.Hash, edits []repo.F
 		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
 	}
 	return store.RebaseGit(a.ctx, gitBackend{qr: a.tx}, a.objs, baseTree, onto, edits)
+}
+
+func (a *advance) Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, error) {
+	return gitstore.Prune(a.objs, tree, hidden)
 }
 
 func (a *advance) StoreRevision(parent store.Revision, tree plumbing.Hash, changeID, author string, commit *store.CommitInfo) (store.Revision, error) {
@@ -331,7 +338,7 @@ func (a *advance) CancelJob(id string) error {
 
 func (a *advance) InsertCandidate(c store.Candidate) error {
 	if _, err := a.tx.Exec(a.ctx, insertCandidateSQL, a.db.now(), c.ID, a.repository, string(c.State), c.Revision,
-		c.ParentRevision, c.JobID); err != nil {
+		c.ParentRevision, c.JobID, c.Lane, c.ParentTree, len(c.Changes)); err != nil {
 		return mapErr("store candidate", err)
 	}
 	if _, err := a.tx.Exec(a.ctx, insertCandidateChangesSQL, c.ID, c.Changes); err != nil {

@@ -44,7 +44,7 @@ func gateRules(repository string) store.AdvanceQueueParams {
 			}
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
 		},
@@ -307,14 +307,14 @@ func TestAdvanceQueueOnAnotherReplica(t *testing.T) {
 	var wokenEarly bool
 	rules := gateRules("r")
 	job := rules.Job
-	rules.Job = func(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
+	rules.Job = func(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
 		// Still inside b's transaction: nobody may be told of a job that is not committed.
 		select {
 		case <-woken:
 			wokenEarly = true
 		default:
 		}
-		return job(c, candidate, validation)
+		return job(c, candidate, validation, lane)
 	}
 	changed, err := b.AdvanceQueue(ctx, rules)
 	if err != nil {

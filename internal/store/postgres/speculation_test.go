@@ -54,7 +54,7 @@ func speculativeRules(repository string, depth int) store.AdvanceQueueParams {
 			}
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
 		},

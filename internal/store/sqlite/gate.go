@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -123,7 +124,7 @@ func (q *queue) Pending(limit int) ([]store.Change, error) {
 }
 
 const candidateColumns = `id, repository, state, revision, parent_revision, job_id, attestation_digest, reason,
-	created_at, updated_at`
+	lane, parent_tree, size, created_at, updated_at`
 
 func scanCandidate(row scanner) (store.Candidate, error) {
 	var (
@@ -132,7 +133,7 @@ func scanCandidate(row scanner) (store.Candidate, error) {
 		created, updated int64
 	)
 	if err := row.Scan(&c.ID, &c.Repository, &state, &c.Revision, &c.ParentRevision, &c.JobID, &c.AttestationDigest,
-		&c.Reason, &created, &updated); err != nil {
+		&c.Reason, &c.Lane, &c.ParentTree, &c.Size, &created, &updated); err != nil {
 		return store.Candidate{}, err
 	}
 	c.State, c.CreatedAt, c.UpdatedAt = store.CandidateState(state), fromMicros(created), fromMicros(updated)
@@ -207,6 +208,10 @@ func (q *queue) Rebase(base store.Revision, onto plumbing.Hash, edits []repo.Fil
 	return store.RebaseGit(q.ctx, gitBackend{q.tx}, q.objs, baseTree, onto, edits)
 }
 
+func (q *queue) Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, error) {
+	return gitstore.Prune(q.objs, tree, hidden)
+}
+
 func (q *queue) StoreRevision(parent store.Revision, tree plumbing.Hash, changeID, author string, commit *store.CommitInfo) (store.Revision, error) {
 	return q.d.insertRevision(q.ctx, q.tx, q.objs, revisionParams{repository: q.repository, parent: parent,
 		changeID: changeID, author: author, tree: tree, now: q.now, commit: commit})
@@ -251,8 +256,8 @@ func (q *queue) CancelJob(id string) error {
 
 func (q *queue) InsertCandidate(c store.Candidate) error {
 	if _, err := q.tx.ExecContext(q.ctx, `INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id,
-		created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, q.repository, string(c.State), c.Revision,
-		c.ParentRevision, c.JobID, q.now, q.now); err != nil {
+		lane, parent_tree, size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, q.repository,
+		string(c.State), c.Revision, c.ParentRevision, c.JobID, c.Lane, c.ParentTree, len(c.Changes), q.now, q.now); err != nil {
 		return interpret("store candidate", err)
 	}
 	for i, id := range c.Changes {

@@ -103,7 +103,7 @@ func TestMigrationToCandidatesKeepsTheQueue(t *testing.T) {
 			}
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
 			return store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"revision":"` + candidate.ID + `"}`),
 				MaxAttempts: 1, UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
 		},

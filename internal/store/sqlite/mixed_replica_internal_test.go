@@ -53,7 +53,7 @@ func TestABatchAnOldReplicaLandedForItsFirstChangeIsIntegratedWhole(t *testing.T
 		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) store.Verdict {
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
 			return store.EnqueueJobParams{Kind: "validate", MaxAttempts: 1, EnqueuedBy: "alice"}
 		},
 	}

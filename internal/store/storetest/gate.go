@@ -33,6 +33,8 @@ type gate struct {
 	jobs    []jobCall
 	// depth and batch are AdvanceQueueParams' Depth and Batch.
 	depth, batch int
+	// lanes is AdvanceQueueParams' Lanes.
+	lanes func(validation []byte) []store.Lane
 }
 
 type decision struct {
@@ -46,6 +48,7 @@ type jobCall struct {
 	change     store.Change
 	candidate  store.Revision
 	validation []byte
+	lane       string
 }
 
 func newGate() *gate { return &gate{} }
@@ -62,12 +65,13 @@ func (g *gate) params(repository string) store.AdvanceQueueParams {
 			}
 			return g.verdict(job, att)
 		},
-		Job: func(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.jobs = append(g.jobs, jobCall{c, candidate, validation})
-			return validateJob(c, candidate, validation)
+			g.jobs = append(g.jobs, jobCall{c, candidate, validation, lane})
+			return validateJob(c, candidate, validation, lane)
 		},
+		Lanes: g.lanes,
 		Depth: g.depth,
 		Batch: g.batch,
 	}
@@ -99,14 +103,15 @@ func verdictOf(outcome store.VerdictOutcome, reason string) func(store.Job, *sto
 }
 
 // validateJob is the job a test's gate enqueues for a candidate.
-func validateJob(c store.Change, candidate store.Revision, validation []byte) store.EnqueueJobParams {
+func validateJob(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
 	payload, err := json.Marshal(struct {
 		Repository string          `json:"repository"`
 		Change     string          `json:"change_id"`
 		Revision   string          `json:"revision"`
 		GitTree    string          `json:"git_tree"`
 		Validation json.RawMessage `json:"validation"`
-	}{c.Repository, c.ID, candidate.ID, candidate.GitTree, validation})
+		Lane       string          `json:"lane,omitempty"`
+	}{c.Repository, c.ID, candidate.ID, candidate.GitTree, validation, lane})
 	if err != nil {
 		panic(err) // a struct of strings and a stored JSON document
 	}
@@ -321,7 +326,7 @@ func testGateAdvanceBuilds(t *testing.T, newStore Factory) {
 	assertFields(t, "the candidate passed to Job", g.jobs[0].candidate, meta)
 
 	// The job Job answered, enqueued as EnqueueJob would, and claimers woken.
-	jp := validateJob(c1, cand, policy)
+	jp := validateJob(c1, cand, policy, "")
 	now := b.clk.Now()
 	job := b.get(t, want.JobID)
 	assertJob(t, "the validate job", job, store.Job{ID: want.JobID, Kind: "validate", State: store.JobQueued, Payload: jp.Payload,

@@ -460,7 +460,7 @@ func AdvanceMigratedQueue(t *testing.T, s store.Store, lc LegacyContent) {
 		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) store.Verdict {
 			return store.Verdict{Outcome: store.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, v []byte) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, v []byte, _ string) store.EnqueueJobParams {
 			validation = bytes.Clone(v)
 			payload, err := json.Marshal(map[string]string{"change_id": c.ID, "revision": candidate.ID, "git_tree": candidate.GitTree})
 			if err != nil {

@@ -20,13 +20,20 @@ import (
 // when its file is on the mainline, in queue order along the mainline's history; a failing
 // change never lands validated; a change is rejected for a failed validation only when it is
 // the one that fails; a validating change is in a live candidate; nothing is left pending.
+//
+// With lanes (the seeds from 8), changes write their own file in one of two lanes, sometimes a
+// shared file of their lane, and some a shared file of no lane; the order promise holds within
+// a lane and around changes of no lane, and every lane candidate that landed is exactly the
+// lane's view of the revision it landed as.
 func testQueueModel(t *testing.T, newStore Factory) {
-	for seed := range uint64(8) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { queueModelRun(t, newStore, seed) })
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { queueModelRun(t, newStore, seed, seed >= 8) })
 	}
 }
 
-func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
+var modelLanes = []store.Lane{{Name: "a", Prefixes: []string{"src/a/"}}, {Name: "b", Prefixes: []string{"src/b/"}}}
+
+func queueModelRun(t *testing.T, newStore Factory, seed uint64, lanes bool) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	b := setupRepos(t, newStore)
@@ -34,10 +41,14 @@ func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
 	l := b.acquire(t, r.Name, alice, 100*time.Hour, "src/", "shared/", "poison/")
 	g := newGate()
 	g.setVerdict(passUnlessFailed)
+	if lanes {
+		g.lanes = func([]byte) []store.Lane { return modelLanes }
+	}
 	type ch struct {
 		c      store.Change
 		poison bool
 		own    string
+		lane   string
 	}
 	var all []ch
 	claimed := map[string]store.Job{}
@@ -51,7 +62,7 @@ func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
 		rev := b.revision(t, "web", p.Revision)
 		mt := b.revision(t, "web", b.repository(t, "web").Mainline)
 		return slices.ContainsFunc(rev.Tree, func(e repo.Entry) bool {
-			return strings.HasPrefix(e.Path, "poison/") && !slices.ContainsFunc(mt.Tree, func(f repo.Entry) bool { return f.Path == e.Path })
+			return strings.Contains(e.Path, "poison/") && !slices.ContainsFunc(mt.Tree, func(f repo.Entry) bool { return f.Path == e.Path })
 		})
 	}
 	check := func(round int) {
@@ -83,10 +94,34 @@ func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
 				if !ok {
 					t.Fatalf("seed %d round %d: change %d integrated at %s, not on the mainline chain", seed, round, i, c.IntegratedRevision)
 				}
-				if p < lastPos || i < lastIdx {
+				if !lanes && (p < lastPos || i < lastIdx) {
 					t.Fatalf("seed %d round %d: change %d landed out of order", seed, round, i)
 				}
 				lastPos, lastIdx = p, i
+				for j, y := range all[:i] {
+					if y.lane != x.lane && y.lane != store.RootLane && x.lane != store.RootLane {
+						continue // lanes do not wait for each other
+					}
+					if d := b.change(t, y.c.ID); d.State == store.ChangeIntegrated && pos[d.IntegratedRevision] > p ||
+						!d.State.Terminal() {
+						t.Fatalf("seed %d round %d: change %d (lane %q) landed before change %d (lane %q, %s) ahead of it",
+							seed, round, i, x.lane, j, y.lane, d.State)
+					}
+				}
+				if c.AttestationDigest != "" {
+					// What was validated is exactly what landed, as its lane sees it.
+					landed := b.revision(t, "web", c.IntegratedRevision)
+					hidden := store.LaneHidden(modelLanes, x.lane)
+					if x.lane == store.RootLane {
+						hidden = nil
+					}
+					view := slices.DeleteFunc(slices.Clone(landed.Tree), func(e repo.Entry) bool {
+						return slices.ContainsFunc(hidden, func(h string) bool { return repo.Covers(h, e.Path) })
+					})
+					if got := b.revision(t, "web", c.CandidateRevision).Tree; !slices.Equal(got, view) {
+						t.Fatalf("seed %d round %d: change %d (lane %q) landed as %v, validated as %v", seed, round, i, x.lane, view, got)
+					}
+				}
 			}
 			if c.State == store.ChangeIntegrated && x.poison && c.AttestationDigest != "" {
 				t.Fatalf("seed %d round %d: poisoned change %d landed with attestation %s", seed, round, i, c.AttestationDigest)
@@ -141,15 +176,28 @@ func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
 				break
 			}
 			m := b.repository(t, "web").Mainline
-			own := fmt.Sprintf("src/o%d.go", n)
+			dir := "src/"
+			if lanes {
+				dir = []string{"src/a/", "src/b/"}[rng.IntN(2)]
+			}
+			own := fmt.Sprintf("%so%d.go", dir, n)
 			edits := []fileEdit{put(own, fmt.Sprint(n))}
 			x := ch{own: own}
 			if rng.IntN(10) < 3 {
 				edits = append(edits, put(fmt.Sprintf("shared/s%d.go", rng.IntN(3)), fmt.Sprint(n)))
+			} else if lanes && rng.IntN(10) < 3 {
+				edits = append(edits, put(fmt.Sprintf("%sshared/s%d.go", dir, rng.IntN(2)), fmt.Sprint(n)))
 			}
 			if rng.IntN(10) < 2 {
-				edits = append(edits, put(fmt.Sprintf("poison/p%d", n), "x"))
+				edits = append(edits, put(fmt.Sprintf("%spoison/p%d", dir, n), "x"))
 				x.poison = true
+			}
+			if lanes {
+				var paths []string
+				for _, e := range edits {
+					paths = append(paths, e.path)
+				}
+				x.lane = store.LaneOf(modelLanes, paths)
 			}
 			p := integrateParams(r.Name, m, alice, []uint64{l.FencingToken}, edits...)
 			c, err := b.rs.Integrate(b.ctx, p)
@@ -202,9 +250,34 @@ func queueModelRun(t *testing.T, newStore Factory, seed uint64) {
 		advance()
 		check(1000 + round)
 	}
+	height := map[string]int{}
+	for id, h := b.repository(t, "web").Mainline, 0; id != r.Mainline; h-- {
+		height[id] = h
+		id = b.revision(t, "web", id).Parent
+	}
+	overtakes, laneLandings := 0, 0
 	for i, x := range all {
-		if c := b.change(t, x.c.ID); !c.State.Terminal() {
+		c := b.change(t, x.c.ID)
+		if !c.State.Terminal() {
 			t.Fatalf("seed %d: change %d still %s after draining", seed, i, c.State)
+		}
+		if c.State != store.ChangeIntegrated || c.AttestationDigest == "" || x.lane == store.RootLane {
+			continue
+		}
+		laneLandings++
+		for _, y := range all[:i] {
+			if d := b.change(t, y.c.ID); y.lane != x.lane && d.State == store.ChangeIntegrated &&
+				height[d.IntegratedRevision] > height[c.IntegratedRevision] {
+				overtakes++
+				break
+			}
+		}
+	}
+	if lanes {
+		t.Logf("seed %d: %d changes, %d landed validated in a lane, %d of them before a change of another lane ahead of them",
+			seed, len(all), laneLandings, overtakes)
+		if laneLandings == 0 {
+			t.Fatalf("seed %d: no change landed validated in a lane", seed)
 		}
 	}
 }

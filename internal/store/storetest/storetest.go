@@ -154,6 +154,9 @@ var tests = []conformanceTest{
 	{"a_failed_batch_behind_a_pending_candidate_waits_unsplit", testSpeculationAFailedBatchBehindAPendingOneWaits},
 	{"a_shrinking_window_never_cuts_a_candidate", testSpeculationAWindowNeverCutsACandidate},
 	{"an_advance_builds_a_bounded_part_of_a_long_queue", testSpeculationAnAdvanceBuildsABoundedPart},
+	{"lanes_validate_their_own_view_and_do_not_wait_for_each_other", testLanesDoNotWaitForEachOther},
+	{"a_change_of_no_lane_waits_for_the_lanes_and_they_for_it", testLanesWaitForAChangeOfNoLane},
+	{"changed_lanes_supersede_their_candidates", testLanesChangedSupersedeTheirCandidates},
 	{"random_queues_keep_every_promise_of_the_gate", testQueueModel},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
