@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +25,7 @@ type validationFlags struct {
 	env     []string
 	depth   uint32
 	batch   uint32
+	lanes   []string
 }
 
 func (f *validationFlags) register(cmd *cobra.Command) {
@@ -31,13 +33,27 @@ func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
 	cmd.Flags().Uint32Var(&f.depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it, at most 64 (default: as many as the validate workers seen, at most the server's --gate-max-depth, 8)")
 	cmd.Flags().Uint32Var(&f.batch, "batch", 0, "validate this many changes together in one run, splitting a batch that fails until the changes that broke it are found (default 1, at most 64)")
+	cmd.Flags().StringArrayVar(&f.lanes, "lane", nil, "NAME=PREFIX[,PREFIX...]:COMMAND ARGS...: a change whose paths all lie under the prefixes (\"dir/\" or a file) is validated with this command instead, "+
+		"on the tree without other lanes' files, with --timeout and --env (repeatable, at most 32). "+
+		"The command is split on spaces: an argument holding spaces, or a prefix holding ',' or ':', needs the API (SetValidation)")
+}
+
+// given reports whether a policy flag was given.
+func (f *validationFlags) given() bool {
+	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
+// Its errors are the command line's.
 func (f *validationFlags) validation(command []string) (*agwpv1.Validation, error) {
+	v, err := f.policy(command)
+	return v, withExit(ExitUsage, err)
+}
+
+func (f *validationFlags) policy(command []string) (*agwpv1.Validation, error) {
 	if len(command) == 0 {
-		if f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 {
-			return nil, errors.New("--timeout, --env, --depth and --batch belong to a validation command: name it after --, e.g. `-- go test ./...`")
+		if f.given() {
+			return nil, errors.New("--timeout, --env, --depth, --batch and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
@@ -55,7 +71,39 @@ func (f *validationFlags) validation(command []string) (*agwpv1.Validation, erro
 		}
 		v.Env[name] = value
 	}
+	for _, l := range f.lanes {
+		lane, err := parseLane(l)
+		if err != nil {
+			return nil, fmt.Errorf("--lane %q: %w", l, err)
+		}
+		v.Lanes = append(v.Lanes, lane)
+	}
 	return v, nil
+}
+
+// parseLane reads a --lane value, NAME=PREFIX[,PREFIX...]:COMMAND ARGS..., leaving the server
+// to check the name, the paths and the command's arguments.
+func parseLane(s string) (*agwpv1.ValidationLane, error) {
+	const use = "use NAME=PREFIX[,PREFIX...]:COMMAND ARGS..., e.g. web=web/,docs/web/:npm test"
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return nil, errors.New("no lane name before '=': " + use)
+	}
+	prefixes, command, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, errors.New("no ':' between the prefixes and the command: " + use)
+	}
+	lane := &agwpv1.ValidationLane{Name: name, Command: strings.Fields(command)}
+	for _, p := range strings.Split(prefixes, ",") {
+		if p == "" {
+			return nil, errors.New("an empty prefix: name the lane's directories (\"web/\") and files, separated by ','")
+		}
+		lane.Prefixes = append(lane.Prefixes, p)
+	}
+	if len(lane.Command) == 0 {
+		return nil, errors.New("no command after ':': " + use)
+	}
+	return lane, nil
 }
 
 func describeValidation(v *agwpv1.Validation) string {
@@ -68,6 +116,17 @@ func describeValidation(v *agwpv1.Validation) string {
 	}
 	if b := v.GetBatch(); b > 1 {
 		s += fmt.Sprintf(", in batches of %d", b)
+	}
+	for i, l := range v.GetLanes() {
+		if i == 0 {
+			s += ", lanes: "
+		} else {
+			s += "; "
+		}
+		s += l.GetName() + " (" + strings.Join(l.GetPrefixes(), ", ") + ") `" + strings.Join(l.GetCommand(), " ") + "`"
+		if t := l.GetTimeout(); t != nil && t.AsDuration() != v.GetTimeout().AsDuration() {
+			s += " (timeout " + t.AsDuration().String() + ")"
+		}
 	}
 	return s
 }
@@ -134,9 +193,21 @@ func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
 		plural(len(q.GetCandidates()), "candidate"), plural(len(q.GetWaiting()), "change"), q.GetDepth(), max(q.GetBatch(), 1))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(q.GetCandidates()) > 0 {
-		fmt.Fprintln(tw, "  #\tCANDIDATE\tSTATE\tCHANGES\tON\tWORKER\tPROGRESS")
+		// A LANE column only for a queue with lanes: "-" is the whole tree.
+		lanes := slices.ContainsFunc(q.GetCandidates(), func(c *agwpv1.Candidate) bool { return c.GetLane() != "" })
+		lane := func(c *agwpv1.Candidate) string {
+			if !lanes {
+				return ""
+			}
+			return dash(c.GetLane()) + "\t"
+		}
+		header := "  #\tCANDIDATE\tSTATE\t"
+		if lanes {
+			header += "LANE\t"
+		}
+		fmt.Fprintln(tw, header+"CHANGES\tON\tWORKER\tPROGRESS")
 		for _, c := range q.GetCandidates() {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.GetPosition(), c.GetId(), candidateStateName(c.GetState()),
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s%s\t%s\t%s\t%s\n", c.GetPosition(), c.GetId(), candidateStateName(c.GetState()), lane(c),
 				strings.Join(c.GetChanges(), ","), c.GetParentRevision(), dash(strings.Join(c.GetWorkers(), ",")), dash(c.GetProgress()))
 		}
 	}
@@ -164,6 +235,9 @@ func candidateStateName(s agwpv1.CandidateState) string {
 // describeCandidate says in a line where a candidate is: its place and what it is built on.
 func describeCandidate(c *agwpv1.Candidate) string {
 	s := c.GetId() + " " + candidateStateName(c.GetState())
+	if l := c.GetLane(); l != "" {
+		s += ", lane " + l
+	}
 	if n := len(c.GetChanges()); n > 1 {
 		s += fmt.Sprintf(", a batch of %d", n)
 	}
@@ -267,8 +341,15 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 		fmt.Fprintf(w, "validated %d times:\n", len(h))
 		for _, c := range h {
 			line := fmt.Sprintf("  %s  %s", c.GetId(), candidateStateName(c.GetState()))
+			var about []string
+			if l := c.GetLane(); l != "" {
+				about = append(about, "lane "+l)
+			}
 			if n := len(c.GetChanges()); n > 1 {
-				line += fmt.Sprintf(" (a batch of %d)", n)
+				about = append(about, fmt.Sprintf("a batch of %d", n))
+			}
+			if len(about) > 0 {
+				line += " (" + strings.Join(about, ", ") + ")"
 			}
 			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
 				line += ": " + firstLineOf(r)

@@ -154,6 +154,7 @@ type changeView struct {
 type candidateView struct {
 	ID       string   `json:"id"`
 	State    string   `json:"state" jsonschema:"validating, passed, failed, landed, rejected, split, superseded or cancelled"`
+	Lane     string   `json:"lane,omitempty" jsonschema:"the validation policy's lane it validates, with that lane's command; absent for the whole tree"`
 	Position uint32   `json:"position,omitempty" jsonschema:"while live: its place among the candidates in flight, 1 for the one on the mainline"`
 	Changes  []string `json:"changes"`
 	On       string   `json:"on" jsonschema:"the revision it is built on: the mainline, or the candidate ahead of it"`
@@ -162,7 +163,7 @@ type candidateView struct {
 }
 
 func newCandidateView(c *agwpv1.Candidate) candidateView {
-	return candidateView{ID: c.GetId(), State: candidateStateName(c.GetState()), Position: c.GetPosition(),
+	return candidateView{ID: c.GetId(), State: candidateStateName(c.GetState()), Lane: c.GetLane(), Position: c.GetPosition(),
 		Changes: nonNil(c.GetChanges()), On: c.GetParentRevision(), Workers: c.GetWorkers(), Reason: firstLineOf(c.GetReason())}
 }
 

@@ -29,7 +29,8 @@ func newRepoCmd(g *globals) *cobra.Command {
 		Use:   "create NAME [-- COMMAND ARGS...]",
 		Short: "create a repository with an empty mainline (admin); with a command, changes reach the mainline only after it passed on a worker",
 		Example: `  ag repo create app
-  ag repo create app --timeout 15m -- go test ./...`,
+  ag repo create app --timeout 15m -- go test ./...
+  ag repo create app --lane 'web=web/:npm test' -- go test ./...`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			validation, err := createPolicy.validation(args[1:])
@@ -64,15 +65,22 @@ func newRepoCmd(g *globals) *cobra.Command {
 a fresh directory holding exactly the candidate tree (the mainline with the change applied), and
 the change reaches the mainline only when it exits 0 and the worker's signed attestation
 verifies. Changes already queued are validated under the policy in force when their turn comes.
---none removes the policy: changes integrate at once again.`,
+--none removes the policy: changes integrate at once again.
+
+With --lane, a change all of whose paths lie under one lane's prefixes is validated with that
+lane's command instead, on the candidate tree without the other lanes' files, and does not wait
+for the changes of other lanes; every other change is validated with COMMAND on the whole tree.
+No path may belong to two lanes. The policy replaces the one before it whole: name every lane
+each time.`,
 		Example: `  ag repo set-validation app --timeout 15m --env GOFLAGS=-mod=mod -- go test ./...
+  ag repo set-validation app --lane 'web=web/,docs/web/:npm test' --lane 'api=api/:go test ./api/...' -- go test ./...
   ag repo set-validation app --none`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var validation *agwpv1.Validation
 			switch {
-			case none && len(args) > 1:
-				return errors.New("--none takes no command")
+			case none && (len(args) > 1 || setPolicy.given()):
+				return withExit(ExitUsage, errors.New("--none takes no command, and none of --timeout, --env, --depth, --batch and --lane"))
 			case !none && len(args) == 1:
 				return errors.New("name the command after --, e.g. `ag repo set-validation app -- go test ./...`, or pass --none")
 			case !none:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -18,7 +19,9 @@ import (
 	"github.com/ag-coord/ag/internal/store"
 )
 
-// validationPolicy checks a Validation message and answers its stored form; nil for none.
+// validationPolicy checks a Validation message and answers its stored form; nil for none. A
+// lane's stored timeout and env are those it runs with: an absent timeout is the policy's, and
+// its env is the policy's with the lane's on top.
 func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	if v == nil {
 		return nil, nil
@@ -31,14 +34,51 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	if err == nil {
 		p, err = p.WithQueue(v.GetDepth(), v.GetBatch())
 	}
-	var pe *gate.PolicyError
-	if errors.As(err, &pe) {
-		return nil, invalid(field+"."+pe.Field, "%s", pe.Msg)
-	}
 	if err != nil {
-		return nil, invalid(field, "%v", err)
+		return nil, policyError(field, err)
+	}
+	if n := len(v.GetLanes()); n > gate.MaxLanes {
+		// Before each lane is checked, as WithLanes would after: the refusal says how many.
+		return nil, invalid(field+".lanes", "has %d lanes, more than %d", n, gate.MaxLanes)
+	}
+	lanes := make([]gate.Lane, 0, len(v.GetLanes()))
+	for i, l := range v.GetLanes() {
+		lf := fmt.Sprintf("%s.lanes[%d]", field, i)
+		lt, err := duration(lf+".timeout", l.GetTimeout(), time.Duration(p.Timeout), gate.MinTimeout, gate.MaxTimeout)
+		if err != nil {
+			return nil, err
+		}
+		lane, err := gate.NewLane(l.GetName(), l.GetPrefixes(), l.GetCommand(), lt, laneEnv(p.Env, l.GetEnv()))
+		if err != nil {
+			return nil, policyError(lf, err)
+		}
+		lanes = append(lanes, lane)
+	}
+	if p, err = p.WithLanes(lanes); err != nil {
+		return nil, policyError(field, err)
 	}
 	return p.Encode(), nil
+}
+
+// laneEnv answers a lane's environment: the policy's, with the lane's on top.
+func laneEnv(policy, lane map[string]string) map[string]string {
+	if len(lane) == 0 {
+		return policy
+	}
+	env := make(map[string]string, len(policy)+len(lane))
+	maps.Copy(env, policy)
+	maps.Copy(env, lane)
+	return env
+}
+
+// policyError answers err, from checking the policy at field, as invalid_argument naming the
+// field at fault.
+func policyError(field string, err error) error {
+	var pe *gate.PolicyError
+	if errors.As(err, &pe) {
+		return invalid(field+"."+pe.Field, "%s", pe.Msg)
+	}
+	return invalid(field, "%v", err)
 }
 
 func validationProto(stored []byte) *agwpv1.Validation {
@@ -46,8 +86,13 @@ func validationProto(stored []byte) *agwpv1.Validation {
 	if err != nil || !ok {
 		return nil
 	}
-	return &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env,
+	v := &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env,
 		Depth: uint32(p.Depth), Batch: uint32(p.Batch)}
+	for _, l := range p.Lanes {
+		v.Lanes = append(v.Lanes, &agwpv1.ValidationLane{Name: l.Name, Prefixes: l.Prefixes, Command: l.Command,
+			Timeout: durationpb.New(time.Duration(l.Timeout)), Env: l.Env})
+	}
+	return v
 }
 
 func (h repoService) SetValidation(ctx context.Context, req *agwpv1.SetValidationRequest) (*agwpv1.SetValidationResponse, error) {
@@ -148,7 +193,7 @@ func candidateProto(c store.Candidate) *agwpv1.Candidate {
 	return &agwpv1.Candidate{
 		Id: c.ID, Repository: c.Repository, State: candidateStateProto(c.State), Revision: c.Revision,
 		ParentRevision: c.ParentRevision, Changes: c.Changes, JobId: c.JobID, AttestationDigest: c.AttestationDigest,
-		Reason: c.Reason, CreatedAt: timestamp(c.CreatedAt), UpdatedAt: timestamp(c.UpdatedAt),
+		Reason: c.Reason, CreatedAt: timestamp(c.CreatedAt), UpdatedAt: timestamp(c.UpdatedAt), Lane: c.Lane,
 	}
 }
 

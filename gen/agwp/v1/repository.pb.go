@@ -257,7 +257,12 @@ type Validation struct {
 	// How many changes one candidate validates together; at most 64. 0 or 1: one. A batch that
 	// fails is split in halves, validated on top of each other, until the changes that broke it
 	// are alone.
-	Batch         uint32 `protobuf:"varint,5,opt,name=batch,proto3" json:"batch,omitempty"`
+	Batch uint32 `protobuf:"varint,5,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Parts of the repository validated apart, each with its own command (at most 32). A change
+	// all of whose paths lie under one lane's prefixes is validated with that lane's command, on
+	// the candidate tree without the other lanes' files, and does not wait for the changes of
+	// other lanes. Every other change is validated with the command above, on the whole tree.
+	Lanes         []*ValidationLane `protobuf:"bytes,6,rep,name=lanes,proto3" json:"lanes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -327,6 +332,101 @@ func (x *Validation) GetBatch() uint32 {
 	return 0
 }
 
+func (x *Validation) GetLanes() []*ValidationLane {
+	if x != nil {
+		return x.Lanes
+	}
+	return nil
+}
+
+// ValidationLane is a part of a repository validated on its own.
+type ValidationLane struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique in the policy: [a-z0-9][a-z0-9._-]{0,31}.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The paths the lane validates, 1 to 64, as lease paths are written: "dir/" for a directory,
+	// or a file's path. None overlaps another of the lane's, nor any path of another lane: a
+	// path belongs to one lane at most.
+	Prefixes []string `protobuf:"bytes,2,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// The argv the lane's changes are validated with, as Validation.command (required, at most 64
+	// arguments), run in a directory holding the candidate tree without the other lanes' files.
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// Absent: the policy's timeout; otherwise 1s to 24h. Answers give the timeout the lane runs
+	// with.
+	Timeout *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Added to the worker's environment with the policy's env: the lane's value wins for a name
+	// in both, and the two together hold at most 64 names. Answers give the env the lane runs
+	// with, the policy's included.
+	Env           map[string]string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidationLane) Reset() {
+	*x = ValidationLane{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidationLane) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidationLane) ProtoMessage() {}
+
+func (x *ValidationLane) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidationLane.ProtoReflect.Descriptor instead.
+func (*ValidationLane) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ValidationLane) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ValidationLane) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *ValidationLane) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ValidationLane) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ValidationLane) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
 type SetValidationRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -338,7 +438,7 @@ type SetValidationRequest struct {
 
 func (x *SetValidationRequest) Reset() {
 	*x = SetValidationRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +450,7 @@ func (x *SetValidationRequest) String() string {
 func (*SetValidationRequest) ProtoMessage() {}
 
 func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +463,7 @@ func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationRequest.ProtoReflect.Descriptor instead.
 func (*SetValidationRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetValidationRequest) GetRepository() string {
@@ -389,7 +489,7 @@ type SetValidationResponse struct {
 
 func (x *SetValidationResponse) Reset() {
 	*x = SetValidationResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +501,7 @@ func (x *SetValidationResponse) String() string {
 func (*SetValidationResponse) ProtoMessage() {}
 
 func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +514,7 @@ func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationResponse.ProtoReflect.Descriptor instead.
 func (*SetValidationResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetValidationResponse) GetRepository() *Repository {
@@ -438,7 +538,7 @@ type CreateRepositoryRequest struct {
 
 func (x *CreateRepositoryRequest) Reset() {
 	*x = CreateRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +550,7 @@ func (x *CreateRepositoryRequest) String() string {
 func (*CreateRepositoryRequest) ProtoMessage() {}
 
 func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +563,7 @@ func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateRepositoryRequest) GetName() string {
@@ -499,7 +599,7 @@ type GitObject struct {
 
 func (x *GitObject) Reset() {
 	*x = GitObject{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +611,7 @@ func (x *GitObject) String() string {
 func (*GitObject) ProtoMessage() {}
 
 func (x *GitObject) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +624,7 @@ func (x *GitObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitObject.ProtoReflect.Descriptor instead.
 func (*GitObject) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GitObject) GetType() string {
@@ -551,7 +651,7 @@ type UploadGitObjectsRequest struct {
 
 func (x *UploadGitObjectsRequest) Reset() {
 	*x = UploadGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +663,7 @@ func (x *UploadGitObjectsRequest) String() string {
 func (*UploadGitObjectsRequest) ProtoMessage() {}
 
 func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +676,7 @@ func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UploadGitObjectsRequest) GetObjects() []*GitObject {
@@ -596,7 +696,7 @@ type UploadGitObjectsResponse struct {
 
 func (x *UploadGitObjectsResponse) Reset() {
 	*x = UploadGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +708,7 @@ func (x *UploadGitObjectsResponse) String() string {
 func (*UploadGitObjectsResponse) ProtoMessage() {}
 
 func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +721,7 @@ func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadGitObjectsResponse) GetIds() []string {
@@ -641,7 +741,7 @@ type FindMissingGitObjectsRequest struct {
 
 func (x *FindMissingGitObjectsRequest) Reset() {
 	*x = FindMissingGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +753,7 @@ func (x *FindMissingGitObjectsRequest) String() string {
 func (*FindMissingGitObjectsRequest) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +766,7 @@ func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FindMissingGitObjectsRequest) GetIds() []string {
@@ -685,7 +785,7 @@ type FindMissingGitObjectsResponse struct {
 
 func (x *FindMissingGitObjectsResponse) Reset() {
 	*x = FindMissingGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +797,7 @@ func (x *FindMissingGitObjectsResponse) String() string {
 func (*FindMissingGitObjectsResponse) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +810,7 @@ func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FindMissingGitObjectsResponse) GetMissingIds() []string {
@@ -729,7 +829,7 @@ type CreateRepositoryResponse struct {
 
 func (x *CreateRepositoryResponse) Reset() {
 	*x = CreateRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +841,7 @@ func (x *CreateRepositoryResponse) String() string {
 func (*CreateRepositoryResponse) ProtoMessage() {}
 
 func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +854,7 @@ func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateRepositoryResponse) GetRepository() *Repository {
@@ -773,7 +873,7 @@ type GetRepositoryRequest struct {
 
 func (x *GetRepositoryRequest) Reset() {
 	*x = GetRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +885,7 @@ func (x *GetRepositoryRequest) String() string {
 func (*GetRepositoryRequest) ProtoMessage() {}
 
 func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +898,7 @@ func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRepositoryRequest) GetName() string {
@@ -817,7 +917,7 @@ type GetRepositoryResponse struct {
 
 func (x *GetRepositoryResponse) Reset() {
 	*x = GetRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +929,7 @@ func (x *GetRepositoryResponse) String() string {
 func (*GetRepositoryResponse) ProtoMessage() {}
 
 func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +942,7 @@ func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRepositoryResponse) GetRepository() *Repository {
@@ -862,7 +962,7 @@ type ListRepositoriesRequest struct {
 
 func (x *ListRepositoriesRequest) Reset() {
 	*x = ListRepositoriesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +974,7 @@ func (x *ListRepositoriesRequest) String() string {
 func (*ListRepositoriesRequest) ProtoMessage() {}
 
 func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +987,7 @@ func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRepositoriesRequest) GetPageSize() int32 {
@@ -914,7 +1014,7 @@ type ListRepositoriesResponse struct {
 
 func (x *ListRepositoriesResponse) Reset() {
 	*x = ListRepositoriesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1026,7 @@ func (x *ListRepositoriesResponse) String() string {
 func (*ListRepositoriesResponse) ProtoMessage() {}
 
 func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1039,7 @@ func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRepositoriesResponse) GetRepositories() []*Repository {
@@ -965,7 +1065,7 @@ type UploadBlobsRequest struct {
 
 func (x *UploadBlobsRequest) Reset() {
 	*x = UploadBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1077,7 @@ func (x *UploadBlobsRequest) String() string {
 func (*UploadBlobsRequest) ProtoMessage() {}
 
 func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1090,7 @@ func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadBlobsRequest) GetBlobs() [][]byte {
@@ -1010,7 +1110,7 @@ type UploadBlobsResponse struct {
 
 func (x *UploadBlobsResponse) Reset() {
 	*x = UploadBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1122,7 @@ func (x *UploadBlobsResponse) String() string {
 func (*UploadBlobsResponse) ProtoMessage() {}
 
 func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1135,7 @@ func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UploadBlobsResponse) GetDigests() []string {
@@ -1054,7 +1154,7 @@ type FindMissingBlobsRequest struct {
 
 func (x *FindMissingBlobsRequest) Reset() {
 	*x = FindMissingBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1166,7 @@ func (x *FindMissingBlobsRequest) String() string {
 func (*FindMissingBlobsRequest) ProtoMessage() {}
 
 func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1179,7 @@ func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FindMissingBlobsRequest) GetDigests() []string {
@@ -1098,7 +1198,7 @@ type FindMissingBlobsResponse struct {
 
 func (x *FindMissingBlobsResponse) Reset() {
 	*x = FindMissingBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1210,7 @@ func (x *FindMissingBlobsResponse) String() string {
 func (*FindMissingBlobsResponse) ProtoMessage() {}
 
 func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1223,7 @@ func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FindMissingBlobsResponse) GetMissing() []string {
@@ -1142,7 +1242,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1254,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1267,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetBlobRequest) GetDigest() string {
@@ -1187,7 +1287,7 @@ type GetBlobResponse struct {
 
 func (x *GetBlobResponse) Reset() {
 	*x = GetBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1299,7 @@ func (x *GetBlobResponse) String() string {
 func (*GetBlobResponse) ProtoMessage() {}
 
 func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1312,7 @@ func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetBlobResponse) GetContent() []byte {
@@ -1238,7 +1338,7 @@ type GetBlobsRequest struct {
 
 func (x *GetBlobsRequest) Reset() {
 	*x = GetBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1350,7 @@ func (x *GetBlobsRequest) String() string {
 func (*GetBlobsRequest) ProtoMessage() {}
 
 func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1363,7 @@ func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetBlobsRequest) GetDigests() []string {
@@ -1282,7 +1382,7 @@ type GetBlobsResponse struct {
 
 func (x *GetBlobsResponse) Reset() {
 	*x = GetBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1394,7 @@ func (x *GetBlobsResponse) String() string {
 func (*GetBlobsResponse) ProtoMessage() {}
 
 func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1407,7 @@ func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetBlobsResponse) GetBlobs() []*BlobContent {
@@ -1327,7 +1427,7 @@ type BlobContent struct {
 
 func (x *BlobContent) Reset() {
 	*x = BlobContent{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1439,7 @@ func (x *BlobContent) String() string {
 func (*BlobContent) ProtoMessage() {}
 
 func (x *BlobContent) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1452,7 @@ func (x *BlobContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobContent.ProtoReflect.Descriptor instead.
 func (*BlobContent) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BlobContent) GetDigest() string {
@@ -1380,7 +1480,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1492,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1505,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -1442,7 +1542,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1554,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1567,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -1537,7 +1637,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1649,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1662,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -1602,7 +1702,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1714,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1727,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Edit) GetPath() string {
@@ -1712,7 +1812,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1824,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1837,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -1791,7 +1891,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1903,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1916,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -1860,7 +1960,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1972,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1985,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Change) GetId() string {
@@ -2036,16 +2136,19 @@ type Candidate struct {
 	// The attestation its outcome rests on, when it has one.
 	AttestationDigest string `protobuf:"bytes,11,opt,name=attestation_digest,json=attestationDigest,proto3" json:"attestation_digest,omitempty"`
 	// Why it failed, was superseded, split or cancelled.
-	Reason        string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Reason    string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The policy lane it validates (Validation.lanes); empty for the whole tree, with the
+	// policy's own command.
+	Lane          string `protobuf:"bytes,15,opt,name=lane,proto3" json:"lane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2160,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2173,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Candidate) GetId() string {
@@ -2171,6 +2274,13 @@ func (x *Candidate) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Candidate) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
 type GetQueueRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -2180,7 +2290,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2302,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2315,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetQueueRequest) GetRepository() string {
@@ -2233,7 +2343,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2355,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2368,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetQueueResponse) GetMainline() string {
@@ -2307,7 +2417,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2429,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2442,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -2358,7 +2468,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2480,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2493,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -2404,7 +2514,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2526,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2539,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -2463,7 +2573,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2585,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2598,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2514,7 +2624,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2636,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2649,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -2558,7 +2668,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2680,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2693,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -2607,14 +2717,24 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xef\x01\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\x9e\x02\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12.\n" +
 	"\x03env\x18\x03 \x03(\v2\x1c.agwp.v1.Validation.EnvEntryR\x03env\x12\x14\n" +
 	"\x05depth\x18\x04 \x01(\rR\x05depth\x12\x14\n" +
-	"\x05batch\x18\x05 \x01(\rR\x05batch\x1a6\n" +
+	"\x05batch\x18\x05 \x01(\rR\x05batch\x12-\n" +
+	"\x05lanes\x18\x06 \x03(\v2\x17.agwp.v1.ValidationLaneR\x05lanes\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x01\n" +
+	"\x0eValidationLane\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bprefixes\x18\x02 \x03(\tR\bprefixes\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x122\n" +
+	"\x03env\x18\x05 \x03(\v2 .agwp.v1.ValidationLane.EnvEntryR\x03env\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -2746,7 +2866,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\bprogress\x18\x0f \x01(\tR\bprogress\x12%\n" +
 	"\x0equeue_position\x18\x10 \x01(\rR\rqueuePosition\x120\n" +
 	"\tcandidate\x18\x11 \x01(\v2\x12.agwp.v1.CandidateR\tcandidate\x12,\n" +
-	"\ahistory\x18\x12 \x03(\v2\x12.agwp.v1.CandidateR\ahistory\"\xef\x03\n" +
+	"\ahistory\x18\x12 \x03(\v2\x12.agwp.v1.CandidateR\ahistory\"\x83\x04\n" +
 	"\tCandidate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -2766,7 +2886,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"1\n" +
+	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x12\n" +
+	"\x04lane\x18\x0f \x01(\tR\x04lane\"1\n" +
 	"\x0fGetQueueRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -2846,121 +2967,126 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
 	(CandidateState)(0),                   // 1: agwp.v1.CandidateState
 	(*Repository)(nil),                    // 2: agwp.v1.Repository
 	(*Validation)(nil),                    // 3: agwp.v1.Validation
-	(*SetValidationRequest)(nil),          // 4: agwp.v1.SetValidationRequest
-	(*SetValidationResponse)(nil),         // 5: agwp.v1.SetValidationResponse
-	(*CreateRepositoryRequest)(nil),       // 6: agwp.v1.CreateRepositoryRequest
-	(*GitObject)(nil),                     // 7: agwp.v1.GitObject
-	(*UploadGitObjectsRequest)(nil),       // 8: agwp.v1.UploadGitObjectsRequest
-	(*UploadGitObjectsResponse)(nil),      // 9: agwp.v1.UploadGitObjectsResponse
-	(*FindMissingGitObjectsRequest)(nil),  // 10: agwp.v1.FindMissingGitObjectsRequest
-	(*FindMissingGitObjectsResponse)(nil), // 11: agwp.v1.FindMissingGitObjectsResponse
-	(*CreateRepositoryResponse)(nil),      // 12: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),          // 13: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),         // 14: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),       // 15: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil),      // 16: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),            // 17: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),           // 18: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),       // 19: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil),      // 20: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),                // 21: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),               // 22: agwp.v1.GetBlobResponse
-	(*GetBlobsRequest)(nil),               // 23: agwp.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),              // 24: agwp.v1.GetBlobsResponse
-	(*BlobContent)(nil),                   // 25: agwp.v1.BlobContent
-	(*GetTreeRequest)(nil),                // 26: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),               // 27: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                     // 28: agwp.v1.TreeEntry
-	(*Edit)(nil),                          // 29: agwp.v1.Edit
-	(*IntegrateRequest)(nil),              // 30: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),             // 31: agwp.v1.IntegrateResponse
-	(*Change)(nil),                        // 32: agwp.v1.Change
-	(*Candidate)(nil),                     // 33: agwp.v1.Candidate
-	(*GetQueueRequest)(nil),               // 34: agwp.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),              // 35: agwp.v1.GetQueueResponse
-	(*GetChangeRequest)(nil),              // 36: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),             // 37: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),            // 38: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 39: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 40: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 41: agwp.v1.WatchChangeResponse
-	nil,                                   // 42: agwp.v1.Validation.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 44: google.protobuf.Duration
+	(*ValidationLane)(nil),                // 4: agwp.v1.ValidationLane
+	(*SetValidationRequest)(nil),          // 5: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),         // 6: agwp.v1.SetValidationResponse
+	(*CreateRepositoryRequest)(nil),       // 7: agwp.v1.CreateRepositoryRequest
+	(*GitObject)(nil),                     // 8: agwp.v1.GitObject
+	(*UploadGitObjectsRequest)(nil),       // 9: agwp.v1.UploadGitObjectsRequest
+	(*UploadGitObjectsResponse)(nil),      // 10: agwp.v1.UploadGitObjectsResponse
+	(*FindMissingGitObjectsRequest)(nil),  // 11: agwp.v1.FindMissingGitObjectsRequest
+	(*FindMissingGitObjectsResponse)(nil), // 12: agwp.v1.FindMissingGitObjectsResponse
+	(*CreateRepositoryResponse)(nil),      // 13: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),          // 14: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),         // 15: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),       // 16: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),      // 17: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),            // 18: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),           // 19: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),       // 20: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil),      // 21: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),                // 22: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),               // 23: agwp.v1.GetBlobResponse
+	(*GetBlobsRequest)(nil),               // 24: agwp.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),              // 25: agwp.v1.GetBlobsResponse
+	(*BlobContent)(nil),                   // 26: agwp.v1.BlobContent
+	(*GetTreeRequest)(nil),                // 27: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 28: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 29: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 30: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 31: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 32: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 33: agwp.v1.Change
+	(*Candidate)(nil),                     // 34: agwp.v1.Candidate
+	(*GetQueueRequest)(nil),               // 35: agwp.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),              // 36: agwp.v1.GetQueueResponse
+	(*GetChangeRequest)(nil),              // 37: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 38: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 39: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 40: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 41: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 42: agwp.v1.WatchChangeResponse
+	nil,                                   // 43: agwp.v1.Validation.EnvEntry
+	nil,                                   // 44: agwp.v1.ValidationLane.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 46: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	3,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	43, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	44, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	42, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
-	3,  // 4: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
-	2,  // 5: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
-	3,  // 6: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	7,  // 7: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
-	2,  // 8: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 9: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 10: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	25, // 11: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
-	28, // 12: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	29, // 13: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	32, // 14: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
-	0,  // 15: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	43, // 16: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	43, // 17: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	33, // 18: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
-	33, // 19: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
-	1,  // 20: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
-	43, // 21: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
-	43, // 22: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
-	33, // 23: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
-	32, // 24: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
-	44, // 25: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	32, // 26: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	32, // 27: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	32, // 28: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	6,  // 29: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	4,  // 30: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	13, // 31: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	15, // 32: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	17, // 33: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	19, // 34: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	8,  // 35: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
-	10, // 36: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
-	21, // 37: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	23, // 38: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	26, // 39: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	30, // 40: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	36, // 41: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	38, // 42: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	40, // 43: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	34, // 44: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
-	12, // 45: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	5,  // 46: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	14, // 47: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	16, // 48: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	18, // 49: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	20, // 50: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	9,  // 51: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	11, // 52: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	22, // 53: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	24, // 54: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	27, // 55: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	31, // 56: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	37, // 57: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	39, // 58: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	41, // 59: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	35, // 60: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
-	45, // [45:61] is the sub-list for method output_type
-	29, // [29:45] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	45, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	46, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	43, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	4,  // 4: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
+	46, // 5: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
+	44, // 6: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
+	3,  // 7: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
+	2,  // 8: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 9: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
+	8,  // 10: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
+	2,  // 11: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 12: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 13: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	26, // 14: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
+	29, // 15: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	30, // 16: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	33, // 17: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	0,  // 18: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
+	45, // 19: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	45, // 20: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 21: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
+	34, // 22: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
+	1,  // 23: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
+	45, // 24: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	45, // 25: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 26: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	33, // 27: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	46, // 28: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	33, // 29: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	33, // 30: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	33, // 31: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	7,  // 32: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	5,  // 33: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	14, // 34: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	16, // 35: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	18, // 36: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	20, // 37: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	9,  // 38: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	11, // 39: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	22, // 40: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	24, // 41: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	27, // 42: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	31, // 43: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	37, // 44: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	39, // 45: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	41, // 46: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	35, // 47: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	13, // 48: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	6,  // 49: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	15, // 50: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	17, // 51: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	19, // 52: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	21, // 53: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	10, // 54: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	12, // 55: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	23, // 56: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	25, // 57: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	28, // 58: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	32, // 59: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	38, // 60: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	40, // 61: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	42, // 62: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	36, // 63: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	48, // [48:64] is the sub-list for method output_type
+	32, // [32:48] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -2968,7 +3094,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[27].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[28].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -2979,7 +3105,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
