@@ -125,7 +125,10 @@ type walk struct {
 	hidden  []string // the paths the lane's view leaves out
 	pending []Change // the section's changes of the lane, in queue order
 	at      []int    // where each of pending is in the window
-	tip     Revision // for a lane, a revision of its view (GitTree), ID the revision it is a view of
+	tip     Revision // for a lane, a revision of its view
+	// virtual is set while tip is the lane's view of a revision (tip.ID), not a stored revision
+	// of its own: the first candidate built on it stores it.
+	virtual bool
 	ahead   int      // pending changes ahead of the walk that are not on the mainline
 	chain   int      // candidates on the tip's chain still validating: the workers the queue holds
 	live    int      // live candidates ahead of the walk, whatever their state
@@ -235,7 +238,7 @@ func (r *queueRun) run() error {
 			}
 		}
 		w := r.newWalk(name, hidden, tip, root.ahead, root.ahead, at)
-		w.blocked, w.why = root.blocked, root.why
+		w.blocked, w.why, w.virtual = root.blocked, root.why, true
 		if err := w.run(live); err != nil {
 			return err
 		}
@@ -799,6 +802,18 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 	}
 	if len(built) == 0 {
 		return j, nil
+	}
+	if r.virtual {
+		// The view is a revision of its own, the candidate's parent: never a revision the
+		// mainline is, so that no replica could mistake the candidate for one on the mainline.
+		view, err := ParseGitID(r.tip.GitTree)
+		if err != nil {
+			return 0, err
+		}
+		if r.tip, err = r.tx.StoreRevision(r.tip, view, "", "", nil); err != nil {
+			return 0, fmt.Errorf("the view of lane %s: %w", r.lane, err)
+		}
+		r.virtual = false
 	}
 	last := built[len(built)-1]
 	rev, err := r.tx.StoreRevision(r.tip, tree, last.ID, last.Author, nil)

@@ -62,6 +62,18 @@ func (b *rbundle) laneChange(t *testing.T, r store.Repository, l store.Lease, pa
 	return b.queue(t, p)
 }
 
+// wantView fails the test unless the candidate revision cand of a lane's first candidate is
+// built on a revision of its own holding the lane's view files of the revision on, and answers
+// that revision's id: a lane candidate's parent is never a revision the mainline is.
+func (b *rbundle) wantView(t *testing.T, repository, cand, on string, files map[string]string) string {
+	t.Helper()
+	view := b.revision(t, repository, b.revision(t, repository, cand).Parent)
+	if view.Parent != on || view.TreeDigest != treeOf(files).Digest() || view.ID == on {
+		t.Fatalf("lane candidate %s is built on %s (on %s, holding %v); want a view of %s holding %v", cand, view.ID, view.Parent, view.Tree, on, files)
+	}
+	return view.ID
+}
+
 func (g *gate) laneOfJob(t *testing.T, jobID string, b *rbundle) string {
 	t.Helper()
 	g.mu.Lock()
@@ -91,8 +103,10 @@ func testLanesDoNotWaitForEachOther(t *testing.T, newStore Factory) {
 	// lane's; the second web change is on the first.
 	webView := without(laneFiles, []string{"api/", "cmd/api.go"})
 	apiView := without(laneFiles, []string{"web/"})
-	b.wantCandidate(t, got[0], got[0].CandidateRevision, r.Mainline, without(webView, nil, "web/index.html", "<p>one</p>"))
-	b.wantCandidate(t, got[1], got[1].CandidateRevision, r.Mainline, without(apiView, nil, "api/main.go", "package api // one"))
+	b.wantCandidate(t, got[0], got[0].CandidateRevision, b.wantView(t, "shop", got[0].CandidateRevision, r.Mainline, webView),
+		without(webView, nil, "web/index.html", "<p>one</p>"))
+	b.wantCandidate(t, got[1], got[1].CandidateRevision, b.wantView(t, "shop", got[1].CandidateRevision, r.Mainline, apiView),
+		without(apiView, nil, "api/main.go", "package api // one"))
 	b.wantCandidate(t, got[2], got[2].CandidateRevision, got[0].CandidateRevision,
 		without(webView, nil, "web/index.html", "<p>one</p>", "web/two.html", "two"))
 	for i, want := range []string{"web", "api", "web"} {
@@ -133,7 +147,8 @@ func testLanesDoNotWaitForEachOther(t *testing.T, newStore Factory) {
 	// the api change's files too (which it does not see).
 	run.finish(t, got[0].JobID, false)
 	moved := b.advance(t, g, "shop", step{w1.ID, store.ChangeRejected}, step{w2.ID, store.ChangeQueued}, step{w2.ID, store.ChangeValidating})
-	b.wantCandidate(t, moved[2], moved[2].CandidateRevision, m.ID, without(webView, nil, "web/two.html", "two"))
+	b.wantCandidate(t, moved[2], moved[2].CandidateRevision, b.wantView(t, "shop", moved[2].CandidateRevision, m.ID, webView),
+		without(webView, nil, "web/two.html", "two"))
 	run.claimAll(t)
 	run.finish(t, moved[2].JobID, true)
 	b.advance(t, g, "shop", step{w2.ID, store.ChangeIntegrated})
@@ -161,7 +176,8 @@ func testLanesWaitForAChangeOfNoLane(t *testing.T, newStore Factory) {
 	if lane := g.laneOfJob(t, got[0].JobID, b); lane != store.RootLane {
 		t.Fatalf("the change of no lane was validated in lane %q, want the whole tree's", lane)
 	}
-	b.wantCandidate(t, got[1], got[1].CandidateRevision, got[0].CandidateRevision,
+	b.wantCandidate(t, got[1], got[1].CandidateRevision,
+		b.wantView(t, "shop", got[1].CandidateRevision, got[0].CandidateRevision, without(whole, []string{"web/"})),
 		without(whole, []string{"web/"}, "api/main.go", "package api // three"))
 
 	// The api change passes first but waits for the change of no lane ahead of it; both land
