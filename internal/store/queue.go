@@ -129,9 +129,9 @@ type walk struct {
 	// virtual is set while tip is the lane's view of a revision (tip.ID), not a stored revision
 	// of its own: the first candidate built on it stores it.
 	virtual bool
-	ahead   int      // pending changes ahead of the walk that are not on the mainline
-	chain   int      // candidates on the tip's chain still validating: the workers the queue holds
-	live    int      // live candidates ahead of the walk, whatever their state
+	ahead   int // pending changes ahead of the walk that are not on the mainline
+	chain   int // candidates on the tip's chain still validating: the workers the queue holds
+	live    int // live candidates ahead of the walk, whatever their state
 	// elsewhere is what the other lanes' live candidates hold.
 	elsewhere laneCount
 	blocked   bool   // a queued change was left waiting: nothing after it is built
