@@ -139,6 +139,9 @@ type walk struct {
 	// laneHead is the walk's ahead when no change of its own lane is ahead: a lane's first
 	// candidate is built whatever the others hold, so that no lane waits for another's.
 	laneHead int
+	// share, when not 0, is the lane's part of the depth: the lanes with changes waiting share
+	// the workers, so that one lane's candidates do not fill them while another's wait.
+	share int
 }
 
 func (r *queueRun) run() error {
@@ -239,6 +242,7 @@ func (r *queueRun) run() error {
 		}
 		w := r.newWalk(name, hidden, tip, root.ahead, root.ahead, at)
 		w.blocked, w.why, w.virtual = root.blocked, root.why, true
+		w.share = (r.depth + len(order) - 1) / len(order)
 		if err := w.run(live); err != nil {
 			return err
 		}
@@ -853,9 +857,11 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 // maxLive bounds the live candidates of a queue: what one failure ahead of them can cost.
 func maxLive(depth int) int { return 2 * depth }
 
-// full reports whether the queue holds as many candidates as its depth allows, in every lane.
+// full reports whether the queue holds as many candidates as its depth allows, in every lane,
+// or the walk's lane its share of them.
 func (r *walk) full() bool {
-	return r.chain+r.elsewhere.validating >= r.depth || r.live+r.elsewhere.live >= maxLive(r.depth)
+	return r.chain+r.elsewhere.validating >= r.depth || r.live+r.elsewhere.live >= maxLive(r.depth) ||
+		r.share > 0 && r.chain >= r.share
 }
 
 // landed integrates the changes still VALIDATING in a candidate the mainline already is.
