@@ -31,6 +31,15 @@
 //	go run ./bench/gate --ag /tmp/ag --worker /tmp/ag-worker --workers 4 --changes 12 --validate 2s
 //	go run ./bench/gate --ag /tmp/ag --worker /tmp/ag-worker --fail 1 --db postgres://...
 //
+// With --lanes N, change i writes laneK/fNNN.txt, K = i mod N, and the policy declares each
+// laneK/ a lane (ADR-0024) whose command, laneK/check.sh, sleeps that lane's --lane-validate and
+// fails when laneK/fail/ exists; the policy's own command, check.sh, runs every lane's check at
+// once. With --lanes-undeclared the files and scripts are the same but the policy declares no
+// lane, so every candidate runs check.sh on the whole tree: the same run without lanes. Each
+// round then prints, instead of the ideal, when each lane's last change was final.
+//
+//	go run ./bench/gate --ag /tmp/ag --worker /tmp/ag-worker --lanes 2 --lane-validate 1s,6s
+//
 // With --db, every round gets a new database on that URL's server (CREATE DATABASE, dropped
 // after the round), so the role of the URL must be allowed to create databases.
 package main
@@ -70,6 +79,34 @@ type options struct {
 	gateMaxDepth     int
 	db               string // "" = a new SQLite file per round; else a PostgreSQL URL whose server gets a new database per round
 	logs             string // a directory for each round's ag serve (level info) and ag-worker logs, or ""
+	lanes            layout
+	undeclared       bool            // --lanes-undeclared: the lanes' files and scripts, but no lane in the policy
+	laneValidate     []time.Duration // each lane's validation
+}
+
+// layout is where the changes' files are: f000.txt, ... at the top, or, with lanes,
+// lane0/f000.txt, lane1/f001.txt, ...
+type layout struct{ lanes int }
+
+func (l layout) dir(i int) string {
+	if l.lanes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("lane%d/", i%l.lanes)
+}
+
+func (l layout) file(i int) string { return l.dir(i) + fmt.Sprintf("f%03d.txt", i) }
+
+// marker is the file a failing change adds: the validation fails in a tree that has fail/ (in
+// its lane's directory, with lanes).
+func (l layout) marker(i int) string { return l.dir(i) + "fail/" + fmt.Sprintf("f%03d.txt", i) }
+
+// paths answers what change i leases and writes: its file, and its marker when it fails.
+func (l layout) paths(i int, fails []bool) []string {
+	if fails[i] {
+		return []string{l.file(i), l.marker(i)}
+	}
+	return []string{l.file(i)}
 }
 
 func main() {
@@ -94,6 +131,9 @@ func run() error {
 	flag.IntVar(&o.batch, "batch", 0, "the policy's batch (ag repo set-validation --batch); 0: none, one change a candidate")
 	flag.IntVar(&o.gateMaxDepth, "gate-max-depth", 0, "ag serve --gate-max-depth; 0: the server's default")
 	flag.StringVar(&o.db, "db", "", "a PostgreSQL URL: each round gets a new database on its server (CREATE DATABASE); default a new SQLite file per round")
+	flag.IntVar(&o.lanes.lanes, "lanes", 0, "spread the changes over this many directories, each a lane of the policy (0: none)")
+	flag.BoolVar(&o.undeclared, "lanes-undeclared", false, "with --lanes: the same files and scripts, but the policy declares no lane")
+	laneValidate := flag.String("lane-validate", "", "with --lanes: each lane's validation, comma-separated (default --validate for each)")
 	flag.StringVar(&o.logs, "logs", "", "write each round's ag serve log, at level info, to DIR/round-N.log and each ag-worker's to DIR/round-N-wK.log (default: the server's warnings to standard error)")
 	flag.Parse()
 	if o.ag == "" || o.worker == "" {
@@ -108,6 +148,26 @@ func run() error {
 	if o.depth < 0 || o.batch < 0 || o.gateMaxDepth < 0 {
 		return errors.New("--depth, --batch, --gate-max-depth: 0 (the default) or more")
 	}
+	if o.lanes.lanes < 0 || o.lanes.lanes > gate.MaxLanes {
+		return fmt.Errorf("--lanes: 0 to %d", gate.MaxLanes)
+	}
+	if o.lanes.lanes == 0 && (o.undeclared || *laneValidate != "") {
+		return errors.New("--lanes-undeclared and --lane-validate need --lanes")
+	}
+	for k := range o.lanes.lanes {
+		o.laneValidate = append(o.laneValidate, o.validate)
+		if *laneValidate != "" {
+			parts := strings.Split(*laneValidate, ",")
+			if len(parts) != o.lanes.lanes {
+				return fmt.Errorf("--lane-validate: %d durations for %d lanes", len(parts), o.lanes.lanes)
+			}
+			d, err := time.ParseDuration(parts[k])
+			if err != nil || d < 0 {
+				return fmt.Errorf("--lane-validate: %q is not a duration", parts[k])
+			}
+			o.laneValidate[k] = d
+		}
+	}
 	if o.db != "" && !strings.HasPrefix(o.db, "postgres://") && !strings.HasPrefix(o.db, "postgresql://") {
 		return fmt.Errorf("--db: %q is not a postgres:// URL (SQLite is the default, a new file per round)", o.db)
 	}
@@ -119,7 +179,7 @@ func run() error {
 	var names []string
 	for i, f := range fails {
 		if f {
-			names = append(names, fileName(i))
+			names = append(names, o.lanes.file(i))
 		}
 	}
 	depth := o.depth
@@ -136,6 +196,9 @@ func run() error {
 	shape += fmt.Sprintf(", batch %d", batch)
 	workersBound := time.Duration(o.changes) * o.validate / time.Duration(o.workers*batch)
 	fmt.Printf("ag: %s\n", agserve.Version(o.ag))
+	if o.lanes.lanes > 0 {
+		return runLanes(o, fails, names, shape, store)
+	}
 	fmt.Printf("%d changes from %d agents submitted at once, validation `%s` (%s), %d workers, %s, %s",
 		o.changes, o.agents, validation(o.validate), o.validate, o.workers, shape, store)
 	if len(names) > 0 {
@@ -175,17 +238,18 @@ func failing(n, k int) []bool {
 
 // result is one round's measurements.
 type result struct {
-	took      time.Duration // from the first submission to the last change final
-	ideal     time.Duration // the ideal queue's rounds × the validation
-	rounds    int           // the ideal queue's rounds
-	failingAt []int         // the failing changes' places in the queue, from 1
-	idealJobs int           // the validate jobs of the ideal queue
-	jobs      int           // the validate jobs the server created
-	cancelled int           // of those, cancelled (their candidate rebuilt)
-	depth     int           // the depth GetQueue answered after the submissions
-	changes   int           // submitted
-	overhead  time.Duration // (took − ideal) ÷ changes
-	cpu       time.Duration // the server's CPU over took, ÷ changes
+	took      time.Duration   // from the first submission to the last change final
+	ideal     time.Duration   // the ideal queue's rounds × the validation
+	rounds    int             // the ideal queue's rounds
+	failingAt []int           // the failing changes' places in the queue, from 1
+	idealJobs int             // the validate jobs of the ideal queue
+	jobs      int             // the validate jobs the server created
+	cancelled int             // of those, cancelled (their candidate rebuilt)
+	depth     int             // the depth GetQueue answered after the submissions
+	changes   int             // submitted
+	overhead  time.Duration   // (took − ideal) ÷ changes
+	cpu       time.Duration   // the server's CPU over took, ÷ changes
+	laneFinal []time.Duration // with --lanes: from the first submission to each lane's last change final
 }
 
 func (r result) row(name string) string {
@@ -292,7 +356,15 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 		return nil, err
 	}
 	for i := range o.changes {
-		if err := os.WriteFile(filepath.Join(src, fileName(i)), fmt.Appendf(nil, "file %d\n", i), 0o644); err != nil {
+		if err := os.MkdirAll(filepath.Join(src, o.lanes.dir(i)), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(src, o.lanes.file(i)), fmt.Appendf(nil, "file %d\n", i), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for name, script := range laneScripts(o) {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(script), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -306,7 +378,16 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 	if o.batch > 0 {
 		policy = append(policy, "--batch", fmt.Sprint(o.batch))
 	}
-	policy = append(policy, "--", "sh", "-c", validation(o.validate))
+	if o.lanes.lanes == 0 {
+		policy = append(policy, "--", "sh", "-c", validation(o.validate))
+	} else {
+		if !o.undeclared {
+			for k := range o.lanes.lanes {
+				policy = append(policy, "--lane", fmt.Sprintf("lane%d=lane%d/:sh lane%d/check.sh", k, k, k))
+			}
+		}
+		policy = append(policy, "--", "sh", "check.sh")
+	}
 	if err := srv.run(policy...); err != nil {
 		return nil, err
 	}
@@ -350,7 +431,7 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 	base := repo.GetRepository().GetMainline()
 	tokens := make([]uint64, o.changes)
 	for i := range o.changes {
-		l, err := agents[i%o.agents].AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: paths(i, fails), Holder: "bench", TTL: time.Hour})
+		l, err := agents[i%o.agents].AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: o.lanes.paths(i, fails), Holder: "bench", TTL: time.Hour})
 		if err != nil {
 			return nil, err
 		}
@@ -367,9 +448,9 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 	var wg sync.WaitGroup
 	for i := range o.changes {
 		wg.Go(func() {
-			edits := []client.FileChange{{Path: fileName(i), Content: fmt.Appendf(nil, "file %d, edited\n", i)}}
+			edits := []client.FileChange{{Path: o.lanes.file(i), Content: fmt.Appendf(nil, "file %d, edited\n", i)}}
 			if fails[i] {
-				edits = append(edits, client.FileChange{Path: marker(i), Content: []byte("this change fails validation\n")})
+				edits = append(edits, client.FileChange{Path: o.lanes.marker(i), Content: []byte("this change fails validation\n")})
 			}
 			ch, err := agents[i%o.agents].IntegrateFiles(ctx, client.IntegrateOptions{
 				Repository: "app", BaseRevision: base, Holder: "bench", FencingTokens: []uint64{tokens[i]},
@@ -410,6 +491,19 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 		return nil, err
 	}
 
+	jobs, cancelled, err := validateJobs(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	if o.lanes.lanes > 0 {
+		res := &result{took: took, jobs: jobs, cancelled: cancelled, depth: int(q.GetDepth()), changes: o.changes,
+			cpu: (cpu1 - cpu0) / time.Duration(o.changes), laneFinal: make([]time.Duration, o.lanes.lanes)}
+		for i, c := range ended {
+			k := i % o.lanes.lanes
+			res.laneFinal[k] = max(res.laneFinal[k], c.GetUpdatedAt().AsTime().Sub(start))
+		}
+		return res, check(ended, fails)
+	}
 	order, err := queueOrder(ctx, admin, ids)
 	if err != nil {
 		return nil, err
@@ -423,10 +517,6 @@ func round(o options, n int, fails []bool, depth, batch int) (*result, error) {
 		}
 	}
 	p, err := ideal(schedule{fails: inQueue, depth: depth, batch: batch, workers: o.workers})
-	if err != nil {
-		return nil, err
-	}
-	jobs, cancelled, err := validateJobs(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
@@ -514,19 +604,6 @@ func validation(d time.Duration) string {
 	return fmt.Sprintf("sleep %g; test ! -e fail", d.Seconds())
 }
 
-// paths answers what change i leases and writes: its file, and its marker when it fails.
-func paths(i int, fails []bool) []string {
-	if fails[i] {
-		return []string{fileName(i), marker(i)}
-	}
-	return []string{fileName(i)}
-}
-
-// marker is the file a failing change adds: the validation fails in a tree that has fail/.
-func marker(i int) string { return "fail/" + fileName(i) }
-
-func fileName(i int) string { return fmt.Sprintf("f%03d.txt", i) }
-
 // startWorker starts an ag-worker that runs validate jobs, and answers once it has started;
 // with log, its log goes there.
 func startWorker(ctx context.Context, o options, dir, url, token, label string, log io.Writer) (*exec.Cmd, error) {
@@ -573,4 +650,85 @@ func startWorker(ctx context.Context, o options, dir, url, token, label string, 
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("ag-worker %s did not start within a minute", label)
 	}
+}
+
+// laneScripts answers the validation scripts of a --lanes repository: laneK/check.sh, which
+// takes that lane's time and fails when laneK/fail/ exists, and check.sh, the policy's own,
+// which runs them all at once and fails when one does, as a whole-tree CI running the suites
+// side by side would.
+func laneScripts(o options) map[string]string {
+	if o.lanes.lanes == 0 {
+		return nil
+	}
+	scripts := map[string]string{}
+	var all strings.Builder
+	all.WriteString("pids=\n")
+	for k := range o.lanes.lanes {
+		scripts[fmt.Sprintf("lane%d/check.sh", k)] = fmt.Sprintf("sleep %g\ntest ! -e lane%d/fail\n", o.laneValidate[k].Seconds(), k)
+		fmt.Fprintf(&all, "sh lane%d/check.sh & pids=\"$pids $!\"\n", k)
+	}
+	all.WriteString("status=0\nfor p in $pids; do wait $p || status=1; done\nexit $status\n")
+	scripts["check.sh"] = all.String()
+	return scripts
+}
+
+// runLanes runs the rounds of a --lanes measurement and prints when each lane was final.
+func runLanes(o options, fails []bool, names []string, shape, store string) error {
+	declared := "declared"
+	if o.undeclared {
+		declared = "not declared: every candidate runs check.sh, all lanes at once, on the whole tree"
+	}
+	var times []string
+	for k, d := range o.laneValidate {
+		times = append(times, fmt.Sprintf("lane%d %s", k, d))
+	}
+	fmt.Printf("%d changes from %d agents submitted at once over %d lanes (%s), %s; validation %s; %d workers, %s, %s",
+		o.changes, o.agents, o.lanes.lanes, strings.Join(times, ", "), declared, "`sh laneK/check.sh`", o.workers, shape, store)
+	if len(names) > 0 {
+		fmt.Printf("; %d failing (%s)", len(names), strings.Join(names, ", "))
+	}
+	fmt.Print("\n\n| round | all final after |")
+	for k := range o.lanes.lanes {
+		fmt.Printf(" lane%d final after |", k)
+	}
+	fmt.Println(" validate jobs | server CPU per change |")
+	fmt.Print("| --- | --- |")
+	for range o.lanes.lanes {
+		fmt.Print(" --- |")
+	}
+	fmt.Println(" --- | --- |")
+	var all []result
+	row := func(name string, r result) {
+		fmt.Printf("| %s | %s |", name, agserve.Seconds(r.took))
+		for _, d := range r.laneFinal {
+			fmt.Printf(" %s |", agserve.Seconds(d))
+		}
+		jobs := fmt.Sprint(r.jobs)
+		if r.cancelled > 0 {
+			jobs = fmt.Sprintf("%d (%d cancelled)", r.jobs, r.cancelled)
+		}
+		fmt.Printf(" %s | %s |\n", jobs, millis(r.cpu))
+	}
+	for r := range o.rounds {
+		res, err := round(o, r+1, fails, 0, 0)
+		if res != nil {
+			all = append(all, *res)
+			row(fmt.Sprint(r+1), *res)
+		}
+		if err != nil {
+			return fmt.Errorf("round %d: %w", r+1, err)
+		}
+	}
+	m := median(all)
+	m.laneFinal = make([]time.Duration, o.lanes.lanes)
+	for k := range m.laneFinal {
+		v := make([]time.Duration, len(all))
+		for i, r := range all {
+			v[i] = r.laneFinal[k]
+		}
+		slices.Sort(v)
+		m.laneFinal[k] = v[len(v)/2]
+	}
+	row("median", m)
+	return nil
 }
