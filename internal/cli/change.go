@@ -323,6 +323,10 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 	fmt.Fprintf(tw, "base\t%s\n", ch.GetBaseRevision())
 	fmt.Fprintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
 	fmt.Fprintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
+	if h := ch.GetHistory(); len(h) > 0 && h[len(h)-1].GetLane() != "" {
+		// Its candidate is the lane's view of the tree, which is what the attestation is about.
+		fmt.Fprintf(tw, "lane\t%s\n", h[len(h)-1].GetLane())
+	}
 	fmt.Fprintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
 	fmt.Fprintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
 	fmt.Fprintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))

@@ -52,6 +52,17 @@ func TestCandidateLaneShown(t *testing.T) {
 		}
 	}
 
+	out.Reset()
+	printChange(&out, &agwpv1.Change{Id: "chg_1", State: agwpv1.ChangeState_CHANGE_STATE_INTEGRATED, History: []*agwpv1.Candidate{landed}})
+	if !strings.Contains(out.String(), "\nlane          web\n") {
+		t.Errorf("ag change show of a change a lane landed:\n%s\nwant its lane", out.String())
+	}
+	out.Reset()
+	printChange(&out, &agwpv1.Change{Id: "chg_1", State: agwpv1.ChangeState_CHANGE_STATE_INTEGRATED, History: []*agwpv1.Candidate{root}})
+	if strings.Contains(out.String(), "\nlane ") {
+		t.Errorf("ag change show of a change validated on the whole tree:\n%s\nwant no lane", out.String())
+	}
+
 	b, err := json.Marshal(newChangeView(&agwpv1.Change{Id: "chg_1", Candidate: web, History: []*agwpv1.Candidate{root, web}}))
 	if err != nil {
 		t.Fatal(err)

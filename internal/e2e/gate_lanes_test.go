@@ -391,12 +391,13 @@ func TestLaneAttestationVerifiesOffline(t *testing.T) {
 					whole, commit, code, out, errOut, view)
 			}
 
-			// The recipe of docs/validation.md, as a shell runs it, with git rm's -f and
-			// --literal-pathspecs (without -f, git refuses the api commit: see above).
-			script := `excluded=$(git log -1 --format='%(trailers:key=Ag-Lane-Excluded,valueonly)' "$COMMIT")
-export GIT_INDEX_FILE=$(mktemp -u)
+			// The recipe of docs/validation.md, as a shell runs it (without git rm's -f, git
+			// refuses the api commit: see above).
+			script := `export GIT_INDEX_FILE=$(mktemp -u)
 git read-tree "$COMMIT"
-git --literal-pathspecs rm -r -q -f --cached --ignore-unmatch -- $excluded
+git log -1 --format='%(trailers:key=Ag-Lane-Excluded,valueonly)' "$COMMIT" | while IFS= read -r p; do
+  [ -z "$p" ] || git --literal-pathspecs rm -r -q -f --cached --ignore-unmatch -- "$p"
+done
 view=$(git write-tree); rm -f "$GIT_INDEX_FILE"; unset GIT_INDEX_FILE
 "$AG" attestation verify "$ATT" --key "$KEY" --subject-digest "$view"
 `
