@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ag-coord/ag/internal/repo"
@@ -105,7 +106,7 @@ func (p Policy) WithLanes(lanes []Lane) (Policy, error) {
 			}
 			for _, pre := range l.Prefixes {
 				for _, o := range other.Prefixes {
-					if repo.Overlap(pre, o) {
+					if pathsMeet(pre, o) {
 						return Policy{}, &PolicyError{fmt.Sprintf("lanes[%d].prefixes", i),
 							fmt.Sprintf("%q of lane %s overlaps %q of lane %s: a path belongs to one lane at most", pre, l.Name, o, other.Name)}
 					}
@@ -118,6 +119,15 @@ func (p Policy) WithLanes(lanes []Lane) (Policy, error) {
 	}
 	p.Lanes = lanes
 	return p, nil
+}
+
+// pathsMeet reports whether two lease paths name the same place or one lies within the other,
+// as a file or a directory: "a" and "a/" meet (a file a and a directory a cannot both be), and so
+// do "cfg/app" and "cfg/app/x". Two lanes whose paths meet could each pass on its own view and
+// then never land together.
+func pathsMeet(p, q string) bool {
+	p, q = strings.TrimSuffix(p, "/"), strings.TrimSuffix(q, "/")
+	return p == q || strings.HasPrefix(q, p+"/") || strings.HasPrefix(p, q+"/")
 }
 
 // Lane answers the lane called name, or the policy's own command as a lane for "" (the root

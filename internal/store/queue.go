@@ -112,6 +112,8 @@ type queueRun struct {
 	lanes      []Lane
 	built      int                  // changes built into candidates by this advance
 	counts     map[string]laneCount // each lane's live candidates, as its walk left them or before it
+	// candidates are the live candidates the walks have not ended, by id.
+	candidates map[string]*Candidate
 }
 
 // laneCount is what a lane's live candidates hold: workers (validating) and what a failure
@@ -139,6 +141,7 @@ type walk struct {
 	// laneHead is the walk's ahead when no change of its own lane is ahead: a lane's first
 	// candidate is built whatever the others hold, so that no lane waits for another's.
 	laneHead int
+	stopped  bool // the walk stopped before the end of its changes
 	// share, when not 0, is the lane's part of the depth: the lanes with changes waiting share
 	// the workers, so that one lane's candidates do not fill them while another's wait.
 	share int
@@ -170,7 +173,26 @@ func (r *queueRun) run() error {
 			members[c.CandidateID] = append(members[c.CandidateID], i)
 		}
 	}
-	live := make(map[string]*Candidate, len(liveList))
+	// Each change's place: the section of the walk it falls in (the root lane changes at the
+	// front, the lanes' changes up to the next root lane change, the rest) and its lane.
+	front := 0
+	for front < len(pending) && lanes[front] == RootLane {
+		front++
+	}
+	end := front
+	for end < len(pending) && lanes[end] != RootLane {
+		end++
+	}
+	walkOf := func(i int) string {
+		switch {
+		case i < front:
+			return "front"
+		case i < end:
+			return "lane " + lanes[i]
+		}
+		return "rest"
+	}
+	r.candidates = make(map[string]*Candidate, len(liveList))
 	for i := range liveList {
 		c := &liveList[i]
 		idx := members[c.ID]
@@ -182,7 +204,10 @@ func (r *queueRun) run() error {
 				return err
 			}
 			continue
-		case slices.ContainsFunc(idx, func(j int) bool { return lanes[j] != c.Lane }):
+		case slices.ContainsFunc(idx, func(j int) bool { return lanes[j] != c.Lane }),
+			slices.ContainsFunc(idx, func(j int) bool { return walkOf(j) != walkOf(idx[0]) }):
+			// Its changes are in another lane now, or, the lanes having changed, a change of
+			// another lane came to stand between them.
 			changes := make([]*Change, len(idx))
 			for k, j := range idx {
 				changes[k] = &pending[j]
@@ -192,7 +217,7 @@ func (r *queueRun) run() error {
 			}
 			continue
 		}
-		live[c.ID] = c
+		r.candidates[c.ID] = c
 		n := r.counts[c.Lane]
 		n.live++
 		if c.State == CandidateValidating {
@@ -202,20 +227,17 @@ func (r *queueRun) run() error {
 	}
 
 	// The root lane's changes at the front of the queue, on the whole tree.
-	front := 0
-	for front < len(pending) && lanes[front] == RootLane {
-		front++
-	}
 	root := r.newWalk(RootLane, nil, r.mainline, 0, 0, positions(0, front))
-	if err := root.run(live); err != nil {
+	if err := root.run(); err != nil {
 		return err
 	}
 	r.counts[RootLane] = laneCount{root.chain, root.live}
-	// Then each lane's changes up to the next root lane change, on the lane's view of the tip.
-	end := front
-	for end < len(pending) && lanes[end] != RootLane {
-		end++
+	if root.stopped {
+		// It left changes for an advance that reads more of the queue: the lanes behind them
+		// wait too.
+		root.blocked, root.ahead = true, max(root.ahead, 1)
 	}
+	// Then each lane's changes up to the next root lane change, on the lane's view of the tip.
 	var order []string
 	for i := front; i < end; i++ {
 		if !slices.Contains(order, lanes[i]) {
@@ -243,7 +265,7 @@ func (r *queueRun) run() error {
 		w := r.newWalk(name, hidden, tip, root.ahead, root.ahead, at)
 		w.blocked, w.why, w.virtual = root.blocked, root.why, true
 		w.share = (r.depth + len(order) - 1) / len(order)
-		if err := w.run(live); err != nil {
+		if err := w.run(); err != nil {
 			return err
 		}
 		r.counts[name] = laneCount{w.chain, w.live}
@@ -255,7 +277,7 @@ func (r *queueRun) run() error {
 	// then; it and everything behind it waits.
 	rest := r.newWalk(RootLane, nil, r.mainline, 1, 0, positions(end, len(pending)))
 	rest.blocked = true
-	return rest.run(live)
+	return rest.run()
 }
 
 // newWalk answers the walk of the window's changes at positions in a lane, from tip, with ahead
@@ -277,7 +299,7 @@ func (r *queueRun) newWalk(lane string, hidden []string, tip Revision, ahead, la
 
 // run walks the section: it settles, lands, rejects or supersedes its live candidates, and
 // builds its queued changes into new ones.
-func (r *walk) run(live map[string]*Candidate) error {
+func (r *walk) run() error {
 	pending := r.pending
 	members := make(map[string][]int)
 	for i, c := range pending {
@@ -297,12 +319,13 @@ func (r *walk) run(live map[string]*Candidate) error {
 			continue
 		}
 		if c.State == ChangeValidating {
-			cand := live[c.CandidateID]
+			cand := r.candidates[c.CandidateID]
 			idx := members[c.CandidateID]
 			n := len(idx)
 			if n > 0 && r.windowFull && (r.at[idx[n-1]] == len(r.window)-1 || cand != nil && cand.Size > n) {
 				// Its changes may go on past what was read: it is left for an advance that
 				// sees all of them.
+				r.stopped = true
 				break
 			}
 			if r.lane == RootLane && cand != nil && n > 0 && idx[0] == i && cand.Revision == r.tip.ID && r.ahead == 0 {
@@ -386,6 +409,7 @@ func (r *queueRun) supersede(c Candidate, changes []*Change, why string) error {
 	if err := r.tx.SetCandidate(c, from); err != nil {
 		return err
 	}
+	delete(r.candidates, c.ID)
 	r.tx.Record("candidate.superseded", "candidate/"+c.ID, map[string]any{"job": c.JobID, "reason": why})
 	if err := r.tx.CancelJob(c.JobID); err != nil {
 		return err
@@ -491,11 +515,15 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 	switch cand.State {
 	case CandidatePassed:
 		if r.ahead == 0 {
-			return i + n, r.land(cand, rev, group)
+			landed, err := r.land(cand, rev, group)
+			if err != nil || landed {
+				return i + n, err
+			}
+			return i, nil // its changes are queued again, and built again here
 		}
-		r.tip, r.ahead, r.live = rev, r.ahead+n, r.live+1 // it holds no worker: it does not count against the depth
+		r.tip, r.ahead, r.live, r.virtual = rev, r.ahead+n, r.live+1, false // it holds no worker: it does not count against the depth
 	case CandidateValidating:
-		r.tip, r.chain, r.ahead, r.live = rev, r.chain+1, r.ahead+n, r.live+1
+		r.tip, r.chain, r.ahead, r.live, r.virtual = rev, r.chain+1, r.ahead+n, r.live+1, false
 	case CandidateFailed:
 		if n > 1 && r.ahead == 0 {
 			// A batch that failed on the mainline itself: its parts are validated apart, each
@@ -567,54 +595,54 @@ func (r *walk) grows(group []Change, i int, cand *Candidate, rev Revision, job J
 
 // land moves the mainline to a passed candidate whose parent is the mainline, gives it its
 // mainline commit and integrates its changes.
-func (r *walk) land(cand *Candidate, rev Revision, group []Change) error {
+func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error) {
 	// The pass was recorded by this advance or an earlier one: the mainline moves only on a
 	// verdict read again now, from the stored job and attestation.
 	job, att, err := r.tx.Job(cand.JobID)
 	if err != nil {
-		return fmt.Errorf("candidate %s: %w", cand.ID, err)
+		return false, fmt.Errorf("candidate %s: %w", cand.ID, err)
 	}
 	if v := r.p.Decide(group[len(group)-1], rev, job, att); v.Outcome != VerdictPass || job.AttestationDigest != cand.AttestationDigest {
-		return fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
+		return false, fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
 	}
 	info, err := r.commitInfo(group)
 	if err != nil {
-		return err
+		return false, err
 	}
 	info.Attestation = cand.AttestationDigest
 	landed := rev
 	if r.lane == RootLane {
 		if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
-			return err
+			return false, err
 		}
 		if rev.GitCommit, err = r.tx.WriteCommit(rev, r.mainline, info); err != nil {
-			return fmt.Errorf("candidate %s: %w", cand.ID, err)
+			return false, fmt.Errorf("candidate %s: %w", cand.ID, err)
 		}
 		landed = rev
 	} else {
 		landed, err = r.landLane(cand, rev, group, info)
 		if err != nil || landed.ID == "" {
-			return err
+			return false, err
 		}
 	}
 	cand.State = CandidateLanded
 	if err := r.tx.SetCandidate(*cand, CandidatePassed); err != nil {
-		return err
+		return false, err
 	}
 	for j := range group {
 		c := &group[j]
 		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, landed.ID, cand.AttestationDigest
 		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
 		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
-			return err
+			return false, err
 		}
 	}
-	r.mainline, r.tip = landed, rev
+	r.mainline, r.tip, r.virtual = landed, rev, false
 	if r.lane == RootLane {
 		r.tip = landed
 	}
 	r.why = ""
-	return nil
+	return true, nil
 }
 
 // landLane moves the mainline on by a passed lane candidate rev (of its changes group): the
@@ -629,16 +657,17 @@ func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info Comm
 		return Revision{}, fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
 	}
 	tree := before
-	var why string
 	for j := range group {
 		if tree, _, err = r.rebase(&group[j], tree); err != nil {
 			if !repo.DoesNotApply(err) {
 				return Revision{}, fmt.Errorf("change %s: %w", group[j].ID, err)
 			}
-			why = "it does not apply to the mainline: " + err.Error()
-			break
+			// It does not apply to the mainline itself, as a change built on it would not: it
+			// is rejected, and the others of its batch are built again.
+			return Revision{}, r.rejectUnapplied(cand, group, j, err)
 		}
 	}
+	var why string
 	if why == "" {
 		view, err := r.tx.Project(tree, r.hidden)
 		if err != nil {
@@ -678,6 +707,24 @@ func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info Comm
 		return Revision{}, err
 	}
 	return landed, nil
+}
+
+// rejectUnapplied ends a passed lane candidate whose change group[j] does not apply to the
+// mainline (err says why): that change is rejected, the others are queued again.
+func (r *walk) rejectUnapplied(cand *Candidate, group []Change, j int, err error) error {
+	var others []*Change
+	for k := range group {
+		if k != j {
+			others = append(others, &group[k])
+		}
+	}
+	c := &group[j]
+	if err := r.supersede(*cand, others, "the change "+c.ID+" of its candidate does not apply to the mainline"); err != nil {
+		return err
+	}
+	c.State, c.Reason, c.CandidateID = ChangeRejected, err.Error(), ""
+	r.why = "the change " + c.ID + " ahead of it was rejected"
+	return r.set(c, ChangeValidating, "change.rejected", map[string]any{"reason": c.Reason})
 }
 
 // laneOwn answers a lane's own paths.

@@ -209,3 +209,91 @@ func testLanesChangedSupersedeTheirCandidates(t *testing.T, newStore Factory) {
 	}
 	b.wantCandidate(t, got[1], got[1].CandidateRevision, r.Mainline, without(laneFiles, nil, "web/index.html", "<p>one</p>"))
 }
+
+func testLanesRemovedBetweenABatch(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r, l := b.laneRepo(t, "shop")
+	g := laneGate(4)
+	g.batch = 4
+	w1 := b.laneChange(t, r, l, "web/one.html", "1")
+	a1 := b.laneChange(t, r, l, "api/main.go", "package api // one")
+	w2 := b.laneChange(t, r, l, "web/two.html", "2")
+	got := b.advance(t, g, "shop", step{w1.ID, store.ChangeValidating}, step{w2.ID, store.ChangeValidating},
+		step{a1.ID, store.ChangeValidating})
+	if got[0].CandidateID != got[1].CandidateID {
+		t.Fatalf("the web changes are in candidates %s and %s, want one batch", got[0].CandidateID, got[1].CandidateID)
+	}
+	// The api lane goes: its change is one of no lane now, between the web batch's two changes.
+	// The batch is built again, its first change alone in front of the api change.
+	g.lanes = func([]byte) []store.Lane { return testLanes[:1] }
+	moved, err := b.rs.AdvanceQueue(b.ctx, g.params("shop"))
+	if err != nil {
+		t.Fatalf("AdvanceQueue after the lanes changed: %v", err)
+	}
+	var gotSteps []step
+	for _, c := range moved {
+		gotSteps = append(gotSteps, step{c.ID, c.State})
+	}
+	want := []step{{w1.ID, store.ChangeQueued}, {w2.ID, store.ChangeQueued}, {a1.ID, store.ChangeQueued}, {w1.ID, store.ChangeValidating}}
+	if !slices.Equal(gotSteps, want) {
+		t.Fatalf("AdvanceQueue after the lanes changed answered %v, want %v", gotSteps, want)
+	}
+	run := b.runner()
+	for range 3 {
+		run.claimAll(t)
+		for id := range run.claimed {
+			run.finish(t, id, true)
+		}
+		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("shop")); err != nil {
+			t.Fatalf("AdvanceQueue after the lanes changed: %v", err)
+		}
+	}
+	for _, c := range []store.Change{w1, a1, w2} {
+		if c := b.change(t, c.ID); c.State != store.ChangeIntegrated {
+			t.Fatalf("change %s is %s (%s) after the lanes changed, want integrated", c.ID, c.State, c.Reason)
+		}
+	}
+	b.wantFiles(t, "shop", without(laneFiles, nil, "web/one.html", "1", "web/two.html", "2", "api/main.go", "package api // one"))
+}
+
+func testLaneChangeThatNoLongerAppliesIsRejected(t *testing.T, newStore Factory) {
+	// Lanes whose paths meet (a file of one, the directory of that name of the other) are
+	// refused by the policy's check; the queue still ends such a change rather than rebuilding
+	// it forever.
+	b := setupRepos(t, newStore)
+	r := b.createRepo(t, "shop")
+	l := b.acquire(t, "shop", alice, time.Hour, "a", "a/", "go.mod")
+	b.mustIntegrate(t, integrateParams("shop", r.Mainline, alice, []uint64{l.FencingToken}, put("go.mod", "m")))
+	r = b.setValidation(t, "shop", policy)
+	g := newGate()
+	g.depth = 4
+	g.lanes = func([]byte) []store.Lane {
+		return []store.Lane{{Name: "x", Prefixes: []string{"a"}}, {Name: "y", Prefixes: []string{"a/"}}}
+	}
+	g.setVerdict(passUnlessFailed)
+	x := b.laneChange(t, r, l, "a", "file a")
+	y := b.laneChange(t, r, l, "a/f", "file a/f")
+	got := b.advance(t, g, "shop", step{x.ID, store.ChangeValidating}, step{y.ID, store.ChangeValidating})
+	run := b.runner()
+	run.finish(t, got[1].JobID, true)
+	b.advance(t, g, "shop", step{y.ID, store.ChangeIntegrated})
+	run.finish(t, got[0].JobID, true)
+	rejected := b.advance(t, g, "shop", step{x.ID, store.ChangeRejected})[0]
+	if !strings.Contains(rejected.Reason, "a") {
+		t.Fatalf("x was rejected with %q, want why it does not apply", rejected.Reason)
+	}
+	b.wantFiles(t, "shop", map[string]string{"go.mod": "m", "a/f": "file a/f"})
+}
+
+func testLaneCandidatesStackOnLiveOnesAcrossAdvances(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r, l := b.laneRepo(t, "shop")
+	g := laneGate(4)
+	w1 := b.laneChange(t, r, l, "web/one.html", "1")
+	first := b.advance(t, g, "shop", step{w1.ID, store.ChangeValidating})[0]
+	w2 := b.laneChange(t, r, l, "web/two.html", "2")
+	second := b.advance(t, g, "shop", step{w2.ID, store.ChangeValidating})[0]
+	if p := b.revision(t, "shop", second.CandidateRevision).Parent; p != first.CandidateRevision {
+		t.Fatalf("a web change queued later is built on %s, want on the web candidate ahead of it, %s", p, first.CandidateRevision)
+	}
+}

@@ -157,6 +157,9 @@ var tests = []conformanceTest{
 	{"lanes_validate_their_own_view_and_do_not_wait_for_each_other", testLanesDoNotWaitForEachOther},
 	{"a_change_of_no_lane_waits_for_the_lanes_and_they_for_it", testLanesWaitForAChangeOfNoLane},
 	{"changed_lanes_supersede_their_candidates", testLanesChangedSupersedeTheirCandidates},
+	{"a_lane_removed_between_the_changes_of_a_batch_rebuilds_it", testLanesRemovedBetweenABatch},
+	{"a_lane_change_that_no_longer_applies_to_the_mainline_is_rejected", testLaneChangeThatNoLongerAppliesIsRejected},
+	{"lane_candidates_stack_on_live_ones_across_advances", testLaneCandidatesStackOnLiveOnesAcrossAdvances},
 	{"random_queues_keep_every_promise_of_the_gate", testQueueModel},
 	// audit log
 	{"every_state_change_writes_its_audit_events", testAuditEventsOfEachChange},
