@@ -21,6 +21,7 @@ import (
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/gen/openapi"
 	"github.com/ag-coord/ag/internal/audit"
+	"github.com/ag-coord/ag/internal/console"
 	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -181,6 +182,7 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	console.Register(mux)
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openapi.YAML)
