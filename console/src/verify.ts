@@ -18,10 +18,11 @@ export interface VerifierKey {
 
 // parseVerifierKey reads "<name>+<8 hex digits>+<base64 of 0x01 and the 32-byte key>".
 export function parseVerifierKey(text: string): VerifierKey {
-  const s = text.trim();
-  const parts = s.split("+");
-  if (parts.length !== 3) throw new Error("a verifier key is <name>+<hash>+<key>, as ag serve writes it next to its audit key (FILE.pub)");
-  const [name, hashHex, b64] = parts as [string, string, string];
+  // The key's base64 may hold '+' itself: the name ends at the first '+', the hash is the next
+  // eight characters.
+  const m = /^([^+\s]+)\+([^+]*)\+(\S+)$/.exec(text.trim());
+  if (!m) throw new Error("a verifier key is <name>+<hash>+<key>, as ag serve writes it next to its audit key (FILE.pub)");
+  const [, name, hashHex, b64] = m as unknown as [string, string, string, string];
   if (!/^[0-9a-f]{8}$/.test(hashHex)) throw new Error(`the key's hash ${JSON.stringify(hashHex)} is not 8 hex digits`);
   const data = fromBase64(b64);
   if (data.length !== 33 || data[0] !== 1) throw new Error("the key is not an Ed25519 note key");
