@@ -100,6 +100,21 @@ func (h adminService) RegisterWorkerKey(ctx context.Context, req *agwpv1.Registe
 	return &agwpv1.RegisterWorkerKeyResponse{Key: workerKeyProto(k)}, nil
 }
 
+func (h adminService) ListWorkerKeys(ctx context.Context, req *agwpv1.ListWorkerKeysRequest) (*agwpv1.ListWorkerKeysResponse, error) {
+	if err := validateName("principal", req.GetPrincipal()); err != nil {
+		return nil, err
+	}
+	keys, err := h.s.store.ListWorkerKeys(ctx, req.GetPrincipal())
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.ListWorkerKeysResponse{}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, workerKeyProto(k))
+	}
+	return out, nil
+}
+
 func (h adminService) WhoAmI(ctx context.Context, _ *agwpv1.WhoAmIRequest) (*agwpv1.WhoAmIResponse, error) {
 	return &agwpv1.WhoAmIResponse{Principal: principalProto(callerFrom(ctx).principal)}, nil
 }

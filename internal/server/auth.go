@@ -147,8 +147,10 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.JobService/GetJob":              {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.JobService/ListJobs":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.JobService/GetAttestation":      {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.JobService/CountJobs":           {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.AdminService/RegisterWorkerKey": {store.RoleWorker},
 	"/agwp.v1.AdminService/WhoAmI":            {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.AdminService/ListWorkerKeys":    {store.RoleReader},
 
 	"/agwp.v1.AuditService/ListAuditEvents":     {store.RoleReader},
 	"/agwp.v1.AuditService/GetCheckpoint":       {store.RoleReader},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -378,7 +379,13 @@ func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (
 	if err := validateKinds("kinds", req.GetKinds()); err != nil {
 		return nil, err
 	}
-	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken()}
+	if c := req.GetClaimedBy(); c != "" {
+		principal, label, ok := strings.Cut(c, "|")
+		if !ok || validateName("claimed_by", principal) != nil || label != "" && validateLabel("claimed_by", label) != nil {
+			return nil, invalid("claimed_by", "%q is not <principal>|<label> or <principal>|", c)
+		}
+	}
+	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken(), ClaimedBy: req.GetClaimedBy()}
 	for i, st := range req.GetStates() {
 		s, ok := storeJobState(st)
 		if !ok {
@@ -393,6 +400,18 @@ func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (
 	out := &agwpv1.ListJobsResponse{NextPageToken: next}
 	for _, j := range jobs {
 		out.Jobs = append(out.Jobs, jobProto(j))
+	}
+	return out, nil
+}
+
+func (h jobService) CountJobs(ctx context.Context, _ *agwpv1.CountJobsRequest) (*agwpv1.CountJobsResponse, error) {
+	counts, err := h.s.store.CountJobs(ctx)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	out := &agwpv1.CountJobsResponse{CountedAt: timestamp(time.Now())}
+	for _, st := range store.JobStates {
+		out.Counts = append(out.Counts, &agwpv1.JobStateCount{State: jobStates[st], Count: uint64(counts[st])})
 	}
 	return out, nil
 }

@@ -158,6 +158,9 @@ const (
 	JobCancelled JobState = "cancelled"
 )
 
+// JobStates are every job state, in the order of a job's life.
+var JobStates = []JobState{JobQueued, JobClaimed, JobCompleted, JobFailed, JobCancelled}
+
 // Terminal reports whether a job in this state is finished for good.
 func (s JobState) Terminal() bool {
 	return s == JobCompleted || s == JobFailed || s == JobCancelled

@@ -959,6 +959,95 @@ func (x *WhoAmIResponse) GetPrincipal() *Principal {
 	return nil
 }
 
+type ListWorkerKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's name.
+	Principal     string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkerKeysRequest) Reset() {
+	*x = ListWorkerKeysRequest{}
+	mi := &file_agwp_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkerKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkerKeysRequest) ProtoMessage() {}
+
+func (x *ListWorkerKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkerKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkerKeysRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListWorkerKeysRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+type ListWorkerKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*WorkerKey           `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkerKeysResponse) Reset() {
+	*x = ListWorkerKeysResponse{}
+	mi := &file_agwp_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkerKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkerKeysResponse) ProtoMessage() {}
+
+func (x *ListWorkerKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkerKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkerKeysResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListWorkerKeysResponse) GetKeys() []*WorkerKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 var File_agwp_v1_admin_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_admin_proto_rawDesc = "" +
@@ -1023,7 +1112,11 @@ const file_agwp_v1_admin_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\v2\x12.agwp.v1.WorkerKeyR\x03key\"\x0f\n" +
 	"\rWhoAmIRequest\"B\n" +
 	"\x0eWhoAmIResponse\x120\n" +
-	"\tprincipal\x18\x01 \x01(\v2\x12.agwp.v1.PrincipalR\tprincipal*^\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x12.agwp.v1.PrincipalR\tprincipal\"5\n" +
+	"\x15ListWorkerKeysRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\"@\n" +
+	"\x16ListWorkerKeysResponse\x12&\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.agwp.v1.WorkerKeyR\x04keys*^\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1031,14 +1124,15 @@ const file_agwp_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ROLE_AGENT\x10\x02\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\x8e\a\n" +
+	"\vROLE_READER\x10\x042\x93\b\n" +
 	"\fAdminService\x12\x86\x01\n" +
 	"\x0fCreatePrincipal\x12\x1f.agwp.v1.CreatePrincipalRequest\x1a .agwp.v1.CreatePrincipalResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/agwp.v1.AdminService/CreatePrincipal\x12\x82\x01\n" +
 	"\x0eListPrincipals\x12\x1e.agwp.v1.ListPrincipalsRequest\x1a\x1f.agwp.v1.ListPrincipalsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.AdminService/ListPrincipals\x12\x8a\x01\n" +
 	"\x10DisablePrincipal\x12 .agwp.v1.DisablePrincipalRequest\x1a!.agwp.v1.DisablePrincipalResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.AdminService/DisablePrincipal\x12v\n" +
 	"\vCreateToken\x12\x1b.agwp.v1.CreateTokenRequest\x1a\x1c.agwp.v1.CreateTokenResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/agwp.v1.AdminService/CreateToken\x12v\n" +
 	"\vRevokeToken\x12\x1b.agwp.v1.RevokeTokenRequest\x1a\x1c.agwp.v1.RevokeTokenResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/agwp.v1.AdminService/RevokeToken\x12\x8e\x01\n" +
-	"\x11RegisterWorkerKey\x12!.agwp.v1.RegisterWorkerKeyRequest\x1a\".agwp.v1.RegisterWorkerKeyResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/agwp.v1.AdminService/RegisterWorkerKey\x12b\n" +
+	"\x11RegisterWorkerKey\x12!.agwp.v1.RegisterWorkerKeyRequest\x1a\".agwp.v1.RegisterWorkerKeyResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/agwp.v1.AdminService/RegisterWorkerKey\x12\x82\x01\n" +
+	"\x0eListWorkerKeys\x12\x1e.agwp.v1.ListWorkerKeysRequest\x1a\x1f.agwp.v1.ListWorkerKeysResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.AdminService/ListWorkerKeys\x12b\n" +
 	"\x06WhoAmI\x12\x16.agwp.v1.WhoAmIRequest\x1a\x17.agwp.v1.WhoAmIResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.AdminService/WhoAmIB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
 
 var (
@@ -1054,7 +1148,7 @@ func file_agwp_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agwp_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_agwp_v1_admin_proto_goTypes = []any{
 	(Role)(0),                         // 0: agwp.v1.Role
 	(*Principal)(nil),                 // 1: agwp.v1.Principal
@@ -1074,14 +1168,16 @@ var file_agwp_v1_admin_proto_goTypes = []any{
 	(*RegisterWorkerKeyResponse)(nil), // 15: agwp.v1.RegisterWorkerKeyResponse
 	(*WhoAmIRequest)(nil),             // 16: agwp.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),            // 17: agwp.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
+	(*ListWorkerKeysRequest)(nil),     // 18: agwp.v1.ListWorkerKeysRequest
+	(*ListWorkerKeysResponse)(nil),    // 19: agwp.v1.ListWorkerKeysResponse
+	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
 }
 var file_agwp_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: agwp.v1.Principal.role:type_name -> agwp.v1.Role
-	18, // 1: agwp.v1.Principal.created_at:type_name -> google.protobuf.Timestamp
-	18, // 2: agwp.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	18, // 3: agwp.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	18, // 4: agwp.v1.WorkerKey.created_at:type_name -> google.protobuf.Timestamp
+	20, // 1: agwp.v1.Principal.created_at:type_name -> google.protobuf.Timestamp
+	20, // 2: agwp.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	20, // 3: agwp.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	20, // 4: agwp.v1.WorkerKey.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: agwp.v1.CreatePrincipalRequest.role:type_name -> agwp.v1.Role
 	1,  // 6: agwp.v1.CreatePrincipalResponse.principal:type_name -> agwp.v1.Principal
 	1,  // 7: agwp.v1.ListPrincipalsResponse.principals:type_name -> agwp.v1.Principal
@@ -1090,25 +1186,28 @@ var file_agwp_v1_admin_proto_depIdxs = []int32{
 	2,  // 10: agwp.v1.RevokeTokenResponse.token_info:type_name -> agwp.v1.Token
 	3,  // 11: agwp.v1.RegisterWorkerKeyResponse.key:type_name -> agwp.v1.WorkerKey
 	1,  // 12: agwp.v1.WhoAmIResponse.principal:type_name -> agwp.v1.Principal
-	4,  // 13: agwp.v1.AdminService.CreatePrincipal:input_type -> agwp.v1.CreatePrincipalRequest
-	6,  // 14: agwp.v1.AdminService.ListPrincipals:input_type -> agwp.v1.ListPrincipalsRequest
-	8,  // 15: agwp.v1.AdminService.DisablePrincipal:input_type -> agwp.v1.DisablePrincipalRequest
-	10, // 16: agwp.v1.AdminService.CreateToken:input_type -> agwp.v1.CreateTokenRequest
-	12, // 17: agwp.v1.AdminService.RevokeToken:input_type -> agwp.v1.RevokeTokenRequest
-	14, // 18: agwp.v1.AdminService.RegisterWorkerKey:input_type -> agwp.v1.RegisterWorkerKeyRequest
-	16, // 19: agwp.v1.AdminService.WhoAmI:input_type -> agwp.v1.WhoAmIRequest
-	5,  // 20: agwp.v1.AdminService.CreatePrincipal:output_type -> agwp.v1.CreatePrincipalResponse
-	7,  // 21: agwp.v1.AdminService.ListPrincipals:output_type -> agwp.v1.ListPrincipalsResponse
-	9,  // 22: agwp.v1.AdminService.DisablePrincipal:output_type -> agwp.v1.DisablePrincipalResponse
-	11, // 23: agwp.v1.AdminService.CreateToken:output_type -> agwp.v1.CreateTokenResponse
-	13, // 24: agwp.v1.AdminService.RevokeToken:output_type -> agwp.v1.RevokeTokenResponse
-	15, // 25: agwp.v1.AdminService.RegisterWorkerKey:output_type -> agwp.v1.RegisterWorkerKeyResponse
-	17, // 26: agwp.v1.AdminService.WhoAmI:output_type -> agwp.v1.WhoAmIResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 13: agwp.v1.ListWorkerKeysResponse.keys:type_name -> agwp.v1.WorkerKey
+	4,  // 14: agwp.v1.AdminService.CreatePrincipal:input_type -> agwp.v1.CreatePrincipalRequest
+	6,  // 15: agwp.v1.AdminService.ListPrincipals:input_type -> agwp.v1.ListPrincipalsRequest
+	8,  // 16: agwp.v1.AdminService.DisablePrincipal:input_type -> agwp.v1.DisablePrincipalRequest
+	10, // 17: agwp.v1.AdminService.CreateToken:input_type -> agwp.v1.CreateTokenRequest
+	12, // 18: agwp.v1.AdminService.RevokeToken:input_type -> agwp.v1.RevokeTokenRequest
+	14, // 19: agwp.v1.AdminService.RegisterWorkerKey:input_type -> agwp.v1.RegisterWorkerKeyRequest
+	18, // 20: agwp.v1.AdminService.ListWorkerKeys:input_type -> agwp.v1.ListWorkerKeysRequest
+	16, // 21: agwp.v1.AdminService.WhoAmI:input_type -> agwp.v1.WhoAmIRequest
+	5,  // 22: agwp.v1.AdminService.CreatePrincipal:output_type -> agwp.v1.CreatePrincipalResponse
+	7,  // 23: agwp.v1.AdminService.ListPrincipals:output_type -> agwp.v1.ListPrincipalsResponse
+	9,  // 24: agwp.v1.AdminService.DisablePrincipal:output_type -> agwp.v1.DisablePrincipalResponse
+	11, // 25: agwp.v1.AdminService.CreateToken:output_type -> agwp.v1.CreateTokenResponse
+	13, // 26: agwp.v1.AdminService.RevokeToken:output_type -> agwp.v1.RevokeTokenResponse
+	15, // 27: agwp.v1.AdminService.RegisterWorkerKey:output_type -> agwp.v1.RegisterWorkerKeyResponse
+	19, // 28: agwp.v1.AdminService.ListWorkerKeys:output_type -> agwp.v1.ListWorkerKeysResponse
+	17, // 29: agwp.v1.AdminService.WhoAmI:output_type -> agwp.v1.WhoAmIResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_admin_proto_init() }
@@ -1122,7 +1221,7 @@ func file_agwp_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_admin_proto_rawDesc), len(file_agwp_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1439,7 +1439,10 @@ type ListJobsRequest struct {
 	// Only jobs in these states; empty = all.
 	States []JobState `protobuf:"varint,3,rep,packed,name=states,proto3,enum=agwp.v1.JobState" json:"states,omitempty"`
 	// Only jobs of these kinds; empty = all.
-	Kinds         []string `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Kinds []string `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Only jobs whose claim is, or last was, this worker: "<principal>|<label>", or "<principal>|"
+	// for every label of the principal.
+	ClaimedBy     string `protobuf:"bytes,5,opt,name=claimed_by,json=claimedBy,proto3" json:"claimed_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1503,13 @@ func (x *ListJobsRequest) GetKinds() []string {
 		return x.Kinds
 	}
 	return nil
+}
+
+func (x *ListJobsRequest) GetClaimedBy() string {
+	if x != nil {
+		return x.ClaimedBy
+	}
+	return ""
 }
 
 type ListJobsResponse struct {
@@ -1677,6 +1687,148 @@ func (x *GetAttestationResponse) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type CountJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountJobsRequest) Reset() {
+	*x = CountJobsRequest{}
+	mi := &file_agwp_v1_job_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountJobsRequest) ProtoMessage() {}
+
+func (x *CountJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountJobsRequest.ProtoReflect.Descriptor instead.
+func (*CountJobsRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{24}
+}
+
+type CountJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every state, with 0 for a state no job is in.
+	Counts []*JobStateCount `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	// When the server counted.
+	CountedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=counted_at,json=countedAt,proto3" json:"counted_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountJobsResponse) Reset() {
+	*x = CountJobsResponse{}
+	mi := &file_agwp_v1_job_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountJobsResponse) ProtoMessage() {}
+
+func (x *CountJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountJobsResponse.ProtoReflect.Descriptor instead.
+func (*CountJobsResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CountJobsResponse) GetCounts() []*JobStateCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *CountJobsResponse) GetCountedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CountedAt
+	}
+	return nil
+}
+
+type JobStateCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=agwp.v1.JobState" json:"state,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobStateCount) Reset() {
+	*x = JobStateCount{}
+	mi := &file_agwp_v1_job_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobStateCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobStateCount) ProtoMessage() {}
+
+func (x *JobStateCount) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_job_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobStateCount.ProtoReflect.Descriptor instead.
+func (*JobStateCount) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_job_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *JobStateCount) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobStateCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 var File_agwp_v1_job_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_job_proto_rawDesc = "" +
@@ -1785,13 +1937,15 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"0\n" +
 	"\x0eGetJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"\x8e\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"\xad\x01\n" +
 	"\x0fListJobsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12)\n" +
 	"\x06states\x18\x03 \x03(\x0e2\x11.agwp.v1.JobStateR\x06states\x12\x14\n" +
-	"\x05kinds\x18\x04 \x03(\tR\x05kinds\"\\\n" +
+	"\x05kinds\x18\x04 \x03(\tR\x05kinds\x12\x1d\n" +
+	"\n" +
+	"claimed_by\x18\x05 \x01(\tR\tclaimedBy\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
 	"\x04jobs\x18\x01 \x03(\v2\f.agwp.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"/\n" +
@@ -1803,14 +1957,23 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\renvelope_json\x18\x03 \x01(\fR\fenvelopeJson\x12\x15\n" +
 	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt*\x9a\x01\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x12\n" +
+	"\x10CountJobsRequest\"~\n" +
+	"\x11CountJobsResponse\x12.\n" +
+	"\x06counts\x18\x01 \x03(\v2\x16.agwp.v1.JobStateCountR\x06counts\x129\n" +
+	"\n" +
+	"counted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcountedAt\"N\n" +
+	"\rJobStateCount\x12'\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x11.agwp.v1.JobStateR\x05state\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count*\x9a\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_CLAIMED\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x03\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x04\x12\x17\n" +
-	"\x13JOB_STATE_CANCELLED\x10\x052\xe3\t\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x052\xd1\n" +
+	"\n" +
 	"\n" +
 	"JobService\x12p\n" +
 	"\n" +
@@ -1823,7 +1986,8 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\aFailJob\x12\x17.agwp.v1.FailJobRequest\x1a\x18.agwp.v1.FailJobResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/agwp.v1.JobService/FailJob\x12l\n" +
 	"\tCancelJob\x12\x19.agwp.v1.CancelJobRequest\x1a\x1a.agwp.v1.CancelJobResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/agwp.v1.JobService/CancelJob\x12`\n" +
 	"\x06GetJob\x12\x16.agwp.v1.GetJobRequest\x1a\x17.agwp.v1.GetJobResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/agwp.v1.JobService/GetJob\x12h\n" +
-	"\bListJobs\x12\x18.agwp.v1.ListJobsRequest\x1a\x19.agwp.v1.ListJobsResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ListJobs\x12\x80\x01\n" +
+	"\bListJobs\x12\x18.agwp.v1.ListJobsRequest\x1a\x19.agwp.v1.ListJobsResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/agwp.v1.JobService/ListJobs\x12l\n" +
+	"\tCountJobs\x12\x19.agwp.v1.CountJobsRequest\x1a\x1a.agwp.v1.CountJobsResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/agwp.v1.JobService/CountJobs\x12\x80\x01\n" +
 	"\x0eGetAttestation\x12\x1e.agwp.v1.GetAttestationRequest\x1a\x1f.agwp.v1.GetAttestationResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.JobService/GetAttestationB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
 
 var (
@@ -1839,7 +2003,7 @@ func file_agwp_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agwp_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_agwp_v1_job_proto_goTypes = []any{
 	(JobState)(0),                  // 0: agwp.v1.JobState
 	(*Job)(nil),                    // 1: agwp.v1.Job
@@ -1866,72 +2030,80 @@ var file_agwp_v1_job_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),       // 22: agwp.v1.ListJobsResponse
 	(*GetAttestationRequest)(nil),  // 23: agwp.v1.GetAttestationRequest
 	(*GetAttestationResponse)(nil), // 24: agwp.v1.GetAttestationResponse
-	(*structpb.Struct)(nil),        // 25: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
-	(*Envelope)(nil),               // 28: agwp.v1.Envelope
+	(*CountJobsRequest)(nil),       // 25: agwp.v1.CountJobsRequest
+	(*CountJobsResponse)(nil),      // 26: agwp.v1.CountJobsResponse
+	(*JobStateCount)(nil),          // 27: agwp.v1.JobStateCount
+	(*structpb.Struct)(nil),        // 28: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*Envelope)(nil),               // 31: agwp.v1.Envelope
 }
 var file_agwp_v1_job_proto_depIdxs = []int32{
 	0,  // 0: agwp.v1.Job.state:type_name -> agwp.v1.JobState
-	25, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
-	26, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
-	26, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
-	26, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	26, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	25, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
-	26, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	25, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
-	27, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
+	28, // 1: agwp.v1.Job.payload:type_name -> google.protobuf.Struct
+	29, // 2: agwp.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
+	29, // 3: agwp.v1.Job.run_after:type_name -> google.protobuf.Timestamp
+	29, // 4: agwp.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	29, // 5: agwp.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 6: agwp.v1.Job.result:type_name -> google.protobuf.Struct
+	29, // 7: agwp.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	28, // 8: agwp.v1.EnqueueJobRequest.payload:type_name -> google.protobuf.Struct
+	30, // 9: agwp.v1.EnqueueJobRequest.delay:type_name -> google.protobuf.Duration
 	1,  // 10: agwp.v1.EnqueueJobResponse.job:type_name -> agwp.v1.Job
-	27, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
-	27, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
+	30, // 11: agwp.v1.ClaimJobRequest.lease:type_name -> google.protobuf.Duration
+	30, // 12: agwp.v1.ClaimJobRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 13: agwp.v1.ClaimJobResponse.job:type_name -> agwp.v1.Job
-	27, // 14: agwp.v1.ClaimJobsRequest.lease:type_name -> google.protobuf.Duration
-	27, // 15: agwp.v1.ClaimJobsRequest.wait:type_name -> google.protobuf.Duration
+	30, // 14: agwp.v1.ClaimJobsRequest.lease:type_name -> google.protobuf.Duration
+	30, // 15: agwp.v1.ClaimJobsRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 16: agwp.v1.ClaimJobsResponse.jobs:type_name -> agwp.v1.Job
-	27, // 17: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
-	26, // 18: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	25, // 19: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
-	28, // 20: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
+	30, // 17: agwp.v1.HeartbeatJobRequest.lease:type_name -> google.protobuf.Duration
+	29, // 18: agwp.v1.HeartbeatJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	28, // 19: agwp.v1.CompleteJobRequest.result:type_name -> google.protobuf.Struct
+	31, // 20: agwp.v1.CompleteJobRequest.attestation:type_name -> agwp.v1.Envelope
 	1,  // 21: agwp.v1.CompleteJobResponse.job:type_name -> agwp.v1.Job
 	10, // 22: agwp.v1.CompleteJobsRequest.completions:type_name -> agwp.v1.CompleteJobRequest
 	14, // 23: agwp.v1.CompleteJobsResponse.results:type_name -> agwp.v1.CompleteJobsResult
 	1,  // 24: agwp.v1.CompleteJobsResult.job:type_name -> agwp.v1.Job
-	27, // 25: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
+	30, // 25: agwp.v1.FailJobRequest.retry_delay:type_name -> google.protobuf.Duration
 	1,  // 26: agwp.v1.FailJobResponse.job:type_name -> agwp.v1.Job
 	1,  // 27: agwp.v1.CancelJobResponse.job:type_name -> agwp.v1.Job
 	1,  // 28: agwp.v1.GetJobResponse.job:type_name -> agwp.v1.Job
 	0,  // 29: agwp.v1.ListJobsRequest.states:type_name -> agwp.v1.JobState
 	1,  // 30: agwp.v1.ListJobsResponse.jobs:type_name -> agwp.v1.Job
-	28, // 31: agwp.v1.GetAttestationResponse.envelope:type_name -> agwp.v1.Envelope
-	26, // 32: agwp.v1.GetAttestationResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 33: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
-	4,  // 34: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
-	6,  // 35: agwp.v1.JobService.ClaimJobs:input_type -> agwp.v1.ClaimJobsRequest
-	8,  // 36: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
-	10, // 37: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
-	12, // 38: agwp.v1.JobService.CompleteJobs:input_type -> agwp.v1.CompleteJobsRequest
-	15, // 39: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
-	17, // 40: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
-	19, // 41: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
-	21, // 42: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
-	23, // 43: agwp.v1.JobService.GetAttestation:input_type -> agwp.v1.GetAttestationRequest
-	3,  // 44: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
-	5,  // 45: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
-	7,  // 46: agwp.v1.JobService.ClaimJobs:output_type -> agwp.v1.ClaimJobsResponse
-	9,  // 47: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
-	11, // 48: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
-	13, // 49: agwp.v1.JobService.CompleteJobs:output_type -> agwp.v1.CompleteJobsResponse
-	16, // 50: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
-	18, // 51: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
-	20, // 52: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
-	22, // 53: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
-	24, // 54: agwp.v1.JobService.GetAttestation:output_type -> agwp.v1.GetAttestationResponse
-	44, // [44:55] is the sub-list for method output_type
-	33, // [33:44] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 31: agwp.v1.GetAttestationResponse.envelope:type_name -> agwp.v1.Envelope
+	29, // 32: agwp.v1.GetAttestationResponse.created_at:type_name -> google.protobuf.Timestamp
+	27, // 33: agwp.v1.CountJobsResponse.counts:type_name -> agwp.v1.JobStateCount
+	29, // 34: agwp.v1.CountJobsResponse.counted_at:type_name -> google.protobuf.Timestamp
+	0,  // 35: agwp.v1.JobStateCount.state:type_name -> agwp.v1.JobState
+	2,  // 36: agwp.v1.JobService.EnqueueJob:input_type -> agwp.v1.EnqueueJobRequest
+	4,  // 37: agwp.v1.JobService.ClaimJob:input_type -> agwp.v1.ClaimJobRequest
+	6,  // 38: agwp.v1.JobService.ClaimJobs:input_type -> agwp.v1.ClaimJobsRequest
+	8,  // 39: agwp.v1.JobService.HeartbeatJob:input_type -> agwp.v1.HeartbeatJobRequest
+	10, // 40: agwp.v1.JobService.CompleteJob:input_type -> agwp.v1.CompleteJobRequest
+	12, // 41: agwp.v1.JobService.CompleteJobs:input_type -> agwp.v1.CompleteJobsRequest
+	15, // 42: agwp.v1.JobService.FailJob:input_type -> agwp.v1.FailJobRequest
+	17, // 43: agwp.v1.JobService.CancelJob:input_type -> agwp.v1.CancelJobRequest
+	19, // 44: agwp.v1.JobService.GetJob:input_type -> agwp.v1.GetJobRequest
+	21, // 45: agwp.v1.JobService.ListJobs:input_type -> agwp.v1.ListJobsRequest
+	25, // 46: agwp.v1.JobService.CountJobs:input_type -> agwp.v1.CountJobsRequest
+	23, // 47: agwp.v1.JobService.GetAttestation:input_type -> agwp.v1.GetAttestationRequest
+	3,  // 48: agwp.v1.JobService.EnqueueJob:output_type -> agwp.v1.EnqueueJobResponse
+	5,  // 49: agwp.v1.JobService.ClaimJob:output_type -> agwp.v1.ClaimJobResponse
+	7,  // 50: agwp.v1.JobService.ClaimJobs:output_type -> agwp.v1.ClaimJobsResponse
+	9,  // 51: agwp.v1.JobService.HeartbeatJob:output_type -> agwp.v1.HeartbeatJobResponse
+	11, // 52: agwp.v1.JobService.CompleteJob:output_type -> agwp.v1.CompleteJobResponse
+	13, // 53: agwp.v1.JobService.CompleteJobs:output_type -> agwp.v1.CompleteJobsResponse
+	16, // 54: agwp.v1.JobService.FailJob:output_type -> agwp.v1.FailJobResponse
+	18, // 55: agwp.v1.JobService.CancelJob:output_type -> agwp.v1.CancelJobResponse
+	20, // 56: agwp.v1.JobService.GetJob:output_type -> agwp.v1.GetJobResponse
+	22, // 57: agwp.v1.JobService.ListJobs:output_type -> agwp.v1.ListJobsResponse
+	26, // 58: agwp.v1.JobService.CountJobs:output_type -> agwp.v1.CountJobsResponse
+	24, // 59: agwp.v1.JobService.GetAttestation:output_type -> agwp.v1.GetAttestationResponse
+	48, // [48:60] is the sub-list for method output_type
+	36, // [36:48] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_job_proto_init() }
@@ -1946,7 +2118,7 @@ func file_agwp_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_job_proto_rawDesc), len(file_agwp_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

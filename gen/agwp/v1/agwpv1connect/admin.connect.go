@@ -51,6 +51,9 @@ const (
 	// AdminServiceRegisterWorkerKeyProcedure is the fully-qualified name of the AdminService's
 	// RegisterWorkerKey RPC.
 	AdminServiceRegisterWorkerKeyProcedure = "/agwp.v1.AdminService/RegisterWorkerKey"
+	// AdminServiceListWorkerKeysProcedure is the fully-qualified name of the AdminService's
+	// ListWorkerKeys RPC.
+	AdminServiceListWorkerKeysProcedure = "/agwp.v1.AdminService/ListWorkerKeys"
 	// AdminServiceWhoAmIProcedure is the fully-qualified name of the AdminService's WhoAmI RPC.
 	AdminServiceWhoAmIProcedure = "/agwp.v1.AdminService/WhoAmI"
 )
@@ -71,6 +74,9 @@ type AdminServiceClient interface {
 	// RegisterWorkerKey records an Ed25519 public key of the calling principal, used to verify the
 	// attestations it signs. Roles: worker, admin.
 	RegisterWorkerKey(context.Context, *v1.RegisterWorkerKeyRequest) (*v1.RegisterWorkerKeyResponse, error)
+	// ListWorkerKeys answers the Ed25519 keys a principal registered, oldest first: the keys its
+	// attestations verify with. Admin or reader.
+	ListWorkerKeys(context.Context, *v1.ListWorkerKeysRequest) (*v1.ListWorkerKeysResponse, error)
 	// WhoAmI answers the principal of the calling token. Any role.
 	WhoAmI(context.Context, *v1.WhoAmIRequest) (*v1.WhoAmIResponse, error)
 }
@@ -122,6 +128,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RegisterWorkerKey")),
 			connect.WithClientOptions(opts...),
 		),
+		listWorkerKeys: connect.NewClient[v1.ListWorkerKeysRequest, v1.ListWorkerKeysResponse](
+			httpClient,
+			baseURL+AdminServiceListWorkerKeysProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListWorkerKeys")),
+			connect.WithClientOptions(opts...),
+		),
 		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
 			httpClient,
 			baseURL+AdminServiceWhoAmIProcedure,
@@ -139,6 +151,7 @@ type adminServiceClient struct {
 	createToken       *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
 	revokeToken       *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
 	registerWorkerKey *connect.Client[v1.RegisterWorkerKeyRequest, v1.RegisterWorkerKeyResponse]
+	listWorkerKeys    *connect.Client[v1.ListWorkerKeysRequest, v1.ListWorkerKeysResponse]
 	whoAmI            *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
@@ -196,6 +209,15 @@ func (c *adminServiceClient) RegisterWorkerKey(ctx context.Context, req *v1.Regi
 	return nil, err
 }
 
+// ListWorkerKeys calls agwp.v1.AdminService.ListWorkerKeys.
+func (c *adminServiceClient) ListWorkerKeys(ctx context.Context, req *v1.ListWorkerKeysRequest) (*v1.ListWorkerKeysResponse, error) {
+	response, err := c.listWorkerKeys.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // WhoAmI calls agwp.v1.AdminService.WhoAmI.
 func (c *adminServiceClient) WhoAmI(ctx context.Context, req *v1.WhoAmIRequest) (*v1.WhoAmIResponse, error) {
 	response, err := c.whoAmI.CallUnary(ctx, connect.NewRequest(req))
@@ -221,6 +243,9 @@ type AdminServiceHandler interface {
 	// RegisterWorkerKey records an Ed25519 public key of the calling principal, used to verify the
 	// attestations it signs. Roles: worker, admin.
 	RegisterWorkerKey(context.Context, *v1.RegisterWorkerKeyRequest) (*v1.RegisterWorkerKeyResponse, error)
+	// ListWorkerKeys answers the Ed25519 keys a principal registered, oldest first: the keys its
+	// attestations verify with. Admin or reader.
+	ListWorkerKeys(context.Context, *v1.ListWorkerKeysRequest) (*v1.ListWorkerKeysResponse, error)
 	// WhoAmI answers the principal of the calling token. Any role.
 	WhoAmI(context.Context, *v1.WhoAmIRequest) (*v1.WhoAmIResponse, error)
 }
@@ -268,6 +293,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RegisterWorkerKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListWorkerKeysHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListWorkerKeysProcedure,
+		svc.ListWorkerKeys,
+		connect.WithSchema(adminServiceMethods.ByName("ListWorkerKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceWhoAmIHandler := connect.NewUnaryHandlerSimple(
 		AdminServiceWhoAmIProcedure,
 		svc.WhoAmI,
@@ -288,6 +319,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRevokeTokenHandler.ServeHTTP(w, r)
 		case AdminServiceRegisterWorkerKeyProcedure:
 			adminServiceRegisterWorkerKeyHandler.ServeHTTP(w, r)
+		case AdminServiceListWorkerKeysProcedure:
+			adminServiceListWorkerKeysHandler.ServeHTTP(w, r)
 		case AdminServiceWhoAmIProcedure:
 			adminServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
@@ -321,6 +354,10 @@ func (UnimplementedAdminServiceHandler) RevokeToken(context.Context, *v1.RevokeT
 
 func (UnimplementedAdminServiceHandler) RegisterWorkerKey(context.Context, *v1.RegisterWorkerKeyRequest) (*v1.RegisterWorkerKeyResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.AdminService.RegisterWorkerKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListWorkerKeys(context.Context, *v1.ListWorkerKeysRequest) (*v1.ListWorkerKeysResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.AdminService.ListWorkerKeys is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) WhoAmI(context.Context, *v1.WhoAmIRequest) (*v1.WhoAmIResponse, error) {

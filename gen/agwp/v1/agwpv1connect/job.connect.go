@@ -53,6 +53,8 @@ const (
 	JobServiceGetJobProcedure = "/agwp.v1.JobService/GetJob"
 	// JobServiceListJobsProcedure is the fully-qualified name of the JobService's ListJobs RPC.
 	JobServiceListJobsProcedure = "/agwp.v1.JobService/ListJobs"
+	// JobServiceCountJobsProcedure is the fully-qualified name of the JobService's CountJobs RPC.
+	JobServiceCountJobsProcedure = "/agwp.v1.JobService/CountJobs"
 	// JobServiceGetAttestationProcedure is the fully-qualified name of the JobService's GetAttestation
 	// RPC.
 	JobServiceGetAttestationProcedure = "/agwp.v1.JobService/GetAttestation"
@@ -86,6 +88,9 @@ type JobServiceClient interface {
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
 	// ListJobs answers jobs, newest first, filtered and paginated. Any role.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
+	// CountJobs answers how many jobs are in each state, for a console's counts without listing
+	// them. Any role.
+	CountJobs(context.Context, *v1.CountJobsRequest) (*v1.CountJobsResponse, error)
 	// GetAttestation answers a stored DSSE envelope by its digest (a job's attestation_digest),
 	// for verification offline. Any role.
 	GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error)
@@ -162,6 +167,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
 			connect.WithClientOptions(opts...),
 		),
+		countJobs: connect.NewClient[v1.CountJobsRequest, v1.CountJobsResponse](
+			httpClient,
+			baseURL+JobServiceCountJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("CountJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		getAttestation: connect.NewClient[v1.GetAttestationRequest, v1.GetAttestationResponse](
 			httpClient,
 			baseURL+JobServiceGetAttestationProcedure,
@@ -183,6 +194,7 @@ type jobServiceClient struct {
 	cancelJob      *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
 	getJob         *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 	listJobs       *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
+	countJobs      *connect.Client[v1.CountJobsRequest, v1.CountJobsResponse]
 	getAttestation *connect.Client[v1.GetAttestationRequest, v1.GetAttestationResponse]
 }
 
@@ -276,6 +288,15 @@ func (c *jobServiceClient) ListJobs(ctx context.Context, req *v1.ListJobsRequest
 	return nil, err
 }
 
+// CountJobs calls agwp.v1.JobService.CountJobs.
+func (c *jobServiceClient) CountJobs(ctx context.Context, req *v1.CountJobsRequest) (*v1.CountJobsResponse, error) {
+	response, err := c.countJobs.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // GetAttestation calls agwp.v1.JobService.GetAttestation.
 func (c *jobServiceClient) GetAttestation(ctx context.Context, req *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error) {
 	response, err := c.getAttestation.CallUnary(ctx, connect.NewRequest(req))
@@ -313,6 +334,9 @@ type JobServiceHandler interface {
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
 	// ListJobs answers jobs, newest first, filtered and paginated. Any role.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
+	// CountJobs answers how many jobs are in each state, for a console's counts without listing
+	// them. Any role.
+	CountJobs(context.Context, *v1.CountJobsRequest) (*v1.CountJobsResponse, error)
 	// GetAttestation answers a stored DSSE envelope by its digest (a job's attestation_digest),
 	// for verification offline. Any role.
 	GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error)
@@ -385,6 +409,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("ListJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceCountJobsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceCountJobsProcedure,
+		svc.CountJobs,
+		connect.WithSchema(jobServiceMethods.ByName("CountJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceGetAttestationHandler := connect.NewUnaryHandlerSimple(
 		JobServiceGetAttestationProcedure,
 		svc.GetAttestation,
@@ -413,6 +443,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetJobHandler.ServeHTTP(w, r)
 		case JobServiceListJobsProcedure:
 			jobServiceListJobsHandler.ServeHTTP(w, r)
+		case JobServiceCountJobsProcedure:
+			jobServiceCountJobsHandler.ServeHTTP(w, r)
 		case JobServiceGetAttestationProcedure:
 			jobServiceGetAttestationHandler.ServeHTTP(w, r)
 		default:
@@ -462,6 +494,10 @@ func (UnimplementedJobServiceHandler) GetJob(context.Context, *v1.GetJobRequest)
 
 func (UnimplementedJobServiceHandler) ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.ListJobs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) CountJobs(context.Context, *v1.CountJobsRequest) (*v1.CountJobsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.JobService.CountJobs is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) GetAttestation(context.Context, *v1.GetAttestationRequest) (*v1.GetAttestationResponse, error) {
