@@ -4,6 +4,7 @@ import { useFeed, type Feed } from "./live.js";
 import { RepositoryList, RepositoryPage } from "./repos.js";
 import { ChangePage } from "./change.js";
 import { AuditPage } from "./audit.js";
+import { JobPage, JobsPage, WorkersPage } from "./jobs.js";
 import { Role, type Principal } from "../../sdk/ts/src/gen/agwp/v1/admin_pb.js";
 
 export interface Session {
@@ -91,6 +92,15 @@ function Console({ api, principal, onSignOut }: { api: Api; principal: Principal
     case "audit":
       page = <AuditPage session={session} />;
       break;
+    case "jobs":
+      page = <JobsPage session={session} />;
+      break;
+    case "job":
+      page = <JobPage session={session} id={route[1] ?? ""} />;
+      break;
+    case "workers":
+      page = <WorkersPage session={session} />;
+      break;
     default:
       page = <RepositoryList session={session} />;
   }
@@ -100,10 +110,12 @@ function Console({ api, principal, onSignOut }: { api: Api; principal: Principal
         <a href="#/" className="brand">ag</a>
         <nav>
           <a href="#/">Repositories</a>
+          <a href="#/jobs">Jobs</a>
+          <a href="#/workers">Workers</a>
           <a href="#/audit">Audit</a>
         </nav>
         <span className="who" data-testid="who">
-          {principal.name} · {roleName(principal.role)}
+          {principal.name} · {roleName(principal.role)}{" "}
           <span className={feed.live ? "live on" : "live"} title={feed.live ? "following the audit log" : "polling"}>
             {feed.live ? "live" : "polling"}
           </span>
