@@ -67,11 +67,18 @@ func (h *Claim) Lease() time.Duration { return h.lease }
 // Heartbeat extends the claim's lease and reports progress. A lost or stale claim answers an
 // error for which IsLostClaim is true: stop the work, do not complete it.
 func (h *Claim) Heartbeat(ctx context.Context, progress string) (*agwpv1.HeartbeatJobResponse, error) {
+	return h.HeartbeatOutput(ctx, progress, "")
+}
+
+// HeartbeatOutput is Heartbeat that also sends output, the tail of the job's log so far (at
+// most 64 KiB), for people to follow while the job runs; "" leaves the job's output as it is.
+func (h *Claim) HeartbeatOutput(ctx context.Context, progress, output string) (*agwpv1.HeartbeatJobResponse, error) {
 	return h.client.Jobs.HeartbeatJob(ctx, &agwpv1.HeartbeatJobRequest{
 		JobId:        h.Job.GetId(),
 		Worker:       h.worker,
 		Progress:     progress,
 		FencingToken: h.FencingToken(),
+		Output:       output,
 	})
 }
 

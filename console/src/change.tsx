@@ -1,16 +1,18 @@
 import type { Session } from "./app.js";
 import { useLoad, changeStateName } from "./repos.js";
 import { when, short } from "./format.js";
-import { CandidateState, type Candidate } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
+import { useTick } from "./live.js";
+import { CandidateState, ChangeState, type Candidate } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
 
 export function ChangePage({ session, id }: { session: Session; id: string }) {
   const { data, error } = useLoad(() => session.api.repos.getChange({ changeId: id }), [id, session.feed.version]);
   const c = data?.change;
-  // The validate job's output, read again as the feed moves (its progress lines and the log the
-  // worker sends), while the change validates and once it ended.
+  // The validate job's output: the worker sends the log's tail with its heartbeats, which record
+  // no event, so it is read every second while the change validates, and again as the feed moves.
+  const tick = useTick(c?.state === ChangeState.VALIDATING);
   const job = useLoad(
     async () => (c?.jobId ? (await session.api.jobs.getJob({ jobId: c.jobId })).job : undefined),
-    [c?.jobId, session.feed.version],
+    [c?.jobId, session.feed.version, tick],
   );
   return (
     <section>

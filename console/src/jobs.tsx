@@ -4,6 +4,7 @@ import type { Session } from "./app.js";
 import { isRefused, refusal } from "./api.js";
 import { useLoad, VirtualTable } from "./repos.js";
 import { millis, short, when } from "./format.js";
+import { useTick } from "./live.js";
 import { JobState, type Job, type JobStateCount } from "../../sdk/ts/src/gen/agwp/v1/job_pb.js";
 import { Role } from "../../sdk/ts/src/gen/agwp/v1/admin_pb.js";
 import type { AuditEvent } from "../../sdk/ts/src/gen/agwp/v1/audit_pb.js";
@@ -119,7 +120,10 @@ export function JobsPage({ session }: { session: Session }) {
 }
 
 export function JobPage({ session, id }: { session: Session; id: string }) {
-  const { data, error } = useLoad(() => session.api.jobs.getJob({ jobId: id }), [id, session.feed.version]);
+  const [running, setRunning] = useState(false);
+  const tick = useTick(running); // a running job's output comes with heartbeats, which record no event
+  const { data, error } = useLoad(() => session.api.jobs.getJob({ jobId: id }), [id, session.feed.version, tick]);
+  useEffect(() => setRunning(data?.job?.state === JobState.CLAIMED), [data]);
   const [actionError, setActionError] = useState("");
   const [history, setHistory] = useState<{ events: AuditEvent[]; note: string } | null>(null);
   const j = data?.job;

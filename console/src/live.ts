@@ -74,3 +74,15 @@ export function useNow(): number {
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
+
+// useTick answers a counter that goes up every ms while active: a page follows what records no
+// audit event as it changes (a running job's output).
+export function useTick(active: boolean, ms = 1000): number {
+  const [n, setN] = useState(0);
+  useEffect(() => {
+    if (!active) return;
+    const t = setInterval(() => setN((x) => x + 1), ms);
+    return () => clearInterval(t);
+  }, [active, ms]);
+  return n;
+}

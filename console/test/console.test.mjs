@@ -198,9 +198,7 @@ test("a change goes from queued through validating to integrated, its output str
   const worker = await env.worker("w-gated");
   t.after(() => worker.stop());
 
-  await t.test("the validation output shows while the change validates", {
-    todo: "the output reaches the page only when the job ends: see the report",
-  }, async () => {
+  await t.test("the validation output shows while the change validates", async () => {
     const seen = await until(page, "job-output with step one while validating, or the change's end", () => {
       const state = document.querySelector('[data-testid="change-state"]')?.textContent;
       const output = document.querySelector('[data-testid="job-output"]')?.textContent ?? "";

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -90,6 +91,63 @@ func TestWhatTheConsoleReads(t *testing.T) {
 			}
 			if _, err := agent.Admin.ListWorkerKeys(ctx, &agwpv1.ListWorkerKeysRequest{Principal: "ci"}); connect.CodeOf(err) != connect.CodePermissionDenied {
 				t.Errorf("ListWorkerKeys as an agent = %v, want permission_denied", err)
+			}
+		})
+	}
+}
+
+// TestARunningJobsOutputFollowsItsHeartbeats ensures that the output a worker sends with its
+// heartbeats is the job's output while it runs (so people can follow it), that a heartbeat
+// without output leaves it, that the completion's replaces it, and that more than 64 KiB is
+// refused.
+func TestARunningJobsOutputFollowsItsHeartbeats(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := agtest.Start(t, agtest.Options{Backend: backend})
+			ci := srv.Principal(t, "ci", agwpv1.Role_ROLE_WORKER)
+			reader := srv.Principal(t, "eve", agwpv1.Role_ROLE_READER)
+			if _, err := srv.Admin.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "build"}); err != nil {
+				t.Fatal(err)
+			}
+			claim, err := ci.Jobs.ClaimJob(ctx, &agwpv1.ClaimJobRequest{Worker: "w1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := claim.GetJob().GetId()
+			output := func() string {
+				t.Helper()
+				res, err := reader.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.GetJob().GetOutput()
+			}
+			beat := func(progress, out string) error {
+				_, err := ci.Jobs.HeartbeatJob(ctx, &agwpv1.HeartbeatJobRequest{JobId: id, Worker: "w1", FencingToken: 1, Progress: progress, Output: out})
+				return err
+			}
+			if err := beat("step one", "step one\n"); err != nil {
+				t.Fatal(err)
+			}
+			if got := output(); got != "step one\n" {
+				t.Fatalf("output after a heartbeat with output = %q, want %q", got, "step one\n")
+			}
+			if err := beat("still", ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := output(); got != "step one\n" {
+				t.Fatalf("output after a heartbeat without output = %q, want it unchanged", got)
+			}
+			if err := beat("", strings.Repeat("x", 64<<10+1)); connect.CodeOf(err) != connect.CodeInvalidArgument {
+				t.Fatalf("a heartbeat with 64 KiB + 1 of output = %v, want invalid_argument", err)
+			}
+			if _, err := ci.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{JobId: id, Worker: "w1", FencingToken: 1, Output: "step one\nstep two\n"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := output(); got != "step one\nstep two\n" {
+				t.Fatalf("output after the completion = %q, want the completion's", got)
 			}
 		})
 	}

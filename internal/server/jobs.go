@@ -195,6 +195,7 @@ func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRe
 		FencingToken: token,
 		Lease:        lease,
 		Progress:     req.GetProgress(),
+		Output:       req.GetOutput(),
 	})
 	if err != nil {
 		return nil, h.claimRefusal("HeartbeatJob", err, connect.CodeNotFound)

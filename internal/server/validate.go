@@ -335,6 +335,9 @@ func validateHeartbeat(req *agwpv1.HeartbeatJobRequest) (token uint32, lease tim
 	if err := maxBytes("progress", req.GetProgress(), maxProgressBytes); err != nil {
 		return 0, 0, err
 	}
+	if err := maxBytes("output", req.GetOutput(), maxOutputBytes); err != nil {
+		return 0, 0, err
+	}
 	token, err = fencingToken("fencing_token", req.GetFencingToken())
 	return token, lease, err
 }

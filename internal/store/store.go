@@ -219,6 +219,7 @@ type HeartbeatJobParams struct {
 	FencingToken uint32 // 0 = not given
 	Lease        time.Duration
 	Progress     string
+	Output       string // "" = unchanged
 }
 
 // CompleteJobParams are the inputs of CompleteJob.

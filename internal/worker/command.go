@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -34,6 +35,9 @@ type runSpec struct {
 	LogPath  string                // stdout and stderr, together, go here
 	Grace    time.Duration         // between SIGTERM and SIGKILL when the command is stopped
 	Progress func(lastLine string) // called with each non-empty line of output, truncated
+	// Follow, when set, is given at the start a function that answers the log's tail so far
+	// (its last maxOutputBytes), for the heartbeats to send while the command runs.
+	Follow func(tail func() string)
 	// GroupFile, when set, receives the command's process group id as soon as it has started,
 	// for ReapOrphans to find the group should the worker die. The command does not run on
 	// unrecorded: when the file cannot be written, the group is killed and that is the error.
@@ -107,6 +111,12 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	}
 	inOwnGroup(cmd)
 	sink := &logSink{file: logFile, hash: sha256.New(), progress: s.Progress}
+	if s.Follow != nil {
+		s.Follow(func() string {
+			tail, _ := logTail(s.LogPath, sink.size.Load(), maxOutputBytes)
+			return tail
+		})
+	}
 
 	res.StartedAt = time.Now()
 	exited, err := startCommand(cmd)
@@ -168,7 +178,7 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if box != nil && !box.commandRan(time.Second) {
 		// Not a validation that failed: bwrap could not set the sandbox up. Its words are in
 		// the log.
-		tail, _ := logTail(s.LogPath, sink.size, 2<<10)
+		tail, _ := logTail(s.LogPath, sink.size.Load(), 2<<10)
 		return res, fmt.Errorf("the sandbox did not start the command: %s", strings.TrimSpace(tail))
 	}
 	if sink.err != nil {
@@ -192,8 +202,8 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 		return res, fmt.Errorf("wait for %s: %w", s.Argv[0], waitErr)
 	}
 	res.LogDigest = "sha256:" + hex.EncodeToString(sink.hash.Sum(nil))
-	res.LogBytes = sink.size
-	if res.Tail, err = logTail(s.LogPath, sink.size, maxOutputBytes); err != nil {
+	res.LogBytes = sink.size.Load()
+	if res.Tail, err = logTail(s.LogPath, sink.size.Load(), maxOutputBytes); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -252,7 +262,7 @@ func lookPath(name, dir string, env []string) (string, error) {
 type logSink struct {
 	file     *os.File
 	hash     hash.Hash
-	size     int64
+	size     atomic.Int64 // what was written so far; read by Follow's tail while the command runs
 	err      error
 	progress func(string)
 	line     []byte // the current line, at most maxProgressBytes+utf8.UTFMax bytes of it
@@ -264,7 +274,7 @@ func (s *logSink) Write(p []byte) (int, error) {
 		_, s.err = s.file.Write(p)
 	}
 	s.hash.Write(p)
-	s.size += int64(len(p))
+	s.size.Add(int64(len(p)))
 	if s.progress == nil {
 		return n, nil
 	}

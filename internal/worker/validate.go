@@ -157,7 +157,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	log.Info("running", runLog...)
 	res, err := runCommand(ctx, runSpec{
 		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
-		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress,
+		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress, Follow: job.FollowOutput,
 		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box,
 	})
 	if res.Survivors {

@@ -40,6 +40,14 @@ func (j *Job) Progress(p string) {
 	}
 }
 
+// FollowOutput has the job's heartbeats carry tail(), the log's tail so far, when it changed:
+// people follow the output while the job runs. A handler calls it once, when its log starts.
+func (j *Job) FollowOutput(tail func() string) {
+	if j.progress != nil {
+		j.progress.follow(tail)
+	}
+}
+
 // Outcome is what a handler reports on success.
 type Outcome struct {
 	Result       *structpb.Struct
@@ -266,6 +274,8 @@ type progress struct {
 	mu      sync.Mutex
 	line    string
 	fresh   bool          // line was not sent yet
+	tail    func() string // the output so far, when the handler follows it
+	sent    string        // the output the last heartbeat sent
 	wake    chan struct{} // a new line came; buffered 1
 	done    chan struct{} // closed by stop
 	stopped chan struct{} // closed when run has returned
@@ -285,6 +295,36 @@ func (p *progress) set(line string) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (p *progress) follow(tail func() string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tail = tail
+}
+
+// output answers the output to send with the next heartbeat: its tail when it changed since
+// the last one sent, else "".
+func (p *progress) output() string {
+	p.mu.Lock()
+	tail, sent := p.tail, p.sent
+	p.mu.Unlock()
+	if tail == nil {
+		return ""
+	}
+	if out := tail(); out != sent {
+		return out
+	}
+	return ""
+}
+
+func (p *progress) sentOutput(out string) {
+	if out == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent = out
 }
 
 // take answers the newest line when it was not sent yet.
@@ -324,9 +364,13 @@ func (p *progress) run(ctx context.Context) {
 		if !fresh {
 			continue
 		}
+		out := p.output()
 		hctx, cancel := context.WithTimeout(ctx, p.retry)
-		res, err := p.claim.Heartbeat(hctx, line)
+		res, err := p.claim.HeartbeatOutput(hctx, line, out)
 		cancel()
+		if err == nil {
+			p.sentOutput(out)
+		}
 		pause := p.every
 		switch {
 		case err != nil && client.IsLostClaim(err):

@@ -113,7 +113,8 @@ type Job struct {
 	Progress string `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
 	// Principal that enqueued the job.
 	EnqueuedBy string `protobuf:"bytes,18,opt,name=enqueued_by,json=enqueuedBy,proto3" json:"enqueued_by,omitempty"`
-	// Tail of the log given at completion or failure.
+	// Tail of the log: the newest a heartbeat sent while the job runs, then the one given at
+	// completion or failure.
 	Output string `protobuf:"bytes,19,opt,name=output,proto3" json:"output,omitempty"`
 	// sha256 digest of the whole log, when given at completion.
 	OutputDigest string `protobuf:"bytes,20,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
@@ -700,7 +701,10 @@ type HeartbeatJobRequest struct {
 	// Free text shown to people, <= 1 KiB.
 	Progress string `protobuf:"bytes,4,opt,name=progress,proto3" json:"progress,omitempty"`
 	// ADR-0012: the claim number; 0 = not given.
-	FencingToken  uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// The tail of the log so far, <= 64 KiB: the job's output while it runs, for people to
+	// follow. Empty: unchanged. The completion's or failure's output replaces it.
+	Output        string `protobuf:"bytes,6,opt,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -768,6 +772,13 @@ func (x *HeartbeatJobRequest) GetFencingToken() uint64 {
 		return x.FencingToken
 	}
 	return 0
+}
+
+func (x *HeartbeatJobRequest) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
 }
 
 type HeartbeatJobResponse struct {
@@ -1890,13 +1901,14 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x19\n" +
 	"\bmax_jobs\x18\x05 \x01(\rR\amaxJobs\"5\n" +
 	"\x11ClaimJobsResponse\x12 \n" +
-	"\x04jobs\x18\x01 \x03(\v2\f.agwp.v1.JobR\x04jobs\"\xb6\x01\n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.agwp.v1.JobR\x04jobs\"\xce\x01\n" +
 	"\x13HeartbeatJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12/\n" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\tR\bprogress\x12#\n" +
-	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\"\x87\x01\n" +
+	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06output\x18\x06 \x01(\tR\x06output\"\x87\x01\n" +
 	"\x14HeartbeatJobResponse\x12D\n" +
 	"\x10lease_expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12)\n" +
 	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\"\x8b\x02\n" +

@@ -485,6 +485,7 @@ var heartbeatSQL = q(`
 UPDATE jobs SET
 	lease_expires_at = {now} + ((CASE WHEN $5::bigint > 0 THEN $5::bigint ELSE lease_ns END) / 1000) * interval '1 microsecond',
 	progress = CASE WHEN $6::text <> '' THEN $6::text ELSE progress END,
+	output = CASE WHEN $8::text <> '' THEN $8::text ELSE output END,
 	updated_at = {now}
 WHERE ` + claimCheck(7) + `
 RETURNING ` + jobCols(""))
@@ -492,7 +493,7 @@ RETURNING ` + jobCols(""))
 // HeartbeatJob extends the lease of a current claim.
 func (db *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
 	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, lostClaim(p.Worker, p.FencingToken),
-		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState)
+		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState, p.Output)
 }
 
 // completeUpdate completes the job, $5 result, $6 output, $7 output digest, $8 attestation

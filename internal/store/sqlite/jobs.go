@@ -347,9 +347,10 @@ func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (stor
 		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET
 				lease_expires_at = ?4 + CASE WHEN ?5 > 0 THEN ?5 ELSE lease_us END,
 				progress = CASE WHEN ?6 <> '' THEN ?6 ELSE progress END,
+				output = CASE WHEN ?7 <> '' THEN ?7 ELSE output END,
 				updated_at = ?4
 			WHERE `+claimCheck+` RETURNING `+jobColumns,
-			p.JobID, p.Worker, p.FencingToken, now, p.Lease.Microseconds(), p.Progress))
+			p.JobID, p.Worker, p.FencingToken, now, p.Lease.Microseconds(), p.Progress, p.Output))
 		if errors.Is(err, sql.ErrNoRows) {
 			return refusal(ctx, tx, "heartbeat job", p.JobID, p.Worker, p.FencingToken)
 		}
