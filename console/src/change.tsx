@@ -2,6 +2,10 @@ import type { Session } from "./app.js";
 import { useLoad, changeStateName } from "./repos.js";
 import { when, short } from "./format.js";
 import { useTick } from "./live.js";
+import { useState } from "react";
+import { refusal } from "./api.js";
+import { unifiedDiff, type Hunk } from "./diff.js";
+import type { Change } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
 import { CandidateState, ChangeState, type Candidate } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
 
 export function ChangePage({ session, id }: { session: Session; id: string }) {
@@ -53,6 +57,7 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
               </ul>
             </>
           )}
+          <Edits session={session} change={c} />
           {job.data && (
             <>
               <h3>Validation output {job.data.progress && <span className="count">{job.data.progress}</span>}</h3>
@@ -71,4 +76,82 @@ function describe(c: Candidate): string {
   if (c.changes.length > 1) parts.push(`a batch of ${c.changes.length}`);
   if (c.workers.length > 0) parts.push("on " + c.workers.join(", "));
   return parts.join(", ");
+}
+
+interface FileDiff {
+  path: string;
+  what: string; // "added", "deleted", "changed"
+  hunks?: Hunk[];
+  note?: string; // why no lines are shown
+}
+
+const maxDiffBytes = 256 << 10;
+
+// Edits shows the change's edits as a diff against its base, on demand: reading two trees of a
+// large repository is not free.
+function Edits({ session, change }: { session: Session; change: Change }) {
+  const [files, setFiles] = useState<FileDiff[] | null>(null);
+  const [error, setError] = useState("");
+  const after = change.integratedRevision || change.candidateRevision;
+  const load = async () => {
+    setError("");
+    try {
+      const [before, now] = await Promise.all([
+        session.api.repos.getTree({ repository: change.repository, revision: change.baseRevision }),
+        session.api.repos.getTree({ repository: change.repository, revision: after }),
+      ]);
+      const was = new Map(before.entries.map((e) => [e.path, e]));
+      const is = new Map(now.entries.map((e) => [e.path, e]));
+      const text = async (digest: string, size: bigint): Promise<string | null> => {
+        if (size > BigInt(maxDiffBytes)) return null;
+        const blob = await session.api.repos.getBlob({ digest });
+        try {
+          return new TextDecoder("utf-8", { fatal: true }).decode(blob.content);
+        } catch {
+          return null;
+        }
+      };
+      const out: FileDiff[] = [];
+      for (const path of change.paths) {
+        const a = was.get(path);
+        const b = is.get(path);
+        if (a?.digest === b?.digest) continue;
+        const what = !a ? "added" : !b ? "deleted" : "changed";
+        const [ta, tb] = await Promise.all([a ? text(a.digest, a.size) : "", b ? text(b.digest, b.size) : ""]);
+        if (ta === null || tb === null) out.push({ path, what, note: "binary, or larger than 256 KiB" });
+        else out.push({ path, what, hunks: unifiedDiff(ta, tb) });
+      }
+      setFiles(out);
+    } catch (err) {
+      setError(refusal(err));
+    }
+  };
+  if (!after || change.paths.length === 0) return null;
+  return (
+    <>
+      <h3>Edits <span className="count">{change.paths.length} paths, against its base {short(change.baseRevision)}</span></h3>
+      {error && <p className="error">{error}</p>}
+      {!files ? (
+        <button onClick={() => void load()} data-testid="show-diff">Show the diff</button>
+      ) : (
+        files.map((f) => (
+          <div key={f.path} className="diff" data-testid="diff-file">
+            <div className="diffhead mono">{f.path} <span className="count">{f.what}</span></div>
+            {f.note ? <p className="hint">{f.note}</p> : (
+              <pre className="difflines">
+                {f.hunks!.map((h, i) => (
+                  <span key={i}>
+                    <span className="hunk">{h.header}{"\n"}</span>
+                    {h.lines.map((l, j) => (
+                      <span key={j} className={l.kind === "+" ? "add" : l.kind === "-" ? "del" : ""}>{l.kind}{l.text}{"\n"}</span>
+                    ))}
+                  </span>
+                ))}
+              </pre>
+            )}
+          </div>
+        ))
+      )}
+    </>
+  );
 }

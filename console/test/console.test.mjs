@@ -228,6 +228,12 @@ test("a change goes from queued through validating to integrated, its output str
   const [attestation] = await texts(page, "change-attestation");
   assert.match(done.stdout, new RegExp(`^change ${id} integrated: 1 paths, mainline \\S+\nvalidated: attestation ${attestation}\n$`),
     "the page shows the attestation ag integrate printed");
+
+  // The change's edits, as a diff against its base: c.txt added with its one line.
+  await page.getByTestId("show-diff").click();
+  await page.getByTestId("diff-file").waitFor();
+  const diff = await page.getByTestId("diff-file").textContent();
+  assert.match(diff, /^c\.txt\s*added@@ -1,0 \+1,1 @@\n\+c\n$/, `the diff shown: ${JSON.stringify(diff)}`);
   noPageErrors(page);
 });
 
