@@ -188,7 +188,7 @@ function Changes({ session, repository }: { session: Session; repository: string
       {error && <p className="error">{error}</p>}
       <VirtualTable
         rows={data ?? []}
-        header={<tr><th>change</th><th>state</th><th>author</th><th>message</th><th>attestation</th></tr>}
+        header={<tr><th>change</th><th>state</th><th>author</th><th>message</th><th>attestation</th><th>validation</th></tr>}
         testid="change-row"
         render={(c: Change) => (
           <>
@@ -197,11 +197,19 @@ function Changes({ session, repository }: { session: Session; repository: string
             <td>{c.author}</td>
             <td>{firstLine(c.message)}</td>
             <td className="mono">{c.attestationDigest ? short(c.attestationDigest, 16) : "—"}</td>
+            <td data-testid="change-validation">{validationResult(c)}</td>
           </>
         )}
       />
     </section>
   );
+}
+
+// validationResult says what the attestation behind a change says: the gate lands a change only
+// on a passing one, and rejects one on a failing one.
+function validationResult(c: Change): string {
+  if (!c.attestationDigest) return c.state === ChangeState.INTEGRATED ? "not validated" : "—";
+  return c.state === ChangeState.INTEGRATED ? "passed" : c.state === ChangeState.REJECTED ? "failed" : "—";
 }
 
 export function changeStateName(s: ChangeState): string {
