@@ -41,6 +41,10 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
               </>
             )}
           </dl>
+          {/* A batch's job was enqueued for its last change: cancelling it cancels that one only. */}
+          {c.state === ChangeState.VALIDATING && c.jobId && c.candidate?.changes.at(-1) === c.id && (
+            <CancelChange session={session} jobId={c.jobId} />
+          )}
           {c.reason && (
             <>
               <h3>Why it was {changeStateName(c.state)}</h3>
@@ -153,5 +157,25 @@ function Edits({ session, change }: { session: Session; change: Change }) {
         ))
       )}
     </>
+  );
+}
+
+// CancelChange cancels a validating change through its validate job, which its author or an
+// admin may cancel; the server decides, and the page shows its refusal.
+function CancelChange({ session, jobId }: { session: Session; jobId: string }) {
+  const [error, setError] = useState("");
+  const cancel = async () => {
+    try {
+      await session.api.jobs.cancelJob({ jobId });
+      setError("");
+    } catch (err) {
+      setError("cancel: " + refusal(err));
+    }
+  };
+  return (
+    <div className="actions">
+      <button onClick={() => void cancel()} data-testid="cancel-change">Cancel this change</button>
+      {error && <span className="error" data-testid="error">{error}</span>}
+    </div>
   );
 }
