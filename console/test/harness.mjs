@@ -53,8 +53,12 @@ class Proc {
         live.delete(this);
         resolve({ code: -1, signal: null });
       });
-      this.child.on("exit", (code, signal) => {
+      this.child.on("exit", async (code, signal) => {
         live.delete(this);
+        // The process may exit before its output is all read: a command's answer must be whole
+        // when it is read. Its streams end soon after, unless a process it started holds them.
+        const ended = (s) => new Promise((r) => (s.closed || s.readableEnded ? r() : s.once("close", r)));
+        await within(Promise.all([ended(this.child.stdout), ended(this.child.stderr)]), 1_000);
         resolve({ code, signal });
       });
     });
@@ -134,15 +138,18 @@ function freePort() {
 
 // Env is one ag server with what the tests start around it.
 export class Env {
-  static async start() {
+  // start starts a server and, unless browser is false, a headless Chromium.
+  static async start({ browser = true } = {}) {
     const env = new Env();
     try {
       await env.#startServer();
-      env.browser = await chromium.launch({
-        executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-        headless: true,
-        args: ["--no-sandbox"],
-      });
+      if (browser) {
+        env.browser = await chromium.launch({
+          executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+          headless: true,
+          args: ["--no-sandbox"],
+        });
+      }
     } catch (err) {
       await env.stop();
       throw err;
@@ -173,8 +180,15 @@ export class Env {
     return p;
   }
 
+  // auditKeyFile is the audit log's verifier key that ag serve wrote beside its SQLite database
+  // (audit.key.pub, next to the default --audit-key).
+  get auditKeyFile() {
+    return join(this.serverDir, "audit.key.pub");
+  }
+
   async #startServer() {
-    const db = "sqlite:" + join(this.tmp("server"), "ag.db");
+    this.serverDir = this.tmp("server");
+    const db = "sqlite:" + join(this.serverDir, "ag.db");
     // The port is free when picked, but another process may take it first: then ag serve
     // exits saying so, and another one is tried.
     for (let attempt = 1; ; attempt++) {
@@ -267,13 +281,14 @@ export class Env {
   }
 
   // worker starts an ag-worker of a new worker principal that runs validate jobs in the
-  // bubblewrap sandbox, and waits until it has started claiming. Stop it with stop().
-  async worker(label) {
-    const { token } = await this.principal("ci-" + label, "worker");
+  // bubblewrap sandbox (or the job kinds named, comma-separated), and waits until it has
+  // started claiming. Stop it with stop().
+  async worker(label, { kinds = "validate", principal = "ci-" + label } = {}) {
+    const { token } = await this.principal(principal, "worker");
     const dir = this.tmp("worker-" + label);
     const p = this.start("ag-worker " + label, this.workerBin, [
       "--server", this.url, "--token", token, "--label", label,
-      "--key", join(dir, label + ".key"), "--kinds", "validate", "--work-dir", this.tmp("work-" + label),
+      "--key", join(dir, label + ".key"), "--kinds", kinds, "--work-dir", this.tmp("work-" + label),
       "--cache-dir", join(dir, "cache"), "--lease", "2s", "--wait", "10s",
     ], { cwd: dir });
     await p.waitOutput("stderr", /msg="ag-worker started"/);
@@ -295,10 +310,10 @@ export class Env {
     return page;
   }
 
-  // signedIn opens path in a new tab and signs in with token through the form, as a person
-  // would, waiting until the console shows who is signed in.
-  async signedIn(path, token) {
-    const page = await this.page(path);
+  // signedIn opens path in a new tab (of context when given, as page does) and signs in with
+  // token through the form, as a person would, waiting until the console shows who is signed in.
+  async signedIn(path, token, context) {
+    const page = await this.page(path, context);
     await page.getByTestId("token").fill(token);
     await page.getByTestId("sign-in").click();
     await page.getByTestId("who").waitFor();
