@@ -58,7 +58,7 @@ function SignIn({ onSubmit, error }: { onSubmit: (token: string) => void; error:
       <form onSubmit={submit}>
         <label htmlFor="token">Token</label>
         <input id="token" data-testid="token" type="password" autoComplete="off" value={token}
-          onChange={(e) => setToken(e.target.value)} placeholder="ag_..." />
+          onChange={(e) => setToken(e.target.value)} placeholder="agt_..." />
         <button type="submit" data-testid="sign-in">Sign in</button>
         <p className="hint">The token stays in this tab only: closing the tab forgets it.</p>
         {error && <p className="error" data-testid="error">{error}</p>}

@@ -4,6 +4,7 @@ import { when, short } from "./format.js";
 import { useTick } from "./live.js";
 import { useState } from "react";
 import { refusal } from "./api.js";
+import { JobState } from "../../sdk/ts/src/gen/agwp/v1/job_pb.js";
 import { unifiedDiff, type Hunk } from "./diff.js";
 import type { Change } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
 import { CandidateState, ChangeState, type Candidate } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
@@ -56,7 +57,7 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
               <h3>Validated {c.history.length === 1 ? "once" : `${c.history.length} times`}</h3>
               <ul>
                 {c.history.map((h) => (
-                  <li key={h.id}><span className="mono">{short(h.id)}</span> {describe(h)}{h.reason ? `: ${h.reason}` : ""}</li>
+                  <li key={h.id} className="prewrap"><span className="mono">{short(h.id)}</span> {describe(h)}{h.reason ? `: ${h.reason}` : ""}</li>
                 ))}
               </ul>
             </>
@@ -64,7 +65,7 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
           <Edits session={session} change={c} />
           {job.data && (
             <>
-              <h3>Validation output {job.data.progress && <span className="count">{job.data.progress}</span>}</h3>
+              <h3>Validation output {job.data.state === JobState.CLAIMED && job.data.progress && <span className="count">{job.data.progress}</span>}</h3>
               <pre className="log" data-testid="job-output">{job.data.output || "(nothing yet)"}</pre>
             </>
           )}
@@ -133,7 +134,7 @@ function Edits({ session, change }: { session: Session; change: Change }) {
   if (!after || change.paths.length === 0) return null;
   return (
     <>
-      <h3>Edits <span className="count">{change.paths.length} paths, against its base {short(change.baseRevision)}</span></h3>
+      <h3>Edits <span className="count">{change.paths.length === 1 ? "1 path" : `${change.paths.length} paths`}, against its base {short(change.baseRevision)}</span></h3>
       {error && <p className="error">{error}</p>}
       {!files ? (
         <button onClick={() => void load()} data-testid="show-diff">Show the diff</button>

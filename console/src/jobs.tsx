@@ -210,7 +210,7 @@ export function JobPage({ session, id }: { session: Session; id: string }) {
           </p>
           {(j.output || j.progress) && (
             <>
-              <h3>Output {j.progress && <span className="count">{j.progress}</span>}</h3>
+              <h3>Output {j.state === JobState.CLAIMED && j.progress && <span className="count">{j.progress}</span>}</h3>
               <pre className="log" data-testid="job-output">{j.output}</pre>
             </>
           )}

@@ -225,19 +225,19 @@ export function VirtualTable<T>({ rows, header, render, testid }: {
   testid: string;
 }) {
   const parent = useRef<HTMLDivElement>(null);
-  const rowHeight = 30;
+  const rowHeight = 38; // a row with a button; rows are measured as they render
   const v = useVirtualizer({ count: rows.length, getScrollElement: () => parent.current, estimateSize: () => rowHeight, overscan: 10 });
   const items = v.getVirtualItems();
   const top = items[0]?.start ?? 0;
   const bottom = v.getTotalSize() - (items[items.length - 1]?.end ?? 0);
   return (
-    <div ref={parent} className="scroll" style={{ maxHeight: Math.min(rows.length * rowHeight + 40, 480) }}>
+    <div ref={parent} className="scroll" style={{ maxHeight: Math.min(rows.length * rowHeight + 44, 520) }}>
       <table>
         <thead>{header}</thead>
         <tbody>
           {top > 0 && <tr style={{ height: top }} />}
           {items.map((it) => (
-            <tr key={it.key} data-testid={testid} style={{ height: rowHeight }}>{render(rows[it.index]!)}</tr>
+            <tr key={it.key} data-testid={testid} data-index={it.index} ref={v.measureElement}>{render(rows[it.index]!)}</tr>
           ))}
           {bottom > 0 && <tr style={{ height: bottom }} />}
         </tbody>
