@@ -180,3 +180,39 @@ func TestProgressHeartbeatSeesACancellation(t *testing.T) {
 	}
 	e.waitJob(t, id, "to be cancelled", func(j *agwpv1.Job) bool { return j.GetState() == agwpv1.JobState_JOB_STATE_CANCELLED })
 }
+
+// TestFollowedOutputReachesTheServerWhileTheJobRuns ensures that a handler that follows its
+// output has each heartbeat for progress carry the output so far, so the job's output grows on
+// the server while the job runs; the completion's output replaces it.
+func TestFollowedOutputReachesTheServerWhileTheJobRuns(t *testing.T) {
+	t.Parallel()
+	step := make(chan struct{})
+	e := startProgressWorker(t, func(ctx context.Context, job *worker.Job) (worker.Outcome, error) {
+		var log atomic.Value
+		log.Store("")
+		job.FollowOutput(func() string { return log.Load().(string) })
+		for i := 1; i <= 2; i++ {
+			log.Store(log.Load().(string) + fmt.Sprintf("step %d\n", i))
+			job.Progress(fmt.Sprintf("step %d", i))
+			select {
+			case <-step:
+			case <-ctx.Done():
+				return worker.Outcome{}, context.Cause(ctx)
+			}
+		}
+		return worker.Outcome{Output: "the whole log\n"}, nil
+	})
+	id := e.enqueue(t)
+	for i, want := range []string{"step 1\n", "step 1\nstep 2\n"} {
+		e.waitJob(t, id, fmt.Sprintf("to show the output %q", want), func(j *agwpv1.Job) bool {
+			return j.GetState() == agwpv1.JobState_JOB_STATE_CLAIMED && j.GetOutput() == want
+		})
+		if i < 1 {
+			step <- struct{}{}
+		}
+	}
+	step <- struct{}{}
+	e.waitJob(t, id, "to complete with its own output", func(j *agwpv1.Job) bool {
+		return j.GetState() == agwpv1.JobState_JOB_STATE_COMPLETED && j.GetOutput() == "the whole log\n"
+	})
+}
