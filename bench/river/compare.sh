@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Measures River and ag the way each measures itself, in one session on one private PostgreSQL
+# cluster: River with its own `river bench --num-total-jobs N` (built from a River checkout),
+# ag with `ag bench` against a fresh `ag serve`. Every run gets a new database (and ag a new
+# server), the configurations are alternated round by round, and the medians and their ratio to
+# River's are printed. Usage:
+#
+#   RIVER_SRC=~/src/river bench/river/compare.sh     # a checkout of github.com/riverqueue/river
+#   JOBS=50000 ROUNDS=5 AG_BATCHES="128 1" RIVER_SRC=... bench/river/compare.sh
+#
+# RIVER_SRC's cmd/river is built at RIVER_REF (default v0.43.0, the version measured in
+# docs/benchmarks.md) with GOWORK=off, so that its dependencies are the published ones. Needs
+# the PostgreSQL server binaries and psql on PATH; as root it runs the cluster as the postgres
+# user (initdb refuses root).
+set -euo pipefail
+
+JOBS=${JOBS:-20000}
+ROUNDS=${ROUNDS:-3}
+AG_BATCHES=${AG_BATCHES:-128 1}
+AG_WORKERS=${AG_WORKERS:-8}
+AG_PORT=${AG_PORT:-7792}
+RIVER_REF=${RIVER_REF:-v0.43.0}
+: "${RIVER_SRC:?set RIVER_SRC to a checkout of github.com/riverqueue/river}"
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+tmp=$(mktemp -d /tmp/rivercmp-XXXXXX)
+server=
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+cleanup() {
+	if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
+	if [ -f "$tmp/data/postmaster.pid" ]; then
+		(cd "$tmp" && as_pg pg_ctl stop -m immediate -w -D "$tmp/data" >/dev/null) || true
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "== builds"
+mkdir -p "$tmp/river-src"
+git -C "$RIVER_SRC" archive "$RIVER_REF" | tar -x -C "$tmp/river-src"
+(cd "$tmp/river-src/cmd/river" && GOWORK=off GOFLAGS=-mod=mod go build -o "$tmp/river" .)
+(cd "$root" && go build -o "$tmp/ag" ./cmd/ag)
+echo "river $RIVER_REF ($(git -C "$RIVER_SRC" rev-parse --short "$RIVER_REF^{commit}")), $(go version)"
+echo "ag commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$root" && git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+if [ -r /proc/loadavg ]; then echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"; fi
+
+echo "== PostgreSQL cluster in $tmp"
+if [ "$(id -u)" = 0 ]; then chown postgres: "$tmp"; fi
+(cd "$tmp" && as_pg initdb -D "$tmp/data" -A trust -U postgres -E UTF8 --locale=C --no-sync --no-instructions >/dev/null)
+# ag's test cluster's settings (internal/testutil/pgtest), for both.
+(cd "$tmp" && as_pg pg_ctl start -w -t 60 -D "$tmp/data" -l "$tmp/pg.log" -o \
+	"-c listen_addresses='' -k $tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null)
+postgres --version
+pgurl() { echo "postgres://postgres@/$1?host=$tmp&sslmode=disable"; }
+fresh() {
+	PGOPTIONS="-c client_min_messages=warning" \
+	psql -q -h "$tmp" -U postgres -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+}
+
+# river_drain answers River's own figure: river bench's "overall job/sec" for JOBS jobs
+# inserted before its client starts, on a new database.
+river_drain() {
+	fresh river_run
+	"$tmp/river" migrate-up --database-url "$(pgurl river_run)" >/dev/null
+	"$tmp/river" bench --database-url "$(pgurl river_run)" --num-total-jobs "$JOBS" 2>&1 |
+		sed -n 's/.*overall job\/sec \[ *\([0-9.]*\) *\].*/\1/p' | tail -1
+}
+
+# ag_drain BATCH answers ag's: ag bench's claim+complete jobs/s for JOBS jobs, enqueued first,
+# with BATCH jobs a call, against a new ag serve on a new database.
+ag_drain() {
+	local dir token=agt_compare$RANDOM$RANDOM url=http://127.0.0.1:$AG_PORT out
+	fresh ag_run
+	dir=$(mktemp -d "$tmp/ag-XXXXXX")
+	(cd "$dir" && exec env AG_BOOTSTRAP_TOKEN=$token "$tmp/ag" serve --db "$(pgurl ag_run)" --addr "127.0.0.1:$AG_PORT" \
+		--audit-key "$dir/audit.key" --log-level warn) &
+	server=$!
+	for _ in $(seq 100); do
+		"$tmp/ag" whoami --server "$url" --token "$token" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	out=$("$tmp/ag" bench --server "$url" --token "$token" --jobs "$JOBS" --workers "$AG_WORKERS" --batch "$1" --latency-jobs 0)
+	kill "$server"
+	wait "$server" || true
+	server=
+	echo "$out" | sed -n 's/^claim+complete:.*: \([0-9.]*\) jobs\/s.*/\1/p'
+}
+
+configs=("river bench" )
+for b in $AG_BATCHES; do configs+=("ag bench --batch $b"); done
+declare -A results
+echo "== $ROUNDS rounds of $JOBS jobs, the configurations alternated"
+for r in $(seq "$ROUNDS"); do
+	for c in "${configs[@]}"; do
+		if [ "$c" = "river bench" ]; then v=$(river_drain); else v=$(ag_drain "${c##* }"); fi
+		[ -n "$v" ] || { echo "round $r, $c: no figure in its output" >&2; exit 1; }
+		results[$c]="${results[$c]:-} $v"
+		printf 'round %d  %-20s %10.0f jobs/s\n' "$r" "$c" "$v"
+	done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+river=$(echo "${results[river bench]}" | median)
+echo
+echo "| run | rounds (jobs/s) | median | against River |"
+echo "| --- | --- | --- | --- |"
+for c in "${configs[@]}"; do
+	m=$(echo "${results[$c]}" | median)
+	printf '| `%s` | %s | **%.0f** | %.2f× |\n' "$c" "$(echo "${results[$c]}" | awk '{for (i=1;i<=NF;i++) printf "%s%.0f", (i>1?", ":""), $i}')" "$m" "$(awk "BEGIN {print $m / $river}")"
+done
