@@ -131,26 +131,56 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
-	var wg sync.WaitGroup
-	for i := 0; i < w.cfg.Concurrency; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(ctx, jobCtx)
-		}()
+	comp := newCompleter(w.cfg.Client)
+	defer comp.stop()
+	// The free slots: one claim loop asks for as many jobs as there are, in one call, so that a
+	// worker of many slots claims in batches on its own; each job gives its slot back when it
+	// has been reported.
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	for range w.cfg.Concurrency {
+		slots <- struct{}{}
 	}
-	wg.Wait()
+	var running sync.WaitGroup
+	w.claimLoop(ctx, slots, func(claim *client.Claim) {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() { slots <- struct{}{} }()
+			w.run(jobCtx, claim, comp)
+		}()
+	})
+	running.Wait()
 	return nil
 }
 
-// loop claims and runs jobs until ctx ends. A claim that fails is tried again with backoff,
-// whatever the error: the server may come back, an operator may give the principal its role back.
-func (w *Worker) loop(ctx, jobCtx context.Context) {
+// claimLoop claims jobs for the free slots until ctx ends and hands each to start. A claim
+// that fails is tried again with backoff, whatever the error: the server may come back, an
+// operator may give the principal its role back.
+func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(*client.Claim)) {
 	backoff := backoffMin
-	for ctx.Err() == nil {
-		claim, err := w.cfg.Client.Claim(ctx, client.ClaimOptions{
+	most := min(w.cfg.Concurrency, client.MaxBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-slots:
+		}
+		n := 1
+	more:
+		for n < most {
+			select {
+			case <-slots:
+				n++
+			default:
+				break more
+			}
+		}
+		claims, err := w.cfg.Client.ClaimMany(ctx, client.ClaimOptions{
 			Worker: w.cfg.Label, Kinds: w.kinds, Lease: w.cfg.Lease, Wait: w.cfg.Wait,
-		})
+		}, n)
+		for range n - len(claims) {
+			slots <- struct{}{}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -162,15 +192,14 @@ func (w *Worker) loop(ctx, jobCtx context.Context) {
 		}
 		w.outage.answered()
 		backoff = backoffMin
-		if claim == nil {
-			continue
+		for _, c := range claims {
+			start(c)
 		}
-		w.run(jobCtx, claim)
 	}
 }
 
 // run executes one claimed job and reports its outcome with the claim's number.
-func (w *Worker) run(ctx context.Context, claim *client.Claim) {
+func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer) {
 	job := claim.Job
 	log := w.log.With("job", job.GetId(), "kind", job.GetKind(), "claim", job.GetAttempts())
 	log.Info("claimed")
@@ -208,7 +237,7 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim) {
 		w.report(log, "cancelled", ferr)
 		return
 	case err == nil:
-		_, cerr := claim.Complete(rctx, client.CompleteOptions{
+		cerr := comp.complete(rctx, claim, client.CompleteOptions{
 			Result: outcome.Result, Output: outcome.Output, OutputDigest: outcome.OutputDigest, Attestation: outcome.Attestation,
 		})
 		w.report(log.With("elapsed", time.Since(start).Round(time.Millisecond)), "completed", cerr)

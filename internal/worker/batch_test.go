@@ -1,0 +1,135 @@
+package worker_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/testutil/agtest"
+	"github.com/ag-coord/ag/internal/worker"
+)
+
+// callCounter counts the claim and completion calls that go through it.
+type callCounter struct {
+	claims, completions atomic.Int64
+	next                http.RoundTripper
+}
+
+func (c *callCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/ClaimJob"), strings.HasSuffix(r.URL.Path, "/ClaimJobs"):
+		c.claims.Add(1)
+	case strings.HasSuffix(r.URL.Path, "/CompleteJob"), strings.HasSuffix(r.URL.Path, "/CompleteJobs"):
+		c.completions.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+type drain struct {
+	srv   *agtest.Server
+	calls *callCounter
+	w     *worker.Worker
+}
+
+func newDrain(tb testing.TB, backend string, concurrency, jobs int) *drain {
+	tb.Helper()
+	d := &drain{srv: agtest.Start(tb, agtest.Options{Backend: backend}), calls: &callCounter{next: http.DefaultTransport}}
+	c := d.srv.Principal(tb, "w", agwpv1.Role_ROLE_WORKER, client.WithHTTPClient(&http.Client{Transport: d.calls}))
+	var err error
+	d.w, err = worker.New(worker.Config{Client: c, Label: "w1", Concurrency: concurrency, Lease: time.Minute, Wait: time.Second,
+		Handlers: map[string]worker.Handler{"test.noop": func(context.Context, *worker.Job) (worker.Outcome, error) {
+			return worker.Outcome{}, nil
+		}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(jobs) {
+				if _, _, err := d.srv.Store.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "test.noop", MaxAttempts: 3, EnqueuedBy: "admin"}); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return d
+}
+
+// run works the queue until every job completed, and answers how long it took.
+func (d *drain) run(tb testing.TB, jobs int) time.Duration {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_ = d.w.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for {
+		n, err := d.srv.Store.CountJobs(context.Background())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if n[store.JobCompleted] == int64(jobs) {
+			return time.Since(start)
+		}
+		if n[store.JobFailed] > 0 {
+			tb.Fatalf("jobs failed: %v", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAWorkerOfManySlotsClaimsAndCompletesInBatches ensures that a worker with many slots
+// claims for all its free slots in one call and reports completions together, without being
+// told a batch size, and that every job completes exactly once.
+func TestAWorkerOfManySlotsClaimsAndCompletesInBatches(t *testing.T) {
+	t.Parallel()
+	const jobs, slots = 640, 64
+	d := newDrain(t, agtest.Backends[0], slots, jobs)
+	d.run(t, jobs)
+	claims, completions := d.calls.claims.Load(), d.calls.completions.Load()
+	t.Logf("%d jobs: %d claim calls, %d completion calls", jobs, claims, completions)
+	// One job a call would take 640 of each; the first claim alone takes 64.
+	if claims > jobs/4 {
+		t.Errorf("%d claim calls for %d jobs with %d slots: the worker claims one at a time", claims, jobs, slots)
+	}
+	if completions >= jobs {
+		t.Errorf("%d completion calls for %d jobs: the worker reports one at a time", completions, jobs)
+	}
+}
+
+// BenchmarkWorkerDrain measures a worker of 1 and 64 slots working down a queue of no-op jobs:
+// jobs/s, and the claim and completion calls per job.
+func BenchmarkWorkerDrain(b *testing.B) {
+	for _, backend := range agtest.Backends {
+		for _, slots := range []int{1, 64} {
+			b.Run(backend+"/"+map[int]string{1: "1-slot", 64: "64-slots"}[slots], func(b *testing.B) {
+				jobs := max(b.N, 100)
+				d := newDrain(b, backend, slots, jobs)
+				b.ResetTimer()
+				took := d.run(b, jobs)
+				b.StopTimer()
+				b.ReportMetric(float64(jobs)/took.Seconds(), "jobs/s")
+				b.ReportMetric(float64(d.calls.claims.Load())/float64(jobs), "claim-calls/job")
+				b.ReportMetric(float64(d.calls.completions.Load())/float64(jobs), "complete-calls/job")
+			})
+		}
+	}
+}
