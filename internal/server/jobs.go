@@ -383,7 +383,7 @@ func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (
 	if c := req.GetClaimedBy(); c != "" {
 		principal, label, ok := strings.Cut(c, "|")
 		if !ok || validateName("claimed_by", principal) != nil || label != "" && validateLabel("claimed_by", label) != nil {
-			return nil, invalid("claimed_by", "%q is not <principal>|<label> or <principal>|", c)
+			return nil, invalid("claimed_by", "%q names no worker: use <principal>|<label> for one worker, or <principal>| for every label of the principal", c)
 		}
 	}
 	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken(), ClaimedBy: req.GetClaimedBy()}

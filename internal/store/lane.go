@@ -53,3 +53,13 @@ func LaneHidden(lanes []Lane, name string) []string {
 	}
 	return hidden
 }
+
+// LanePaths answers a lane's own paths.
+func LanePaths(lanes []Lane, name string) []string {
+	for _, l := range lanes {
+		if l.Name == name {
+			return l.Prefixes
+		}
+	}
+	return nil
+}

@@ -610,7 +610,9 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 		return false, err
 	}
 	info.Attestation = cand.AttestationDigest
-	landed := rev
+	// moved is the revision the mainline moves to: the candidate itself, or, in a lane, its
+	// changes applied to the mainline of the moment.
+	var moved Revision
 	if r.lane == RootLane {
 		if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
 			return false, err
@@ -618,12 +620,9 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 		if rev.GitCommit, err = r.tx.WriteCommit(rev, r.mainline, info); err != nil {
 			return false, fmt.Errorf("candidate %s: %w", cand.ID, err)
 		}
-		landed = rev
-	} else {
-		landed, err = r.landLane(cand, rev, group, info)
-		if err != nil || landed.ID == "" {
-			return false, err
-		}
+		moved = rev
+	} else if moved, err = r.landLane(cand, rev, group, info); err != nil || moved.ID == "" {
+		return false, err
 	}
 	cand.State = CandidateLanded
 	if err := r.tx.SetCandidate(*cand, CandidatePassed); err != nil {
@@ -631,15 +630,16 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 	}
 	for j := range group {
 		c := &group[j]
-		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, landed.ID, cand.AttestationDigest
+		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, moved.ID, cand.AttestationDigest
 		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
 		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return false, err
 		}
 	}
-	r.mainline, r.tip, r.virtual = landed, rev, false
+	// A lane's tip stays its view, which the candidate is; the root's is the mainline.
+	r.mainline, r.tip, r.virtual = moved, rev, false
 	if r.lane == RootLane {
-		r.tip = landed
+		r.tip = moved
 	}
 	r.why = ""
 	return true, nil
@@ -673,7 +673,7 @@ func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info Comm
 		if err != nil {
 			return Revision{}, fmt.Errorf("candidate %s: the lane's view: %w", cand.ID, err)
 		}
-		own := laneOwn(r.lanes, r.lane)
+		own := LanePaths(r.lanes, r.lane)
 		outside, err := r.tx.Project(tree, own)
 		if err != nil {
 			return Revision{}, err
@@ -725,16 +725,6 @@ func (r *walk) rejectUnapplied(cand *Candidate, group []Change, j int, err error
 	c.State, c.Reason, c.CandidateID = ChangeRejected, err.Error(), ""
 	r.why = "the change " + c.ID + " ahead of it was rejected"
 	return r.set(c, ChangeValidating, "change.rejected", map[string]any{"reason": c.Reason})
-}
-
-// laneOwn answers a lane's own paths.
-func laneOwn(lanes []Lane, name string) []string {
-	for _, l := range lanes {
-		if l.Name == name {
-			return l.Prefixes
-		}
-	}
-	return nil
 }
 
 // commitInfo answers the mainline commit of a candidate of changes: the change's own message

@@ -48,7 +48,6 @@ type jobCall struct {
 	change     store.Change
 	candidate  store.Revision
 	validation []byte
-	lane       string
 }
 
 func newGate() *gate { return &gate{} }
@@ -68,7 +67,7 @@ func (g *gate) params(repository string) store.AdvanceQueueParams {
 		Job: func(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.jobs = append(g.jobs, jobCall{c, candidate, validation, lane})
+			g.jobs = append(g.jobs, jobCall{c, candidate, validation})
 			return validateJob(c, candidate, validation, lane)
 		},
 		Lanes: g.lanes,

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -74,17 +75,21 @@ func (b *rbundle) wantView(t *testing.T, repository, cand, on string, files map[
 	return view.ID
 }
 
-func (g *gate) laneOfJob(t *testing.T, jobID string, b *rbundle) string {
+// laneOfJob answers the lane a validate job was enqueued for, as its payload (validateJob)
+// names it.
+func (b *rbundle) laneOfJob(t *testing.T, jobID string) string {
 	t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, j := range g.jobs {
-		if job, err := b.st.GetJob(b.ctx, jobID); err == nil && strings.Contains(string(job.Payload), j.candidate.ID) {
-			return j.lane
-		}
+	job, err := b.st.GetJob(b.ctx, jobID)
+	if err != nil {
+		t.Fatalf("GetJob(%s): %v", jobID, err)
 	}
-	t.Fatalf("no validate job %s was enqueued", jobID)
-	return ""
+	var p struct {
+		Lane string `json:"lane"`
+	}
+	if err := json.Unmarshal(job.Payload, &p); err != nil {
+		t.Fatalf("the payload of %s: %v", jobID, err)
+	}
+	return p.Lane
 }
 
 func testLanesDoNotWaitForEachOther(t *testing.T, newStore Factory) {
@@ -110,7 +115,7 @@ func testLanesDoNotWaitForEachOther(t *testing.T, newStore Factory) {
 	b.wantCandidate(t, got[2], got[2].CandidateRevision, got[0].CandidateRevision,
 		without(webView, nil, "web/index.html", "<p>one</p>", "web/two.html", "two"))
 	for i, want := range []string{"web", "api", "web"} {
-		if lane := g.laneOfJob(t, got[i].JobID, b); lane != want {
+		if lane := b.laneOfJob(t, got[i].JobID); lane != want {
 			t.Fatalf("the validate job of %s was enqueued for lane %q, want %q", got[i].ID, lane, want)
 		}
 	}
@@ -173,7 +178,7 @@ func testLanesWaitForAChangeOfNoLane(t *testing.T, newStore Factory) {
 	got = b.advance(t, g, "shop", step{root.ID, store.ChangeValidating}, step{a1.ID, store.ChangeValidating})
 	whole := without(laneFiles, nil, "web/index.html", "<p>one</p>", "go.mod", "module shop // two")
 	b.wantCandidate(t, got[0], got[0].CandidateRevision, b.change(t, w1.ID).IntegratedRevision, whole)
-	if lane := g.laneOfJob(t, got[0].JobID, b); lane != store.RootLane {
+	if lane := b.laneOfJob(t, got[0].JobID); lane != store.RootLane {
 		t.Fatalf("the change of no lane was validated in lane %q, want the whole tree's", lane)
 	}
 	b.wantCandidate(t, got[1], got[1].CandidateRevision,
