@@ -25,18 +25,8 @@ RIVER_REF=${RIVER_REF:-v0.43.0}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 tmp=$(mktemp -d /tmp/rivercmp-XXXXXX)
-server=
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-cleanup() {
-	if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
-	if [ -f "$tmp/data/postmaster.pid" ]; then
-		(cd "$tmp" && as_pg pg_ctl stop -m immediate -w -D "$tmp/data" >/dev/null) || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=cluster.sh
+. "$here/cluster.sh"
 
 echo "== builds"
 mkdir -p "$tmp/river-src"
@@ -47,14 +37,7 @@ echo "river $RIVER_REF ($(git -C "$RIVER_SRC" rev-parse --short "$RIVER_REF^{com
 echo "ag commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$root" && git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
 if [ -r /proc/loadavg ]; then echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"; fi
 
-echo "== PostgreSQL cluster in $tmp"
-if [ "$(id -u)" = 0 ]; then chown postgres: "$tmp"; fi
-(cd "$tmp" && as_pg initdb -D "$tmp/data" -A trust -U postgres -E UTF8 --locale=C --no-sync --no-instructions >/dev/null)
-# ag's test cluster's settings (internal/testutil/pgtest), for both.
-(cd "$tmp" && as_pg pg_ctl start -w -t 60 -D "$tmp/data" -l "$tmp/pg.log" -o \
-	"-c listen_addresses='' -k $tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null)
-postgres --version
-pgurl() { echo "postgres://postgres@/$1?host=$tmp&sslmode=disable"; }
+start_cluster
 fresh() {
 	PGOPTIONS="-c client_min_messages=warning" \
 	psql -q -h "$tmp" -U postgres -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
@@ -72,20 +55,11 @@ river_drain() {
 # ag_drain BATCH answers ag's: ag bench's claim+complete jobs/s for JOBS jobs, enqueued first,
 # with BATCH jobs a call, against a new ag serve on a new database.
 ag_drain() {
-	local dir token=agt_compare$RANDOM$RANDOM url=http://127.0.0.1:$AG_PORT out
+	local out
 	fresh ag_run
-	dir=$(mktemp -d "$tmp/ag-XXXXXX")
-	(cd "$dir" && exec env AG_BOOTSTRAP_TOKEN=$token "$tmp/ag" serve --db "$(pgurl ag_run)" --addr "127.0.0.1:$AG_PORT" \
-		--audit-key "$dir/audit.key" --log-level warn) &
-	server=$!
-	for _ in $(seq 100); do
-		"$tmp/ag" whoami --server "$url" --token "$token" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	out=$("$tmp/ag" bench --server "$url" --token "$token" --jobs "$JOBS" --workers "$AG_WORKERS" --batch "$1" --latency-jobs 0)
-	kill "$server"
-	wait "$server" || true
-	server=
+	start_ag "$(pgurl ag_run)"
+	out=$("$tmp/ag" bench --server "$ag_url" --token "$ag_token" --jobs "$JOBS" --workers "$AG_WORKERS" --batch "$1" --latency-jobs 0)
+	stop_ag
 	echo "$out" | sed -n 's/^claim+complete:.*: \([0-9.]*\) jobs\/s.*/\1/p'
 }
 

@@ -22,19 +22,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # A short path: the cluster's unix socket lives here, and a socket path must fit in ~107 bytes.
 tmp=$(mktemp -d /tmp/riverbench-XXXXXX)
-server=
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-cleanup() {
-	if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
-	if [ -f "$tmp/data/postmaster.pid" ]; then
-		# immediate: the data is thrown away, so a clean shutdown is wasted time.
-		(cd "$tmp" && as_pg pg_ctl stop -m immediate -w -D "$tmp/data" >/dev/null) || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=cluster.sh
+. "$here/cluster.sh"
 
 echo "== builds"
 (cd "$here" && go build -o "$tmp/riverbench" .)
@@ -44,35 +33,17 @@ go version
 if [ -r /proc/loadavg ]; then echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"; fi
 echo "commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$root" && git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
 
-echo "== PostgreSQL cluster in $tmp"
-if [ "$(id -u)" = 0 ]; then chown postgres: "$tmp"; fi
-(cd "$tmp" && as_pg initdb -D "$tmp/data" -A trust -U postgres -E UTF8 --locale=C --no-sync --no-instructions >/dev/null)
-# The settings of ag's test cluster (internal/testutil/pgtest): no durability, since the
-# cluster is thrown away; both queues pay the same.
-(cd "$tmp" && as_pg pg_ctl start -w -t 60 -D "$tmp/data" -l "$tmp/pg.log" -o \
-	"-c listen_addresses='' -k $tmp -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" >/dev/null)
-postgres --version
+start_cluster
 for db in river ag; do psql -q -h "$tmp" -U postgres -d postgres -c "CREATE DATABASE $db"; done
-pgurl() { echo "postgres://postgres@/$1?host=$tmp&sslmode=disable"; }
 
 # ag_bench STORE runs ag serve on STORE and ag bench against it, with --batch 32 and 1 when
 # this build of ag bench has --batch.
 ag_bench() {
-	local dir token=agt_riverbench$RANDOM$RANDOM url=http://127.0.0.1:$AG_PORT
-	dir=$(mktemp -d "$tmp/ag-XXXXXX")
-	(cd "$dir" && exec env AG_BOOTSTRAP_TOKEN=$token "$tmp/ag" serve --db "$1" --addr "127.0.0.1:$AG_PORT" \
-		--audit-key "$dir/audit.key" --log-level warn) &
-	server=$!
-	for _ in $(seq 100); do
-		"$tmp/ag" whoami --server "$url" --token "$token" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	start_ag "$1"
 	for b in $AG_BATCHES; do
-		"$tmp/ag" bench --server "$url" --token "$token" --jobs "$AG_JOBS" --workers "$AG_WORKERS" --batch "$b"
+		"$tmp/ag" bench --server "$ag_url" --token "$ag_token" --jobs "$AG_JOBS" --workers "$AG_WORKERS" --batch "$b"
 	done
-	kill "$server"
-	wait "$server" || true
-	server=
+	stop_ag
 }
 
 echo "== River on PostgreSQL"
