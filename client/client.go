@@ -16,6 +16,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -91,6 +92,11 @@ func New(baseURL, token string, opts ...Option) *Client {
 	if o.useJSON {
 		copts = append(copts, connect.WithProtoJSON())
 	}
+	if onThisMachine(baseURL) {
+		// Compressing and inflating an answer costs both ends more CPU than sending its bytes
+		// across a loopback: with batches of 128 jobs, gzip was a fifth of the server's CPU.
+		copts = append(copts, connect.WithAcceptCompression("gzip", nil, nil))
+	}
 	return &Client{
 		Jobs:    agwpv1connect.NewJobServiceClient(o.httpClient, baseURL, copts...),
 		Admin:   agwpv1connect.NewAdminServiceClient(o.httpClient, baseURL, copts...),
@@ -99,6 +105,20 @@ func New(baseURL, token string, opts ...Option) *Client {
 		Audit:   agwpv1connect.NewAuditServiceClient(o.httpClient, baseURL, copts...),
 		baseURL: baseURL,
 	}
+}
+
+// onThisMachine reports whether baseURL names a loopback host: localhost or a loopback address.
+func onThisMachine(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // BaseURL answers the server's address.

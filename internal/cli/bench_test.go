@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"testing"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -24,13 +25,23 @@ func TestBench(t *testing.T) {
 	}
 	for _, want := range []string{
 		`enqueue: +300 jobs in `,
+		`sealed: +\d+ audit events before the drain`,
 		`claim\+complete: +300 jobs in .*: \d+ jobs/s`,
+		`sealed: +every event \S+ after the last completion`,
 		`claim→complete: +p50 \S+ +p90 \S+ +p99 \S+ +\(n=300\)`,
 		`enqueue→claim: +p50 \S+ +p90 \S+ +p99 \S+ +\(n=20\) \(workers waiting\)`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The drain starts once the enqueues are sealed: 300 enqueue events and the bootstrap's.
+	m := regexp.MustCompile(`sealed: +(\d+) audit events`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no count of sealed events:\n%s", out.String())
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 300 {
+		t.Errorf("sealed before the drain: %d events, want at least the 300 enqueues", n)
 	}
 	res, err := srv.Admin.Jobs.ListJobs(context.Background(), &agwpv1.ListJobsRequest{
 		States: []agwpv1.JobState{agwpv1.JobState_JOB_STATE_QUEUED, agwpv1.JobState_JOB_STATE_CLAIMED}})

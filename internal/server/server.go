@@ -4,8 +4,10 @@
 package server
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -139,6 +141,16 @@ func New(cfg Config) *Server {
 // waits) are waiting now.
 func (s *Server) WaitingRequests() int64 { return s.waiting.Load() }
 
+// fastGzip answers gzip at its fastest level rather than Connect's default: on answers of
+// batched claims, the default level took a fifth of the server's CPU for a ratio only a little
+// better. Anything that reads gzip reads either.
+var fastGzip = connect.WithCompression("gzip",
+	func() connect.Decompressor { return &gzip.Reader{} },
+	func() connect.Compressor {
+		w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // the level is valid
+		return w
+	})
+
 // Handler answers the server's HTTP handler: the AGWP services, git's read-only smart HTTP
 // under /git/, and the operational endpoints.
 func (s *Server) Handler() http.Handler {
@@ -148,6 +160,7 @@ func (s *Server) Handler() http.Handler {
 		// Compressing the small answers that make up nearly all traffic costs more CPU than
 		// the bytes it saves on the networks ag runs on.
 		connect.WithCompressMinBytes(16<<10),
+		fastGzip,
 	)
 	mux := http.NewServeMux()
 	mux.Handle(agwpv1connect.NewJobServiceHandler(jobService{s}, opts))
@@ -159,6 +172,7 @@ func (s *Server) Handler() http.Handler {
 		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
 		connect.WithReadMaxBytes(s.maxContentRequestBytes),
 		connect.WithCompressMinBytes(16<<10),
+		fastGzip,
 	)))
 
 	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
