@@ -1,4 +1,4 @@
-# Sourced by run.sh and compare.sh: a private PostgreSQL cluster in $tmp (which the caller
+# Sourced by compare.sh: a private PostgreSQL cluster in $tmp (which the caller
 # creates, short: the cluster's unix socket lives there, and a socket path must fit in ~107
 # bytes), thrown away with it on exit, and the ag serve the caller started as $server stopped.
 
@@ -30,11 +30,12 @@ start_cluster() {
 pgurl() { echo "postgres://postgres@/$1?host=$tmp&sslmode=disable"; }
 
 # start_ag STORE starts $tmp/ag serve on STORE at 127.0.0.1:$AG_PORT with a new token, and waits
-# until it answers; ag_url and ag_token say how to reach it. stop_ag stops it.
+# until it answers; ag_url and ag_token say how to reach it, ag_dir is its working directory.
+# stop_ag stops it.
 start_ag() {
 	local dir
 	dir=$(mktemp -d "$tmp/ag-XXXXXX")
-	ag_token=agt_riverbench$RANDOM$RANDOM ag_url=http://127.0.0.1:$AG_PORT
+	ag_token=agt_riverbench$RANDOM$RANDOM ag_url=http://127.0.0.1:$AG_PORT ag_dir=$dir
 	(cd "$dir" && exec env AG_BOOTSTRAP_TOKEN=$ag_token "$tmp/ag" serve --db "$1" --addr "127.0.0.1:$AG_PORT" \
 		--audit-key "$dir/audit.key" --log-level warn) &
 	server=$!

@@ -41,11 +41,16 @@ to claim: an admin token does both). Two phases:
   latency     the workers wait (long-poll); --latency-jobs jobs are enqueued one at a time;
               prints enqueue→claim latency with waiting workers.
 
-Jobs are of kind --kind (default ag.bench), so running ag-workers do not take them.`,
+Jobs are of kind --kind (default ag.bench), so running ag-workers do not take them.
+
+With --workers 0 the jobs are for workers outside, such as ag-worker --kinds ag.noop with
+--kind ag.noop: it enqueues them, says "ready", and times the drain from the first claim to
+the last job finished, counting jobs by state with CountJobs every 10 ms. Start the workers
+once it is ready; nothing else should run jobs on the server meanwhile.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.jobs < 1 || o.workers < 1 || o.latency < 0 || o.enqueuer < 1 {
-				return errors.New("--jobs, --workers and --enqueuers must be positive, --latency-jobs not negative")
+			if o.jobs < 1 || o.workers < 0 || o.latency < 0 || o.enqueuer < 1 {
+				return errors.New("--jobs and --enqueuers must be positive, --workers and --latency-jobs not negative")
 			}
 			if o.batch < 1 || o.batch > client.MaxBatch {
 				return fmt.Errorf("--batch must be 1 to %d, got %d", client.MaxBatch, o.batch)
@@ -59,7 +64,7 @@ Jobs are of kind --kind (default ag.bench), so running ag-workers do not take th
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.jobs, "jobs", 10000, "jobs of the throughput phase")
-	f.IntVar(&o.workers, "workers", 16, "concurrent workers")
+	f.IntVar(&o.workers, "workers", 16, "concurrent workers (0: workers outside drain the jobs)")
 	f.IntVar(&o.enqueuer, "enqueuers", 8, "concurrent enqueuers of the throughput phase")
 	f.IntVar(&o.latency, "latency-jobs", 200, "jobs of the latency phase (0: skip it)")
 	f.IntVar(&o.batch, "batch", 32, "jobs claimed and completed per call (1: one call per claim and per completion)")
@@ -104,6 +109,65 @@ func claimAndComplete(ctx context.Context, c *client.Client, opts client.ClaimOp
 		lats[i] = lat
 	}
 	return len(claims), lats, nil
+}
+
+// jobCounts answers the server's jobs by state.
+func jobCounts(ctx context.Context, c *client.Client) (map[agwpv1.JobState]uint64, error) {
+	res, err := c.Jobs.CountJobs(ctx, &agwpv1.CountJobsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	counts := map[agwpv1.JobState]uint64{}
+	for _, sc := range res.GetCounts() {
+		counts[sc.GetState()] = sc.GetCount()
+	}
+	return counts, nil
+}
+
+// finished counts the jobs in a final state.
+func finished(counts map[agwpv1.JobState]uint64) uint64 {
+	return counts[agwpv1.JobState_JOB_STATE_COMPLETED] + counts[agwpv1.JobState_JOB_STATE_FAILED] + counts[agwpv1.JobState_JOB_STATE_CANCELLED]
+}
+
+// timeOutsideDrain times the drain of the jobs bench enqueued by workers outside: from the
+// first count that shows one of them taken to the first that shows them all finished. before
+// holds the counts before the enqueue. Counting every 10 ms bounds the error to about 20 ms.
+func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs int, before map[agwpv1.JobState]uint64) error {
+	queued := before[agwpv1.JobState_JOB_STATE_QUEUED] + uint64(jobs)
+	target := finished(before) + uint64(jobs)
+	fmt.Fprintf(g.stdout, "ready:            %d jobs queued for the workers outside\n", jobs)
+	var start, doneAt time.Time
+	var counts map[agwpv1.JobState]uint64
+	for {
+		var err error
+		if counts, err = jobCounts(ctx, c); err != nil {
+			return fmt.Errorf("count jobs: %w", err)
+		}
+		now := time.Now()
+		if start.IsZero() && counts[agwpv1.JobState_JOB_STATE_QUEUED] < queued {
+			start = now
+		}
+		if finished(counts) >= target {
+			if start.IsZero() {
+				start = now
+			}
+			doneAt = now
+			elapsed := now.Sub(start)
+			fmt.Fprintf(g.stdout, "claim+complete:   %d jobs in %s: %.0f jobs/s (workers outside; %d failed, %d cancelled in all)\n",
+				jobs, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(),
+				counts[agwpv1.JobState_JOB_STATE_FAILED], counts[agwpv1.JobState_JOB_STATE_CANCELLED])
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, last, err := settled(ctx, c); err == nil {
+		fmt.Fprintf(g.stdout, "sealed:           every event %s after the last job was seen finished\n", max(0, last.Sub(doneAt)).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // settleQuiet is how long the audit checkpoint must stay the same to count as settled: longer
@@ -158,6 +222,13 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	fmt.Fprintf(g.stdout, "ag bench against %s: %d workers, batch %d, kind %s\n", c.BaseURL(), o.workers, o.batch, o.kind)
 
 	// Throughput: enqueue everything first, then measure claim+complete alone.
+	var before map[agwpv1.JobState]uint64
+	if o.workers == 0 {
+		var err error
+		if before, err = jobCounts(ctx, c); err != nil {
+			return fmt.Errorf("count jobs: %w", err)
+		}
+	}
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -189,6 +260,9 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 		fmt.Fprintf(g.stdout, "sealed:           %d audit events before the drain\n", size)
 	}
 
+	if o.workers == 0 {
+		return timeOutsideDrain(ctx, g, c, o.jobs, before)
+	}
 	var done atomic.Int64
 	var mu sync.Mutex
 	var completeLat []time.Duration
