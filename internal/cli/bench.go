@@ -130,42 +130,71 @@ func finished(counts map[agwpv1.JobState]uint64) uint64 {
 }
 
 // timeOutsideDrain times the drain of the jobs bench enqueued by workers outside: from the
-// first count that shows one of them taken to the first that shows them all finished. before
-// holds the counts before the enqueue. Counting every 10 ms bounds the error to about 20 ms.
-func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs int, before map[agwpv1.JobState]uint64) error {
-	queued := before[agwpv1.JobState_JOB_STATE_QUEUED] + uint64(jobs)
+// first look that finds the first job taken to the first that finds them all finished. It
+// looks at the first and the last job (the first and the last in claim order) every 5 ms, a
+// lookup by id, and counts the jobs by state (CountJobs, which reads the whole table: not
+// something to do every few milliseconds while measuring) only once the last one is finished,
+// and then every 50 ms until they all are. before holds the counts before the enqueue.
+func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs int, first, last string, before map[agwpv1.JobState]uint64) error {
 	target := finished(before) + uint64(jobs)
 	fmt.Fprintf(g.stdout, "ready:            %d jobs queued for the workers outside\n", jobs)
-	var start, doneAt time.Time
-	var counts map[agwpv1.JobState]uint64
+	state := func(id string) (agwpv1.JobState, error) {
+		res, err := c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: id})
+		return res.GetJob().GetState(), err
+	}
+	pause := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
+	}
+	var start time.Time
+	for start.IsZero() {
+		st, err := state(first)
+		if err != nil {
+			return fmt.Errorf("get the first job: %w", err)
+		}
+		if st != agwpv1.JobState_JOB_STATE_QUEUED {
+			start = time.Now()
+		} else if err := pause(5 * time.Millisecond); err != nil {
+			return err
+		}
+	}
 	for {
+		st, err := state(last)
+		if err != nil {
+			return fmt.Errorf("get the last job: %w", err)
+		}
+		if st != agwpv1.JobState_JOB_STATE_QUEUED && st != agwpv1.JobState_JOB_STATE_CLAIMED {
+			break
+		}
+		if err := pause(5 * time.Millisecond); err != nil {
+			return err
+		}
+	}
+	var counts map[agwpv1.JobState]uint64
+	var doneAt time.Time
+	for {
+		doneAt = time.Now()
 		var err error
 		if counts, err = jobCounts(ctx, c); err != nil {
 			return fmt.Errorf("count jobs: %w", err)
 		}
-		now := time.Now()
-		if start.IsZero() && counts[agwpv1.JobState_JOB_STATE_QUEUED] < queued {
-			start = now
-		}
 		if finished(counts) >= target {
-			if start.IsZero() {
-				start = now
-			}
-			doneAt = now
-			elapsed := now.Sub(start)
-			fmt.Fprintf(g.stdout, "claim+complete:   %d jobs in %s: %.0f jobs/s (workers outside; %d failed, %d cancelled in all)\n",
-				jobs, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(),
-				counts[agwpv1.JobState_JOB_STATE_FAILED], counts[agwpv1.JobState_JOB_STATE_CANCELLED])
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		if err := pause(50 * time.Millisecond); err != nil {
+			return err
 		}
 	}
-	if _, last, err := settled(ctx, c); err == nil {
-		fmt.Fprintf(g.stdout, "sealed:           every event %s after the last job was seen finished\n", max(0, last.Sub(doneAt)).Round(time.Millisecond))
+	elapsed := doneAt.Sub(start)
+	fmt.Fprintf(g.stdout, "claim+complete:   %d jobs in %s: %.0f jobs/s (workers outside; %d failed, %d cancelled in all)\n",
+		jobs, elapsed.Round(time.Millisecond), float64(jobs)/elapsed.Seconds(),
+		counts[agwpv1.JobState_JOB_STATE_FAILED], counts[agwpv1.JobState_JOB_STATE_CANCELLED])
+	if _, sealedAt, err := settled(ctx, c); err == nil {
+		fmt.Fprintf(g.stdout, "sealed:           every event %s after the last job was seen finished\n", max(0, sealedAt.Sub(doneAt)).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -221,7 +250,9 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	worker := "bench-" + time.Now().UTC().Format("150405")
 	fmt.Fprintf(g.stdout, "ag bench against %s: %d workers, batch %d, kind %s\n", c.BaseURL(), o.workers, o.batch, o.kind)
 
-	// Throughput: enqueue everything first, then measure claim+complete alone.
+	// Throughput: enqueue everything first, then measure claim+complete alone. The first job
+	// and the last are enqueued on their own, before and after the others, so that they are
+	// the first and the last in claim order: workers outside are timed by them.
 	var before map[agwpv1.JobState]uint64
 	if o.workers == 0 {
 		var err error
@@ -230,16 +261,29 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 		}
 	}
 	start := time.Now()
+	enqueue := func() (string, error) {
+		res, err := c.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: o.kind})
+		if err != nil {
+			return "", fmt.Errorf("enqueue: %w", err)
+		}
+		return res.GetJob().GetId(), nil
+	}
+	first, err := enqueue()
+	if err != nil {
+		return err
+	}
+	last := first
 	var next atomic.Int64
+	next.Store(1)
 	var wg sync.WaitGroup
 	errs := make(chan error, o.enqueuer+o.workers)
 	for range o.enqueuer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(o.jobs) {
-				if _, err := c.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: o.kind}); err != nil {
-					errs <- fmt.Errorf("enqueue: %w", err)
+			for next.Add(1) < int64(o.jobs) {
+				if _, err := enqueue(); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -248,6 +292,11 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	wg.Wait()
 	if len(errs) > 0 {
 		return <-errs
+	}
+	if o.jobs > 1 {
+		if last, err = enqueue(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(g.stdout, "enqueue:          %d jobs in %s (%.0f jobs/s)\n", o.jobs, time.Since(start).Round(time.Millisecond),
 		float64(o.jobs)/time.Since(start).Seconds())
@@ -261,7 +310,7 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	}
 
 	if o.workers == 0 {
-		return timeOutsideDrain(ctx, g, c, o.jobs, before)
+		return timeOutsideDrain(ctx, g, c, o.jobs, first, last, before)
 	}
 	var done atomic.Int64
 	var mu sync.Mutex

@@ -5,8 +5,12 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
@@ -47,5 +51,82 @@ func TestBench(t *testing.T) {
 		States: []agwpv1.JobState{agwpv1.JobState_JOB_STATE_QUEUED, agwpv1.JobState_JOB_STATE_CLAIMED}})
 	if err != nil || len(res.GetJobs()) != 0 {
 		t.Fatalf("after ag bench: %d jobs unfinished, %v; want none", len(res.GetJobs()), err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a test reads while a command writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestBenchTimesWorkersOutside ensures `ag bench --workers 0` leaves the jobs to workers of
+// their own, says when they may start, and times the drain from their first claim to the last
+// job finished: the workers here start two seconds after "ready", and the time reported does not
+// hold those two seconds.
+func TestBenchTimesWorkersOutside(t *testing.T) {
+	t.Parallel()
+	srv := agtest.Start(t, agtest.Options{})
+	var out syncBuffer
+	var errb bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.Run(context.Background(), []string{"bench", "--server", srv.URL, "--token", srv.AdminToken,
+			"--jobs", "60", "--workers", "0", "--kind", "ag.noop", "--latency-jobs", "0"}, &out, &errb)
+	}()
+	for !strings.Contains(out.String(), "ready:") {
+		select {
+		case err := <-done:
+			t.Fatalf("ag bench ended before it was ready: %v\n%s%s", err, out.String(), errb.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if res, err := srv.Admin.Jobs.CountJobs(context.Background(), &agwpv1.CountJobsRequest{}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, c := range res.GetCounts() {
+			if c.GetState() == agwpv1.JobState_JOB_STATE_QUEUED && c.GetCount() != 60 {
+				t.Fatalf("ready with %d jobs queued, want 60", c.GetCount())
+			}
+		}
+	}
+	time.Sleep(2 * time.Second)
+	ctx := context.Background()
+	for finished := 0; finished < 60; {
+		claims, err := srv.Admin.ClaimMany(ctx, client.ClaimOptions{Worker: "outside", Kinds: []string{"ag.noop"}, Lease: time.Minute}, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			if _, err := c.Complete(ctx, client.CompleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			finished++
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("ag bench: %v\n%s%s", err, out.String(), errb.String())
+	}
+	m := regexp.MustCompile(`claim\+complete: +60 jobs in (\S+): \d+ jobs/s \(workers outside; 0 failed, 0 cancelled in all\)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("output lacks the drain of the workers outside:\n%s", out.String())
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d >= 2*time.Second {
+		t.Fatalf("drain reported as %s: it holds the wait before the first claim", m[1])
+	}
+	if !regexp.MustCompile(`sealed: +every event \S+ after the last job was seen finished`).MatchString(out.String()) {
+		t.Errorf("output lacks the sealing of the drain:\n%s", out.String())
 	}
 }
