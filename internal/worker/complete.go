@@ -2,22 +2,23 @@ package worker
 
 import (
 	"context"
-	"sync"
+	"slices"
 
 	"github.com/ag-coord/ag/client"
 )
 
-// completers is how many CompleteJobs calls a worker has in flight at once.
-const completers = 4
-
-// completer reports completions in batches on its own: the completions that come while a call
-// is in flight go together in the next one (CompleteJobs, each with its own claim number), so a
-// busy worker makes one call for many jobs and an idle one waits for nobody.
+// completer reports completions in batches on its own: while a CompleteJobs call is in
+// flight, the completions that come meanwhile wait and then go together in the next call, each
+// with its own claim number. So an idle worker reports a job at once, and a busy one makes one
+// call for all the jobs that finished during the last. One call at a time also keeps the slots
+// of a burst of jobs coming back together, and with them the next claim whole: with four calls
+// in flight, a burst of 64 went out as four calls of one job and one of 60, and the claims
+// after it split the same way.
 type completer struct {
 	client *client.Client
 	reqs   chan completion
 	done   chan struct{}
-	wg     sync.WaitGroup
+	exited chan struct{}
 }
 
 type completion struct {
@@ -28,11 +29,8 @@ type completion struct {
 }
 
 func newCompleter(c *client.Client) *completer {
-	p := &completer{client: c, reqs: make(chan completion), done: make(chan struct{})}
-	for range completers {
-		p.wg.Add(1)
-		go p.run()
-	}
+	p := &completer{client: c, reqs: make(chan completion), done: make(chan struct{}), exited: make(chan struct{})}
+	go p.run()
 	return p
 }
 
@@ -49,25 +47,34 @@ func (p *completer) complete(ctx context.Context, claim *client.Claim, opts clie
 }
 
 func (p *completer) run() {
-	defer p.wg.Done()
+	defer close(p.exited)
+	var pending []completion
+	sent := make(chan struct{}, 1)
+	sending := false
 	for {
-		var first completion
+		if !sending && len(pending) > 0 {
+			n := min(len(pending), client.MaxBatch)
+			batch := pending[:n:n]
+			pending = slices.Clone(pending[n:])
+			sending = true
+			go func() {
+				p.send(batch)
+				sent <- struct{}{}
+			}()
+		}
 		select {
-		case first = <-p.reqs:
+		case c := <-p.reqs:
+			pending = append(pending, c)
+		case <-sent:
+			sending = false
 		case <-p.done:
+			// Every job was reported (stop's contract), so nothing is pending; a call may
+			// still be returning.
+			if sending {
+				<-sent
+			}
 			return
 		}
-		batch := []completion{first}
-	more:
-		for len(batch) < client.MaxBatch {
-			select {
-			case c := <-p.reqs:
-				batch = append(batch, c)
-			default:
-				break more
-			}
-		}
-		p.send(batch)
 	}
 }
 
@@ -98,5 +105,5 @@ func (p *completer) send(batch []completion) {
 // stop ends the completer once no completion is waiting: call it after every job reported.
 func (p *completer) stop() {
 	close(p.done)
-	p.wg.Wait()
+	<-p.exited
 }
