@@ -10,7 +10,7 @@
 #   JOBS=50000 ROUNDS=5 STORES=postgres bench/river/compare.sh
 #
 # Settings: JOBS (20000), ROUNDS (3), STORES ("postgres sqlite"), AG_BATCHES ("128 1": one
-# `ag bench --batch B` configuration each), AG_WORKERS (8: ag bench's workers), AG_FLEET (2:
+# `ag bench --batch B` configuration each), AG_WORKERS (8: ag bench's workers), AG_FLEET (4:
 # ag-worker processes; 0 skips the fleet), AG_FLEET_CONCURRENCY (64), AG_PORT (7792),
 # RIVER_REF (v0.43.0). RIVER_SRC's cmd/river is built at RIVER_REF with GOWORK=off, so that its
 # dependencies are the ones River's release names. Needs Go, git, the PostgreSQL server
@@ -23,7 +23,7 @@ ROUNDS=${ROUNDS:-3}
 STORES=${STORES:-postgres sqlite}
 AG_BATCHES=${AG_BATCHES:-128 1}
 AG_WORKERS=${AG_WORKERS:-8}
-AG_FLEET=${AG_FLEET:-2}
+AG_FLEET=${AG_FLEET:-4}
 AG_FLEET_CONCURRENCY=${AG_FLEET_CONCURRENCY:-64}
 AG_PORT=${AG_PORT:-7792}
 RIVER_REF=${RIVER_REF:-v0.43.0}
