@@ -23,7 +23,9 @@
 //     }
 //   }
 //
-// docs/worker-protocol.md has the whole protocol and a complete worker (examples/worker.ts).
+// runWorker (./worker.ts) is that loop for many jobs at once, claiming and completing them in
+// batches on its own. docs/worker-protocol.md has the whole protocol and a complete worker
+// (examples/worker.ts).
 // Messages and service descriptors are generated from proto/ into ./gen by scripts/generate.
 
 import { create, type DescService, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
@@ -63,9 +65,14 @@ export * from "./gen/agwp/v1/repository_pb.js";
 export { Code, ConnectError } from "@connectrpc/connect";
 export type { CallOptions, Client, Interceptor, Transport } from "@connectrpc/connect";
 export type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+export * from "./worker.js";
 
 /** The lease a claim gets when ClaimOptions.leaseMs is not given (the server's default). */
 export const DEFAULT_LEASE_MS = 30_000;
+
+/** The most jobs one claimMany claims and the most claims one completeMany completes (the
+ * server's limit, as client.MaxBatch in Go). */
+export const MAX_BATCH = 256;
 
 /** Options of createAgClient. */
 export interface AgClientOptions {
