@@ -166,15 +166,9 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		case <-slots:
 		}
 		n := 1
-	more:
-		for n < most {
-			select {
-			case <-slots:
-				n++
-			default:
-				break more
-			}
-		}
+		// The slots of jobs reported together come back a few microseconds apart: waiting that
+		// long for them keeps the claim whole rather than one job now and the rest after.
+		n += takeSlots(slots, most-n)
 		claims, err := w.cfg.Client.ClaimMany(ctx, client.ClaimOptions{
 			Worker: w.cfg.Label, Kinds: w.kinds, Lease: w.cfg.Lease, Wait: w.cfg.Wait,
 		}, n)
@@ -196,6 +190,25 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			start(c)
 		}
 	}
+}
+
+// takeSlots takes up to most more free slots: those that come within gatherFor.
+func takeSlots(slots chan struct{}, most int) int {
+	if most <= 0 {
+		return 0
+	}
+	t := time.NewTimer(gatherFor)
+	defer t.Stop()
+	n := 0
+	for n < most {
+		select {
+		case <-slots:
+			n++
+		case <-t.C:
+			return n
+		}
+	}
+	return n
 }
 
 // run executes one claimed job and reports its outcome with the claim's number.
