@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/cli"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // TestBench ensures `ag bench` drives a real server to the end of both phases and reports what
@@ -54,24 +54,6 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a test reads while a command writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestBenchTimesWorkersOutside ensures `ag bench --workers 0` leaves the jobs to workers of
 // their own, says when they may start, and times the drain from their first claim to the last
 // job finished: the workers here start two seconds after "ready", and the time reported does not
@@ -79,7 +61,7 @@ func (b *syncBuffer) String() string {
 func TestBenchTimesWorkersOutside(t *testing.T) {
 	t.Parallel()
 	srv := agtest.Start(t, agtest.Options{})
-	var out syncBuffer
+	var out syncbuf.Buffer
 	var errb bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
