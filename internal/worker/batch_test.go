@@ -132,7 +132,7 @@ func (h *heldFirstCompletion) RoundTrip(r *http.Request) (*http.Response, error)
 
 // TestCompletionsWaitForTheCallInFlight ensures that completions made while a completion call
 // is in flight go together in the next call, not each in a call of its own: with the first call
-// held, the other fifteen jobs of a burst of sixteen go in one more call.
+// held, the rest of a burst of sixteen go in one more call.
 func TestCompletionsWaitForTheCallInFlight(t *testing.T) {
 	t.Parallel()
 	srv := agtest.Start(t, agtest.Options{})
@@ -184,8 +184,10 @@ func TestCompletionsWaitForTheCallInFlight(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	if n := held.calls.Load(); n != 2 {
-		t.Errorf("16 jobs completed in %d calls with the first held, want 2", n)
+	// The first call may carry several (a lone completion waits a moment for others), so the
+	// rest go in at most one more.
+	if n := held.calls.Load(); n > 2 {
+		t.Errorf("16 jobs completed in %d calls with the first held, want at most 2", n)
 	}
 }
 
