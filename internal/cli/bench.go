@@ -45,8 +45,9 @@ Jobs are of kind --kind (default ag.bench), so running ag-workers do not take th
 
 With --workers 0 the jobs are for workers outside, such as ag-worker --kinds ag.noop with
 --kind ag.noop: it enqueues them, says "ready", and times the drain from the first claim to
-the last job finished, counting jobs by state with CountJobs every 10 ms. Start the workers
-once it is ready; nothing else should run jobs on the server meanwhile.`,
+the last job finished, watching the first and the last job enqueued every 5 ms. Start the
+workers once it is ready; nothing else should run jobs on the server meanwhile. There is no
+latency phase then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.jobs < 1 || o.workers < 0 || o.latency < 0 || o.enqueuer < 1 {
@@ -142,14 +143,6 @@ func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs in
 		res, err := c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: id})
 		return res.GetJob().GetState(), err
 	}
-	pause := func(d time.Duration) error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-			return nil
-		}
-	}
 	var start time.Time
 	for start.IsZero() {
 		st, err := state(first)
@@ -158,7 +151,7 @@ func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs in
 		}
 		if st != agwpv1.JobState_JOB_STATE_QUEUED {
 			start = time.Now()
-		} else if err := pause(5 * time.Millisecond); err != nil {
+		} else if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -170,7 +163,7 @@ func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs in
 		if st != agwpv1.JobState_JOB_STATE_QUEUED && st != agwpv1.JobState_JOB_STATE_CLAIMED {
 			break
 		}
-		if err := pause(5 * time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -185,7 +178,7 @@ func timeOutsideDrain(ctx context.Context, g *globals, c *client.Client, jobs in
 		if finished(counts) >= target {
 			break
 		}
-		if err := pause(50 * time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -219,11 +212,21 @@ func settled(ctx context.Context, c *client.Client) (uint64, time.Time, error) {
 		} else if now.Sub(grew) >= settleQuiet {
 			return size, grew, nil
 		}
-		select {
-		case <-ctx.Done():
-			return 0, time.Time{}, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return 0, time.Time{}, err
 		}
+	}
+}
+
+// sleepCtx waits d, or answers ctx's error when it ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

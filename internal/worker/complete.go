@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/ag-coord/ag/client"
@@ -17,9 +16,12 @@ import (
 // after it split the same way.
 type completer struct {
 	client *client.Client
-	reqs   chan completion
-	done   chan struct{}
-	exited chan struct{}
+	// gathers: a completion that would go alone waits gatherFor for others. Not for a worker of
+	// one slot, which has no others.
+	gathers bool
+	reqs    chan completion
+	done    chan struct{}
+	exited  chan struct{}
 }
 
 type completion struct {
@@ -29,8 +31,8 @@ type completion struct {
 	result chan error
 }
 
-func newCompleter(c *client.Client) *completer {
-	p := &completer{client: c, reqs: make(chan completion), done: make(chan struct{}), exited: make(chan struct{})}
+func newCompleter(c *client.Client, slots int) *completer {
+	p := &completer{client: c, gathers: slots > 1, reqs: make(chan completion), done: make(chan struct{}), exited: make(chan struct{})}
 	go p.run()
 	return p
 }
@@ -56,7 +58,7 @@ func (p *completer) run() {
 		if !sending && len(pending) > 0 {
 			n := min(len(pending), client.MaxBatch)
 			batch := pending[:n:n]
-			pending = slices.Clone(pending[n:])
+			pending = pending[n:]
 			sending = true
 			go func() {
 				p.send(batch)
@@ -66,8 +68,8 @@ func (p *completer) run() {
 		select {
 		case c := <-p.reqs:
 			pending = append(pending, c)
-			if !sending && len(pending) == 1 {
-				pending = p.gather(pending)
+			if p.gathers && !sending && len(pending) == 1 {
+				pending = append(pending, receiveWithin(p.reqs, client.MaxBatch-1)...)
 			}
 		case <-sent:
 			sending = false
@@ -88,19 +90,23 @@ func (p *completer) run() {
 // that follow. A fleet of four workers of 64 slots made a third fewer calls with it.
 const gatherFor = 300 * time.Microsecond
 
-// gather adds to pending the completions that come within gatherFor.
-func (p *completer) gather(pending []completion) []completion {
+// receiveWithin answers what comes on ch within gatherFor, at most most values.
+func receiveWithin[T any](ch <-chan T, most int) []T {
+	if most <= 0 {
+		return nil
+	}
 	t := time.NewTimer(gatherFor)
 	defer t.Stop()
-	for len(pending) < client.MaxBatch {
+	var got []T
+	for len(got) < most {
 		select {
-		case c := <-p.reqs:
-			pending = append(pending, c)
+		case v := <-ch:
+			got = append(got, v)
 		case <-t.C:
-			return pending
+			return got
 		}
 	}
-	return pending
+	return got
 }
 
 // send reports batch in one call, under the first completion's context (each waits with its

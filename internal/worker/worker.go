@@ -131,7 +131,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
-	comp := newCompleter(w.cfg.Client)
+	comp := newCompleter(w.cfg.Client, w.cfg.Concurrency)
 	defer comp.stop()
 	// The free slots: one claim loop asks for as many jobs as there are, in one call, so that a
 	// worker of many slots claims in batches on its own; each job gives its slot back when it
@@ -168,7 +168,7 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		n := 1
 		// The slots of jobs reported together come back a few microseconds apart: waiting that
 		// long for them keeps the claim whole rather than one job now and the rest after.
-		n += takeSlots(slots, most-n)
+		n += len(receiveWithin(slots, most-n))
 		claims, err := w.cfg.Client.ClaimMany(ctx, client.ClaimOptions{
 			Worker: w.cfg.Label, Kinds: w.kinds, Lease: w.cfg.Lease, Wait: w.cfg.Wait,
 		}, n)
@@ -190,25 +190,6 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			start(c)
 		}
 	}
-}
-
-// takeSlots takes up to most more free slots: those that come within gatherFor.
-func takeSlots(slots chan struct{}, most int) int {
-	if most <= 0 {
-		return 0
-	}
-	t := time.NewTimer(gatherFor)
-	defer t.Stop()
-	n := 0
-	for n < most {
-		select {
-		case <-slots:
-			n++
-		case <-t.C:
-			return n
-		}
-	}
-	return n
 }
 
 // run executes one claimed job and reports its outcome with the claim's number.

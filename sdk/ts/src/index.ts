@@ -55,6 +55,7 @@ import {
   type HeartbeatJobResponse,
   type Job,
 } from "./gen/agwp/v1/job_pb.js";
+import { sleep } from "./sleep.js";
 
 export * from "./gen/agwp/v1/admin_pb.js";
 export * from "./gen/agwp/v1/attestation_pb.js";
@@ -421,16 +422,3 @@ export function safeToRetry(method: string, err: unknown): boolean {
   return false;
 }
 
-/** sleep resolves after ms, or as soon as one of the signals is aborted. */
-function sleep(ms: number, ...signals: AbortSignal[]): Promise<void> {
-  return new Promise((resolve) => {
-    if (signals.some((s) => s.aborted)) return resolve();
-    const finish = () => {
-      clearTimeout(timer);
-      for (const s of signals) s.removeEventListener("abort", finish);
-      resolve();
-    };
-    const timer = setTimeout(finish, ms);
-    for (const s of signals) s.addEventListener("abort", finish, { once: true });
-  });
-}

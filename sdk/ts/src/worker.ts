@@ -21,6 +21,7 @@ import {
   type CompleteOptions,
   type JobClaim,
 } from "./index.js";
+import { sleep } from "./sleep.js";
 
 /** What a handler may report besides the result: return one from the handler to complete the
  * job with its output, the log's digest or an attestation (a validate job needs one). */
@@ -323,18 +324,4 @@ class Completer {
       else p.resolve(r);
     });
   }
-}
-
-/** sleep resolves after ms, or as soon as signal is aborted. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
 }
