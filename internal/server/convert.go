@@ -3,12 +3,12 @@ package server
 import (
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/structjson"
 )
 
 var jobStates = map[store.JobState]agwpv1.JobState{
@@ -56,8 +56,8 @@ func jsonStruct(b []byte) *structpb.Struct {
 	if len(b) == 0 {
 		return nil
 	}
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(b, s); err != nil {
+	s, err := structjson.Unmarshal(b)
+	if err != nil {
 		return nil
 	}
 	return s

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ag-coord/ag/agwp"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/structjson"
 )
 
 // Limits on request fields. A request that breaks one is invalid_argument naming the field and
@@ -157,7 +157,7 @@ func structJSON(field string, s *structpb.Struct) ([]byte, error) {
 	if depth := structDepth(s, 1, maxPayloadDepth+1); depth > maxPayloadDepth {
 		return nil, invalid(field, "nests objects and lists more than %d deep", maxPayloadDepth)
 	}
-	b, err := protojson.Marshal(s)
+	b, err := structjson.Marshal(s)
 	if err != nil {
 		return nil, invalid(field, "cannot be encoded as JSON: %v", err)
 	}
