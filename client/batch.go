@@ -56,27 +56,49 @@ type Completion struct {
 // (IsLostClaim, IsCode work on it). err is for the call as a whole: then nothing is known to
 // have been completed.
 func (c *Client) CompleteMany(ctx context.Context, cs []Completion) (jobs []*agwpv1.Job, refusals []error, err error) {
-	if len(cs) == 0 || len(cs) > MaxBatch {
-		return nil, nil, fmt.Errorf("complete many: 1 to %d completions, got %d", MaxBatch, len(cs))
-	}
-	req := &agwpv1.CompleteJobsRequest{Completions: make([]*agwpv1.CompleteJobRequest, len(cs))}
-	for i, cm := range cs {
-		req.Completions[i] = cm.Claim.completeRequest(cm.CompleteOptions)
-	}
-	res, err := c.Jobs.CompleteJobs(ctx, req)
+	res, err := c.completeMany(ctx, cs, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(res.GetResults()) != len(cs) {
-		return nil, nil, fmt.Errorf("complete many: %d results for %d completions", len(res.GetResults()), len(cs))
-	}
 	jobs, refusals = make([]*agwpv1.Job, len(cs)), make([]error, len(cs))
-	for i, r := range res.GetResults() {
+	for i, r := range res {
 		if refusals[i] = ResultError(r); refusals[i] == nil {
 			jobs[i] = r.GetJob()
 		}
 	}
 	return jobs, refusals, nil
+}
+
+// ReportMany is CompleteMany for a worker that reads only the refusals: the server leaves the
+// completed jobs out of its answer, which spares both sides encoding and decoding them.
+func (c *Client) ReportMany(ctx context.Context, cs []Completion) (refusals []error, err error) {
+	res, err := c.completeMany(ctx, cs, true)
+	if err != nil {
+		return nil, err
+	}
+	refusals = make([]error, len(cs))
+	for i, r := range res {
+		refusals[i] = ResultError(r)
+	}
+	return refusals, nil
+}
+
+func (c *Client) completeMany(ctx context.Context, cs []Completion, omitJobs bool) ([]*agwpv1.CompleteJobsResult, error) {
+	if len(cs) == 0 || len(cs) > MaxBatch {
+		return nil, fmt.Errorf("complete many: 1 to %d completions, got %d", MaxBatch, len(cs))
+	}
+	req := &agwpv1.CompleteJobsRequest{Completions: make([]*agwpv1.CompleteJobRequest, len(cs)), OmitJobs: omitJobs}
+	for i, cm := range cs {
+		req.Completions[i] = cm.Claim.completeRequest(cm.CompleteOptions)
+	}
+	res, err := c.Jobs.CompleteJobs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.GetResults()) != len(cs) {
+		return nil, fmt.Errorf("complete many: %d results for %d completions", len(res.GetResults()), len(cs))
+	}
+	return res.GetResults(), nil
 }
 
 // ResultError answers the refusal one result of CompleteJobs reports, as the *connect.Error

@@ -102,21 +102,26 @@ func TestClaimJobsAndCompleteJobs(t *testing.T) {
 			}
 
 			// The refused ones complete once they carry their current claim numbers; a second
-			// completion of a completed job is refused.
-			again, err := w.Jobs.CompleteJobs(ctx, &agwpv1.CompleteJobsRequest{Completions: []*agwpv1.CompleteJobRequest{
-				{JobId: ids[0], Worker: "w1", FencingToken: 2},
-				{JobId: ids[2], Worker: "w1", FencingToken: 1},
+			// completion of a completed job is refused. This call omits the completed jobs from
+			// its answer: those applied answer empty results, the refused one its code.
+			again, err := w.Jobs.CompleteJobs(ctx, &agwpv1.CompleteJobsRequest{OmitJobs: true, Completions: []*agwpv1.CompleteJobRequest{
+				{JobId: ids[0], Worker: "w1", FencingToken: 2, Output: "zero"},
+				{JobId: ids[2], Worker: "w1", FencingToken: 1, Output: "two"},
 				{JobId: ids[1], Worker: "w1", FencingToken: 1},
 			}})
 			if err != nil {
 				t.Fatalf("complete jobs again: %v", err)
 			}
-			for i, r := range again.GetResults()[:2] {
-				if r.GetJob().GetState() != agwpv1.JobState_JOB_STATE_COMPLETED {
-					t.Fatalf("second call, result %d = %v (%s %s), want completed", i, r.GetJob(), r.GetErrorCode(), r.GetErrorMessage())
+			for i, id := range []string{ids[0], ids[2]} {
+				r := again.GetResults()[i]
+				if r.GetJob() != nil || r.GetErrorCode() != "" || r.GetErrorMessage() != "" {
+					t.Fatalf("second call, result %d = %v (%q %q), want an empty result", i, r.GetJob(), r.GetErrorCode(), r.GetErrorMessage())
+				}
+				if j := getJob(t, srv.Admin, id); j.GetState() != agwpv1.JobState_JOB_STATE_COMPLETED || j.GetOutput() == "" {
+					t.Fatalf("after the second call job %s is %v with output %q, want completed with its output", id, j.GetState(), j.GetOutput())
 				}
 			}
-			if r := again.GetResults()[2]; r.GetErrorCode() != "failed_precondition" {
+			if r := again.GetResults()[2]; r.GetJob() != nil || r.GetErrorCode() != "failed_precondition" {
 				t.Fatalf("completing a completed job again = %v %q, want failed_precondition", r.GetJob(), r.GetErrorCode())
 			}
 

@@ -976,7 +976,10 @@ func (x *CompleteJobResponse) GetJob() *Job {
 type CompleteJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1..256 completions, of distinct jobs; each as in CompleteJob.
-	Completions   []*CompleteJobRequest `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	Completions []*CompleteJobRequest `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	// true: the results carry only the refusals, not the completed jobs, for a worker that reads
+	// nothing else of them; a completion applied answers an empty result.
+	OmitJobs      bool `protobuf:"varint,2,opt,name=omit_jobs,json=omitJobs,proto3" json:"omit_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1016,6 +1019,13 @@ func (x *CompleteJobsRequest) GetCompletions() []*CompleteJobRequest {
 		return x.Completions
 	}
 	return nil
+}
+
+func (x *CompleteJobsRequest) GetOmitJobs() bool {
+	if x != nil {
+		return x.OmitJobs
+	}
+	return false
 }
 
 type CompleteJobsResponse struct {
@@ -1063,8 +1073,9 @@ func (x *CompleteJobsResponse) GetResults() []*CompleteJobsResult {
 	return nil
 }
 
-// The outcome of one completion of a CompleteJobs call: the completed job, or why it was
-// refused, with the code and message CompleteJob would have answered.
+// The outcome of one completion of a CompleteJobs call: the completed job (unless the request
+// omitted jobs), or why it was refused, with the code and message CompleteJob would have
+// answered.
 type CompleteJobsResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1921,9 +1932,10 @@ const file_agwp_v1_job_proto_rawDesc = "" +
 	"\routput_digest\x18\x06 \x01(\tR\foutputDigest\x12#\n" +
 	"\rfencing_token\x18\a \x01(\x04R\ffencingToken\"5\n" +
 	"\x13CompleteJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"T\n" +
+	"\x03job\x18\x01 \x01(\v2\f.agwp.v1.JobR\x03job\"q\n" +
 	"\x13CompleteJobsRequest\x12=\n" +
-	"\vcompletions\x18\x01 \x03(\v2\x1b.agwp.v1.CompleteJobRequestR\vcompletions\"M\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1b.agwp.v1.CompleteJobRequestR\vcompletions\x12\x1b\n" +
+	"\tomit_jobs\x18\x02 \x01(\bR\bomitJobs\"M\n" +
 	"\x14CompleteJobsResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.agwp.v1.CompleteJobsResultR\aresults\"x\n" +
 	"\x12CompleteJobsResult\x12\x1e\n" +
