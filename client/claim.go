@@ -164,47 +164,74 @@ func (h *Claim) KeepAlive(ctx context.Context) (context.Context, func()) {
 // sooner, a cancellation requested reaches the job sooner.
 func (h *Claim) KeepAliveEvery(ctx context.Context, interval time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
+	stop := h.HeartbeatEvery(ctx, interval, cancel)
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// HeartbeatEvery heartbeats the claim every interval (at most a third of the lease) until stop
+// is called or ctx ends, and calls over, once, with a cause wrapping ErrClaimLost or
+// ErrCancelRequested when a heartbeat says the claim is over. KeepAliveEvery is the same with
+// a context of its own to cancel; a worker that has one already saves making another. Once
+// stop has returned, no heartbeat is in flight.
+func (h *Claim) HeartbeatEvery(ctx context.Context, interval time.Duration, over func(cause error)) (stop func()) {
 	if interval <= 0 || interval > h.lease/3 {
 		interval = h.lease / 3
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			// However often it beats, each heartbeat may take a third of the lease: a server
-			// slower than the pace must not lose the claim.
-			hctx, hcancel := context.WithTimeout(ctx, h.lease/3)
-			res, err := h.Heartbeat(hctx, h.takeProgress())
-			hcancel()
-			switch {
-			case err != nil && IsLostClaim(err):
-				cancel(fmt.Errorf("%w: %v", ErrClaimLost, err))
-				return
-			case err == nil && res.GetCancelRequested():
-				cancel(ErrCancelRequested)
-				return
-			}
-			// Other errors (the server briefly unreachable) are retried at the next tick; the
-			// lease is at least three ticks long. Ticks that came while a heartbeat was in
-			// flight were dropped by the ticker.
+	// A timer rather than a goroutine with a ticker: most claims end before their first
+	// heartbeat, and a worker of many slots would otherwise keep a goroutine a job asleep.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		beating sync.WaitGroup // the heartbeat in flight, which stop waits for
+		timer   *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		if stopped || ctx.Err() != nil {
+			mu.Unlock()
+			return
 		}
-	}()
+		beating.Add(1)
+		mu.Unlock()
+		defer beating.Done()
+		started := time.Now()
+		// However often it beats, each heartbeat may take a third of the lease: a server
+		// slower than the pace must not lose the claim.
+		hctx, hcancel := context.WithTimeout(ctx, h.lease/3)
+		res, err := h.Heartbeat(hctx, h.takeProgress())
+		hcancel()
+		switch {
+		case err != nil && IsLostClaim(err):
+			over(fmt.Errorf("%w: %v", ErrClaimLost, err))
+			return
+		case err == nil && res.GetCancelRequested():
+			over(ErrCancelRequested)
+			return
+		}
+		// Other errors (the server briefly unreachable) are retried at the next beat; the
+		// lease is at least three beats long. The beats keep their pace from the start of
+		// each, and one that would have come while a heartbeat was in flight goes at once.
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer.Reset(max(0, interval-time.Since(started)))
+		}
+	}
+	mu.Lock()
+	timer = time.AfterFunc(interval, beat)
+	mu.Unlock()
 	var once sync.Once
-	return ctx, func() {
-		once.Do(func() { close(done) })
-		wg.Wait()
-		cancel(nil)
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			stopped = true
+			timer.Stop()
+			mu.Unlock()
+			beating.Wait()
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/clock"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 	"github.com/ag-coord/ag/internal/worker"
 )
 
@@ -214,5 +219,78 @@ func BenchmarkWorkerDrain(b *testing.B) {
 				b.ReportMetric(float64(d.calls.completions.Load())/float64(jobs), "complete-calls/job")
 			})
 		}
+	}
+}
+
+// TestABatchOfStaleCompletionsIsRefusedAndNotRetried ensures that when a worker's claims were
+// taken over while its jobs ran (their leases ran out on the server's clock, another worker
+// claimed them), the completions it reports together are each refused for the lost claim,
+// logged as such, and not tried again, and the jobs stay with the claims that took them over.
+func TestABatchOfStaleCompletionsIsRefusedAndNotRetried(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			const jobs = 8
+			ctx := context.Background()
+			clk := clock.NewFake(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+			srv := agtest.Start(t, agtest.Options{Backend: backend, Clock: clk, RequireFencing: true})
+			calls := &callCounter{next: http.DefaultTransport}
+			c := srv.Principal(t, "w", agwpv1.Role_ROLE_WORKER, client.WithHTTPClient(&http.Client{Transport: calls}))
+			other := srv.Principal(t, "other", agwpv1.Role_ROLE_WORKER)
+			var logs syncbuf.Buffer
+			started, release := make(chan struct{}, jobs), make(chan struct{})
+			w, err := worker.New(worker.Config{Client: c, Label: "w1", Concurrency: jobs, Lease: time.Minute, Wait: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				Handlers: map[string]worker.Handler{"test.noop": func(context.Context, *worker.Job) (worker.Outcome, error) {
+					started <- struct{}{}
+					<-release
+					return worker.Outcome{Output: "stale"}, nil
+				}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range jobs {
+				if _, _, err := srv.Store.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "test.noop", MaxAttempts: 3, EnqueuedBy: "admin"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wctx, stop := context.WithCancel(ctx)
+			stopped := make(chan error, 1)
+			go func() { stopped <- w.Run(wctx) }()
+			for range jobs {
+				<-started
+			}
+			// The leases run out on the server's clock; another worker claims every job again.
+			clk.Advance(2 * time.Minute)
+			taken, err := other.Jobs.ClaimJobs(ctx, &agwpv1.ClaimJobsRequest{Worker: "w2", MaxJobs: jobs, Lease: durationpb.New(time.Hour)})
+			if err != nil || len(taken.GetJobs()) != jobs {
+				t.Fatalf("the other worker claimed %d jobs (%v), want %d", len(taken.GetJobs()), err, jobs)
+			}
+			before := calls.completions.Load()
+			close(release)
+			for len(logs.Lines(`msg="completed refused: the claim was lost"`)) < jobs {
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop()
+			if err := <-stopped; err != nil {
+				t.Fatal(err)
+			}
+			if n := calls.completions.Load() - before; n < 1 || n > 2 {
+				t.Errorf("%d completion calls for %d refused completions, want them reported together and not retried", n, jobs)
+			}
+			if lines := logs.Lines(`msg=completed `); len(lines) > 0 {
+				t.Errorf("the worker logged stale completions as done: %q", lines)
+			}
+			for _, j := range taken.GetJobs() {
+				got, err := srv.Admin.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: j.GetId()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g := got.GetJob(); g.GetState() != agwpv1.JobState_JOB_STATE_CLAIMED || g.GetClaimedBy() != "other|w2" || g.GetAttempts() != 2 || g.GetOutput() != "" {
+					t.Errorf("job %s is %v by %q, claim %d, output %q; want still claimed by other|w2 under claim 2, no output",
+						j.GetId(), g.GetState(), g.GetClaimedBy(), g.GetAttempts(), g.GetOutput())
+				}
+			}
+		})
 	}
 }

@@ -25,34 +25,41 @@ type completer struct {
 }
 
 type completion struct {
-	ctx    context.Context
-	claim  *client.Claim
-	opts   client.CompleteOptions
-	result chan error
+	claim *client.Claim
+	opts  client.CompleteOptions
+	// reported is called with the completion's refusal, or the error of the call that
+	// carried it, once the call has returned.
+	reported func(error)
 }
 
+// newCompleter answers a completer for a worker of slots jobs at a time: no more completions
+// than that can be waiting, and none waits to be handed over.
 func newCompleter(c *client.Client, slots int) *completer {
-	p := &completer{client: c, gathers: slots > 1, reqs: make(chan completion), done: make(chan struct{}), exited: make(chan struct{})}
+	p := &completer{client: c, gathers: slots > 1, reqs: make(chan completion, slots), done: make(chan struct{}), exited: make(chan struct{})}
 	go p.run()
 	return p
 }
 
-// complete reports a claim's completion and answers its refusal, or the error of the call that
-// carried it.
-func (p *completer) complete(ctx context.Context, claim *client.Claim, opts client.CompleteOptions) error {
-	c := completion{ctx: ctx, claim: claim, opts: opts, result: make(chan error, 1)}
-	select {
-	case p.reqs <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return <-c.result
+// complete has a claim's completion reported within reportTimeout, and reported called then.
+// It does not wait: a job's goroutine has nothing more to do, and one that waited would be
+// woken once for each job of a call.
+func (p *completer) complete(claim *client.Claim, opts client.CompleteOptions, reported func(error)) {
+	p.reqs <- completion{claim: claim, opts: opts, reported: reported}
 }
 
 func (p *completer) run() {
 	defer close(p.exited)
 	var pending []completion
-	sent := make(chan struct{}, 1)
+	// One goroutine makes every call: a goroutine a call would grow a new stack each time to
+	// the depth of an HTTP call.
+	batches, sent := make(chan []completion), make(chan struct{}, 1)
+	go func() {
+		for batch := range batches {
+			p.send(batch)
+			sent <- struct{}{}
+		}
+	}()
+	defer close(batches)
 	sending := false
 	for {
 		if !sending && len(pending) > 0 {
@@ -60,14 +67,14 @@ func (p *completer) run() {
 			batch := pending[:n:n]
 			pending = pending[n:]
 			sending = true
-			go func() {
-				p.send(batch)
-				sent <- struct{}{}
-			}()
+			batches <- batch
 		}
 		select {
 		case c := <-p.reqs:
 			pending = append(pending, c)
+			for len(p.reqs) > 0 {
+				pending = append(pending, <-p.reqs)
+			}
 			if p.gathers && !sending && len(pending) == 1 {
 				pending = append(pending, receiveWithin(p.reqs, client.MaxBatch-1)...)
 			}
@@ -109,26 +116,27 @@ func receiveWithin[T any](ch <-chan T, most int) []T {
 	return got
 }
 
-// send reports batch in one call, under the first completion's context (each waits with its
-// own report timeout, all alike).
+// send reports batch in one call.
 func (p *completer) send(batch []completion) {
+	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]
-		_, err := c.claim.Complete(c.ctx, c.opts)
-		c.result <- err
+		_, err := c.claim.Complete(ctx, c.opts)
+		c.reported(err)
 		return
 	}
 	cs := make([]client.Completion, len(batch))
 	for i, c := range batch {
 		cs[i] = client.Completion{Claim: c.claim, CompleteOptions: c.opts}
 	}
-	_, refusals, err := p.client.CompleteMany(batch[0].ctx, cs)
+	refusals, err := p.client.ReportMany(ctx, cs)
 	for i, c := range batch {
 		switch {
 		case err != nil:
-			c.result <- err
+			c.reported(err)
 		default:
-			c.result <- refusals[i]
+			c.reported(refusals[i])
 		}
 	}
 }

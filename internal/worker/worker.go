@@ -143,11 +143,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	var running sync.WaitGroup
 	w.claimLoop(ctx, slots, func(claim *client.Claim) {
 		running.Add(1)
-		go func() {
-			defer running.Done()
-			defer func() { slots <- struct{}{} }()
-			w.run(jobCtx, claim, comp)
-		}()
+		go w.run(jobCtx, claim, comp, func() {
+			slots <- struct{}{}
+			running.Done()
+		})
 	})
 	running.Wait()
 	return nil
@@ -192,8 +191,15 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 	}
 }
 
-// run executes one claimed job and reports its outcome with the claim's number.
-func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer) {
+// run executes one claimed job and reports its outcome with the claim's number; reported is
+// called once the outcome has been reported (or was not to be).
+func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer, reported func()) {
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			reported()
+		}
+	}()
 	job := claim.Job
 	// The job's attributes go with each line rather than into a logger of the job's own:
 	// slog's handlers format the attributes of With at once, which was an eighth of a busy
@@ -213,21 +219,17 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer) 
 		// worker hears of it at its next heartbeat, and a doomed run holds it until then.
 		beat = min(beat, validateHeartbeat)
 	}
-	aliveCtx, stop := claim.KeepAliveEvery(ctx, beat)
-	runCtx, cancelRun := context.WithCancelCause(aliveCtx)
+	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
-	prog := newProgress(claim, cancelRun, claim.Lease()/3)
-	go prog.run(runCtx)
+	stopBeats := claim.HeartbeatEvery(runCtx, beat, cancelRun)
+	prog := newProgress(runCtx, claim, cancelRun, claim.Lease()/3)
 	start := time.Now()
 	outcome, err := handler(runCtx, &Job{Job: job, progress: prog})
+	elapsed := time.Since(start).Round(time.Millisecond)
 	prog.stop()
+	stopBeats()
 	cause := context.Cause(runCtx)
-	stop()
 
-	// Reports use a context of their own: the job context may be over (shutdown), and a report
-	// is what keeps the job from sitting claimed until its lease runs out.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
 	switch {
 	case errors.Is(cause, client.ErrClaimLost):
 		// Another claim owns the job now: any report would be refused, and must not be tried.
@@ -235,14 +237,18 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer) 
 		return
 	case errors.Is(cause, client.ErrCancelRequested):
 		// The server makes a cancel-requested job CANCELLED when its claim fails.
-		_, ferr := claim.Fail(rctx, client.FailOptions{Error: "cancelled on request"})
-		report(log, "cancelled", ferr)
+		report(log, "cancelled", fail(ctx, claim, client.FailOptions{Error: "cancelled on request"}))
 		return
 	case err == nil:
-		cerr := comp.complete(rctx, claim, client.CompleteOptions{
+		// The completer reports it, and calls back then: the job's goroutine has nothing left
+		// to wait for.
+		handedOver = true
+		comp.complete(claim, client.CompleteOptions{
 			Result: outcome.Result, Output: outcome.Output, OutputDigest: outcome.OutputDigest, Attestation: outcome.Attestation,
+		}, func(cerr error) {
+			report(log, "completed", cerr, "elapsed", elapsed)
+			reported()
 		})
-		report(log, "completed", cerr, "elapsed", time.Since(start).Round(time.Millisecond))
 		return
 	}
 	opts := client.FailOptions{Error: truncate(err.Error(), 4000), Output: outcome.Output}
@@ -256,8 +262,20 @@ func (w *Worker) run(ctx context.Context, claim *client.Claim, comp *completer) 
 		zero := time.Duration(0)
 		opts.RetryDelay = &zero
 	}
-	_, ferr := claim.Fail(rctx, opts)
-	report(log, "failed", ferr, "err", err)
+	report(log, "failed", fail(ctx, claim, opts), "err", err)
+}
+
+// reportTimeout is how long a report of a job's outcome may take. Reports do not end with the
+// job's context, which may be over (shutdown): a report is what keeps the job from sitting
+// claimed until its lease runs out.
+const reportTimeout = 30 * time.Second
+
+// fail reports a job's failure within reportTimeout, whether or not ctx has ended.
+func fail(ctx context.Context, claim *client.Claim, opts client.FailOptions) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	_, err := claim.Fail(ctx, opts)
+	return err
 }
 
 // report logs how the report of a job's outcome went: what was reported, with more, and err,
@@ -298,31 +316,40 @@ const progressEvery = time.Second
 // when a new line came since the last one, and the newest line only: a quiet command costs
 // nothing beyond the lease's heartbeats, a loud one a heartbeat a second.
 type progress struct {
+	ctx   context.Context // the run's; run ends with it
 	claim *client.Claim
 	// cancel ends the run when a heartbeat says the claim is over, as KeepAlive does.
 	cancel context.CancelCauseFunc
 	every  time.Duration // the least time between two heartbeats
 	retry  time.Duration // after a heartbeat that failed, and the timeout of each
 
-	mu      sync.Mutex
-	line    string
-	fresh   bool          // line was not sent yet
-	tail    func() string // the output so far, when the handler follows it
-	sent    string        // the output the last heartbeat sent
+	mu    sync.Mutex
+	line  string
+	fresh bool          // line was not sent yet
+	tail  func() string // the output so far, when the handler follows it
+	sent  string        // the output the last heartbeat sent
+	// run goes from the first line on: most jobs send none, and a goroutine each would be a
+	// good part of what a worker spends on a short job.
+	started bool
+	stopped bool
 	wake    chan struct{} // a new line came; buffered 1
-	done    chan struct{} // closed by stop
-	stopped chan struct{} // closed when run has returned
+	done    chan struct{} // closed by stop once run started
+	exited  chan struct{} // closed when run has returned
 }
 
-func newProgress(claim *client.Claim, cancel context.CancelCauseFunc, retry time.Duration) *progress {
-	return &progress{claim: claim, cancel: cancel, every: progressEvery, retry: max(retry, progressEvery),
-		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+func newProgress(ctx context.Context, claim *client.Claim, cancel context.CancelCauseFunc, retry time.Duration) *progress {
+	return &progress{ctx: ctx, claim: claim, cancel: cancel, every: progressEvery, retry: max(retry, progressEvery),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
 }
 
 // set makes line the newest progress line; it never waits for the server.
 func (p *progress) set(line string) {
 	p.mu.Lock()
 	p.line, p.fresh = line, true
+	if !p.started && !p.stopped {
+		p.started = true
+		go p.run(p.ctx)
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -384,7 +411,7 @@ func (p *progress) unsent(line string) {
 
 // run sends the lines until stop is called or ctx ends.
 func (p *progress) run(ctx context.Context) {
-	defer close(p.stopped)
+	defer close(p.exited)
 	for {
 		select {
 		case <-ctx.Done():
@@ -432,8 +459,14 @@ func (p *progress) run(ctx context.Context) {
 
 // stop ends run and waits for it: no progress heartbeat is in flight once it returns.
 func (p *progress) stop() {
-	close(p.done)
-	<-p.stopped
+	p.mu.Lock()
+	p.stopped = true
+	started := p.started
+	p.mu.Unlock()
+	if started {
+		close(p.done)
+		<-p.exited
+	}
 }
 
 func truncate(s string, n int) string {
