@@ -183,7 +183,7 @@ func (h leaseService) ListLeases(ctx context.Context, req *agwpv1.ListLeasesRequ
 	holder := req.GetHolder()
 	if holder != "" {
 		principal, label, ok := strings.Cut(holder, "|")
-		if !ok || validateName("holder", principal) != nil || (label != "" && !labelPattern.MatchString(label)) {
+		if !ok || validateName("holder", principal) != nil || (label != "" && !isLabel(label)) {
 			return nil, invalid("holder", "%q is not a holder: use <principal>|<label>, or <principal>| for all its labels", truncate(holder, 200))
 		}
 	}

@@ -43,12 +43,54 @@ const (
 )
 
 var (
-	labelPattern  = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,128}$`)
-	kindPattern   = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 )
+
+// Labels, kinds and job ids are checked on every job a worker claims or reports: as character
+// classes, not regular expressions, which cost a tenth as much.
+var (
+	labelChars = newCharset("A-Za-z0-9._:@/-") // 1-128
+	kindChars  = newCharset("a-z0-9_.-")       // 1-64
+	idChars    = newCharset("A-Za-z0-9_.:-")   // 1-128
+)
+
+func isLabel(s string) bool { return labelChars.matches(s, 1, 128) }
+func isKind(s string) bool  { return kindChars.matches(s, 1, 64) }
+func isID(s string) bool    { return idChars.matches(s, 1, 128) }
+
+// charset is a set of ASCII characters.
+type charset [256]bool
+
+// newCharset answers the set a regular expression's class (without its brackets) names: single
+// characters and ranges such as a-z; a - at the end is itself.
+func newCharset(class string) *charset {
+	var c charset
+	for i := 0; i < len(class); i++ {
+		if i+2 < len(class) && class[i+1] == '-' {
+			for b := int(class[i]); b <= int(class[i+2]); b++ {
+				c[b] = true
+			}
+			i += 2
+			continue
+		}
+		c[class[i]] = true
+	}
+	return &c
+}
+
+// matches reports whether s is least to most characters, all of c.
+func (c *charset) matches(s string, least, most int) bool {
+	if len(s) < least || len(s) > most {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !c[s[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // invalid answers the invalid_argument error for a field.
 func invalid(field, format string, args ...any) error {
@@ -59,14 +101,14 @@ func validateLabel(field, label string) error {
 	if label == "" {
 		return invalid(field, "is required: a worker or holder label of 1-128 characters of [A-Za-z0-9._:@/-]")
 	}
-	if !labelPattern.MatchString(label) {
+	if !isLabel(label) {
 		return invalid(field, "%q is not a label: use 1-128 characters of [A-Za-z0-9._:@/-]", truncate(label, 140))
 	}
 	return nil
 }
 
 func validateKind(field, kind string) error {
-	if !kindPattern.MatchString(kind) {
+	if !isKind(kind) {
 		return invalid(field, "%q is not a job kind: use 1-64 characters of [a-z0-9_.-]", truncate(kind, 80))
 	}
 	return nil
@@ -103,7 +145,7 @@ func validateID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")
 	}
-	if !idPattern.MatchString(id) {
+	if !isID(id) {
 		return invalid(field, "%q is not an id", truncate(id, 140))
 	}
 	return nil

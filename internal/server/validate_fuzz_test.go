@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// The contract's forms of labels, kinds and ids, which validation checks as character classes.
+var (
+	labelPattern = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,128}$`)
+	kindPattern  = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 )
 
 // FuzzRequestValidation ensures validation never panics, refuses only with invalid_argument
@@ -27,6 +35,10 @@ func FuzzRequestValidation(f *testing.F) {
 		})
 		labelOK := labelPattern.MatchString(label)
 		kindOK := kindPattern.MatchString(kind)
+		if isLabel(label) != labelOK || isKind(label) != kindPattern.MatchString(label) || isID(label) != idPattern.MatchString(label) {
+			t.Fatalf("%q: label %v, kind %v, id %v; the contract's patterns say %v, %v, %v", label, isLabel(label), isKind(label), isID(label),
+				labelOK, kindPattern.MatchString(label), idPattern.MatchString(label))
+		}
 		leaseOK := leaseSec >= 1 && leaseSec <= 3600
 		waitOK := waitSec >= 0 && waitSec <= 60
 		if (claimErr == nil) != (labelOK && kindOK && leaseOK && waitOK) {
