@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/internal/audit"
 )
 
 // Marshal answers s as a JSON object, its keys sorted. Like protojson it refuses numbers that
@@ -107,34 +109,11 @@ func appendNumber(b []byte, f float64) ([]byte, error) {
 	return b, nil
 }
 
-const hex = "0123456789abcdef"
-
+// appendString writes s as a JSON string, as the stores write audit details; s must be UTF-8,
+// which AppendJSONString would otherwise mend rather than refuse.
 func appendString(b []byte, s string) ([]byte, error) {
 	if !utf8.ValidString(s) {
 		return nil, errors.New("a string that is not UTF-8")
 	}
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"'), nil
+	return audit.AppendJSONString(b, s), nil
 }
