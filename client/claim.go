@@ -223,15 +223,12 @@ func (h *Claim) HeartbeatEvery(ctx context.Context, interval time.Duration, over
 	mu.Lock()
 	timer = time.AfterFunc(interval, beat)
 	mu.Unlock()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			mu.Lock()
-			stopped = true
-			timer.Stop()
-			mu.Unlock()
-			beating.Wait()
-		})
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		beating.Wait()
 	}
 }
 

@@ -264,11 +264,11 @@ func (h jobService) CompleteJobs(ctx context.Context, req *agwpv1.CompleteJobsRe
 				continue
 			}
 			h.completed(o.Job)
-			if req.GetOmitJobs() {
-				res.Results[index[k]] = &agwpv1.CompleteJobsResult{}
-			} else {
-				res.Results[index[k]] = &agwpv1.CompleteJobsResult{Job: jobProto(o.Job)}
+			r := &agwpv1.CompleteJobsResult{}
+			if !req.GetOmitJobs() {
+				r.Job = jobProto(o.Job)
 			}
+			res.Results[index[k]] = r
 		}
 	}
 	return res, nil

@@ -316,7 +316,7 @@ const progressEvery = time.Second
 // when a new line came since the last one, and the newest line only: a quiet command costs
 // nothing beyond the lease's heartbeats, a loud one a heartbeat a second.
 type progress struct {
-	ctx   context.Context // the run's; run ends with it
+	ctx   context.Context // the job's; run ends with it
 	claim *client.Claim
 	// cancel ends the run when a heartbeat says the claim is over, as KeepAlive does.
 	cancel context.CancelCauseFunc
@@ -348,7 +348,7 @@ func (p *progress) set(line string) {
 	p.line, p.fresh = line, true
 	if !p.started && !p.stopped {
 		p.started = true
-		go p.run(p.ctx)
+		go p.run()
 	}
 	p.mu.Unlock()
 	select {
@@ -409,8 +409,9 @@ func (p *progress) unsent(line string) {
 	}
 }
 
-// run sends the lines until stop is called or ctx ends.
-func (p *progress) run(ctx context.Context) {
+// run sends the lines until stop is called or the job's context ends.
+func (p *progress) run() {
+	ctx := p.ctx
 	defer close(p.exited)
 	for {
 		select {
