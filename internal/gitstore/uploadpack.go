@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"slices"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -387,6 +388,17 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 // until every commit left is reachable from common; each commit to send then has its tree
 // compared with its parents' trees, descending only where they differ, so the cost follows
 // what changed rather than the size of the trees.
+//
+// Skipping what a tree shares with a parent's tree is right only when everything the parent
+// reaches is already in the pack or with the client, so the trees are compared parents first.
+// Compared newest first, a tree that recurs (a revert, a dependency downgrade) was marked sent
+// with only its differences from the commit that brought it back, and the older commit that
+// brought the rest then skipped it: clones missed blobs.
+//
+// The pack may hold objects the client has: one of common's objects that a sent commit holds
+// at another path than its parents do (a file moved, a directory renamed or restored) is sent
+// again, as git's own upload-pack does (pack.useSparse), rather than walking common's whole
+// trees to find it.
 func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash) ([]plumbing.Hash, error) {
 	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}}
 	for _, h := range common {
@@ -412,90 +424,110 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 			}
 		}
 	}
-	sent := make(map[plumbing.Hash]bool)
-	var out []plumbing.Hash
-	for _, c := range popped {
-		if c.uninteresting {
-			continue
-		}
+	order, err := w.parentsFirst(popped)
+	if err != nil {
+		return nil, err
+	}
+	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool)}
+	starts := make([]int, 0, len(order))
+	for _, c := range order {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		out = append(out, c.Hash)
+		starts = append(starts, len(d.out))
+		d.out = append(d.out, c.Hash)
 		var olds []plumbing.Hash
 		for _, p := range c.ParentHashes {
 			pc, err := w.commit(p)
 			if err != nil {
 				return nil, err
 			}
+			// The parent's tree is sent whole by now, or the client's.
+			d.done[pc.TreeHash] = true
 			olds = append(olds, pc.TreeHash)
 		}
-		var err error
-		if out, err = diffTrees(s, c.TreeHash, olds, sent, out); err != nil {
+		if err := d.tree(c.TreeHash, olds); err != nil {
 			return nil, err
 		}
+	}
+	// Newest commit first, each followed by what it brought, as the walk found them: git's
+	// order, which puts the wanted checkout's files near the pack's start. Reversed in place,
+	// then each commit's part back, so a clone's list is not held twice.
+	out := d.out
+	slices.Reverse(out)
+	for i, start := range starts {
+		end := len(out)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		slices.Reverse(out[len(out)-end : len(out)-start])
 	}
 	return out, nil
 }
 
-// diffTrees appends to out tree t and what it holds that none of olds (the trees at the same
-// path in the parents) holds under the same name, skipping what sent already has.
-func diffTrees(s storer.EncodedObjectStorer, t plumbing.Hash, olds []plumbing.Hash, sent map[plumbing.Hash]bool, out []plumbing.Hash) ([]plumbing.Hash, error) {
-	if sent[t] {
-		return out, nil
+// treeDiff collects the trees and blobs of the commits objectsToSend sends, a commit at a
+// time, each commit after its parents.
+type treeDiff struct {
+	s storer.EncodedObjectStorer
+	// done holds the trees and blobs whose whole closure is in out or with the client: a
+	// tree is added once all it reaches is, never when only its differences from some
+	// other tree are.
+	done map[plumbing.Hash]bool
+	out  []plumbing.Hash
+}
+
+// tree appends to out tree t and what it holds that is not done, descending only into
+// subtrees that differ from olds (the trees at the same path in the commit's parents).
+func (d *treeDiff) tree(t plumbing.Hash, olds []plumbing.Hash) error {
+	if d.done[t] {
+		return nil
 	}
-	for _, o := range olds {
-		if o == t {
-			return out, nil
-		}
-	}
-	sent[t] = true
-	out = append(out, t)
-	tree, err := object.GetTree(s, t)
+	// Done before its entries are: no tree holds itself, so nothing below asks for t, and t
+	// is whole when this call returns, before anything else can ask.
+	d.done[t] = true
+	d.out = append(d.out, t)
+	tree, err := object.GetTree(d.s, t)
 	if err != nil {
-		return nil, fmt.Errorf("read tree %s: %w", t, err)
+		return fmt.Errorf("read tree %s: %w", t, err)
 	}
 	oldEntries := make([]map[string]object.TreeEntry, 0, len(olds))
 	for _, o := range olds {
-		ot, err := object.GetTree(s, o)
+		ot, err := object.GetTree(d.s, o)
 		if err != nil {
-			return nil, fmt.Errorf("read tree %s: %w", o, err)
+			return fmt.Errorf("read tree %s: %w", o, err)
 		}
 		m := make(map[string]object.TreeEntry, len(ot.Entries))
 		for _, e := range ot.Entries {
 			m[e.Name] = e
+			// A parent is sent whole before its children or is the client's, and so is
+			// everything its trees hold, under any name: a file renamed in this
+			// directory is not sent again.
+			if e.Mode != filemode.Submodule {
+				d.done[e.Hash] = true
+			}
 		}
 		oldEntries = append(oldEntries, m)
 	}
-entries:
 	for _, e := range tree.Entries {
-		var subOlds []plumbing.Hash
-		for _, m := range oldEntries {
-			oe, ok := m[e.Name]
-			if !ok {
-				continue
+		switch {
+		case e.Mode == filemode.Submodule: // a gitlink names a commit of another repository
+		case d.done[e.Hash]:
+		case e.Mode == filemode.Dir:
+			var subOlds []plumbing.Hash
+			for _, m := range oldEntries {
+				if oe, ok := m[e.Name]; ok && oe.Mode == filemode.Dir {
+					subOlds = append(subOlds, oe.Hash)
+				}
 			}
-			if oe.Hash == e.Hash {
-				continue entries
+			if err := d.tree(e.Hash, subOlds); err != nil {
+				return err
 			}
-			if oe.Mode == filemode.Dir {
-				subOlds = append(subOlds, oe.Hash)
-			}
-		}
-		switch e.Mode {
-		case filemode.Dir:
-			if out, err = diffTrees(s, e.Hash, subOlds, sent, out); err != nil {
-				return nil, err
-			}
-		case filemode.Submodule: // a gitlink names a commit of another repository
 		default:
-			if !sent[e.Hash] {
-				sent[e.Hash] = true
-				out = append(out, e.Hash)
-			}
+			d.done[e.Hash] = true
+			d.out = append(d.out, e.Hash)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // walk is the commit walk of objectsToSend: a queue by committer time, newest first.
@@ -509,7 +541,8 @@ type walk struct {
 type walkCommit struct {
 	*object.Commit
 	uninteresting bool
-	state         int // walkNew, walkQueued, walkPopped
+	state         int  // walkNew, walkQueued, walkPopped
+	ordered       bool // by parentsFirst
 }
 
 const (
@@ -585,6 +618,51 @@ func (w *walk) pop() *walkCommit {
 		w.interesting--
 	}
 	return c
+}
+
+// parentsFirst answers the commits of popped still to send, each after those of its parents
+// that are sent too. Committer times put parents first in most histories but not in all
+// (skewed clocks, imported commits keep their times), so the order is a depth-first one.
+// Every parent of a commit to send is one too or is reachable from common: the walk pushed
+// it, and stopped only when every commit queued was.
+func (w *walk) parentsFirst(popped []*walkCommit) ([]*walkCommit, error) {
+	toSend := func(c *walkCommit) bool { return !c.uninteresting && c.state == walkPopped }
+	order := make([]*walkCommit, 0, len(popped))
+	type frame struct {
+		c    *walkCommit
+		next int // the index of the parent to look at next
+	}
+	var stack []frame
+	// Oldest first, so that in a linear history each commit's parent is already ordered and
+	// the stack stays one deep.
+	for i := len(popped) - 1; i >= 0; i-- {
+		if c := popped[i]; toSend(c) && !c.ordered {
+			c.ordered = true
+			stack = append(stack, frame{c: c})
+		}
+		for len(stack) > 0 {
+			f := &stack[len(stack)-1]
+			if f.next == len(f.c.ParentHashes) {
+				order = append(order, f.c)
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			p, err := w.commit(f.c.ParentHashes[f.next])
+			f.next++
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case p.uninteresting || p.ordered:
+			case p.state != walkPopped:
+				return nil, fmt.Errorf("commit %s: parent %s is neither sent nor the client's", f.c.Hash, p.Hash)
+			default:
+				p.ordered = true
+				stack = append(stack, frame{c: p})
+			}
+		}
+	}
+	return order, nil
 }
 
 // commitQueue is a heap of commits, the newest committer time first.
