@@ -32,6 +32,13 @@ type ValidatePayload struct {
 	// Lane is the policy lane the candidate validates, "" for the whole tree (ADR-0024). A
 	// lane's candidate tree holds no other lane's files.
 	Lane string `json:"lane,omitempty"`
+	// Network is what the policy asks: "none" for no network, "egress" for the worker's egress
+	// proxy; "" in jobs enqueued before policies had a network (the worker's own network was
+	// then the default).
+	Network string `json:"network,omitempty"`
+	// Isolation is the evidence the policy asks of a pass: "sandbox", or "none" for any run;
+	// "" in jobs enqueued before, which took any.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 var (
@@ -81,6 +88,11 @@ func ParseValidatePayloadJSON(data []byte) (ValidatePayload, error) {
 		return p, fmt.Errorf("validate payload: git_tree %q is not a git tree id: 40 lowercase hex", p.GitTree)
 	case len(p.Command) == 0:
 		return p, errors.New("validate payload: command is empty")
+	case p.Network != "" && p.Network != "none" && p.Network != "egress":
+		// A network this worker does not know is one it cannot keep: never run it in another.
+		return p, fmt.Errorf("validate payload: network %q is none of \"none\" and \"egress\": this worker is older than the server", p.Network)
+	case p.Isolation != "" && p.Isolation != "sandbox" && p.Isolation != "none":
+		return p, fmt.Errorf("validate payload: isolation %q is none of \"sandbox\" and \"none\"", p.Isolation)
 	}
 	if _, err := p.TimeoutDuration(); err != nil {
 		return p, err

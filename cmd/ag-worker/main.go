@@ -22,6 +22,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/egress"
 	"github.com/ag-coord/ag/internal/worker"
 )
 
@@ -124,7 +125,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bwrap := fs.String("bwrap", "bwrap", "the bubblewrap executable that sandboxes validation commands: a path, or a name looked up on PATH")
 	var sandboxRO stringList
 	fs.Var(&sandboxRO, "sandbox-ro", "a host `DIR` validation commands may also read, at the same path (a toolchain, a module cache); repeatable. Never a directory they may write")
-	network := fs.String("sandbox-network", "shared", "the network of validation commands: shared (the worker's) or none (a loopback of their own)")
+	network := fs.String("sandbox-network", "none", "the network of validation commands: none (a loopback of their own, and the egress proxy when their policy asks for it) "+
+		"or shared (this worker's own network, its loopback and every database and server it reaches included: only for code you trust)")
+	var egressAllow stringList
+	fs.Var(&egressAllow, "egress-allow", "`HOST,...` a validation whose policy asks for egress (ag repo set-validation --network egress) may reach through this worker's proxy: "+
+		"host names (*.DOMAIN for its subdomains), ports 80 and 443 unless HOST:PORT; never loopback, private, link-local or this machine's addresses; repeatable")
 	goSeed := fs.Bool("sandbox-go-seed", false, "at start, build the Go standard library in the sandbox (go build std) into a build cache of this worker's own under --cache-dir, and start each validation with a copy of it as its GOCACHE instead of an empty one")
 	unsafe := fs.Bool("unsafe-no-sandbox", false, "run validation commands without a sandbox, with this worker's rights: they can read its token and key and sign any result. Only for code you trust")
 	if err := fs.Parse(args); err != nil {
@@ -177,7 +182,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--kinds: name at least one kind")
 	}
 	if *network != "shared" && *network != "none" {
-		return fmt.Errorf("--sandbox-network %q: use shared or none", *network)
+		return fmt.Errorf("--sandbox-network %q: use none (the default) or shared", *network)
+	}
+	egressRules, err := egress.ParseAllow(egressAllow)
+	if err != nil {
+		return fmt.Errorf("--egress-allow: %w", err)
 	}
 	labelFile := strings.NewReplacer("/", "_", ":", "_").Replace(*label)
 	if *keyPath == "" {
@@ -202,7 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		} else {
 			sb, err := worker.NewSandbox(worker.SandboxConfig{
-				Bwrap: *bwrap, ReadOnly: sandboxRO, NoNetwork: *network == "none", PATH: os.Getenv("PATH"),
+				Bwrap: *bwrap, ReadOnly: sandboxRO, SharedNetwork: *network == "shared", PATH: os.Getenv("PATH"),
 				Hidden: []string{*keyPath, *cacheDir, *workDir, "ag-data"}, GoSeed: seedDir,
 			})
 			if err == nil {
@@ -224,6 +233,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			default:
 				validator.Sandbox = sb
 				log.Info("validation commands run in a sandbox", "bwrap", sb.Bwrap(), "network", *network, "read_only", sandboxRO)
+				if *network == "shared" {
+					log.Warn("--sandbox-network shared: validation commands run with this worker's own network; " +
+						"the code under validation reaches the ag server, databases and every service on this machine's loopback " +
+						"and whatever its network reaches; attestations say network \"shared\"")
+				} else if validator.Egress, err = egress.New(egressRules, log); err != nil {
+					return err
+				} else if len(egressRules) > 0 {
+					log.Info("validations whose policy asks for egress reach these hosts through this worker's proxy", "egress_allow", egressAllow.String())
+				}
 			}
 		}
 	}
@@ -251,7 +269,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The server may not be up yet (started together, restarting): wait for it.
 	log.Info("registering this worker's key with the server", "server", *server, "key", *keyPath)
 	var key ed25519.PrivateKey
-	err := worker.WaitForServer(ctx, log.With("server", *server), "register this worker's key", func(ctx context.Context) error {
+	err = worker.WaitForServer(ctx, log.With("server", *server), "register this worker's key", func(ctx context.Context) error {
 		var err error
 		key, err = worker.LoadOrCreateKey(ctx, c, *keyPath)
 		return err

@@ -37,6 +37,20 @@ const (
 	IsolationNone = "none"
 )
 
+// The network a validation's command had, as the worker attests it. An attestation without the
+// field predates it: its command may have had the worker's network.
+const (
+	// NetworkNone: a network namespace of its own, with only a loopback.
+	NetworkNone = "none"
+	// NetworkEgress: a loopback of its own and the worker's egress proxy, which opens
+	// connections only to the host names the worker's operator allows, never to loopback,
+	// private, link-local or the worker's own addresses.
+	NetworkEgress = "egress"
+	// NetworkShared: the worker's own network (ag-worker --sandbox-network shared, or no
+	// sandbox at all): everything the worker's machine reaches, its loopback included.
+	NetworkShared = "shared"
+)
+
 // Validation is what a worker attests about one run of a repository's validation command on
 // one candidate tree. It travels as an in-toto Statement v1 whose predicate is exactly the
 // spec's test-result: the subject is the tree ("<repository>@<revision>"; its digests the git
@@ -63,6 +77,7 @@ type Validation struct {
 	LogDigest   string // "sha256:<hex>" of the whole log
 	Reason      string // why it failed, when it did not exit non-zero by itself ("timed out after 5m0s")
 	Isolation   string // IsolationBubblewrap or IsolationNone; empty in attestations that predate it
+	Network     string // NetworkNone, NetworkEgress or NetworkShared; empty in attestations that predate it
 }
 
 // Passed reports whether the validation attests a pass.
@@ -90,6 +105,7 @@ type runFields struct {
 	LogDigest   string `json:"logDigest"`
 	Reason      string `json:"reason,omitempty"`
 	Isolation   string `json:"isolation,omitempty"`
+	Network     string `json:"network,omitempty"`
 }
 
 // commandConfig is the content of the predicate's "command" configuration entry.
@@ -169,6 +185,7 @@ func StatementJSON(v Validation) ([]byte, error) {
 		LogDigest:   v.LogDigest,
 		Reason:      v.Reason,
 		Isolation:   v.Isolation,
+		Network:     v.Network,
 	})
 	if err != nil {
 		return nil, err
@@ -292,7 +309,12 @@ func ParseStatement(payload []byte) (Validation, error) {
 		return Validation{}, fmt.Errorf("%w: the predicate names no jobId and claimNumber", ErrNotAValidation)
 	}
 	v.JobID, v.ClaimNumber, v.Worker = run.JobID, run.ClaimNumber, run.Worker
-	v.ExitCode, v.LogDigest, v.Reason, v.Isolation = run.ExitCode, run.LogDigest, run.Reason, run.Isolation
+	v.ExitCode, v.LogDigest, v.Reason, v.Isolation, v.Network = run.ExitCode, run.LogDigest, run.Reason, run.Isolation, run.Network
+	switch v.Network {
+	case "", NetworkNone, NetworkEgress, NetworkShared:
+	default:
+		return Validation{}, fmt.Errorf("%w: network %q is none of %q, %q, %q", ErrNotAValidation, v.Network, NetworkNone, NetworkEgress, NetworkShared)
+	}
 	switch v.Isolation {
 	case "", IsolationBubblewrap, IsolationNone:
 	default:
@@ -388,7 +410,7 @@ func parsePredicate(predicate *structpb.Struct) (*testresult.TestResult, runFiel
 }
 
 // runFieldNames are the JSON names of runFields' fields.
-var runFieldNames = []string{"jobId", "claimNumber", "worker", "startedOn", "finishedOn", "exitCode", "logDigest", "reason", "isolation"}
+var runFieldNames = []string{"jobId", "claimNumber", "worker", "startedOn", "finishedOn", "exitCode", "logDigest", "reason", "isolation", "network"}
 
 // decodeRunFields reads the run fields of a JSON object. encoding/json matches names whatever
 // their case, and a reader of the exact names would not: an object with "jobid" beside

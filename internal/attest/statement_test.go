@@ -43,6 +43,7 @@ func sampleValidation() attest.Validation {
 		LogDigest:   "sha256:" + strings.Repeat("ab", 32),
 		Reason:      "timed out after 10m0s",
 		Isolation:   attest.IsolationBubblewrap,
+		Network:     attest.NetworkEgress,
 	}
 }
 
@@ -78,7 +79,7 @@ func TestStatementRoundTrips(t *testing.T) {
 			v := sampleValidation()
 			v.Result, v.ExitCode, v.Reason, v.Timeout = attest.ResultPassed, 0, "", 0
 			v.StartedAt, v.FinishedAt = time.Time{}, time.Time{}
-			v.Isolation = "" // as attestations signed before the field was
+			v.Isolation, v.Network = "", "" // as attestations signed before the fields were
 			return v
 		}(),
 		func() attest.Validation {
@@ -136,6 +137,9 @@ func TestStatementRoundTrips(t *testing.T) {
 		}
 		if isolation, ok := run["isolation"]; ok != (v.Isolation != "") || ok && isolation != v.Isolation {
 			t.Errorf("run isolation = %v (present %v), want %q", isolation, ok, v.Isolation)
+		}
+		if network, ok := run["network"]; ok != (v.Network != "") || ok && network != v.Network {
+			t.Errorf("run network = %v (present %v), want %q", network, ok, v.Network)
 		}
 	}
 }
@@ -293,6 +297,7 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		// encoding/json would take "jobid" for jobId; a reader of exact names would not.
 		"a run field in another case":   edit(func(st map[string]any) { run(st)["jobid"] = "job_other" }),
 		"an isolation of its own words": edit(func(st map[string]any) { run(st)["isolation"] = "bubblewrap (trust me)" }),
+		"a network of its own words":    edit(func(st map[string]any) { run(st)["network"] = "none (mostly)" }),
 		"a field the spec lacks":        edit(func(st map[string]any) { pred(st)["buildId"] = "b1" }),
 		"run fields in both places": edit(func(st map[string]any) {
 			for k, v := range run(st) {

@@ -58,13 +58,13 @@ type sandboxWorker struct {
 	holder, key, cache string
 }
 
-func (g *gateEnv) sandboxWorker(t *testing.T, label string) *sandboxWorker {
+func (g *gateEnv) sandboxWorker(t *testing.T, label string, args ...string) *sandboxWorker {
 	t.Helper()
 	dir := t.TempDir()
 	w := &sandboxWorker{holder: "ci|" + label, key: filepath.Join(dir, "ag-data", label+".key"), cache: filepath.Join(dir, "ag-data", "blob-cache")}
 	w.proc = startProc(t, "ag-worker "+label, workerBin, dir, cleanEnv("AG_TOKEN="+g.workerToken),
-		"--server", g.URL, "--label", label, "--key", w.key, "--cache-dir", w.cache, "--work-dir", t.TempDir(),
-		"--kinds", "validate", "--lease", "10s", "--wait", "10s")
+		append([]string{"--server", g.URL, "--label", label, "--key", w.key, "--cache-dir", w.cache, "--work-dir", t.TempDir(),
+			"--kinds", "validate", "--lease", "10s", "--wait", "10s"}, args...)...)
 	eventually(t, "ag-worker "+label+" to start", func() (bool, string) {
 		if w.exited() {
 			t.Fatalf("ag-worker %s exited (%v) at start; its stderr:\n%s", label, w.err, w.stderr.String())

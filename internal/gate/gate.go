@@ -11,6 +11,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,6 +211,8 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte, la
 		Timeout:           time.Duration(l.Timeout).String(),
 		Env:               l.Env,
 		Lane:              lane,
+		Network:           cmp.Or(p.Network, NetworkNone),
+		Isolation:         cmp.Or(p.Isolation, IsolationSandbox),
 	})
 	return store.EnqueueJobParams{
 		Kind:        agwp.KindValidate,
@@ -254,9 +257,51 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 		return store.Verdict{Outcome: store.VerdictReject,
 			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.Attempts)}
 	case v.Passed():
+		if reason := weakerThanAsked(c.Repository, job.Payload, v); reason != "" {
+			return store.Verdict{Outcome: store.VerdictReject, Reason: reason, Attestation: att.Digest}
+		}
 		return store.Verdict{Outcome: store.VerdictPass}
 	}
 	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output), Attestation: att.Digest}
+}
+
+// weakerThanAsked says why the pass v is weaker evidence than the job's policy asks, or answers
+// "". A pass must come from a run in the worker's sandbox, with no more network than asked,
+// unless the policy takes any run. A worker too old to say so does not pass for one that
+// did: its default was the worker's own network. Jobs enqueued before policies asked (no
+// network in their payload) keep the rule they were enqueued under.
+func weakerThanAsked(repository string, payload []byte, v attest.Validation) string {
+	var p agwp.ValidatePayload
+	if err := json.Unmarshal(payload, &p); err != nil || p.Network == "" || p.Isolation == IsolationAny {
+		return ""
+	}
+	asked := "no network"
+	if p.Network == NetworkEgress {
+		asked = "no network but its egress proxy"
+	}
+	why := func(what, fix string) string {
+		return fmt.Sprintf("the pass of worker %s is weaker evidence than the policy of %s asks: %s; %s "+
+			"(or an admin accepts any run: ag repo set-validation %s --isolation none)", v.Worker, repository, what, fix, repository)
+	}
+	switch v.Isolation {
+	case attest.IsolationBubblewrap:
+	case attest.IsolationNone:
+		return why("its run had no sandbox (ag-worker --unsafe-no-sandbox)", "run the validation on a worker with its sandbox")
+	default:
+		return why("it does not say how its run was isolated", "upgrade that ag-worker")
+	}
+	switch {
+	case v.Network == attest.NetworkNone:
+	case v.Network == attest.NetworkEgress && p.Network == NetworkEgress:
+	case v.Network == attest.NetworkShared:
+		return why("its run had the worker's own network (ag-worker --sandbox-network shared), and the policy gives "+asked,
+			"restart that worker without --sandbox-network shared")
+	case v.Network == "":
+		return why("it does not say which network its run had", "upgrade that ag-worker")
+	default:
+		return why("its run had network "+v.Network+", and the policy gives "+asked, "run it on another worker")
+	}
+	return ""
 }
 
 // treeMismatch says why v does not attest candidate's tree, or answers "". The candidate's git

@@ -43,6 +43,55 @@ type Policy struct {
 	// Lanes are the parts of the repository validated apart (ADR-0024); the command above
 	// validates every change that is not within one lane, on the whole tree.
 	Lanes []Lane `json:"lanes,omitempty"`
+	// Network is the network of the command: NetworkNone ("" when stored) or NetworkEgress.
+	Network string `json:"network,omitempty"`
+	// Isolation is the evidence a pass must carry: IsolationSandbox ("" when stored) or
+	// IsolationAny.
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// The evidence a policy may ask of a pass.
+const (
+	// IsolationSandbox: the run was in the worker's sandbox, with no more network than the
+	// policy asks.
+	IsolationSandbox = "sandbox"
+	// IsolationAny: any run a registered worker attests, even without a sandbox.
+	IsolationAny = "none"
+)
+
+// WithIsolation answers p with the evidence its passes must carry, checked; "" is
+// IsolationSandbox.
+func (p Policy) WithIsolation(isolation string) (Policy, error) {
+	switch isolation {
+	case "", IsolationSandbox:
+		p.Isolation = ""
+	case IsolationAny:
+		p.Isolation = IsolationAny
+	default:
+		return Policy{}, &PolicyError{"isolation", fmt.Sprintf("%q is none of %q (the default) and %q", truncate(isolation, 40), IsolationSandbox, IsolationAny)}
+	}
+	return p, nil
+}
+
+// The networks a policy may ask of its validations. A worker started with
+// --sandbox-network shared gives them its own network whatever the policy asks, and says so
+// in the attestation.
+const (
+	NetworkNone   = "none"   // a loopback of its own and nothing else
+	NetworkEgress = "egress" // through the worker's egress proxy, to the hosts its operator allows
+)
+
+// WithNetwork answers p with its validations' network, checked; "" is NetworkNone.
+func (p Policy) WithNetwork(network string) (Policy, error) {
+	switch network {
+	case "", NetworkNone:
+		p.Network = ""
+	case NetworkEgress:
+		p.Network = NetworkEgress
+	default:
+		return Policy{}, &PolicyError{"network", fmt.Sprintf("%q is none of %q (the default) and %q", truncate(network, 40), NetworkNone, NetworkEgress)}
+	}
+	return p, nil
 }
 
 // Lane is a part of a repository validated on its own: a change all of whose paths are under

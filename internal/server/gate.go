@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,12 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	p, err := gate.NewPolicy(v.GetCommand(), timeout, v.GetEnv())
 	if err == nil {
 		p, err = p.WithQueue(v.GetDepth(), v.GetBatch())
+	}
+	if err == nil {
+		p, err = p.WithNetwork(v.GetNetwork())
+	}
+	if err == nil {
+		p, err = p.WithIsolation(v.GetIsolation())
 	}
 	if err != nil {
 		return nil, policyError(field, err)
@@ -87,7 +94,7 @@ func validationProto(stored []byte) *agwpv1.Validation {
 		return nil
 	}
 	v := &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env,
-		Depth: uint32(p.Depth), Batch: uint32(p.Batch)}
+		Depth: uint32(p.Depth), Batch: uint32(p.Batch), Network: cmp.Or(p.Network, gate.NetworkNone), Isolation: cmp.Or(p.Isolation, gate.IsolationSandbox)}
 	for _, l := range p.Lanes {
 		v.Lanes = append(v.Lanes, &agwpv1.ValidationLane{Name: l.Name, Prefixes: l.Prefixes, Command: l.Command,
 			Timeout: durationpb.New(time.Duration(l.Timeout)), Env: l.Env})

@@ -78,6 +78,7 @@ func (v *validator) statement(cl *client.Claim, p client.ValidatePayload, result
 		Repository: p.Repository, Revision: p.CandidateRevision, TreeDigest: p.TreeDigest, GitTree: p.GitTree, Result: result,
 		Command: p.Command, JobID: cl.Job.GetId(), ClaimNumber: cl.Job.GetAttempts(), Worker: cl.Job.GetClaimedBy(),
 		StartedAt: now.Add(-time.Second), FinishedAt: now, ExitCode: exit, LogDigest: "sha256:" + strings.Repeat("0", 64),
+		Isolation: attest.IsolationBubblewrap, Network: attest.NetworkNone,
 	}
 }
 
@@ -482,6 +483,7 @@ func TestSetValidation(t *testing.T) {
 				{&agwpv1.Validation{Command: []string{"true"}, Env: map[string]string{"A=B": "c"}}, "validation.env"},
 				{&agwpv1.Validation{Command: []string{"true"}, Depth: 100}, "validation.depth: 100 is out of range"},
 				{&agwpv1.Validation{Command: []string{"true"}, Batch: 1 << 31}, "validation.batch: 2147483648 is out of range"},
+				{&agwpv1.Validation{Command: []string{"true"}, Network: "shared"}, `validation.network: "shared" is none of "none" (the default) and "egress"`},
 			} {
 				_, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: bad.v})
 				wantCode(t, "policy "+bad.v.String(), err, connect.CodeInvalidArgument)
@@ -494,8 +496,13 @@ func TestSetValidation(t *testing.T) {
 
 			res, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app",
 				Validation: &agwpv1.Validation{Command: []string{"true"}, Depth: 3, Batch: 4}})
-			if v := res.GetRepository().GetValidation(); err != nil || v.GetDepth() != 3 || v.GetBatch() != 4 {
-				t.Fatalf("set a policy of depth 3 in batches of 4: %v, %v", res, err)
+			if v := res.GetRepository().GetValidation(); err != nil || v.GetDepth() != 3 || v.GetBatch() != 4 || v.GetNetwork() != "none" {
+				t.Fatalf("set a policy of depth 3 in batches of 4, with no network by default: %v, %v", res, err)
+			}
+			res, err = srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app",
+				Validation: &agwpv1.Validation{Command: []string{"true"}, Network: "egress"}})
+			if v := res.GetRepository().GetValidation(); err != nil || v.GetNetwork() != "egress" {
+				t.Fatalf("set a policy with egress: %v, %v", res, err)
 			}
 			res, err = srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: &agwpv1.Validation{Command: []string{"true"}}})
 			if err != nil || res.GetRepository().GetValidation().GetTimeout().AsDuration() != 10*time.Minute {

@@ -11,14 +11,18 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ag-coord/ag/internal/attest"
 )
 
 // A validation command is code an agent wrote: it may try anything the worker's rights allow,
 // such as reading the worker's token or key and signing a pass for a failing tree. So it runs
 // in a bubblewrap sandbox that is declared as the list of what it may see (read-only system
 // directories, its checkout, a home and a /tmp of its own), in namespaces of its own (user,
-// PID, IPC, UTS, cgroup, and network when asked), with no capabilities and none of the
-// worker's environment. Its PID namespace dies with its first process, so nothing it starts
+// PID, IPC, UTS, cgroup and network), with no capabilities and none of the worker's
+// environment. Its network is a loopback of its own, and the worker's egress proxy when its
+// policy asks for a network (egress.go); the worker's own network only when the operator says
+// so (--sandbox-network shared). Its PID namespace dies with its first process, so nothing it starts
 // outlives the run; and with the worker, so nothing outlives a killed worker either.
 
 // Where the run's own directories appear in the sandbox. The paths are fixed, so that the
@@ -56,9 +60,10 @@ type SandboxConfig struct {
 	// toolchain outside /usr, a module cache filled by the operator. Never a directory that
 	// validations may write: what one run leaves there, a later run would read.
 	ReadOnly []string
-	// NoNetwork gives the command a network namespace of its own, with only a loopback.
-	// Otherwise it shares the worker's network.
-	NoNetwork bool
+	// SharedNetwork gives the command the worker's own network, loopback included, whatever
+	// its policy asks. Otherwise it has a network namespace of its own, with only a loopback
+	// and, when its policy asks for egress, the worker's egress proxy.
+	SharedNetwork bool
 	// Hidden are paths the command must never see (the worker's key, its blob cache, its
 	// work directory): a ReadOnly directory that is or holds one of them is refused.
 	Hidden []string
@@ -79,6 +84,10 @@ type Sandbox struct {
 	readOnly []string // the operator's read-only directories, after them
 	visible  []string // the host directories the command sees at their own path
 	path     string   // the command's PATH unless the policy sets one
+	shared   bool     // SandboxConfig.SharedNetwork
+	// forwarder is this program's executable, which a run with egress starts in its sandbox
+	// to carry its loopback connections to the proxy (egress_linux.go).
+	forwarder string
 	// goSeedDir is SandboxConfig.GoSeed, absolute; goSeed is the same once FillGoSeed has
 	// filled it. Both are set before runs start, and not changed while they run.
 	goSeedDir string
@@ -118,8 +127,11 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		"--hostname", "ag-sandbox",
 		"--proc", "/proc", "--dev", "/dev",
 	}
-	if cfg.NoNetwork {
-		sb.fixed = append(sb.fixed, "--unshare-net")
+	sb.shared = cfg.SharedNetwork
+	if !sb.shared {
+		if sb.forwarder, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("the egress forwarder is this program, and its executable is not found: %w", err)
+		}
 	}
 	usr := false
 	for _, dir := range systemDirs {
@@ -255,11 +267,16 @@ func (sb *Sandbox) Env(policy map[string]string) ([]string, error) {
 	}, policy)
 }
 
-// boxDirs are the host directories of one run that the sandbox shows read-write.
+// boxDirs are the host directories of one run that the sandbox shows read-write, and its
+// network.
 type boxDirs struct {
 	Tree string // shown as sandboxTree, the command's working directory
 	Home string // shown as sandboxHome
 	Tmp  string // shown as sandboxTmp
+	// Network is the run's network: attest.NetworkNone (also for ""), NetworkEgress, with
+	// EgressSocket the host path of the proxy's socket, or NetworkShared.
+	Network      string
+	EgressSocket string
 }
 
 // makeBoxDirs creates the private home and temporary directories of a run in dir, beside its
@@ -376,6 +393,25 @@ func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.Fi
 		"--bind", dirs.Home, sandboxHome,
 		"--bind", dirs.Tmp, sandboxTmp,
 	)
+	// What bwrap runs: the start proof, then the command. With egress, the forwarder first,
+	// which listens on the sandbox's loopback before it becomes the start shell.
+	inner := []string{"/bin/sh", "-c", startShell, "ag-validate"}
+	switch dirs.Network {
+	case attest.NetworkShared:
+		if !sb.shared {
+			return nil, nil, errors.New("sandbox: a run asked for the worker's network, and this worker keeps it from validations")
+		}
+	case attest.NetworkEgress:
+		if dirs.EgressSocket == "" || sb.forwarder == "" {
+			return nil, nil, errors.New("sandbox: a run with egress needs the proxy's socket and the forwarder")
+		}
+		args = append(args, "--unshare-net",
+			"--bind", dirs.EgressSocket, sandboxEgressSocket,
+			"--ro-bind", sb.forwarder, sandboxForwarder)
+		inner = append([]string{sandboxForwarder}, inner...)
+	default:
+		args = append(args, "--unshare-net")
+	}
 	args = append(args, sb.readOnly...)
 	args = append(args,
 		// The rest of the sandbox's root is bwrap's own tmpfs: nothing to write there either.
@@ -417,7 +453,7 @@ func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.Fi
 	}
 	cmd := &exec.Cmd{
 		Path: sb.bwrap,
-		Args: append([]string{sb.bwrap, "--args", "3", "--", "/bin/sh", "-c", startShell, "ag-validate"}, argv...),
+		Args: append(append([]string{sb.bwrap, "--args", "3", "--"}, inner...), argv...),
 		// On the host side, bwrap works in the checkout too, where ReapOrphans looks for
 		// what a dead worker left.
 		Dir:        dirs.Tree,

@@ -656,7 +656,7 @@ func TestNewSandboxRefusesWhatWouldShowSecrets(t *testing.T) {
 // leaves nothing in the work directory.
 func TestSandboxSelfCheck(t *testing.T) {
 	t.Parallel()
-	sb := testSandbox(t, SandboxConfig{NoNetwork: true})
+	sb := testSandbox(t, SandboxConfig{})
 	workDir := t.TempDir()
 	if err := sb.SelfCheck(context.Background(), workDir); err != nil {
 		t.Fatal(err)

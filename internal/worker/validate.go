@@ -23,6 +23,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/egress"
 	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -55,6 +56,9 @@ type Validator struct {
 	// Unsandboxed is set, and each run logs a warning.
 	Sandbox     *Sandbox
 	Unsandboxed bool
+	// Egress is the proxy of the runs whose policy asks for egress. Without it they get one
+	// that allows no host, and say so to whatever asks.
+	Egress *egress.Proxy
 }
 
 // errNoSandbox: the validator has neither a sandbox nor the operator's word to run without.
@@ -83,13 +87,20 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, Permanent(err)
 	}
-	isolation := attest.IsolationBubblewrap
+	isolation, network := attest.IsolationBubblewrap, attest.NetworkNone
 	var env []string
-	if v.Sandbox != nil {
-		env, err = v.Sandbox.Env(p.Env)
-	} else {
-		isolation = attest.IsolationNone
+	switch {
+	case v.Sandbox == nil:
+		isolation, network = attest.IsolationNone, attest.NetworkShared
 		env, err = commandEnv(os.Environ(), p.Env)
+	case v.Sandbox.shared:
+		network = attest.NetworkShared
+		env, err = v.Sandbox.Env(p.Env)
+	case p.Network == attest.NetworkEgress:
+		network = attest.NetworkEgress
+		env, err = v.Sandbox.Env(egressEnv(p.Env))
+	default:
+		env, err = v.Sandbox.Env(p.Env)
 	}
 	if err != nil {
 		return Outcome{}, Permanent(err)
@@ -138,10 +149,25 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	// sha256 and size): fetchTree checked it against the job's when the job names one.
 	treeDigest := tree.Digest()
 	var box boxDirs
-	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "isolation", isolation}
+	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "isolation", isolation, "network", network}
 	if v.Sandbox != nil {
 		if box, err = makeBoxDirs(dir, checkout); err != nil {
 			return Outcome{}, fmt.Errorf("create work directory: %w", err)
+		}
+		box.Network = network
+		if network == attest.NetworkEgress {
+			proxy := v.Egress
+			if proxy == nil {
+				if proxy, err = egress.New(nil, log); err != nil {
+					return Outcome{}, err
+				}
+			}
+			sock, session, err := serveEgress(proxy, dir)
+			if err != nil {
+				return Outcome{}, err
+			}
+			defer session.Close()
+			box.EgressSocket = sock
 		}
 		// The run's own copy of the Go build cache seed: it writes that, never the seed.
 		if v.Sandbox.GoSeeded() {
@@ -192,6 +218,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		LogDigest:   res.LogDigest,
 		Reason:      res.Reason,
 		Isolation:   isolation,
+		Network:     network,
 	}
 	signed, err := v.Signer.SignValidation(ctx, val)
 	if err != nil {
@@ -206,6 +233,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		"exit_code":   res.ExitCode,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
 		"isolation":   isolation,
+		"network":     network,
 	}
 	if res.Reason != "" {
 		fields["reason"] = res.Reason

@@ -262,7 +262,17 @@ type Validation struct {
 	// all of whose paths lie under one lane's prefixes is validated with that lane's command, on
 	// the candidate tree without the other lanes' files, and does not wait for the changes of
 	// other lanes. Every other change is validated with the command above, on the whole tree.
-	Lanes         []*ValidationLane `protobuf:"bytes,6,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	Lanes []*ValidationLane `protobuf:"bytes,6,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	// The network the command has: "none" (the default, also for ""): a loopback of its own and
+	// nothing else; "egress": through the worker's egress proxy, to the hosts the worker's
+	// operator allows (`ag-worker --egress-allow`, package registries by name), never to
+	// loopback, private, link-local or the worker's own addresses. Lanes run with it too.
+	Network string `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
+	// The evidence a pass must carry: "sandbox" (the default, also for ""): the run was in the
+	// worker's sandbox, with the network above or less (an attestation of a run without a
+	// sandbox, or with the worker's own network, is refused, naming the worker and its flag);
+	// "none": any run of a registered worker, sandboxed or not, for code the team trusts.
+	Isolation     string `protobuf:"bytes,8,opt,name=isolation,proto3" json:"isolation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +347,20 @@ func (x *Validation) GetLanes() []*ValidationLane {
 		return x.Lanes
 	}
 	return nil
+}
+
+func (x *Validation) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Validation) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
 }
 
 // ValidationLane is a part of a repository validated on its own.
@@ -1627,10 +1651,17 @@ func (x *GetTreeResponse) GetGitCommit() string {
 }
 
 type TreeEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The blob's digest; empty for a submodule.
+	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size   uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// The entry's git mode: "100644" a file (also when empty, as servers before modes answer),
+	// "100755" an executable file, "120000" a symbolic link (its blob holds the link's target),
+	// "160000" a submodule (gitlink_commit names its commit; digest and size are empty).
+	Mode string `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// A submodule's commit (40 lowercase hex).
+	GitlinkCommit string `protobuf:"bytes,5,opt,name=gitlink_commit,json=gitlinkCommit,proto3" json:"gitlink_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1686,6 +1717,20 @@ func (x *TreeEntry) GetSize() uint64 {
 	return 0
 }
 
+func (x *TreeEntry) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *TreeEntry) GetGitlinkCommit() string {
+	if x != nil {
+		return x.GitlinkCommit
+	}
+	return ""
+}
+
 // Edit writes or deletes one path.
 type Edit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1695,7 +1740,11 @@ type Edit struct {
 	//	*Edit_BlobDigest
 	//	*Edit_Content
 	//	*Edit_Delete
-	Action        isEdit_Action `protobuf_oneof:"action"`
+	//	*Edit_GitlinkCommit
+	Action isEdit_Action `protobuf_oneof:"action"`
+	// The path's mode after a write: "100644", "100755" or "120000" (the content is the link's
+	// target). Empty: the path's mode in the base revision, or "100644" for a new path.
+	Mode          string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1771,6 +1820,22 @@ func (x *Edit) GetDelete() bool {
 	return false
 }
 
+func (x *Edit) GetGitlinkCommit() string {
+	if x != nil {
+		if x, ok := x.Action.(*Edit_GitlinkCommit); ok {
+			return x.GitlinkCommit
+		}
+	}
+	return ""
+}
+
+func (x *Edit) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type isEdit_Action interface {
 	isEdit_Action()
 }
@@ -1789,11 +1854,19 @@ type Edit_Delete struct {
 	Delete bool `protobuf:"varint,4,opt,name=delete,proto3,oneof"`
 }
 
+type Edit_GitlinkCommit struct {
+	// Moves the submodule at path to this commit (40 lowercase hex): the one edit of a
+	// submodule there is.
+	GitlinkCommit string `protobuf:"bytes,6,opt,name=gitlink_commit,json=gitlinkCommit,proto3,oneof"`
+}
+
 func (*Edit_BlobDigest) isEdit_Action() {}
 
 func (*Edit_Content) isEdit_Action() {}
 
 func (*Edit_Delete) isEdit_Action() {}
+
+func (*Edit_GitlinkCommit) isEdit_Action() {}
 
 type IntegrateRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2717,7 +2790,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\x9e\x02\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xd6\x02\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -2725,7 +2798,9 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x03env\x18\x03 \x03(\v2\x1c.agwp.v1.Validation.EnvEntryR\x03env\x12\x14\n" +
 	"\x05depth\x18\x04 \x01(\rR\x05depth\x12\x14\n" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12-\n" +
-	"\x05lanes\x18\x06 \x03(\v2\x17.agwp.v1.ValidationLaneR\x05lanes\x1a6\n" +
+	"\x05lanes\x18\x06 \x03(\v2\x17.agwp.v1.ValidationLaneR\x05lanes\x12\x18\n" +
+	"\anetwork\x18\a \x01(\tR\anetwork\x12\x1c\n" +
+	"\tisolation\x18\b \x01(\tR\tisolation\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x01\n" +
@@ -2820,17 +2895,21 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x06author\x18\x06 \x01(\tR\x06author\x12\x19\n" +
 	"\bgit_tree\x18\a \x01(\tR\agitTree\x12\x1d\n" +
 	"\n" +
-	"git_commit\x18\b \x01(\tR\tgitCommit\"K\n" +
+	"git_commit\x18\b \x01(\tR\tgitCommit\"\x86\x01\n" +
 	"\tTreeEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"}\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\x12%\n" +
+	"\x0egitlink_commit\x18\x05 \x01(\tR\rgitlinkCommit\"\xba\x01\n" +
 	"\x04Edit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12!\n" +
 	"\vblob_digest\x18\x02 \x01(\tH\x00R\n" +
 	"blobDigest\x12\x1a\n" +
 	"\acontent\x18\x03 \x01(\fH\x00R\acontent\x12\x18\n" +
-	"\x06delete\x18\x04 \x01(\bH\x00R\x06deleteB\b\n" +
+	"\x06delete\x18\x04 \x01(\bH\x00R\x06delete\x12'\n" +
+	"\x0egitlink_commit\x18\x06 \x01(\tH\x00R\rgitlinkCommit\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04modeB\b\n" +
 	"\x06action\"\xd5\x01\n" +
 	"\x10IntegrateRequest\x12\x1e\n" +
 	"\n" +
@@ -3098,6 +3177,7 @@ func file_agwp_v1_repository_proto_init() {
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
+		(*Edit_GitlinkCommit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
