@@ -45,7 +45,7 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "created principal %s (role %s). Its token, shown only this once:\n%s\n",
+			termPrintf(g.stdout, "created principal %s (role %s). Its token, shown only this once:\n%s\n",
 				res.GetPrincipal().GetName(), roleName(res.GetPrincipal().GetRole()), res.GetToken())
 			return nil
 		},
@@ -80,7 +80,7 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 				if p.GetDisabled() {
 					status = "disabled"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.GetName(), roleName(p.GetRole()), status, formatTime(p.GetCreatedAt()))
+				termPrintf(tw, "%s\t%s\t%s\t%s\n", p.GetName(), roleName(p.GetRole()), status, formatTime(p.GetCreatedAt()))
 			}
 			return tw.Flush()
 		},
@@ -101,7 +101,7 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "disabled principal %s\n", res.GetPrincipal().GetName())
+			termPrintf(g.stdout, "disabled principal %s\n", res.GetPrincipal().GetName())
 			return nil
 		},
 	}
@@ -127,7 +127,7 @@ func newTokenCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "created token %s for %s, shown only this once:\n%s\n", res.GetTokenInfo().GetId(), args[0], res.GetToken())
+			termPrintf(g.stdout, "created token %s for %s, shown only this once:\n%s\n", res.GetTokenInfo().GetId(), args[0], res.GetToken())
 			return nil
 		},
 	}
@@ -147,7 +147,7 @@ func newTokenCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "revoked token %s of %s\n", res.GetTokenInfo().GetId(), res.GetTokenInfo().GetPrincipal())
+			termPrintf(g.stdout, "revoked token %s of %s\n", res.GetTokenInfo().GetId(), res.GetTokenInfo().GetPrincipal())
 			return nil
 		},
 	}
@@ -172,7 +172,7 @@ func newWhoAmICmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "%s (role %s)\n", res.GetPrincipal().GetName(), roleName(res.GetPrincipal().GetRole()))
+			termPrintf(g.stdout, "%s (role %s)\n", res.GetPrincipal().GetName(), roleName(res.GetPrincipal().GetRole()))
 			return nil
 		},
 	}

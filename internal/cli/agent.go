@@ -18,6 +18,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 // workspace is a command's checkout and client.
@@ -76,7 +77,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if wait > 0 && waited >= time.Second {
 				after = ", after waiting " + waited.Round(time.Second).String()
 			}
-			fmt.Fprintf(g.stdout, "leased %s to %s: lease %s, token %d, until %s%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(),
+			termPrintf(g.stdout, "leased %s to %s: lease %s, token %d, until %s%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(),
 				l.GetId(), l.GetFencingToken(), formatTime(l.GetExpiresAt()), after)
 			return nil
 		},
@@ -111,7 +112,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 				ws.co.Leases[i].ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
 				out.Leases = append(out.Leases, res.GetLease())
 				if !g.json {
-					fmt.Fprintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
+					termPrintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
 				}
 			}
 			if err := ws.co.save(); err != nil {
@@ -141,13 +142,13 @@ func newLeaseCmd(g *globals) *cobra.Command {
 				if r.lost != nil {
 					out.Dropped = append(out.Dropped, releaseDropped{ID: r.held.ID, Paths: r.held.Paths, Reason: Explain(r.lost)})
 					if !g.json {
-						fmt.Fprintf(g.stdout, "dropped %s (%s): %s\n", r.held.ID, strings.Join(r.held.Paths, " "), Explain(r.lost))
+						termPrintf(g.stdout, "dropped %s (%s): %s\n", r.held.ID, strings.Join(r.held.Paths, " "), Explain(r.lost))
 					}
 					continue
 				}
 				out.Released = append(out.Released, protoRaw(r.lease))
 				if !g.json {
-					fmt.Fprintf(g.stdout, "released %s (%s)\n", r.held.ID, strings.Join(r.held.Paths, " "))
+					termPrintf(g.stdout, "released %s (%s)\n", r.held.ID, strings.Join(r.held.Paths, " "))
 				}
 			}
 			if g.json {
@@ -218,14 +219,15 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 					if !repo.Overlap(lp, p) {
 						continue
 					}
-					line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", lp, l.GetHolder(), l.GetId(),
-						l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+					// The error is printed whole, newlines kept: the server's fields are escaped here.
+					line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", termsafe.Line(lp), termsafe.Line(l.GetHolder()),
+						termsafe.Line(l.GetId()), l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 					switch {
 					case lp == p:
 					case strings.HasSuffix(p, "/") && strings.HasPrefix(lp, p):
-						line += ", under " + p + " which you asked for"
+						line += ", under " + termsafe.Line(p) + " which you asked for"
 					default:
-						line += ", which covers " + p
+						line += ", which covers " + termsafe.Line(p)
 					}
 					held = append(held, line)
 				}
@@ -337,7 +339,7 @@ func printLeases(g *globals, leases []*agwpv1.Lease) {
 		if l.GetState() == agwpv1.LeaseState_LEASE_STATE_ACTIVE {
 			left = "in " + humanDuration(time.Until(l.GetExpiresAt().AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(), l.GetFencingToken(),
+		termPrintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(), l.GetFencingToken(),
 			strings.ToLower(strings.TrimPrefix(l.GetState().String(), "LEASE_STATE_")), left, l.GetId())
 	}
 	_ = tw.Flush()
@@ -377,7 +379,7 @@ directories as a/) send only the edits under them; the others stay local edits.`
 					return g.printValue(struct{}{})
 				}
 				if len(args) > 0 {
-					fmt.Fprintf(g.stdout, "nothing to integrate: no local edits under %s\n", strings.Join(args, " "))
+					termPrintf(g.stdout, "nothing to integrate: no local edits under %s\n", strings.Join(args, " "))
 				} else {
 					fmt.Fprintln(g.stdout, "nothing to integrate: no local edits")
 				}
@@ -419,18 +421,18 @@ directories as a/) send only the edits under them; the others stay local edits.`
 			}
 			switch change.GetState() {
 			case agwpv1.ChangeState_CHANGE_STATE_INTEGRATED:
-				fmt.Fprintf(g.stdout, "change %s integrated: %d paths, mainline %s\n", change.GetId(), len(change.GetPaths()), change.GetIntegratedRevision())
+				termPrintf(g.stdout, "change %s integrated: %d paths, mainline %s\n", change.GetId(), len(change.GetPaths()), change.GetIntegratedRevision())
 				if d := change.GetAttestationDigest(); d != "" {
-					fmt.Fprintf(g.stdout, "validated: attestation %s\n", d)
+					termPrintf(g.stdout, "validated: attestation %s\n", d)
 				}
 			case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
-				fmt.Fprintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()))
+				termPrintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()))
 				if change.GetReason() != "" {
-					fmt.Fprintf(g.stdout, "reason: %s\n", change.GetReason())
+					fmt.Fprintf(g.stdout, "reason: %s\n", termsafe.Text(change.GetReason()))
 				}
 				return withExit(ExitRejected, fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), changeStateName(change.GetState())))
 			default:
-				fmt.Fprintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()),
+				termPrintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()),
 					queuePlace(change), len(change.GetPaths()), change.GetId())
 			}
 			return nil
@@ -543,11 +545,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return g.printValue(out)
 			}
 			w := g.stdout
-			fmt.Fprintf(w, "repository %s, checkout of %s as %s\n", ws.co.Repository, ws.co.BaseRevision, ws.co.Holder)
+			termPrintf(w, "repository %s, checkout of %s as %s\n", ws.co.Repository, ws.co.BaseRevision, ws.co.Holder)
 			if head == ws.co.BaseRevision {
-				fmt.Fprintf(w, "mainline %s: up to date\n", head)
+				termPrintf(w, "mainline %s: up to date\n", head)
 			} else {
-				fmt.Fprintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
+				termPrintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
 			}
 			if len(edits) == 0 {
 				fmt.Fprintln(w, "no local edits")
@@ -558,7 +560,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 					if conflicted[e.path] {
 						note = " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.path + ")"
 					}
-					fmt.Fprintf(w, "  %-9s %s%s\n", e.kind, e.path, note)
+					termPrintf(w, "  %-9s %s%s\n", e.kind, e.path, note)
 				}
 			}
 			if len(mine) == 0 {

@@ -75,7 +75,7 @@ its job and when it was stored.`,
 			case g.json:
 				return g.printJSON(res)
 			case output != "":
-				fmt.Fprintf(g.stdout, "saved attestation %s (job %s) to %s\n", digest, res.GetJobId(), output)
+				termPrintf(g.stdout, "saved attestation %s (job %s) to %s\n", digest, res.GetJobId(), output)
 				return nil
 			}
 			_, err = g.stdout.Write(data)
@@ -241,11 +241,11 @@ func attestsTree(v attest.Validation, want string) error {
 }
 
 func printVerified(g *globals, r verifiedAttestation) {
-	fmt.Fprintf(g.stdout, "verified: %s, signed by key %s\n", r.Result, r.KeyID)
+	termPrintf(g.stdout, "verified: %s, signed by key %s\n", r.Result, r.KeyID)
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			termPrintf(tw, "%s:\t%s\n", k, v)
 		}
 	}
 	row("result", r.Result)

@@ -182,8 +182,7 @@ func printAuditEvent(g *globals, e audit.Event) error {
 		}
 		details = "  " + string(d)
 	}
-	_, err := fmt.Fprintf(g.stdout, "%6d  %s  %-14s  %-22s  %s%s\n", e.Seq, e.Time.UTC().Format("2006-01-02T15:04:05.000000Z"), who, e.Action, e.Subject, details)
-	return err
+	return termPrintf(g.stdout, "%6d  %s  %-14s  %-22s  %s%s\n", e.Seq, e.Time.UTC().Format("2006-01-02T15:04:05.000000Z"), who, e.Action, e.Subject, details)
 }
 
 // auditEventOf answers the event as the store holds it, from what the server sends: its
@@ -272,7 +271,7 @@ It writes to standard output, or to FILE (replaced atomically).`,
 			}); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "exported %d events and the checkpoint signed by %s to %s\n", len(events), cp.GetKeyId(), out)
+			termPrintf(g.stdout, "exported %d events and the checkpoint signed by %s to %s\n", len(events), cp.GetKeyId(), out)
 			return nil
 		},
 	}
@@ -462,8 +461,8 @@ func printAuditVerified(g *globals, r auditVerified) error {
 		_, err = fmt.Fprintln(g.stdout, string(b))
 		return err
 	}
-	fmt.Fprintf(g.stdout, "verified: %d events of %s, checkpoint of %d events signed by %s\n", r.Events, r.Source, r.CheckpointSize, r.KeyID)
-	fmt.Fprintf(g.stdout, "  root hash %s, head hash %s\n", r.RootHash, r.HeadHash)
+	termPrintf(g.stdout, "verified: %d events of %s, checkpoint of %d events signed by %s\n", r.Events, r.Source, r.CheckpointSize, r.KeyID)
+	termPrintf(g.stdout, "  root hash %s, head hash %s\n", r.RootHash, r.HeadHash)
 	if r.UnsignedEvents > 0 {
 		fmt.Fprintf(g.stdout, "  %d events after the checkpoint are chained but not signed yet\n", r.UnsignedEvents)
 	}

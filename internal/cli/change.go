@@ -16,16 +16,19 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 // validationFlags are the policy flags of `ag repo create` and `ag repo set-validation`; the
 // command itself follows the repository name, after --.
 type validationFlags struct {
-	timeout time.Duration
-	env     []string
-	depth   uint32
-	batch   uint32
-	lanes   []string
+	timeout   time.Duration
+	env       []string
+	depth     uint32
+	batch     uint32
+	lanes     []string
+	network   string
+	isolation string
 }
 
 func (f *validationFlags) register(cmd *cobra.Command) {
@@ -36,11 +39,15 @@ func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&f.lanes, "lane", nil, "NAME=PREFIX[,PREFIX...]:COMMAND ARGS...: a change whose paths all lie under the prefixes (\"dir/\" or a file) is validated with this command instead, "+
 		"on the tree without other lanes' files, with --timeout and --env (repeatable, at most 32). "+
 		"The command is split on spaces: an argument holding spaces, or a prefix holding ',' or ':', needs the API (SetValidation)")
+	cmd.Flags().StringVar(&f.network, "network", "", "the network of the validation command: none (the default: a loopback of its own) or egress "+
+		"(through the worker's egress proxy, to the package registries its operator allows with ag-worker --egress-allow)")
+	cmd.Flags().StringVar(&f.isolation, "isolation", "", "the evidence a pass must carry: sandbox (the default: a run in the worker's sandbox with no more network than --network) "+
+		"or none (any run a registered worker attests, even with --unsafe-no-sandbox or --sandbox-network shared: only for code you trust)")
 }
 
 // given reports whether a policy flag was given.
 func (f *validationFlags) given() bool {
-	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0
+	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0 || f.network != "" || f.isolation != ""
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
@@ -53,11 +60,11 @@ func (f *validationFlags) validation(command []string) (*agwpv1.Validation, erro
 func (f *validationFlags) policy(command []string) (*agwpv1.Validation, error) {
 	if len(command) == 0 {
 		if f.given() {
-			return nil, errors.New("--timeout, --env, --depth, --batch and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
+			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
-	v := &agwpv1.Validation{Command: command, Depth: f.depth, Batch: f.batch}
+	v := &agwpv1.Validation{Command: command, Depth: f.depth, Batch: f.batch, Network: f.network, Isolation: f.isolation}
 	if f.timeout != 0 {
 		v.Timeout = durationpb.New(f.timeout)
 	}
@@ -117,6 +124,12 @@ func describeValidation(v *agwpv1.Validation) string {
 	if b := v.GetBatch(); b > 1 {
 		s += fmt.Sprintf(", in batches of %d", b)
 	}
+	if n := v.GetNetwork(); n != "" && n != "none" {
+		s += ", network " + n
+	}
+	if i := v.GetIsolation(); i == "none" {
+		s += ", any run accepted (no sandbox required)"
+	}
 	for i, l := range v.GetLanes() {
 		if i == 0 {
 			s += ", lanes: "
@@ -153,19 +166,19 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 	}
 	repo := r.GetRepository()
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "repository\t%s\n", repo.GetName())
-	fmt.Fprintf(tw, "mainline\t%s\n", repo.GetMainline())
-	fmt.Fprintf(tw, "tree\t%s (%d files)\n", tree.GetTreeDigest(), len(tree.GetEntries()))
+	termPrintf(tw, "repository\t%s\n", repo.GetName())
+	termPrintf(tw, "mainline\t%s\n", repo.GetMainline())
+	termPrintf(tw, "tree\t%s (%d files)\n", tree.GetTreeDigest(), len(tree.GetEntries()))
 	if change != nil {
-		fmt.Fprintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), firstLineOf(change.GetMessage()))
+		termPrintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), firstLineOf(change.GetMessage()))
 		if d := change.GetAttestationDigest(); d != "" {
-			fmt.Fprintf(tw, "attestation\t%s (ag attestation get %s)\n", d, d)
+			termPrintf(tw, "attestation\t%s (ag attestation get %s)\n", d, d)
 		} else {
 			fmt.Fprintf(tw, "attestation\tnone: integrated without validation\n")
 		}
 	}
 	if v := repo.GetValidation(); v != nil {
-		fmt.Fprintf(tw, "validation\t%s\n", describeValidation(v))
+		termPrintf(tw, "validation\t%s\n", describeValidation(v))
 	} else {
 		fmt.Fprintf(tw, "validation\tnone: changes integrate at once\n")
 	}
@@ -189,32 +202,30 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 // printQueue shows a repository's integration queue: the candidates in flight, then the
 // changes waiting to be built.
 func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
-	fmt.Fprintf(w, "queue: %s in flight, %s waiting (depth %d, batch %d)\n",
+	termPrintf(w, "queue: %s in flight, %s waiting (depth %d, batch %d)\n",
 		plural(len(q.GetCandidates()), "candidate"), plural(len(q.GetWaiting()), "change"), q.GetDepth(), max(q.GetBatch(), 1))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(q.GetCandidates()) > 0 {
 		// A LANE column only for a queue with lanes: "-" is the whole tree.
 		lanes := slices.ContainsFunc(q.GetCandidates(), func(c *agwpv1.Candidate) bool { return c.GetLane() != "" })
-		lane := func(c *agwpv1.Candidate) string {
-			if !lanes {
-				return ""
-			}
-			return dash(c.GetLane()) + "\t"
-		}
-		header := "  #\tCANDIDATE\tSTATE\t"
+		header, row := "  #\tCANDIDATE\tSTATE\t", "  %d\t%s\t%s\t"
 		if lanes {
-			header += "LANE\t"
+			header, row = header+"LANE\t", row+"%s\t"
 		}
 		fmt.Fprintln(tw, header+"CHANGES\tON\tWORKER\tPROGRESS")
 		for _, c := range q.GetCandidates() {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s%s\t%s\t%s\t%s\n", c.GetPosition(), c.GetId(), candidateStateName(c.GetState()), lane(c),
-				strings.Join(c.GetChanges(), ","), c.GetParentRevision(), dash(strings.Join(c.GetWorkers(), ",")), dash(c.GetProgress()))
+			cells := []any{c.GetPosition(), c.GetId(), candidateStateName(c.GetState())}
+			if lanes {
+				cells = append(cells, dash(c.GetLane()))
+			}
+			cells = append(cells, strings.Join(c.GetChanges(), ","), c.GetParentRevision(), dash(strings.Join(c.GetWorkers(), ",")), dash(c.GetProgress()))
+			termPrintf(tw, row+"%s\t%s\t%s\t%s\n", cells...)
 		}
 	}
 	if len(q.GetWaiting()) > 0 {
 		fmt.Fprintln(tw, "  \tWAITING\tAUTHOR\tPATHS\tCREATED\tMESSAGE\t")
 		for _, ch := range q.GetWaiting() {
-			fmt.Fprintf(tw, "  \t%s\t%s\t%d\t%s\t%s\t\n", ch.GetId(), ch.GetAuthor(), len(ch.GetPaths()), formatTime(ch.GetCreatedAt()),
+			termPrintf(tw, "  \t%s\t%s\t%d\t%s\t%s\t\n", ch.GetId(), ch.GetAuthor(), len(ch.GetPaths()), formatTime(ch.GetCreatedAt()),
 				firstLineOf(ch.GetMessage()))
 		}
 	}
@@ -301,7 +312,7 @@ func newChangeCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "CHANGE\tSTATE\tAUTHOR\tPATHS\tREVISION\tCREATED\tMESSAGE")
 			for _, ch := range res.GetChanges() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ch.GetId(), changeStateName(ch.GetState()), ch.GetAuthor(),
+				termPrintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ch.GetId(), changeStateName(ch.GetState()), ch.GetAuthor(),
 					len(ch.GetPaths()), dash(ch.GetIntegratedRevision()), formatTime(ch.GetCreatedAt()), firstLineOf(ch.GetMessage()))
 			}
 			return tw.Flush()
@@ -314,32 +325,32 @@ func newChangeCmd(g *globals) *cobra.Command {
 
 func printChange(w io.Writer, ch *agwpv1.Change) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "change\t%s\n", ch.GetId())
-	fmt.Fprintf(tw, "repository\t%s\n", ch.GetRepository())
-	fmt.Fprintf(tw, "state\t%s\n", changeStateName(ch.GetState()))
-	fmt.Fprintf(tw, "author\t%s\n", ch.GetAuthor())
-	fmt.Fprintf(tw, "message\t%s\n", firstLineOf(ch.GetMessage()))
-	fmt.Fprintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
-	fmt.Fprintf(tw, "base\t%s\n", ch.GetBaseRevision())
-	fmt.Fprintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
-	fmt.Fprintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
+	termPrintf(tw, "change\t%s\n", ch.GetId())
+	termPrintf(tw, "repository\t%s\n", ch.GetRepository())
+	termPrintf(tw, "state\t%s\n", changeStateName(ch.GetState()))
+	termPrintf(tw, "author\t%s\n", ch.GetAuthor())
+	termPrintf(tw, "message\t%s\n", firstLineOf(ch.GetMessage()))
+	termPrintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
+	termPrintf(tw, "base\t%s\n", ch.GetBaseRevision())
+	termPrintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
+	termPrintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
 	if h := ch.GetHistory(); len(h) > 0 && h[len(h)-1].GetLane() != "" {
 		// Its candidate is the lane's view of the tree, which is what the attestation is about.
-		fmt.Fprintf(tw, "lane\t%s\n", h[len(h)-1].GetLane())
+		termPrintf(tw, "lane\t%s\n", h[len(h)-1].GetLane())
 	}
-	fmt.Fprintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
-	fmt.Fprintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
-	fmt.Fprintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
-	fmt.Fprintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
+	termPrintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
+	termPrintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
+	termPrintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
+	termPrintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
 	if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED {
-		fmt.Fprintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(queuePlace(ch), " ()")))
+		termPrintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(queuePlace(ch), " ()")))
 	}
 	if c := ch.GetCandidate(); c != nil && ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
-		fmt.Fprintf(tw, "in candidate\t%s\n", describeCandidate(c))
+		termPrintf(tw, "in candidate\t%s\n", describeCandidate(c))
 	}
 	_ = tw.Flush()
 	if ch.GetReason() != "" {
-		fmt.Fprintf(w, "reason: %s\n", ch.GetReason())
+		fmt.Fprintf(w, "reason: %s\n", termsafe.Text(ch.GetReason()))
 	}
 	if h := ch.GetHistory(); len(h) > 1 || (len(h) == 1 && len(h[0].GetChanges()) > 1) {
 		fmt.Fprintf(w, "validated %d times:\n", len(h))
@@ -358,7 +369,7 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
 				line += ": " + firstLineOf(r)
 			}
-			fmt.Fprintln(w, line)
+			termPrintf(w, "%s\n", line)
 		}
 	}
 }
@@ -379,12 +390,12 @@ func followChange(ctx context.Context, g *globals, c *client.Client, change *agw
 				// Say why it is validated again.
 				for _, c := range ch.GetHistory() {
 					if c.GetId() == before.GetId() && c.GetReason() != "" {
-						fmt.Fprintf(g.stderr, "change %s: candidate %s %s: %s\n", ch.GetId(), c.GetId(),
+						termPrintf(g.stderr, "change %s: candidate %s %s: %s\n", ch.GetId(), c.GetId(),
 							candidateStateName(c.GetState()), firstLineOf(c.GetReason()))
 					}
 				}
 			}
-			fmt.Fprintf(g.stderr, "change %s: in candidate %s\n", ch.GetId(), describeCandidate(ch.GetCandidate()))
+			termPrintf(g.stderr, "change %s: in candidate %s\n", ch.GetId(), describeCandidate(ch.GetCandidate()))
 			if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() {
 				shown = ch
 				return
@@ -403,7 +414,7 @@ func followChange(ctx context.Context, g *globals, c *client.Client, change *agw
 				line += ": " + p
 			}
 		}
-		fmt.Fprintln(g.stderr, line)
+		termPrintf(g.stderr, "%s\n", line)
 		shown = ch
 	}
 	backoff := 200 * time.Millisecond

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 // Run runs the ag command line with args (without the program name). Its error carries the
@@ -44,7 +45,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, string(b))
 		return code
 	}
-	fmt.Fprintln(stderr, "ag:", Explain(err))
+	// Errors quote what the server and agents said: a refusal names paths and holders.
+	fmt.Fprintln(stderr, "ag:", termsafe.Text(Explain(err)))
 	return code
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 func newJobCmd(g *globals) *cobra.Command {
@@ -65,7 +67,7 @@ func newJobEnqueueCmd(g *globals) *cobra.Command {
 			if res.GetExisting() {
 				verb = "already enqueued (same unique key)"
 			}
-			fmt.Fprintf(g.stdout, "%s %s (%s, %s)\n", verb, res.GetJob().GetId(), res.GetJob().GetKind(), stateName(res.GetJob().GetState()))
+			termPrintf(g.stdout, "%s %s (%s, %s)\n", verb, res.GetJob().GetId(), res.GetJob().GetKind(), stateName(res.GetJob().GetState()))
 			return nil
 		},
 	}
@@ -124,7 +126,7 @@ func newJobListCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKIND\tSTATE\tATTEMPTS\tCLAIMED BY\tUPDATED\tNOTE")
 			for _, j := range out.GetJobs() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),
+				termPrintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),
 					j.GetAttempts(), j.GetMaxAttempts(), dash(j.GetClaimedBy()), formatTime(j.GetUpdatedAt()), note(j))
 			}
 			if err := tw.Flush(); err != nil {
@@ -185,9 +187,9 @@ func newJobCancelCmd(g *globals) *cobra.Command {
 			}
 			j := res.GetJob()
 			if j.GetState() == agwpv1.JobState_JOB_STATE_CLAIMED {
-				fmt.Fprintf(g.stdout, "cancel requested for %s: %s will stop it at its next heartbeat\n", j.GetId(), j.GetClaimedBy())
+				termPrintf(g.stdout, "cancel requested for %s: %s will stop it at its next heartbeat\n", j.GetId(), j.GetClaimedBy())
 			} else {
-				fmt.Fprintf(g.stdout, "%s is %s\n", j.GetId(), stateName(j.GetState()))
+				termPrintf(g.stdout, "%s is %s\n", j.GetId(), stateName(j.GetState()))
 			}
 			return nil
 		},
@@ -198,7 +200,7 @@ func printJob(g *globals, j *agwpv1.Job) {
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			termPrintf(tw, "%s:\t%s\n", k, v)
 		}
 	}
 	row("id", j.GetId())
@@ -232,7 +234,7 @@ func printJob(g *globals, j *agwpv1.Job) {
 	row("attestation", j.GetAttestationDigest())
 	row("output digest", j.GetOutputDigest())
 	_ = tw.Flush()
-	if out := j.GetOutput(); out != "" {
+	if out := termsafe.Text(j.GetOutput()); out != "" {
 		fmt.Fprintf(g.stdout, "output:\n%s", out)
 		if !strings.HasSuffix(out, "\n") {
 			fmt.Fprintln(g.stdout)
@@ -270,11 +272,16 @@ func note(j *agwpv1.Job) string {
 	return ""
 }
 
+// truncateLine answers the first line of s, cut to at most n bytes at the start of a character:
+// a character cut in two would be printed as the escapes of its bytes.
 func truncateLine(s string, n int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
 	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
 		return s[:n] + "..."
 	}
 	return s

@@ -48,9 +48,9 @@ func newRepoCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(res)
 			}
-			fmt.Fprintf(g.stdout, "created repository %s (mainline %s)\n", res.GetRepository().GetName(), res.GetRepository().GetMainline())
+			termPrintf(g.stdout, "created repository %s (mainline %s)\n", res.GetRepository().GetName(), res.GetRepository().GetMainline())
 			if v := res.GetRepository().GetValidation(); v != nil {
-				fmt.Fprintf(g.stdout, "validation: %s\n", describeValidation(v))
+				termPrintf(g.stdout, "validation: %s\n", describeValidation(v))
 			}
 			return nil
 		},
@@ -101,9 +101,9 @@ each time.`,
 				return g.printJSON(res)
 			}
 			if v := res.GetRepository().GetValidation(); v != nil {
-				fmt.Fprintf(g.stdout, "repository %s: validation %s\n", res.GetRepository().GetName(), describeValidation(v))
+				termPrintf(g.stdout, "repository %s: validation %s\n", res.GetRepository().GetName(), describeValidation(v))
 			} else {
-				fmt.Fprintf(g.stdout, "repository %s: no validation; changes integrate at once\n", res.GetRepository().GetName())
+				termPrintf(g.stdout, "repository %s: no validation; changes integrate at once\n", res.GetRepository().GetName())
 			}
 			return nil
 		},
@@ -149,7 +149,7 @@ each time.`,
 				if r.GetValidation() != nil {
 					v = describeValidation(r.GetValidation())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetMainline(), v, formatTime(r.GetCreatedAt()))
+				termPrintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetMainline(), v, formatTime(r.GetCreatedAt()))
 			}
 			return tw.Flush()
 		},
@@ -209,7 +209,7 @@ files: import first, then set the policy.`,
 			if g.json {
 				return g.printJSON(q)
 			}
-			fmt.Fprintf(g.stdout, "mainline %s\n", q.GetMainline())
+			termPrintf(g.stdout, "mainline %s\n", q.GetMainline())
 			printQueue(g.stdout, q)
 			return nil
 		},
@@ -227,7 +227,7 @@ func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, ho
 		return fmt.Errorf("%s has no files to import", dir)
 	}
 	for _, s := range skipped {
-		fmt.Fprintf(g.stderr, "skipped %s: not a regular file\n", s)
+		termPrintf(g.stderr, "skipped %s: not a regular file\n", s)
 	}
 	r, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name})
 	if client.IsCode(err, connect.CodeNotFound) {
@@ -307,10 +307,10 @@ func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, ho
 		return g.printJSON(change)
 	}
 	if parts > 1 {
-		fmt.Fprintf(g.stdout, "imported %d files into %s in %d changes of at most %d files: the last %s, mainline %s\n", len(files), name, parts, client.MaxEditsPerChange, change.GetId(), change.GetIntegratedRevision())
+		termPrintf(g.stdout, "imported %d files into %s in %d changes of at most %d files: the last %s, mainline %s\n", len(files), name, parts, client.MaxEditsPerChange, change.GetId(), change.GetIntegratedRevision())
 		return nil
 	}
-	fmt.Fprintf(g.stdout, "imported %d files into %s: change %s, mainline %s\n", len(files), name, change.GetId(), change.GetIntegratedRevision())
+	termPrintf(g.stdout, "imported %d files into %s: change %s, mainline %s\n", len(files), name, change.GetId(), change.GetIntegratedRevision())
 	return nil
 }
 
@@ -368,7 +368,7 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(tree)
 			}
-			fmt.Fprintf(g.stdout, "checked out %s at %s into %s (%d files); you edit as %s\n", args[0], tree.GetRevision(), dir, len(tree.GetEntries()), holder)
+			termPrintf(g.stdout, "checked out %s at %s into %s (%d files); you edit as %s\n", args[0], tree.GetRevision(), dir, len(tree.GetEntries()), holder)
 			return nil
 		},
 	}

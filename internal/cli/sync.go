@@ -426,20 +426,20 @@ func printSync(g *globals, res *syncResult) {
 	n := len(res.Updated) + len(res.Deleted)
 	switch {
 	case res.From != res.To:
-		fmt.Fprintf(w, "synced to %s: %d files updated\n", res.To, n)
+		termPrintf(w, "synced to %s: %d files updated\n", res.To, n)
 	case n == 0 && len(res.Kept) == 0:
-		fmt.Fprintf(w, "already at the mainline %s\n", res.To)
+		termPrintf(w, "already at the mainline %s\n", res.To)
 	default:
-		fmt.Fprintf(w, "at the mainline %s: %d files taken from it\n", res.To, n)
+		termPrintf(w, "at the mainline %s: %d files taken from it\n", res.To, n)
 	}
 	if len(res.Merged) > 0 {
-		fmt.Fprintf(w, "merged with your edits, still local edits: %s\n", strings.Join(res.Merged, ", "))
+		termPrintf(w, "merged with your edits, still local edits: %s\n", strings.Join(res.Merged, ", "))
 	}
 	if len(res.Kept) > 0 {
-		fmt.Fprintf(w, "kept your version, as local edits: %s\n", strings.Join(res.Kept, ", "))
+		termPrintf(w, "kept your version, as local edits: %s\n", strings.Join(res.Kept, ", "))
 	}
 	for _, c := range res.Conflicts {
-		fmt.Fprintf(w, "conflict in %s: %s, written between markers\n", c.Path, c.Reason)
+		termPrintf(w, "conflict in %s: %s, written between markers\n", c.Path, c.Reason)
 	}
 }
 
@@ -555,10 +555,10 @@ func newRevertCmd(g *globals) *cobra.Command {
 			}
 			for _, e := range out.Reverted {
 				verb := map[string]string{"added": "removed", "modified": "reverted", "deleted": "restored"}[e.Status]
-				fmt.Fprintf(g.stdout, "%s %s (%s)\n", verb, e.Path, e.Status)
+				termPrintf(g.stdout, "%s %s (%s)\n", verb, e.Path, e.Status)
 			}
 			if len(out.Reverted) == 0 {
-				fmt.Fprintf(g.stdout, "nothing to revert: no local edits under %s\n", strings.Join(args, " "))
+				termPrintf(g.stdout, "nothing to revert: no local edits under %s\n", strings.Join(args, " "))
 			}
 			return nil
 		},

@@ -470,7 +470,8 @@ detached (its log in .ag/watch.log) and returns once it answers; --stop stops it
 // idle (when not 0).
 func runWatch(ctx context.Context, g *globals, root string, idle time.Duration) error {
 	logf := func(format string, args ...any) {
-		fmt.Fprintf(g.stderr, "%s ag watch: %s\n", time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
+		// The paths it names are the checkout's file names, whatever their author called them.
+		termPrintf(g.stderr, "%s ag watch: %s\n", time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
 	}
 	w, err := newWatcher(root, logf)
 	if err != nil {

@@ -962,7 +962,10 @@ func (c *checkout) repoPath(base, arg string) (string, error) {
 	if dir {
 		rel += "/"
 	}
-	return rel, repo.ValidatePath(rel, true)
+	if err := repo.ValidatePath(rel, true); err != nil {
+		return "", fmt.Errorf("%q %w", rel, err)
+	}
+	return rel, nil
 }
 
 // treeFiles answers the files of a tree the server sent, path → digest, once every path is

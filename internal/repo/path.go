@@ -23,9 +23,16 @@ const (
 var reservedNames = []string{".git", ".ag"}
 
 // ValidatePath checks that p is a clean relative path: '/'-separated, no leading '/', no empty,
-// "." or ".." segment, no NUL, valid UTF-8, at most MaxPathBytes, no segment longer than
-// MaxSegmentBytes and none that is reserved (see ReservedSegment). A trailing '/' names a
-// directory and is allowed only when dirOK (lease paths may be directories, edits may not).
+// "." or ".." segment, valid UTF-8 without control characters, at most MaxPathBytes, no segment
+// longer than MaxSegmentBytes and none that is reserved (see ReservedSegment). A trailing '/'
+// names a directory and is allowed only when dirOK (lease paths may be directories, edits may
+// not).
+//
+// Paths are printed to other people's terminals (lease lists, a change's paths, a sync's
+// conflicts), which act on control characters: ESC or U+009B starts a sequence that clears the
+// screen or writes the clipboard, BEL rings, a newline or carriage return forges a line of
+// output. So no path holds a C0 control character (U+0000-U+001F, tab and newline among them),
+// DEL (U+007F) or a C1 control character (U+0080-U+009F).
 func ValidatePath(p string, dirOK bool) error {
 	switch {
 	case p == "":
@@ -36,6 +43,11 @@ func ValidatePath(p string, dirOK bool) error {
 		return errors.New("contains NUL")
 	case !utf8.ValidString(p):
 		return errors.New("is not valid UTF-8")
+	}
+	if r, ok := controlCharacter(p); ok {
+		return fmt.Errorf("contains the control character %U, which a terminal would act on when the path is printed", r)
+	}
+	switch {
 	case strings.HasPrefix(p, "/"):
 		return errors.New("starts with '/': paths are relative to the repository's root")
 	case strings.Contains(p, "\\"):
@@ -112,6 +124,21 @@ func ReservedSegment(seg string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// controlCharacter answers the first C0, DEL or C1 control character of p, valid UTF-8. It
+// reads bytes, not runes: every file name of a checkout's scan is asked, and a C1 character is
+// the two bytes 0xC2 0x80-0x9F.
+func controlCharacter(p string) (rune, bool) {
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c < 0x20 || c == 0x7f:
+			return rune(c), true
+		case c == 0xc2 && i+1 < len(p) && p[i+1] >= 0x80 && p[i+1] <= 0x9f:
+			return rune(p[i+1]), true
+		}
+	}
+	return 0, false
 }
 
 func ascii(s string) bool {

@@ -47,10 +47,43 @@ func TestValidatePath(t *testing.T) {
 	if err := ValidatePath("src/", true); err != nil {
 		t.Errorf("ValidatePath(src/, dir) = %v", err)
 	}
-	bad := []string{"", "/abs", "a//b", "./a", "a/./b", "a/..", "../x", "a\x00b", "src/", "a\\b", strings.Repeat("x", MaxPathBytes+1), "\xff"}
+	bad := []string{"", "/abs", "a//b", "./a", "a/./b", "a/..", "../x", "a\x00b", "src/", "a\\b", strings.Repeat("x", MaxPathBytes+1), "\xff",
+		"a\x1b[2Jb", "a\nb", "a\tb", "a\rb", "bell\a", "a\x7fb", "a\u009bb", "a\u0085b"}
 	for _, p := range bad {
 		if err := ValidatePath(p, false); err == nil {
 			t.Errorf("ValidatePath(%q) = ok, want refused", p)
+		}
+	}
+}
+
+// TestValidatePathRefusesControlCharacters ensures no path holds a character a terminal acts on
+// when the path is printed, C0, DEL or C1, and that the refusal names the character, while the
+// characters on either side of those ranges pass.
+func TestValidatePathRefusesControlCharacters(t *testing.T) {
+	refused := map[string]string{
+		"src/\x1b[2J.go":             "U+001B",
+		"src/\x1b]52;c;aGk=\a.go":    "U+001B",
+		"docs/bell\a":                "U+0007",
+		"a\nchange chg_x integrated": "U+000A",
+		"tab\tin/name":               "U+0009",
+		"cr\r":                       "U+000D",
+		"\x01start":                  "U+0001",
+		"end\x1f":                    "U+001F",
+		"del\x7f/x":                  "U+007F",
+		"csi\u009b31m":               "U+009B",
+		"c1/\u0080":                  "U+0080",
+		"c1/\u009f":                  "U+009F",
+		"dir\x1b/":                   "U+001B",
+	}
+	for p, char := range refused {
+		err := ValidatePath(p, true)
+		if err == nil || !strings.Contains(err.Error(), "contains the control character "+char) {
+			t.Errorf("ValidatePath(%q) = %v, want refused naming %s", p, err, char)
+		}
+	}
+	for _, p := range []string{"space in/name", "tilde~", "nbsp\u00a0x", "latin\u00ff", "\u00c2x", "emoji/\U0001f600"} {
+		if err := ValidatePath(p, false); err != nil {
+			t.Errorf("ValidatePath(%q) = %v, want ok", p, err)
 		}
 	}
 }
@@ -111,17 +144,23 @@ func TestTreeEncodingRoundTrips(t *testing.T) {
 }
 
 // FuzzPathAndOverlap ensures validation never panics, that a valid path has no empty, "." or
-// ".." segment, and that the overlap rule is symmetric and agrees with Covers.
+// ".." segment and no control character, and that the overlap rule is symmetric and agrees with Covers.
 func FuzzPathAndOverlap(f *testing.F) {
 	f.Add("src/a.go", "src/")
 	f.Add("src/a", "src/ab")
 	f.Add("../x", "a//b")
+	f.Add("a\x1b[2J", "b\u009b")
 	f.Fuzz(func(t *testing.T, p, q string) {
 		errP := ValidatePath(p, true)
 		if errP == nil {
 			for _, seg := range strings.Split(strings.TrimSuffix(p, "/"), "/") {
 				if seg == "" || seg == "." || seg == ".." {
 					t.Fatalf("ValidatePath(%q) accepted segment %q", p, seg)
+				}
+			}
+			for _, r := range p {
+				if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f {
+					t.Fatalf("ValidatePath(%q) accepted the control character %U", p, r)
 				}
 			}
 		}
