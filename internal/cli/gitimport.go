@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/go-git/go-billy/v5/osfs"
@@ -19,6 +21,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // isGitRepository reports whether dir is the top of a git working tree (it holds .git, a
@@ -35,7 +38,17 @@ type gitHistory struct {
 	blobs   []plumbing.Hash
 	trees   []plumbing.Hash
 	commits []plumbing.Hash
-	files   int // files in the head commit's tree
+	files   int // files, links and submodules in the head commit's tree
+	// refused is every entry the server would refuse, each once, with the first commit that
+	// brings it in: an import tells them all before it uploads a byte.
+	refused []refusedPath
+}
+
+// refusedPath is a path of the history the server would refuse, and why.
+type refusedPath struct {
+	path   string // may hold any byte: print it quoted
+	rule   string
+	commit plumbing.Hash
 }
 
 // openGitStorage opens the object and reference storage of the git working tree dir.
@@ -51,7 +64,10 @@ func openGitStorage(dir string) (*filesystem.Storage, error) {
 	return filesystem.NewStorage(osfs.New(gitDir), cache.NewObjectLRUDefault()), nil
 }
 
-// readGitHistory lists the objects that the HEAD of the git repository reaches.
+// readGitHistory lists the objects that the HEAD of the git repository reaches, and the
+// entries of its trees that the server would refuse (gitstore.EntryProblem for every tree, and
+// for HEAD's tree, which every checkout writes, the rules of a checkout's paths and links).
+// Each tree is read once, however many commits hold it.
 func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 	ref, err := storer.ResolveReference(s, plumbing.HEAD)
 	if err != nil {
@@ -59,28 +75,36 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 	}
 	h := &gitHistory{head: ref.Hash()}
 	seenCommit := map[plumbing.Hash]bool{}
-	seenTree := map[plumbing.Hash]bool{}
 	seenBlob := map[plumbing.Hash]bool{}
+	filesIn := map[plumbing.Hash]int{} // trees read so far, with the entries they hold
 
-	var walkTree func(id plumbing.Hash) (int, error)
-	walkTree = func(id plumbing.Hash) (int, error) {
+	// walkTree reads tree id, first found at prefix in commit, and what it holds that was
+	// not read before.
+	var walkTree func(id plumbing.Hash, prefix string, commit plumbing.Hash) (int, error)
+	walkTree = func(id plumbing.Hash, prefix string, commit plumbing.Hash) (int, error) {
+		if n, ok := filesIn[id]; ok {
+			return n, nil
+		}
 		t, err := object.GetTree(s, id)
 		if err != nil {
 			return 0, fmt.Errorf("read tree %s: %w", id, err)
 		}
 		files := 0
 		for _, e := range t.Entries {
+			if rule := gitstore.EntryProblem(e.Name, e.Mode); rule != "" {
+				// What lies below a refused name is not looked at: its name says it all.
+				h.refused = append(h.refused, refusedPath{path: prefix + e.Name, rule: rule, commit: commit})
+				continue
+			}
 			switch e.Mode {
 			case filemode.Dir:
-				n, err := walkTree(e.Hash)
+				n, err := walkTree(e.Hash, prefix+e.Name+"/", commit)
 				if err != nil {
 					return 0, err
 				}
 				files += n
 			case filemode.Submodule:
-				// The server refuses it, naming the entry; uploading the rest first would be
-				// wasted.
-				return 0, fmt.Errorf("tree %s holds the submodule %s: ag does not hold submodules", id, e.Name)
+				files++ // a commit of another repository: nothing of it is uploaded
 			default:
 				files++
 				if !seenBlob[e.Hash] {
@@ -89,10 +113,8 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 				}
 			}
 		}
-		if !seenTree[id] {
-			seenTree[id] = true
-			h.trees = append(h.trees, id) // after everything it holds
-		}
+		filesIn[id] = files
+		h.trees = append(h.trees, id) // after everything it holds
 		return files, nil
 	}
 
@@ -103,6 +125,7 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 		expanded bool
 	}
 	stack := []frame{{id: h.head}}
+	var headTree plumbing.Hash
 	for len(stack) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -126,23 +149,84 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 			continue
 		}
 		seenCommit[f.id] = true
-		n, err := walkTree(c.TreeHash)
+		n, err := walkTree(c.TreeHash, "", f.id)
 		if err != nil {
 			return nil, err
 		}
 		if f.id == h.head {
-			h.files = n
+			h.files, headTree = n, c.TreeHash
 		}
 		h.commits = append(h.commits, f.id)
 	}
+	if err := checkHeadTree(ctx, s, h, headTree); err != nil {
+		return nil, err
+	}
 	return h, nil
+}
+
+// checkHeadTree adds to h.refused what HEAD's tree holds that no checkout may write: a path
+// too long as a whole, a file of mode 100664 (which ag's trees write as 100644), a symbolic
+// link whose target a file system cannot hold. The names themselves were checked with their
+// trees.
+func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plumbing.Hash) error {
+	var walk func(id plumbing.Hash, prefix string) error
+	walk = func(id plumbing.Hash, prefix string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := object.GetTree(s, id)
+		if err != nil {
+			return fmt.Errorf("read tree %s: %w", id, err)
+		}
+		for _, e := range t.Entries {
+			p := prefix + e.Name
+			if gitstore.EntryProblem(e.Name, e.Mode) != "" {
+				continue // told already
+			}
+			if err := repo.ValidatePath(p, false); err != nil {
+				h.refused = append(h.refused, refusedPath{path: p, rule: err.Error(), commit: h.head})
+				continue
+			}
+			switch e.Mode {
+			case filemode.Dir:
+				if err := walk(e.Hash, p+"/"); err != nil {
+					return err
+				}
+			case filemode.Deprecated:
+				h.refused = append(h.refused, refusedPath{path: p, commit: h.head,
+					rule: "has mode 100664, which git no longer writes: commit it again as 100644 (git update-index --chmod=-x PATH)"})
+			case filemode.Symlink:
+				_, target, err := readObject(s, e.Hash)
+				if err != nil {
+					return err
+				}
+				if err := repo.CheckSymlinkTarget(target); err != nil {
+					h.refused = append(h.refused, refusedPath{path: p, rule: "is a symbolic link that a checkout cannot write: " + err.Error(), commit: h.head})
+				}
+			}
+		}
+		return nil
+	}
+	return walk(tree, "")
+}
+
+// refusal answers the error of an import that would be refused, listing every path and its
+// rule, quoted: a name may hold any byte, and reaches the terminal as data.
+func (h *gitHistory) refusal(dir string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the history of %s holds %d paths ag refuses; nothing was uploaded:", dir, len(h.refused))
+	for _, r := range h.refused {
+		fmt.Fprintf(&b, "\n  %s %s (commit %s)", strconv.Quote(r.path), r.rule, r.commit)
+	}
+	b.WriteString("\nrewrite the history without them (git filter-repo), or import the files at HEAD alone with --files")
+	return withExit(ExitUsage, errors.New(b.String()))
 }
 
 // importGit starts the repository name from the history that the HEAD of the git repository
 // in dir reaches, keeping every commit's id: the mainline continues that history, so a clone
 // of dir fetches from ag and fast-forwards. Objects the server holds are not sent again, so an
 // import that stopped is finished by running it again.
-func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string) error {
+func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string, dryRun bool) error {
 	if _, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name}); err == nil {
 		return withExit(ExitUsage, fmt.Errorf("repository %s exists: a git history starts a new repository (ag repo import --files imports %s's files as one change instead)", name, dir))
 	} else if !client.IsCode(err, connect.CodeNotFound) {
@@ -159,10 +243,23 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 	}
 	fmt.Fprintf(g.stderr, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
 		len(h.commits), len(h.trees), len(h.blobs), h.files, h.head)
+	if len(h.refused) > 0 {
+		return h.refusal(dir)
+	}
 
 	missing, err := missingGitObjects(ctx, c, h)
 	if err != nil {
 		return err
+	}
+	if dryRun {
+		if g.json {
+			return g.printValue(map[string]any{"head": h.head.String(), "commits": len(h.commits), "trees": len(h.trees), "blobs": len(h.blobs),
+				"files": h.files, "missing": map[string]int{"commits": countMissing(h.commits, missing), "trees": countMissing(h.trees, missing), "blobs": countMissing(h.blobs, missing)}})
+		}
+		fmt.Fprintf(g.stdout, "the import of %s into %s would upload %d blobs, %d trees and %d commits the server lacks (of %d, %d, %d), and start %s at %s; nothing was uploaded\n",
+			dir, name, countMissing(h.blobs, missing), countMissing(h.trees, missing), countMissing(h.commits, missing),
+			len(h.blobs), len(h.trees), len(h.commits), name, h.head)
+		return nil
 	}
 	// Blobs go with their sha256 digests (UploadBlobs), trees and commits as git objects.
 	uploadBlobs := func(objs []*agwpv1.GitObject) error {

@@ -155,7 +155,7 @@ each time.`,
 		},
 	}
 	var holder, message string
-	var filesOnly bool
+	var filesOnly, dryRun bool
 	importCmd := &cobra.Command{
 		Use:   "import NAME DIR",
 		Short: "start a repository from a git history, or load a folder's files into a repository's mainline",
@@ -163,8 +163,12 @@ each time.`,
 its HEAD reaches, keeping every commit's id: the mainline is HEAD, agents' changes become
 commits on top of it, and the clone in DIR fetches them from ag and fast-forwards (git remote
 add ag SERVER/git/NAME.git). Uncommitted changes in DIR are not imported. Objects the server
-holds are not sent again: an import that stopped is finished by running it again. HEAD's tree
-must hold regular files only (no symbolic links or submodules) at paths ag accepts.
+holds are not sent again: an import that stopped is finished by running it again. Files,
+executable files, symbolic links and submodules are kept as git has them. Before anything is
+uploaded, every tree of the history is checked: when some name is one ag refuses (not UTF-8, a
+control character, .git or .ag, too long), the import lists every such path with its rule and
+the commit that brings it in, and writes nothing. --dry-run does the same checks and says what
+the import would upload, uploading nothing.
 
 Otherwise, or with --files, loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
@@ -185,12 +189,13 @@ files: import first, then set the policy.`,
 				if cmd.Flags().Changed("message") || cmd.Flags().Changed("holder") {
 					return withExit(ExitUsage, errors.New("-m and --holder are for a files import: a git history keeps its commits' messages and authors (add --files to import the files as one change)"))
 				}
-				return importGit(cmd.Context(), g, c, args[0], args[1])
+				return importGit(cmd.Context(), g, c, args[0], args[1], dryRun)
 			}
 			return importTree(cmd.Context(), g, c, args[0], args[1], holder, message)
 		},
 	}
 	importCmd.Flags().BoolVar(&filesOnly, "files", false, "import DIR's files as a change even when DIR is a git repository")
+	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "check a git history and say what the import would refuse or upload, uploading nothing")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
 	queue := &cobra.Command{

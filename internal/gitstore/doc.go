@@ -8,6 +8,8 @@
 // storer.EncodedObjectStorer, packfile.Encoder, packp); this package only decides what to
 // build and what to send.
 //
-// Files are mode 100644: ag has no executable bit or symbolic links yet. Paths are ag's clean
-// paths (repo.ValidatePath), so no tree holds ".git", an empty name or a '/'.
+// A file's mode is part of its content, as in git: 100644, 100755 (executable) or 120000 (a
+// symbolic link, whose blob is its target); a submodule is a 160000 entry naming a commit of
+// another repository, which no store here holds and nothing here follows (modes.go). Paths are
+// ag's clean paths (repo.ValidatePath), so no tree holds ".git", an empty name or a '/'.
 package gitstore

@@ -55,10 +55,12 @@ func ObjectData(o plumbing.EncodedObject) ([]byte, error) {
 	return io.ReadAll(r)
 }
 
-// File is one file of a tree: its path and the id of its blob.
+// File is one file of a tree: its path, the id of its blob (a submodule's: its commit) and
+// its mode (zero: filemode.Regular).
 type File struct {
 	Path string
 	Blob plumbing.Hash
+	Mode filemode.FileMode
 }
 
 // WriteFiles stores each file's content as a blob, then the trees that hold them, and answers
@@ -77,7 +79,7 @@ func WriteFiles(s storer.EncodedObjectStorer, files map[string][]byte) (plumbing
 
 // dir is a directory being built from a flat list of files.
 type dir struct {
-	files map[string]plumbing.Hash
+	files map[string]object.TreeEntry
 	dirs  map[string]*dir
 }
 
@@ -113,18 +115,26 @@ func WriteTree(s storer.EncodedObjectStorer, files []File) (plumbing.Hash, error
 		if _, ok := d.files[name]; ok {
 			return plumbing.ZeroHash, fmt.Errorf("path %q is listed twice", f.Path)
 		}
-		if d.files == nil {
-			d.files = make(map[string]plumbing.Hash)
+		mode := f.Mode
+		switch mode {
+		case 0:
+			mode = filemode.Regular
+		case filemode.Regular, filemode.Executable, filemode.Symlink, filemode.Submodule:
+		default:
+			return plumbing.ZeroHash, fmt.Errorf("path %q has mode %o, which is no file's", f.Path, uint32(mode))
 		}
-		d.files[name] = f.Blob
+		if d.files == nil {
+			d.files = make(map[string]object.TreeEntry)
+		}
+		d.files[name] = object.TreeEntry{Name: name, Mode: mode, Hash: f.Blob}
 	}
 	return root.write(s)
 }
 
 func (d *dir) write(s storer.EncodedObjectStorer) (plumbing.Hash, error) {
 	entries := make([]object.TreeEntry, 0, len(d.files)+len(d.dirs))
-	for name, id := range d.files {
-		entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: id})
+	for _, e := range d.files {
+		entries = append(entries, e)
 	}
 	for name, sub := range d.dirs {
 		id, err := sub.write(s)

@@ -13,11 +13,26 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// Edit writes a file (Blob, already stored) or deletes one (Delete).
+// Edit writes a file (Blob, already stored) or deletes one (Delete). Mode is what the file is
+// afterwards: filemode.Regular, Executable or Symlink, or Submodule with Blob the submodule's
+// commit; zero keeps the mode of the file the edit replaces (filemode.Regular for a new one), so
+// that a script whose content changes stays executable.
 type Edit struct {
 	Path   string
 	Blob   plumbing.Hash
 	Delete bool
+	Mode   filemode.FileMode
+}
+
+// modeAfter answers the mode a write of e gives a path whose entry was old (exists false: none).
+func (e *Edit) modeAfter(old object.TreeEntry, exists bool) filemode.FileMode {
+	if e.Mode != 0 {
+		return e.Mode
+	}
+	if exists && (old.Mode == filemode.Executable || old.Mode == filemode.Symlink) {
+		return old.Mode
+	}
+	return filemode.Regular
 }
 
 // editNode is the edits under one directory: the edit of the entry of that name, if any, and
@@ -45,6 +60,11 @@ func UpdateTree(s storer.EncodedObjectStorer, root plumbing.Hash, edits []Edit) 
 		}
 		if !e.Delete && e.Blob.IsZero() {
 			return plumbing.ZeroHash, fmt.Errorf("edit of %s: no blob and not a delete", e.Path)
+		}
+		switch e.Mode {
+		case 0, filemode.Regular, filemode.Executable, filemode.Symlink, filemode.Submodule:
+		default:
+			return plumbing.ZeroHash, fmt.Errorf("edit of %s: mode %o is no file's", e.Path, uint32(e.Mode))
 		}
 		n := top
 		for _, seg := range strings.Split(e.Path, "/") {
@@ -140,12 +160,16 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 			if !sub.IsZero() {
 				return plumbing.ZeroHash, false, &repo.CollisionError{File: path, Under: path + "/"}
 			}
-			next = object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: c.edit.Blob}
+			next = object.TreeEntry{Name: name, Mode: c.edit.modeAfter(old, exists), Hash: c.edit.Blob}
 		case c.edit != nil || isDir || !exists: // the file, if any, is deleted
 			if !sub.IsZero() {
 				next = object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: sub}
 			}
 		default: // a file not edited, with edits below its name
+			if old.Mode == filemode.Submodule && len(c.children) > 0 {
+				return plumbing.ZeroHash, false, &repo.InvalidEditError{Path: path,
+					Reason: "is a submodule, whose files are another repository's: ag writes nothing into it"}
+			}
 			if !sub.IsZero() {
 				return plumbing.ZeroHash, false, &repo.CollisionError{File: path, Under: path + "/"}
 			}
@@ -198,12 +222,12 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 }
 
 // spliceDir is updateDir for the common case of edits that only change what existing entries
-// point to: a file's new content, a subdirectory's new tree. Those change 20 bytes of an entry
-// (and a file's mode, 100644 for 100755 or 120000, of the same length) in the tree's encoding,
-// which is changed in place: a one-file change under a directory of a thousand entries then
-// neither decodes nor encodes the thousand. Anything else (an entry added or removed, a file
-// becoming a directory) answers done false, with the subdirectories it updated on the way, and
-// updateDir takes the general way.
+// point to: a file's new content or mode, a subdirectory's new tree. Those change 20 bytes of an
+// entry (and a file's mode, among 100644, 100755, 120000 and 160000, all of one length) in the
+// tree's encoding, which is changed in place: a one-file change under a directory of a thousand
+// entries then neither decodes nor encodes the thousand. Anything else (an entry added or
+// removed, a file becoming a directory) answers done false, with the subdirectories it updated
+// on the way, and updateDir takes the general way.
 func spliceDir(s storer.EncodedObjectStorer, r PackedTreeReader, id plumbing.Hash, n *editNode, prefix string) (nid plumbing.Hash, changed, done bool, subs map[string]plumbing.Hash, err error) {
 	old, err := r.PackedTree(id)
 	if err != nil {
@@ -225,10 +249,11 @@ func spliceDir(s storer.EncodedObjectStorer, r PackedTreeReader, id plumbing.Has
 		e := old.Entry(at)
 		switch {
 		case c.edit != nil && !c.edit.Delete && len(c.children) == 0 && e.Mode != filemode.Dir:
-			if e.Mode != filemode.Regular && len(modeText(e.Mode)) != len(modeRegular) {
+			mode := c.edit.modeAfter(e, true)
+			if len(modeText(e.Mode)) != len(modeRegular) || len(modeText(mode)) != len(modeRegular) {
 				return plumbing.ZeroHash, false, false, nil, nil
 			}
-			repl = append(repl, replacement{at: at, mode: filemode.Regular, hash: c.edit.Blob})
+			repl = append(repl, replacement{at: at, mode: mode, hash: c.edit.Blob})
 		case c.edit == nil && len(c.children) > 0 && e.Mode == filemode.Dir:
 			dirs = append(dirs, name)
 		default:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -102,9 +101,10 @@ type gitRef struct {
 
 // objectRefs decodes a tree or commit (o, whose content is data) and answers what it names. A
 // tree must be canonical, as git's fsck on every clone would require: in git's order, each name
-// once, modes as git writes them. Its entry names must be names ag could write (repo.ValidatePath of each as a path of one segment): the history is
-// served to every clone. Submodules (gitlinks) name commits of other repositories, which ag
-// cannot hold: they are refused.
+// once, modes as git writes them. Its entries must be ones ag takes (gitstore.EntryProblem:
+// names ag could write, modes git writes): the history is served to every clone.
+// A submodule (gitlink) names a commit of another repository, which ag does not hold and git
+// does not look for: it is no reference here, as it is none to git's connectivity check.
 func objectRefs(o plumbing.EncodedObject, data []byte) ([]gitRef, error) {
 	switch o.Type() {
 	case plumbing.TreeObject:
@@ -114,21 +114,18 @@ func objectRefs(o plumbing.EncodedObject, data []byte) ([]gitRef, error) {
 		}
 		refs := make([]gitRef, 0, len(entries))
 		for _, e := range entries {
-			if strings.Contains(e.Name, "/") {
-				return nil, fmt.Errorf("entry %q: a name holds no '/'", truncate(e.Name, 80))
-			}
-			if err := repo.ValidatePath(e.Name, false); err != nil {
-				return nil, fmt.Errorf("entry %q %v", truncate(e.Name, 80), err)
+			if problem := gitstore.EntryProblem(e.Name, e.Mode); problem != "" {
+				return nil, fmt.Errorf("entry %q: %s", truncate(e.Name, 80), problem)
 			}
 			switch e.Mode {
 			case filemode.Dir:
 				refs = append(refs, gitRef{what: "tree " + e.Name, id: e.Hash})
-			case filemode.Regular, filemode.Deprecated, filemode.Executable, filemode.Symlink:
-				refs = append(refs, gitRef{what: "blob of " + e.Name, id: e.Hash})
 			case filemode.Submodule:
-				return nil, fmt.Errorf("entry %s is a submodule, which ag does not hold: import the submodule's files as files of the repository", e.Name)
+				if e.Hash.IsZero() { // nothing else would refuse it, and git's fsck does
+					return nil, fmt.Errorf("entry %q: a submodule of the null commit", truncate(e.Name, 80))
+				}
 			default:
-				return nil, fmt.Errorf("entry %s has mode %o", e.Name, uint32(e.Mode))
+				refs = append(refs, gitRef{what: "blob of " + e.Name, id: e.Hash})
 			}
 		}
 		return refs, nil
@@ -174,9 +171,9 @@ func (h repoService) FindMissingGitObjects(ctx context.Context, req *agwpv1.Find
 }
 
 // checkImportHead checks that a repository may start at commit: the server holds it (and so,
-// by UploadGitObjects' rule, everything it reaches), and its tree holds only files ag can
-// check out — regular or executable files, at paths ag accepts — since every checkout and
-// worker will write them.
+// by UploadGitObjects' rule, everything it reaches), and its tree holds only what ag checks out
+// as git does — regular and executable files, symbolic links whose targets a file system
+// holds, submodules — at paths ag accepts, since every checkout and worker will write them.
 func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) error {
 	objs := newGitObjects(ctx, h.s.store, h.s.log)
 	c, err := object.GetCommit(objs, commit)
@@ -204,10 +201,20 @@ func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) 
 					return err
 				}
 				continue
-			case filemode.Regular, filemode.Deprecated, filemode.Executable:
+			case filemode.Regular, filemode.Executable, filemode.Submodule:
+			case filemode.Symlink:
+				if err := h.checkImportedLink(objs, commit, p, e.Hash); err != nil {
+					return err
+				}
+			case filemode.Deprecated:
+				// Every tree ag writes and every worker computes says 100644 for it, so no change
+				// to the repository could be validated.
+				return invalid("git_commit", "the tree of %s holds %s with mode 100664, which git wrote before 2005 and writes no longer: "+
+					"commit it again as 100644 (git update-index --chmod=-x %s, then git commit) and import that commit",
+					commit, truncate(p, 200), truncate(p, 200))
 			default:
-				return invalid("git_commit", "the tree of %s holds %s with mode %o: ag checks out regular files only (no symbolic links or submodules)",
-					commit, p, uint32(e.Mode))
+				return invalid("git_commit", "the tree of %s holds %s with mode %o: ag checks out files, executable files, symbolic links and submodules",
+					commit, truncate(p, 200), uint32(e.Mode))
 			}
 			if err := repo.ValidatePath(p, false); err != nil {
 				return invalid("git_commit", "the tree of %s holds the path %q, which %v", commit, truncate(p, 200), err)
@@ -216,4 +223,17 @@ func (h repoService) checkImportHead(ctx context.Context, commit plumbing.Hash) 
 		return nil
 	}
 	return walk(c.TreeHash, "")
+}
+
+// checkImportedLink checks that the symbolic link path of the head commit points to a target
+// a checkout can write (repo.CheckSymlinkTarget), as an Integrate's link must.
+func (h repoService) checkImportedLink(objs *gitObjects, commit plumbing.Hash, path string, blob plumbing.Hash) error {
+	_, target, err := objs.read(blob)
+	if err != nil {
+		return storeError(err, connect.CodeInternal)
+	}
+	if err := repo.CheckSymlinkTarget(target); err != nil {
+		return invalid("git_commit", "the tree of %s holds the symbolic link %s: %v", commit, truncate(path, 200), err)
+	}
+	return nil
 }

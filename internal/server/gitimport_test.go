@@ -52,9 +52,9 @@ func objectData(t *testing.T, o *plumbing.MemoryObject) []byte {
 }
 
 // TestUploadGitObjectsKeepsTheStoreWhole attacks the import path: a history may not bring a
-// path no checkout may hold (.git, .ag), a submodule, or a reference to something the server
-// lacks; a non-admin may not upload at all; and a repository may start only at a commit the
-// server holds whose tree ag can check out.
+// path no checkout may hold (.git, .ag), or a reference to something the server lacks (a
+// submodule's commit is another repository's, and none); a non-admin may not upload at all; and
+// a repository may start only at a commit the server holds whose tree ag can check out.
 func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 	for _, backend := range agtest.Backends {
 		t.Run(backend, func(t *testing.T) {
@@ -102,8 +102,13 @@ func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 				err := upload(&agwpv1.GitObject{Type: "tree", Data: data})
 				wantCode(t, "a tree with "+name, err, connect.CodeInvalidArgument)
 			}
-			_, sub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: blobID})
-			wantCode(t, "a submodule", upload(sub), connect.CodeInvalidArgument)
+			// A submodule names another repository's commit, which no server holds.
+			_, sub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: plumbing.NewHash(strings.Repeat("5e", 20))})
+			if err := upload(sub); err != nil {
+				t.Fatalf("a tree holding a submodule: %v", err)
+			}
+			_, nullSub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: plumbing.ZeroHash})
+			wantCode(t, "a submodule of the null commit", upload(nullSub), connect.CodeInvalidArgument)
 			wantCode(t, "a blob sent as a git object",
 				upload(&agwpv1.GitObject{Type: "blob", Data: blob}), connect.CodeInvalidArgument)
 
@@ -132,15 +137,23 @@ func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: "HEAD"})
 			wantCode(t, "a repository at a commit that is no id", err, connect.CodeInvalidArgument)
 
-			// A head whose tree holds a symbolic link: ag would check it out as a file.
-			linkTree, link := tree(object.TreeEntry{Name: "a.txt", Mode: filemode.Regular, Hash: blobID},
-				object.TreeEntry{Name: "l", Mode: filemode.Symlink, Hash: blobID})
-			linkCommit, linkData := encodeCommit(t, linkTree)
-			if err := upload(link, &agwpv1.GitObject{Type: "commit", Data: linkData}); err != nil {
-				t.Fatalf("a history may hold a symbolic link: %v", err)
+			// A head whose tree holds a symbolic link no file system makes (an empty target), or
+			// a file of git's old mode 100664, which no tree ag writes says.
+			if _, err := admin.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: [][]byte{{}}}); err != nil {
+				t.Fatal(err)
 			}
-			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: linkCommit.String()})
-			wantCode(t, "a repository whose head holds a symbolic link", err, connect.CodeInvalidArgument)
+			for what, entry := range map[string]object.TreeEntry{
+				"a symbolic link to nothing": {Name: "l", Mode: filemode.Symlink, Hash: gitstore.BlobID(nil)},
+				"a file of mode 100664":      {Name: "l", Mode: filemode.Deprecated, Hash: blobID},
+			} {
+				badTree, bad := tree(object.TreeEntry{Name: "a.txt", Mode: filemode.Regular, Hash: blobID}, entry)
+				badCommit, badData := encodeCommit(t, badTree)
+				if err := upload(bad, &agwpv1.GitObject{Type: "commit", Data: badData}); err != nil {
+					t.Fatalf("a history holding %s: %v", what, err)
+				}
+				_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", GitCommit: badCommit.String()})
+				wantCode(t, "a repository whose head holds "+what, err, connect.CodeInvalidArgument)
+			}
 
 			created, err := admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "app", GitCommit: childID.String()})
 			if err != nil || created.GetRepository().GetMainlineCommit() != childID.String() {

@@ -296,9 +296,35 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 		GitTree: rev.GitTree, GitCommit: rev.GitCommit, Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
 	}
 	for _, e := range rev.Tree {
-		out.Entries = append(out.Entries, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size})
+		out.Entries = append(out.Entries, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size,
+			Mode: e.GitMode(), GitlinkCommit: e.GitlinkCommit})
 	}
 	return out, nil
+}
+
+// editMode answers the mode of an edit's write: "" (the path's mode in the base), or one of the
+// modes a write makes.
+func editMode(field string, e *agwpv1.Edit) (string, error) {
+	mode := e.GetMode()
+	switch e.GetAction().(type) {
+	case *agwpv1.Edit_Delete:
+		if mode != "" {
+			return "", invalid(field+".mode", "%q with delete: a mode goes with a write (content or blob_digest)", truncate(mode, 20))
+		}
+	case *agwpv1.Edit_GitlinkCommit:
+		if mode != "" && mode != repo.ModeGitlink {
+			return "", invalid(field+".mode", "%q with gitlink_commit: a submodule stays one (mode %s or empty)", truncate(mode, 20), repo.ModeGitlink)
+		}
+		return "", nil
+	}
+	switch mode {
+	case "", repo.ModeFile, repo.ModeExecutable, repo.ModeSymlink:
+		return mode, nil
+	case repo.ModeGitlink:
+		return "", invalid(field+".mode", "%s: ag creates no submodule; gitlink_commit moves one the repository has", mode)
+	}
+	return "", invalid(field+".mode", "%q: want %s (a file), %s (an executable file), %s (a symbolic link, the content its target), or empty to keep the path's mode",
+		truncate(mode, 20), repo.ModeFile, repo.ModeExecutable, repo.ModeSymlink)
 }
 
 // integrateEdits validates the edits of an Integrate and answers them as file edits, the
@@ -328,10 +354,14 @@ func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) (
 		}
 		seen[e.GetPath()] = true
 		paths = append(paths, e.GetPath())
+		mode, err := editMode(field, e)
+		if err != nil {
+			return nil, nil, nil, err
+		}
 		switch a := e.GetAction().(type) {
 		case *agwpv1.Edit_Delete:
 			if !a.Delete {
-				return nil, nil, nil, invalid(field+".delete", "is false: set blob_digest, content, or delete = true")
+				return nil, nil, nil, invalid(field+".delete", "is false: set blob_digest, content, gitlink_commit, or delete = true")
 			}
 			out = append(out, repo.FileEdit{Path: e.GetPath(), Delete: true})
 		case *agwpv1.Edit_Content:
@@ -340,17 +370,28 @@ func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) (
 				return nil, nil, nil, connect.NewError(connect.CodeResourceExhausted,
 					fmt.Errorf("%s.content: more than %d MiB of content in one request: upload blobs first and send their digests", field, maxContentBytes>>20))
 			}
+			if mode == repo.ModeSymlink {
+				if err := repo.CheckSymlinkTarget(a.Content); err != nil {
+					return nil, nil, nil, invalid(field+".content", "%v", err)
+				}
+			}
 			d := repo.Digest(a.Content)
 			blobs = append(blobs, store.Blob{Digest: d, Content: a.Content})
-			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: d, Size: uint64(len(a.Content))})
+			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: d, Size: uint64(len(a.Content)), Mode: mode})
 		case *agwpv1.Edit_BlobDigest:
 			if !digestPattern.MatchString(a.BlobDigest) {
 				return nil, nil, nil, invalid(field+".blob_digest", "%q is not a digest: use sha256:<64 lowercase hex>", truncate(a.BlobDigest, 80))
 			}
 			lookup = append(lookup, len(out))
-			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: a.BlobDigest})
+			out = append(out, repo.FileEdit{Path: e.GetPath(), Digest: a.BlobDigest, Mode: mode})
+		case *agwpv1.Edit_GitlinkCommit:
+			commit, err := store.ParseGitID(a.GitlinkCommit)
+			if err != nil || commit.IsZero() {
+				return nil, nil, nil, invalid(field+".gitlink_commit", "%q is not a commit id: use 40 lowercase hex, not all zeros", truncate(a.GitlinkCommit, 80))
+			}
+			out = append(out, repo.FileEdit{Path: e.GetPath(), GitlinkCommit: a.GitlinkCommit})
 		default:
-			return nil, nil, nil, invalid(field, "needs one of blob_digest, content or delete")
+			return nil, nil, nil, invalid(field, "needs one of blob_digest, content, gitlink_commit or delete")
 		}
 	}
 	if len(lookup) > 0 {
@@ -369,10 +410,25 @@ func (h repoService) integrateEdits(ctx context.Context, edits []*agwpv1.Edit) (
 					fmt.Errorf("blob %s of %s is not on the server: upload it (UploadBlobs) before integrating", out[i].Digest, out[i].Path))
 			}
 			out[i].Size = size
+			if out[i].Mode == repo.ModeSymlink && (size == 0 || size > repo.MaxSymlinkTarget) {
+				return nil, nil, nil, invalid(fmt.Sprintf("edits[%d].blob_digest", i),
+					"blob %s is %d bytes: a symbolic link's target is 1 to %d bytes", out[i].Digest, size, repo.MaxSymlinkTarget)
+			}
 		}
 	}
 	sort.Strings(paths)
 	return out, blobs, paths, nil
+}
+
+// editField names the edit of path among edits, "edits[i]", or "edits" when none is: an edit
+// under a submodule is refused naming the submodule.
+func editField(edits []*agwpv1.Edit, path string) string {
+	for i, e := range edits {
+		if e.GetPath() == path {
+			return fmt.Sprintf("edits[%d]", i)
+		}
+	}
+	return "edits"
 }
 
 func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest) (*agwpv1.IntegrateResponse, error) {
@@ -406,7 +462,10 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		Blobs:         blobs,
 		Edits:         edits,
 	})
+	var invalidEdit *repo.InvalidEditError
 	switch {
+	case errors.As(err, &invalidEdit):
+		return nil, invalid(editField(req.GetEdits(), invalidEdit.Path), "%s %s", truncate(invalidEdit.Path, 200), invalidEdit.Reason)
 	case repo.DoesNotApply(err):
 		h.s.metrics.refusal("Integrate", "conflict")
 		return nil, connect.NewError(connect.CodeAborted, err)

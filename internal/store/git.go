@@ -304,44 +304,47 @@ type treeIndex struct {
 
 func newTreeIndex(s *GitObjects) *treeIndex { return &treeIndex{s: s} }
 
-// lookupFile answers the blob id of the file at path in the tree root, zero when no file is
-// there (nothing, or a directory). It reads the trees on path's spine only.
-func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (plumbing.Hash, error) {
+// lookupFile answers the entry of the file or submodule at path in the tree root, with a zero
+// Hash when there is none (nothing, or a directory). It reads the trees on path's spine only.
+func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (object.TreeEntry, error) {
 	id := root
 	segs := strings.Split(path, "/")
 	for i, seg := range segs {
 		if id.IsZero() {
-			return plumbing.ZeroHash, nil
+			return object.TreeEntry{}, nil
 		}
 		t, err := x.s.tree(id)
 		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", id, err)
+			return object.TreeEntry{}, fmt.Errorf("read tree %s: %w", id, err)
 		}
 		at, ok := t.Find(seg)
 		if !ok {
-			return plumbing.ZeroHash, nil
+			return object.TreeEntry{}, nil
 		}
 		found := t.Entry(at)
 		last := i == len(segs)-1
 		switch {
-		case last && found.Mode.IsFile():
-			return found.Hash, nil
+		case last && found.Mode != filemode.Dir:
+			return object.TreeEntry{Mode: found.Mode, Hash: found.Hash}, nil
 		case last, found.Mode != filemode.Dir:
-			return plumbing.ZeroHash, nil
+			return object.TreeEntry{}, nil
 		}
 		id = found.Hash
 	}
-	return plumbing.ZeroHash, nil
+	return object.TreeEntry{}, nil
 }
 
-// RebaseGit applies edits made on the git tree base to the git tree mainline, path by path. An edited path whose file differs between base and mainline is a
-// *repo.ConflictError; a file that would also be a directory a *repo.CollisionError. It reads
-// and writes the trees on the edited paths' spines only, and answers the new root tree. The
-// edits' blobs must be stored (in this transaction or before).
+// RebaseGit applies edits made on the git tree base to the git tree mainline, path by path. An
+// edited path whose file differs between base and mainline, in content or in mode, is a
+// *repo.ConflictError; a file that would also be a directory a *repo.CollisionError; an edit no
+// tree takes (a write or delete of a submodule, a new submodule, a symbolic link whose target
+// no file system holds) a *repo.InvalidEditError. A write without a mode keeps the path's mode
+// in base. It reads and writes the trees on the edited paths' spines only, and answers the new
+// root tree. The edits' blobs must be stored (in this transaction or before).
 func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error) {
 	var digests []string
 	for _, e := range edits {
-		if !e.Delete {
+		if e.WritesBlob() {
 			digests = append(digests, e.Digest)
 		}
 	}
@@ -356,6 +359,10 @@ func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline 
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
+		ge, err := gitEdit(ctx, b, e, inBase, ids)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
 		inMain := inBase
 		if mainline != base {
 			if inMain, err = index.lookupFile(mainline, e.Path); err != nil {
@@ -365,17 +372,71 @@ func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline 
 		if inBase != inMain {
 			return plumbing.ZeroHash, &repo.ConflictError{Path: e.Path}
 		}
-		ge := gitstore.Edit{Path: e.Path, Delete: e.Delete}
-		if !e.Delete {
-			id, ok := ids[e.Digest]
-			if !ok {
-				return plumbing.ZeroHash, fmt.Errorf("%w: blob %s of %s is not stored", ErrNotFound, e.Digest, e.Path)
-			}
-			ge.Blob = id
-		}
 		gitEdits = append(gitEdits, ge)
 	}
 	return gitstore.UpdateTree(s, mainline, gitEdits)
+}
+
+// gitEdit answers the git edit of e, whose path holds inBase in the base tree (a zero Hash:
+// no file), with ids the git ids of the edits' blobs by digest.
+func gitEdit(ctx context.Context, b GitBackend, e repo.FileEdit, inBase object.TreeEntry, ids map[string]plumbing.Hash) (gitstore.Edit, error) {
+	submodule := !inBase.Hash.IsZero() && inBase.Mode == filemode.Submodule
+	switch {
+	case e.GitlinkCommit != "":
+		if !submodule {
+			return gitstore.Edit{}, &repo.InvalidEditError{Path: e.Path, Reason: "is no submodule in the base revision: " +
+				"gitlink_commit moves an existing submodule to another commit, and ag creates no submodule"}
+		}
+		commit, err := ParseGitID(e.GitlinkCommit)
+		if err != nil {
+			return gitstore.Edit{}, &repo.InvalidEditError{Path: e.Path, Reason: "would be the submodule of a commit that is no git id: " + err.Error()}
+		}
+		return gitstore.Edit{Path: e.Path, Blob: commit, Mode: filemode.Submodule}, nil
+	case submodule:
+		return gitstore.Edit{}, &repo.InvalidEditError{Path: e.Path, Reason: "is a submodule: the one edit of a submodule is " +
+			"gitlink_commit, which moves it to another commit; ag neither writes nor deletes one"}
+	case e.Delete:
+		return gitstore.Edit{Path: e.Path, Delete: true}, nil
+	}
+	id, ok := ids[e.Digest]
+	if !ok {
+		return gitstore.Edit{}, fmt.Errorf("%w: blob %s of %s is not stored", ErrNotFound, e.Digest, e.Path)
+	}
+	mode := filemode.Regular
+	switch {
+	case e.Mode != "":
+		m, err := gitstore.FileMode(e.Mode)
+		if err != nil || m == filemode.Submodule {
+			return gitstore.Edit{}, &repo.InvalidEditError{Path: e.Path, Reason: fmt.Sprintf(
+				"would have mode %q, but a write makes a file %s, %s or %s", e.Mode, repo.ModeFile, repo.ModeExecutable, repo.ModeSymlink)}
+		}
+		mode = m
+	case !inBase.Hash.IsZero() && (inBase.Mode == filemode.Executable || inBase.Mode == filemode.Symlink):
+		mode = inBase.Mode
+	}
+	if mode == filemode.Symlink {
+		if err := checkSymlinkBlob(ctx, b, e, id); err != nil {
+			return gitstore.Edit{}, err
+		}
+	}
+	return gitstore.Edit{Path: e.Path, Blob: id, Mode: mode}, nil
+}
+
+// checkSymlinkBlob checks that the blob id, which e writes as a symbolic link, is a target a
+// file system holds (repo.CheckSymlinkTarget).
+func checkSymlinkBlob(ctx context.Context, b GitBackend, e repo.FileEdit, id plumbing.Hash) error {
+	if e.Size > repo.MaxSymlinkTarget { // not read: it may be large
+		return &repo.InvalidEditError{Path: e.Path, Reason: fmt.Sprintf(
+			"would be a symbolic link, and the link's target is %d bytes, more than %d", e.Size, repo.MaxSymlinkTarget)}
+	}
+	_, target, err := b.ReadGitObject(ctx, id)
+	if err != nil {
+		return fmt.Errorf("read the target of the symbolic link %s: %w", e.Path, err)
+	}
+	if err := repo.CheckSymlinkTarget(target); err != nil {
+		return &repo.InvalidEditError{Path: e.Path, Reason: "would be a symbolic link, and " + err.Error()}
+	}
+	return nil
 }
 
 // FlattenTree answers the files of the tree root as ag lists them: every file with its path,
@@ -384,8 +445,10 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 	type file struct {
 		path string
 		blob plumbing.Hash
+		mode string
 	}
 	var files []file
+	var out repo.Tree
 	var walk func(id plumbing.Hash, prefix string) error
 	walk = func(id plumbing.Hash, prefix string) error {
 		if err := ctx.Err(); err != nil {
@@ -396,13 +459,16 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 			return fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
 		}
 		for _, e := range entries {
+			mode, isFile := gitstore.EntryMode(e.Mode)
 			switch {
 			case e.Mode == filemode.Dir:
 				if err := walk(e.Hash, prefix+e.Name+"/"); err != nil {
 					return err
 				}
-			case e.Mode.IsFile():
-				files = append(files, file{prefix + e.Name, e.Hash})
+			case mode == repo.ModeGitlink: // another repository's commit: no blob to name
+				out = append(out, repo.Entry{Path: prefix + e.Name, Mode: mode, GitlinkCommit: e.Hash.String()})
+			case isFile:
+				files = append(files, file{prefix + e.Name, e.Hash, mode})
 			}
 		}
 		return nil
@@ -429,13 +495,16 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 			refs[id] = r
 		}
 	}
-	out := make(repo.Tree, 0, len(files))
+	out = slices.Grow(out, len(files))
 	for _, f := range files {
 		r, ok := refs[f.blob]
 		if !ok {
 			return nil, fmt.Errorf("tree %s: the blob %s of %s is not stored", root, f.blob, f.path)
 		}
-		out = append(out, repo.Entry{Path: f.path, Digest: r.Digest, Size: r.Size})
+		out = append(out, repo.Entry{Path: f.path, Digest: r.Digest, Size: r.Size, Mode: f.mode})
+	}
+	if out == nil {
+		out = repo.Tree{}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
@@ -445,7 +514,9 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 func ImportFlatTree(ctx context.Context, b GitBackend, s *GitObjects, t repo.Tree) (plumbing.Hash, error) {
 	digests := make([]string, 0, len(t))
 	for _, e := range t {
-		digests = append(digests, e.Digest)
+		if e.GitMode() != repo.ModeGitlink {
+			digests = append(digests, e.Digest)
+		}
 	}
 	ids := make(map[string]plumbing.Hash, len(t))
 	const batch = 500
@@ -460,11 +531,23 @@ func ImportFlatTree(ctx context.Context, b GitBackend, s *GitObjects, t repo.Tre
 	}
 	files := make([]gitstore.File, 0, len(t))
 	for _, e := range t {
+		mode, err := gitstore.FileMode(e.Mode)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("%s: %w", e.Path, err)
+		}
+		if mode == filemode.Submodule {
+			commit, err := ParseGitID(e.GitlinkCommit)
+			if err != nil {
+				return plumbing.ZeroHash, fmt.Errorf("submodule %s: %w", e.Path, err)
+			}
+			files = append(files, gitstore.File{Path: e.Path, Blob: commit, Mode: mode})
+			continue
+		}
 		id, ok := ids[e.Digest]
 		if !ok {
 			return plumbing.ZeroHash, fmt.Errorf("blob %s of %s is not stored", e.Digest, e.Path)
 		}
-		files = append(files, gitstore.File{Path: e.Path, Blob: id})
+		files = append(files, gitstore.File{Path: e.Path, Blob: id, Mode: mode})
 	}
 	return gitstore.WriteTree(s, files)
 }

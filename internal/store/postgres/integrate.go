@@ -218,7 +218,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	candidates := leaseCandidates(p.Paths)
 	var editDigests []string
 	for _, e := range p.Edits {
-		if !e.Delete {
+		if e.WritesBlob() {
 			editDigests = append(editDigests, e.Digest)
 		}
 	}

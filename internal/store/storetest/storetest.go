@@ -131,6 +131,7 @@ var tests = []conformanceTest{
 	{"get_change_and_list_changes", testChanges},
 	{"sixteen_agents_on_disjoint_leases_integrate_concurrently", testConcurrentDisjointIntegrates},
 	{"sixteen_agents_contending_for_one_file_hold_it_one_at_a_time", testConcurrentContention},
+	{"modes_are_content_integrate_sets_keeps_and_conflicts_on_them_and_refuses_edits_of_submodules", testModes},
 	// integration queue (validation gate)
 	{"integrate_with_a_validation_policy_queues_the_change_and_leaves_the_mainline", testGateIntegrateQueues},
 	{"advance_builds_the_oldest_change_on_the_mainline_and_enqueues_its_validate_job", testGateAdvanceBuilds},
