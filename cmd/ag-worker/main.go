@@ -131,6 +131,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&egressAllow, "egress-allow", "`HOST,...` a validation whose policy asks for egress (ag repo set-validation --network egress) may reach through this worker's proxy: "+
 		"host names (*.DOMAIN for its subdomains), ports 80 and 443 unless HOST:PORT; never loopback, private, link-local or this machine's addresses; repeatable")
 	goSeed := fs.Bool("sandbox-go-seed", false, "at start, build the Go standard library in the sandbox (go build std) into a build cache of this worker's own under --cache-dir, and start each validation with a copy of it as its GOCACHE instead of an empty one")
+	maxMemory, maxDisk := sizeFlag(worker.DefaultLimits.Memory), sizeFlag(worker.DefaultLimits.Disk)
+	fs.Var(&maxMemory, "max-memory", "the memory each validation run may hold, its processes together: `SIZE` as 512MiB, 4GiB (0: no limit); "+
+		"a run that reaches it is stopped and fails with \"worker limit: memory SIZE\"")
+	maxPids := fs.Int64("max-pids", worker.DefaultLimits.Pids, "the processes (threads included) each validation run may have at once (0: no limit); "+
+		"a run that reaches it is stopped and fails with \"worker limit: processes N\"")
+	fs.Var(&maxDisk, "max-disk", "the disk each validation run may fill, its checkout, home, /tmp, /dev/shm and output together, in a file system of its own: `SIZE` (0: no limit); "+
+		"a run that fills it is stopped and fails with \"worker limit: disk SIZE\"")
 	unsafe := fs.Bool("unsafe-no-sandbox", false, "run validation commands without a sandbox, with this worker's rights: they can read its token and key and sign any result. Only for code you trust")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -180,6 +187,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(handlers) == 0 {
 		return errors.New("--kinds: name at least one kind")
+	}
+	limits := worker.Limits{Memory: int64(maxMemory), Pids: *maxPids, Disk: int64(maxDisk)}
+	for _, l := range []struct {
+		flag       string
+		value, min int64
+		show       func(int64) string
+	}{
+		{"--max-memory", limits.Memory, worker.MinLimits.Memory, worker.FormatSize},
+		{"--max-pids", limits.Pids, worker.MinLimits.Pids, func(n int64) string { return fmt.Sprint(n) }},
+		{"--max-disk", limits.Disk, worker.MinLimits.Disk, worker.FormatSize},
+	} {
+		if l.value < 0 || l.value > 0 && l.value < l.min {
+			return fmt.Errorf("%s %s: give 0 for no limit, or at least %s", l.flag, l.show(l.value), l.show(l.min))
+		}
 	}
 	if *network != "shared" && *network != "none" {
 		return fmt.Errorf("--sandbox-network %q: use none (the default) or shared", *network)
@@ -249,7 +270,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
 			return fmt.Errorf("--cache-dir: %w", err)
 		}
-		// What a killed worker left there: its command's processes and its directory.
+		if validator.Sandbox != nil {
+			validator.Limits = worker.NewLimiter(limits, *workDir)
+			logLimits(log, validator.Limits, *workDir, *concurrency, limits.Disk)
+		} else {
+			log.Warn("validation runs are held to no limit but their timeout: memory, processes and disk are limited in the sandbox only")
+		}
+		// What a killed worker left there: its command's processes, its directory, its
+		// cgroups and the mount of its file system.
 		if err := validator.ReapOrphans(ctx); err != nil {
 			log.Warn("could not clean up after dead workers", "work_dir", *workDir, "err", err)
 		}
@@ -299,6 +327,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = w.Run(ctx)
 	log.Info("ag-worker stopped")
 	return err
+}
+
+// logLimits says which limits the worker holds its validation runs to, and, as a problem,
+// which it cannot hold them to on this machine, and why.
+func logLimits(log *slog.Logger, l *worker.Limiter, workDir string, concurrency int, disk int64) {
+	for _, st := range l.Status() {
+		switch {
+		case st.Kept && st.Value == "":
+			log.Info("validation runs are limited", "limit", st.Name, "how", st.How)
+		case st.Kept:
+			log.Info("validation runs are limited", "limit", st.Name, "value", st.Value, "how", st.How)
+		case st.Off:
+			log.Info("validation runs are not limited: turned off", "limit", st.Name)
+		default:
+			log.Warn("validation runs are NOT limited here: this worker cannot keep the limit on this machine",
+				"limit", st.Name, "value", st.Value, "why", st.Why)
+		}
+	}
+	// Each run's file system is a sparse file: it takes the work directory's disk as it is
+	// written, up to its size.
+	if free, err := worker.FreeBytes(workDir); err == nil && disk > 0 && free < int64(concurrency)*disk {
+		log.Warn("the work directory has less free disk than --concurrency runs may write (--max-disk each): runs that write much may fill it",
+			"work_dir", workDir, "free", worker.FormatSize(free/(1<<20)*(1<<20)), "max_disk", worker.FormatSize(disk), "concurrency", concurrency)
+	}
+}
+
+// sizeFlag is a flag of a size in bytes, written as worker.ParseSize reads it.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string { return worker.FormatSize(int64(*f)) }
+
+func (f *sizeFlag) Set(v string) error {
+	n, err := worker.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*f = sizeFlag(n)
+	return nil
 }
 
 // kindsOf answers the kinds of handlers, sorted.

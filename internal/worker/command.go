@@ -46,6 +46,10 @@ type runSpec struct {
 	// (Box.Tree is Dir). The process group is then bwrap's.
 	Sandbox *Sandbox
 	Box     boxDirs
+	// Limits, with Sandbox, holds the run to its cgroup and file system (Box's directories
+	// are on it): bwrap joins the cgroup before it has its arguments, so before anything of
+	// the sandbox runs, and a run that reaches a limit is stopped.
+	Limits *runLimit
 }
 
 // runResult is what a run did.
@@ -62,6 +66,9 @@ type runResult struct {
 	Survivors  bool   // some process of the group, or of the sandbox, was still alive after SIGKILL
 	// OwnPIDNamespace: the command ran in a PID namespace other than the worker's (a sandbox).
 	OwnPIDNamespace bool
+	// OverLimit is the limit the run reached, as runLimit.exceeded names it ("memory 4 GiB"),
+	// "" when it reached none. Such a run failed, whatever its exit status.
+	OverLimit string
 }
 
 // runCommand runs s.Argv in s.Dir as the leader of a new process group, with its output in
@@ -78,6 +85,11 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if len(s.Argv) == 0 {
 		return res, errors.New("no command")
 	}
+	if s.Limits != nil && s.Sandbox == nil {
+		// Without bwrap's wait for its arguments, the command would run before it joined
+		// its cgroup.
+		return res, errors.New("a run is held to limits in the sandbox only")
+	}
 	path := ""
 	if s.Sandbox == nil {
 		var err error
@@ -87,7 +99,9 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	} else if err := s.Sandbox.lookPath(s.Argv[0], s.Box, s.Env); err != nil {
 		return res, err
 	}
-	logFile, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	// Read through the same file as it is written: the log may be on the run's file system,
+	// which is detached once the sandbox runs (Limits).
+	logFile, err := os.OpenFile(s.LogPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return res, fmt.Errorf("create log: %w", err)
 	}
@@ -113,7 +127,7 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	sink := &logSink{file: logFile, hash: sha256.New(), progress: s.Progress}
 	if s.Follow != nil {
 		s.Follow(func() string {
-			tail, _ := logTail(s.LogPath, sink.size.Load(), maxOutputBytes)
+			tail, _ := logTailOf(logFile, sink.size.Load(), maxOutputBytes)
 			return tail
 		})
 	}
@@ -124,7 +138,20 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
 	}
+	if s.Limits != nil {
+		// bwrap reads its arguments (box.started hands them over) before it does anything
+		// else: until then it has started nothing, so everything of the sandbox is born in
+		// the run's cgroup.
+		if err := s.Limits.join(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			<-exited
+			return res, err
+		}
+	}
 	if box != nil {
+		if s.Limits != nil {
+			box.onStart = s.Limits.detach
+		}
 		box.started()
 	}
 	res.Pgid = cmd.Process.Pid
@@ -144,12 +171,17 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()
+	watched := make(chan struct{})
+	defer close(watched)
+	overLimit := s.Limits.watch(watched)
 	var waitErr error
 	stopped := false
 	select {
 	case waitErr = <-exited:
 	case <-timer.C:
 		res.TimedOut = true
+		waitErr = stopGroup(res.Pgid, exited, s.Grace)
+	case res.OverLimit = <-overLimit:
 		waitErr = stopGroup(res.Pgid, exited, s.Grace)
 	case <-ctx.Done():
 		stopped = true
@@ -178,10 +210,17 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if box != nil && !box.commandRan(time.Second) {
 		// Not a validation that failed: bwrap could not set the sandbox up. Its words are in
 		// the log.
-		tail, _ := logTail(s.LogPath, sink.size.Load(), 2<<10)
+		tail, _ := logTailOf(logFile, sink.size.Load(), 2<<10)
 		return res, fmt.Errorf("the sandbox did not start the command: %s", strings.TrimSpace(tail))
 	}
-	if sink.err != nil {
+	if s.Limits != nil && res.OverLimit == "" {
+		// Once every process of the run is gone, its counts are final: the watch may not yet
+		// have seen a limit reached just before the run ended.
+		res.OverLimit = s.Limits.exceeded()
+	}
+	// A run that filled its disk may have filled it with its output, whose log is there too:
+	// the log then holds what fitted, and the run failed for its disk, not the worker.
+	if sink.err != nil && res.OverLimit == "" {
 		return res, fmt.Errorf("write log: %w", sink.err)
 	}
 
@@ -201,9 +240,12 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	default:
 		return res, fmt.Errorf("wait for %s: %w", s.Argv[0], waitErr)
 	}
+	if res.OverLimit != "" {
+		res.Reason = overLimitPrefix + res.OverLimit
+	}
 	res.LogDigest = "sha256:" + hex.EncodeToString(sink.hash.Sum(nil))
 	res.LogBytes = sink.size.Load()
-	if res.Tail, err = logTail(s.LogPath, sink.size.Load(), maxOutputBytes); err != nil {
+	if res.Tail, err = logTailOf(logFile, sink.size.Load(), maxOutputBytes); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -327,6 +369,14 @@ func logTail(path string, size int64, limit int) (string, error) {
 		return "", fmt.Errorf("read log: %w", err)
 	}
 	defer f.Close()
+	return logTailOf(f, size, limit)
+}
+
+// logTailOf is logTail of the log open as f.
+func logTailOf(f *os.File, size int64, limit int) (string, error) {
+	if fi, err := f.Stat(); err == nil && fi.Size() < size {
+		size = fi.Size() // the log's disk was full: it holds the start of the output only
+	}
 	start := max(0, size-int64(limit))
 	from := start
 	if start > 0 {

@@ -20,6 +20,11 @@ import (
 //	  pgid        the command's process group, written once the command has started
 //	  output.log  the command's output
 //	  tree/       the checkout, the command's working directory
+//	  home/ tmp/ shm/  the command's other writable directories
+//	  disk.img    with a disk limit: the run's file system, and then
+//	  disk/       where it is mounted, which holds output.log, tree/, home/, tmp/ and shm/
+//
+// The run's cgroups, when it has them, are named after the directory.
 //
 // A flock belongs to the open file and goes when the worker's process ends, however it ends
 // (Go opens files close-on-exec, so the command does not inherit it). A worker that can take
@@ -215,6 +220,7 @@ func (v *Validator) reap(dir string) {
 			}
 		}
 	}
+	v.Limits.reapOrphan(dir)
 	if err := removeAll(dir); err != nil {
 		log.Warn("could not remove an orphaned validation directory", "pgid", pgid, "killed", killed, "err", err)
 		return

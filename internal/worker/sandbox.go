@@ -18,8 +18,8 @@ import (
 // A validation command is code an agent wrote: it may try anything the worker's rights allow,
 // such as reading the worker's token or key and signing a pass for a failing tree. So it runs
 // in a bubblewrap sandbox that is declared as the list of what it may see (read-only system
-// directories, its checkout, a home and a /tmp of its own), in namespaces of its own (user,
-// PID, IPC, UTS, cgroup and network), with no capabilities and none of the worker's
+// directories, its checkout, a home, a /tmp and a /dev/shm of its own), in namespaces of its
+// own (user, PID, IPC, UTS, cgroup and network), with no capabilities and none of the worker's
 // environment. Its network is a loopback of its own, and the worker's egress proxy when its
 // policy asks for a network (egress.go); the worker's own network only when the operator says
 // so (--sandbox-network shared). Its PID namespace dies with its first process, so nothing it starts
@@ -273,17 +273,21 @@ type boxDirs struct {
 	Tree string // shown as sandboxTree, the command's working directory
 	Home string // shown as sandboxHome
 	Tmp  string // shown as sandboxTmp
+	// Shm is shown as /dev/shm, where POSIX shared memory lives. Without it /dev/shm is a
+	// directory of bwrap's /dev, a tmpfs as large as half the machine's memory; with it, the
+	// run's shared memory is on the run's disk, within its limit, and /dev is read-only.
+	Shm string
 	// Network is the run's network: attest.NetworkNone (also for ""), NetworkEgress, with
 	// EgressSocket the host path of the proxy's socket, or NetworkShared.
 	Network      string
 	EgressSocket string
 }
 
-// makeBoxDirs creates the private home and temporary directories of a run in dir, beside its
-// checkout tree, and answers the three.
+// makeBoxDirs creates the private home, temporary and shared memory directories of a run in
+// dir, beside its checkout tree, and answers them.
 func makeBoxDirs(dir, tree string) (boxDirs, error) {
-	d := boxDirs{Tree: tree, Home: filepath.Join(dir, "home"), Tmp: filepath.Join(dir, "tmp")}
-	for _, p := range []string{d.Home, d.Tmp} {
+	d := boxDirs{Tree: tree, Home: filepath.Join(dir, "home"), Tmp: filepath.Join(dir, "tmp"), Shm: filepath.Join(dir, "shm")}
+	for _, p := range []string{d.Home, d.Tmp, d.Shm} {
 		if err := os.Mkdir(p, 0o700); err != nil {
 			return d, err
 		}
@@ -371,6 +375,9 @@ type boxRun struct {
 	startW    *os.File // the child's end
 	startDone chan struct{}
 	ran       bool // set before startDone is closed
+	// onStart, when set, is called once the command has proved it started: bwrap has made
+	// every mount of the sandbox by then.
+	onStart func()
 }
 
 // startShell is what bwrap runs: it writes the proof of start on fd 5, closes it, and becomes
@@ -393,6 +400,9 @@ func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.Fi
 		"--bind", dirs.Home, sandboxHome,
 		"--bind", dirs.Tmp, sandboxTmp,
 	)
+	if dirs.Shm != "" {
+		args = append(args, "--bind", dirs.Shm, "/dev/shm", "--remount-ro", "/dev")
+	}
 	// What bwrap runs: the start proof, then the command. With egress, the forwarder first,
 	// which listens on the sandbox's loopback before it becomes the start shell.
 	inner := []string{"/bin/sh", "-c", startShell, "ag-validate"}
@@ -475,6 +485,9 @@ func (b *boxRun) started() {
 		var one [1]byte
 		n, _ := b.startR.Read(one[:])
 		b.ran = n == 1
+		if b.ran && b.onStart != nil {
+			b.onStart()
+		}
 	}()
 	go func() {
 		// More than a pipe holds would block until bwrap reads it.

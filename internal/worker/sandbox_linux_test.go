@@ -86,6 +86,9 @@ func runIn(t testing.TB, workDir string, sb *Sandbox, script string, env map[str
 		if s.Box, err = makeBoxDirs(rd.path, tree); err != nil {
 			t.Fatal(err)
 		}
+		if sb.shared {
+			s.Box.Network = attest.NetworkShared // as Handle does
+		}
 		if _, err := sb.seedGoCache(s.Box); err != nil { // as Handle does
 			t.Fatal(err)
 		}
@@ -694,11 +697,14 @@ func TestHandleRefusesToRunUnsandboxed(t *testing.T) {
 //
 //	go test -run '^$' -bench RunTrue -benchtime 200x -count 6 ./internal/worker/
 func BenchmarkRunTrue(b *testing.B) {
-	for _, mode := range []string{"direct", "bwrap"} {
+	for _, mode := range []string{"direct", "bwrap", "bwrap-shared-network"} {
 		b.Run(mode, func(b *testing.B) {
 			var sb *Sandbox
-			if mode == "bwrap" {
+			switch mode {
+			case "bwrap":
 				sb = testSandbox(b, SandboxConfig{})
+			case "bwrap-shared-network":
+				sb = testSandbox(b, SandboxConfig{SharedNetwork: true})
 			}
 			workDir := b.TempDir()
 			for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ag-coord/ag/client"
@@ -59,6 +61,9 @@ type Validator struct {
 	// Egress is the proxy of the runs whose policy asks for egress. Without it they get one
 	// that allows no host, and say so to whatever asks.
 	Egress *egress.Proxy
+	// Limits holds each sandboxed run to the worker's limits, or less when the job's policy
+	// asks (NewLimiter). Without it, runs are held by their timeout only.
+	Limits *Limiter
 }
 
 // errNoSandbox: the validator has neither a sandbox nor the operator's word to run without.
@@ -84,6 +89,10 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		return Outcome{}, Permanent(err)
 	}
 	timeout, err := p.TimeoutDuration()
+	if err != nil {
+		return Outcome{}, Permanent(err)
+	}
+	askedLimits, err := payloadLimits(job.GetPayload())
 	if err != nil {
 		return Outcome{}, Permanent(err)
 	}
@@ -132,14 +141,29 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 			log.Warn("could not remove the work directory", "dir", dir, "err", err)
 		}
 	}()
+	// The run's cgroup, and its file system, where its checkout and all it writes go.
+	boxRoot := dir
+	var limits *runLimit
+	if v.Sandbox != nil && v.Limits != nil {
+		limits, err = v.Limits.prepare(dir, askedLimits)
+		defer func() {
+			if err := limits.release(); err != nil {
+				log.Warn("could not release the run's cgroup or file system", "err", err)
+			}
+		}()
+		if err != nil {
+			return Outcome{}, fmt.Errorf("hold the run to its limits: %w", err)
+		}
+		boxRoot = limits.root
+	}
 	// The log lives beside the checkout, not in it, where the command would see it.
-	checkout := filepath.Join(dir, "tree")
+	checkout := filepath.Join(boxRoot, "tree")
 	if err := os.Mkdir(checkout, 0o755); err != nil {
 		return Outcome{}, fmt.Errorf("create work directory: %w", err)
 	}
 	gitTree, err := v.materialize(ctx, checkout, tree)
 	if err != nil {
-		return Outcome{}, orCause(ctx, err)
+		return Outcome{}, orCause(ctx, limits.explain(err))
 	}
 	if p.GitTree != "" && gitTree != p.GitTree {
 		return Outcome{}, Permanent(fmt.Errorf("the files of %s@%s make git tree %s, but the job validates git tree %s",
@@ -151,7 +175,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	var box boxDirs
 	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "isolation", isolation, "network", network}
 	if v.Sandbox != nil {
-		if box, err = makeBoxDirs(dir, checkout); err != nil {
+		if box, err = makeBoxDirs(boxRoot, checkout); err != nil {
 			return Outcome{}, fmt.Errorf("create work directory: %w", err)
 		}
 		box.Network = network
@@ -173,18 +197,21 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		if v.Sandbox.GoSeeded() {
 			took, err := v.Sandbox.seedGoCache(box)
 			if err != nil {
-				return Outcome{}, err
+				return Outcome{}, limits.explain(err)
 			}
 			runLog = append(runLog, "go_seed_copy", took.Round(time.Millisecond))
 		}
 	}
 
+	if limits != nil {
+		runLog = append(runLog, "limits", limits.String())
+	}
 	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
 	log.Info("running", runLog...)
 	res, err := runCommand(ctx, runSpec{
 		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
-		LogPath: filepath.Join(dir, "output.log"), Grace: v.killGrace(), Progress: job.Progress, Follow: job.FollowOutput,
-		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box,
+		LogPath: filepath.Join(boxRoot, "output.log"), Grace: v.killGrace(), Progress: job.Progress, Follow: job.FollowOutput,
+		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box, Limits: limits,
 	})
 	if res.Survivors {
 		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
@@ -198,7 +225,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	}
 
 	result := attest.ResultFailed
-	if res.ExitCode == 0 && !res.TimedOut {
+	if res.ExitCode == 0 && !res.TimedOut && res.OverLimit == "" {
 		result = attest.ResultPassed
 	}
 	val := attest.Validation{
@@ -321,10 +348,11 @@ func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (re
 		if err := repo.ValidatePath(e.GetPath(), false); err != nil {
 			return nil, Permanent(fmt.Errorf("the tree of %s@%s holds path %q, which %v", p.Repository, p.CandidateRevision, e.GetPath(), err))
 		}
-		if !digestPattern.MatchString(e.GetDigest()) {
-			return nil, Permanent(fmt.Errorf("the tree of %s@%s names %q for %s: not a digest", p.Repository, p.CandidateRevision, e.GetDigest(), e.GetPath()))
+		entry, err := treeEntry(e)
+		if err != nil {
+			return nil, Permanent(fmt.Errorf("the tree of %s@%s: %w", p.Repository, p.CandidateRevision, err))
 		}
-		tree = append(tree, repo.Entry{Path: e.GetPath(), Digest: e.GetDigest(), Size: e.GetSize()})
+		tree = append(tree, entry)
 	}
 	sort.Slice(tree, func(i, j int) bool { return tree[i].Path < tree[j].Path })
 	got := tree.Digest()
@@ -350,7 +378,7 @@ func (v *Validator) fetchBlobs(ctx context.Context, tree repo.Tree) error {
 	var missing []string
 	seen := map[string]bool{}
 	for _, e := range tree {
-		if seen[e.Digest] {
+		if seen[e.Digest] || e.GitMode() == repo.ModeGitlink { // a submodule has no blob
 			continue
 		}
 		seen[e.Digest] = true
@@ -390,29 +418,57 @@ func (v *Validator) cacheBlob(digest string, content []byte) error {
 }
 
 // materialize writes the files of tree under root, which must be empty, from the blob cache,
-// and answers the git tree id of the files it wrote (mode 100644, as ag's git trees have them),
-// from the bytes it wrote. It refuses a path that is not clean or would land outside root.
+// as git checks them out: a file of mode 100644 as 0644, 100755 as 0755, a symbolic link as a
+// link to its blob's bytes, a submodule as an empty directory (git clone does so without
+// --recurse-submodules). It answers the git tree id of what it wrote, each entry with its mode,
+// from the bytes it wrote. It refuses a path that is not clean, and one that lies under a link,
+// file or submodule of the tree: everything is written through root (os.Root), by a path on
+// which the tree holds no link, so a link (to /etc/passwd, ../../outside, .git/config, itself)
+// is written as a link and never read or written through.
 func (v *Validator) materialize(ctx context.Context, root string, tree repo.Tree) (string, error) {
+	if err := checkNothingUnder(tree); err != nil {
+		return "", err
+	}
+	dir, err := os.OpenRoot(root)
+	if err != nil {
+		return "", fmt.Errorf("check out: %w", err)
+	}
+	defer dir.Close()
 	files := make([]gitstore.File, 0, len(tree))
 	for _, e := range tree {
 		if err := ctx.Err(); err != nil {
 			return "", context.Cause(ctx)
 		}
-		dst, err := localPath(root, e.Path)
+		name, err := checkoutName(e.Path)
 		if err != nil {
 			return "", err
 		}
-		if !digestPattern.MatchString(e.Digest) {
-			return "", fmt.Errorf("check out %s: %q is not a digest", e.Path, e.Digest)
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return "", fmt.Errorf("check out %s: %w", e.Path, err)
-		}
-		blob, err := v.copyBlob(dst, e)
+		mode, err := gitstore.FileMode(e.Mode)
 		if err != nil {
 			return "", fmt.Errorf("check out %s: %w", e.Path, err)
 		}
-		files = append(files, gitstore.File{Path: e.Path, Blob: blob})
+		if parent := filepath.Dir(name); parent != "." {
+			if err := dir.MkdirAll(parent, 0o755); err != nil {
+				return "", fmt.Errorf("check out %s: %w", e.Path, err)
+			}
+		}
+		var id plumbing.Hash
+		if mode == filemode.Submodule {
+			if !repo.IsGitID(e.GitlinkCommit) {
+				return "", fmt.Errorf("check out %s: the submodule's commit %q is not 40 lowercase hex", e.Path, e.GitlinkCommit)
+			}
+			id = plumbing.NewHash(e.GitlinkCommit)
+			err = dir.Mkdir(name, 0o755)
+		} else {
+			if !digestPattern.MatchString(e.Digest) {
+				return "", fmt.Errorf("check out %s: %q is not a digest", e.Path, e.Digest)
+			}
+			id, err = v.copyBlob(dir, name, e, mode)
+		}
+		if err != nil {
+			return "", fmt.Errorf("check out %s: %w", e.Path, err)
+		}
+		files = append(files, gitstore.File{Path: e.Path, Blob: id, Mode: mode})
 	}
 	id, err := gitstore.WriteTree(hashOnly{}, files)
 	if err != nil {
@@ -421,9 +477,9 @@ func (v *Validator) materialize(ctx context.Context, root string, tree repo.Tree
 	return id.String(), nil
 }
 
-// localPath answers where the tree path p goes under root, refusing any path that is not clean
-// or does not stay inside root.
-func localPath(root, p string) (string, error) {
+// checkoutName answers the name under the checkout of the tree path p, refusing any path that
+// is not clean or does not stay inside it.
+func checkoutName(p string) (string, error) {
 	if err := repo.ValidatePath(p, false); err != nil {
 		return "", fmt.Errorf("refused to check out path %q: it %v", p, err)
 	}
@@ -431,17 +487,15 @@ func localPath(root, p string) (string, error) {
 	if !filepath.IsLocal(local) {
 		return "", fmt.Errorf("refused to check out path %q: it leaves the checkout", p)
 	}
-	dst := filepath.Join(root, local)
-	if rel, err := filepath.Rel(root, dst); err != nil || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("refused to check out path %q: it leaves the checkout", p)
-	}
-	return dst, nil
+	return local, nil
 }
 
-// copyBlob copies e's blob from the cache to dst (a new file, mode 0644), checking its digest
-// and size on the way, and answers the git blob id of the bytes it wrote. A cached blob that
-// does not match its digest is removed, so the next attempt fetches it again.
-func (v *Validator) copyBlob(dst string, e repo.Entry) (plumbing.Hash, error) {
+// copyBlob writes e's blob from the cache to name under dir, a new file of mode (0644 for
+// filemode.Regular, 0755 for Executable) or, for filemode.Symlink, a symbolic link whose target
+// is the blob's bytes; it checks the blob's digest and size on the way, and answers the git
+// blob id of the bytes it wrote. A cached blob that does not match its digest is removed, so
+// the next attempt fetches it again.
+func (v *Validator) copyBlob(dir *os.Root, name string, e repo.Entry, mode filemode.FileMode) (plumbing.Hash, error) {
 	if e.Size > math.MaxInt64 {
 		return plumbing.ZeroHash, fmt.Errorf("the tree says %d bytes for blob %s", e.Size, e.Digest)
 	}
@@ -450,31 +504,72 @@ func (v *Validator) copyBlob(dst string, e repo.Entry) (plumbing.Hash, error) {
 		return plumbing.ZeroHash, fmt.Errorf("blob cache: %w", err)
 	}
 	defer src.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
 	h := sha256.New()
 	// A git blob's id hashes its size first: the entry's, which the bytes written must have.
 	gitBlob := plumbing.NewHasher(plumbing.BlobObject, int64(e.Size))
-	n, err := io.Copy(io.MultiWriter(out, h, gitBlob), src)
+	var n int64
+	switch mode {
+	case filemode.Symlink:
+		if e.Size > repo.MaxSymlinkTarget {
+			return plumbing.ZeroHash, fmt.Errorf("a symbolic link whose target is %d bytes, more than %d", e.Size, repo.MaxSymlinkTarget)
+		}
+		// The target is checked whole before the link is made, so it is read first.
+		var target []byte
+		if target, err = io.ReadAll(io.LimitReader(src, repo.MaxSymlinkTarget+1)); err == nil {
+			n = int64(len(target))
+			h.Write(target)
+			gitBlob.Write(target)
+			err = v.checkBlob(e, h, n)
+		}
+		if err == nil {
+			err = repo.CheckSymlinkTarget(target)
+		}
+		if err == nil {
+			err = dir.Symlink(string(target), name)
+		}
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return gitBlob.Sum(), nil
+	case filemode.Regular, filemode.Executable:
+	default:
+		return plumbing.ZeroHash, fmt.Errorf("mode %o is no file's", uint32(mode))
+	}
+	perm := os.FileMode(0o644)
+	if mode == filemode.Executable {
+		perm = 0o755
+	}
+	out, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	n, err = io.Copy(io.MultiWriter(out, h, gitBlob), src)
 	if err == nil {
-		err = out.Chmod(0o644) // whatever the umask
+		err = out.Chmod(perm) // whatever the umask
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = v.checkBlob(e, h, n)
+	}
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
+	return gitBlob.Sum(), nil
+}
+
+// checkBlob checks that the n bytes of e's blob read from the cache, whose sha256 is h, are
+// e's: a cached blob of another digest is removed.
+func (v *Validator) checkBlob(e repo.Entry, h hash.Hash, n int64) error {
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != e.Digest {
 		_ = os.Remove(v.blobPath(e.Digest))
-		return plumbing.ZeroHash, fmt.Errorf("the cached blob %s has digest %s: removed it from the cache", e.Digest, got)
+		return fmt.Errorf("the cached blob %s has digest %s: removed it from the cache", e.Digest, got)
 	}
 	if uint64(n) != e.Size {
-		return plumbing.ZeroHash, fmt.Errorf("the tree says %d bytes, blob %s has %d", e.Size, e.Digest, n)
+		return fmt.Errorf("the tree says %d bytes, blob %s has %d", e.Size, e.Digest, n)
 	}
-	return gitBlob.Sum(), nil
+	return nil
 }
 
 // removeAll removes dir, also when the command left directories without write permission.

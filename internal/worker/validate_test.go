@@ -103,8 +103,8 @@ func TestMaterializeRefusesEscapingPaths(t *testing.T) {
 			t.Errorf("path %q: materialize wrote %v", path, found)
 		}
 	}
-	if _, err := localPath("/work", "a/b"); err != nil {
-		t.Errorf("localPath refused a clean path: %v", err)
+	if _, err := checkoutName("a/b"); err != nil {
+		t.Errorf("checkoutName refused a clean path: %v", err)
 	}
 }
 

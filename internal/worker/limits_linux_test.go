@@ -1,0 +1,424 @@
+//go:build linux
+
+package worker
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// The attacks on a worker's machine rather than its secrets: a validation that allocates
+// until the kernel kills something, forks until nothing can start, or writes until the disk is
+// full. Each runs as a validation does, through Handle, in the sandbox, held to small limits;
+// each fails with the reason "worker limit: ...", and the next run on the same worker passes
+// as if nothing had happened.
+
+// limitsFiles is the candidate the limits tests validate: what an honest run checks.
+var limitsFiles = map[string]string{"a.txt": "a is fine\n"}
+
+// honestScript is an honest validation of limitsFiles.
+const honestScript = `grep -q fine a.txt && echo fine`
+
+// limitsEnv is a validator held to limits, with the server it fetches its candidate from.
+type limitsEnv struct {
+	v          *Validator
+	pub        ed25519.PublicKey
+	treeDigest string
+}
+
+// limitedValidator answers a validator that runs its commands in the sandbox, held to max. The
+// tests fail, not skip, where this machine does not let it keep one of them: CI runs as root,
+// where it does.
+func limitedValidator(t *testing.T, max Limits) *limitsEnv {
+	t.Helper()
+	sb := testSandbox(t, SandboxConfig{})
+	workDir := t.TempDir()
+	lim := NewLimiter(max, workDir)
+	for _, st := range lim.Status() {
+		if !st.Kept && !st.Off {
+			t.Fatalf("this machine does not let a worker keep the %s limit: %s "+
+				"(the limits tests need root or a delegated cgroup v2, and mkfs.ext4 and loop devices for the disk)", st.Name, st.Why)
+		}
+	}
+	repos := &fakeRepos{revision: "rev_1", blobs: map[string][]byte{}}
+	for p, content := range limitsFiles {
+		d := digestOf([]byte(content))
+		repos.blobs[d] = []byte(content)
+		repos.tree = append(repos.tree, repo.Entry{Path: p, Digest: d, Size: uint64(len(content))})
+	}
+	sort.Slice(repos.tree, func(i, j int) bool { return repos.tree[i].Path < repos.tree[j].Path })
+	repos.treeDigest = repos.tree.Digest()
+	mux := http.NewServeMux()
+	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repos))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &limitsEnv{
+		v: &Validator{
+			Client: client.New(srv.URL, "t"), Signer: attest.NewSigner(priv), CacheDir: t.TempDir(), WorkDir: workDir,
+			Sandbox: sb, Limits: lim, KillGrace: 200 * time.Millisecond,
+		},
+		pub: pub, treeDigest: repos.treeDigest,
+	}
+}
+
+// validate runs script as a validate job's command, with the policy's limits when asked is not
+// nil, and answers what the signed attestation says and the output. It also checks that the run
+// left nothing in the work directory: its file system was unmounted with it.
+func (e *limitsEnv) validate(t *testing.T, script string, asked map[string]any) (attest.Validation, string) {
+	t.Helper()
+	payload := map[string]any{
+		"repository": "app", "change": "chg_1", "candidate_revision": "rev_1", "tree_digest": e.treeDigest,
+		"command": []any{"sh", "-c", script}, "timeout": "2m",
+	}
+	if asked != nil {
+		payload["limits"] = asked
+	}
+	s, err := structpb.NewStruct(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: s, Attempts: 1, ClaimedBy: "ci|w1"}}
+	out, err := e.v.Handle(context.Background(), job)
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	got, _, err := attest.VerifyValidation(context.Background(), attest.FromProto(out.Attestation), [][]byte{e.pub})
+	if err != nil {
+		t.Fatalf("verify the attestation: %v", err)
+	}
+	if left, _ := os.ReadDir(e.v.WorkDir); len(left) > 0 {
+		t.Errorf("the run left %s in the work directory", left[0].Name())
+	}
+	return got, out.Output
+}
+
+// overLimit checks that a run failed for the limit want, and not otherwise.
+func overLimit(t *testing.T, what string, got attest.Validation, output, want string) {
+	t.Helper()
+	if got.Result != attest.ResultFailed || got.Reason != want {
+		t.Errorf("%s: result %s, reason %q; want FAILED, %q\n%s", what, got.Result, got.Reason, want, output)
+	}
+}
+
+// passes checks that an honest run right after passed, its limits as fresh as the first's.
+func (e *limitsEnv) passes(t *testing.T, after string) {
+	t.Helper()
+	got, output := e.validate(t, honestScript, nil)
+	if !got.Passed() || got.Reason != "" || !strings.Contains(output, "fine") {
+		t.Errorf("the honest run after %s: result %s, reason %q; want PASSED\n%s", after, got.Result, got.Reason, output)
+	}
+}
+
+// TestLimitsStopAMemoryHog ensures a run that allocates more than its memory limit fails with
+// "worker limit: memory", as much as the worker's limit says or the policy asks for less (never
+// more), and that the next run passes.
+func TestLimitsStopAMemoryHog(t *testing.T) {
+	t.Parallel()
+	e := limitedValidator(t, Limits{Memory: 64 << 20})
+	// tail keeps the last lines, and a stream of zeros is one line: it holds all it reads.
+	const hog = `head -c 3G /dev/zero | tail; echo "tail exited with $?"`
+	for _, c := range []struct {
+		name  string
+		asked map[string]any
+		want  string
+	}{
+		{"the worker's limit", nil, "worker limit: memory 64 MiB"},
+		{"the policy asks for less", map[string]any{"memory_bytes": 48 << 20}, "worker limit: memory 48 MiB"},
+		{"the policy asks for more", map[string]any{"memory_bytes": 1 << 30}, "worker limit: memory 64 MiB"},
+	} {
+		got, output := e.validate(t, hog, c.asked)
+		overLimit(t, c.name, got, output, c.want)
+		e.passes(t, "a memory hog")
+	}
+}
+
+// TestLimitsStopAForkFlood ensures a run that forks without end is held to its process limit,
+// from its first process on, stopped, and fails with "worker limit: processes", and that the
+// next run passes. limitedValidator has made sure the limit is kept here before anything
+// forks.
+func TestLimitsStopAForkFlood(t *testing.T) {
+	t.Parallel()
+	e := limitedValidator(t, Limits{Memory: 256 << 20, Pids: 64})
+	// The shell's fork bomb; dash does not take ":" as a function's name.
+	const flood = `bomb() { bomb | bomb & }; bomb; wait; sleep 600`
+	got, output := e.validate(t, flood, nil)
+	overLimit(t, "a fork flood", got, output, "worker limit: processes 64")
+	if !got.FinishedAt.Before(got.StartedAt.Add(time.Minute)) {
+		t.Errorf("the fork flood ran from %s to %s: it was not stopped when it reached its limit", got.StartedAt, got.FinishedAt)
+	}
+	e.passes(t, "a fork flood")
+}
+
+// TestLimitsStopADiskFlood ensures a run that writes more than its disk limit, in any of the
+// places it may write (its checkout, /tmp, its home, /dev/shm, its output) or in many empty
+// files, fails with "worker limit: disk", having filled its own file system and not the
+// worker's, and that the next run passes.
+func TestLimitsStopADiskFlood(t *testing.T) {
+	t.Parallel()
+	e := limitedValidator(t, Limits{Disk: 32 << 20})
+	free := func() int64 {
+		n, err := FreeBytes(e.v.WorkDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := free()
+	for _, c := range []struct{ name, script string }{
+		{"the checkout", `head -c 200M /dev/zero > big`},
+		{"/tmp", `head -c 200M /dev/zero > /tmp/big`},
+		{"the home", `head -c 200M /dev/zero > "$HOME/big"`},
+		{"/dev/shm", `head -c 200M /dev/zero > /dev/shm/big`},
+		{"the output", `head -c 200M /dev/zero`},
+		{"empty files", `i=0; while : > "/tmp/f$i"; do i=$((i+1)); done; echo "$i files"; exit 1`},
+	} {
+		got, output := e.validate(t, c.script, nil)
+		overLimit(t, c.name, got, output, "worker limit: disk 32 MiB")
+		e.passes(t, "a disk flood of "+c.name)
+	}
+	// What the runs wrote went with their file systems: the worker's disk has what it had,
+	// give or take what the machine's other work did meanwhile.
+	if after := free(); after < before-(64<<20) {
+		t.Errorf("the work directory's file system had %s free before the floods, %s after", FormatSize(before), FormatSize(after))
+	}
+}
+
+// TestLimitsDoNotFailAnHonestRun ensures an honest run held to the worker's default limits,
+// which writes, forks and allocates a little, passes, with its checkout, its writable
+// directories and /dev/shm where it expects them, and /dev read-only.
+func TestLimitsDoNotFailAnHonestRun(t *testing.T) {
+	t.Parallel()
+	e := limitedValidator(t, DefaultLimits)
+	got, output := e.validate(t, `set -e
+grep -q fine a.txt
+head -c 10M /dev/zero > big && rm big
+echo x > /tmp/x && echo x > "$HOME/x" && echo x > /dev/shm/x
+for i in 1 2 3 4 5 6 7 8; do sleep 0 & done; wait
+if echo x > /dev/x 2>/dev/null; then echo "/dev is writable"; exit 1; fi
+echo fine`, nil)
+	if !got.Passed() || got.Reason != "" {
+		t.Errorf("an honest run under the default limits: result %s, reason %q; want PASSED\n%s", got.Result, got.Reason, output)
+	}
+}
+
+// TestLimitsReleaseKillsAndRemoves ensures a run's cgroups and file system go when it is
+// released, a process left in its cgroup killed first; and that a worker that finds them left
+// by a dead worker's run removes them too.
+func TestLimitsReleaseKillsAndRemoves(t *testing.T) {
+	t.Parallel()
+	workDir := t.TempDir()
+	lim := NewLimiter(Limits{Memory: 64 << 20, Pids: 64, Disk: 32 << 20}, workDir)
+	for _, st := range lim.Status() {
+		if !st.Kept {
+			t.Fatalf("this machine does not let a worker keep the %s limit: %s", st.Name, st.Why)
+		}
+	}
+	prepared := func() (*runDir, *runLimit, *exec.Cmd) {
+		rd, err := newRunDir(workDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := lim.prepare(rd.path, Limits{})
+		if err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		if r.root != filepath.Join(rd.path, "disk") || !diskMounted(t, r.root) {
+			t.Fatalf("the run's file system is not mounted at %s/disk", rd.path)
+		}
+		left := exec.Command("sleep", "600")
+		if err := left.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = left.Process.Kill(); _ = left.Wait() })
+		if err := r.join(left.Process.Pid); err != nil {
+			t.Fatalf("join: %v", err)
+		}
+		for _, cg := range r.sys.cgroups {
+			if pids := cgroupPids(cg.dir); len(pids) != 1 || pids[0] != left.Process.Pid {
+				t.Fatalf("cgroup %s holds %v, want the process that joined it, %d", cg.dir, pids, left.Process.Pid)
+			}
+		}
+		return rd, r, left
+	}
+	gone := func(what string, rd *runDir, r *runLimit, left *exec.Cmd) {
+		t.Helper()
+		if err := left.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("%s: the process left in the run's cgroup ended with %v, want killed", what, err)
+		}
+		for _, cg := range r.sys.cgroups {
+			if _, err := os.Stat(cg.dir); err == nil {
+				t.Errorf("%s: the run's cgroup %s is still there", what, cg.dir)
+			}
+		}
+		if diskMounted(t, r.sys.disk) {
+			t.Errorf("%s: the run's file system is still mounted at %s", what, r.sys.disk)
+		}
+	}
+
+	rd, r, left := prepared()
+	if err := r.release(); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	gone("released", rd, r, left)
+	if err := rd.remove(); err != nil {
+		t.Error(err)
+	}
+
+	rd, r, left = prepared()
+	rd.lock.Close() // its worker died
+	v := &Validator{WorkDir: workDir, Limits: lim}
+	if err := v.ReapOrphans(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gone("reaped", rd, r, left)
+	if _, err := os.Stat(rd.path); err == nil {
+		t.Errorf("the dead worker's run directory %s is still there", rd.path)
+	}
+	if err := r.release(); err != nil { // what the dead worker held open in this process
+		t.Errorf("release after the reaper: %v", err)
+	}
+}
+
+// diskMounted reports whether a file system is mounted at dir.
+func diskMounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// TestParseCgroups ensures the worker finds its cgroups as /proc/self/mountinfo and
+// /proc/self/cgroup tell them: v1 hierarchies alone or together (cpu,cpuacct), mounted whole or
+// from a cgroup namespace's root, v2, and paths with escaped spaces.
+func TestParseCgroups(t *testing.T) {
+	t.Parallel()
+	mountinfo := `22 1 0:20 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+30 22 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+31 22 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+32 22 0:28 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+33 22 0:29 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+34 22 0:30 / /mnt/with\040space rw - ext4 /dev/vda rw
+`
+	mounts := parseMountinfo(strings.NewReader(mountinfo))
+	if len(mounts) != 4 {
+		t.Fatalf("parseMountinfo found %d cgroup mounts, want 4: %+v", len(mounts), mounts)
+	}
+	own := parseProcCgroup(strings.NewReader("9:pids:/docker/abc/sub\n4:memory:/process_api/x\n2:cpu,cpuacct:/\n0::/user.slice/w.service\n"))
+	if own.v2 != "/user.slice/w.service" || own.v1["memory"] != "/process_api/x" || own.v1["cpu"] != "/" || own.v1["cpuacct"] != "/" {
+		t.Errorf("parseProcCgroup = %+v", own)
+	}
+	for _, c := range []struct {
+		mount int
+		path  string
+		want  string
+	}{
+		{0, own.v1["memory"], "/sys/fs/cgroup/memory/process_api/x"},
+		{1, own.v1["cpu"], "/sys/fs/cgroup/cpu,cpuacct"},
+		{2, own.v1["pids"], "/sys/fs/cgroup/pids/sub"},
+		{2, "/elsewhere", ""},
+		{2, "/docker/abcdef", ""},
+		{3, own.v2, "/sys/fs/cgroup/unified/user.slice/w.service"},
+	} {
+		got, ok := cgroupDir(mounts[c.mount], c.path)
+		if !ok {
+			got = ""
+		}
+		if got != c.want {
+			t.Errorf("cgroupDir(%+v, %q) = %q, want %q", mounts[c.mount], c.path, got, c.want)
+		}
+	}
+	if !mounts[1].v2 && (len(mounts[1].controllers) != 1 || mounts[1].controllers[0] != "cpu") {
+		t.Errorf("the cpu,cpuacct mount has controllers %v, want cpu", mounts[1].controllers)
+	}
+	if got := unescapeMount(`/mnt/with\040space\134x`); got != `/mnt/with space\x` {
+		t.Errorf("unescapeMount = %q", got)
+	}
+}
+
+// TestCgroupV2Files ensures what a worker writes and reads of a cgroup v2, which this machine
+// may not have delegated to test it for real: the controllers it gives its runs' cgroups (from
+// the cgroup it moved into too), the limits it writes, and the counts it reads a reached limit
+// from.
+func TestCgroupV2Files(t *testing.T) {
+	t.Parallel()
+	own := t.TempDir()
+	write := func(dir, name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(own, "cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n")
+	write(own, "cgroup.subtree_control", "")
+	for _, dir := range []string{own, filepath.Join(own, v2WorkerLeaf)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		parent, names, err := enableV2(dir)
+		if err != nil || parent != own || strings.Join(names, " ") != "memory pids cpu" {
+			t.Errorf("enableV2(%s) = %s, %v, %v; want %s, memory pids cpu", dir, parent, names, err, own)
+		}
+		if b, _ := os.ReadFile(filepath.Join(own, "cgroup.subtree_control")); string(b) != "+memory +pids +cpu" {
+			t.Errorf("enableV2 wrote %q to cgroup.subtree_control", b)
+		}
+	}
+
+	run := filepath.Join(own, "ag-validate-1")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"memory.max", "memory.swap.max", "pids.max", "cpu.weight", "memory.events", "pids.events"} {
+		write(run, f, "")
+	}
+	lim := Limits{Memory: 64 << 20, Pids: 64}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if err := (cgroupController{name: c, parent: own, v2: true}).set(run, lim); err != nil {
+			t.Fatalf("set %s: %v", c, err)
+		}
+	}
+	for f, want := range map[string]string{"memory.max": "67108864", "memory.swap.max": "0", "pids.max": "64", "cpu.weight": "100"} {
+		if b, _ := os.ReadFile(filepath.Join(run, f)); string(b) != want {
+			t.Errorf("%s = %q, want %q", f, b, want)
+		}
+	}
+	r := &runLimit{limits: lim, sys: runSys{cgroups: []*runCgroup{{dir: run, v2: true, controllers: []string{"memory", "pids", "cpu"}}}}}
+	for _, c := range []struct{ file, content, want string }{
+		{"memory.events", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 0\n", ""},
+		{"pids.events", "max 3\n", "processes 64"},
+		{"memory.events", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n", "memory 64 MiB"},
+	} {
+		write(run, c.file, c.content)
+		if got := r.exceeded(); got != c.want {
+			t.Errorf("with %s %q: exceeded = %q, want %q", c.file, c.content, got, c.want)
+		}
+	}
+}
