@@ -39,6 +39,16 @@ type ValidatePayload struct {
 	// Isolation is the evidence the policy asks of a pass: "sandbox", or "none" for any run;
 	// "" in jobs enqueued before, which took any.
 	Isolation string `json:"isolation,omitempty"`
+	// Limits are the policy's bounds of one run, each 0 (or absent) for the worker's own; a
+	// worker holds a run to the lower of these and its own.
+	Limits *PayloadLimits `json:"limits,omitempty"`
+}
+
+// PayloadLimits are the policy's limits as a validate payload carries them.
+type PayloadLimits struct {
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	Pids        uint32 `json:"pids,omitempty"`
+	DiskBytes   uint64 `json:"disk_bytes,omitempty"`
 }
 
 var (

@@ -23,6 +23,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/egress"
+	"github.com/ag-coord/ag/internal/size"
 	"github.com/ag-coord/ag/internal/worker"
 )
 
@@ -194,9 +195,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		value, min int64
 		show       func(int64) string
 	}{
-		{"--max-memory", limits.Memory, worker.MinLimits.Memory, worker.FormatSize},
+		{"--max-memory", limits.Memory, worker.MinLimits.Memory, size.Format},
 		{"--max-pids", limits.Pids, worker.MinLimits.Pids, func(n int64) string { return fmt.Sprint(n) }},
-		{"--max-disk", limits.Disk, worker.MinLimits.Disk, worker.FormatSize},
+		{"--max-disk", limits.Disk, worker.MinLimits.Disk, size.Format},
 	} {
 		if l.value < 0 || l.value > 0 && l.value < l.min {
 			return fmt.Errorf("%s %s: give 0 for no limit, or at least %s", l.flag, l.show(l.value), l.show(l.min))
@@ -349,17 +350,17 @@ func logLimits(log *slog.Logger, l *worker.Limiter, workDir string, concurrency 
 	// written, up to its size.
 	if free, err := worker.FreeBytes(workDir); err == nil && disk > 0 && free < int64(concurrency)*disk {
 		log.Warn("the work directory has less free disk than --concurrency runs may write (--max-disk each): runs that write much may fill it",
-			"work_dir", workDir, "free", worker.FormatSize(free/(1<<20)*(1<<20)), "max_disk", worker.FormatSize(disk), "concurrency", concurrency)
+			"work_dir", workDir, "free", size.Format(free/(1<<20)*(1<<20)), "max_disk", size.Format(disk), "concurrency", concurrency)
 	}
 }
 
-// sizeFlag is a flag of a size in bytes, written as worker.ParseSize reads it.
+// sizeFlag is a flag of a size in bytes, written as size.Parse reads it.
 type sizeFlag int64
 
-func (f *sizeFlag) String() string { return worker.FormatSize(int64(*f)) }
+func (f *sizeFlag) String() string { return size.Format(int64(*f)) }
 
 func (f *sizeFlag) Set(v string) error {
-	n, err := worker.ParseSize(v)
+	n, err := size.Parse(v)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/size"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -29,6 +30,9 @@ type validationFlags struct {
 	lanes     []string
 	network   string
 	isolation string
+	maxMemory string
+	maxPids   uint32
+	maxDisk   string
 }
 
 func (f *validationFlags) register(cmd *cobra.Command) {
@@ -43,11 +47,15 @@ func (f *validationFlags) register(cmd *cobra.Command) {
 		"(through the worker's egress proxy, to the package registries its operator allows with ag-worker --egress-allow)")
 	cmd.Flags().StringVar(&f.isolation, "isolation", "", "the evidence a pass must carry: sandbox (the default: a run in the worker's sandbox with no more network than --network) "+
 		"or none (any run a registered worker attests, even with --unsafe-no-sandbox or --sandbox-network shared: only for code you trust)")
+	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "", "memory one run may use, below its worker's --max-memory (512MiB, 2GiB; default: the worker's)")
+	cmd.Flags().Uint32Var(&f.maxPids, "max-pids", 0, "processes and threads one run may have at once, below its worker's --max-pids (default: the worker's)")
+	cmd.Flags().StringVar(&f.maxDisk, "max-disk", "", "what one run may write (its checkout, home, /tmp, output), below its worker's --max-disk (default: the worker's)")
 }
 
 // given reports whether a policy flag was given.
 func (f *validationFlags) given() bool {
-	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0 || f.network != "" || f.isolation != ""
+	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0 || f.network != "" || f.isolation != "" ||
+		f.maxMemory != "" || f.maxPids != 0 || f.maxDisk != ""
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
@@ -60,13 +68,29 @@ func (f *validationFlags) validation(command []string) (*agwpv1.Validation, erro
 func (f *validationFlags) policy(command []string) (*agwpv1.Validation, error) {
 	if len(command) == 0 {
 		if f.given() {
-			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
+			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation, --max-* and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
 	v := &agwpv1.Validation{Command: command, Depth: f.depth, Batch: f.batch, Network: f.network, Isolation: f.isolation}
 	if f.timeout != 0 {
 		v.Timeout = durationpb.New(f.timeout)
+	}
+	if f.maxMemory != "" || f.maxPids != 0 || f.maxDisk != "" {
+		v.Limits = &agwpv1.ValidationLimits{Pids: f.maxPids}
+		for _, s := range []struct {
+			flag, value string
+			to          *uint64
+		}{{"--max-memory", f.maxMemory, &v.Limits.MemoryBytes}, {"--max-disk", f.maxDisk, &v.Limits.DiskBytes}} {
+			if s.value == "" {
+				continue
+			}
+			n, err := size.Parse(s.value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.flag, err)
+			}
+			*s.to = uint64(n)
+		}
 	}
 	for _, kv := range f.env {
 		name, value, ok := strings.Cut(kv, "=")
@@ -129,6 +153,17 @@ func describeValidation(v *agwpv1.Validation) string {
 	}
 	if i := v.GetIsolation(); i == "none" {
 		s += ", any run accepted (no sandbox required)"
+	}
+	if l := v.GetLimits(); l != nil {
+		if m := l.GetMemoryBytes(); m > 0 {
+			s += ", memory " + size.Format(int64(m))
+		}
+		if p := l.GetPids(); p > 0 {
+			s += fmt.Sprintf(", %d processes", p)
+		}
+		if d := l.GetDiskBytes(); d > 0 {
+			s += ", disk " + size.Format(int64(d))
+		}
 	}
 	for i, l := range v.GetLanes() {
 		if i == 0 {

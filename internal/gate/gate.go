@@ -213,6 +213,7 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte, la
 		Lane:              lane,
 		Network:           cmp.Or(p.Network, NetworkNone),
 		Isolation:         cmp.Or(p.Isolation, IsolationSandbox),
+		Limits:            payloadLimits(p.Limits),
 	})
 	return store.EnqueueJobParams{
 		Kind:        agwp.KindValidate,
@@ -221,6 +222,14 @@ func validateJob(c store.Change, candidate store.Revision, validation []byte, la
 		UniqueKey:   "validate:" + c.ID + ":" + candidate.ID,
 		EnqueuedBy:  store.PrincipalOf(c.Author),
 	}
+}
+
+// payloadLimits answers a policy's limits as the payload carries them.
+func payloadLimits(l *Limits) *agwp.PayloadLimits {
+	if l == nil {
+		return nil
+	}
+	return &agwp.PayloadLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, DiskBytes: l.DiskBytes}
 }
 
 // Decide settles a validating change from its validate job. The attestation was verified when

@@ -48,6 +48,44 @@ type Policy struct {
 	// Isolation is the evidence a pass must carry: IsolationSandbox ("" when stored) or
 	// IsolationAny.
 	Isolation string `json:"isolation,omitempty"`
+	// Limits bound each run below its worker's own limits; nil: the worker's.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are what a policy lets one run use, each 0 for the worker's own. They travel in the
+// validate payload under the same names, which the worker reads.
+type Limits struct {
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	Pids        uint32 `json:"pids,omitempty"`
+	DiskBytes   uint64 `json:"disk_bytes,omitempty"`
+}
+
+// The least a policy may ask: a shell and bubblewrap need that much to start.
+const (
+	MinMemoryBytes = 16 << 20
+	MinPids        = 8
+	MinDiskBytes   = 16 << 20
+	// MaxLimitBytes keeps a limit within what every worker reads as a signed 64-bit size.
+	MaxLimitBytes = 1 << 50
+)
+
+// WithLimits answers p with the limits of its runs, checked; all zero is none.
+func (p Policy) WithLimits(l Limits) (Policy, error) {
+	switch {
+	case l.MemoryBytes != 0 && l.MemoryBytes < MinMemoryBytes:
+		return Policy{}, &PolicyError{"limits.memory_bytes", fmt.Sprintf("%d is less than %d (16 MiB)", l.MemoryBytes, MinMemoryBytes)}
+	case l.Pids != 0 && l.Pids < MinPids:
+		return Policy{}, &PolicyError{"limits.pids", fmt.Sprintf("%d is less than %d", l.Pids, MinPids)}
+	case l.DiskBytes != 0 && l.DiskBytes < MinDiskBytes:
+		return Policy{}, &PolicyError{"limits.disk_bytes", fmt.Sprintf("%d is less than %d (16 MiB)", l.DiskBytes, MinDiskBytes)}
+	case l.MemoryBytes > MaxLimitBytes || l.DiskBytes > MaxLimitBytes:
+		return Policy{}, &PolicyError{"limits", fmt.Sprintf("memory_bytes and disk_bytes are at most %d (1 PiB)", MaxLimitBytes)}
+	}
+	p.Limits = nil
+	if l != (Limits{}) {
+		p.Limits = &l
+	}
+	return p, nil
 }
 
 // The evidence a policy may ask of a pass.

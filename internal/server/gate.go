@@ -41,6 +41,9 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	if err == nil {
 		p, err = p.WithIsolation(v.GetIsolation())
 	}
+	if l := v.GetLimits(); err == nil && l != nil {
+		p, err = p.WithLimits(gate.Limits{MemoryBytes: l.GetMemoryBytes(), Pids: l.GetPids(), DiskBytes: l.GetDiskBytes()})
+	}
 	if err != nil {
 		return nil, policyError(field, err)
 	}
@@ -95,6 +98,9 @@ func validationProto(stored []byte) *agwpv1.Validation {
 	}
 	v := &agwpv1.Validation{Command: p.Command, Timeout: durationpb.New(time.Duration(p.Timeout)), Env: p.Env,
 		Depth: uint32(p.Depth), Batch: uint32(p.Batch), Network: cmp.Or(p.Network, gate.NetworkNone), Isolation: cmp.Or(p.Isolation, gate.IsolationSandbox)}
+	if l := p.Limits; l != nil {
+		v.Limits = &agwpv1.ValidationLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, DiskBytes: l.DiskBytes}
+	}
 	for _, l := range p.Lanes {
 		v.Lanes = append(v.Lanes, &agwpv1.ValidationLane{Name: l.Name, Prefixes: l.Prefixes, Command: l.Command,
 			Timeout: durationpb.New(time.Duration(l.Timeout)), Env: l.Env})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/internal/size"
 )
 
 // A validation command may also try to take its worker's machine down rather than its secrets:
@@ -57,11 +59,11 @@ const (
 func (l Limits) describe(name string) string {
 	switch name {
 	case limitMemory:
-		return limitMemory + " " + FormatSize(l.Memory)
+		return limitMemory + " " + size.Format(l.Memory)
 	case limitProcesses:
 		return limitProcesses + " " + strconv.FormatInt(l.Pids, 10)
 	case limitDisk:
-		return limitDisk + " " + FormatSize(l.Disk)
+		return limitDisk + " " + size.Format(l.Disk)
 	}
 	return name
 }
@@ -144,7 +146,7 @@ func (r *runLimit) explain(err error) error {
 	if r == nil || r.limits.Disk == 0 || !errors.Is(err, syscall.ENOSPC) {
 		return err
 	}
-	return fmt.Errorf("the run's disk (%s) cannot hold what the command starts with: %w", FormatSize(r.limits.Disk), err)
+	return fmt.Errorf("the run's disk (%s) cannot hold what the command starts with: %w", size.Format(r.limits.Disk), err)
 }
 
 // watch looks at the run's limits until done is closed, and sends the first one it finds
@@ -211,48 +213,4 @@ func payloadLimits(payload *structpb.Struct) (Limits, error) {
 		*dst = int64(n)
 	}
 	return l, nil
-}
-
-// sizeUnits are the units ParseSize reads: K, M, G, T and KiB, MiB, GiB, TiB count in 1024s,
-// KB, MB, GB, TB in 1000s.
-var sizeUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
-}
-
-// ParseSize reads a size in bytes: "1073741824", "512MiB", "1.5GiB", "2G" (1024-based), "2GB"
-// (1000-based). "0" is no limit.
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	if i < 0 {
-		i = len(t)
-	}
-	unit, ok := sizeUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
-	n, err := strconv.ParseFloat(t[:i], 64)
-	if !ok || err != nil || t[:i] == "" {
-		return 0, fmt.Errorf("size %q: a number of bytes, or with a unit: 512MiB, 2GiB, 2G (1024-based), 2GB (1000-based)", s)
-	}
-	bytes := n * float64(unit)
-	if bytes >= math.MaxInt64/2 {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return int64(bytes), nil
-}
-
-// FormatSize writes bytes exactly, in the largest unit that divides them: "4 GiB", "1536 MiB",
-// "1000 bytes".
-func FormatSize(bytes int64) string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if bytes >= u.size && bytes%u.size == 0 {
-			return strconv.FormatInt(bytes/u.size, 10) + " " + u.name
-		}
-	}
-	return strconv.FormatInt(bytes, 10) + " bytes"
 }

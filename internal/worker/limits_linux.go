@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ag-coord/ag/internal/size"
 )
 
 // The cgroups here are written by hand rather than through github.com/containerd/cgroups/v3:
@@ -83,7 +85,7 @@ func NewLimiter(limits Limits, workDir string) *Limiter {
 		st := LimitStatus{Name: c.limit}
 		switch c.limit {
 		case limitMemory:
-			st.Value = FormatSize(c.value)
+			st.Value = size.Format(c.value)
 		case limitProcesses:
 			st.Value = strconv.FormatInt(c.value, 10)
 		}
@@ -103,7 +105,7 @@ func NewLimiter(limits Limits, workDir string) *Limiter {
 		}
 		l.status = append(l.status, st)
 	}
-	st := LimitStatus{Name: limitDisk, Value: FormatSize(limits.Disk)}
+	st := LimitStatus{Name: limitDisk, Value: size.Format(limits.Disk)}
 	if d, err := newDiskMaker(workDir); err != nil {
 		st.Why = err.Error()
 	} else {

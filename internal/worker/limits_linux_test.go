@@ -23,6 +23,7 @@ import (
 	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/size"
 )
 
 // The attacks on a worker's machine rather than its secrets: a validation that allocates
@@ -201,7 +202,7 @@ func TestLimitsStopADiskFlood(t *testing.T) {
 	// What the runs wrote went with their file systems: the worker's disk has what it had,
 	// give or take what the machine's other work did meanwhile.
 	if after := free(); after < before-(64<<20) {
-		t.Errorf("the work directory's file system had %s free before the floods, %s after", FormatSize(before), FormatSize(after))
+		t.Errorf("the work directory's file system had %s free before the floods, %s after", size.Format(before), size.Format(after))
 	}
 }
 

@@ -272,7 +272,11 @@ type Validation struct {
 	// worker's sandbox, with the network above or less (an attestation of a run without a
 	// sandbox, or with the worker's own network, is refused, naming the worker and its flag);
 	// "none": any run of a registered worker, sandboxed or not, for code the team trusts.
-	Isolation     string `protobuf:"bytes,8,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	Isolation string `protobuf:"bytes,8,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// What one run may use of its worker's machine, lower than the worker's own limits
+	// (ag-worker --max-memory, --max-pids, --max-disk); a worker never raises its limits for a
+	// policy. Absent, or 0: the worker's.
+	Limits        *ValidationLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +367,78 @@ func (x *Validation) GetIsolation() string {
 	return ""
 }
 
+func (x *Validation) GetLimits() *ValidationLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// ValidationLimits bound one validation run. A run that reaches one is rejected with the
+// reason "worker limit: memory 1 GiB" (or processes, disk).
+type ValidationLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Memory of the run's processes together; at least 16 MiB.
+	MemoryBytes uint64 `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Processes and threads at once; at least 8.
+	Pids uint32 `protobuf:"varint,2,opt,name=pids,proto3" json:"pids,omitempty"`
+	// Everything the run writes: its checkout, home, /tmp and output; at least 16 MiB.
+	DiskBytes     uint64 `protobuf:"varint,3,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidationLimits) Reset() {
+	*x = ValidationLimits{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidationLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidationLimits) ProtoMessage() {}
+
+func (x *ValidationLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidationLimits.ProtoReflect.Descriptor instead.
+func (*ValidationLimits) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ValidationLimits) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ValidationLimits) GetPids() uint32 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *ValidationLimits) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
 // ValidationLane is a part of a repository validated on its own.
 type ValidationLane struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -388,7 +464,7 @@ type ValidationLane struct {
 
 func (x *ValidationLane) Reset() {
 	*x = ValidationLane{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +476,7 @@ func (x *ValidationLane) String() string {
 func (*ValidationLane) ProtoMessage() {}
 
 func (x *ValidationLane) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +489,7 @@ func (x *ValidationLane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationLane.ProtoReflect.Descriptor instead.
 func (*ValidationLane) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ValidationLane) GetName() string {
@@ -462,7 +538,7 @@ type SetValidationRequest struct {
 
 func (x *SetValidationRequest) Reset() {
 	*x = SetValidationRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +550,7 @@ func (x *SetValidationRequest) String() string {
 func (*SetValidationRequest) ProtoMessage() {}
 
 func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +563,7 @@ func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationRequest.ProtoReflect.Descriptor instead.
 func (*SetValidationRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetValidationRequest) GetRepository() string {
@@ -513,7 +589,7 @@ type SetValidationResponse struct {
 
 func (x *SetValidationResponse) Reset() {
 	*x = SetValidationResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +601,7 @@ func (x *SetValidationResponse) String() string {
 func (*SetValidationResponse) ProtoMessage() {}
 
 func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +614,7 @@ func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationResponse.ProtoReflect.Descriptor instead.
 func (*SetValidationResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetValidationResponse) GetRepository() *Repository {
@@ -562,7 +638,7 @@ type CreateRepositoryRequest struct {
 
 func (x *CreateRepositoryRequest) Reset() {
 	*x = CreateRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +650,7 @@ func (x *CreateRepositoryRequest) String() string {
 func (*CreateRepositoryRequest) ProtoMessage() {}
 
 func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +663,7 @@ func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateRepositoryRequest) GetName() string {
@@ -623,7 +699,7 @@ type GitObject struct {
 
 func (x *GitObject) Reset() {
 	*x = GitObject{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +711,7 @@ func (x *GitObject) String() string {
 func (*GitObject) ProtoMessage() {}
 
 func (x *GitObject) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +724,7 @@ func (x *GitObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitObject.ProtoReflect.Descriptor instead.
 func (*GitObject) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GitObject) GetType() string {
@@ -675,7 +751,7 @@ type UploadGitObjectsRequest struct {
 
 func (x *UploadGitObjectsRequest) Reset() {
 	*x = UploadGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +763,7 @@ func (x *UploadGitObjectsRequest) String() string {
 func (*UploadGitObjectsRequest) ProtoMessage() {}
 
 func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +776,7 @@ func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadGitObjectsRequest) GetObjects() []*GitObject {
@@ -720,7 +796,7 @@ type UploadGitObjectsResponse struct {
 
 func (x *UploadGitObjectsResponse) Reset() {
 	*x = UploadGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +808,7 @@ func (x *UploadGitObjectsResponse) String() string {
 func (*UploadGitObjectsResponse) ProtoMessage() {}
 
 func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +821,7 @@ func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UploadGitObjectsResponse) GetIds() []string {
@@ -765,7 +841,7 @@ type FindMissingGitObjectsRequest struct {
 
 func (x *FindMissingGitObjectsRequest) Reset() {
 	*x = FindMissingGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +853,7 @@ func (x *FindMissingGitObjectsRequest) String() string {
 func (*FindMissingGitObjectsRequest) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +866,7 @@ func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FindMissingGitObjectsRequest) GetIds() []string {
@@ -809,7 +885,7 @@ type FindMissingGitObjectsResponse struct {
 
 func (x *FindMissingGitObjectsResponse) Reset() {
 	*x = FindMissingGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +897,7 @@ func (x *FindMissingGitObjectsResponse) String() string {
 func (*FindMissingGitObjectsResponse) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +910,7 @@ func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FindMissingGitObjectsResponse) GetMissingIds() []string {
@@ -853,7 +929,7 @@ type CreateRepositoryResponse struct {
 
 func (x *CreateRepositoryResponse) Reset() {
 	*x = CreateRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +941,7 @@ func (x *CreateRepositoryResponse) String() string {
 func (*CreateRepositoryResponse) ProtoMessage() {}
 
 func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +954,7 @@ func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateRepositoryResponse) GetRepository() *Repository {
@@ -897,7 +973,7 @@ type GetRepositoryRequest struct {
 
 func (x *GetRepositoryRequest) Reset() {
 	*x = GetRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +985,7 @@ func (x *GetRepositoryRequest) String() string {
 func (*GetRepositoryRequest) ProtoMessage() {}
 
 func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +998,7 @@ func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRepositoryRequest) GetName() string {
@@ -941,7 +1017,7 @@ type GetRepositoryResponse struct {
 
 func (x *GetRepositoryResponse) Reset() {
 	*x = GetRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1029,7 @@ func (x *GetRepositoryResponse) String() string {
 func (*GetRepositoryResponse) ProtoMessage() {}
 
 func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1042,7 @@ func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRepositoryResponse) GetRepository() *Repository {
@@ -986,7 +1062,7 @@ type ListRepositoriesRequest struct {
 
 func (x *ListRepositoriesRequest) Reset() {
 	*x = ListRepositoriesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1074,7 @@ func (x *ListRepositoriesRequest) String() string {
 func (*ListRepositoriesRequest) ProtoMessage() {}
 
 func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1087,7 @@ func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRepositoriesRequest) GetPageSize() int32 {
@@ -1038,7 +1114,7 @@ type ListRepositoriesResponse struct {
 
 func (x *ListRepositoriesResponse) Reset() {
 	*x = ListRepositoriesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1126,7 @@ func (x *ListRepositoriesResponse) String() string {
 func (*ListRepositoriesResponse) ProtoMessage() {}
 
 func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1139,7 @@ func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRepositoriesResponse) GetRepositories() []*Repository {
@@ -1089,7 +1165,7 @@ type UploadBlobsRequest struct {
 
 func (x *UploadBlobsRequest) Reset() {
 	*x = UploadBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1177,7 @@ func (x *UploadBlobsRequest) String() string {
 func (*UploadBlobsRequest) ProtoMessage() {}
 
 func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1190,7 @@ func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UploadBlobsRequest) GetBlobs() [][]byte {
@@ -1134,7 +1210,7 @@ type UploadBlobsResponse struct {
 
 func (x *UploadBlobsResponse) Reset() {
 	*x = UploadBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1222,7 @@ func (x *UploadBlobsResponse) String() string {
 func (*UploadBlobsResponse) ProtoMessage() {}
 
 func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1235,7 @@ func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UploadBlobsResponse) GetDigests() []string {
@@ -1178,7 +1254,7 @@ type FindMissingBlobsRequest struct {
 
 func (x *FindMissingBlobsRequest) Reset() {
 	*x = FindMissingBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1266,7 @@ func (x *FindMissingBlobsRequest) String() string {
 func (*FindMissingBlobsRequest) ProtoMessage() {}
 
 func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1279,7 @@ func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FindMissingBlobsRequest) GetDigests() []string {
@@ -1222,7 +1298,7 @@ type FindMissingBlobsResponse struct {
 
 func (x *FindMissingBlobsResponse) Reset() {
 	*x = FindMissingBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1310,7 @@ func (x *FindMissingBlobsResponse) String() string {
 func (*FindMissingBlobsResponse) ProtoMessage() {}
 
 func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1323,7 @@ func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FindMissingBlobsResponse) GetMissing() []string {
@@ -1266,7 +1342,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1354,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1367,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetBlobRequest) GetDigest() string {
@@ -1311,7 +1387,7 @@ type GetBlobResponse struct {
 
 func (x *GetBlobResponse) Reset() {
 	*x = GetBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1399,7 @@ func (x *GetBlobResponse) String() string {
 func (*GetBlobResponse) ProtoMessage() {}
 
 func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1412,7 @@ func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetBlobResponse) GetContent() []byte {
@@ -1362,7 +1438,7 @@ type GetBlobsRequest struct {
 
 func (x *GetBlobsRequest) Reset() {
 	*x = GetBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1450,7 @@ func (x *GetBlobsRequest) String() string {
 func (*GetBlobsRequest) ProtoMessage() {}
 
 func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1463,7 @@ func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetBlobsRequest) GetDigests() []string {
@@ -1406,7 +1482,7 @@ type GetBlobsResponse struct {
 
 func (x *GetBlobsResponse) Reset() {
 	*x = GetBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1494,7 @@ func (x *GetBlobsResponse) String() string {
 func (*GetBlobsResponse) ProtoMessage() {}
 
 func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1507,7 @@ func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetBlobsResponse) GetBlobs() []*BlobContent {
@@ -1451,7 +1527,7 @@ type BlobContent struct {
 
 func (x *BlobContent) Reset() {
 	*x = BlobContent{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1539,7 @@ func (x *BlobContent) String() string {
 func (*BlobContent) ProtoMessage() {}
 
 func (x *BlobContent) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1552,7 @@ func (x *BlobContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobContent.ProtoReflect.Descriptor instead.
 func (*BlobContent) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BlobContent) GetDigest() string {
@@ -1504,7 +1580,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1592,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1605,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -1566,7 +1642,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1654,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1667,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -1668,7 +1744,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1756,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1769,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -1751,7 +1827,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1839,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1852,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Edit) GetPath() string {
@@ -1885,7 +1961,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1973,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +1986,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -1964,7 +2040,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2052,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2065,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -2033,7 +2109,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2121,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2134,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Change) GetId() string {
@@ -2221,7 +2297,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2309,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2322,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Candidate) GetId() string {
@@ -2363,7 +2439,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2451,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2464,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetQueueRequest) GetRepository() string {
@@ -2416,7 +2492,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2504,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2517,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetQueueResponse) GetMainline() string {
@@ -2490,7 +2566,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2578,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2591,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -2541,7 +2617,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2629,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2642,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -2587,7 +2663,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2675,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2688,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -2646,7 +2722,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2734,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2747,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2697,7 +2773,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2785,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2798,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -2741,7 +2817,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2829,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2842,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -2790,7 +2866,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\xd6\x02\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\x89\x03\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -2800,10 +2876,16 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12-\n" +
 	"\x05lanes\x18\x06 \x03(\v2\x17.agwp.v1.ValidationLaneR\x05lanes\x12\x18\n" +
 	"\anetwork\x18\a \x01(\tR\anetwork\x12\x1c\n" +
-	"\tisolation\x18\b \x01(\tR\tisolation\x1a6\n" +
+	"\tisolation\x18\b \x01(\tR\tisolation\x121\n" +
+	"\x06limits\x18\t \x01(\v2\x19.agwp.v1.ValidationLimitsR\x06limits\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\x10ValidationLimits\x12!\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x04R\vmemoryBytes\x12\x12\n" +
+	"\x04pids\x18\x02 \x01(\rR\x04pids\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x03 \x01(\x04R\tdiskBytes\"\xfb\x01\n" +
 	"\x0eValidationLane\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprefixes\x18\x02 \x03(\tR\bprefixes\x12\x18\n" +
@@ -3046,126 +3128,128 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
 	(CandidateState)(0),                   // 1: agwp.v1.CandidateState
 	(*Repository)(nil),                    // 2: agwp.v1.Repository
 	(*Validation)(nil),                    // 3: agwp.v1.Validation
-	(*ValidationLane)(nil),                // 4: agwp.v1.ValidationLane
-	(*SetValidationRequest)(nil),          // 5: agwp.v1.SetValidationRequest
-	(*SetValidationResponse)(nil),         // 6: agwp.v1.SetValidationResponse
-	(*CreateRepositoryRequest)(nil),       // 7: agwp.v1.CreateRepositoryRequest
-	(*GitObject)(nil),                     // 8: agwp.v1.GitObject
-	(*UploadGitObjectsRequest)(nil),       // 9: agwp.v1.UploadGitObjectsRequest
-	(*UploadGitObjectsResponse)(nil),      // 10: agwp.v1.UploadGitObjectsResponse
-	(*FindMissingGitObjectsRequest)(nil),  // 11: agwp.v1.FindMissingGitObjectsRequest
-	(*FindMissingGitObjectsResponse)(nil), // 12: agwp.v1.FindMissingGitObjectsResponse
-	(*CreateRepositoryResponse)(nil),      // 13: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),          // 14: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),         // 15: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),       // 16: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil),      // 17: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),            // 18: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),           // 19: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),       // 20: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil),      // 21: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),                // 22: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),               // 23: agwp.v1.GetBlobResponse
-	(*GetBlobsRequest)(nil),               // 24: agwp.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),              // 25: agwp.v1.GetBlobsResponse
-	(*BlobContent)(nil),                   // 26: agwp.v1.BlobContent
-	(*GetTreeRequest)(nil),                // 27: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),               // 28: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                     // 29: agwp.v1.TreeEntry
-	(*Edit)(nil),                          // 30: agwp.v1.Edit
-	(*IntegrateRequest)(nil),              // 31: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),             // 32: agwp.v1.IntegrateResponse
-	(*Change)(nil),                        // 33: agwp.v1.Change
-	(*Candidate)(nil),                     // 34: agwp.v1.Candidate
-	(*GetQueueRequest)(nil),               // 35: agwp.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),              // 36: agwp.v1.GetQueueResponse
-	(*GetChangeRequest)(nil),              // 37: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),             // 38: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),            // 39: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 40: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 41: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 42: agwp.v1.WatchChangeResponse
-	nil,                                   // 43: agwp.v1.Validation.EnvEntry
-	nil,                                   // 44: agwp.v1.ValidationLane.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 46: google.protobuf.Duration
+	(*ValidationLimits)(nil),              // 4: agwp.v1.ValidationLimits
+	(*ValidationLane)(nil),                // 5: agwp.v1.ValidationLane
+	(*SetValidationRequest)(nil),          // 6: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),         // 7: agwp.v1.SetValidationResponse
+	(*CreateRepositoryRequest)(nil),       // 8: agwp.v1.CreateRepositoryRequest
+	(*GitObject)(nil),                     // 9: agwp.v1.GitObject
+	(*UploadGitObjectsRequest)(nil),       // 10: agwp.v1.UploadGitObjectsRequest
+	(*UploadGitObjectsResponse)(nil),      // 11: agwp.v1.UploadGitObjectsResponse
+	(*FindMissingGitObjectsRequest)(nil),  // 12: agwp.v1.FindMissingGitObjectsRequest
+	(*FindMissingGitObjectsResponse)(nil), // 13: agwp.v1.FindMissingGitObjectsResponse
+	(*CreateRepositoryResponse)(nil),      // 14: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),          // 15: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),         // 16: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),       // 17: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),      // 18: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),            // 19: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),           // 20: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),       // 21: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil),      // 22: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),                // 23: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),               // 24: agwp.v1.GetBlobResponse
+	(*GetBlobsRequest)(nil),               // 25: agwp.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),              // 26: agwp.v1.GetBlobsResponse
+	(*BlobContent)(nil),                   // 27: agwp.v1.BlobContent
+	(*GetTreeRequest)(nil),                // 28: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 29: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 30: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 31: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 32: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 33: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 34: agwp.v1.Change
+	(*Candidate)(nil),                     // 35: agwp.v1.Candidate
+	(*GetQueueRequest)(nil),               // 36: agwp.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),              // 37: agwp.v1.GetQueueResponse
+	(*GetChangeRequest)(nil),              // 38: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 39: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 40: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 41: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 42: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 43: agwp.v1.WatchChangeResponse
+	nil,                                   // 44: agwp.v1.Validation.EnvEntry
+	nil,                                   // 45: agwp.v1.ValidationLane.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 47: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	3,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	45, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	46, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	43, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
-	4,  // 4: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
-	46, // 5: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
-	44, // 6: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
-	3,  // 7: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
-	2,  // 8: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
-	3,  // 9: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	8,  // 10: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
-	2,  // 11: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 12: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 13: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	26, // 14: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
-	29, // 15: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	30, // 16: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	33, // 17: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
-	0,  // 18: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	45, // 19: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	45, // 20: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 21: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
-	34, // 22: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
-	1,  // 23: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
-	45, // 24: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
-	45, // 25: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 26: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
-	33, // 27: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
-	46, // 28: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	33, // 29: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	33, // 30: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	33, // 31: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	7,  // 32: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	5,  // 33: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	14, // 34: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	16, // 35: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	18, // 36: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	20, // 37: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	9,  // 38: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
-	11, // 39: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
-	22, // 40: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	24, // 41: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	27, // 42: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	31, // 43: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	37, // 44: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	39, // 45: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	41, // 46: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	35, // 47: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
-	13, // 48: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	6,  // 49: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	15, // 50: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	17, // 51: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	19, // 52: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	21, // 53: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	10, // 54: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	12, // 55: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	23, // 56: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	25, // 57: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	28, // 58: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	32, // 59: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	38, // 60: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	40, // 61: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	42, // 62: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	36, // 63: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
-	48, // [48:64] is the sub-list for method output_type
-	32, // [32:48] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	46, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	47, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	44, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	5,  // 4: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
+	4,  // 5: agwp.v1.Validation.limits:type_name -> agwp.v1.ValidationLimits
+	47, // 6: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
+	45, // 7: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
+	3,  // 8: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
+	2,  // 9: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 10: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
+	9,  // 11: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
+	2,  // 12: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 13: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	2,  // 14: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	27, // 15: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
+	30, // 16: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	31, // 17: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	34, // 18: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	0,  // 19: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
+	46, // 20: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	46, // 21: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 22: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
+	35, // 23: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
+	1,  // 24: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
+	46, // 25: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	46, // 26: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 27: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	34, // 28: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	47, // 29: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	34, // 30: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	34, // 31: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	34, // 32: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	8,  // 33: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	6,  // 34: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	15, // 35: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	17, // 36: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	19, // 37: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	21, // 38: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	10, // 39: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	12, // 40: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	23, // 41: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	25, // 42: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	28, // 43: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	32, // 44: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	38, // 45: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	40, // 46: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	42, // 47: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	36, // 48: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	14, // 49: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	7,  // 50: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	16, // 51: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	18, // 52: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	20, // 53: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	22, // 54: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	11, // 55: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	13, // 56: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	24, // 57: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	26, // 58: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	29, // 59: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	33, // 60: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	39, // 61: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	41, // 62: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	43, // 63: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	37, // 64: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	49, // [49:65] is the sub-list for method output_type
+	33, // [33:49] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -3173,7 +3257,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[28].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[29].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -3185,7 +3269,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

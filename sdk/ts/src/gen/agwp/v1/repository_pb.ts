@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSKKAgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIsgBCg5WYWxpZGF0aW9uTGFuZRIMCgRuYW1lGAEgASgJEhAKCHByZWZpeGVzGAIgAygJEg8KB2NvbW1hbmQYAyADKAkSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgNlbnYYBSADKAsyIC5hZ3dwLnYxLlZhbGlkYXRpb25MYW5lLkVudkVudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUwoUU2V0VmFsaWRhdGlvblJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uIkAKFVNldFZhbGlkYXRpb25SZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5ImQKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbhISCgpnaXRfY29tbWl0GAMgASgJIicKCUdpdE9iamVjdBIMCgR0eXBlGAEgASgJEgwKBGRhdGEYAiABKAwiPgoXVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QSIwoHb2JqZWN0cxgBIAMoCzISLmFnd3AudjEuR2l0T2JqZWN0IicKGFVwbG9hZEdpdE9iamVjdHNSZXNwb25zZRILCgNpZHMYASADKAkiKwocRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBILCgNpZHMYASADKAkiNAodRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2USEwoLbWlzc2luZ19pZHMYASADKAkiQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSIiCg9HZXRCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSI3ChBHZXRCbG9ic1Jlc3BvbnNlEiMKBWJsb2JzGAEgAygLMhQuYWd3cC52MS5CbG9iQ29udGVudCIuCgtCbG9iQ29udGVudBIOCgZkaWdlc3QYASABKAkSDwoHY29udGVudBgCIAEoDCI2Cg5HZXRUcmVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhAKCHJldmlzaW9uGAIgASgJIrYBCg9HZXRUcmVlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAkSIwoHZW50cmllcxgCIAMoCzISLmFnd3AudjEuVHJlZUVudHJ5EhMKC3RyZWVfZGlnZXN0GAMgASgJEg4KBnBhcmVudBgEIAEoCRIRCgljaGFuZ2VfaWQYBSABKAkSDgoGYXV0aG9yGAYgASgJEhAKCGdpdF90cmVlGAcgASgJEhIKCmdpdF9jb21taXQYCCABKAkiXQoJVHJlZUVudHJ5EgwKBHBhdGgYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAQSDAoEbW9kZRgEIAEoCRIWCg5naXRsaW5rX2NvbW1pdBgFIAEoCSKCAQoERWRpdBIMCgRwYXRoGAEgASgJEhUKC2Jsb2JfZGlnZXN0GAIgASgJSAASEQoHY29udGVudBgDIAEoDEgAEhAKBmRlbGV0ZRgEIAEoCEgAEhgKDmdpdGxpbmtfY29tbWl0GAYgASgJSAASDAoEbW9kZRgFIAEoCUIICgZhY3Rpb24ilAEKEEludGVncmF0ZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIVCg1iYXNlX3JldmlzaW9uGAIgASgJEhwKBWVkaXRzGAMgAygLMg0uYWd3cC52MS5FZGl0EhYKDmZlbmNpbmdfdG9rZW5zGAQgAygEEg8KB21lc3NhZ2UYBSABKAkSDgoGaG9sZGVyGAYgASgJIjQKEUludGVncmF0ZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlIt8DCgZDaGFuZ2USCgoCaWQYASABKAkSEgoKcmVwb3NpdG9yeRgCIAEoCRIjCgVzdGF0ZRgDIAEoDjIULmFnd3AudjEuQ2hhbmdlU3RhdGUSFQoNYmFzZV9yZXZpc2lvbhgEIAEoCRIaChJjYW5kaWRhdGVfcmV2aXNpb24YBSABKAkSGwoTaW50ZWdyYXRlZF9yZXZpc2lvbhgGIAEoCRIOCgZhdXRob3IYByABKAkSDwoHbWVzc2FnZRgIIAEoCRINCgVwYXRocxgJIAMoCRIOCgZqb2JfaWQYCiABKAkSGgoSYXR0ZXN0YXRpb25fZGlnZXN0GAsgASgJEg4KBnJlYXNvbhgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghwcm9ncmVzcxgPIAEoCRIWCg5xdWV1ZV9wb3NpdGlvbhgQIAEoDRIlCgljYW5kaWRhdGUYESABKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZRIjCgdoaXN0b3J5GBIgAygLMhIuYWd3cC52MS5DYW5kaWRhdGUi7gIKCUNhbmRpZGF0ZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiYKBXN0YXRlGAMgASgOMhcuYWd3cC52MS5DYW5kaWRhdGVTdGF0ZRIQCghyZXZpc2lvbhgEIAEoCRIXCg9wYXJlbnRfcmV2aXNpb24YBSABKAkSDwoHY2hhbmdlcxgGIAMoCRIOCgZqb2JfaWQYByABKAkSDwoHd29ya2VycxgIIAMoCRIQCghwcm9ncmVzcxgJIAEoCRIQCghwb3NpdGlvbhgKIAEoDRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGxhbmUYDyABKAkiJQoPR2V0UXVldWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkijAEKEEdldFF1ZXVlUmVzcG9uc2USEAoIbWFpbmxpbmUYASABKAkSJgoKY2FuZGlkYXRlcxgCIAMoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiAKB3dhaXRpbmcYAyADKAsyDy5hZ3dwLnYxLkNoYW5nZRINCgVkZXB0aBgEIAEoDRINCgViYXRjaBgFIAEoDSJOChBHZXRDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCRInCgR3YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjQKEUdldENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlIk8KEkxpc3RDaGFuZ2VzUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlAKE0xpc3RDaGFuZ2VzUmVzcG9uc2USIAoHY2hhbmdlcxgBIAMoCzIPLmFnd3AudjEuQ2hhbmdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSInChJXYXRjaENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJIjYKE1dhdGNoQ2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UqtQEKC0NoYW5nZVN0YXRlEhwKGENIQU5HRV9TVEFURV9VTlNQRUNJRklFRBAAEhcKE0NIQU5HRV9TVEFURV9RVUVVRUQQARIbChdDSEFOR0VfU1RBVEVfVkFMSURBVElORxACEhsKF0NIQU5HRV9TVEFURV9JTlRFR1JBVEVEEAMSGQoVQ0hBTkdFX1NUQVRFX1JFSkVDVEVEEAQSGgoWQ0hBTkdFX1NUQVRFX0NBTkNFTExFRBAFKp0CCg5DYW5kaWRhdGVTdGF0ZRIfChtDQU5ESURBVEVfU1RBVEVfVU5TUEVDSUZJRUQQABIeChpDQU5ESURBVEVfU1RBVEVfVkFMSURBVElORxABEhoKFkNBTkRJREFURV9TVEFURV9QQVNTRUQQAhIaChZDQU5ESURBVEVfU1RBVEVfRkFJTEVEEAMSGgoWQ0FORElEQVRFX1NUQVRFX0xBTkRFRBAEEhwKGENBTkRJREFURV9TVEFURV9SRUpFQ1RFRBAFEhkKFUNBTkRJREFURV9TVEFURV9TUExJVBAGEh4KGkNBTkRJREFURV9TVEFURV9TVVBFUlNFREVEEAcSHQoZQ0FORElEQVRFX1NUQVRFX0NBTkNFTExFRBAIMq4QChFSZXBvc2l0b3J5U2VydmljZRKPAQoQQ3JlYXRlUmVwb3NpdG9yeRIgLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QaIS5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9DcmVhdGVSZXBvc2l0b3J5EoMBCg1TZXRWYWxpZGF0aW9uEh0uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVxdWVzdBoeLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1NldFZhbGlkYXRpb24SgwEKDUdldFJlcG9zaXRvcnkSHS5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXF1ZXN0Gh4uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UmVwb3NpdG9yeRKPAQoQTGlzdFJlcG9zaXRvcmllcxIgLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaIS5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9MaXN0UmVwb3NpdG9yaWVzEnsKC1VwbG9hZEJsb2JzEhsuYWd3cC52MS5VcGxvYWRCbG9ic1JlcXVlc3QaHC5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkQmxvYnMSjwEKEEZpbmRNaXNzaW5nQmxvYnMSIC5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0GiEuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdCbG9icxKPAQoQVXBsb2FkR2l0T2JqZWN0cxIgLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QaIS5hZ3dwLnYxLlVwbG9hZEdpdE9iamVjdHNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRHaXRPYmplY3RzEqMBChVGaW5kTWlzc2luZ0dpdE9iamVjdHMSJS5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1JlcXVlc3QaJi5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1Jlc3BvbnNlIjuC0+STAjU6ASoiMC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nR2l0T2JqZWN0cxJrCgdHZXRCbG9iEhcuYWd3cC52MS5HZXRCbG9iUmVxdWVzdBoYLmFnd3AudjEuR2V0QmxvYlJlc3BvbnNlIi2C0+STAic6ASoiIi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2IScQoIR2V0QmxvYnMSGC5hZ3dwLnYxLkdldEJsb2JzUmVxdWVzdBoZLmFnd3AudjEuR2V0QmxvYnNSZXNwb25zZSIugtPkkwIoOgEqIiMvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iczABEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwARJvCghHZXRRdWV1ZRIYLmFnd3AudjEuR2V0UXVldWVSZXF1ZXN0GhkuYWd3cC52MS5HZXRRdWV1ZVJlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFF1ZXVlQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSK1AgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5hZ3dwLnYxLlZhbGlkYXRpb25MaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJKChBWYWxpZGF0aW9uTGltaXRzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhIKCmRpc2tfYnl0ZXMYAyABKAQiyAEKDlZhbGlkYXRpb25MYW5lEgwKBG5hbWUYASABKAkSEAoIcHJlZml4ZXMYAiADKAkSDwoHY29tbWFuZBgDIAMoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KA2VudhgFIAMoCzIgLmFnd3AudjEuVmFsaWRhdGlvbkxhbmUuRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiZAoXQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEhIKCmdpdF9jb21taXQYAyABKAkiJwoJR2l0T2JqZWN0EgwKBHR5cGUYASABKAkSDAoEZGF0YRgCIAEoDCI+ChdVcGxvYWRHaXRPYmplY3RzUmVxdWVzdBIjCgdvYmplY3RzGAEgAygLMhIuYWd3cC52MS5HaXRPYmplY3QiJwoYVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlEgsKA2lkcxgBIAMoCSIrChxGaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0EgsKA2lkcxgBIAMoCSI0Ch1GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZRITCgttaXNzaW5nX2lkcxgBIAMoCSJDChhDcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSIkChRHZXRSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKFUdldFJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IkAKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIl4KGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIpCgxyZXBvc2l0b3JpZXMYASADKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiMKElVwbG9hZEJsb2JzUmVxdWVzdBINCgVibG9icxgBIAMoDCImChNVcGxvYWRCbG9ic1Jlc3BvbnNlEg8KB2RpZ2VzdHMYASADKAkiKgoXRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSIrChhGaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2USDwoHbWlzc2luZxgBIAMoCSIgCg5HZXRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkiMgoPR2V0QmxvYlJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAwSDgoGZGlnZXN0GAIgASgJIiIKD0dldEJsb2JzUmVxdWVzdBIPCgdkaWdlc3RzGAEgAygJIjcKEEdldEJsb2JzUmVzcG9uc2USIwoFYmxvYnMYASADKAsyFC5hZ3dwLnYxLkJsb2JDb250ZW50Ii4KC0Jsb2JDb250ZW50Eg4KBmRpZ2VzdBgBIAEoCRIPCgdjb250ZW50GAIgASgMIjYKDkdldFRyZWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEAoIcmV2aXNpb24YAiABKAkitgEKD0dldFRyZWVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoCRIjCgdlbnRyaWVzGAIgAygLMhIuYWd3cC52MS5UcmVlRW50cnkSEwoLdHJlZV9kaWdlc3QYAyABKAkSDgoGcGFyZW50GAQgASgJEhEKCWNoYW5nZV9pZBgFIAEoCRIOCgZhdXRob3IYBiABKAkSEAoIZ2l0X3RyZWUYByABKAkSEgoKZ2l0X2NvbW1pdBgIIAEoCSJdCglUcmVlRW50cnkSDAoEcGF0aBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoBBIMCgRtb2RlGAQgASgJEhYKDmdpdGxpbmtfY29tbWl0GAUgASgJIoIBCgRFZGl0EgwKBHBhdGgYASABKAkSFQoLYmxvYl9kaWdlc3QYAiABKAlIABIRCgdjb250ZW50GAMgASgMSAASEAoGZGVsZXRlGAQgASgISAASGAoOZ2l0bGlua19jb21taXQYBiABKAlIABIMCgRtb2RlGAUgASgJQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2Ui3wMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNEiUKCWNhbmRpZGF0ZRgRIAEoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiMKB2hpc3RvcnkYEiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZSLuAgoJQ2FuZGlkYXRlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSJgoFc3RhdGUYAyABKA4yFy5hZ3dwLnYxLkNhbmRpZGF0ZVN0YXRlEhAKCHJldmlzaW9uGAQgASgJEhcKD3BhcmVudF9yZXZpc2lvbhgFIAEoCRIPCgdjaGFuZ2VzGAYgAygJEg4KBmpvYl9pZBgHIAEoCRIPCgd3b3JrZXJzGAggAygJEhAKCHByb2dyZXNzGAkgASgJEhAKCHBvc2l0aW9uGAogASgNEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbGFuZRgPIAEoCSIlCg9HZXRRdWV1ZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCSKMAQoQR2V0UXVldWVSZXNwb25zZRIQCghtYWlubGluZRgBIAEoCRImCgpjYW5kaWRhdGVzGAIgAygLMhIuYWd3cC52MS5DYW5kaWRhdGUSIAoHd2FpdGluZxgDIAMoCzIPLmFnd3AudjEuQ2hhbmdlEg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNIk4KEEdldENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRR2V0Q2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UiTwoSTGlzdENoYW5nZXNSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUAoTTGlzdENoYW5nZXNSZXNwb25zZRIgCgdjaGFuZ2VzGAEgAygLMg8uYWd3cC52MS5DaGFuZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKEldhdGNoQ2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkiNgoTV2F0Y2hDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSq1AQoLQ2hhbmdlU3RhdGUSHAoYQ0hBTkdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTQ0hBTkdFX1NUQVRFX1FVRVVFRBABEhsKF0NIQU5HRV9TVEFURV9WQUxJREFUSU5HEAISGwoXQ0hBTkdFX1NUQVRFX0lOVEVHUkFURUQQAxIZChVDSEFOR0VfU1RBVEVfUkVKRUNURUQQBBIaChZDSEFOR0VfU1RBVEVfQ0FOQ0VMTEVEEAUqnQIKDkNhbmRpZGF0ZVN0YXRlEh8KG0NBTkRJREFURV9TVEFURV9VTlNQRUNJRklFRBAAEh4KGkNBTkRJREFURV9TVEFURV9WQUxJREFUSU5HEAESGgoWQ0FORElEQVRFX1NUQVRFX1BBU1NFRBACEhoKFkNBTkRJREFURV9TVEFURV9GQUlMRUQQAxIaChZDQU5ESURBVEVfU1RBVEVfTEFOREVEEAQSHAoYQ0FORElEQVRFX1NUQVRFX1JFSkVDVEVEEAUSGQoVQ0FORElEQVRFX1NUQVRFX1NQTElUEAYSHgoaQ0FORElEQVRFX1NUQVRFX1NVUEVSU0VERUQQBxIdChlDQU5ESURBVEVfU1RBVEVfQ0FOQ0VMTEVEEAgyrhAKEVJlcG9zaXRvcnlTZXJ2aWNlEo8BChBDcmVhdGVSZXBvc2l0b3J5EiAuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVxdWVzdBohLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0NyZWF0ZVJlcG9zaXRvcnkSgwEKDVNldFZhbGlkYXRpb24SHS5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXF1ZXN0Gh4uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvU2V0VmFsaWRhdGlvbhKDAQoNR2V0UmVwb3NpdG9yeRIdLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlcXVlc3QaHi5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRSZXBvc2l0b3J5Eo8BChBMaXN0UmVwb3NpdG9yaWVzEiAuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBohLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RSZXBvc2l0b3JpZXMSewoLVXBsb2FkQmxvYnMSGy5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVxdWVzdBocLmFnd3AudjEuVXBsb2FkQmxvYnNSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRCbG9icxKPAQoQRmluZE1pc3NpbmdCbG9icxIgLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QaIS5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0Jsb2JzEo8BChBVcGxvYWRHaXRPYmplY3RzEiAuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVxdWVzdBohLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEdpdE9iamVjdHMSowEKFUZpbmRNaXNzaW5nR2l0T2JqZWN0cxIlLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBomLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2UiO4LT5JMCNToBKiIwL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdHaXRPYmplY3RzEmsKB0dldEJsb2ISFy5hZ3dwLnYxLkdldEJsb2JSZXF1ZXN0GhguYWd3cC52MS5HZXRCbG9iUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYhJxCghHZXRCbG9icxIYLmFnd3AudjEuR2V0QmxvYnNSZXF1ZXN0GhkuYWd3cC52MS5HZXRCbG9ic1Jlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2JzMAESawoHR2V0VHJlZRIXLmFnd3AudjEuR2V0VHJlZVJlcXVlc3QaGC5hZ3dwLnYxLkdldFRyZWVSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRUcmVlEnMKCUludGVncmF0ZRIZLmFnd3AudjEuSW50ZWdyYXRlUmVxdWVzdBoaLmFnd3AudjEuSW50ZWdyYXRlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvSW50ZWdyYXRlEnMKCUdldENoYW5nZRIZLmFnd3AudjEuR2V0Q2hhbmdlUmVxdWVzdBoaLmFnd3AudjEuR2V0Q2hhbmdlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0Q2hhbmdlEnsKC0xpc3RDaGFuZ2VzEhsuYWd3cC52MS5MaXN0Q2hhbmdlc1JlcXVlc3QaHC5hZ3dwLnYxLkxpc3RDaGFuZ2VzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdENoYW5nZXMSfQoLV2F0Y2hDaGFuZ2USGy5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVxdWVzdBocLmFnd3AudjEuV2F0Y2hDaGFuZ2VSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9XYXRjaENoYW5nZTABEm8KCEdldFF1ZXVlEhguYWd3cC52MS5HZXRRdWV1ZVJlcXVlc3QaGS5hZ3dwLnYxLkdldFF1ZXVlUmVzcG9uc2UiLoLT5JMCKDoBKiIjL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UXVldWVCK1opZ2l0aHViLmNvbS9hZy1jb29yZC9hZy9nZW4vYWd3cC92MTthZ3dwdjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -135,6 +135,15 @@ export type Validation = Message<"agwp.v1.Validation"> & {
    * @generated from field: string isolation = 8;
    */
   isolation: string;
+
+  /**
+   * What one run may use of its worker's machine, lower than the worker's own limits
+   * (ag-worker --max-memory, --max-pids, --max-disk); a worker never raises its limits for a
+   * policy. Absent, or 0: the worker's.
+   *
+   * @generated from field: agwp.v1.ValidationLimits limits = 9;
+   */
+  limits?: ValidationLimits | undefined;
 };
 
 /**
@@ -143,6 +152,42 @@ export type Validation = Message<"agwp.v1.Validation"> & {
  */
 export const ValidationSchema: GenMessage<Validation> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 1);
+
+/**
+ * ValidationLimits bound one validation run. A run that reaches one is rejected with the
+ * reason "worker limit: memory 1 GiB" (or processes, disk).
+ *
+ * @generated from message agwp.v1.ValidationLimits
+ */
+export type ValidationLimits = Message<"agwp.v1.ValidationLimits"> & {
+  /**
+   * Memory of the run's processes together; at least 16 MiB.
+   *
+   * @generated from field: uint64 memory_bytes = 1;
+   */
+  memoryBytes: bigint;
+
+  /**
+   * Processes and threads at once; at least 8.
+   *
+   * @generated from field: uint32 pids = 2;
+   */
+  pids: number;
+
+  /**
+   * Everything the run writes: its checkout, home, /tmp and output; at least 16 MiB.
+   *
+   * @generated from field: uint64 disk_bytes = 3;
+   */
+  diskBytes: bigint;
+};
+
+/**
+ * Describes the message agwp.v1.ValidationLimits.
+ * Use `create(ValidationLimitsSchema)` to create a new message.
+ */
+export const ValidationLimitsSchema: GenMessage<ValidationLimits> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 2);
 
 /**
  * ValidationLane is a part of a repository validated on its own.
@@ -197,7 +242,7 @@ export type ValidationLane = Message<"agwp.v1.ValidationLane"> & {
  * Use `create(ValidationLaneSchema)` to create a new message.
  */
 export const ValidationLaneSchema: GenMessage<ValidationLane> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 2);
+  messageDesc(file_agwp_v1_repository, 3);
 
 /**
  * @generated from message agwp.v1.SetValidationRequest
@@ -221,7 +266,7 @@ export type SetValidationRequest = Message<"agwp.v1.SetValidationRequest"> & {
  * Use `create(SetValidationRequestSchema)` to create a new message.
  */
 export const SetValidationRequestSchema: GenMessage<SetValidationRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 3);
+  messageDesc(file_agwp_v1_repository, 4);
 
 /**
  * @generated from message agwp.v1.SetValidationResponse
@@ -238,7 +283,7 @@ export type SetValidationResponse = Message<"agwp.v1.SetValidationResponse"> & {
  * Use `create(SetValidationResponseSchema)` to create a new message.
  */
 export const SetValidationResponseSchema: GenMessage<SetValidationResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 4);
+  messageDesc(file_agwp_v1_repository, 5);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryRequest
@@ -269,7 +314,7 @@ export type CreateRepositoryRequest = Message<"agwp.v1.CreateRepositoryRequest">
  * Use `create(CreateRepositoryRequestSchema)` to create a new message.
  */
 export const CreateRepositoryRequestSchema: GenMessage<CreateRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 5);
+  messageDesc(file_agwp_v1_repository, 6);
 
 /**
  * GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
@@ -295,7 +340,7 @@ export type GitObject = Message<"agwp.v1.GitObject"> & {
  * Use `create(GitObjectSchema)` to create a new message.
  */
 export const GitObjectSchema: GenMessage<GitObject> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 6);
+  messageDesc(file_agwp_v1_repository, 7);
 
 /**
  * @generated from message agwp.v1.UploadGitObjectsRequest
@@ -314,7 +359,7 @@ export type UploadGitObjectsRequest = Message<"agwp.v1.UploadGitObjectsRequest">
  * Use `create(UploadGitObjectsRequestSchema)` to create a new message.
  */
 export const UploadGitObjectsRequestSchema: GenMessage<UploadGitObjectsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 7);
+  messageDesc(file_agwp_v1_repository, 8);
 
 /**
  * @generated from message agwp.v1.UploadGitObjectsResponse
@@ -333,7 +378,7 @@ export type UploadGitObjectsResponse = Message<"agwp.v1.UploadGitObjectsResponse
  * Use `create(UploadGitObjectsResponseSchema)` to create a new message.
  */
 export const UploadGitObjectsResponseSchema: GenMessage<UploadGitObjectsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 8);
+  messageDesc(file_agwp_v1_repository, 9);
 
 /**
  * @generated from message agwp.v1.FindMissingGitObjectsRequest
@@ -352,7 +397,7 @@ export type FindMissingGitObjectsRequest = Message<"agwp.v1.FindMissingGitObject
  * Use `create(FindMissingGitObjectsRequestSchema)` to create a new message.
  */
 export const FindMissingGitObjectsRequestSchema: GenMessage<FindMissingGitObjectsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 9);
+  messageDesc(file_agwp_v1_repository, 10);
 
 /**
  * @generated from message agwp.v1.FindMissingGitObjectsResponse
@@ -369,7 +414,7 @@ export type FindMissingGitObjectsResponse = Message<"agwp.v1.FindMissingGitObjec
  * Use `create(FindMissingGitObjectsResponseSchema)` to create a new message.
  */
 export const FindMissingGitObjectsResponseSchema: GenMessage<FindMissingGitObjectsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 10);
+  messageDesc(file_agwp_v1_repository, 11);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryResponse
@@ -386,7 +431,7 @@ export type CreateRepositoryResponse = Message<"agwp.v1.CreateRepositoryResponse
  * Use `create(CreateRepositoryResponseSchema)` to create a new message.
  */
 export const CreateRepositoryResponseSchema: GenMessage<CreateRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 11);
+  messageDesc(file_agwp_v1_repository, 12);
 
 /**
  * @generated from message agwp.v1.GetRepositoryRequest
@@ -403,7 +448,7 @@ export type GetRepositoryRequest = Message<"agwp.v1.GetRepositoryRequest"> & {
  * Use `create(GetRepositoryRequestSchema)` to create a new message.
  */
 export const GetRepositoryRequestSchema: GenMessage<GetRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 12);
+  messageDesc(file_agwp_v1_repository, 13);
 
 /**
  * @generated from message agwp.v1.GetRepositoryResponse
@@ -420,7 +465,7 @@ export type GetRepositoryResponse = Message<"agwp.v1.GetRepositoryResponse"> & {
  * Use `create(GetRepositoryResponseSchema)` to create a new message.
  */
 export const GetRepositoryResponseSchema: GenMessage<GetRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 13);
+  messageDesc(file_agwp_v1_repository, 14);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesRequest
@@ -442,7 +487,7 @@ export type ListRepositoriesRequest = Message<"agwp.v1.ListRepositoriesRequest">
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 14);
+  messageDesc(file_agwp_v1_repository, 15);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesResponse
@@ -464,7 +509,7 @@ export type ListRepositoriesResponse = Message<"agwp.v1.ListRepositoriesResponse
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 15);
+  messageDesc(file_agwp_v1_repository, 16);
 
 /**
  * @generated from message agwp.v1.UploadBlobsRequest
@@ -481,7 +526,7 @@ export type UploadBlobsRequest = Message<"agwp.v1.UploadBlobsRequest"> & {
  * Use `create(UploadBlobsRequestSchema)` to create a new message.
  */
 export const UploadBlobsRequestSchema: GenMessage<UploadBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 16);
+  messageDesc(file_agwp_v1_repository, 17);
 
 /**
  * @generated from message agwp.v1.UploadBlobsResponse
@@ -500,7 +545,7 @@ export type UploadBlobsResponse = Message<"agwp.v1.UploadBlobsResponse"> & {
  * Use `create(UploadBlobsResponseSchema)` to create a new message.
  */
 export const UploadBlobsResponseSchema: GenMessage<UploadBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 17);
+  messageDesc(file_agwp_v1_repository, 18);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsRequest
@@ -517,7 +562,7 @@ export type FindMissingBlobsRequest = Message<"agwp.v1.FindMissingBlobsRequest">
  * Use `create(FindMissingBlobsRequestSchema)` to create a new message.
  */
 export const FindMissingBlobsRequestSchema: GenMessage<FindMissingBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 18);
+  messageDesc(file_agwp_v1_repository, 19);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsResponse
@@ -534,7 +579,7 @@ export type FindMissingBlobsResponse = Message<"agwp.v1.FindMissingBlobsResponse
  * Use `create(FindMissingBlobsResponseSchema)` to create a new message.
  */
 export const FindMissingBlobsResponseSchema: GenMessage<FindMissingBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 19);
+  messageDesc(file_agwp_v1_repository, 20);
 
 /**
  * @generated from message agwp.v1.GetBlobRequest
@@ -551,7 +596,7 @@ export type GetBlobRequest = Message<"agwp.v1.GetBlobRequest"> & {
  * Use `create(GetBlobRequestSchema)` to create a new message.
  */
 export const GetBlobRequestSchema: GenMessage<GetBlobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 20);
+  messageDesc(file_agwp_v1_repository, 21);
 
 /**
  * @generated from message agwp.v1.GetBlobResponse
@@ -573,7 +618,7 @@ export type GetBlobResponse = Message<"agwp.v1.GetBlobResponse"> & {
  * Use `create(GetBlobResponseSchema)` to create a new message.
  */
 export const GetBlobResponseSchema: GenMessage<GetBlobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 21);
+  messageDesc(file_agwp_v1_repository, 22);
 
 /**
  * @generated from message agwp.v1.GetBlobsRequest
@@ -590,7 +635,7 @@ export type GetBlobsRequest = Message<"agwp.v1.GetBlobsRequest"> & {
  * Use `create(GetBlobsRequestSchema)` to create a new message.
  */
 export const GetBlobsRequestSchema: GenMessage<GetBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 22);
+  messageDesc(file_agwp_v1_repository, 23);
 
 /**
  * @generated from message agwp.v1.GetBlobsResponse
@@ -607,7 +652,7 @@ export type GetBlobsResponse = Message<"agwp.v1.GetBlobsResponse"> & {
  * Use `create(GetBlobsResponseSchema)` to create a new message.
  */
 export const GetBlobsResponseSchema: GenMessage<GetBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 23);
+  messageDesc(file_agwp_v1_repository, 24);
 
 /**
  * @generated from message agwp.v1.BlobContent
@@ -629,7 +674,7 @@ export type BlobContent = Message<"agwp.v1.BlobContent"> & {
  * Use `create(BlobContentSchema)` to create a new message.
  */
 export const BlobContentSchema: GenMessage<BlobContent> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 24);
+  messageDesc(file_agwp_v1_repository, 25);
 
 /**
  * @generated from message agwp.v1.GetTreeRequest
@@ -653,7 +698,7 @@ export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
  * Use `create(GetTreeRequestSchema)` to create a new message.
  */
 export const GetTreeRequestSchema: GenMessage<GetTreeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 25);
+  messageDesc(file_agwp_v1_repository, 26);
 
 /**
  * @generated from message agwp.v1.GetTreeResponse
@@ -713,7 +758,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
  * Use `create(GetTreeResponseSchema)` to create a new message.
  */
 export const GetTreeResponseSchema: GenMessage<GetTreeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 26);
+  messageDesc(file_agwp_v1_repository, 27);
 
 /**
  * @generated from message agwp.v1.TreeEntry
@@ -758,7 +803,7 @@ export type TreeEntry = Message<"agwp.v1.TreeEntry"> & {
  * Use `create(TreeEntrySchema)` to create a new message.
  */
 export const TreeEntrySchema: GenMessage<TreeEntry> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 27);
+  messageDesc(file_agwp_v1_repository, 28);
 
 /**
  * Edit writes or deletes one path.
@@ -821,7 +866,7 @@ export type Edit = Message<"agwp.v1.Edit"> & {
  * Use `create(EditSchema)` to create a new message.
  */
 export const EditSchema: GenMessage<Edit> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 28);
+  messageDesc(file_agwp_v1_repository, 29);
 
 /**
  * @generated from message agwp.v1.IntegrateRequest
@@ -869,7 +914,7 @@ export type IntegrateRequest = Message<"agwp.v1.IntegrateRequest"> & {
  * Use `create(IntegrateRequestSchema)` to create a new message.
  */
 export const IntegrateRequestSchema: GenMessage<IntegrateRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 29);
+  messageDesc(file_agwp_v1_repository, 30);
 
 /**
  * @generated from message agwp.v1.IntegrateResponse
@@ -886,7 +931,7 @@ export type IntegrateResponse = Message<"agwp.v1.IntegrateResponse"> & {
  * Use `create(IntegrateResponseSchema)` to create a new message.
  */
 export const IntegrateResponseSchema: GenMessage<IntegrateResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 30);
+  messageDesc(file_agwp_v1_repository, 31);
 
 /**
  * @generated from message agwp.v1.Change
@@ -1001,7 +1046,7 @@ export type Change = Message<"agwp.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 31);
+  messageDesc(file_agwp_v1_repository, 32);
 
 /**
  * Candidate is one tree the integration queue asked a worker to validate: its parent revision
@@ -1108,7 +1153,7 @@ export type Candidate = Message<"agwp.v1.Candidate"> & {
  * Use `create(CandidateSchema)` to create a new message.
  */
 export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 32);
+  messageDesc(file_agwp_v1_repository, 33);
 
 /**
  * @generated from message agwp.v1.GetQueueRequest
@@ -1125,7 +1170,7 @@ export type GetQueueRequest = Message<"agwp.v1.GetQueueRequest"> & {
  * Use `create(GetQueueRequestSchema)` to create a new message.
  */
 export const GetQueueRequestSchema: GenMessage<GetQueueRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 33);
+  messageDesc(file_agwp_v1_repository, 34);
 
 /**
  * @generated from message agwp.v1.GetQueueResponse
@@ -1171,7 +1216,7 @@ export type GetQueueResponse = Message<"agwp.v1.GetQueueResponse"> & {
  * Use `create(GetQueueResponseSchema)` to create a new message.
  */
 export const GetQueueResponseSchema: GenMessage<GetQueueResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 34);
+  messageDesc(file_agwp_v1_repository, 35);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -1195,7 +1240,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 35);
+  messageDesc(file_agwp_v1_repository, 36);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -1212,7 +1257,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 36);
+  messageDesc(file_agwp_v1_repository, 37);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -1239,7 +1284,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 37);
+  messageDesc(file_agwp_v1_repository, 38);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -1261,7 +1306,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 38);
+  messageDesc(file_agwp_v1_repository, 39);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -1278,7 +1323,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 39);
+  messageDesc(file_agwp_v1_repository, 40);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -1295,7 +1340,7 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 40);
+  messageDesc(file_agwp_v1_repository, 41);
 
 /**
  * ChangeState is where a change is in its life.
