@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -58,6 +59,8 @@ type Validator struct {
 	// Unsandboxed is set, and each run logs a warning.
 	Sandbox     *Sandbox
 	Unsandboxed bool
+	// runs keeps a run that failed beside another from being charged before it failed alone.
+	runs runGate
 	// Egress is the proxy of the runs whose policy asks for egress. Without it they get one
 	// that allows no host, and say so to whatever asks.
 	Egress *egress.Proxy
@@ -131,101 +134,33 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err := v.fetchBlobs(ctx, tree); err != nil {
 		return Outcome{}, orCause(ctx, err)
 	}
-	rd, err := newRunDir(v.workDir())
-	if err != nil {
-		return Outcome{}, fmt.Errorf("create work directory: %w", err)
-	}
-	dir := rd.path
-	defer func() {
-		if err := rd.remove(); err != nil {
-			log.Warn("could not remove the work directory", "dir", dir, "err", err)
+	run := func(alone bool) (runResult, string, error) {
+		leave := v.runs.enter(alone)
+		res, gitTree, err := v.runOnce(ctx, job, p, tree, env, network, timeout, askedLimits, log)
+		if overlapped := leave(); !alone && overlapped && err == nil && !res.passed() {
+			return res, gitTree, errRanBeside
 		}
-	}()
-	// The run's cgroup, and its file system, where its checkout and all it writes go.
-	boxRoot := dir
-	var limits *runLimit
-	if v.Sandbox != nil && v.Limits != nil {
-		limits, err = v.Limits.prepare(dir, askedLimits)
-		defer func() {
-			if err := limits.release(); err != nil {
-				log.Warn("could not release the run's cgroup or file system", "err", err)
-			}
-		}()
-		if err != nil {
-			return Outcome{}, fmt.Errorf("hold the run to its limits: %w", err)
-		}
-		boxRoot = limits.root
+		return res, gitTree, err
 	}
-	// The log lives beside the checkout, not in it, where the command would see it.
-	checkout := filepath.Join(boxRoot, "tree")
-	if err := os.Mkdir(checkout, 0o755); err != nil {
-		return Outcome{}, fmt.Errorf("create work directory: %w", err)
+	res, gitTree, err := run(false)
+	if errors.Is(err, errRanBeside) {
+		// Another candidate's code ran beside this one on this machine, and may be what
+		// failed it (a port it held, the CPU it took until a timeout): a failure is charged to
+		// a change only once its candidate failed with nothing else running here.
+		log.Info("the command failed while another validation ran on this worker: running it again alone",
+			"exit_code", res.ExitCode, "reason", res.Reason)
+		job.Progress("failed while another validation ran beside it: running it again alone")
+		res, gitTree, err = run(true)
 	}
-	gitTree, err := v.materialize(ctx, checkout, tree)
 	if err != nil {
-		return Outcome{}, orCause(ctx, limits.explain(err))
-	}
-	if p.GitTree != "" && gitTree != p.GitTree {
-		return Outcome{}, Permanent(fmt.Errorf("the files of %s@%s make git tree %s, but the job validates git tree %s",
-			p.Repository, p.CandidateRevision, gitTree, p.GitTree))
+		return Outcome{}, err
 	}
 	// The tree digest of the entries whose files materialize wrote and checked (path, content's
 	// sha256 and size): fetchTree checked it against the job's when the job names one.
 	treeDigest := tree.Digest()
-	var box boxDirs
-	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "isolation", isolation, "network", network}
-	if v.Sandbox != nil {
-		if box, err = makeBoxDirs(boxRoot, checkout); err != nil {
-			return Outcome{}, fmt.Errorf("create work directory: %w", err)
-		}
-		box.Network = network
-		if network == attest.NetworkEgress {
-			proxy := v.Egress
-			if proxy == nil {
-				if proxy, err = egress.New(nil, log); err != nil {
-					return Outcome{}, err
-				}
-			}
-			sock, session, err := serveEgress(proxy, dir)
-			if err != nil {
-				return Outcome{}, err
-			}
-			defer session.Close()
-			box.EgressSocket = sock
-		}
-		// The run's own copy of the Go build cache seed: it writes that, never the seed.
-		if v.Sandbox.GoSeeded() {
-			took, err := v.Sandbox.seedGoCache(box)
-			if err != nil {
-				return Outcome{}, limits.explain(err)
-			}
-			runLog = append(runLog, "go_seed_copy", took.Round(time.Millisecond))
-		}
-	}
-
-	if limits != nil {
-		runLog = append(runLog, "limits", limits.String())
-	}
-	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
-	log.Info("running", runLog...)
-	res, err := runCommand(ctx, runSpec{
-		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
-		LogPath: filepath.Join(boxRoot, "output.log"), Grace: v.killGrace(), Progress: job.Progress, Follow: job.FollowOutput,
-		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box, Limits: limits,
-	})
-	if res.Survivors {
-		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
-	}
-	if err != nil {
-		return Outcome{}, orCause(ctx, err)
-	}
-	if v.Sandbox != nil && !res.OwnPIDNamespace {
-		// Never attest an isolation that did not happen.
-		return Outcome{}, errors.New("the sandbox did not give the command a PID namespace of its own: not attested")
-	}
 
 	result := attest.ResultFailed
-	if res.ExitCode == 0 && !res.TimedOut && res.OverLimit == "" {
+	if res.passed() {
 		result = attest.ResultPassed
 	}
 	val := attest.Validation{
@@ -272,6 +207,104 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	log.Info("validated", "result", result, "exit_code", res.ExitCode, "reason", res.Reason,
 		"elapsed", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
 	return Outcome{Result: resultStruct, Output: res.Tail, OutputDigest: res.LogDigest, Attestation: envelope}, nil
+}
+
+// runOnce checks the candidate out in a run directory of its own and runs its command there,
+// held to its limits, and answers what the run did and the git tree it checked out. The run's
+// directory, cgroup, file system and egress proxy go with it.
+func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayload, tree repo.Tree, env []string,
+	network string, timeout time.Duration, askedLimits Limits, log *slog.Logger) (runResult, string, error) {
+	rd, err := newRunDir(v.workDir())
+	if err != nil {
+		return runResult{}, "", fmt.Errorf("create work directory: %w", err)
+	}
+	dir := rd.path
+	defer func() {
+		if err := rd.remove(); err != nil {
+			log.Warn("could not remove the work directory", "dir", dir, "err", err)
+		}
+	}()
+	// The run's cgroup, and its file system, where its checkout and all it writes go.
+	boxRoot := dir
+	var limits *runLimit
+	if v.Sandbox != nil && v.Limits != nil {
+		limits, err = v.Limits.prepare(dir, askedLimits)
+		defer func() {
+			if err := limits.release(); err != nil {
+				log.Warn("could not release the run's cgroup or file system", "err", err)
+			}
+		}()
+		if err != nil {
+			return runResult{}, "", fmt.Errorf("hold the run to its limits: %w", err)
+		}
+		boxRoot = limits.root
+	}
+	// The log lives beside the checkout, not in it, where the command would see it.
+	checkout := filepath.Join(boxRoot, "tree")
+	if err := os.Mkdir(checkout, 0o755); err != nil {
+		return runResult{}, "", fmt.Errorf("create work directory: %w", err)
+	}
+	gitTree, err := v.materialize(ctx, checkout, tree)
+	if err != nil {
+		return runResult{}, "", orCause(ctx, limits.explain(err))
+	}
+	if p.GitTree != "" && gitTree != p.GitTree {
+		return runResult{}, "", Permanent(fmt.Errorf("the files of %s@%s make git tree %s, but the job validates git tree %s",
+			p.Repository, p.CandidateRevision, gitTree, p.GitTree))
+	}
+	var box boxDirs
+	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "network", network}
+	if v.Sandbox != nil {
+		if box, err = makeBoxDirs(boxRoot, checkout); err != nil {
+			return runResult{}, "", fmt.Errorf("create work directory: %w", err)
+		}
+		box.Network = network
+		if network == attest.NetworkEgress {
+			proxy := v.Egress
+			if proxy == nil {
+				if proxy, err = egress.New(nil, log); err != nil {
+					return runResult{}, "", err
+				}
+			}
+			sock, session, err := serveEgress(proxy, dir)
+			if err != nil {
+				return runResult{}, "", err
+			}
+			defer session.Close()
+			box.EgressSocket = sock
+		}
+		// The run's own copy of the Go build cache seed: it writes that, never the seed.
+		if v.Sandbox.GoSeeded() {
+			took, err := v.Sandbox.seedGoCache(box)
+			if err != nil {
+				return runResult{}, "", limits.explain(err)
+			}
+			runLog = append(runLog, "go_seed_copy", took.Round(time.Millisecond))
+		}
+	}
+
+	if limits != nil {
+		runLog = append(runLog, "limits", limits.String())
+	}
+	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
+	log.Info("running", runLog...)
+	res, err := runCommand(ctx, runSpec{
+		Argv: p.Command, Dir: checkout, Env: env, Timeout: timeout,
+		LogPath: filepath.Join(boxRoot, "output.log"), Grace: v.killGrace(), Progress: job.Progress, Follow: job.FollowOutput,
+		GroupFile: rd.groupFile(), Sandbox: v.Sandbox, Box: box, Limits: limits,
+	})
+	if res.Survivors {
+		log.Warn("processes of the command outlived SIGKILL", "pgid", res.Pgid)
+	}
+	if err != nil {
+		return runResult{}, "", orCause(ctx, err)
+	}
+	if v.Sandbox != nil && !res.OwnPIDNamespace {
+		// Never attest an isolation that did not happen.
+		return runResult{}, "", errors.New("the sandbox did not give the command a PID namespace of its own: not attested")
+	}
+
+	return res, gitTree, nil
 }
 
 // orCause answers ctx's cause when ctx has ended (the error is then most likely its
@@ -584,4 +617,49 @@ func removeAll(dir string) error {
 		return nil
 	})
 	return os.RemoveAll(dir)
+}
+
+// errRanBeside: the run failed while another ran on this worker, so its failure says nothing
+// yet about its own candidate.
+var errRanBeside = errors.New("the run failed while another ran beside it")
+
+// passed reports whether a run is a pass: it exited 0 by itself, within its time and limits.
+func (r runResult) passed() bool { return r.ExitCode == 0 && !r.TimedOut && r.OverLimit == "" }
+
+// runGate tells whether a run of this worker ran while another did, and runs one alone when
+// asked: every run holds it shared; a run alone holds it whole, so it starts once the others
+// ended, and none starts before it ends.
+type runGate struct {
+	mu     sync.RWMutex
+	state  sync.Mutex
+	active int    // runs holding mu now
+	starts uint64 // runs that ever took mu
+}
+
+// enter takes the gate, shared or alone, and answers the function that lets go of it, which
+// reports whether another run held the gate at any moment while this one did.
+func (g *runGate) enter(alone bool) (leave func() (overlapped bool)) {
+	if alone {
+		g.mu.Lock()
+	} else {
+		g.mu.RLock()
+	}
+	g.state.Lock()
+	overlapped := g.active > 0
+	g.active++
+	mine := g.starts
+	g.starts++
+	g.state.Unlock()
+	return func() bool {
+		g.state.Lock()
+		overlapped = overlapped || g.starts != mine+1
+		g.active--
+		g.state.Unlock()
+		if alone {
+			g.mu.Unlock()
+		} else {
+			g.mu.RUnlock()
+		}
+		return overlapped
+	}
 }
