@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +160,98 @@ func TestSandboxEgressGoesThroughTheProxyOnly(t *testing.T) {
 	if n := accepted(); n != 0 {
 		t.Errorf("the listener on the worker's loopback accepted %d connections from the egress run", n)
 	}
+}
+
+// TestTwoRunsBindTheSamePort ensures two candidates validated at once on one worker cannot
+// touch each other's ports: while one run holds 127.0.0.1:8080, another binds the same port in
+// its own loopback. (On the worker's shared network the second is refused, as the test of the
+// opt-out shows.)
+func TestTwoRunsBindTheSamePort(t *testing.T) {
+	t.Parallel()
+	gate := t.TempDir() // read-only to the runs: the test releases the first run by a file here
+	bindOn := func(port int) string {
+		return fmt.Sprintf(`perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:%d", Listen => 1) or die "bind: $!\n"; $| = 1; print "bound\n"; until (-e "%s/release") { select(undef, undef, undef, 0.01) }'`, port, gate)
+	}
+	for _, c := range []struct {
+		name      string
+		shared    bool
+		wantBound bool
+	}{{"own loopbacks", false, true}, {"the worker's network", true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			sb := testSandbox(t, SandboxConfig{ReadOnly: []string{gate}, SharedNetwork: c.shared})
+			network, bind := attest.NetworkNone, bindOn(8080)
+			if c.shared {
+				// On the worker's network, a port this machine has free.
+				ln, err := net.Listen("tcp4", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				free := ln.Addr().(*net.TCPAddr).Port
+				ln.Close()
+				network, bind = attest.NetworkShared, bindOn(free)
+			}
+			_ = os.Remove(filepath.Join(gate, "release"))
+			bound := make(chan struct{})
+			var once sync.Once
+			done := make(chan string, 1)
+			go func() {
+				_, out := runNetworkFollowing(t, sb, network, bind, func(line string) {
+					if line == "bound" {
+						once.Do(func() { close(bound) })
+					}
+				})
+				done <- out
+			}()
+			select {
+			case <-bound:
+			case out := <-done:
+				t.Fatalf("the first run never bound the port:\n%s", out)
+			}
+			_, second := runNetworkFollowing(t, sb, network, strings.ReplaceAll(bind, "until (-e", "until (1 || -e"), nil)
+			if err := os.WriteFile(filepath.Join(gate, "release"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if got := strings.Contains(second, "bound"); got != c.wantBound {
+				t.Errorf("with %s, the second run bound the port the first held: %v, want %v:\n%s", c.name, got, c.wantBound, second)
+			}
+		})
+	}
+}
+
+// runNetworkFollowing runs script in sb with network, calling progress with each line of its
+// output as it comes, and answers its exit code and output.
+func runNetworkFollowing(t *testing.T, sb *Sandbox, network, script string, progress func(string)) (int, string) {
+	rd, err := newRunDir(t.TempDir())
+	if err != nil {
+		t.Error(err)
+		return -1, ""
+	}
+	defer rd.remove()
+	tree := filepath.Join(rd.path, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Error(err)
+		return -1, ""
+	}
+	box, err := makeBoxDirs(rd.path, tree)
+	if err != nil {
+		t.Error(err)
+		return -1, ""
+	}
+	box.Network = network
+	env, err := sb.Env(nil)
+	if err != nil {
+		t.Error(err)
+		return -1, ""
+	}
+	res, err := runCommand(context.Background(), runSpec{
+		Argv: []string{"sh", "-c", script}, Dir: tree, Env: env, Timeout: time.Minute, Grace: 200 * time.Millisecond,
+		LogPath: filepath.Join(rd.path, "output.log"), Sandbox: sb, Box: box, Progress: progress,
+	})
+	if err != nil {
+		t.Errorf("run: %v", err)
+		return -1, ""
+	}
+	out, _ := os.ReadFile(filepath.Join(rd.path, "output.log"))
+	return res.ExitCode, string(out)
 }
