@@ -48,7 +48,7 @@ type limitsEnv struct {
 // limitedValidator answers a validator that runs its commands in the sandbox, held to max. The
 // tests fail, not skip, where this machine does not let it keep one of them: CI runs as root,
 // where it does.
-func limitedValidator(t *testing.T, max Limits) *limitsEnv {
+func limitedValidator(t testing.TB, max Limits) *limitsEnv {
 	t.Helper()
 	sb := testSandbox(t, SandboxConfig{})
 	workDir := t.TempDir()
@@ -87,7 +87,7 @@ func limitedValidator(t *testing.T, max Limits) *limitsEnv {
 // validate runs script as a validate job's command, with the policy's limits when asked is not
 // nil, and answers what the signed attestation says and the output. It also checks that the run
 // left nothing in the work directory: its file system was unmounted with it.
-func (e *limitsEnv) validate(t *testing.T, script string, asked map[string]any) (attest.Validation, string) {
+func (e *limitsEnv) validate(t testing.TB, script string, asked map[string]any) (attest.Validation, string) {
 	t.Helper()
 	payload := map[string]any{
 		"repository": "app", "change": "chg_1", "candidate_revision": "rev_1", "tree_digest": e.treeDigest,
@@ -421,5 +421,26 @@ func TestCgroupV2Files(t *testing.T) {
 		if got := r.exceeded(); got != c.want {
 			t.Errorf("with %s %q: exceeded = %q, want %q", c.file, c.content, got, c.want)
 		}
+	}
+}
+
+// BenchmarkHandleTrue measures what a validate job of `true` costs the worker, from the
+// checkout to the signed attestation, in the sandbox with no network: held to the default
+// limits (a cgroup and a file system of its own) and without them.
+//
+//	go test -run '^$' -bench HandleTrue -benchtime 50x -count 5 ./internal/worker/
+func BenchmarkHandleTrue(b *testing.B) {
+	for _, mode := range []string{"limits", "no-limits"} {
+		b.Run(mode, func(b *testing.B) {
+			e := limitedValidator(b, DefaultLimits)
+			if mode == "no-limits" {
+				e.v.Limits = nil
+			}
+			for b.Loop() {
+				if got, out := e.validate(b, "true", nil); !got.Passed() {
+					b.Fatalf("true: %s\n%s", got.Result, out)
+				}
+			}
+		})
 	}
 }
