@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,5 +116,48 @@ func TestGateRefusesAPassOfAnOpenRun(t *testing.T) {
 		stdout, stderr, code = alice.ag(t, "integrate", "-m", "alice: an honest change, again")
 		_, rev, _ := integrated(t, "alice", stdout, stderr, code)
 		g.assertMainline(t, rev, with(gateFiles, map[string]string{"a.txt": "a is still fine\n"}))
+	})
+}
+
+// portScript holds port 8080 of its loopback until the test lets it go on, then checks the
+// tree as checkScript does. Its "bound" line is its job's progress while it waits.
+const portScript = `perl -MIO::Socket::INET -e '
+	my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:8080", Listen => 1) or die "bind 127.0.0.1:8080: $!\n";
+	$| = 1; print "bound 127.0.0.1:8080\n";
+	for (1 .. 3000) { last if -e "$ENV{GATE_DIR}/go"; select(undef, undef, undef, 0.01) }' || exit 1
+` + checkScript
+
+// TestTwoCandidatesAtOnceHoldTheSamePort: two candidates validated at once on one worker
+// started as the README says (with --concurrency 2) each bind port 8080 and hold it together,
+// each in a loopback of its own, so neither can make the other fail; both land.
+func TestTwoCandidatesAtOnceHoldTheSamePort(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		dir := gateDir(t.TempDir())
+		t.Cleanup(func() { _ = os.WriteFile(filepath.Join(string(dir), "go"), nil, 0o644) })
+		g := startGate(t, backend, speculationFiles(2, portScript),
+			"--env", "GATE_DIR="+string(dir), "--depth", "2", "--timeout", "60s", "--", "sh", "check.sh")
+		g.worker(t, "w1", 10*time.Second, "--concurrency", "2", "--sandbox-ro", string(dir))
+		subs := g.submitAll(t, better(1), better(2))
+		eventually(t, "both candidates to hold port 8080 at once", func() (bool, string) {
+			var held []string
+			for _, s := range subs {
+				c := g.change(t, s.id)
+				if c.GetJobId() == "" {
+					return false, s.id + " has no validate job yet"
+				}
+				if p := g.job(t, c.GetJobId()).GetProgress(); strings.Contains(p, "bound 127.0.0.1:8080") {
+					held = append(held, s.id)
+				}
+			}
+			return len(held) == 2, fmt.Sprintf("holding: %v", held)
+		})
+		dir.open(t, "go")
+		for _, s := range subs {
+			rev, _ := s.integrated(t)
+			if rev == "" {
+				t.Errorf("change %s did not land", s.id)
+			}
+		}
 	})
 }
