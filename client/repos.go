@@ -53,13 +53,20 @@ func (c *Client) AcquireLease(ctx context.Context, o AcquireLeaseOptions) (*agwp
 	return res.GetLease(), nil
 }
 
-// FileChange is one path of an integration: its new content (from LocalPath or Content), or
-// its deletion.
+// FileChange is one path of an integration: its new content (from LocalPath or Content) and
+// mode, its deletion, or a submodule's new commit.
 type FileChange struct {
 	Path      string
 	LocalPath string
 	Content   []byte
 	Delete    bool
+	// Mode is the path's git mode after the write: "100644", "100755" (executable) or "120000"
+	// (a symbolic link, Content its target). Empty keeps the mode the path has in the base
+	// revision (100644 for a new path), so that editing a script leaves it executable.
+	Mode string
+	// GitlinkCommit moves the submodule at Path to this commit (40 lowercase hex): the one
+	// change of a submodule there is. Content, LocalPath and Mode are then unused.
+	GitlinkCommit string
 }
 
 // IntegrateOptions describe an integration.
@@ -87,6 +94,10 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 			edits = append(edits, &agwpv1.Edit{Path: ch.Path, Action: &agwpv1.Edit_Delete{Delete: true}})
 			continue
 		}
+		if ch.GitlinkCommit != "" {
+			edits = append(edits, &agwpv1.Edit{Path: ch.Path, Action: &agwpv1.Edit_GitlinkCommit{GitlinkCommit: ch.GitlinkCommit}})
+			continue
+		}
 		content := ch.Content
 		if ch.LocalPath != "" {
 			b, err := os.ReadFile(ch.LocalPath)
@@ -100,7 +111,7 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 			byDigest[d] = content
 			digests = append(digests, d)
 		}
-		edits = append(edits, &agwpv1.Edit{Path: ch.Path, Action: &agwpv1.Edit_BlobDigest{BlobDigest: d}})
+		edits = append(edits, &agwpv1.Edit{Path: ch.Path, Action: &agwpv1.Edit_BlobDigest{BlobDigest: d}, Mode: ch.Mode})
 	}
 	if err := c.uploadMissing(ctx, digests, byDigest); err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,7 +26,7 @@ type workspace struct {
 	c  *client.Client
 }
 
-func (g *globals) workspace() (*workspace, error) {
+func (g *globals) workspace(ctx context.Context) (*workspace, error) {
 	co, err := findCheckout(g.dir)
 	if err != nil {
 		return nil, err
@@ -39,7 +38,11 @@ func (g *globals) workspace() (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace{co: co, c: c}, nil
+	ws := &workspace{co: co, c: c}
+	if err := ws.rebuildOldIndex(ctx); err != nil {
+		return nil, err
+	}
+	return ws, nil
 }
 
 func newLeaseCmd(g *globals) *cobra.Command {
@@ -50,7 +53,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		Short: "lease files (a/b.go) or directories (a/) of the checkout's repository",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -90,7 +93,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		Use:   "renew [LEASE_ID...]",
 		Short: "extend the checkout's leases (all, or the ones named)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -132,7 +135,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		Use:   "release [LEASE_ID...]",
 		Short: "release the checkout's leases (all, or the ones named)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -166,7 +169,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		Short: "who holds what in the checkout's repository, until when",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -249,25 +252,36 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 
 // integrate sends edits to the mainline under the checkout's leases, as one change with
 // message. ag integrate and the MCP tool integrate both send this way, after their checks.
-// The files are read through the checkout's os.Root, and must hold what the scan found: one
-// swapped for a symbolic link after the scan (by anyone who can write the checkout) is refused,
-// whether the link leads out of the checkout (os.Root) or to another file in it, .git's among
-// them (the digest).
+// Each path is sent as what the scan found: a file's bytes with its mode, or a link as a link
+// (its target, mode 120000), never the content of what it points to. The files are read
+// following no symbolic link (checkoutReader), and must hold what the scan found: one swapped
+// for a link after the scan (by anyone who can write the checkout) is refused, whether the link
+// leads out of the checkout or to another file in it, .git's among them.
 func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message string) (*agwpv1.Change, error) {
 	root, err := os.OpenRoot(ws.co.root)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
+	reader, err := newCheckoutReader(root)
+	if err != nil {
+		return nil, err
+	}
+	defer reader.close()
 	changes := make([]client.FileChange, 0, len(edits))
 	for _, e := range edits {
 		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
 		if !fc.Delete {
-			if fc.Content, err = root.ReadFile(filepath.FromSlash(e.path)); err != nil {
-				return nil, fmt.Errorf("read %s: %w", e.path, err)
+			if fc.Content, err = reader.readEntry(e.path, e.mode); err != nil {
+				return nil, fmt.Errorf("%w: integrate again", err)
 			}
 			if repo.Digest(fc.Content) != e.digest {
 				return nil, fmt.Errorf("read %s: it changed since it was scanned; integrate again", e.path)
+			}
+			// Only a change of mode says one: "" keeps the mainline's, as an edit of content
+			// alone must.
+			if e.mode != e.baseMode && (e.kind == "modified" || e.mode != repo.ModeFile) {
+				fc.Mode = e.mode
 			}
 		}
 		changes = append(changes, fc)
@@ -359,7 +373,7 @@ directories as a/) send only the edits under them; the others stay local edits.`
 			if message == "" {
 				return withExit(ExitUsage, fmt.Errorf("-m: say what the change does"))
 			}
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -500,7 +514,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "local edits, leases held with time left, and the mainline head",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -509,6 +523,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			conflicted, err := ws.co.conflicted(edits)
+			if err != nil {
+				return err
+			}
+			targets, err := ws.co.linkTargets(edits)
+			if err != nil {
+				return err
+			}
+			submodules, err := ws.co.submodules()
 			if err != nil {
 				return err
 			}
@@ -536,8 +558,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if g.json {
 				out := statusJSON{
 					Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
-					Mainline: head, UpToDate: head == ws.co.BaseRevision, Edits: editsJSON(edits, conflicted),
-					Leases: []json.RawMessage{},
+					Mainline: head, UpToDate: head == ws.co.BaseRevision, Edits: editsJSON(edits, conflicted, targets),
+					Submodules: submodules, Leases: []json.RawMessage{},
 				}
 				for _, l := range mine {
 					out.Leases = append(out.Leases, protoRaw(l))
@@ -556,11 +578,17 @@ func newStatusCmd(g *globals) *cobra.Command {
 			} else {
 				fmt.Fprintln(w, "local edits:")
 				for _, e := range edits {
-					note := ""
+					note := editNote(e, targets[e.path])
 					if conflicted[e.path] {
-						note = " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.path + ")"
+						note += " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.path + ")"
 					}
 					termPrintf(w, "  %-9s %s%s\n", e.kind, e.path, note)
+				}
+			}
+			if len(submodules) > 0 {
+				fmt.Fprintln(w, "submodules (ag neither fetches them nor reads their directories):")
+				for _, m := range submodules {
+					termPrintf(w, "  %s: submodule at %s\n", m.Path, m.Commit)
 				}
 			}
 			if len(mine) == 0 {
@@ -582,7 +610,8 @@ type statusJSON struct {
 	Mainline     string            `json:"mainline"`     // the mainline head now
 	UpToDate     bool              `json:"upToDate"`     // baseRevision is the mainline
 	Edits        []editJSON        `json:"edits"`
-	Leases       []json.RawMessage `json:"leases"` // the checkout's leases as the server knows them, any state
+	Submodules   []submodule       `json:"submodules"` // the base revision's, which ag does not fetch
+	Leases       []json.RawMessage `json:"leases"`     // the checkout's leases as the server knows them, any state
 }
 
 // editJSON is a local edit in JSON.
@@ -590,12 +619,15 @@ type editJSON struct {
 	Path     string `json:"path"`
 	Status   string `json:"status"`             // added, modified or deleted
 	Conflict bool   `json:"conflict,omitempty"` // holds conflict markers a sync --merge wrote
+	Mode     string `json:"mode,omitempty"`     // the local mode: 100644, 100755 or 120000; not for a deletion
+	BaseMode string `json:"baseMode,omitempty"` // the base revision's mode; not for an addition
+	Target   string `json:"target,omitempty"`   // a link's target, when the edit leaves a link
 }
 
-func editsJSON(edits []localEdit, conflicted map[string]bool) []editJSON {
+func editsJSON(edits []localEdit, conflicted map[string]bool, targets map[string]string) []editJSON {
 	out := make([]editJSON, 0, len(edits))
 	for _, e := range edits {
-		out = append(out, editJSON{Path: e.path, Status: e.kind, Conflict: conflicted[e.path]})
+		out = append(out, editJSON{Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Mode: e.mode, BaseMode: e.baseMode, Target: targets[e.path]})
 	}
 	return out
 }

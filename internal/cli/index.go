@@ -18,12 +18,15 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// A checkout's index is what ag knows of each of its paths, as git's index is: the content the
-// base revision has there, and the stat (size, mtime, ctime, inode, mode) and content digest the
-// file on disk had when it was last hashed. A scan that finds a file with the stat it had takes
-// its content to be the one recorded, without reading it: that is what spares `ag status` (and
-// integrate, diff, sync, revert: everything that asks localEdits) from reading and hashing every
-// file of a checkout.
+// A checkout's index is what ag knows of each of its paths, as git's index is: the content and
+// mode the base revision has there (a submodule's commit for a submodule), and the stat (size,
+// mtime, ctime, inode, mode) and content digest the file on disk had when it was last hashed. A
+// symbolic link is a path too: its content is its target, read with readlink and never
+// followed. The stat's mode tells what the path held when hashed: a link, or a regular file
+// executable or not, so a chmod alone is an edit. A scan that finds a file with the stat it had
+// takes its content to be the one recorded, without reading it: that is what spares `ag status`
+// (and integrate, diff, sync, revert: everything that asks localEdits) from reading and hashing
+// every file of a checkout.
 //
 // A stat that matches can still hide an edit when the edit came so soon after the hash that the
 // mtime did not move: the "racily clean" files of git. Every index carries the time its scan
@@ -46,11 +49,13 @@ import (
 // given in place (a new file renamed over it): only the stat part differs, so either file is
 // right for the base.
 
-// indexMagic heads an index of this version; indexMagicV2 one of the version before, which
-// had no watcher token.
+// indexMagic heads an index of this version. The versions before it (2, before the watcher's
+// token, and 3) knew no modes: read as this one, every executable, link and submodule of their
+// base would pass for a plain file, so they are refused (errIndexOldVersion) and rebuilt from the
+// server's tree of the base revision (workspace.rebuildOldIndex).
 const (
-	indexMagic   = "ag-index\x00\x03"
-	indexMagicV2 = "ag-index\x00\x02"
+	indexMagic       = "ag-index\x00\x04"
+	indexMagicPrefix = "ag-index\x00" // then the version, one byte
 )
 
 // indexPrefix begins the name of every index file under .ag.
@@ -95,11 +100,13 @@ type fileStat struct {
 // indexEntry is what the index knows of one path.
 type indexEntry struct {
 	path   string
-	inBase bool      // the base revision has a file here, with content base
-	base   sha256Sum //
-	hashed bool      // the file on disk had stat when it was hashed to local
-	stat   fileStat
-	local  sha256Sum
+	inBase bool // the base revision has a file here, with content base and mode baseMode
+	// base is the content's digest; for a submodule, its commit's 20 bytes and zeros.
+	base     sha256Sum
+	baseMode string // repo.ModeFile, ModeExecutable, ModeSymlink or ModeGitlink; "" unless inBase
+	hashed   bool   // the file on disk had stat when it was hashed to local
+	stat     fileStat
+	local    sha256Sum
 }
 
 // index is a checkout's index.
@@ -123,11 +130,44 @@ func (x *index) trusted(e *indexEntry, now fileStat) (sha256Sum, bool) {
 	return e.local, true
 }
 
-// Flags of an entry in the encoding.
+// Flags of an entry in the encoding. A base entry of none of the mode flags is a 100644 file.
 const (
 	entryInBase = 1 << iota
 	entryHashed
+	entryBaseExecutable
+	entryBaseSymlink
+	entryBaseGitlink
+
+	entryModes   = entryBaseExecutable | entryBaseSymlink | entryBaseGitlink
+	entryAllFlag = entryInBase | entryHashed | entryModes
 )
+
+// modeFlag answers the flag of a base mode; modeOfFlags the mode of an entry's flags.
+func modeFlag(mode string) uint32 {
+	switch mode {
+	case repo.ModeExecutable:
+		return entryBaseExecutable
+	case repo.ModeSymlink:
+		return entryBaseSymlink
+	case repo.ModeGitlink:
+		return entryBaseGitlink
+	}
+	return 0
+}
+
+func modeOfFlags(flags uint32) (string, bool) {
+	switch flags & entryModes {
+	case 0:
+		return repo.ModeFile, true
+	case entryBaseExecutable:
+		return repo.ModeExecutable, true
+	case entryBaseSymlink:
+		return repo.ModeSymlink, true
+	case entryBaseGitlink:
+		return repo.ModeGitlink, true
+	}
+	return "", false
+}
 
 // indexRecord is the size of an entry's record in the encoding: path offset (4) and length (4),
 // flags (4), base digest (32), size, mtime, ctime, inode (8 each), mode (4), local digest (32).
@@ -135,7 +175,7 @@ const indexRecord = 4 + 4 + 4 + 32 + 8*4 + 4 + 32
 
 // encode answers the index as decodeIndex reads it:
 //
-//	"ag-index" 0x00 0x03, stamp (8 bytes), count (4 bytes),
+//	"ag-index" 0x00 0x04, stamp (8 bytes), count (4 bytes),
 //	watcher session (16 bytes, zero without a watcher), watcher sequence (8 bytes)
 //	count records of indexRecord bytes, in path order
 //	the paths, one after the other
@@ -165,6 +205,9 @@ func (x *index) encode() []byte {
 		if e.hashed {
 			flags |= entryHashed
 		}
+		if e.inBase {
+			flags |= modeFlag(e.baseMode)
+		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(off))
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.path)))
 		b = binary.LittleEndian.AppendUint32(b, flags)
@@ -183,17 +226,22 @@ func (x *index) encode() []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// errIndexDamaged is what decodeIndex answers for anything but an index ag wrote whole.
-var errIndexDamaged = errors.New("not a whole index of this version")
+// errIndexDamaged is what decodeIndex answers for anything but an index ag wrote whole;
+// errIndexOldVersion for an index of a version that knew no modes.
+var (
+	errIndexDamaged    = errors.New("not a whole index of this version")
+	errIndexOldVersion = errors.New("an index written by an ag that knew no modes")
+)
 
 // decodeIndex reads an index, which keeps data: its paths are strings over it, not copies.
 // Paths are not checked here (see checkout.baseFiles): a scan only compares them with what it
 // finds on disk.
 func decodeIndex(data []byte) (*index, error) {
 	head := len(indexMagic) + 36
-	if bytes.HasPrefix(data, []byte(indexMagicV2)) {
-		head = len(indexMagic) + 12
-	} else if !bytes.HasPrefix(data, []byte(indexMagic)) {
+	if !bytes.HasPrefix(data, []byte(indexMagic)) {
+		if oldIndexVersion(data) {
+			return nil, errIndexOldVersion
+		}
 		return nil, errIndexDamaged
 	}
 	if len(data) < head+4 {
@@ -206,11 +254,9 @@ func decodeIndex(data []byte) (*index, error) {
 	le := binary.LittleEndian
 	x := &index{stamp: int64(le.Uint64(data[len(indexMagic):]))}
 	count := int(le.Uint32(data[len(indexMagic)+8:]))
-	if head > len(indexMagic)+12 {
-		var session [16]byte
-		copy(session[:], data[len(indexMagic)+12:])
-		x.watch = watchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
-	}
+	var session [16]byte
+	copy(session[:], data[len(indexMagic)+12:])
+	x.watch = watchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
 	if count > (len(body)-head)/indexRecord {
 		return nil, errIndexDamaged
 	}
@@ -223,7 +269,8 @@ func decodeIndex(data []byte) (*index, error) {
 	for i := range x.entries {
 		r := records[i*indexRecord : (i+1)*indexRecord]
 		off, n, flags := int(le.Uint32(r)), int(le.Uint32(r[4:])), le.Uint32(r[8:])
-		if off != end || n == 0 || n > len(names)-off || flags&^(entryInBase|entryHashed) != 0 {
+		mode, ok := modeOfFlags(flags)
+		if off != end || n == 0 || n > len(names)-off || flags&^entryAllFlag != 0 || !ok || flags&entryInBase == 0 && flags&entryModes != 0 {
 			return nil, errIndexDamaged
 		}
 		end = off + n
@@ -233,6 +280,9 @@ func decodeIndex(data []byte) (*index, error) {
 			return nil, errIndexDamaged
 		}
 		e.inBase, e.hashed = flags&entryInBase != 0, flags&entryHashed != 0
+		if e.inBase {
+			e.baseMode = mode
+		}
 		copy(e.base[:], r[12:44])
 		e.stat = fileStat{size: int64(le.Uint64(r[44:])), mtime: int64(le.Uint64(r[52:])), ctime: int64(le.Uint64(r[60:])), ino: le.Uint64(r[68:]), mode: le.Uint32(r[76:])}
 		copy(e.local[:], r[80:112])
@@ -241,6 +291,12 @@ func decodeIndex(data []byte) (*index, error) {
 		return nil, errIndexDamaged
 	}
 	return x, nil
+}
+
+// oldIndexVersion reports whether data begins as an index of a version before modes (2 or 3).
+func oldIndexVersion(data []byte) bool {
+	rest, ok := bytes.CutPrefix(data, []byte(indexMagicPrefix))
+	return ok && len(rest) > 0 && (rest[0] == 2 || rest[0] == 3)
 }
 
 // validIndexName reports whether name is one saveIn gives an index file: checkout.json names
@@ -284,15 +340,15 @@ func readIndex(root *os.Root, name string) (*index, error) {
 	return x, nil
 }
 
-// baseIndex answers an index of the base files (path → digest), carrying over what old knows of
-// the files on disk.
-func baseIndex(files map[string]string, old *index) (*index, error) {
+// baseIndex answers an index of the base files, carrying over what old knows of the files on
+// disk.
+func baseIndex(files map[string]treeFile, old *index) (*index, error) {
 	x := &index{entries: make([]indexEntry, 0, len(files))}
 	if old != nil {
 		x.stamp, x.window, x.watch = old.stamp, old.window, old.watch
 		for _, e := range old.entries {
 			if e.hashed {
-				e.inBase, e.base = false, sha256Sum{}
+				e.inBase, e.base, e.baseMode = false, sha256Sum{}, ""
 				x.entries = append(x.entries, e)
 			}
 		}
@@ -301,16 +357,16 @@ func baseIndex(files map[string]string, old *index) (*index, error) {
 	for i, e := range x.entries {
 		pos[e.path] = i
 	}
-	for p, d := range files {
-		sum, ok := parseSum(d)
-		if !ok {
-			return nil, fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
+	for p, f := range files {
+		sum, err := f.baseSum()
+		if err != nil {
+			return nil, fmt.Errorf("file %q %v", shortPath(p), err)
 		}
 		if i, ok := pos[p]; ok {
-			x.entries[i].inBase, x.entries[i].base = true, sum
+			x.entries[i].inBase, x.entries[i].base, x.entries[i].baseMode = true, sum, f.mode
 			continue
 		}
-		x.entries = append(x.entries, indexEntry{path: p, inBase: true, base: sum})
+		x.entries = append(x.entries, indexEntry{path: p, inBase: true, base: sum, baseMode: f.mode})
 	}
 	slices.SortFunc(x.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
 	return x, nil
@@ -347,17 +403,18 @@ func saveIndex(root *os.Root, name string, x *index) error {
 
 // checkBase refuses base files no ag wrote: ag writes, reverts and removes files by these
 // paths, so a path into .git or out of the checkout must not pass because the index was edited
-// by hand, copied from someone else, or damaged.
-func checkBase(files map[string]string) error {
-	for p, d := range files {
+// by hand, copied from someone else, or damaged; nor a path under another of them, which a
+// write would reach through a link.
+func checkBase(files map[string]treeFile) error {
+	for p, f := range files {
 		if err := repo.ValidatePath(p, false); err != nil {
 			return fmt.Errorf("file %q %v", shortPath(p), err)
 		}
-		if !repo.IsDigest(d) {
-			return fmt.Errorf("file %q has %q for a digest", shortPath(p), d)
+		if err := f.check(); err != nil {
+			return fmt.Errorf("file %q %v", shortPath(p), err)
 		}
 	}
-	return nil
+	return checkNothingUnder(files)
 }
 
 // pathTable finds the entries of an index by path. A scan looks up every file it finds, as

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -39,7 +40,7 @@ func statTestCheckout(t *testing.T, files map[string]string) *checkout {
 		}
 		base[p] = repo.Digest([]byte(content))
 	}
-	co.setBase("rev_1", base)
+	co.setBase("rev_1", regularFiles(base))
 	if err := co.save(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func scanEdits(t *testing.T, co *checkout) ([]string, *scan) {
 	for p, f := range plain {
 		if d, ok := base[p]; !ok {
 			want = append(want, "added "+p)
-		} else if d != f.digest {
+		} else if d.digest != f.digest {
 			want = append(want, "modified "+p)
 		}
 	}
@@ -243,7 +244,7 @@ func TestIndexSurvivesACrash(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(agDir, ".ag-write-crashed"), whole[:10], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	other, err := baseIndex(map[string]string{"other.txt": repo.Digest([]byte("x"))}, nil)
+	other, err := baseIndex(regularFiles(map[string]string{"other.txt": repo.Digest([]byte("x"))}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,6 +325,7 @@ func TestIndexEncoding(t *testing.T) {
 	for i, p := range []string{"\"quoted\".txt", "a.txt", "dir/with space.txt", "line\nbreak", "ünï/cödé"} {
 		e := indexEntry{path: p, inBase: i%2 == 0, hashed: i != 2}
 		e.base = sha256.Sum256([]byte("base " + p))
+		e.baseMode = []string{repo.ModeExecutable, "", repo.ModeSymlink, "", repo.ModeFile}[i]
 		if !e.inBase {
 			e.base = sha256Sum{}
 		}
@@ -342,13 +344,18 @@ func TestIndexEncoding(t *testing.T) {
 	if got.stamp != x.stamp || got.watch != x.watch || !slices.Equal(got.entries, x.entries) {
 		t.Errorf("read back %+v, want %+v", got, x)
 	}
-	// The version before the watcher's token: the same without those 24 bytes.
+	// The versions before modes (2, without the watcher's token, and 3) are refused as such,
+	// never read as a base of plain files.
 	head := len(indexMagic) + 12
-	v2 := append([]byte(indexMagicV2), encoded[len(indexMagic):head]...)
+	v2 := append([]byte("ag-index\x00\x02"), encoded[len(indexMagic):head]...)
 	v2 = append(v2, encoded[head+24:len(encoded)-4]...)
 	v2 = binary.LittleEndian.AppendUint32(v2, crc32.Checksum(v2, castagnoli))
-	if got, err := decodeIndex(v2); err != nil || got.watch != (watchToken{}) || !slices.Equal(got.entries, x.entries) {
-		t.Errorf("an index of the version before read back %+v, %v; want the same entries and no token", got, err)
+	v3 := append([]byte("ag-index\x00\x03"), encoded[len(indexMagic):len(encoded)-4]...)
+	v3 = binary.LittleEndian.AppendUint32(v3, crc32.Checksum(v3, castagnoli))
+	for name, old := range map[string][]byte{"2": v2, "3": v3} {
+		if got, err := decodeIndex(old); !errors.Is(err, errIndexOldVersion) {
+			t.Errorf("an index of version %s read back %+v, %v; want it refused as of a version before modes", name, got, err)
+		}
 	}
 	x.entries[1], x.entries[2] = x.entries[2], x.entries[1]
 	if _, err := decodeIndex(x.encode()); err == nil {

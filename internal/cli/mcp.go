@@ -40,7 +40,7 @@ one, printed once to stderr, when neither is set). docs/agents.md shows an MCP h
 configuration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -91,12 +91,16 @@ func newMCPAgent(dir, server, token string) *mcpAgent {
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands
 // in the same checkout between two tool calls.
-func (a *mcpAgent) workspace() (*workspace, error) {
+func (a *mcpAgent) workspace(ctx context.Context) (*workspace, error) {
 	co, err := findCheckout(a.dir)
 	if err != nil {
 		return nil, err
 	}
-	return &workspace{co: co, c: a.c}, nil
+	ws := &workspace{co: co, c: a.c}
+	if err := ws.rebuildOldIndex(ctx); err != nil {
+		return nil, err
+	}
+	return ws, nil
 }
 
 // scrub removes the agent's token from a text an MCP host will see. No tool puts it there on

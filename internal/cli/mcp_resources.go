@@ -28,6 +28,10 @@ type mainlineListing struct {
 type listingEntry struct {
 	Path string `json:"path"`
 	Size uint64 `json:"size"`
+	// Mode is git's: 100644, 100755 (executable), 120000 (a symbolic link, its target the
+	// content) or 160000 (a submodule at Commit, which ag does not hold).
+	Mode   string `json:"mode"`
+	Commit string `json:"commit,omitempty"`
 }
 
 // addResources adds the mainline of the checkout's repository: its file listing, and each
@@ -37,7 +41,7 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 	base := "ag://" + repository + "/mainline"
 	s.AddResource(&mcp.Resource{
 		URI: base, Name: "mainline", MIMEType: "application/json",
-		Description: "The files of " + repository + "'s mainline now: its revision, and each file's path and size.",
+		Description: "The files of " + repository + "'s mainline now: its revision, and each file's path, size and git mode (100644, 100755 executable, 120000 a symbolic link, 160000 a submodule with its commit).",
 	}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		tree, err := a.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: repository})
 		if err != nil {
@@ -45,7 +49,11 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 		}
 		l := mainlineListing{Repository: repository, Revision: tree.GetRevision(), Files: []listingEntry{}}
 		for _, e := range tree.GetEntries() {
-			l.Files = append(l.Files, listingEntry{Path: e.GetPath(), Size: e.GetSize()})
+			mode := e.GetMode()
+			if mode == "" {
+				mode = repo.ModeFile
+			}
+			l.Files = append(l.Files, listingEntry{Path: e.GetPath(), Size: e.GetSize(), Mode: mode, Commit: e.GetGitlinkCommit()})
 		}
 		b, err := json.MarshalIndent(l, "", "  ")
 		if err != nil {
@@ -56,7 +64,7 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 	// {+path} keeps the slashes of a path as they are (RFC 6570 reserved expansion).
 	s.AddResourceTemplate(&mcp.ResourceTemplate{
 		URITemplate: base + "/{+path}", Name: "mainline-file",
-		Description: "A file of " + repository + "'s mainline as it is now, by its repository path (" + base + "/src/a.go).",
+		Description: "A file of " + repository + "'s mainline as it is now, by its repository path (" + base + "/src/a.go); a symbolic link's content is its target.",
 	}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		uri := req.Params.URI
 		p, err := url.PathUnescape(strings.TrimPrefix(uri, base+"/"))
@@ -79,6 +87,9 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 		}
 		if entry == nil {
 			return nil, mcp.ResourceNotFoundError(uri)
+		}
+		if entry.GetMode() == repo.ModeGitlink {
+			return nil, fmt.Errorf("%s is a submodule at commit %s, another repository's: ag holds none of its files", p, entry.GetGitlinkCommit())
 		}
 		if entry.GetSize() > maxResourceBytes {
 			return nil, fmt.Errorf("%s is %d bytes, more than the %d a resource answers: read it from the checkout on disk after sync", p, entry.GetSize(), maxResourceBytes)

@@ -265,7 +265,7 @@ func TestMCPTwoAgents(t *testing.T) {
 			var st statusOut
 			alice.ok("status", nil, &st)
 			if st.Behind || len(st.Leases) != 1 || st.Leases[0].ID != got.Lease.ID || len(st.Unleased) != 0 ||
-				!slices.Equal(st.Edits, []fileView{{Path: "src/a.go", Kind: "modified"}}) {
+				!slices.Equal(st.Edits, []fileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
 				t.Errorf("alice's status: %+v, want src/a.go modified under her one lease, not behind", st)
 			}
 

@@ -34,7 +34,7 @@ const mcpInstructions = "ag coordinates many agents editing one repository. You 
 
 // newMCPServer answers the MCP server of agent a: its tools and resources.
 func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
-	ws, err := a.workspace()
+	co, err := findCheckout(a.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
 	addTool(s, a, &mcp.Tool{Name: "change_show", Description: "A change by id: its state (queued, validating, integrated, rejected, cancelled), place in the queue, revisions and, when rejected, the reason with the failing output's tail. wait=true waits up to 60 s for it to be final.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.changeShow)
 	addTool(s, a, &mcp.Tool{Name: "job_list", Description: "Jobs of the server's queue, newest first (validate jobs among them): for operators following validation runs.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobList)
 	addTool(s, a, &mcp.Tool{Name: "job_show", Description: "One job by id, with its payload, result and the tail of its output.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobShow)
-	addResources(s, a, ws.co.Repository)
+	addResources(s, a, co.Repository)
 	return s, nil
 }
 
@@ -124,8 +124,11 @@ func newLeaseView(l *agwpv1.Lease, mine bool) leaseView {
 }
 
 type fileView struct {
-	Path string `json:"path"`
-	Kind string `json:"kind" jsonschema:"added, modified or deleted"`
+	Path     string `json:"path"`
+	Kind     string `json:"kind" jsonschema:"added, modified or deleted"`
+	Mode     string `json:"mode,omitempty" jsonschema:"the file's git mode on disk: 100644 a file, 100755 an executable file, 120000 a symbolic link (its target is its content); none for a deletion"`
+	BaseMode string `json:"base_mode,omitempty" jsonschema:"the file's mode in the base revision; none for an addition. A mode that differs from base_mode is part of the edit (chmod +x alone is one)"`
+	Target   string `json:"target,omitempty" jsonschema:"a symbolic link's target: integrate sends the link, never what it points to"`
 }
 
 type changeView struct {
@@ -197,17 +200,26 @@ type statusOut struct {
 	Mainline     string      `json:"mainline" jsonschema:"the repository's mainline revision now"`
 	Behind       bool        `json:"behind" jsonschema:"the mainline moved on since base_revision: sync brings it in"`
 	Edits        []fileView  `json:"edits" jsonschema:"local edits against base_revision"`
+	Submodules   []submodule `json:"submodules" jsonschema:"the base revision's submodules, each at its commit: ag does not fetch them, their directories stay empty, and nothing in them is integrated"`
 	Leases       []leaseView `json:"leases" jsonschema:"the leases this checkout holds, with the time left"`
 	Unleased     []string    `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
 }
 
 func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
 	var out statusOut
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
 	edits, err := ws.co.localEdits()
+	if err != nil {
+		return nil, out, err
+	}
+	targets, err := ws.co.linkTargets(edits)
+	if err != nil {
+		return nil, out, err
+	}
+	submodules, err := ws.co.submodules()
 	if err != nil {
 		return nil, out, err
 	}
@@ -220,10 +232,10 @@ func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusI
 		return nil, out, err
 	}
 	out = statusOut{Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
-		Mainline: r.GetRepository().GetMainline(), Edits: []fileView{}, Leases: mine, Unleased: []string{}}
+		Mainline: r.GetRepository().GetMainline(), Edits: []fileView{}, Submodules: submodules, Leases: mine, Unleased: []string{}}
 	out.Behind = out.Mainline != out.BaseRevision
 	for _, e := range edits {
-		out.Edits = append(out.Edits, fileView{Path: e.path, Kind: e.kind})
+		out.Edits = append(out.Edits, fileView{Path: e.path, Kind: e.kind, Mode: e.mode, BaseMode: e.baseMode, Target: targets[e.path]})
 		if !coveredBy(e.path, mine) {
 			out.Unleased = append(out.Unleased, e.path)
 		}
@@ -299,7 +311,7 @@ func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, out, err
 	}
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -316,7 +328,7 @@ func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in 
 	// held by nobody's checkout until it expires.
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err = a.workspace()
+	ws, err = a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -372,7 +384,7 @@ func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in le
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -452,7 +464,7 @@ func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -502,7 +514,7 @@ type leaseListOut struct {
 
 func (a *mcpAgent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in leaseListIn) (*mcp.CallToolResult, leaseListOut, error) {
 	out := leaseListOut{Leases: []leaseView{}}
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -558,7 +570,7 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 	if err != nil {
 		return nil, out, err
 	}
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -633,7 +645,7 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 
 // syncTo brings the checkout to revision; the caller holds a.mu.
 func (a *mcpAgent) syncTo(ctx context.Context, revision string) error {
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return err
 	}
@@ -712,7 +724,7 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -782,6 +794,8 @@ type diffOut struct {
 type diffFileView struct {
 	Path     string `json:"path"`
 	Status   string `json:"status" jsonschema:"added, modified or deleted"`
+	Mode     string `json:"mode,omitempty" jsonschema:"the file's git mode on disk (100644, 100755, 120000); none for a deletion"`
+	BaseMode string `json:"base_mode,omitempty" jsonschema:"the file's mode in the base revision; none for an addition"`
 	Conflict bool   `json:"conflict" jsonschema:"the file still holds conflict markers"`
 	Binary   bool   `json:"binary"`
 	Diff     string `json:"diff" jsonschema:"unified diff against the base revision, headers included"`
@@ -798,7 +812,7 @@ func (a *mcpAgent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}
@@ -808,7 +822,7 @@ func (a *mcpAgent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) 
 	}
 	out.BaseRevision = d.BaseRevision
 	for _, f := range d.Files {
-		out.Files = append(out.Files, diffFileView{Path: f.Path, Status: f.Status, Conflict: f.Conflict, Binary: f.Binary, Diff: f.Diff})
+		out.Files = append(out.Files, diffFileView{Path: f.Path, Status: f.Status, Mode: f.Mode, BaseMode: f.BaseMode, Conflict: f.Conflict, Binary: f.Binary, Diff: f.Diff})
 	}
 	return nil, out, nil
 }
@@ -834,7 +848,7 @@ func (a *mcpAgent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revert
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws, err := a.workspace()
+	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
 	}

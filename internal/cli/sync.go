@@ -97,17 +97,36 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		return nil, err
 	}
 	defer root.Close()
+	reader, err := newCheckoutReader(root)
+	if err != nil {
+		return nil, err
+	}
+	defer reader.close()
 
 	res := newSyncResult(ws.co.BaseRevision, tree.GetRevision())
-	var writes, deletes, merges []string
+	var writes, deletes, merges, submoduleDirs []string
 	contents := map[string][]byte{} // contents of writes known before fetching: merges, restored local edits
+	modes := map[string]string{}    // the mode each write gives its path
 	drop := map[string]bool{}       // conflict records that go
 	take := func(p string) {
-		if _, ok := target[p]; ok {
-			writes = append(writes, p)
+		want, inTarget := target[p]
+		_, inBase := baseFiles[p]
+		e, edited := local[p]
+		if (edited && e.kind != "deleted") || (!edited && inBase) {
+			if !inTarget || want.gitlink() {
+				// What is there goes: the revision has nothing there, or a submodule's directory.
+				deletes = append(deletes, p)
+			}
+		}
+		switch {
+		case inTarget && want.gitlink():
+			submoduleDirs = append(submoduleDirs, p)
 			res.Updated = append(res.Updated, p)
-		} else if e, edited := local[p]; (edited && e.kind != "deleted") || (!edited && baseFiles[p] != "") {
-			deletes = append(deletes, p)
+		case inTarget:
+			writes = append(writes, p)
+			modes[p] = want.mode
+			res.Updated = append(res.Updated, p)
+		case (edited && e.kind != "deleted") || (!edited && inBase):
 			res.Deleted = append(res.Deleted, p)
 		}
 	}
@@ -127,6 +146,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 				}
 				contents[p] = content
 				writes = append(writes, p)
+				modes[p] = e.mode
 				res.Kept = append(res.Kept, p)
 				drop[p] = true
 				return nil
@@ -141,7 +161,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		case !upstream:
 			// Unchanged in the revision: a local edit stays as it is.
 		case !edited,
-			inTarget && e.kind != "deleted" && e.digest == want,
+			inTarget && e.kind != "deleted" && e.digest == want.digest && e.mode == want.mode,
 			!inTarget && e.kind == "deleted":
 			// Not edited, or edited to what the revision has: taking it clobbers nothing.
 			take(p)
@@ -176,29 +196,55 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		}
 	}
 
-	// Three-way merges of the files both sides changed.
+	// Three-way merges of the files both sides changed: the content, line by line, and the mode.
 	newConflicts := map[string]conflictRecord{}
 	oursContent := map[string][]byte{}
 	for _, p := range merges {
-		var base []byte
-		if d, ok := baseFiles[p]; ok {
-			if base, err = ws.c.Blob(ctx, d); err != nil {
-				return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
-			}
+		base, inBase := baseFiles[p]
+		want, e := target[p], local[p]
+		if reason := unmergeable(base, inBase, e.mode, want); reason != "" {
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: reason})
+			continue
 		}
-		theirs, err := ws.c.Blob(ctx, target[p])
-		if err != nil {
-			return nil, fmt.Errorf("fetch %s: %w", p, err)
+		mode, ok := mergeModes(base.mode, e.mode, want.mode)
+		if !ok {
+			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("the mode changed on both sides: %s here, %s in the mainline", e.mode, want.mode)})
+			continue
 		}
-		ours, err := root.ReadFile(filepath.FromSlash(p))
+		ours, err := reader.readFile(p)
 		if err != nil {
 			return nil, err
 		}
-		if isBinary(base) || isBinary(ours) || isBinary(theirs) {
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "a binary file changed on both sides"})
-			continue
+		var merged []byte
+		n := 0
+		switch {
+		case e.digest == want.digest:
+			merged = ours
+		case inBase && want.digest == base.digest:
+			// Only the mode changed in the mainline.
+			merged = ours
+		default:
+			theirs, err := ws.c.Blob(ctx, want.digest)
+			if err != nil {
+				return nil, fmt.Errorf("fetch %s: %w", p, err)
+			}
+			if inBase && e.digest == base.digest {
+				// Only the mode changed here.
+				merged = theirs
+				break
+			}
+			var baseContent []byte
+			if inBase {
+				if baseContent, err = ws.c.Blob(ctx, base.digest); err != nil {
+					return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
+				}
+			}
+			if isBinary(baseContent) || isBinary(ours) || isBinary(theirs) {
+				res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "a binary file changed on both sides"})
+				continue
+			}
+			merged, n = merge3(baseContent, ours, theirs)
 		}
-		merged, n := merge3(base, ours, theirs)
 		switch {
 		case n == 0:
 			res.Merged = append(res.Merged, p)
@@ -212,10 +258,12 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		}
 		contents[p] = merged
 		writes = append(writes, p)
+		modes[p] = mode
 		drop[p] = true
 	}
 	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Path < res.Conflicts[j].Path })
 	sort.Strings(res.Merged)
+	sort.Strings(res.Updated)
 	if refused := unmarked(res.Conflicts); len(refused) > 0 {
 		return res, withExit(ExitConflict, refusal(refused))
 	}
@@ -226,7 +274,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	for _, p := range deletes {
 		deleting[p] = true
 	}
-	blocked, err := inTheWay(root, writes, deleting)
+	blocked, err := inTheWay(root, writes, submoduleDirs, deleting)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +287,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	need := map[string]string{}
 	for _, p := range writes {
 		if _, known := contents[p]; !known {
-			need[p] = target[p]
+			need[p] = target[p].digest
 		}
 	}
 	var prog *progress
@@ -267,7 +315,12 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	// Deletes first: a file the mainline turned into a directory must go before what is written
 	// under it, and the files of a directory it turned into a file before that file.
 	for _, p := range deletes {
-		if err := removeFile(root, p); err != nil {
+		if baseFiles[p].gitlink() {
+			err = removeSubmoduleDir(root, p)
+		} else {
+			err = removeFile(root, p)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -281,7 +334,12 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 				return nil, err
 			}
 		}
-		if err := writeFile(root, p, contents[p]); err != nil {
+		if err := writeEntry(root, p, contents[p], modes[p]); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range submoduleDirs {
+		if err := makeSubmoduleDir(root, p); err != nil {
 			return nil, err
 		}
 	}
@@ -313,6 +371,38 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			res.To, strings.Join(paths, ", ")))
 	}
 	return res, nil
+}
+
+// unmergeable answers why a path that both the mainline (want) and a local edit (of mode
+// ours) changed cannot be merged, or "": a symbolic link on either side or in the base, whose
+// target is no text to merge, or a submodule in the mainline.
+func unmergeable(base treeFile, inBase bool, ours string, want treeFile) string {
+	switch {
+	case want.gitlink():
+		return "changed locally, a submodule in the mainline"
+	case ours == repo.ModeSymlink && want.mode == repo.ModeSymlink:
+		return "a symbolic link changed on both sides"
+	case ours == repo.ModeSymlink:
+		return "a symbolic link here, a file in the mainline"
+	case want.mode == repo.ModeSymlink:
+		return "a file here, a symbolic link in the mainline"
+	case inBase && base.mode == repo.ModeSymlink:
+		return "a symbolic link made a file on both sides"
+	}
+	return ""
+}
+
+// mergeModes merges the modes of a file both sides changed, as git does: a side that kept the
+// base's mode takes the other's; two different changes do not merge. A path new on both sides
+// has no base ("").
+func mergeModes(base, ours, theirs string) (string, bool) {
+	switch {
+	case ours == theirs, theirs == base:
+		return ours, true
+	case ours == base:
+		return theirs, true
+	}
+	return "", false
 }
 
 // stillKept reports whether a kept local content is still needed by a conflict record.
@@ -383,7 +473,7 @@ changes nothing (exit code 4) unless told how to go on:
                   integrate can send it; after --merge, back to the version before the merge`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -449,7 +539,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 		Short: "the checkout's local edits (all, or under the paths named) as a unified diff against the base revision",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -494,28 +584,67 @@ func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, erro
 		return out, err
 	}
 	defer root.Close()
+	reader, err := newCheckoutReader(root)
+	if err != nil {
+		return out, err
+	}
+	defer reader.close()
 	for _, e := range edits {
 		var before, after []byte
-		aName, bName := "a/"+e.path, "b/"+e.path
-		if e.kind == "added" {
-			aName = "/dev/null"
-		} else if before, err = ws.c.Blob(ctx, e.base); err != nil {
-			return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
+		if e.kind != "added" {
+			if before, err = ws.c.Blob(ctx, e.base); err != nil {
+				return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
+			}
 		}
-		if e.kind == "deleted" {
-			bName = "/dev/null"
-		} else if after, err = root.ReadFile(filepath.FromSlash(e.path)); err != nil {
-			return out, err
-		}
-		d := unifiedDiff(aName, bName, before, after)
-		if e.kind != "modified" && len(before)+len(after) == 0 {
-			d = fmt.Sprintf("--- %s\n+++ %s\n", aName, bName) // an empty file added or deleted
+		if e.kind != "deleted" {
+			if after, err = reader.readEntry(e.path, e.mode); err != nil {
+				return out, err
+			}
 		}
 		out.Files = append(out.Files, diffFileJSON{
-			Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Binary: isBinary(before) || isBinary(after), Diff: d,
+			Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Binary: isBinary(before) || isBinary(after),
+			Mode: e.mode, BaseMode: e.baseMode, Diff: editDiff(e, before, after),
 		})
 	}
 	return out, nil
+}
+
+// editDiff answers an edit's diff as git prints it: a plain file's as diff -u does, and, when
+// a side is executable or a link, after a "diff --git" line with the modes (old mode, new
+// mode; new file mode; deleted file mode). A link's content is its target, with no newline
+// at its end. A file made a link, or a link made a file, is the one deleted and the other
+// added, as git shows it.
+func editDiff(e localEdit, before, after []byte) string {
+	if e.kind == "modified" && (e.mode == repo.ModeSymlink) != (e.baseMode == repo.ModeSymlink) {
+		return editDiff(localEdit{path: e.path, kind: "deleted", baseMode: e.baseMode}, before, nil) +
+			editDiff(localEdit{path: e.path, kind: "added", mode: e.mode}, nil, after)
+	}
+	aName, bName := "a/"+e.path, "b/"+e.path
+	var modes string
+	switch e.kind {
+	case "added":
+		aName = "/dev/null"
+		if e.mode != repo.ModeFile {
+			modes = "new file mode " + e.mode + "\n"
+		}
+	case "deleted":
+		bName = "/dev/null"
+		if e.baseMode != repo.ModeFile {
+			modes = "deleted file mode " + e.baseMode + "\n"
+		}
+	default:
+		if e.mode != e.baseMode {
+			modes = "old mode " + e.baseMode + "\nnew mode " + e.mode + "\n"
+		}
+	}
+	d := unifiedDiff(aName, bName, before, after)
+	if e.kind != "modified" && len(before)+len(after) == 0 {
+		d = fmt.Sprintf("--- %s\n+++ %s\n", aName, bName) // an empty file added or deleted
+	}
+	if e.mode != "" && e.mode != repo.ModeFile || e.baseMode != "" && e.baseMode != repo.ModeFile {
+		return fmt.Sprintf("diff --git a/%s b/%s\n", e.path, e.path) + modes + d
+	}
+	return d
 }
 
 // diffJSON is what `ag diff --json` prints.
@@ -529,7 +658,9 @@ type diffFileJSON struct {
 	Status   string `json:"status"` // added, modified or deleted
 	Conflict bool   `json:"conflict,omitempty"`
 	Binary   bool   `json:"binary"`
-	Diff     string `json:"diff"` // the unified diff, headers included
+	Mode     string `json:"mode,omitempty"`     // the local mode, unless deleted
+	BaseMode string `json:"baseMode,omitempty"` // the base revision's mode, unless added
+	Diff     string `json:"diff"`               // the unified diff, headers included
 }
 
 func newRevertCmd(g *globals) *cobra.Command {
@@ -538,7 +669,7 @@ func newRevertCmd(g *globals) *cobra.Command {
 		Short: "drop the local edits of files (or of directories, as a/): back to the base revision, a new file removed",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace()
+			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -566,7 +697,7 @@ func newRevertCmd(g *globals) *cobra.Command {
 }
 
 // revertEdits drops the local edits under sel: modified and deleted files go back to the base
-// revision, added ones are removed. Nothing changes when something of the user's stands where a
+// revision, with its mode (a link as the link it was), added ones are removed. Nothing changes when something of the user's stands where a
 // base file goes back.
 func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, error) {
 	out := revertJSON{Reverted: []editJSON{}}
@@ -593,7 +724,7 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 	if err != nil {
 		return out, fmt.Errorf("the base revision's files: %w", err)
 	}
-	if blocked, err := inTheWay(root, restore, map[string]bool{}); err != nil {
+	if blocked, err := inTheWay(root, restore, nil, map[string]bool{}); err != nil {
 		return out, err
 	} else if len(blocked) > 0 {
 		return out, withExit(ExitConflict, fmt.Errorf("something of yours stands where the base revision has a file; nothing was reverted. Move these aside first: %s", strings.Join(blocked, ", ")))
@@ -602,7 +733,7 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 		if e.kind == "added" {
 			err = removeFile(root, e.path)
 		} else {
-			err = writeFile(root, e.path, contents[e.path])
+			err = writeEntry(root, e.path, contents[e.path], e.baseMode)
 		}
 		if err != nil {
 			return out, err
@@ -625,11 +756,13 @@ type revertJSON struct {
 	Reverted []editJSON `json:"reverted"` // the edits dropped, by what they were
 }
 
-// inTheWay answers, described for a message, what stands where writes must go and is not ag's to
-// remove: a symbolic link or special file on the way to a write, a file of the user's where the
-// mainline now has a directory, and, under a directory where the mainline now has a file,
-// anything but the files this sync deletes (a file the user added, a nested .git).
-func inTheWay(root *os.Root, writes []string, deleting map[string]bool) ([]string, error) {
+// inTheWay answers, described for a message, what stands where writes (files and links) and
+// submodules' directories must go and is not ag's to remove: a symbolic link or special file on
+// the way to a write, a file of the user's where the mainline now has a directory, and, under a
+// directory where the mainline now has a file, anything but the files this sync deletes (a file
+// the user added, a nested .git). A file or link at the very path written is replaced, never
+// written through: the conflict rules decided it may go.
+func inTheWay(root *os.Root, writes, submoduleDirs []string, deleting map[string]bool) ([]string, error) {
 	var blocked []string
 	seen := map[string]bool{}
 	block := func(p, why string) {
@@ -639,15 +772,21 @@ func inTheWay(root *os.Root, writes []string, deleting map[string]bool) ([]strin
 		}
 	}
 	for _, p := range writes {
-		if err := checkWayTo(root, p, deleting, block); err != nil {
+		if err := checkWayTo(root, p, false, deleting, block); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range submoduleDirs {
+		if err := checkWayTo(root, p, true, deleting, block); err != nil {
 			return nil, err
 		}
 	}
 	return blocked, nil
 }
 
-// checkWayTo reports to block what stands on the way to writing the file p, from the top.
-func checkWayTo(root *os.Root, p string, deleting map[string]bool, block func(p, why string)) error {
+// checkWayTo reports to block what stands on the way to writing the file p (the directory p,
+// for a submodule), from the top.
+func checkWayTo(root *os.Root, p string, dir bool, deleting map[string]bool, block func(p, why string)) error {
 	segs := strings.Split(p, "/")
 	for i := 1; i <= len(segs); i++ {
 		at := strings.Join(segs[:i], "/")
@@ -659,13 +798,14 @@ func checkWayTo(root *os.Root, p string, deleting map[string]bool, block func(p,
 			return err
 		}
 		last := i == len(segs)
+		kept := tracked(statOfInfo(info).mode)
 		switch {
-		case info.IsDir() && !last:
+		case info.IsDir() && (!last || dir):
 			continue
 		case info.IsDir():
 			return leftoversUnder(root, at, at, deleting, block)
-		case info.Mode().IsRegular() && (last || deleting[at]):
-			// Overwritten under the conflict rules, or deleted before the write.
+		case kept && (last && !dir || deleting[at]):
+			// Replaced under the conflict rules, or deleted before the write.
 		case info.Mode().IsRegular():
 			block(at, "a file of yours where the mainline now has a directory")
 		default:
@@ -694,7 +834,7 @@ func leftoversUnder(root *os.Root, file, dir string, deleting map[string]bool, b
 			if err := leftoversUnder(root, file, p, deleting, block); err != nil {
 				return err
 			}
-		case e.Type().IsRegular() && deleting[p]:
+		case (e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0) && deleting[p]:
 		case e.Type().IsRegular():
 			block(p, "a file of yours, where the mainline now has the file "+file)
 		default:

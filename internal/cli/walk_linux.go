@@ -12,7 +12,8 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// statWalk lists the regular files under dir with their stats, as walkFiles does, by system
+// statWalk lists the regular files and symbolic links under dir with their stats, as walkFiles
+// does, by system
 // calls: a scan of 100,000 files is one fstatat each and little else, where os.Root's walk
 // allocated a FileInfo and a DirEntry per file and took twice as long. Directories are opened
 // with openat2 beneath dir and without following any symbolic link, which is what os.Root
@@ -100,8 +101,8 @@ func (w *dirWalk) work(out *walkedFiles) {
 	}
 }
 
-// readDir lists one directory: its regular files into out with their stats, its
-// subdirectories into subdirs; what is neither (a symbolic link, a device) is no file of the
+// readDir lists one directory: its regular files and links into out with their stats, its
+// subdirectories into subdirs; what is none of them (a device, a FIFO) is no file of the
 // checkout.
 func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte, out *walkedFiles, subdirs *[]string) error {
 	name := dir
@@ -138,7 +139,7 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 			}
 			*path = append(append((*path)[:0], dir...), entry...)
 			typ := types[i]
-			if typ == unix.DT_UNKNOWN || typ == unix.DT_REG {
+			if typ == unix.DT_UNKNOWN || typ == unix.DT_REG || typ == unix.DT_LNK {
 				if err := unix.Fstatat(fd, entry, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 					if errors.Is(err, unix.ENOENT) {
 						continue
@@ -150,14 +151,17 @@ func (w *dirWalk) readDir(dir string, buf []byte, names *[]string, path *[]byte,
 					typ = unix.DT_REG
 				case unix.S_IFDIR:
 					typ = unix.DT_DIR
+				case unix.S_IFLNK:
+					typ = unix.DT_LNK
 				default:
-					typ = unix.DT_LNK // not a regular file: left out below
+					typ = unix.DT_UNKNOWN // a device, a FIFO, a socket: no path of a repository
 				}
 			}
 			switch typ {
 			case unix.DT_DIR:
 				*subdirs = append(*subdirs, string(*path)+"/")
-			case unix.DT_REG:
+			case unix.DT_REG, unix.DT_LNK:
+				// A link is a path of its own, its target its content: never followed.
 				out.add(*path, statOfSys(&st))
 			}
 		}

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -47,10 +46,16 @@ type checkout struct {
 
 	root string
 	idx  *index // nil until loadIndex
-	// files are the base revision's files, path → digest: nil until baseFiles or setBase.
+	// base is the base revision's tree: nil until baseFiles or setBase.
+	base map[string]treeFile
+	// files are the base's files and links, path → digest: what `ag checkout`'s writer
+	// (writeCheckout) fetches and writes, each as a plain file; finishCheckout then gives them
+	// their modes.
 	files map[string]string
-	// baseChanged is set when files are not yet those of the index Index names.
+	// baseChanged is set when base is not yet that of the index Index names.
 	baseChanged bool
+	// written are the stats of the files `ag checkout` wrote, until saveIn records them.
+	written map[string]fileStat
 }
 
 // conflictRecord is a file a sync merged with conflicts.
@@ -75,11 +80,16 @@ func (c *checkout) conflicted(edits []localEdit) (map[string]bool, error) {
 		return nil, err
 	}
 	defer root.Close()
+	r, err := newCheckoutReader(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
 	for _, e := range edits {
-		if _, ok := c.Conflicts[e.path]; !ok || e.kind == "deleted" {
+		if _, ok := c.Conflicts[e.path]; !ok || e.kind == "deleted" || e.mode == repo.ModeSymlink {
 			continue
 		}
-		content, err := root.ReadFile(filepath.FromSlash(e.path))
+		content, err := r.readFile(e.path)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +140,7 @@ type heldLease struct {
 // a path (.ag/conflicts/<digest>), must not pass because the file was edited by hand, copied
 // from someone else, or damaged.
 func (c *checkout) check() error {
-	if err := checkBase(c.LegacyFiles); err != nil {
+	if err := checkBase(regularFiles(c.LegacyFiles)); err != nil {
 		return err
 	}
 	if c.Index != "" && !validIndexName(c.Index) {
@@ -173,8 +183,9 @@ func findCheckout(dir string) (*checkout, error) {
 				return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", statePath(d), err)
 			}
 			if c.Index == "" {
-				// Made before there was an index (or with no file at all).
-				c.setBase(c.BaseRevision, c.LegacyFiles)
+				// Made before there was an index (or with no file at all), and before modes:
+				// workspace.rebuildOldIndex asks the server for the base's modes.
+				c.setBase(c.BaseRevision, regularFiles(c.LegacyFiles))
 			}
 			return c, nil
 		}
@@ -200,12 +211,19 @@ func (c *checkout) save() error {
 // saveIn writes the state into the checkout opened as root, as every file of a checkout is
 // written: never through a symbolic link.
 func (c *checkout) saveIn(root *os.Root) error {
+	if c.written != nil {
+		if err := c.finishCheckout(root, c.written); err != nil {
+			return err
+		}
+		c.recordStats(c.written)
+		c.written = nil
+	}
 	if !c.baseChanged {
 		return c.saveState(root)
 	}
 	// A new base goes to a new index file, named in checkout.json once it is whole; the old
 	// one goes once checkout.json no longer names it.
-	x, err := baseIndex(c.files, c.idx)
+	x, err := baseIndex(c.base, c.idx)
 	if err != nil {
 		return err
 	}
@@ -237,27 +255,48 @@ func (c *checkout) saveState(root *os.Root) error {
 	return writeStateFile(root, stateDir+"/checkout.json", data)
 }
 
-// setBase makes files (path → digest) the checkout's base revision's, written to a new index at
-// the next save.
-func (c *checkout) setBase(revision string, files map[string]string) {
+// setBase makes files the checkout's base revision's, written to a new index at the next save.
+func (c *checkout) setBase(revision string, files map[string]treeFile) {
 	if files == nil {
-		files = map[string]string{}
+		files = map[string]treeFile{}
 	}
-	c.BaseRevision, c.files, c.baseChanged = revision, files, true
+	c.BaseRevision, c.base, c.baseChanged = revision, files, true
+	c.files = make(map[string]string, len(files))
+	for p, f := range files {
+		if !f.gitlink() {
+			c.files[p] = f.digest
+		}
+	}
 }
 
-// recordWritten records in the index, for the next scan, the stats of base files as they were
+// recordWritten takes the stats of the base files `ag checkout` wrote, for the next save to
+// give them their modes (finishCheckout) and record them in the index (recordStats).
+func (c *checkout) recordWritten(written map[string]fileStat) {
+	c.written = written
+}
+
+// recordStats records in the index, for the next scan, the stats of base files as they were
 // written: a checkout writes into a directory of its own making, which nothing else writes
 // until it is done, so each file holds its base content with the stat taken. The racy window
 // still applies: files written in the last moments before the index are hashed once.
-func (c *checkout) recordWritten(written map[string]fileStat) {
+func (c *checkout) recordStats(written map[string]fileStat) {
 	x := &index{stamp: time.Now().UnixNano(), window: racyWindow, entries: make([]indexEntry, 0, len(written))}
 	for p, st := range written {
-		if sum, ok := parseSum(c.files[p]); ok {
-			x.entries = append(x.entries, indexEntry{path: p, hashed: true, stat: st, local: sum})
+		if f, ok := c.base[p]; ok && gitModeOfStat(st.mode) == localMode(f.mode) {
+			if sum, ok := parseSum(f.digest); ok {
+				x.entries = append(x.entries, indexEntry{path: p, hashed: true, stat: st, local: sum})
+			}
 		}
 	}
 	c.idx = x
+}
+
+// localMode answers the mode a scan finds for a base file of mode written as the base has it.
+func localMode(mode string) string {
+	if mode == repo.ModeGitlink {
+		return ""
+	}
+	return mode
 }
 
 // loadIndex answers the checkout's index, reading it the first time.
@@ -267,7 +306,7 @@ func (c *checkout) loadIndex(root *os.Root) (*index, error) {
 	}
 	if c.baseChanged {
 		// A base not saved yet: its files with what is known of them on disk.
-		return baseIndex(c.files, c.idx)
+		return baseIndex(c.base, c.idx)
 	}
 	x, err := readIndex(root, c.Index)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -279,6 +318,9 @@ func (c *checkout) loadIndex(root *os.Root) (*index, error) {
 			x, err = readIndex(root, c.Index)
 		}
 	}
+	if errors.Is(err, errIndexOldVersion) {
+		return nil, fmt.Errorf("%s was written by an ag that knew no file modes: run ag status (with the server reachable) to rebuild it", filepath.Join(c.root, stateDir, c.Index))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), err)
 	}
@@ -286,11 +328,11 @@ func (c *checkout) loadIndex(root *os.Root) (*index, error) {
 	return x, nil
 }
 
-// baseFiles answers the base revision's files, path → digest, once every path is one a
-// checkout may hold (see checkBase).
-func (c *checkout) baseFiles() (map[string]string, error) {
-	if c.files != nil {
-		return c.files, nil
+// baseFiles answers the base revision's files, once every path is one a checkout may hold (see
+// checkBase).
+func (c *checkout) baseFiles() (map[string]treeFile, error) {
+	if c.base != nil {
+		return c.base, nil
 	}
 	root, err := os.OpenRoot(c.root)
 	if err != nil {
@@ -301,16 +343,16 @@ func (c *checkout) baseFiles() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := make(map[string]string, len(x.entries))
-	for _, e := range x.entries {
-		if e.inBase {
-			files[e.path] = e.base.String()
+	files := make(map[string]treeFile, len(x.entries))
+	for i := range x.entries {
+		if e := &x.entries[i]; e.inBase {
+			files[e.path] = e.baseFile()
 		}
 	}
 	if err := checkBase(files); err != nil {
 		return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), err)
 	}
-	c.files = files
+	c.base = files
 	return files, nil
 }
 
@@ -339,7 +381,7 @@ func scanTree(dir string) (map[string]localFile, []string, error) {
 		return nil, nil, err
 	}
 	defer root.Close()
-	found, skipped, err := walkFiles(root, false)
+	found, skipped, err := walkFiles(root, false, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -393,10 +435,10 @@ type walked struct {
 // the kernel's work, which two cores do twice as fast.
 var walkWorkers = min(8, 2*runtime.GOMAXPROCS(0))
 
-// walkFiles lists the regular files under root, with their stats when withInfo, and the paths
-// that are not regular files, skipping what no repository may hold. The top-level directories
-// are walked in parallel; the answer is in no particular order.
-func walkFiles(root *os.Root, withInfo bool) ([]walked, []string, error) {
+// walkFiles lists the regular files under root (and the symbolic links, withLinks), with their
+// stats when withInfo, and the paths that are neither, skipping what no repository may hold.
+// The top-level directories are walked in parallel; the answer is in no particular order.
+func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, error) {
 	fsys := root.FS()
 	var (
 		mu      sync.Mutex
@@ -413,7 +455,7 @@ func walkFiles(root *os.Root, withInfo bool) ([]walked, []string, error) {
 		if d.IsDir() {
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() && !(withLinks && d.Type()&fs.ModeSymlink != 0) {
 			*localSkipped = append(*localSkipped, rel)
 			return nil
 		}
@@ -514,7 +556,7 @@ func (w *walkedFiles) path(i int) []byte {
 // walkStatsOfRoot is statWalk through os.Root, for where the system calls it makes are not
 // to be had.
 func walkStatsOfRoot(root *os.Root) ([]walkedFiles, error) {
-	found, _, err := walkFiles(root, true)
+	found, _, err := walkFiles(root, true, true)
 	if err != nil {
 		return nil, err
 	}
@@ -529,6 +571,8 @@ func walkStatsOfRoot(root *os.Root) ([]walkedFiles, error) {
 type scan struct {
 	x     *index
 	found []scanState // per entry of x
+	// submodules are the base's submodules' paths: nothing at or under one is the checkout's.
+	submodules map[string]bool
 	// hash are the files the scan read and hashed: those it found in state rehashed, and those
 	// with no entry in x. The others' contents came from the index.
 	hash     []toHash
@@ -547,10 +591,38 @@ type toHash struct {
 type scanState byte
 
 const (
-	absent    scanState = iota // no regular file there
-	unchanged                  // a file with the stat recorded for it
-	rehashed                   // a file read and hashed again
+	absent    scanState = iota // no regular file or link there
+	unchanged                  // a file or link with the stat recorded for it
+	rehashed                   // a file or link read and hashed again
 )
+
+// newScan answers a scan against x, nothing found yet.
+func newScan(x *index) *scan {
+	s := &scan{x: x, found: make([]scanState, len(x.entries))}
+	for i := range x.entries {
+		if x.entries[i].baseMode == repo.ModeGitlink {
+			if s.submodules == nil {
+				s.submodules = map[string]bool{}
+			}
+			s.submodules[x.entries[i].path] = true
+		}
+	}
+	return s
+}
+
+// inSubmodule reports whether path is a submodule's or under one: another repository's, which
+// ag neither reads nor sends, as git leaves it to the submodule.
+func (s *scan) inSubmodule(path []byte) bool {
+	if s.submodules == nil {
+		return false
+	}
+	for i := range path {
+		if path[i] == '/' && s.submodules[string(path[:i])] {
+			return true
+		}
+	}
+	return s.submodules[string(path)]
+}
 
 // hashFile reads the file at a repository path under root and answers its digest and size.
 func hashFile(root *os.Root, path string) (localFile, error) {
@@ -570,12 +642,15 @@ func hashFile(root *os.Root, path string) (localFile, error) {
 	return localFile{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: n}, nil
 }
 
-// localEdit is a difference between the checkout's files and its base revision.
+// localEdit is a difference between the checkout's files and its base revision: of content,
+// of mode, or both.
 type localEdit struct {
-	path   string
-	kind   string // "added", "modified", "deleted"
-	digest string // of the local content, unless deleted
-	base   string // of the base revision's content, unless added
+	path     string
+	kind     string // "added", "modified", "deleted"
+	digest   string // of the local content (a link's target), unless deleted
+	mode     string // of the local file (repo.ModeFile, ModeExecutable or ModeSymlink), unless deleted
+	base     string // of the base revision's content, unless added
+	baseMode string // of the base revision's file, unless added
 }
 
 // localEdits compares the files on disk with the base revision's.
@@ -593,27 +668,32 @@ func (c *checkout) localEdits() ([]localEdit, error) {
 // writes or removes by it.
 func (s *scan) edits(c *checkout) ([]localEdit, error) {
 	var edits []localEdit
-	compare := func(e *indexEntry, local sha256Sum) {
+	compare := func(e *indexEntry, local sha256Sum, mode string) {
 		switch {
+		case e.baseMode == repo.ModeGitlink:
+			// A submodule is never an edit: ag neither fetches it nor looks in its directory.
 		case !e.inBase:
-			edits = append(edits, localEdit{path: e.path, kind: "added", digest: local.String()})
-		case local != e.base:
-			edits = append(edits, localEdit{path: e.path, kind: "modified", digest: local.String(), base: e.base.String()})
+			edits = append(edits, localEdit{path: e.path, kind: "added", digest: local.String(), mode: mode})
+		case local != e.base || mode != e.baseMode:
+			edits = append(edits, localEdit{path: e.path, kind: "modified", digest: local.String(), mode: mode, base: e.base.String(), baseMode: e.baseMode})
 		}
 	}
 	for i := range s.x.entries {
-		if e := &s.x.entries[i]; s.found[i] == absent && e.inBase {
-			edits = append(edits, localEdit{path: e.path, kind: "deleted", base: e.base.String()})
-		} else if s.found[i] == unchanged {
-			compare(e, e.local)
+		e := &s.x.entries[i]
+		switch {
+		case e.baseMode == repo.ModeGitlink:
+		case s.found[i] == absent && e.inBase:
+			edits = append(edits, localEdit{path: e.path, kind: "deleted", base: e.base.String(), baseMode: e.baseMode})
+		case s.found[i] == unchanged:
+			compare(e, e.local, gitModeOfStat(e.stat.mode))
 		}
 	}
 	for i, h := range s.hash {
 		sum, _ := parseSum(s.contents[i].digest)
 		if h.entry >= 0 {
-			compare(&s.x.entries[h.entry], sum)
+			compare(&s.x.entries[h.entry], sum, gitModeOfStat(h.stat.mode))
 		} else {
-			compare(&indexEntry{path: h.path}, sum)
+			compare(&indexEntry{path: h.path}, sum, gitModeOfStat(h.stat.mode))
 		}
 	}
 	for _, e := range edits {
@@ -662,11 +742,7 @@ func (c *checkout) scan() (*scan, error) {
 			return nil, err
 		}
 	}
-	paths := make([]string, len(s.hash))
-	for i, h := range s.hash {
-		paths[i] = h.path
-	}
-	if s.contents, err = hashFiles(root, paths); err != nil {
+	if s.contents, err = hashEntries(root, s.hash); err != nil {
 		return nil, err
 	}
 	gone := false
@@ -724,6 +800,33 @@ func holdGC() func() {
 	}
 }
 
+// hashEntries reads and hashes the files and links a scan found, in parallel, as hashFiles
+// does, following no link.
+func hashEntries(root *os.Root, hs []toHash) ([]localFile, error) {
+	r, err := newCheckoutReader(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	hashed := make([]localFile, len(hs))
+	errs := make([]error, len(hs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(hashWorkers, len(hs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(hs) {
+					return
+				}
+				hashed[i], errs[i] = r.hash(hs[i].path, hs[i].stat)
+			}
+		})
+	}
+	wg.Wait()
+	return hashed, errors.Join(errs...)
+}
+
 // hashBuffers are hashFile's read buffers, so that hashing many files with the collector held
 // off does not pile up a buffer per file.
 var hashBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
@@ -753,7 +856,7 @@ func (c *checkout) walkAll(root *os.Root) (*scan, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
-	s := &scan{x: l.x, found: make([]scanState, len(l.x.entries))}
+	s := newScan(l.x)
 	for _, part := range walked {
 		for i := range part.len() {
 			if err := s.saw(l.lookup, part.path(i), part.stats[i]); err != nil {
@@ -764,9 +867,12 @@ func (c *checkout) walkAll(root *os.Root) (*scan, error) {
 	return s, nil
 }
 
-// saw records a regular file found at path with stat st: unchanged when the index may be
-// trusted for it, to be hashed otherwise.
+// saw records a regular file or link found at path with stat st: unchanged when the index may
+// be trusted for it, to be hashed otherwise.
 func (s *scan) saw(lookup *pathTable, path []byte, st fileStat) error {
+	if s.inSubmodule(path) {
+		return nil
+	}
 	at, known := lookup.find(path)
 	if !known {
 		if err := repo.ValidatePath(string(path), false); err != nil {
@@ -789,7 +895,8 @@ func (s *scan) saw(lookup *pathTable, path []byte, st fileStat) error {
 // index cannot vouch for (never hashed, or racily clean). Every other file is as the index
 // says, without a system call.
 func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
-	s := &scan{x: x, found: make([]scanState, len(x.entries)), watched: true}
+	s := newScan(x)
+	s.watched = true
 	lookup := newPathTable(x)
 	// A new file is named by the watcher, and found again under each new directory above it.
 	added := map[string]bool{}
@@ -840,7 +947,7 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 			if err != nil {
 				return nil, err
 			}
-			found, _, err := walkFiles(sub, true)
+			found, _, err := walkFiles(sub, true, true)
 			sub.Close()
 			if err != nil {
 				return nil, err
@@ -854,7 +961,7 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 					}
 				}
 			}
-		case info.Mode().IsRegular():
+		case tracked(statOfInfo(info).mode):
 			if _, ok := lookup.find([]byte(p)); !ok {
 				if err := sawNew(p, statOfInfo(info)); err != nil {
 					return nil, err
@@ -875,7 +982,7 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 		case err != nil:
 			return nil, err
-		case info.Mode().IsRegular():
+		case tracked(statOfInfo(info).mode):
 			if err := s.saw(lookup, []byte(x.entries[i].path), statOfInfo(info)); err != nil {
 				return nil, err
 			}
@@ -955,7 +1062,8 @@ func (c *checkout) repoPath(base, arg string) (string, error) {
 	}
 	rel = filepath.ToSlash(rel)
 	if !dir {
-		if st, err := os.Stat(abs); err == nil && st.IsDir() {
+		// Lstat: a link to a directory is a path of its own, leased and sent as the link.
+		if st, err := os.Lstat(abs); err == nil && st.IsDir() {
 			dir = true
 		}
 	}
@@ -966,33 +1074,6 @@ func (c *checkout) repoPath(base, arg string) (string, error) {
 		return "", fmt.Errorf("%q %w", rel, err)
 	}
 	return rel, nil
-}
-
-// treeFiles answers the files of a tree the server sent, path → digest, once every path is
-// one a checkout may hold. It runs before anything of the tree is written: a path such as
-// "../x", ".git/config" or ".ag/checkout.json" would write outside the checkout, plant a command
-// for git or a server address for ag, and the client must not count on the server to refuse
-// them.
-func treeFiles(entries []*agwpv1.TreeEntry) (map[string]string, error) {
-	files := make(map[string]string, len(entries))
-	for _, e := range entries {
-		p := e.GetPath()
-		if err := repo.ValidatePath(p, false); err != nil {
-			return nil, fmt.Errorf("refused the server's tree: the path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", shortPath(p), err)
-		}
-		if _, twice := files[p]; twice {
-			return nil, fmt.Errorf("refused the server's tree: it lists the path %q twice. Nothing was written", shortPath(p))
-		}
-		files[p] = e.GetDigest()
-	}
-	for p := range files {
-		for _, dir := range repo.Ancestors(p) {
-			if _, ok := files[strings.TrimSuffix(dir, "/")]; ok {
-				return nil, fmt.Errorf("refused the server's tree: %q would be a file and also the directory of %q. Nothing was written", shortPath(strings.TrimSuffix(dir, "/")), shortPath(p))
-			}
-		}
-	}
-	return files, nil
 }
 
 // shortPath cuts a path for an error message: a server may send up to any length.
@@ -1013,28 +1094,24 @@ func shortPath(p string) string {
 // content goes to a new file renamed over the old, so a reader sees the old or the new file,
 // and a symbolic link standing at path is replaced, not written through.
 func writeFile(root *os.Root, path string, content []byte) error {
-	return writeFileSync(root, path, content, false)
+	return writeFileSync(root, path, content, 0o644, false)
 }
 
 // writeStateFile is writeFile for the checkout's own state (checkout.json, the index): the
 // content reaches the disk before the rename, and the rename before it returns, so that after
 // a power loss checkout.json never names an index that is not whole.
 func writeStateFile(root *os.Root, path string, content []byte) error {
-	return writeFileSync(root, path, content, true)
+	return writeFileSync(root, path, content, 0o644, true)
 }
 
-func writeFileSync(root *os.Root, path string, content []byte, durable bool) error {
+// writeFileSync is writeFile of a file with permissions perm (less the umask).
+func writeFileSync(root *os.Root, path string, content []byte, perm fs.FileMode, durable bool) error {
 	if err := makeParents(root, path); err != nil {
 		return err
 	}
 	dir, _ := splitParent(path)
-	tmp := rand.Text()
-	if dir != "" {
-		tmp = dir + "/.ag-write-" + tmp
-	} else {
-		tmp = ".ag-write-" + tmp
-	}
-	f, err := root.OpenFile(filepath.FromSlash(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := tempName(path)
+	f, err := root.OpenFile(filepath.FromSlash(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
@@ -1097,12 +1174,13 @@ func makeParents(root *os.Root, path string) error {
 	return nil
 }
 
-// removeFile deletes the file at a repository path under root and the directories that leaves
-// empty. Only a regular file reached through real directories is removed: a symbolic link or a
-// directory there, or a parent that is a link, is the user's doing and stays.
+// removeFile deletes the file or symbolic link at a repository path under root (the link
+// itself: unlinkat follows no link) and the directories that leaves empty. Only what is reached
+// through real directories is removed: a directory there, or a parent that is a link, is the
+// user's doing and stays.
 func removeFile(root *os.Root, path string) error {
 	info, err := lstatThroughDirs(root, path)
-	if err != nil || info == nil || !info.Mode().IsRegular() {
+	if err != nil || info == nil || !tracked(statOfInfo(info).mode) {
 		return err
 	}
 	if err := root.Remove(filepath.FromSlash(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
