@@ -338,7 +338,8 @@ func (x *treeIndex) lookupFile(root plumbing.Hash, path string) (object.TreeEntr
 // edited path whose file differs between base and mainline, in content or in mode, is a
 // *repo.ConflictError; a file that would also be a directory a *repo.CollisionError; an edit no
 // tree takes (a write or delete of a submodule, a new submodule, a symbolic link whose target
-// no file system holds) a *repo.InvalidEditError. A write without a mode keeps the path's mode
+// no file system holds, a second spelling of a name: checkSecondSpellings) a
+// *repo.InvalidEditError. A write without a mode keeps the path's mode
 // in base. It reads and writes the trees on the edited paths' spines only, and answers the new
 // root tree. The edits' blobs must be stored (in this transaction or before).
 func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error) {
@@ -374,7 +375,89 @@ func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline 
 		}
 		gitEdits = append(gitEdits, ge)
 	}
-	return gitstore.UpdateTree(s, mainline, gitEdits)
+	root, err := gitstore.UpdateTree(s, mainline, gitEdits)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := checkSecondSpellings(index, mainline, root, edits); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return root, nil
+}
+
+// checkSecondSpellings refuses edits that give a name of the tree mainline a second spelling
+// in root, the tree they make (repo.Fold: "Docs/a.txt" beside "docs/b.txt", "CAFÉ.txt" beside
+// "café.txt"): a checkout on macOS or Windows would write both to one file, and the agent
+// holding a lease on one would overwrite the other's. Git itself keeps them apart, so a
+// history holding both is imported as it is, and an edit of a name that is already there is
+// not refused: only a name new to its directory is compared with its siblings. It reads the
+// directories along the written paths, as UpdateTree does, and each of them once.
+func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits []repo.FileEdit) error {
+	checked := map[string]bool{} // by directory path and new name
+	for _, e := range edits {
+		if e.Delete || e.GitlinkCommit != "" {
+			continue
+		}
+		old, cur := mainline, root
+		prefix := ""
+		for rest := e.Path; ; {
+			seg, tail, more := strings.Cut(rest, "/")
+			rest = tail
+			t, err := index.s.tree(cur)
+			if err != nil {
+				return fmt.Errorf("read tree %s: %w", cur, err)
+			}
+			at, ok := t.Find(seg)
+			if !ok { // refused elsewhere (a file that is also a directory)
+				break
+			}
+			existed := false
+			var oldNext plumbing.Hash
+			if !old.IsZero() {
+				ot, err := index.s.tree(old)
+				if err != nil {
+					return fmt.Errorf("read tree %s: %w", old, err)
+				}
+				if oi, ok := ot.Find(seg); ok {
+					existed = true
+					if o := ot.Entry(oi); o.Mode == filemode.Dir {
+						oldNext = o.Hash
+					}
+				}
+			}
+			name := prefix + seg
+			if !existed && !checked[name] {
+				checked[name] = true
+				if other, ok := otherSpelling(t, seg); ok {
+					what, otherPath := name, prefix+other
+					if more {
+						what, otherPath = what+"/", otherPath+"/"
+					}
+					return &repo.InvalidEditError{Path: e.Path, Reason: fmt.Sprintf(
+						"would add %q beside %q, which the tree holds: they differ only in case or Unicode normalization, "+
+							"and a checkout on macOS or Windows would write both to one file; use the existing spelling", what, otherPath)}
+				}
+			}
+			if !more {
+				break
+			}
+			prefix = name + "/"
+			old, cur = oldNext, t.Entry(at).Hash
+		}
+	}
+	return nil
+}
+
+// otherSpelling answers the name of an entry of t other than seg with seg's fold.
+func otherSpelling(t *gitstore.PackedTree, seg string) (string, bool) {
+	folded := repo.Fold(seg)
+	for i := range t.Len() {
+		name := t.Entry(i).Name
+		if name != seg && repo.Fold(name) == folded {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // gitEdit answers the git edit of e, whose path holds inBase in the base tree (a zero Hash:

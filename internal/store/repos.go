@@ -69,8 +69,10 @@ type RepoStore interface {
 
 	// AcquireLease grants a lease on p.Paths (clean lease paths, validated by the caller) to
 	// p.Holder for p.TTL, unless an ACTIVE, unexpired lease of another holder overlaps one of
-	// them: then a *LeaseConflictError (errors.Is ErrLeaseConflict) naming the first such path,
-	// its lease, holder and expiry. The grant takes the repository's next token in the same
+	// them, comparing folds (repo.FoldOverlap: "Docs/" overlaps "docs/a", "café.txt" in NFC its
+	// NFD and upper-case spellings): then a *LeaseConflictError (errors.Is ErrLeaseConflict)
+	// naming the first such path, its lease, holder and expiry, each path as written. The
+	// lease keeps p.Paths byte for byte. The grant takes the repository's next token in the same
 	// transaction, so its token is larger than every earlier grant's. Unknown repository:
 	// ErrNotFound.
 	AcquireLease(ctx context.Context, p AcquireLeaseParams) (Lease, error)
@@ -302,10 +304,12 @@ type Change struct {
 // IntegrateParams are the inputs of Integrate.
 //
 // The lease check, for every path in Paths: among the leases whose token is in FencingTokens,
-// the one with the largest token that is held by Holder and covers the path (repo.Covers) must
-// exist (else "not leased"), must not be released or broken, and no lease with a larger token
-// (of anyone, in any state) may overlap the path (else "stale, superseded by token N"). Expiry
-// alone does not refuse.
+// the one with the largest token that is held by Holder and covers the path (repo.FoldCovers)
+// must exist (else "not leased"), must not be released or broken, and no lease with a larger
+// token (of anyone, in any state) may overlap the path (repo.FoldOverlap; else "stale,
+// superseded by token N"). Expiry alone does not refuse. Paths are compared by their folds, as
+// a case-insensitive, normalization-insensitive checkout would: a token of a lease on one
+// spelling of a name is the token of every other.
 type IntegrateParams struct {
 	Repository    string
 	BaseRevision  string

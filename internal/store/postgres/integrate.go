@@ -149,20 +149,21 @@ const mainlineSQL = `SELECT rv.git_tree, rv.git_commit
 FROM repositories rp JOIN revisions rv ON rv.id = rp.mainline
 WHERE rp.name = $1`
 
-// leaseCheckSQL reads what the lease check needs about the candidate paths $3 (the edited paths
-// and their ancestor directories, the lease paths that can cover or overlap them): 'g' rows are
-// the paths of the leases given ($2); 'n' rows the newest grant at each path, of anyone, in any
-// state (one backward index step per path).
-const leaseCheckSQL = `SELECT 'g', lp.path, l.token, l.id, l.state, l.holder, l.ended_at
+// leaseCheckSQL reads what the lease check needs about the candidate folds $3 (the folds of the
+// edited paths and of their ancestor directories, where the lease paths that can cover or
+// overlap them lie; see repo.Fold): 'g' rows are the lease paths of the leases given ($2); 'n'
+// rows the newest grant at each fold, of anyone, in any state (one backward index step per
+// fold). Each row has the fold it was found at and the lease's path as written.
+const leaseCheckSQL = `SELECT 'g', lp.fold, lp.path, l.token, l.id, l.state, l.holder, l.ended_at
 FROM leases l JOIN lease_paths lp ON lp.lease_id = l.id
-WHERE l.repository = $1 AND l.token = ANY($2::bigint[]) AND lp.path = ANY($3::text[])
+WHERE l.repository = $1 AND l.token = ANY($2::bigint[]) AND lp.fold = ANY($3::text[])
 UNION ALL
-SELECT 'n', c.path, n.token, n.id, n.state, n.holder, NULL
-FROM unnest($3::text[]) AS c(path)
+SELECT 'n', c.fold, n.path, n.token, n.id, n.state, n.holder, NULL
+FROM unnest($3::text[]) AS c(fold)
 CROSS JOIN LATERAL (
-	SELECT lp.token, l.id, l.state, l.holder
+	SELECT lp.path, lp.token, l.id, l.state, l.holder
 	FROM lease_paths lp JOIN leases l ON l.id = lp.lease_id
-	WHERE lp.repository = $1 AND lp.path = c.path
+	WHERE lp.repository = $1 AND lp.fold = c.fold
 	ORDER BY lp.token DESC
 	LIMIT 1) n`
 
@@ -282,13 +283,13 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		return store.Change{}, mapErr("integrate: check leases", err)
 	}
 	check := leaseCheck{given: map[string][]grant{}, newest: map[string]grant{}}
-	var kind string
+	var kind, fold string
 	var g grant
-	_, err = pgx.ForEachRow(rows, []any{&kind, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&kind, &fold, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
 		if kind == "g" {
-			check.given[g.path] = append(check.given[g.path], g)
+			check.given[fold] = append(check.given[fold], g)
 		} else {
-			check.newest[g.path] = g
+			check.newest[fold] = g
 		}
 		return nil
 	})
@@ -419,9 +420,10 @@ func encodeEdits(edits []repo.FileEdit) ([]byte, error) {
 	return b, nil
 }
 
-// leaseCandidates answers the lease paths that can cover or overlap one of the edited files:
-// each file and its ancestor directories, each once.
+// leaseCandidates answers the folds of the lease paths that can cover or overlap one of the
+// edited files: the fold of each file and of its ancestor directories, each once.
 func leaseCandidates(paths []string) []string {
+	paths = foldAll(paths)
 	seen := make(map[string]bool, len(paths))
 	out := make([]string, 0, len(paths))
 	add := func(c string) {
@@ -451,15 +453,16 @@ type grant struct {
 
 // leaseCheck holds what leaseCheckSQL read.
 type leaseCheck struct {
-	given  map[string][]grant // by lease path: the given leases of the holder there
-	newest map[string]grant   // by lease path: the newest grant there
+	given  map[string][]grant // by fold of a lease path: the given leases there
+	newest map[string]grant   // by fold of a lease path: the newest grant there
 }
 
 // refusal applies the rule of store.IntegrateParams to each edited path in order and answers
 // the first refusal, or nil.
 func (c leaseCheck) refusal(p store.IntegrateParams) error {
 	for _, f := range p.Paths {
-		cands := append(repo.Ancestors(f), f)
+		folded := repo.Fold(f)
+		cands := append(repo.Ancestors(folded), folded)
 		var chosen *grant
 		var others []string
 		for _, lp := range cands {

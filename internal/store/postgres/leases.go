@@ -54,8 +54,9 @@ func (s *leaseScan) lease() store.Lease {
 // ---- overlap ----
 
 // overlapArgs are the arrays from which overlapSQL finds the lease paths overlapping paths:
-// for the i-th path p, the rows at p's ancestors (exact), at p itself when p is a file, and in
-// p's range when p is a directory. Each is an index lookup, never a scan of the repository.
+// for the i-th path p, the rows at the folds (repo.Fold) of p's ancestors (exact), at p's fold
+// when p is a file, and in the range of p's fold when p is a directory. Each is an index
+// lookup, never a scan of the repository.
 type overlapArgs struct {
 	exactIdx  []int32
 	exactPath []string
@@ -67,6 +68,7 @@ type overlapArgs struct {
 func newOverlapArgs(paths []string) overlapArgs {
 	var a overlapArgs
 	for i, p := range paths {
+		p = repo.Fold(p)
 		for _, anc := range repo.Ancestors(p) {
 			a.exactIdx = append(a.exactIdx, int32(i))
 			a.exactPath = append(a.exactPath, anc)
@@ -90,20 +92,61 @@ func (a overlapArgs) args() []any {
 }
 
 // overlapSQL is a query of (i, lease_id, path, token): the lease_paths rows of repository $r
-// that overlap the i-th path of newOverlapArgs, whose arrays are $n..$n+4, and that satisfy
-// cond (on lp).
+// whose folds overlap the fold of the i-th path of newOverlapArgs, whose arrays are $n..$n+4,
+// and that satisfy cond (on lp). path is the row's, as its lease wrote it.
 func overlapSQL(r, n int, cond string) string {
 	return fmt.Sprintf(`SELECT c.i, lp.lease_id, lp.path, lp.token
 	FROM unnest($%[2]d::int[], $%[3]d::text[]) AS c(i, path)
-	JOIN lease_paths lp ON lp.repository = $%[1]d AND lp.path = c.path AND %[7]s
+	JOIN lease_paths lp ON lp.repository = $%[1]d AND lp.fold = c.path AND %[7]s
 	UNION ALL
 	SELECT d.i, r.lease_id, r.path, r.token
 	FROM unnest($%[4]d::int[], $%[5]d::text[], $%[6]d::text[]) AS d(i, lo, hi)
 	CROSS JOIN LATERAL (
 		SELECT lp.lease_id, lp.path, lp.token FROM lease_paths lp
-		WHERE lp.repository = $%[1]d AND lp.path >= d.lo AND lp.path < d.hi AND %[7]s
+		WHERE lp.repository = $%[1]d AND lp.fold >= d.lo AND lp.fold < d.hi AND %[7]s
 		OFFSET 0) AS r`,
 		r, n, n+1, n+2, n+3, n+4, cond)
+}
+
+// foldAll answers the fold (repo.Fold) of each path, the lease_paths.fold of its row.
+func foldAll(paths []string) []string {
+	folds := make([]string, len(paths))
+	for i, p := range paths {
+		folds[i] = repo.Fold(p)
+	}
+	return folds
+}
+
+// leasePathFoldMigration is the migration that adds lease_paths.fold (0013_lease_path_folds.sql).
+const leasePathFoldMigration = 13
+
+// backfillLeasePathFolds fills the fold of the lease paths recorded before
+// leasePathFoldMigration, in its transaction, then makes the column NOT NULL: PostgreSQL's
+// lower() follows the database's locale and normalize() does not fold case, so the fold is
+// computed here, by the function every later insert uses.
+func backfillLeasePathFolds(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT lease_id, path FROM lease_paths`)
+	if err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	var ids, paths []string
+	var id, path string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &path}, func() error {
+		ids = append(ids, id)
+		paths = append(paths, path)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE lease_paths lp SET fold = u.fold
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(lease_id, path, fold)
+		WHERE lp.lease_id = u.lease_id AND lp.path = u.path`, ids, paths, foldAll(paths)); err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `ALTER TABLE lease_paths ALTER COLUMN fold SET NOT NULL`); err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	return nil
 }
 
 // ---- acquire ----
@@ -135,8 +178,8 @@ ins AS (
 	FROM tok
 	RETURNING *),
 insp AS (
-	INSERT INTO lease_paths (lease_id, repository, path, token)
-	SELECT ins.id, ins.repository, p, ins.token FROM ins, unnest($10::text[]) AS p),
+	INSERT INTO lease_paths (lease_id, repository, path, fold, token)
+	SELECT ins.id, ins.repository, p.path, p.fold, ins.token FROM ins, unnest($10::text[], $12::text[]) AS p(path, fold)),
 ev AS (` + auditRecord(`SELECT split_part($3, '|', 1), $3, 'lease.granted', 'lease/' || ins.id, `+jsonObject(
 	mem("expires_at", jsonTime("ins.expires_at")),
 	mem("paths", jsonTexts("ins.paths")),
@@ -150,7 +193,7 @@ FROM (SELECT 1) AS one LEFT JOIN conflict c ON true LEFT JOIN ins ON true`)
 func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (store.Lease, error) {
 	oa := newOverlapArgs(p.Paths)
 	args := append([]any{db.now(), p.Repository, p.Holder}, oa.args()...)
-	args = append(args, store.NewID("lse"), p.Paths, micros(p.TTL))
+	args = append(args, store.NewID("lse"), p.Paths, micros(p.TTL), foldAll(p.Paths))
 
 	// One round trip, one implicit transaction: the lock, then the check and the grant.
 	var batch pgx.Batch

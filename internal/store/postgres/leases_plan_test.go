@@ -34,8 +34,8 @@ SELECT 'lse_' || g, CASE WHEN g % 2 = 0 THEN 'r' ELSE 's' END, 'agent' || (g % 5
 	ARRAY['d' || (g % 300) || '/f' || (g % 1000) || '.go'],
 	CASE WHEN g % 20 = 0 THEN 'active' ELSE 'released' END, now(), now() + interval '1 hour'
 FROM generate_series(1, 40000) AS g;
-INSERT INTO lease_paths (lease_id, repository, path, token, active)
-SELECT id, repository, paths[1], token, state = 'active' FROM leases;
+INSERT INTO lease_paths (lease_id, repository, path, fold, token, active)
+SELECT id, repository, paths[1], paths[1], token, state = 'active' FROM leases;
 ANALYZE`)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ ANALYZE`)
 		sql  string
 		args []any
 	}{
-		{"acquire", acquireSQL, append(append([]any{nil, "r", "x|y"}, oa.args()...), "lse_new", paths, int64(60e6))},
+		{"acquire", acquireSQL, append(append([]any{nil, "r", "x|y"}, oa.args()...), "lse_new", paths, int64(60e6), foldAll(paths))},
 		{"superseded", supersededSQL, append([]any{"r", int64(5)}, oa.args()...)},
 		{"lease check", leaseCheckSQL, []any{"r", []int64{3, 7}, []string{"d7/", "d7/f7.go", "d9/", "d9/f9.go"}}},
 		{"list live leases", listLiveLeasesSQL, []any{nil, "r", int64(0), "", 101}},

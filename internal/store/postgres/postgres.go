@@ -274,6 +274,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, target int, emailDomain st
 				return fmt.Errorf("postgres: migration %s: %w", m.name, err)
 			}
 		}
+		if m.version == leasePathFoldMigration {
+			if err := backfillLeasePathFolds(ctx, tx); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", m.name, err)
+			}
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: migrate: commit: %w", err)

@@ -92,9 +92,10 @@ func findOverlap(ctx context.Context, tx *sql.Tx, repository, p, cond string, co
 	return o, true, nil
 }
 
-// overlapQuery is findOverlap's query. The lookups are p itself, its ancestor directories and,
-// when p is a directory, the range of paths under it, each a search of an index of
-// lease_paths: never a scan of the repository's leases. A cond that starts with liveOnly
+// overlapQuery is findOverlap's query. The lookups are the fold of p (repo.Fold), the folds of
+// its ancestor directories and, when p is a directory, the range of folds under it, each a
+// search of an index of lease_paths: never a scan of the repository's leases. The path it
+// answers is the other lease's as written. A cond that starts with liveOnly
 // searches only the paths of leases that have not ended (lease_paths_live), any other
 // lease_paths_overlap.
 func overlapQuery(repository, p, cond string, condArgs []any, first bool) (string, []any) {
@@ -109,12 +110,13 @@ func overlapQuery(repository, p, cond string, condArgs []any, first bool) (strin
 		arms []string
 		args []any
 	)
+	p = repo.Fold(p)
 	exact := repo.Ancestors(p)
 	if !repo.IsDir(p) {
 		exact = append(exact, p)
 	}
 	if len(exact) > 0 {
-		arms = append(arms, sel+`lp.path IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(exact)), ", ")+`) AND `+cond)
+		arms = append(arms, sel+`lp.fold IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(exact)), ", ")+`) AND `+cond)
 		args = append(args, repository)
 		for _, e := range exact {
 			args = append(args, e)
@@ -123,7 +125,7 @@ func overlapQuery(repository, p, cond string, condArgs []any, first bool) (strin
 	}
 	if repo.IsDir(p) {
 		// Every path that starts with "a/b/" sorts in ["a/b/", "a/b0"): '0' follows '/'.
-		arms = append(arms, sel+`lp.path >= ? AND lp.path < ? AND `+cond)
+		arms = append(arms, sel+`lp.fold >= ? AND lp.fold < ? AND `+cond)
 		args = append(args, repository, p, p[:len(p)-1]+"0")
 		args = append(args, condArgs...)
 	}
@@ -172,8 +174,8 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 			return interpret("acquire lease", err)
 		}
 		for _, path := range p.Paths {
-			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO lease_paths (lease_id, repository, path, token)
-				VALUES (?, ?, ?, ?)`, l.ID, p.Repository, path, token); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO lease_paths (lease_id, repository, path, fold, token)
+				VALUES (?, ?, ?, ?, ?)`, l.ID, p.Repository, path, repo.Fold(path), token); err != nil {
 				return interpret("acquire lease: record path "+path, err)
 			}
 		}
@@ -372,6 +374,41 @@ func (d *DB) ListLeases(ctx context.Context, p store.ListLeasesParams) ([]store.
 		next = store.EncodeSeqPageToken(int64(leases[limit-1].FencingToken))
 	}
 	return leases, next, nil
+}
+
+// leasePathFoldMigration is the migration that adds lease_paths.fold (0011_lease_path_folds.sql).
+const leasePathFoldMigration = 11
+
+// backfillLeasePathFolds fills the fold of the lease paths recorded before
+// leasePathFoldMigration, in its transaction: SQLite's lower() folds ASCII only and it has no
+// Unicode normalization, so the fold is computed here, by the function every later insert uses.
+func backfillLeasePathFolds(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT lease_id, path FROM lease_paths`)
+	if err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	type key struct{ leaseID, path string }
+	var keys []key
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.leaseID, &k.path); err != nil {
+			rows.Close()
+			return fmt.Errorf("backfill lease path folds: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return fmt.Errorf("backfill lease path folds: %w", err)
+	}
+	for _, k := range keys {
+		if _, err := tx.ExecContext(ctx, `UPDATE lease_paths SET fold = ? WHERE lease_id = ? AND path = ?`,
+			repo.Fold(k.path), k.leaseID, k.path); err != nil {
+			return fmt.Errorf("backfill lease path folds: %w", err)
+		}
+	}
+	return nil
 }
 
 // LeaseSignal answers the channel that the next release or break closes.

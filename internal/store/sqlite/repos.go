@@ -523,7 +523,7 @@ func checkIntegrateLeases(ctx context.Context, tx *sql.Tx, p store.IntegratePara
 		)
 		for i := range given {
 			l := &given[i]
-			if !slices.ContainsFunc(l.Paths, func(lp string) bool { return repo.Covers(lp, path) }) {
+			if !slices.ContainsFunc(l.Paths, func(lp string) bool { return repo.FoldCovers(lp, path) }) {
 				continue
 			}
 			if l.Holder != p.Holder {

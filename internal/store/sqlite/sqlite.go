@@ -306,6 +306,11 @@ func migrate(ctx context.Context, w *sql.DB, clk clock.Clock, emailDomain string
 				return fmt.Errorf("migrate: %s: %w", m.name, err)
 			}
 		}
+		if m.version == leasePathFoldMigration {
+			if err := backfillLeasePathFolds(ctx, tx); err != nil {
+				return fmt.Errorf("migrate: %s: %w", m.name, err)
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: %w", err)

@@ -130,6 +130,11 @@ var tests = []conformanceTest{
 	{"integrate_rebases_path_by_path_onto_a_mainline_that_moved_on", testIntegrateRebase},
 	{"get_change_and_list_changes", testChanges},
 	{"sixteen_agents_on_disjoint_leases_integrate_concurrently", testConcurrentDisjointIntegrates},
+	// names that a case-insensitive, normalization-insensitive file system holds as one
+	{"leases_on_spellings_of_one_name_in_case_or_normalization_conflict", testFoldedLeasesConflict},
+	{"a_token_of_one_spelling_integrates_and_is_superseded_for_every_spelling", testFoldedTokens},
+	{"integrate_refuses_a_second_spelling_of_a_name_the_tree_holds", testSecondSpellingRefused},
+	{"a_history_holding_both_spellings_is_imported_and_accepts_changes_to_either", testBothSpellingsImported},
 	{"sixteen_agents_contending_for_one_file_hold_it_one_at_a_time", testConcurrentContention},
 	{"modes_are_content_integrate_sets_keeps_and_conflicts_on_them_and_refuses_edits_of_submodules", testModes},
 	// integration queue (validation gate)
