@@ -179,6 +179,38 @@ func describeValidation(v *agwpv1.Validation) string {
 	return s
 }
 
+// describeEntries counts a tree's entries by what git calls them: "12 files", or "12 files, 2
+// executable, 1 symbolic link, 1 submodule".
+func describeEntries(entries []*agwpv1.TreeEntry) string {
+	var files, exec, links, subs int
+	for _, e := range entries {
+		switch e.GetMode() {
+		case "160000":
+			subs++
+			continue
+		case "120000":
+			links++
+			continue
+		case "100755":
+			exec++
+		}
+		files++
+	}
+	s := fmt.Sprintf("%d files", files)
+	for _, part := range []struct {
+		n          int
+		one, other string
+	}{{exec, "executable", "executable"}, {links, "symbolic link", "symbolic links"}, {subs, "submodule", "submodules"}} {
+		switch {
+		case part.n == 1:
+			s += ", 1 " + part.one
+		case part.n > 1:
+			s += fmt.Sprintf(", %d %s", part.n, part.other)
+		}
+	}
+	return s
+}
+
 func showRepository(ctx context.Context, g *globals, c *client.Client, name string) error {
 	r, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name})
 	if err != nil {
@@ -203,7 +235,14 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	termPrintf(tw, "repository\t%s\n", repo.GetName())
 	termPrintf(tw, "mainline\t%s\n", repo.GetMainline())
-	termPrintf(tw, "tree\t%s (%d files)\n", tree.GetTreeDigest(), len(tree.GetEntries()))
+	termPrintf(tw, "tree\t%s (%s)\n", tree.GetTreeDigest(), describeEntries(tree.GetEntries()))
+	for _, e := range tree.GetEntries() {
+		if e.GetMode() == "160000" {
+			// Another repository's commit, which ag neither holds nor checks out: name it,
+			// as git's own `git submodule status` would.
+			termPrintf(tw, "submodule\t%s at %s\n", e.GetPath(), e.GetGitlinkCommit())
+		}
+	}
 	if change != nil {
 		termPrintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), firstLineOf(change.GetMessage()))
 		if d := change.GetAttestationDigest(); d != "" {

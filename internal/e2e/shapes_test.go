@@ -152,6 +152,12 @@ func everyShape(t *testing.T, backend string) {
 	if out := g.jobOutput(t, m[1]); !strings.Contains(out, "every shape is there") {
 		t.Errorf("the validation's output:\n%s\nwant ./run.sh to find every shape", out)
 	}
+	show := mustAG(t, append([]string{"repo", "show", "app"}, admin...)...)
+	for _, want := range []string{"(11 files, 2 executable, 2 symbolic links, 1 submodule)\n", "submodule    vendor/lib at 0123456789abcdef0123456789abcdef01234567\n"} {
+		if !strings.Contains(show, want) {
+			t.Errorf("ag repo show app:\n%s\nwant %q", show, want)
+		}
+	}
 	git(history, "add", "-A")
 	wantTree := strings.TrimSpace(git(history, "write-tree"))
 
