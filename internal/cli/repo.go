@@ -516,6 +516,9 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 // writeTreeFiles fetches and writes files (path → digest) under root, fetching by several
 // requests at once and each blob once, counting on prog.
 func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) (map[string]fileStat, error) {
+	if err := refuseFoldedNames(root, files); err != nil {
+		return nil, err
+	}
 	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}, written: make(map[string]fileStat, len(files))}
 	defer w.close()
 	err := fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
