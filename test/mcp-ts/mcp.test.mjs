@@ -165,7 +165,7 @@ test("status, lease_acquire, integrate: an edit reaches the mainline under a lea
 
   writeFileSync(join(alice.dir, "hello.txt"), "hello from TypeScript\n");
   st = await ok(alice, "status");
-  assert.deepEqual(st.edits, [{ path: "hello.txt", kind: "modified" }]);
+  assert.deepEqual(st.edits, [{ path: "hello.txt", kind: "modified", mode: "100644", base_mode: "100644" }]);
   assert.deepEqual(st.unleased, []);
   assert.equal(st.leases[0].id, lease.id);
 
