@@ -394,6 +394,34 @@ func RebaseGit(ctx context.Context, b GitBackend, s *GitObjects, base, mainline 
 // directories along the written paths, as UpdateTree does, and each of them once.
 func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits []repo.FileEdit) error {
 	checked := map[string]bool{} // by directory path and new name
+	// The names of each directory met, by fold: made once a directory, so that a change adding
+	// many names to one directory costs a lookup a name, not a pass over the directory.
+	byFold := map[plumbing.Hash]map[string][]string{}
+	// Trees read once each: every edit of a directory of many new files walks the same ones.
+	trees := map[plumbing.Hash]*gitstore.PackedTree{}
+	tree := func(id plumbing.Hash) (*gitstore.PackedTree, error) {
+		if t, ok := trees[id]; ok {
+			return t, nil
+		}
+		t, err := index.s.tree(id)
+		if err == nil {
+			trees[id] = t
+		}
+		return t, err
+	}
+	spellings := func(tree plumbing.Hash, t *gitstore.PackedTree) map[string][]string {
+		if m, ok := byFold[tree]; ok {
+			return m
+		}
+		m := make(map[string][]string, t.Len())
+		for i := range t.Len() {
+			name := t.Entry(i).Name
+			f := repo.Fold(name)
+			m[f] = append(m[f], name)
+		}
+		byFold[tree] = m
+		return m
+	}
 	for _, e := range edits {
 		if e.Delete || e.GitlinkCommit != "" {
 			continue
@@ -403,7 +431,7 @@ func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits 
 		for rest := e.Path; ; {
 			seg, tail, more := strings.Cut(rest, "/")
 			rest = tail
-			t, err := index.s.tree(cur)
+			t, err := tree(cur)
 			if err != nil {
 				return fmt.Errorf("read tree %s: %w", cur, err)
 			}
@@ -414,7 +442,7 @@ func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits 
 			existed := false
 			var oldNext plumbing.Hash
 			if !old.IsZero() {
-				ot, err := index.s.tree(old)
+				ot, err := tree(old)
 				if err != nil {
 					return fmt.Errorf("read tree %s: %w", old, err)
 				}
@@ -428,7 +456,7 @@ func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits 
 			name := prefix + seg
 			if !existed && !checked[name] {
 				checked[name] = true
-				if other, ok := otherSpelling(t, seg); ok {
+				if other, ok := otherSpelling(spellings(cur, t), seg); ok {
 					what, otherPath := name, prefix+other
 					if more {
 						what, otherPath = what+"/", otherPath+"/"
@@ -448,12 +476,11 @@ func checkSecondSpellings(index *treeIndex, mainline, root plumbing.Hash, edits 
 	return nil
 }
 
-// otherSpelling answers the name of an entry of t other than seg with seg's fold.
-func otherSpelling(t *gitstore.PackedTree, seg string) (string, bool) {
-	folded := repo.Fold(seg)
-	for i := range t.Len() {
-		name := t.Entry(i).Name
-		if name != seg && repo.Fold(name) == folded {
+// otherSpelling answers the name of a directory's entry other than seg with seg's fold, from
+// the directory's names by fold.
+func otherSpelling(byFold map[string][]string, seg string) (string, bool) {
+	for _, name := range byFold[repo.Fold(seg)] {
+		if name != seg {
 			return name, true
 		}
 	}
