@@ -116,3 +116,62 @@ func TestImportTellsEveryRefusedPathBeforeUploading(t *testing.T) {
 		t.Fatalf("ag repo import of a history with an executable, a link and a submodule: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestFilesImportTellsEveryRefusedName ensures `ag repo import --files` of a directory whose
+// names ag refuses (a control character, bytes that are not UTF-8, in a file's name or a
+// directory's) lists every one of them, quoted, with its rule, and sends nothing, with
+// --dry-run or without; and that --dry-run of a directory ag takes says what it would send.
+func TestFilesImportTellsEveryRefusedName(t *testing.T) {
+	t.Parallel()
+	srv := agtest.Start(t, agtest.Options{})
+	admin := func(args ...string) (string, string, int) {
+		return runCLI(append(args, "--server", srv.URL, "--token", srv.AdminToken)...)
+	}
+	dir := t.TempDir()
+	for _, p := range []string{"ok.txt", "bad\x1b[2Jname", "caf\xe9.txt", "sub\a/inner.txt", "fine/deeper\x7f.txt"} {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dry := range []bool{true, false} {
+		args := []string{"repo", "import", "--files", "app", dir}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		out, errOut, code := admin(args...)
+		for _, want := range []string{
+			"4 names ag refuses:",
+			`"bad\x1b[2Jname" contains the control character U+001B`,
+			`"caf\xe9.txt" is not valid UTF-8`,
+			`"fine/deeper\x7f.txt" contains the control character U+007F`,
+			`"sub\a/" contains the control character U+0007`,
+		} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("ag %s: exit %d, stderr lacks %q:\n%s%s", strings.Join(args, " "), code, want, out, errOut)
+			}
+		}
+		if code == 0 || strings.Contains(errOut, "inner.txt") {
+			t.Errorf("ag %s: exit %d, want a refusal that names the directory, not what is in it:\n%s", strings.Join(args, " "), code, errOut)
+		}
+		if _, err := srv.Admin.Repos.GetRepository(context.Background(), &agwpv1.GetRepositoryRequest{Name: "app"}); err == nil {
+			t.Errorf("ag %s created the repository", strings.Join(args, " "))
+		}
+	}
+	clean := t.TempDir()
+	for _, p := range []string{"a.txt", "d/b.txt"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(clean, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(clean, p), []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := admin("repo", "import", "--files", "app", clean, "--dry-run")
+	if code != 0 || out != "the import of "+clean+" into app would send 2 files; nothing was sent\n" {
+		t.Errorf("ag repo import --files --dry-run of a clean directory: exit %d\n%s%s", code, out, errOut)
+	}
+}

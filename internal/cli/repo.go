@@ -191,11 +191,14 @@ files: import first, then set the policy.`,
 				}
 				return importGit(cmd.Context(), g, c, args[0], args[1], dryRun)
 			}
+			if dryRun {
+				return importTreeDryRun(g, args[0], args[1])
+			}
 			return importTree(cmd.Context(), g, c, args[0], args[1], holder, message)
 		},
 	}
 	importCmd.Flags().BoolVar(&filesOnly, "files", false, "import DIR's files as a change even when DIR is a git repository")
-	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "check a git history and say what the import would refuse or upload, uploading nothing")
+	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "check what the import would refuse (every name, with its rule) or send, sending nothing")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
 	queue := &cobra.Command{
@@ -221,6 +224,20 @@ files: import first, then set the policy.`,
 	}
 	cmd.AddCommand(create, setValidation, show, queue, list, importCmd)
 	return cmd
+}
+
+// importTreeDryRun says what an import of dir's files would send, or every name it would
+// refuse, sending nothing.
+func importTreeDryRun(g *globals, name, dir string) error {
+	files, skipped, err := scanTree(dir)
+	if err != nil {
+		return withExit(ExitUsage, fmt.Errorf("read %s: %w", dir, err))
+	}
+	for _, s := range skipped {
+		termPrintf(g.stderr, "would skip %s: not a regular file\n", s)
+	}
+	termPrintf(g.stdout, "the import of %s into %s would send %d files; nothing was sent\n", dir, name, len(files))
+	return nil
 }
 
 func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, holder, message string) error {

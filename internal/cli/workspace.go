@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -444,7 +445,13 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 		mu      sync.Mutex
 		files   []walked
 		skipped []string
+		refused []refusedPath // every name ag refuses, told all at once
 	)
+	refuse := func(rel string, err error) {
+		mu.Lock()
+		refused = append(refused, refusedPath{path: rel, rule: err.Error()})
+		mu.Unlock()
+	}
 	visit := func(rel string, d fs.DirEntry, local *[]walked, localSkipped *[]string) error {
 		if _, reserved := repo.ReservedSegment(d.Name()); reserved {
 			if d.IsDir() {
@@ -453,6 +460,13 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 			return nil
 		}
 		if d.IsDir() {
+			if rel == "." {
+				return nil
+			}
+			if err := repo.ValidatePath(rel, false); err != nil {
+				refuse(rel+"/", err) // and not what is under it, which its name says
+				return fs.SkipDir
+			}
 			return nil
 		}
 		if !d.Type().IsRegular() && !(withLinks && d.Type()&fs.ModeSymlink != 0) {
@@ -460,7 +474,8 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 			return nil
 		}
 		if err := repo.ValidatePath(rel, false); err != nil {
-			return fmt.Errorf("%s: %v", rel, err)
+			refuse(rel, err)
+			return nil
 		}
 		w := walked{rel: rel}
 		if withInfo {
@@ -482,9 +497,14 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 	var dirs []string
 	for _, d := range top {
 		if d.IsDir() {
-			if _, reserved := repo.ReservedSegment(d.Name()); !reserved {
-				dirs = append(dirs, d.Name())
+			if _, reserved := repo.ReservedSegment(d.Name()); reserved {
+				continue
 			}
+			if err := repo.ValidatePath(d.Name(), false); err != nil {
+				refuse(d.Name()+"/", err)
+				continue
+			}
+			dirs = append(dirs, d.Name())
 			continue
 		}
 		if err := visit(d.Name(), d, &files, &skipped); err != nil {
@@ -525,8 +545,24 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 			return nil, nil, err
 		}
 	}
+	if len(refused) > 0 {
+		return nil, nil, refusedNames(refused)
+	}
 	sort.Strings(skipped)
 	return files, skipped, nil
+}
+
+// refusedNames answers the error of names ag refuses, every one of them quoted with its rule,
+// in path order: a name may hold any byte, and reaches a terminal as data.
+func refusedNames(refused []refusedPath) error {
+	sort.Slice(refused, func(i, j int) bool { return refused[i].path < refused[j].path })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d names ag refuses:", len(refused))
+	for _, r := range refused {
+		fmt.Fprintf(&b, "\n  %s %s", strconv.Quote(r.path), r.rule)
+	}
+	b.WriteString("\nrename them, or move them out of the directory")
+	return errors.New(b.String())
 }
 
 // walkedFiles is what a walk with stats found: the regular files, their paths in one buffer
