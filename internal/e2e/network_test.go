@@ -32,7 +32,7 @@ if [ -n "$HTTPS_PROXY" ]; then
 	hostport=${HTTPS_PROXY#http://}
 	if exec 4<>/dev/tcp/${hostport%:*}/${hostport#*:}; then
 		printf 'CONNECT localhost:%s HTTP/1.1\r\nHost: localhost:%s\r\n\r\n' "$port" "$port" >&4
-		answer=$(head -c 300 <&4 | tr '\r\n' '  ')
+		answer=$(head -c 800 <&4 | tr '\r\n' '  ')
 		echo "proxy: $answer"
 		case "$answer" in "HTTP/1.1 200"*) reached="$reached proxy" ;; esac
 	fi

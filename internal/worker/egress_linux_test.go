@@ -134,7 +134,7 @@ func TestSandboxEgressGoesThroughTheProxyOnly(t *testing.T) {
 	}
 	port, accepted := hostListener(t)
 	ask := func(target string) string {
-		return fmt.Sprintf(`exec 5<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT %[1]s HTTP/1.1\r\nHost: %[1]s\r\n\r\n' >&5 && echo "asked %[1]s: $(head -c 400 <&5 | tr '\r\n' '  ')"; exec 5>&-`, target)
+		return fmt.Sprintf(`exec 5<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT %[1]s HTTP/1.1\r\nHost: %[1]s\r\n\r\n' >&5 && echo "asked %[1]s: $(head -c 800 <&5 | tr '\r\n' '  ')"; exec 5>&-`, target)
 	}
 	code, out := runNetwork(t, sb, attest.NetworkEgress, p, strings.Join([]string{
 		`echo "proxy: $HTTPS_PROXY $http_proxy no_proxy: $NO_PROXY"`,
