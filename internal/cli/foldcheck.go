@@ -85,7 +85,7 @@ var foldsNames = func(root *os.Root) (string, error) {
 // refuseFoldedNames answers an error naming every pair of paths of files that root's file
 // system would take for one, nil when there is none or it keeps them apart. It probes the file
 // system only for a tree that holds such a pair.
-func refuseFoldedNames(root *os.Root, files map[string]string) error {
+func refuseFoldedNames(root *os.Root, files map[string]treeFile) error {
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		paths = append(paths, p)

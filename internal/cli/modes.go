@@ -269,57 +269,6 @@ func removeSubmoduleDir(root *os.Root, path string) error {
 	return nil
 }
 
-// finishCheckout gives the files `ag checkout` just wrote into root (a directory of its own
-// making, see writeCheckout) the modes of the base: the checkout's writer writes every blob as
-// a plain file, so an executable gets its execute bits, a link's file (which holds its target)
-// is replaced by the link, and a submodule gets its empty directory. written, the stats the
-// index records, is brought up to date.
-func (c *checkout) finishCheckout(root *os.Root, written map[string]fileStat) error {
-	r, err := newCheckoutReader(root)
-	if err != nil {
-		return err
-	}
-	defer r.close()
-	paths := make([]string, 0, len(c.base))
-	for p, f := range c.base {
-		if f.mode != repo.ModeFile {
-			paths = append(paths, p)
-		}
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		switch f := c.base[p]; f.mode {
-		case repo.ModeExecutable:
-			st, err := r.chmod(p, repo.ModeExecutable)
-			if err != nil {
-				return fmt.Errorf("make %s executable: %w", p, err)
-			}
-			written[p] = st
-		case repo.ModeSymlink:
-			target, err := r.readFile(p)
-			if err != nil {
-				return err
-			}
-			if repo.Digest(target) != f.digest {
-				return fmt.Errorf("write the link %s: its file changed while the checkout was written", p)
-			}
-			if err := writeLink(root, p, target); err != nil {
-				return err
-			}
-			info, err := root.Lstat(filepath.FromSlash(p))
-			if err != nil {
-				return err
-			}
-			written[p] = statOfInfo(info)
-		case repo.ModeGitlink:
-			if err := makeSubmoduleDir(root, p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // tempName answers a name beside path for a file to be renamed over it.
 func tempName(path string) string {
 	dir, _ := splitParent(path)

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -140,34 +138,5 @@ func (r *checkoutReader) hash(path string, st fileStat) (localFile, error) {
 		return localFile{}, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	buf := hashBuffers.Get().(*[]byte)
-	defer hashBuffers.Put(buf)
-	// Through a struct that hides the file's WriteTo, so that the pooled buffer is used.
-	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *buf)
-	if err != nil {
-		return localFile{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	return localFile{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: n}, nil
-}
-
-// chmod gives the regular file at path the execute bits of mode, through a descriptor of the
-// file itself (os.Root.Chmod could reach a link put there meanwhile), and answers its stat after.
-func (r *checkoutReader) chmod(path, mode string) (fileStat, error) {
-	f, err := r.openFile(path)
-	if err != nil {
-		return fileStat{}, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return fileStat{}, err
-	}
-	if err := f.Chmod(filePerm(info.Mode(), mode)); err != nil {
-		return fileStat{}, err
-	}
-	if info, err = f.Stat(); err != nil {
-		return fileStat{}, err
-	}
-	return statOfInfo(info), nil
+	return hashContent(path, f)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 func newRepoCmd(g *globals) *cobra.Command {
@@ -457,7 +458,7 @@ func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer root.Close()
-	written, err := writeTreeFiles(ctx, c, root, co.files, prog)
+	written, err := writeTreeFiles(ctx, c, root, co.base, prog)
 	if err != nil {
 		return err
 	}
@@ -505,7 +506,7 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer stage.Close()
-	written, err := writeTreeFiles(ctx, c, stage, co.files, prog)
+	written, err := writeTreeFiles(ctx, c, stage, co.base, prog)
 	if err != nil {
 		return err
 	}
@@ -530,15 +531,25 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 	return nil
 }
 
-// writeTreeFiles fetches and writes files (path → digest) under root, fetching by several
-// requests at once and each blob once, counting on prog.
-func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files map[string]string, prog *progress) (map[string]fileStat, error) {
-	if err := refuseFoldedNames(root, files); err != nil {
+// writeTreeFiles fetches and writes the files of tree under root, each as git has it (a file
+// of its mode, a link, a submodule's empty directory), fetching by several requests at once
+// and each blob once, counting on prog.
+func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, tree map[string]treeFile, prog *progress) (map[string]fileStat, error) {
+	if err := refuseFoldedNames(root, tree); err != nil {
 		return nil, err
 	}
-	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}, written: make(map[string]fileStat, len(files))}
+	blobs := make(map[string]string, len(tree)) // path → digest, of all but submodules
+	var submodules []string
+	for p, f := range tree {
+		if f.gitlink() {
+			submodules = append(submodules, p)
+		} else {
+			blobs[p] = f.digest
+		}
+	}
+	w := &freshWriter{root: root, tree: tree, made: map[string]bool{}, dirs: map[string]*openDir{}, written: make(map[string]fileStat, len(blobs))}
 	defer w.close()
-	err := fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
+	err := fetchBlobs(ctx, c, blobs, prog, func(paths []string, content []byte) error {
 		for _, p := range paths {
 			if err := w.write(p, content); err != nil {
 				return err
@@ -546,7 +557,16 @@ func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files 
 		}
 		return nil
 	})
-	return w.written, err
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(submodules)
+	for _, p := range submodules {
+		if err := makeSubmoduleDir(root, p); err != nil {
+			return nil, err
+		}
+	}
+	return w.written, nil
 }
 
 // freshWriter writes the files of a new checkout into root, a directory ag made for it that
@@ -556,6 +576,7 @@ func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, files 
 // freshWriterDirs stay open: files come directory after directory.
 type freshWriter struct {
 	root  *os.Root
+	tree  map[string]treeFile // the mode of each path written
 	mu    sync.Mutex
 	made  map[string]bool     // directories made, by repository path
 	dirs  map[string]*openDir // open directories, by repository path
@@ -642,6 +663,22 @@ func (w *freshWriter) write(path string, content []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer w.release(d)
+	mode := w.tree[path].mode
+	if mode == repo.ModeSymlink {
+		// Made where nothing stands (the directory is new), read by nobody: a link is data.
+		if err := repo.CheckSymlinkTarget(content); err != nil {
+			return fmt.Errorf("write the link %s: %w", path, err)
+		}
+		if err := d.root.Symlink(string(content), name); err != nil {
+			return fmt.Errorf("write the link %s: %w", path, err)
+		}
+		info, err := d.root.Lstat(name)
+		if err != nil {
+			return fmt.Errorf("write the link %s: %w", path, err)
+		}
+		w.record(path, info)
+		return nil
+	}
 	f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -651,16 +688,27 @@ func (w *freshWriter) write(path string, content []byte) error {
 	if err == nil {
 		info, err = f.Stat()
 	}
+	if err == nil && mode == repo.ModeExecutable {
+		// Execute where it may be read, after the umask, as git does.
+		if err = f.Chmod(filePerm(info.Mode(), mode)); err == nil {
+			info, err = f.Stat()
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	w.record(path, info)
+	return nil
+}
+
+// record keeps the stat of a path written, for the checkout's index.
+func (w *freshWriter) record(path string, info fs.FileInfo) {
 	w.mu.Lock()
 	w.written[path] = statOfInfo(info)
 	w.mu.Unlock()
-	return nil
 }
 
 func (w *freshWriter) close() {

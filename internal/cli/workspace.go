@@ -49,10 +49,6 @@ type checkout struct {
 	idx  *index // nil until loadIndex
 	// base is the base revision's tree: nil until baseFiles or setBase.
 	base map[string]treeFile
-	// files are the base's files and links, path → digest: what `ag checkout`'s writer
-	// (writeCheckout) fetches and writes, each as a plain file; finishCheckout then gives them
-	// their modes.
-	files map[string]string
 	// baseChanged is set when base is not yet that of the index Index names.
 	baseChanged bool
 	// written are the stats of the files `ag checkout` wrote, until saveIn records them.
@@ -213,9 +209,6 @@ func (c *checkout) save() error {
 // written: never through a symbolic link.
 func (c *checkout) saveIn(root *os.Root) error {
 	if c.written != nil {
-		if err := c.finishCheckout(root, c.written); err != nil {
-			return err
-		}
 		c.recordStats(c.written)
 		c.written = nil
 	}
@@ -262,16 +255,10 @@ func (c *checkout) setBase(revision string, files map[string]treeFile) {
 		files = map[string]treeFile{}
 	}
 	c.BaseRevision, c.base, c.baseChanged = revision, files, true
-	c.files = make(map[string]string, len(files))
-	for p, f := range files {
-		if !f.gitlink() {
-			c.files[p] = f.digest
-		}
-	}
 }
 
 // recordWritten takes the stats of the base files `ag checkout` wrote, for the next save to
-// give them their modes (finishCheckout) and record them in the index (recordStats).
+// record them in the index (recordStats).
 func (c *checkout) recordWritten(written map[string]fileStat) {
 	c.written = written
 }
@@ -667,11 +654,16 @@ func hashFile(root *os.Root, path string) (localFile, error) {
 		return localFile{}, err
 	}
 	defer f.Close()
+	return hashContent(path, f)
+}
+
+// hashContent answers the digest and size of what r holds, the file at path.
+func hashContent(path string, r io.Reader) (localFile, error) {
 	h := sha256.New()
 	buf := hashBuffers.Get().(*[]byte)
 	defer hashBuffers.Put(buf)
 	// Through a struct that hides the file's WriteTo, so that the pooled buffer is used.
-	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *buf)
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{r}, *buf)
 	if err != nil {
 		return localFile{}, fmt.Errorf("read %s: %w", path, err)
 	}
