@@ -3,9 +3,6 @@ package worker
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,9 +14,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
-	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/attest"
-	"github.com/ag-coord/ag/internal/repo"
 )
 
 // The runs of these tests share the host's files (the validator runs them unsandboxed), so
@@ -38,23 +33,11 @@ type besideEnv struct {
 func newBesideEnv(t *testing.T) *besideEnv {
 	t.Helper()
 	needUnix(t)
-	content := []byte("a is fine\n")
-	d := digestOf(content)
-	repos := &fakeRepos{revision: "rev_1", blobs: map[string][]byte{d: content},
-		tree: repo.Tree{{Path: "a.txt", Digest: d, Size: uint64(len(content))}}}
-	repos.treeDigest = repos.tree.Digest()
-	mux := http.NewServeMux()
-	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repos))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, treeDigest, signer, pub := serveCandidate(t, map[string]string{"a.txt": "a is fine\n"})
 	return &besideEnv{
-		v: &Validator{Client: client.New(srv.URL, "t"), Signer: attest.NewSigner(priv), CacheDir: t.TempDir(),
+		v: &Validator{Client: c, Signer: signer, CacheDir: t.TempDir(),
 			WorkDir: t.TempDir(), Unsandboxed: true, KillGrace: 200 * time.Millisecond},
-		pub: pub, dir: t.TempDir(), tdg: repos.treeDigest,
+		pub: pub, dir: t.TempDir(), tdg: treeDigest,
 	}
 }
 

@@ -5,13 +5,9 @@ package worker
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +16,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
-	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/attest"
-	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/size"
 )
 
@@ -59,28 +53,13 @@ func limitedValidator(t testing.TB, max Limits) *limitsEnv {
 				"(the limits tests need root or a delegated cgroup v2, and mkfs.ext4 and loop devices for the disk)", st.Name, st.Why)
 		}
 	}
-	repos := &fakeRepos{revision: "rev_1", blobs: map[string][]byte{}}
-	for p, content := range limitsFiles {
-		d := digestOf([]byte(content))
-		repos.blobs[d] = []byte(content)
-		repos.tree = append(repos.tree, repo.Entry{Path: p, Digest: d, Size: uint64(len(content))})
-	}
-	sort.Slice(repos.tree, func(i, j int) bool { return repos.tree[i].Path < repos.tree[j].Path })
-	repos.treeDigest = repos.tree.Digest()
-	mux := http.NewServeMux()
-	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repos))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, treeDigest, signer, pub := serveCandidate(t, limitsFiles)
 	return &limitsEnv{
 		v: &Validator{
-			Client: client.New(srv.URL, "t"), Signer: attest.NewSigner(priv), CacheDir: t.TempDir(), WorkDir: workDir,
+			Client: c, Signer: signer, CacheDir: t.TempDir(), WorkDir: workDir,
 			Sandbox: sb, Limits: lim, KillGrace: 200 * time.Millisecond,
 		},
-		pub: pub, treeDigest: repos.treeDigest,
+		pub: pub, treeDigest: treeDigest,
 	}
 }
 

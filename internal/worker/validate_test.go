@@ -2,13 +2,18 @@ package worker
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +25,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -396,4 +402,28 @@ func TestHandleRefusesABadPayloadForGood(t *testing.T) {
 			t.Errorf("payload %v: err = %v, want a permanent error", payload, err)
 		}
 	}
+}
+
+// serveCandidate serves files as the candidate rev_1, as a server does to the worker holding
+// its validate job, and answers a client of it, the tree's digest, and a signer with its public
+// key.
+func serveCandidate(t testing.TB, files map[string]string) (*client.Client, string, *attest.Signer, ed25519.PublicKey) {
+	t.Helper()
+	repos := &fakeRepos{revision: "rev_1", blobs: map[string][]byte{}}
+	for p, content := range files {
+		d := digestOf([]byte(content))
+		repos.blobs[d] = []byte(content)
+		repos.tree = append(repos.tree, repo.Entry{Path: p, Digest: d, Size: uint64(len(content))})
+	}
+	sort.Slice(repos.tree, func(i, j int) bool { return repos.tree[i].Path < repos.tree[j].Path })
+	repos.treeDigest = repos.tree.Digest()
+	mux := http.NewServeMux()
+	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repos))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.New(srv.URL, "t"), repos.treeDigest, attest.NewSigner(priv), pub
 }
