@@ -47,6 +47,31 @@ type RepoStore interface {
 	// does not hold is absent from the answer.
 	BlobSizes(ctx context.Context, digests []string) (map[string]uint64, error)
 
+	// StartBlobUpload answers the upload u.ID, creating it as u (Received 0) when the store has
+	// none: a blob too large for one request is sent in parts (ADR-0027), and a client that
+	// stopped part-way asks again and goes on from Received.
+	StartBlobUpload(ctx context.Context, u BlobUpload) (BlobUpload, error)
+
+	// AppendBlobUpload stores p.Content as the upload's part from p.Offset and keeps
+	// p.HashState, in one transaction, if p.Offset is what the upload has received (otherwise,
+	// a part sent twice or out of order: ErrFailedPrecondition; unknown upload: ErrNotFound).
+	// With p.Complete, the same transaction ends the upload: its parts become the blob
+	// p.Complete.Digest (its size, p.Complete.GitID), read by every blob read as if stored whole
+	// (a blob already stored stays as it is and the parts are dropped). Answers the upload as
+	// it is after.
+	AppendBlobUpload(ctx context.Context, p AppendBlobUploadParams) (BlobUpload, error)
+
+	// DropBlobUploads removes the uploads started before (and, with id non-empty, the upload
+	// id whatever its age) with their parts, and answers how many it removed.
+	DropBlobUploads(ctx context.Context, before time.Time, id string) (int, error)
+
+	// ReadBlob calls fn with a blob's content from offset on, in order, in the pieces it is
+	// stored in (a blob stored whole: one piece from offset; one stored in parts: a piece per
+	// part, the first cut at offset), never the whole of a blob stored in parts at once. fn's
+	// slice is valid only during the call. An offset past the end answers nothing; a blob the
+	// store does not hold: ErrNotFound.
+	ReadBlob(ctx context.Context, digest string, offset uint64, fn func(piece []byte) error) error
+
 	// GetRevision answers a revision of a repository with its tree, or ErrNotFound (also when
 	// the revision belongs to another repository). Listing the files reads the whole git tree.
 	GetRevision(ctx context.Context, repository, revisionID string) (Revision, error)
@@ -58,6 +83,10 @@ type RepoStore interface {
 	// ReadGitObjects answers the git objects among ids that the store holds (commits, trees and
 	// blobs, as ReadGitObject), in no particular order; one it does not hold is absent.
 	ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]GitObject, error)
+
+	// BlobsByGitID answers the sha256 digest and size of each stored blob among ids; an id the
+	// store holds no blob of is absent from the answer.
+	BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]BlobRef, error)
 
 	// PutGitObjects stores trees and commits (ID the git id of Type and Data, computed by the
 	// caller); one already stored is left as it is.
@@ -185,6 +214,37 @@ type ListRepositoriesParams struct {
 type Blob struct {
 	Digest  string
 	Content []byte
+}
+
+// BlobUpload is a blob being sent in parts of PartBytes each (the last may be shorter).
+type BlobUpload struct {
+	ID        string // derived by the server from the principal, the digest and the size
+	Principal string
+	Digest    string // what the whole must hash to
+	Size      uint64
+	PartBytes uint64
+	Received  uint64
+	// HashState is the running hashes of the Received bytes, as the server encodes them, so
+	// that any replica takes the next part without reading the earlier ones again.
+	HashState []byte
+	CreatedAt time.Time
+}
+
+// AppendBlobUploadParams is one part of an upload.
+type AppendBlobUploadParams struct {
+	ID        string
+	Offset    uint64
+	Content   []byte
+	HashState []byte // the hashes after this part
+	// Complete, set on the last part (Offset+len(Content) == Size, digest checked by the
+	// caller), stores the blob.
+	Complete *CompletedBlob
+}
+
+// CompletedBlob is what the store keeps of a blob sent in parts besides the parts.
+type CompletedBlob struct {
+	Digest string
+	GitID  plumbing.Hash
 }
 
 // Revision is one state of a repository's files.

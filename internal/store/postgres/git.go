@@ -66,7 +66,8 @@ func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plu
 	return missing, nil
 }
 
-// ReadGitObjects answers the git objects the store holds among ids.
+// ReadGitObjects answers the git objects the store holds among ids, blobs stored in parts
+// joined whole.
 func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -75,22 +76,25 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	for i := range ids {
 		raw[i] = ids[i][:]
 	}
-	rows, err := db.pool.Query(ctx, `SELECT id, type, data FROM git_objects WHERE id = ANY($1::bytea[])
-		UNION ALL SELECT git_id, 3, content FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
+	rows, err := db.pool.Query(ctx, `SELECT id, type, data, 0::bigint, NULL::text FROM git_objects WHERE id = ANY($1::bytea[])
+		UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
 	if err != nil {
 		return nil, mapErr("read git objects", err)
 	}
-	var out []store.GitObject
 	var (
-		id   []byte
-		typ  int16
-		data []byte
+		out      []store.GitObject
+		inParts  []storedInParts
+		id       []byte
+		typ      int16
+		data     []byte
+		size     int64
+		partsKey *string
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data}, func() error {
-		o := store.GitObject{Type: plumbing.ObjectType(typ), Data: data}
-		if o.Data == nil {
-			o.Data = []byte{}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data, &size, &partsKey}, func() error {
+		if partsKey != nil {
+			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
 		}
+		o := store.GitObject{Type: plumbing.ObjectType(typ), Data: nonNilBytes(data)}
 		copy(o.ID[:], id)
 		out = append(out, o)
 		data = nil
@@ -98,7 +102,18 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	}); err != nil {
 		return nil, mapErr("read git objects", err)
 	}
+	for _, p := range inParts {
+		o := &out[p.index]
+		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.Data, p.size, &p.partsKey); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// BlobsByGitID answers the digest and size of each stored blob among ids.
+func (db *DB) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
+	return gitBackend{qr: db.pool}.BlobsByGitID(ctx, ids)
 }
 
 // ReadGitObject answers a git object of any repository.
@@ -106,24 +121,27 @@ func (db *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.Obj
 	return gitBackend{qr: db.pool}.ReadGitObject(ctx, id)
 }
 
-const readGitObjectSQL = `SELECT type, data FROM git_objects WHERE id = $1
+const readGitObjectSQL = `SELECT type, data, 0::bigint, NULL::text FROM git_objects WHERE id = $1
 UNION ALL
-SELECT 3, content FROM blobs WHERE git_id = $1
+SELECT 3, content, size, parts_key FROM blobs WHERE git_id = $1
 LIMIT 1`
 
 func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	var (
-		typ  int16
-		data []byte
+		typ      int16
+		data     []byte
+		size     int64
+		partsKey *string
 	)
-	if err := g.qr.QueryRow(ctx, readGitObjectSQL, id[:]).Scan(&typ, &data); err != nil {
+	if err := g.qr.QueryRow(ctx, readGitObjectSQL, id[:]).Scan(&typ, &data, &size, &partsKey); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, nil, fmt.Errorf("git object %s: %w", id, store.ErrNotFound)
 		}
 		return 0, nil, mapErr("read git object "+id.String(), err)
 	}
-	if data == nil {
-		data = []byte{}
+	data, err := blobContent(ctx, g.qr, "git object "+id.String(), data, size, partsKey)
+	if err != nil {
+		return 0, nil, err
 	}
 	return plumbing.ObjectType(typ), data, nil
 }

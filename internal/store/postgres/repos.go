@@ -179,17 +179,22 @@ func (db *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	return nil
 }
 
-// GetBlob answers a blob by its digest.
+// GetBlob answers a blob by its digest, a blob stored in parts joined whole.
 func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
-	var b store.Blob
-	err := db.pool.QueryRow(ctx, `SELECT digest, content FROM blobs WHERE digest = $1`, digest).Scan(&b.Digest, &b.Content)
+	var (
+		content  []byte
+		size     int64
+		partsKey *string
+	)
+	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = $1`, digest).
+		Scan(&content, &size, &partsKey)
 	if err != nil {
 		return store.Blob{}, mapErr("blob "+digest, err)
 	}
-	if b.Content == nil {
-		b.Content = []byte{}
+	if content, err = blobContent(ctx, db.pool, "blob "+digest, content, size, partsKey); err != nil {
+		return store.Blob{}, err
 	}
-	return b, nil
+	return store.Blob{Digest: digest, Content: content}, nil
 }
 
 // missingBlobsSQL answers the digests among $1 that blobs lacks, in their order: one index
@@ -200,26 +205,39 @@ const missingBlobsSQL = `SELECT u.d FROM unnest($1::text[]) WITH ORDINALITY AS u
 LEFT JOIN LATERAL (SELECT 1 AS held FROM blobs b WHERE b.digest = u.d LIMIT 1) x ON true
 WHERE x.held IS NULL ORDER BY u.n`
 
-// GetBlobs answers the blobs the store holds among digests.
+// GetBlobs answers the blobs the store holds among digests, those stored in parts joined whole.
 func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, error) {
 	if len(digests) == 0 {
 		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT digest, content FROM blobs WHERE digest = ANY($1::text[])`, digests)
+	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest = ANY($1::text[])`, digests)
 	if err != nil {
 		return nil, mapErr("get blobs", err)
 	}
-	var out []store.Blob
-	var b store.Blob
-	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content}, func() error {
-		if b.Content == nil {
-			b.Content = []byte{}
+	var (
+		out []store.Blob
+		// inParts are the blobs of out stored in parts, joined once the rows are read.
+		inParts  []storedInParts
+		b        store.Blob
+		size     int64
+		partsKey *string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content, &size, &partsKey}, func() error {
+		if partsKey != nil {
+			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
 		}
+		b.Content = nonNilBytes(b.Content)
 		out = append(out, b)
 		b = store.Blob{}
 		return nil
 	}); err != nil {
 		return nil, mapErr("get blobs", err)
+	}
+	for _, p := range inParts {
+		b := &out[p.index]
+		if b.Content, err = blobContent(ctx, db.pool, "blob "+b.Digest, b.Content, p.size, &p.partsKey); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

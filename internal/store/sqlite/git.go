@@ -29,16 +29,18 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 
 func readGitObject(ctx context.Context, q querier, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	var (
-		typ  int
-		data []byte
+		typ      int
+		data     []byte
+		size     int64
+		partsKey sql.NullString
 	)
-	err := q.QueryRowContext(ctx, `SELECT type, data FROM git_objects WHERE id = ?1
-		UNION ALL SELECT 3, content FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data)
+	err := q.QueryRowContext(ctx, `SELECT type, data, 0, NULL FROM git_objects WHERE id = ?1
+		UNION ALL SELECT 3, content, size, parts_key FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data, &size, &partsKey)
 	if err != nil {
 		return 0, nil, interpret("read git object "+id.String(), err)
 	}
-	if data == nil {
-		data = []byte{}
+	if data, err = blobContent(ctx, q, "git object "+id.String(), data, size, partsKey); err != nil {
+		return 0, nil, fmt.Errorf("read git object %s: %w", id, err)
 	}
 	return plumbing.ObjectType(typ), data, nil
 }
@@ -170,34 +172,40 @@ func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plum
 	return missing, nil
 }
 
-// ReadGitObjects answers the git objects the store holds among ids.
+// ReadGitObjects answers the git objects the store holds among ids, blobs stored in parts
+// joined whole.
 func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error) {
-	var out []store.GitObject
+	var (
+		out     []store.GitObject
+		inParts []storedInParts
+	)
 	for chunk := range slices.Chunk(ids, missingChunk) {
 		args := make([]any, len(chunk))
 		for i, id := range chunk {
 			args[i] = id[:]
 		}
 		in := placeholders(1, len(chunk))
-		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data FROM git_objects WHERE id IN (`+in+`)
-			UNION ALL SELECT git_id, 3, content FROM blobs WHERE git_id IN (`+in+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data, 0, NULL FROM git_objects WHERE id IN (`+in+`)
+			UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id IN (`+in+`)`, args...)
 		if err != nil {
 			return nil, interpret("read git objects", err)
 		}
 		for rows.Next() {
 			var (
-				raw  []byte
-				typ  int
-				data []byte
+				raw      []byte
+				typ      int
+				data     []byte
+				size     int64
+				partsKey sql.NullString
 			)
-			if err := rows.Scan(&raw, &typ, &data); err != nil {
+			if err := rows.Scan(&raw, &typ, &data, &size, &partsKey); err != nil {
 				rows.Close()
 				return nil, interpret("read git objects", err)
 			}
-			if data == nil {
-				data = []byte{}
+			if partsKey.Valid {
+				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
 			}
-			o := store.GitObject{Type: plumbing.ObjectType(typ), Data: data}
+			o := store.GitObject{Type: plumbing.ObjectType(typ), Data: nonNil(data)}
 			copy(o.ID[:], raw)
 			out = append(out, o)
 		}
@@ -207,7 +215,19 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 			return nil, interpret("read git objects", err)
 		}
 	}
+	for _, p := range inParts {
+		o := &out[p.index]
+		var err error
+		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.Data, p.size, p.partsKey); err != nil {
+			return nil, fmt.Errorf("read git objects: %w", err)
+		}
+	}
 	return out, nil
+}
+
+// BlobsByGitID answers the digest and size of each stored blob among ids.
+func (d *DB) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
+	return gitBackend{d.r}.BlobsByGitID(ctx, ids)
 }
 
 // ReadGitObject answers a git object of any repository.

@@ -137,45 +137,67 @@ func (d *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	})
 }
 
-// GetBlob answers a blob by digest.
+// GetBlob answers a blob by digest, a blob stored in parts joined whole.
 func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
-	b := store.Blob{Digest: digest}
-	if err := d.r.QueryRowContext(ctx, `SELECT content FROM blobs WHERE digest = ?`, digest).Scan(&b.Content); err != nil {
+	var (
+		content  []byte
+		size     int64
+		partsKey sql.NullString
+	)
+	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = ?`, digest).
+		Scan(&content, &size, &partsKey); err != nil {
 		return store.Blob{}, interpret("get blob "+digest, err)
 	}
-	if b.Content == nil {
-		b.Content = []byte{}
+	content, err := blobContent(ctx, d.r, "blob "+digest, content, size, partsKey)
+	if err != nil {
+		return store.Blob{}, fmt.Errorf("get blob: %w", err)
 	}
-	return b, nil
+	return store.Blob{Digest: digest, Content: content}, nil
 }
 
-// GetBlobs answers the blobs the store holds among digests.
+// GetBlobs answers the blobs the store holds among digests, those stored in parts joined whole.
 func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, error) {
-	var out []store.Blob
+	var (
+		out []store.Blob
+		// inParts are the blobs of out stored in parts, joined once the rows are read.
+		inParts []storedInParts
+	)
 	for chunk := range slices.Chunk(digests, missingChunk) {
 		args := make([]any, len(chunk))
 		for i, dg := range chunk {
 			args[i] = dg
 		}
-		rows, err := d.r.QueryContext(ctx, `SELECT digest, content FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
 			return nil, interpret("get blobs", err)
 		}
 		for rows.Next() {
-			var b store.Blob
-			if err := rows.Scan(&b.Digest, &b.Content); err != nil {
+			var (
+				b        store.Blob
+				size     int64
+				partsKey sql.NullString
+			)
+			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey); err != nil {
 				rows.Close()
 				return nil, interpret("get blobs", err)
 			}
-			if b.Content == nil {
-				b.Content = []byte{}
+			if partsKey.Valid {
+				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
 			}
+			b.Content = nonNil(b.Content)
 			out = append(out, b)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
 			return nil, interpret("get blobs", err)
+		}
+	}
+	for _, p := range inParts {
+		b := &out[p.index]
+		var err error
+		if b.Content, err = blobContent(ctx, d.r, "blob "+b.Digest, b.Content, p.size, p.partsKey); err != nil {
+			return nil, fmt.Errorf("get blobs: %w", err)
 		}
 	}
 	return out, nil

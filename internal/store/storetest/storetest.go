@@ -105,6 +105,16 @@ var tests = []conformanceTest{
 	{"blobs_are_stored_once_by_digest", testBlobs},
 	{"get_revision_of_another_repository_is_not_found", testGetRevisionNotFound},
 	{"revisions_record_parent_author_change_and_tree_digest", testRevisions},
+	// blobs sent in parts
+	{"a_blob_sent_in_parts_reads_back_whole_through_every_blob_read", testBlobPartsReadBack},
+	{"integrate_reads_a_blob_sent_in_parts_whole", testBlobPartsInIntegrate},
+	{"start_blob_upload_answers_an_upload_as_stored_with_what_it_received", testBlobUploadStart},
+	{"appends_twice_out_of_order_of_a_wrong_length_or_past_the_end_are_refused_and_change_nothing", testBlobUploadRefusals},
+	{"an_upload_of_a_blob_already_stored_completes_and_leaves_the_stored_blob", testBlobUploadOfAStoredDigest},
+	{"drop_blob_uploads_removes_old_uploads_and_a_named_one_never_a_stored_blob", testDropBlobUploads},
+	{"an_upload_started_again_after_it_completed_never_touches_the_stored_blob", testBlobUploadAfterCompletion},
+	{"of_concurrent_appends_at_the_same_offset_exactly_one_wins", testConcurrentBlobAppends},
+	{"read_blob_of_an_unknown_digest_is_not_found_and_an_error_of_fn_stops_it", testReadBlobErrors},
 	// leases
 	{"lease_overlap_rule_as_a_table", testLeaseOverlapTable},
 	{"acquire_lease_grants_the_next_token_of_its_repository", testLeaseGrant},

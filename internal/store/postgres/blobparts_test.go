@@ -1,0 +1,35 @@
+package postgres
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/store/storetest"
+	"github.com/ag-coord/ag/internal/testutil/pgtest"
+)
+
+// TestBlobPartsKeepsOnlyReadableParts ensures that uploads that complete, complete a blob
+// already stored, are dropped or start again leave no part behind that neither a stored blob
+// nor an upload under way names: nothing would ever read or delete it.
+func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	d, err := Open(t.Context(), pgtest.NewDatabase(t), store.Options{Clock: clk})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer d.Close()
+	want := storetest.LeaveBlobParts(t, d, clk)
+	var parts, strays int
+	if err := d.pool.QueryRow(t.Context(), `SELECT count(*),
+		count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.parts_key = p.parts_key)
+			AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.parts_key = p.parts_key))
+		FROM blob_parts p`).Scan(&parts, &strays); err != nil {
+		t.Fatal(err)
+	}
+	if parts != want || strays != 0 {
+		t.Fatalf("the store keeps %d parts, %d of them named by no blob or upload; want %d, none", parts, strays, want)
+	}
+}
