@@ -21,15 +21,28 @@ const BlobsPerCall = 512
 // blob once its content is checked against its digest. got runs on the fetching goroutines,
 // several at once. The first error, from a call or from got, stops the rest and is answered.
 func (c *Client) Blobs(ctx context.Context, digests []string, parallel int, got func(digest string, content []byte) error) error {
+	return c.BlobsSized(ctx, digests, nil, parallel, got)
+}
+
+// BlobsSized is Blobs, told the sizes of some of the blobs (digest → size): one of
+// LargeBlobBytes or more is read alone, streamed (ReadBlob), so that neither side holds it
+// more than once.
+func (c *Client) BlobsSized(ctx context.Context, digests []string, sizes map[string]uint64, parallel int, got func(digest string, content []byte) error) error {
 	seen := make(map[string]bool, len(digests))
 	unique := make([]string, 0, len(digests))
+	var large [][]string
 	for _, d := range digests {
-		if !seen[d] {
-			seen[d] = true
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if sizes[d] >= LargeBlobBytes {
+			large = append(large, []string{d})
+		} else {
 			unique = append(unique, d)
 		}
 	}
-	var batches [][]string
+	batches := large
 	for i := 0; i < len(unique); i += BlobsPerCall {
 		batches = append(batches, unique[i:min(len(unique), i+BlobsPerCall)])
 	}
@@ -44,7 +57,11 @@ func (c *Client) Blobs(ctx context.Context, digests []string, parallel int, got 
 				if i >= len(batches) || ctx.Err() != nil {
 					return
 				}
-				if err := c.blobBatch(ctx, batches[i], got); err != nil {
+				fetch := c.blobBatch
+				if i < len(large) {
+					fetch = c.largeBlob(sizes)
+				}
+				if err := fetch(ctx, batches[i], got); err != nil {
 					cancel(err)
 					return
 				}
@@ -53,6 +70,21 @@ func (c *Client) Blobs(ctx context.Context, digests []string, parallel int, got 
 	}
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// largeBlob answers a fetch of one large blob with ReadBlob.
+func (c *Client) largeBlob(sizes map[string]uint64) func(ctx context.Context, digests []string, got func(digest string, content []byte) error) error {
+	return func(ctx context.Context, digests []string, got func(digest string, content []byte) error) error {
+		d := digests[0]
+		content, err := c.ReadBlobBytes(ctx, d, int64(sizes[d]))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return &BlobNotFoundError{Digest: d, Err: err}
+		}
+		if err != nil {
+			return err
+		}
+		return got(d, content)
+	}
 }
 
 // blobBatch fetches one batch with one GetBlobs call, which must answer exactly the digests

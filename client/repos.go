@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -128,7 +129,7 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 
 // uploadMissing asks which of digests the server lacks, MaxDigestsPerCall at a time, and uploads
 // their contents (from byDigest) in calls of at most uploadChunkBytes and MaxBlobsPerUpload
-// blobs; a blob larger than uploadChunkBytes goes alone.
+// blobs; a blob of LargeBlobBytes or more goes in parts (UploadBlob).
 func (c *Client) uploadMissing(ctx context.Context, digests []string, byDigest map[string][]byte) error {
 	var chunk [][]byte
 	var size int
@@ -151,6 +152,12 @@ func (c *Client) uploadMissing(ctx context.Context, digests []string, byDigest m
 			b, ok := byDigest[d]
 			if !ok {
 				return fmt.Errorf("FindMissingBlobs answered %.80q, a digest it was not asked about", d)
+			}
+			if len(b) >= LargeBlobBytes {
+				if err := c.UploadBlob(ctx, bytes.NewReader(b), int64(len(b)), d); err != nil {
+					return err
+				}
+				continue
 			}
 			if size+len(b) > uploadChunkBytes || len(chunk) == MaxBlobsPerUpload {
 				if err := flush(); err != nil {

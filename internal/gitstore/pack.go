@@ -24,11 +24,28 @@ var plainPackObjects = 10000
 // writePack writes the objects ids of s as a pack: with deltas (window packWindow) by go-git's
 // encoder, or, from plainPackObjects objects on, without.
 func writePack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash) error {
+	if large, ok := s.(LargeObjectStorer); ok {
+		n, err := large.LargeObjects(ids)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return writePlainPack(w, s, ids)
+		}
+	}
 	if len(ids) < plainPackObjects {
 		_, err := packfile.NewEncoder(w, s, false).Encode(ids, packWindow)
 		return err
 	}
 	return writePlainPack(w, s, ids)
+}
+
+// LargeObjectStorer is an object storer that holds objects too large to read whole: it
+// answers how many of ids are such, and streams each from its Reader. A pack that carries one
+// is written of whole objects, each streamed through the compressor, since go-git's encoder
+// reads every object whole to search for deltas (and holds a delta index of each).
+type LargeObjectStorer interface {
+	LargeObjects(ids []plumbing.Hash) (int, error)
 }
 
 // Prefetcher is an object storer that can read many objects ahead of their use, in few

@@ -166,9 +166,12 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/ListRepositories": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/UploadBlobs":      {store.RoleAgent},
 	"/agwp.v1.RepositoryService/FindMissingBlobs": {store.RoleAgent},
+	"/agwp.v1.RepositoryService/StartBlobUpload":  {store.RoleAgent},
+	"/agwp.v1.RepositoryService/UploadBlobPart":   {store.RoleAgent},
 	// A worker reads only what its current claim needs: see workerReads.
 	"/agwp.v1.RepositoryService/GetBlob":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/GetBlobs":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	"/agwp.v1.RepositoryService/ReadBlob":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/GetTree":     {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/Integrate":   {store.RoleAgent},
 	"/agwp.v1.RepositoryService/GetChange":   {store.RoleAgent, store.RoleWorker, store.RoleReader},

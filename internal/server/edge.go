@@ -48,6 +48,7 @@ var contentProcedures = map[string]bool{
 	"/agwp.v1.RepositoryService/UploadBlobs":      true,
 	"/agwp.v1.RepositoryService/UploadGitObjects": true,
 	"/agwp.v1.RepositoryService/Integrate":        true,
+	"/agwp.v1.RepositoryService/UploadBlobPart":   true,
 }
 
 // edge wraps the AGWP handlers; other paths (health, metrics, the OpenAPI document, and /git/,

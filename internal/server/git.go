@@ -349,6 +349,7 @@ type gitObjects struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
+	large    map[plumbing.Hash]store.BlobRef // blobs streamed, never read whole (LargeObjects)
 	maxBytes int                             // gitCacheBytes but in tests
 	cache    map[plumbing.Hash]*list.Element // of *cachedGitObject
 	lru      list.List                       // the most recently used first
@@ -411,7 +412,9 @@ func (o *gitObjects) Prefetch(ids []plumbing.Hash) {
 	o.mu.Lock()
 	var ask []plumbing.Hash
 	for _, id := range ids {
-		if _, cached := o.cache[id]; !cached {
+		_, cached := o.cache[id]
+		_, large := o.large[id] // streamed when written, never read whole
+		if !cached && !large {
 			ask = append(ask, id)
 		}
 	}
@@ -451,9 +454,56 @@ func (o *gitObjects) remember(c *cachedGitObject) {
 	o.bytes += len(c.content)
 }
 
+// largeBlobSource is a gitObjectSource that reads a blob part by part; the store is one.
+type largeBlobSource interface {
+	BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error)
+	ReadBlob(ctx context.Context, digest string, offset uint64, fn func(piece []byte) error) error
+}
+
+// largeGitBlobBytes is the size from which a blob is streamed into a pack, never read whole.
+const largeGitBlobBytes = 4 << 20
+
+// largeLookupBatch is how many ids one lookup of blob sizes asks about.
+const largeLookupBatch = 1000
+
+// LargeObjects finds the blobs among ids of largeGitBlobBytes or more, which EncodedObject
+// then answers as streams (gitstore.LargeObjectStorer), and answers how many there are.
+func (o *gitObjects) LargeObjects(ids []plumbing.Hash) (int, error) {
+	src, ok := o.src.(largeBlobSource)
+	if !ok {
+		return 0, nil
+	}
+	large := map[plumbing.Hash]store.BlobRef{}
+	for i := 0; i < len(ids); i += largeLookupBatch {
+		refs, err := src.BlobsByGitID(o.ctx, ids[i:min(len(ids), i+largeLookupBatch)])
+		if err != nil {
+			logGitStoreError(o.ctx, o.log, "read blob sizes", err)
+			return 0, errGitRead
+		}
+		for id, ref := range refs {
+			if ref.Size >= largeGitBlobBytes {
+				large[id] = ref
+			}
+		}
+	}
+	o.mu.Lock()
+	o.large = large
+	o.mu.Unlock()
+	return len(large), nil
+}
+
 // EncodedObject answers the object id of type t (any type: plumbing.AnyObject), or
 // plumbing.ErrObjectNotFound when there is none of that type.
 func (o *gitObjects) EncodedObject(t plumbing.ObjectType, id plumbing.Hash) (plumbing.EncodedObject, error) {
+	o.mu.Lock()
+	ref, large := o.large[id]
+	o.mu.Unlock()
+	if large {
+		if t != plumbing.AnyObject && t != plumbing.BlobObject {
+			return nil, plumbing.ErrObjectNotFound
+		}
+		return &gitObject{objects: o, id: id, typ: plumbing.BlobObject, size: int64(ref.Size), digest: ref.Digest}, nil
+	}
 	typ, content, err := o.read(id)
 	if err != nil {
 		return nil, err
@@ -498,6 +548,7 @@ type gitObject struct {
 	id      plumbing.Hash
 	typ     plumbing.ObjectType
 	size    int64
+	digest  string // a large blob's, which Reader streams
 }
 
 func (x *gitObject) Hash() plumbing.Hash       { return x.id }
@@ -509,6 +560,9 @@ func (x *gitObject) SetType(plumbing.ObjectType) {}
 func (x *gitObject) SetSize(int64)               {}
 
 func (x *gitObject) Reader() (io.ReadCloser, error) {
+	if x.digest != "" {
+		return x.objects.stream(x.digest, x.size), nil
+	}
 	typ, content, err := x.objects.read(x.id)
 	if err != nil {
 		return nil, err
@@ -521,3 +575,29 @@ func (x *gitObject) Reader() (io.ReadCloser, error) {
 }
 
 func (x *gitObject) Writer() (io.WriteCloser, error) { return nil, errGitReadOnly }
+
+// stream answers a reader of a large blob's content, read part by part from the store as it
+// is consumed. Closing it early stops the read.
+func (o *gitObjects) stream(digest string, size int64) io.ReadCloser {
+	pr, pw := io.Pipe()
+	src := o.src.(largeBlobSource)
+	go func() {
+		var n int64
+		err := src.ReadBlob(o.ctx, digest, 0, func(piece []byte) error {
+			n += int64(len(piece))
+			_, err := pw.Write(piece)
+			return err
+		})
+		switch {
+		case errors.Is(err, io.ErrClosedPipe):
+		case err != nil:
+			logGitStoreError(o.ctx, o.log, "read a blob", err, "blob", digest)
+			err = errGitRead
+		case n != size:
+			o.log.ErrorContext(o.ctx, "git: read a blob", "blob", digest, "err", fmt.Errorf("the store answered %d bytes of %d", n, size))
+			err = errGitRead
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
+}

@@ -138,6 +138,12 @@ func (h repoService) UploadBlobs(ctx context.Context, req *agwpv1.UploadBlobsReq
 	return out, nil
 }
 
+// tooLargeForOneAnswer refuses to answer a blob larger than a request may be in one message.
+func tooLargeForOneAnswer(digest string, size uint64) error {
+	return connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("blob %s has %d bytes, more than one answer carries (%d MiB): read it with ReadBlob", digest, size, maxContentBytes>>20))
+}
+
 func validateDigests(field string, ds []string) error {
 	if len(ds) > maxDigestsPerCall {
 		return invalid(field, "has %d digests, more than %d", len(ds), maxDigestsPerCall)
@@ -169,6 +175,13 @@ func (h repoService) GetBlob(ctx context.Context, req *agwpv1.GetBlobRequest) (*
 		if err := h.s.workerReads.mayReadBlob(ctx, c.principal.Name, req.GetDigest()); err != nil {
 			return nil, err
 		}
+	}
+	sizes, err := h.s.store.BlobSizes(ctx, []string{req.GetDigest()})
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	if size, ok := sizes[req.GetDigest()]; ok && size > maxContentBytes {
+		return nil, tooLargeForOneAnswer(req.GetDigest(), size)
 	}
 	b, err := h.s.store.GetBlob(ctx, req.GetDigest())
 	if err != nil {
@@ -221,9 +234,13 @@ func (h repoService) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, 
 	}
 	held := len(digests)
 	for i, d := range digests {
-		if _, ok := sizes[d]; !ok {
+		size, ok := sizes[d]
+		if !ok {
 			held = i // what comes before is sent, then not_found names it
 			break
+		}
+		if size > maxContentBytes {
+			return tooLargeForOneAnswer(d, size)
 		}
 	}
 	msg := &agwpv1.GetBlobsResponse{}

@@ -60,6 +60,10 @@ type Config struct {
 	// GitFetchesPerPrincipal bounds the git upload-pack requests (the ones that build a pack)
 	// that one principal has in flight at once on /git/. Default DefaultGitFetchesPerPrincipal.
 	GitFetchesPerPrincipal int
+	// BlobPartBytes is the size of the parts of a blob sent in parts (StartBlobUpload), and
+	// MaxBlobBytes the largest such blob. Defaults DefaultBlobPartBytes and DefaultMaxBlobBytes.
+	BlobPartBytes uint64
+	MaxBlobBytes  uint64
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer
@@ -77,6 +81,8 @@ type Server struct {
 	maxBytes       int
 	// maxContentRequestBytes limits RepositoryService requests, which carry file contents.
 	maxContentRequestBytes int
+	blobPartBytes          uint64
+	maxBlobBytes           uint64
 	waiting                atomic.Int64 // long-polling requests now waiting
 	gate                   *gate.Gate
 	workerReads            *workerReads
@@ -134,6 +140,14 @@ func New(cfg Config) *Server {
 		s.maxBytes = 8 << 20
 	}
 	s.maxContentRequestBytes = max(s.maxBytes, maxContentBytes+(8<<20))
+	s.blobPartBytes, s.maxBlobBytes = cfg.BlobPartBytes, cfg.MaxBlobBytes
+	if s.blobPartBytes == 0 {
+		s.blobPartBytes = DefaultBlobPartBytes
+	}
+	s.blobPartBytes = min(s.blobPartBytes, maxContentBytes)
+	if s.maxBlobBytes == 0 {
+		s.maxBlobBytes = DefaultMaxBlobBytes
+	}
 	return s
 }
 
@@ -219,11 +233,16 @@ func (s *Server) Run(ctx context.Context) {
 	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)
 	defer t.Stop()
+	var uploadsDropped time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
+			if now.Sub(uploadsDropped) >= time.Hour {
+				uploadsDropped = now
+				s.dropStaleBlobUploads(ctx, now)
+			}
 			n, err := s.store.ExpireJobs(ctx)
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("settle expired claims", "err", err)

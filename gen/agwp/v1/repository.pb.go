@@ -1569,6 +1569,351 @@ func (x *BlobContent) GetContent() []byte {
 	return nil
 }
 
+type StartBlobUploadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sha256 digest of the whole blob (sha256:<64 lowercase hex>).
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The whole blob's size in bytes.
+	Size          uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBlobUploadRequest) Reset() {
+	*x = StartBlobUploadRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBlobUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBlobUploadRequest) ProtoMessage() {}
+
+func (x *StartBlobUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBlobUploadRequest.ProtoReflect.Descriptor instead.
+func (*StartBlobUploadRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StartBlobUploadRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *StartBlobUploadRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type StartBlobUploadResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The bytes the server holds: the offset of the next part.
+	Received uint64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
+	// The server holds the blob already: there is nothing to send.
+	Stored bool `protobuf:"varint,3,opt,name=stored,proto3" json:"stored,omitempty"`
+	// The size of every part but the last.
+	PartBytes     uint64 `protobuf:"varint,4,opt,name=part_bytes,json=partBytes,proto3" json:"part_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBlobUploadResponse) Reset() {
+	*x = StartBlobUploadResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBlobUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBlobUploadResponse) ProtoMessage() {}
+
+func (x *StartBlobUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBlobUploadResponse.ProtoReflect.Descriptor instead.
+func (*StartBlobUploadResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StartBlobUploadResponse) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *StartBlobUploadResponse) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *StartBlobUploadResponse) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+func (x *StartBlobUploadResponse) GetPartBytes() uint64 {
+	if x != nil {
+		return x.PartBytes
+	}
+	return 0
+}
+
+type UploadBlobPartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Content       []byte                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadBlobPartRequest) Reset() {
+	*x = UploadBlobPartRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadBlobPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadBlobPartRequest) ProtoMessage() {}
+
+func (x *UploadBlobPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadBlobPartRequest.ProtoReflect.Descriptor instead.
+func (*UploadBlobPartRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UploadBlobPartRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *UploadBlobPartRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *UploadBlobPartRequest) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+type UploadBlobPartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bytes the server holds after this part.
+	Received uint64 `protobuf:"varint,1,opt,name=received,proto3" json:"received,omitempty"`
+	// Set by the part that completed the blob: its digest, now stored.
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadBlobPartResponse) Reset() {
+	*x = UploadBlobPartResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadBlobPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadBlobPartResponse) ProtoMessage() {}
+
+func (x *UploadBlobPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadBlobPartResponse.ProtoReflect.Descriptor instead.
+func (*UploadBlobPartResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UploadBlobPartResponse) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *UploadBlobPartResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type ReadBlobRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Digest string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Where to start: a reader that stopped goes on from what it has.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadBlobRequest) Reset() {
+	*x = ReadBlobRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBlobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBlobRequest) ProtoMessage() {}
+
+func (x *ReadBlobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBlobRequest.ProtoReflect.Descriptor instead.
+func (*ReadBlobRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReadBlobRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ReadBlobRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type ReadBlobResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Content []byte                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// The whole blob's size, in the first message.
+	Size          uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadBlobResponse) Reset() {
+	*x = ReadBlobResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBlobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBlobResponse) ProtoMessage() {}
+
+func (x *ReadBlobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBlobResponse.ProtoReflect.Descriptor instead.
+func (*ReadBlobResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReadBlobResponse) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ReadBlobResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type GetTreeRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
@@ -1580,7 +1925,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1937,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1950,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -1642,7 +1987,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1999,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +2012,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -1744,7 +2089,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +2101,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +2114,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -1827,7 +2172,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2184,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2197,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Edit) GetPath() string {
@@ -1961,7 +2306,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2318,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2331,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -2040,7 +2385,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2397,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2410,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -2109,7 +2454,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2466,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2479,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Change) GetId() string {
@@ -2297,7 +2642,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2654,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2667,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Candidate) GetId() string {
@@ -2439,7 +2784,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2796,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2809,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetQueueRequest) GetRepository() string {
@@ -2492,7 +2837,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2849,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2862,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetQueueResponse) GetMainline() string {
@@ -2566,7 +2911,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2923,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2936,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -2617,7 +2962,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2974,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2987,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -2663,7 +3008,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +3020,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +3033,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -2722,7 +3067,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3079,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3092,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2773,7 +3118,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3130,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3143,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -2817,7 +3162,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[41]
+	mi := &file_agwp_v1_repository_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3174,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[41]
+	mi := &file_agwp_v1_repository_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3187,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{41}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -2961,7 +3306,29 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x05blobs\x18\x01 \x03(\v2\x14.agwp.v1.BlobContentR\x05blobs\"?\n" +
 	"\vBlobContent\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\fR\acontent\"L\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"D\n" +
+	"\x16StartBlobUploadRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\"\x89\x01\n" +
+	"\x17StartBlobUploadResponse\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x1a\n" +
+	"\breceived\x18\x02 \x01(\x04R\breceived\x12\x16\n" +
+	"\x06stored\x18\x03 \x01(\bR\x06stored\x12\x1d\n" +
+	"\n" +
+	"part_bytes\x18\x04 \x01(\x04R\tpartBytes\"f\n" +
+	"\x15UploadBlobPartRequest\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\"L\n" +
+	"\x16UploadBlobPartResponse\x12\x1a\n" +
+	"\breceived\x18\x01 \x01(\x04R\breceived\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"A\n" +
+	"\x0fReadBlobRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"@\n" +
+	"\x10ReadBlobResponse\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\"L\n" +
 	"\x0eGetTreeRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -3096,7 +3463,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x18CANDIDATE_STATE_REJECTED\x10\x05\x12\x19\n" +
 	"\x15CANDIDATE_STATE_SPLIT\x10\x06\x12\x1e\n" +
 	"\x1aCANDIDATE_STATE_SUPERSEDED\x10\a\x12\x1d\n" +
-	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xae\x10\n" +
+	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xb9\x13\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
 	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12\x83\x01\n" +
@@ -3107,7 +3474,10 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x10UploadGitObjects\x12 .agwp.v1.UploadGitObjectsRequest\x1a!.agwp.v1.UploadGitObjectsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/UploadGitObjects\x12\xa3\x01\n" +
 	"\x15FindMissingGitObjects\x12%.agwp.v1.FindMissingGitObjectsRequest\x1a&.agwp.v1.FindMissingGitObjectsResponse\";\x82\xd3\xe4\x93\x025:\x01*\"0/agwp.v1.RepositoryService/FindMissingGitObjects\x12k\n" +
 	"\aGetBlob\x12\x17.agwp.v1.GetBlobRequest\x1a\x18.agwp.v1.GetBlobResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetBlob\x12q\n" +
-	"\bGetBlobs\x12\x18.agwp.v1.GetBlobsRequest\x1a\x19.agwp.v1.GetBlobsResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/GetBlobs0\x01\x12k\n" +
+	"\bGetBlobs\x12\x18.agwp.v1.GetBlobsRequest\x1a\x19.agwp.v1.GetBlobsResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/GetBlobs0\x01\x12\x8b\x01\n" +
+	"\x0fStartBlobUpload\x12\x1f.agwp.v1.StartBlobUploadRequest\x1a .agwp.v1.StartBlobUploadResponse\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/agwp.v1.RepositoryService/StartBlobUpload\x12\x87\x01\n" +
+	"\x0eUploadBlobPart\x12\x1e.agwp.v1.UploadBlobPartRequest\x1a\x1f.agwp.v1.UploadBlobPartResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/agwp.v1.RepositoryService/UploadBlobPart\x12q\n" +
+	"\bReadBlob\x12\x18.agwp.v1.ReadBlobRequest\x1a\x19.agwp.v1.ReadBlobResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/ReadBlob0\x01\x12k\n" +
 	"\aGetTree\x12\x17.agwp.v1.GetTreeRequest\x1a\x18.agwp.v1.GetTreeResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetTree\x12s\n" +
 	"\tIntegrate\x12\x19.agwp.v1.IntegrateRequest\x1a\x1a.agwp.v1.IntegrateResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/Integrate\x12s\n" +
 	"\tGetChange\x12\x19.agwp.v1.GetChangeRequest\x1a\x1a.agwp.v1.GetChangeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/GetChange\x12{\n" +
@@ -3128,7 +3498,7 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
 	(CandidateState)(0),                   // 1: agwp.v1.CandidateState
@@ -3158,36 +3528,42 @@ var file_agwp_v1_repository_proto_goTypes = []any{
 	(*GetBlobsRequest)(nil),               // 25: agwp.v1.GetBlobsRequest
 	(*GetBlobsResponse)(nil),              // 26: agwp.v1.GetBlobsResponse
 	(*BlobContent)(nil),                   // 27: agwp.v1.BlobContent
-	(*GetTreeRequest)(nil),                // 28: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),               // 29: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                     // 30: agwp.v1.TreeEntry
-	(*Edit)(nil),                          // 31: agwp.v1.Edit
-	(*IntegrateRequest)(nil),              // 32: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),             // 33: agwp.v1.IntegrateResponse
-	(*Change)(nil),                        // 34: agwp.v1.Change
-	(*Candidate)(nil),                     // 35: agwp.v1.Candidate
-	(*GetQueueRequest)(nil),               // 36: agwp.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),              // 37: agwp.v1.GetQueueResponse
-	(*GetChangeRequest)(nil),              // 38: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),             // 39: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),            // 40: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 41: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 42: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 43: agwp.v1.WatchChangeResponse
-	nil,                                   // 44: agwp.v1.Validation.EnvEntry
-	nil,                                   // 45: agwp.v1.ValidationLane.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 47: google.protobuf.Duration
+	(*StartBlobUploadRequest)(nil),        // 28: agwp.v1.StartBlobUploadRequest
+	(*StartBlobUploadResponse)(nil),       // 29: agwp.v1.StartBlobUploadResponse
+	(*UploadBlobPartRequest)(nil),         // 30: agwp.v1.UploadBlobPartRequest
+	(*UploadBlobPartResponse)(nil),        // 31: agwp.v1.UploadBlobPartResponse
+	(*ReadBlobRequest)(nil),               // 32: agwp.v1.ReadBlobRequest
+	(*ReadBlobResponse)(nil),              // 33: agwp.v1.ReadBlobResponse
+	(*GetTreeRequest)(nil),                // 34: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 35: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 36: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 37: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 38: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 39: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 40: agwp.v1.Change
+	(*Candidate)(nil),                     // 41: agwp.v1.Candidate
+	(*GetQueueRequest)(nil),               // 42: agwp.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),              // 43: agwp.v1.GetQueueResponse
+	(*GetChangeRequest)(nil),              // 44: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 45: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 46: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 47: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 48: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 49: agwp.v1.WatchChangeResponse
+	nil,                                   // 50: agwp.v1.Validation.EnvEntry
+	nil,                                   // 51: agwp.v1.ValidationLane.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 53: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	3,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	46, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	47, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	44, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	52, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	53, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	50, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
 	5,  // 4: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
 	4,  // 5: agwp.v1.Validation.limits:type_name -> agwp.v1.ValidationLimits
-	47, // 6: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
-	45, // 7: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
+	53, // 6: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
+	51, // 7: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
 	3,  // 8: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
 	2,  // 9: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
 	3,  // 10: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
@@ -3196,23 +3572,23 @@ var file_agwp_v1_repository_proto_depIdxs = []int32{
 	2,  // 13: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
 	2,  // 14: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
 	27, // 15: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
-	30, // 16: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	31, // 17: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	34, // 18: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	36, // 16: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	37, // 17: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	40, // 18: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
 	0,  // 19: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	46, // 20: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	46, // 21: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 22: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
-	35, // 23: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
+	52, // 20: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	52, // 21: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 22: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
+	41, // 23: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
 	1,  // 24: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
-	46, // 25: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
-	46, // 26: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 27: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
-	34, // 28: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
-	47, // 29: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	34, // 30: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	34, // 31: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	34, // 32: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	52, // 25: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	52, // 26: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 27: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	40, // 28: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	53, // 29: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	40, // 30: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	40, // 31: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	40, // 32: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
 	8,  // 33: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
 	6,  // 34: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
 	15, // 35: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
@@ -3223,30 +3599,36 @@ var file_agwp_v1_repository_proto_depIdxs = []int32{
 	12, // 40: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
 	23, // 41: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
 	25, // 42: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	28, // 43: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	32, // 44: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	38, // 45: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	40, // 46: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	42, // 47: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	36, // 48: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
-	14, // 49: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	7,  // 50: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	16, // 51: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	18, // 52: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	20, // 53: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	22, // 54: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	11, // 55: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	13, // 56: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	24, // 57: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	26, // 58: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	29, // 59: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	33, // 60: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	39, // 61: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	41, // 62: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	43, // 63: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	37, // 64: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
-	49, // [49:65] is the sub-list for method output_type
-	33, // [33:49] is the sub-list for method input_type
+	28, // 43: agwp.v1.RepositoryService.StartBlobUpload:input_type -> agwp.v1.StartBlobUploadRequest
+	30, // 44: agwp.v1.RepositoryService.UploadBlobPart:input_type -> agwp.v1.UploadBlobPartRequest
+	32, // 45: agwp.v1.RepositoryService.ReadBlob:input_type -> agwp.v1.ReadBlobRequest
+	34, // 46: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	38, // 47: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	44, // 48: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	46, // 49: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	48, // 50: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	42, // 51: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	14, // 52: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	7,  // 53: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	16, // 54: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	18, // 55: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	20, // 56: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	22, // 57: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	11, // 58: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	13, // 59: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	24, // 60: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	26, // 61: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	29, // 62: agwp.v1.RepositoryService.StartBlobUpload:output_type -> agwp.v1.StartBlobUploadResponse
+	31, // 63: agwp.v1.RepositoryService.UploadBlobPart:output_type -> agwp.v1.UploadBlobPartResponse
+	33, // 64: agwp.v1.RepositoryService.ReadBlob:output_type -> agwp.v1.ReadBlobResponse
+	35, // 65: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	39, // 66: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	45, // 67: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	47, // 68: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	49, // 69: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	43, // 70: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	52, // [52:71] is the sub-list for method output_type
+	33, // [33:52] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -3257,7 +3639,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[29].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[35].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -3269,7 +3651,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

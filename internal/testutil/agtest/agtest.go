@@ -35,6 +35,8 @@ type Options struct {
 	BodyIdleTimeout     time.Duration
 	BodyTimeout         time.Duration
 	UploadsPerPrincipal int
+	// BlobPartBytes is the part size of blobs sent in parts; zero: the server's default.
+	BlobPartBytes uint64
 }
 
 // Server is a running test server.
@@ -100,7 +102,8 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 		t.Fatalf("audit key: %v", err)
 	}
 	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer,
-		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal})
+		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal,
+		BlobPartBytes: o.BlobPartBytes})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

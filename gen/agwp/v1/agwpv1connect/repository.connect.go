@@ -63,6 +63,15 @@ const (
 	// RepositoryServiceGetBlobsProcedure is the fully-qualified name of the RepositoryService's
 	// GetBlobs RPC.
 	RepositoryServiceGetBlobsProcedure = "/agwp.v1.RepositoryService/GetBlobs"
+	// RepositoryServiceStartBlobUploadProcedure is the fully-qualified name of the RepositoryService's
+	// StartBlobUpload RPC.
+	RepositoryServiceStartBlobUploadProcedure = "/agwp.v1.RepositoryService/StartBlobUpload"
+	// RepositoryServiceUploadBlobPartProcedure is the fully-qualified name of the RepositoryService's
+	// UploadBlobPart RPC.
+	RepositoryServiceUploadBlobPartProcedure = "/agwp.v1.RepositoryService/UploadBlobPart"
+	// RepositoryServiceReadBlobProcedure is the fully-qualified name of the RepositoryService's
+	// ReadBlob RPC.
+	RepositoryServiceReadBlobProcedure = "/agwp.v1.RepositoryService/ReadBlob"
 	// RepositoryServiceGetTreeProcedure is the fully-qualified name of the RepositoryService's GetTree
 	// RPC.
 	RepositoryServiceGetTreeProcedure = "/agwp.v1.RepositoryService/GetTree"
@@ -117,6 +126,23 @@ type RepositoryServiceClient interface {
 	// not_found naming it. At most 10,000 digests. Roles: admin, agent, reader, worker (the
 	// blobs of the candidate of a validate job it holds).
 	GetBlobs(context.Context, *v1.GetBlobsRequest) (*connect.ServerStreamForClient[v1.GetBlobsResponse], error)
+	// StartBlobUpload begins, or resumes, the upload of one blob in parts: a file larger than
+	// one request allows, or any file a client would rather not hold whole. The upload is the
+	// caller's, named by the blob's digest and size, so asking again after a stop answers how many
+	// bytes the server holds. A blob the server already holds answers stored, and nothing is sent.
+	// Uploads not finished in a day are dropped. Roles: agent, admin.
+	StartBlobUpload(context.Context, *v1.StartBlobUploadRequest) (*v1.StartBlobUploadResponse, error)
+	// UploadBlobPart sends the part of an upload from offset: part_bytes of content (the last
+	// part: what is left). offset must be the bytes the server holds: a part sent twice, or out of
+	// order, is refused with failed_precondition naming the offset to send. The part that
+	// completes the blob stores it, once its sha256 is the digest the upload named (otherwise the
+	// upload is dropped: invalid_argument), and answers the digest. Roles: agent, admin.
+	UploadBlobPart(context.Context, *v1.UploadBlobPartRequest) (*v1.UploadBlobPartResponse, error)
+	// ReadBlob streams one blob's content from offset, in messages of at most 1 MiB: the way to
+	// read a blob of any size, never held whole by the server. The first message gives the
+	// blob's size. Roles: admin, agent, reader, worker (the blobs of the candidate of a validate
+	// job it holds).
+	ReadBlob(context.Context, *v1.ReadBlobRequest) (*connect.ServerStreamForClient[v1.ReadBlobResponse], error)
 	// GetTree answers a revision's files, the mainline's by default. Any role.
 	GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error)
 	// Integrate applies edits made on base_revision to the mainline, if every edited path is
@@ -204,6 +230,24 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(repositoryServiceMethods.ByName("GetBlobs")),
 			connect.WithClientOptions(opts...),
 		),
+		startBlobUpload: connect.NewClient[v1.StartBlobUploadRequest, v1.StartBlobUploadResponse](
+			httpClient,
+			baseURL+RepositoryServiceStartBlobUploadProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("StartBlobUpload")),
+			connect.WithClientOptions(opts...),
+		),
+		uploadBlobPart: connect.NewClient[v1.UploadBlobPartRequest, v1.UploadBlobPartResponse](
+			httpClient,
+			baseURL+RepositoryServiceUploadBlobPartProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("UploadBlobPart")),
+			connect.WithClientOptions(opts...),
+		),
+		readBlob: connect.NewClient[v1.ReadBlobRequest, v1.ReadBlobResponse](
+			httpClient,
+			baseURL+RepositoryServiceReadBlobProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("ReadBlob")),
+			connect.WithClientOptions(opts...),
+		),
 		getTree: connect.NewClient[v1.GetTreeRequest, v1.GetTreeResponse](
 			httpClient,
 			baseURL+RepositoryServiceGetTreeProcedure,
@@ -255,6 +299,9 @@ type repositoryServiceClient struct {
 	findMissingGitObjects *connect.Client[v1.FindMissingGitObjectsRequest, v1.FindMissingGitObjectsResponse]
 	getBlob               *connect.Client[v1.GetBlobRequest, v1.GetBlobResponse]
 	getBlobs              *connect.Client[v1.GetBlobsRequest, v1.GetBlobsResponse]
+	startBlobUpload       *connect.Client[v1.StartBlobUploadRequest, v1.StartBlobUploadResponse]
+	uploadBlobPart        *connect.Client[v1.UploadBlobPartRequest, v1.UploadBlobPartResponse]
+	readBlob              *connect.Client[v1.ReadBlobRequest, v1.ReadBlobResponse]
 	getTree               *connect.Client[v1.GetTreeRequest, v1.GetTreeResponse]
 	integrate             *connect.Client[v1.IntegrateRequest, v1.IntegrateResponse]
 	getChange             *connect.Client[v1.GetChangeRequest, v1.GetChangeResponse]
@@ -349,6 +396,29 @@ func (c *repositoryServiceClient) GetBlobs(ctx context.Context, req *v1.GetBlobs
 	return c.getBlobs.CallServerStream(ctx, connect.NewRequest(req))
 }
 
+// StartBlobUpload calls agwp.v1.RepositoryService.StartBlobUpload.
+func (c *repositoryServiceClient) StartBlobUpload(ctx context.Context, req *v1.StartBlobUploadRequest) (*v1.StartBlobUploadResponse, error) {
+	response, err := c.startBlobUpload.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// UploadBlobPart calls agwp.v1.RepositoryService.UploadBlobPart.
+func (c *repositoryServiceClient) UploadBlobPart(ctx context.Context, req *v1.UploadBlobPartRequest) (*v1.UploadBlobPartResponse, error) {
+	response, err := c.uploadBlobPart.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ReadBlob calls agwp.v1.RepositoryService.ReadBlob.
+func (c *repositoryServiceClient) ReadBlob(ctx context.Context, req *v1.ReadBlobRequest) (*connect.ServerStreamForClient[v1.ReadBlobResponse], error) {
+	return c.readBlob.CallServerStream(ctx, connect.NewRequest(req))
+}
+
 // GetTree calls agwp.v1.RepositoryService.GetTree.
 func (c *repositoryServiceClient) GetTree(ctx context.Context, req *v1.GetTreeRequest) (*v1.GetTreeResponse, error) {
 	response, err := c.getTree.CallUnary(ctx, connect.NewRequest(req))
@@ -433,6 +503,23 @@ type RepositoryServiceHandler interface {
 	// not_found naming it. At most 10,000 digests. Roles: admin, agent, reader, worker (the
 	// blobs of the candidate of a validate job it holds).
 	GetBlobs(context.Context, *v1.GetBlobsRequest, *connect.ServerStream[v1.GetBlobsResponse]) error
+	// StartBlobUpload begins, or resumes, the upload of one blob in parts: a file larger than
+	// one request allows, or any file a client would rather not hold whole. The upload is the
+	// caller's, named by the blob's digest and size, so asking again after a stop answers how many
+	// bytes the server holds. A blob the server already holds answers stored, and nothing is sent.
+	// Uploads not finished in a day are dropped. Roles: agent, admin.
+	StartBlobUpload(context.Context, *v1.StartBlobUploadRequest) (*v1.StartBlobUploadResponse, error)
+	// UploadBlobPart sends the part of an upload from offset: part_bytes of content (the last
+	// part: what is left). offset must be the bytes the server holds: a part sent twice, or out of
+	// order, is refused with failed_precondition naming the offset to send. The part that
+	// completes the blob stores it, once its sha256 is the digest the upload named (otherwise the
+	// upload is dropped: invalid_argument), and answers the digest. Roles: agent, admin.
+	UploadBlobPart(context.Context, *v1.UploadBlobPartRequest) (*v1.UploadBlobPartResponse, error)
+	// ReadBlob streams one blob's content from offset, in messages of at most 1 MiB: the way to
+	// read a blob of any size, never held whole by the server. The first message gives the
+	// blob's size. Roles: admin, agent, reader, worker (the blobs of the candidate of a validate
+	// job it holds).
+	ReadBlob(context.Context, *v1.ReadBlobRequest, *connect.ServerStream[v1.ReadBlobResponse]) error
 	// GetTree answers a revision's files, the mainline's by default. Any role.
 	GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error)
 	// Integrate applies edits made on base_revision to the mainline, if every edited path is
@@ -516,6 +603,24 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		connect.WithSchema(repositoryServiceMethods.ByName("GetBlobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	repositoryServiceStartBlobUploadHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceStartBlobUploadProcedure,
+		svc.StartBlobUpload,
+		connect.WithSchema(repositoryServiceMethods.ByName("StartBlobUpload")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceUploadBlobPartHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceUploadBlobPartProcedure,
+		svc.UploadBlobPart,
+		connect.WithSchema(repositoryServiceMethods.ByName("UploadBlobPart")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceReadBlobHandler := connect.NewServerStreamHandlerSimple(
+		RepositoryServiceReadBlobProcedure,
+		svc.ReadBlob,
+		connect.WithSchema(repositoryServiceMethods.ByName("ReadBlob")),
+		connect.WithHandlerOptions(opts...),
+	)
 	repositoryServiceGetTreeHandler := connect.NewUnaryHandlerSimple(
 		RepositoryServiceGetTreeProcedure,
 		svc.GetTree,
@@ -574,6 +679,12 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 			repositoryServiceGetBlobHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetBlobsProcedure:
 			repositoryServiceGetBlobsHandler.ServeHTTP(w, r)
+		case RepositoryServiceStartBlobUploadProcedure:
+			repositoryServiceStartBlobUploadHandler.ServeHTTP(w, r)
+		case RepositoryServiceUploadBlobPartProcedure:
+			repositoryServiceUploadBlobPartHandler.ServeHTTP(w, r)
+		case RepositoryServiceReadBlobProcedure:
+			repositoryServiceReadBlobHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetTreeProcedure:
 			repositoryServiceGetTreeHandler.ServeHTTP(w, r)
 		case RepositoryServiceIntegrateProcedure:
@@ -633,6 +744,18 @@ func (UnimplementedRepositoryServiceHandler) GetBlob(context.Context, *v1.GetBlo
 
 func (UnimplementedRepositoryServiceHandler) GetBlobs(context.Context, *v1.GetBlobsRequest, *connect.ServerStream[v1.GetBlobsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.GetBlobs is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) StartBlobUpload(context.Context, *v1.StartBlobUploadRequest) (*v1.StartBlobUploadResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.StartBlobUpload is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) UploadBlobPart(context.Context, *v1.UploadBlobPartRequest) (*v1.UploadBlobPartResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.UploadBlobPart is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) ReadBlob(context.Context, *v1.ReadBlobRequest, *connect.ServerStream[v1.ReadBlobResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.ReadBlob is not implemented"))
 }
 
 func (UnimplementedRepositoryServiceHandler) GetTree(context.Context, *v1.GetTreeRequest) (*v1.GetTreeResponse, error) {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSK1AgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5hZ3dwLnYxLlZhbGlkYXRpb25MaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJKChBWYWxpZGF0aW9uTGltaXRzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhIKCmRpc2tfYnl0ZXMYAyABKAQiyAEKDlZhbGlkYXRpb25MYW5lEgwKBG5hbWUYASABKAkSEAoIcHJlZml4ZXMYAiADKAkSDwoHY29tbWFuZBgDIAMoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KA2VudhgFIAMoCzIgLmFnd3AudjEuVmFsaWRhdGlvbkxhbmUuRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiZAoXQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEhIKCmdpdF9jb21taXQYAyABKAkiJwoJR2l0T2JqZWN0EgwKBHR5cGUYASABKAkSDAoEZGF0YRgCIAEoDCI+ChdVcGxvYWRHaXRPYmplY3RzUmVxdWVzdBIjCgdvYmplY3RzGAEgAygLMhIuYWd3cC52MS5HaXRPYmplY3QiJwoYVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlEgsKA2lkcxgBIAMoCSIrChxGaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0EgsKA2lkcxgBIAMoCSI0Ch1GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZRITCgttaXNzaW5nX2lkcxgBIAMoCSJDChhDcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSIkChRHZXRSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKFUdldFJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IkAKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIl4KGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIpCgxyZXBvc2l0b3JpZXMYASADKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiMKElVwbG9hZEJsb2JzUmVxdWVzdBINCgVibG9icxgBIAMoDCImChNVcGxvYWRCbG9ic1Jlc3BvbnNlEg8KB2RpZ2VzdHMYASADKAkiKgoXRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSIrChhGaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2USDwoHbWlzc2luZxgBIAMoCSIgCg5HZXRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkiMgoPR2V0QmxvYlJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAwSDgoGZGlnZXN0GAIgASgJIiIKD0dldEJsb2JzUmVxdWVzdBIPCgdkaWdlc3RzGAEgAygJIjcKEEdldEJsb2JzUmVzcG9uc2USIwoFYmxvYnMYASADKAsyFC5hZ3dwLnYxLkJsb2JDb250ZW50Ii4KC0Jsb2JDb250ZW50Eg4KBmRpZ2VzdBgBIAEoCRIPCgdjb250ZW50GAIgASgMIjYKDkdldFRyZWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEAoIcmV2aXNpb24YAiABKAkitgEKD0dldFRyZWVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoCRIjCgdlbnRyaWVzGAIgAygLMhIuYWd3cC52MS5UcmVlRW50cnkSEwoLdHJlZV9kaWdlc3QYAyABKAkSDgoGcGFyZW50GAQgASgJEhEKCWNoYW5nZV9pZBgFIAEoCRIOCgZhdXRob3IYBiABKAkSEAoIZ2l0X3RyZWUYByABKAkSEgoKZ2l0X2NvbW1pdBgIIAEoCSJdCglUcmVlRW50cnkSDAoEcGF0aBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoBBIMCgRtb2RlGAQgASgJEhYKDmdpdGxpbmtfY29tbWl0GAUgASgJIoIBCgRFZGl0EgwKBHBhdGgYASABKAkSFQoLYmxvYl9kaWdlc3QYAiABKAlIABIRCgdjb250ZW50GAMgASgMSAASEAoGZGVsZXRlGAQgASgISAASGAoOZ2l0bGlua19jb21taXQYBiABKAlIABIMCgRtb2RlGAUgASgJQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2Ui3wMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNEiUKCWNhbmRpZGF0ZRgRIAEoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiMKB2hpc3RvcnkYEiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZSLuAgoJQ2FuZGlkYXRlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSJgoFc3RhdGUYAyABKA4yFy5hZ3dwLnYxLkNhbmRpZGF0ZVN0YXRlEhAKCHJldmlzaW9uGAQgASgJEhcKD3BhcmVudF9yZXZpc2lvbhgFIAEoCRIPCgdjaGFuZ2VzGAYgAygJEg4KBmpvYl9pZBgHIAEoCRIPCgd3b3JrZXJzGAggAygJEhAKCHByb2dyZXNzGAkgASgJEhAKCHBvc2l0aW9uGAogASgNEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbGFuZRgPIAEoCSIlCg9HZXRRdWV1ZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCSKMAQoQR2V0UXVldWVSZXNwb25zZRIQCghtYWlubGluZRgBIAEoCRImCgpjYW5kaWRhdGVzGAIgAygLMhIuYWd3cC52MS5DYW5kaWRhdGUSIAoHd2FpdGluZxgDIAMoCzIPLmFnd3AudjEuQ2hhbmdlEg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNIk4KEEdldENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRR2V0Q2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UiTwoSTGlzdENoYW5nZXNSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUAoTTGlzdENoYW5nZXNSZXNwb25zZRIgCgdjaGFuZ2VzGAEgAygLMg8uYWd3cC52MS5DaGFuZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKEldhdGNoQ2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkiNgoTV2F0Y2hDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSq1AQoLQ2hhbmdlU3RhdGUSHAoYQ0hBTkdFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTQ0hBTkdFX1NUQVRFX1FVRVVFRBABEhsKF0NIQU5HRV9TVEFURV9WQUxJREFUSU5HEAISGwoXQ0hBTkdFX1NUQVRFX0lOVEVHUkFURUQQAxIZChVDSEFOR0VfU1RBVEVfUkVKRUNURUQQBBIaChZDSEFOR0VfU1RBVEVfQ0FOQ0VMTEVEEAUqnQIKDkNhbmRpZGF0ZVN0YXRlEh8KG0NBTkRJREFURV9TVEFURV9VTlNQRUNJRklFRBAAEh4KGkNBTkRJREFURV9TVEFURV9WQUxJREFUSU5HEAESGgoWQ0FORElEQVRFX1NUQVRFX1BBU1NFRBACEhoKFkNBTkRJREFURV9TVEFURV9GQUlMRUQQAxIaChZDQU5ESURBVEVfU1RBVEVfTEFOREVEEAQSHAoYQ0FORElEQVRFX1NUQVRFX1JFSkVDVEVEEAUSGQoVQ0FORElEQVRFX1NUQVRFX1NQTElUEAYSHgoaQ0FORElEQVRFX1NUQVRFX1NVUEVSU0VERUQQBxIdChlDQU5ESURBVEVfU1RBVEVfQ0FOQ0VMTEVEEAgyrhAKEVJlcG9zaXRvcnlTZXJ2aWNlEo8BChBDcmVhdGVSZXBvc2l0b3J5EiAuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVxdWVzdBohLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0NyZWF0ZVJlcG9zaXRvcnkSgwEKDVNldFZhbGlkYXRpb24SHS5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXF1ZXN0Gh4uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvU2V0VmFsaWRhdGlvbhKDAQoNR2V0UmVwb3NpdG9yeRIdLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlcXVlc3QaHi5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRSZXBvc2l0b3J5Eo8BChBMaXN0UmVwb3NpdG9yaWVzEiAuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBohLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RSZXBvc2l0b3JpZXMSewoLVXBsb2FkQmxvYnMSGy5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVxdWVzdBocLmFnd3AudjEuVXBsb2FkQmxvYnNSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRCbG9icxKPAQoQRmluZE1pc3NpbmdCbG9icxIgLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QaIS5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0Jsb2JzEo8BChBVcGxvYWRHaXRPYmplY3RzEiAuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVxdWVzdBohLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEdpdE9iamVjdHMSowEKFUZpbmRNaXNzaW5nR2l0T2JqZWN0cxIlLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBomLmFnd3AudjEuRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2UiO4LT5JMCNToBKiIwL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdHaXRPYmplY3RzEmsKB0dldEJsb2ISFy5hZ3dwLnYxLkdldEJsb2JSZXF1ZXN0GhguYWd3cC52MS5HZXRCbG9iUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYhJxCghHZXRCbG9icxIYLmFnd3AudjEuR2V0QmxvYnNSZXF1ZXN0GhkuYWd3cC52MS5HZXRCbG9ic1Jlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2JzMAESawoHR2V0VHJlZRIXLmFnd3AudjEuR2V0VHJlZVJlcXVlc3QaGC5hZ3dwLnYxLkdldFRyZWVSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRUcmVlEnMKCUludGVncmF0ZRIZLmFnd3AudjEuSW50ZWdyYXRlUmVxdWVzdBoaLmFnd3AudjEuSW50ZWdyYXRlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvSW50ZWdyYXRlEnMKCUdldENoYW5nZRIZLmFnd3AudjEuR2V0Q2hhbmdlUmVxdWVzdBoaLmFnd3AudjEuR2V0Q2hhbmdlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0Q2hhbmdlEnsKC0xpc3RDaGFuZ2VzEhsuYWd3cC52MS5MaXN0Q2hhbmdlc1JlcXVlc3QaHC5hZ3dwLnYxLkxpc3RDaGFuZ2VzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdENoYW5nZXMSfQoLV2F0Y2hDaGFuZ2USGy5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVxdWVzdBocLmFnd3AudjEuV2F0Y2hDaGFuZ2VSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9XYXRjaENoYW5nZTABEm8KCEdldFF1ZXVlEhguYWd3cC52MS5HZXRRdWV1ZVJlcXVlc3QaGS5hZ3dwLnYxLkdldFF1ZXVlUmVzcG9uc2UiLoLT5JMCKDoBKiIjL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UXVldWVCK1opZ2l0aHViLmNvbS9hZy1jb29yZC9hZy9nZW4vYWd3cC92MTthZ3dwdjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSK1AgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5hZ3dwLnYxLlZhbGlkYXRpb25MaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJKChBWYWxpZGF0aW9uTGltaXRzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhIKCmRpc2tfYnl0ZXMYAyABKAQiyAEKDlZhbGlkYXRpb25MYW5lEgwKBG5hbWUYASABKAkSEAoIcHJlZml4ZXMYAiADKAkSDwoHY29tbWFuZBgDIAMoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KA2VudhgFIAMoCzIgLmFnd3AudjEuVmFsaWRhdGlvbkxhbmUuRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiZAoXQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEhIKCmdpdF9jb21taXQYAyABKAkiJwoJR2l0T2JqZWN0EgwKBHR5cGUYASABKAkSDAoEZGF0YRgCIAEoDCI+ChdVcGxvYWRHaXRPYmplY3RzUmVxdWVzdBIjCgdvYmplY3RzGAEgAygLMhIuYWd3cC52MS5HaXRPYmplY3QiJwoYVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlEgsKA2lkcxgBIAMoCSIrChxGaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0EgsKA2lkcxgBIAMoCSI0Ch1GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZRITCgttaXNzaW5nX2lkcxgBIAMoCSJDChhDcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSIkChRHZXRSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKFUdldFJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IkAKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIl4KGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIpCgxyZXBvc2l0b3JpZXMYASADKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiMKElVwbG9hZEJsb2JzUmVxdWVzdBINCgVibG9icxgBIAMoDCImChNVcGxvYWRCbG9ic1Jlc3BvbnNlEg8KB2RpZ2VzdHMYASADKAkiKgoXRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSIrChhGaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2USDwoHbWlzc2luZxgBIAMoCSIgCg5HZXRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkiMgoPR2V0QmxvYlJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAwSDgoGZGlnZXN0GAIgASgJIiIKD0dldEJsb2JzUmVxdWVzdBIPCgdkaWdlc3RzGAEgAygJIjcKEEdldEJsb2JzUmVzcG9uc2USIwoFYmxvYnMYASADKAsyFC5hZ3dwLnYxLkJsb2JDb250ZW50Ii4KC0Jsb2JDb250ZW50Eg4KBmRpZ2VzdBgBIAEoCRIPCgdjb250ZW50GAIgASgMIjYKFlN0YXJ0QmxvYlVwbG9hZFJlcXVlc3QSDgoGZGlnZXN0GAEgASgJEgwKBHNpemUYAiABKAQiYgoXU3RhcnRCbG9iVXBsb2FkUmVzcG9uc2USEQoJdXBsb2FkX2lkGAEgASgJEhAKCHJlY2VpdmVkGAIgASgEEg4KBnN0b3JlZBgDIAEoCBISCgpwYXJ0X2J5dGVzGAQgASgEIksKFVVwbG9hZEJsb2JQYXJ0UmVxdWVzdBIRCgl1cGxvYWRfaWQYASABKAkSDgoGb2Zmc2V0GAIgASgEEg8KB2NvbnRlbnQYAyABKAwiOgoWVXBsb2FkQmxvYlBhcnRSZXNwb25zZRIQCghyZWNlaXZlZBgBIAEoBBIOCgZkaWdlc3QYAiABKAkiMQoPUmVhZEJsb2JSZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCRIOCgZvZmZzZXQYAiABKAQiMQoQUmVhZEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEgwKBHNpemUYAiABKAQiNgoOR2V0VHJlZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCSK2AQoPR2V0VHJlZVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgJEiMKB2VudHJpZXMYAiADKAsyEi5hZ3dwLnYxLlRyZWVFbnRyeRITCgt0cmVlX2RpZ2VzdBgDIAEoCRIOCgZwYXJlbnQYBCABKAkSEQoJY2hhbmdlX2lkGAUgASgJEg4KBmF1dGhvchgGIAEoCRIQCghnaXRfdHJlZRgHIAEoCRISCgpnaXRfY29tbWl0GAggASgJIl0KCVRyZWVFbnRyeRIMCgRwYXRoGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgEEgwKBG1vZGUYBCABKAkSFgoOZ2l0bGlua19jb21taXQYBSABKAkiggEKBEVkaXQSDAoEcGF0aBgBIAEoCRIVCgtibG9iX2RpZ2VzdBgCIAEoCUgAEhEKB2NvbnRlbnQYAyABKAxIABIQCgZkZWxldGUYBCABKAhIABIYCg5naXRsaW5rX2NvbW1pdBgGIAEoCUgAEgwKBG1vZGUYBSABKAlCCAoGYWN0aW9uIpQBChBJbnRlZ3JhdGVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSFQoNYmFzZV9yZXZpc2lvbhgCIAEoCRIcCgVlZGl0cxgDIAMoCzINLmFnd3AudjEuRWRpdBIWCg5mZW5jaW5nX3Rva2VucxgEIAMoBBIPCgdtZXNzYWdlGAUgASgJEg4KBmhvbGRlchgGIAEoCSI0ChFJbnRlZ3JhdGVSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSLfAwoGQ2hhbmdlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSIwoFc3RhdGUYAyABKA4yFC5hZ3dwLnYxLkNoYW5nZVN0YXRlEhUKDWJhc2VfcmV2aXNpb24YBCABKAkSGgoSY2FuZGlkYXRlX3JldmlzaW9uGAUgASgJEhsKE2ludGVncmF0ZWRfcmV2aXNpb24YBiABKAkSDgoGYXV0aG9yGAcgASgJEg8KB21lc3NhZ2UYCCABKAkSDQoFcGF0aHMYCSADKAkSDgoGam9iX2lkGAogASgJEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcHJvZ3Jlc3MYDyABKAkSFgoOcXVldWVfcG9zaXRpb24YECABKA0SJQoJY2FuZGlkYXRlGBEgASgLMhIuYWd3cC52MS5DYW5kaWRhdGUSIwoHaGlzdG9yeRgSIAMoCzISLmFnd3AudjEuQ2FuZGlkYXRlIu4CCglDYW5kaWRhdGUSCgoCaWQYASABKAkSEgoKcmVwb3NpdG9yeRgCIAEoCRImCgVzdGF0ZRgDIAEoDjIXLmFnd3AudjEuQ2FuZGlkYXRlU3RhdGUSEAoIcmV2aXNpb24YBCABKAkSFwoPcGFyZW50X3JldmlzaW9uGAUgASgJEg8KB2NoYW5nZXMYBiADKAkSDgoGam9iX2lkGAcgASgJEg8KB3dvcmtlcnMYCCADKAkSEAoIcHJvZ3Jlc3MYCSABKAkSEAoIcG9zaXRpb24YCiABKA0SGgoSYXR0ZXN0YXRpb25fZGlnZXN0GAsgASgJEg4KBnJlYXNvbhgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRsYW5lGA8gASgJIiUKD0dldFF1ZXVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJIowBChBHZXRRdWV1ZVJlc3BvbnNlEhAKCG1haW5saW5lGAEgASgJEiYKCmNhbmRpZGF0ZXMYAiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZRIgCgd3YWl0aW5nGAMgAygLMg8uYWd3cC52MS5DaGFuZ2USDQoFZGVwdGgYBCABKA0SDQoFYmF0Y2gYBSABKA0iTgoQR2V0Q2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI0ChFHZXRDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSJPChJMaXN0Q2hhbmdlc1JlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJQChNMaXN0Q2hhbmdlc1Jlc3BvbnNlEiAKB2NoYW5nZXMYASADKAsyDy5hZ3dwLnYxLkNoYW5nZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSV2F0Y2hDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCSI2ChNXYXRjaENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlKrUBCgtDaGFuZ2VTdGF0ZRIcChhDSEFOR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNDSEFOR0VfU1RBVEVfUVVFVUVEEAESGwoXQ0hBTkdFX1NUQVRFX1ZBTElEQVRJTkcQAhIbChdDSEFOR0VfU1RBVEVfSU5URUdSQVRFRBADEhkKFUNIQU5HRV9TVEFURV9SRUpFQ1RFRBAEEhoKFkNIQU5HRV9TVEFURV9DQU5DRUxMRUQQBSqdAgoOQ2FuZGlkYXRlU3RhdGUSHwobQ0FORElEQVRFX1NUQVRFX1VOU1BFQ0lGSUVEEAASHgoaQ0FORElEQVRFX1NUQVRFX1ZBTElEQVRJTkcQARIaChZDQU5ESURBVEVfU1RBVEVfUEFTU0VEEAISGgoWQ0FORElEQVRFX1NUQVRFX0ZBSUxFRBADEhoKFkNBTkRJREFURV9TVEFURV9MQU5ERUQQBBIcChhDQU5ESURBVEVfU1RBVEVfUkVKRUNURUQQBRIZChVDQU5ESURBVEVfU1RBVEVfU1BMSVQQBhIeChpDQU5ESURBVEVfU1RBVEVfU1VQRVJTRURFRBAHEh0KGUNBTkRJREFURV9TVEFURV9DQU5DRUxMRUQQCDK5EwoRUmVwb3NpdG9yeVNlcnZpY2USjwEKEENyZWF0ZVJlcG9zaXRvcnkSIC5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0GiEuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvQ3JlYXRlUmVwb3NpdG9yeRKDAQoNU2V0VmFsaWRhdGlvbhIdLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlcXVlc3QaHi5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TZXRWYWxpZGF0aW9uEoMBCg1HZXRSZXBvc2l0b3J5Eh0uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVxdWVzdBoeLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFJlcG9zaXRvcnkSjwEKEExpc3RSZXBvc2l0b3JpZXMSIC5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0GiEuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdFJlcG9zaXRvcmllcxJ7CgtVcGxvYWRCbG9icxIbLmFnd3AudjEuVXBsb2FkQmxvYnNSZXF1ZXN0GhwuYWd3cC52MS5VcGxvYWRCbG9ic1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEJsb2JzEo8BChBGaW5kTWlzc2luZ0Jsb2JzEiAuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBohLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nQmxvYnMSjwEKEFVwbG9hZEdpdE9iamVjdHMSIC5hZ3dwLnYxLlVwbG9hZEdpdE9iamVjdHNSZXF1ZXN0GiEuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkR2l0T2JqZWN0cxKjAQoVRmluZE1pc3NpbmdHaXRPYmplY3RzEiUuYWd3cC52MS5GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0GiYuYWd3cC52MS5GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZSI7gtPkkwI1OgEqIjAvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0dpdE9iamVjdHMSawoHR2V0QmxvYhIXLmFnd3AudjEuR2V0QmxvYlJlcXVlc3QaGC5hZ3dwLnYxLkdldEJsb2JSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iEnEKCEdldEJsb2JzEhguYWd3cC52MS5HZXRCbG9ic1JlcXVlc3QaGS5hZ3dwLnYxLkdldEJsb2JzUmVzcG9uc2UiLoLT5JMCKDoBKiIjL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYnMwARKLAQoPU3RhcnRCbG9iVXBsb2FkEh8uYWd3cC52MS5TdGFydEJsb2JVcGxvYWRSZXF1ZXN0GiAuYWd3cC52MS5TdGFydEJsb2JVcGxvYWRSZXNwb25zZSI1gtPkkwIvOgEqIiovYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TdGFydEJsb2JVcGxvYWQShwEKDlVwbG9hZEJsb2JQYXJ0Eh4uYWd3cC52MS5VcGxvYWRCbG9iUGFydFJlcXVlc3QaHy5hZ3dwLnYxLlVwbG9hZEJsb2JQYXJ0UmVzcG9uc2UiNILT5JMCLjoBKiIpL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkQmxvYlBhcnQScQoIUmVhZEJsb2ISGC5hZ3dwLnYxLlJlYWRCbG9iUmVxdWVzdBoZLmFnd3AudjEuUmVhZEJsb2JSZXNwb25zZSIugtPkkwIoOgEqIiMvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9SZWFkQmxvYjABEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwARJvCghHZXRRdWV1ZRIYLmFnd3AudjEuR2V0UXVldWVSZXF1ZXN0GhkuYWd3cC52MS5HZXRRdWV1ZVJlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFF1ZXVlQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -677,6 +677,171 @@ export const BlobContentSchema: GenMessage<BlobContent> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 25);
 
 /**
+ * @generated from message agwp.v1.StartBlobUploadRequest
+ */
+export type StartBlobUploadRequest = Message<"agwp.v1.StartBlobUploadRequest"> & {
+  /**
+   * The sha256 digest of the whole blob (sha256:<64 lowercase hex>).
+   *
+   * @generated from field: string digest = 1;
+   */
+  digest: string;
+
+  /**
+   * The whole blob's size in bytes.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message agwp.v1.StartBlobUploadRequest.
+ * Use `create(StartBlobUploadRequestSchema)` to create a new message.
+ */
+export const StartBlobUploadRequestSchema: GenMessage<StartBlobUploadRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 26);
+
+/**
+ * @generated from message agwp.v1.StartBlobUploadResponse
+ */
+export type StartBlobUploadResponse = Message<"agwp.v1.StartBlobUploadResponse"> & {
+  /**
+   * @generated from field: string upload_id = 1;
+   */
+  uploadId: string;
+
+  /**
+   * The bytes the server holds: the offset of the next part.
+   *
+   * @generated from field: uint64 received = 2;
+   */
+  received: bigint;
+
+  /**
+   * The server holds the blob already: there is nothing to send.
+   *
+   * @generated from field: bool stored = 3;
+   */
+  stored: boolean;
+
+  /**
+   * The size of every part but the last.
+   *
+   * @generated from field: uint64 part_bytes = 4;
+   */
+  partBytes: bigint;
+};
+
+/**
+ * Describes the message agwp.v1.StartBlobUploadResponse.
+ * Use `create(StartBlobUploadResponseSchema)` to create a new message.
+ */
+export const StartBlobUploadResponseSchema: GenMessage<StartBlobUploadResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 27);
+
+/**
+ * @generated from message agwp.v1.UploadBlobPartRequest
+ */
+export type UploadBlobPartRequest = Message<"agwp.v1.UploadBlobPartRequest"> & {
+  /**
+   * @generated from field: string upload_id = 1;
+   */
+  uploadId: string;
+
+  /**
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: bytes content = 3;
+   */
+  content: Uint8Array;
+};
+
+/**
+ * Describes the message agwp.v1.UploadBlobPartRequest.
+ * Use `create(UploadBlobPartRequestSchema)` to create a new message.
+ */
+export const UploadBlobPartRequestSchema: GenMessage<UploadBlobPartRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 28);
+
+/**
+ * @generated from message agwp.v1.UploadBlobPartResponse
+ */
+export type UploadBlobPartResponse = Message<"agwp.v1.UploadBlobPartResponse"> & {
+  /**
+   * The bytes the server holds after this part.
+   *
+   * @generated from field: uint64 received = 1;
+   */
+  received: bigint;
+
+  /**
+   * Set by the part that completed the blob: its digest, now stored.
+   *
+   * @generated from field: string digest = 2;
+   */
+  digest: string;
+};
+
+/**
+ * Describes the message agwp.v1.UploadBlobPartResponse.
+ * Use `create(UploadBlobPartResponseSchema)` to create a new message.
+ */
+export const UploadBlobPartResponseSchema: GenMessage<UploadBlobPartResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 29);
+
+/**
+ * @generated from message agwp.v1.ReadBlobRequest
+ */
+export type ReadBlobRequest = Message<"agwp.v1.ReadBlobRequest"> & {
+  /**
+   * @generated from field: string digest = 1;
+   */
+  digest: string;
+
+  /**
+   * Where to start: a reader that stopped goes on from what it has.
+   *
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+};
+
+/**
+ * Describes the message agwp.v1.ReadBlobRequest.
+ * Use `create(ReadBlobRequestSchema)` to create a new message.
+ */
+export const ReadBlobRequestSchema: GenMessage<ReadBlobRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 30);
+
+/**
+ * @generated from message agwp.v1.ReadBlobResponse
+ */
+export type ReadBlobResponse = Message<"agwp.v1.ReadBlobResponse"> & {
+  /**
+   * @generated from field: bytes content = 1;
+   */
+  content: Uint8Array;
+
+  /**
+   * The whole blob's size, in the first message.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message agwp.v1.ReadBlobResponse.
+ * Use `create(ReadBlobResponseSchema)` to create a new message.
+ */
+export const ReadBlobResponseSchema: GenMessage<ReadBlobResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 31);
+
+/**
  * @generated from message agwp.v1.GetTreeRequest
  */
 export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
@@ -698,7 +863,7 @@ export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
  * Use `create(GetTreeRequestSchema)` to create a new message.
  */
 export const GetTreeRequestSchema: GenMessage<GetTreeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 26);
+  messageDesc(file_agwp_v1_repository, 32);
 
 /**
  * @generated from message agwp.v1.GetTreeResponse
@@ -758,7 +923,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
  * Use `create(GetTreeResponseSchema)` to create a new message.
  */
 export const GetTreeResponseSchema: GenMessage<GetTreeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 27);
+  messageDesc(file_agwp_v1_repository, 33);
 
 /**
  * @generated from message agwp.v1.TreeEntry
@@ -803,7 +968,7 @@ export type TreeEntry = Message<"agwp.v1.TreeEntry"> & {
  * Use `create(TreeEntrySchema)` to create a new message.
  */
 export const TreeEntrySchema: GenMessage<TreeEntry> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 28);
+  messageDesc(file_agwp_v1_repository, 34);
 
 /**
  * Edit writes or deletes one path.
@@ -866,7 +1031,7 @@ export type Edit = Message<"agwp.v1.Edit"> & {
  * Use `create(EditSchema)` to create a new message.
  */
 export const EditSchema: GenMessage<Edit> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 29);
+  messageDesc(file_agwp_v1_repository, 35);
 
 /**
  * @generated from message agwp.v1.IntegrateRequest
@@ -914,7 +1079,7 @@ export type IntegrateRequest = Message<"agwp.v1.IntegrateRequest"> & {
  * Use `create(IntegrateRequestSchema)` to create a new message.
  */
 export const IntegrateRequestSchema: GenMessage<IntegrateRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 30);
+  messageDesc(file_agwp_v1_repository, 36);
 
 /**
  * @generated from message agwp.v1.IntegrateResponse
@@ -931,7 +1096,7 @@ export type IntegrateResponse = Message<"agwp.v1.IntegrateResponse"> & {
  * Use `create(IntegrateResponseSchema)` to create a new message.
  */
 export const IntegrateResponseSchema: GenMessage<IntegrateResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 31);
+  messageDesc(file_agwp_v1_repository, 37);
 
 /**
  * @generated from message agwp.v1.Change
@@ -1046,7 +1211,7 @@ export type Change = Message<"agwp.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 32);
+  messageDesc(file_agwp_v1_repository, 38);
 
 /**
  * Candidate is one tree the integration queue asked a worker to validate: its parent revision
@@ -1153,7 +1318,7 @@ export type Candidate = Message<"agwp.v1.Candidate"> & {
  * Use `create(CandidateSchema)` to create a new message.
  */
 export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 33);
+  messageDesc(file_agwp_v1_repository, 39);
 
 /**
  * @generated from message agwp.v1.GetQueueRequest
@@ -1170,7 +1335,7 @@ export type GetQueueRequest = Message<"agwp.v1.GetQueueRequest"> & {
  * Use `create(GetQueueRequestSchema)` to create a new message.
  */
 export const GetQueueRequestSchema: GenMessage<GetQueueRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 34);
+  messageDesc(file_agwp_v1_repository, 40);
 
 /**
  * @generated from message agwp.v1.GetQueueResponse
@@ -1216,7 +1381,7 @@ export type GetQueueResponse = Message<"agwp.v1.GetQueueResponse"> & {
  * Use `create(GetQueueResponseSchema)` to create a new message.
  */
 export const GetQueueResponseSchema: GenMessage<GetQueueResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 35);
+  messageDesc(file_agwp_v1_repository, 41);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -1240,7 +1405,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 36);
+  messageDesc(file_agwp_v1_repository, 42);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -1257,7 +1422,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 37);
+  messageDesc(file_agwp_v1_repository, 43);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -1284,7 +1449,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 38);
+  messageDesc(file_agwp_v1_repository, 44);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -1306,7 +1471,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 39);
+  messageDesc(file_agwp_v1_repository, 45);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -1323,7 +1488,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 40);
+  messageDesc(file_agwp_v1_repository, 46);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -1340,7 +1505,7 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 41);
+  messageDesc(file_agwp_v1_repository, 47);
 
 /**
  * ChangeState is where a change is in its life.
@@ -1577,6 +1742,47 @@ export const RepositoryService: GenService<{
     methodKind: "server_streaming";
     input: typeof GetBlobsRequestSchema;
     output: typeof GetBlobsResponseSchema;
+  },
+  /**
+   * StartBlobUpload begins, or resumes, the upload of one blob in parts: a file larger than
+   * one request allows, or any file a client would rather not hold whole. The upload is the
+   * caller's, named by the blob's digest and size, so asking again after a stop answers how many
+   * bytes the server holds. A blob the server already holds answers stored, and nothing is sent.
+   * Uploads not finished in a day are dropped. Roles: agent, admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.StartBlobUpload
+   */
+  startBlobUpload: {
+    methodKind: "unary";
+    input: typeof StartBlobUploadRequestSchema;
+    output: typeof StartBlobUploadResponseSchema;
+  },
+  /**
+   * UploadBlobPart sends the part of an upload from offset: part_bytes of content (the last
+   * part: what is left). offset must be the bytes the server holds: a part sent twice, or out of
+   * order, is refused with failed_precondition naming the offset to send. The part that
+   * completes the blob stores it, once its sha256 is the digest the upload named (otherwise the
+   * upload is dropped: invalid_argument), and answers the digest. Roles: agent, admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.UploadBlobPart
+   */
+  uploadBlobPart: {
+    methodKind: "unary";
+    input: typeof UploadBlobPartRequestSchema;
+    output: typeof UploadBlobPartResponseSchema;
+  },
+  /**
+   * ReadBlob streams one blob's content from offset, in messages of at most 1 MiB: the way to
+   * read a blob of any size, never held whole by the server. The first message gives the
+   * blob's size. Roles: admin, agent, reader, worker (the blobs of the candidate of a validate
+   * job it holds).
+   *
+   * @generated from rpc agwp.v1.RepositoryService.ReadBlob
+   */
+  readBlob: {
+    methodKind: "server_streaming";
+    input: typeof ReadBlobRequestSchema;
+    output: typeof ReadBlobResponseSchema;
   },
   /**
    * GetTree answers a revision's files, the mainline's by default. Any role.
