@@ -18,8 +18,9 @@ const fetchCalls = 4
 // fetchBlobs fetches the blobs of files (path → digest), each digest once however many paths
 // share it, in GetBlobs calls of many blobs, a few at once, and calls got with each blob's
 // content and the paths (sorted) that hold it. got runs on the fetching goroutines, several at
-// once. The first error, from a fetch or from got, stops the rest and is answered.
-func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, prog *progress, got func(paths []string, content []byte) error) error {
+// once. The first error, from a fetch or from got, stops the rest and is answered. sizes (digest
+// → size, nil or partial when not known) lets a large blob come as a stream.
+func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *progress, got func(paths []string, content []byte) error) error {
 	byDigest := map[string][]string{}
 	for p, d := range files {
 		byDigest[d] = append(byDigest[d], p)
@@ -31,7 +32,7 @@ func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, 
 	}
 	// In the order of their first paths, so a checkout fills directories one after the other.
 	sort.Slice(digests, func(i, j int) bool { return byDigest[digests[i]][0] < byDigest[digests[j]][0] })
-	err := c.Blobs(ctx, digests, fetchCalls, func(d string, content []byte) error {
+	err := c.BlobsSized(ctx, digests, sizes, fetchCalls, func(d string, content []byte) error {
 		paths := byDigest[d]
 		if err := got(paths, content); err != nil {
 			return err
@@ -52,10 +53,10 @@ func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, 
 // fetchContents fetches the blobs of files (path → digest) in parallel, as fetchBlobs does, and
 // answers every path's content, all held in memory: for a sync or a revert, which change
 // nothing on disk before every blob is there.
-func fetchContents(ctx context.Context, c *client.Client, files map[string]string, prog *progress) (map[string][]byte, error) {
+func fetchContents(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *progress) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(files))
 	var mu sync.Mutex
-	err := fetchBlobs(ctx, c, files, prog, func(paths []string, content []byte) error {
+	err := fetchBlobs(ctx, c, files, sizes, prog, func(paths []string, content []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range paths {

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,7 +64,9 @@ func openGitStorage(dir string) (*filesystem.Storage, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s is a file, as in a linked worktree or a submodule: import from the repository's main working tree", gitDir)
 	}
-	return filesystem.NewStorage(osfs.New(gitDir), cache.NewObjectLRUDefault()), nil
+	// A large object is read as a stream (uploadMissing), not into memory and the cache.
+	return filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRUDefault(),
+		filesystem.Options{LargeObjectThreshold: client.LargeBlobBytes}), nil
 }
 
 // readGitHistory lists the objects that the HEAD of the git repository reaches, and the
@@ -274,13 +279,17 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 		_, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
 		return err
 	}
-	if err := uploadMissing(g, "blobs", st, h.blobs, missing, uploadBlobs); err != nil {
+	// A large blob goes alone, in parts, so that no request must hold it whole.
+	uploadLargeBlob := func(r io.ReaderAt, size int64, digest string) error {
+		return c.UploadBlob(ctx, r, size, digest)
+	}
+	if err := uploadMissing(g, "blobs", st, h.blobs, missing, uploadBlobs, uploadLargeBlob); err != nil {
 		return err
 	}
-	if err := uploadMissing(g, "trees", st, h.trees, missing, uploadObjects); err != nil {
+	if err := uploadMissing(g, "trees", st, h.trees, missing, uploadObjects, nil); err != nil {
 		return err
 	}
-	if err := uploadMissing(g, "commits", st, h.commits, missing, uploadObjects); err != nil {
+	if err := uploadMissing(g, "commits", st, h.commits, missing, uploadObjects, nil); err != nil {
 		return err
 	}
 	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.head.String()})
@@ -324,9 +333,11 @@ func missingGitObjects(ctx context.Context, c *client.Client, h *gitHistory) (ma
 const importChunkBytes = 16 << 20
 
 // uploadMissing sends the missing objects among ids, in their order, in calls of at most
-// importChunkBytes and client.MaxBlobsPerUpload objects: send gets each call's objects.
-func uploadMissing(g *globals, what string, s storer.EncodedObjectStorer, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
-	send func(objs []*agwpv1.GitObject) error) error {
+// importChunkBytes and client.MaxBlobsPerUpload objects: send gets each call's objects, and
+// sendLarge (when not nil) each object of client.LargeBlobBytes or more, alone, from a
+// temporary file it was copied to (its digest computed on the way), never read into memory.
+func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
+	send func(objs []*agwpv1.GitObject) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
 	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
 	if p != nil {
 		p.unit = what
@@ -347,6 +358,19 @@ func uploadMissing(g *globals, what string, s storer.EncodedObjectStorer, ids []
 	for _, id := range ids {
 		if !missing[id] {
 			continue
+		}
+		if sendLarge != nil {
+			size, err := s.EncodedObjectSize(id)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", id, err)
+			}
+			if size >= client.LargeBlobBytes {
+				if err := spoolObject(s, id, func(f *os.File, digest string) error { return sendLarge(f, size, digest) }); err != nil {
+					return err
+				}
+				p.add(1, size)
+				continue
+			}
 		}
 		typ, data, err := readObject(s, id)
 		if err != nil {
@@ -375,6 +399,42 @@ func countMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
 		}
 	}
 	return n
+}
+
+// gitObjectReader reads a git repository's objects, and their sizes without their contents.
+type gitObjectReader interface {
+	storer.EncodedObjectStorer
+	EncodedObjectSize(id plumbing.Hash) (int64, error)
+}
+
+// spoolObject copies the content of the object id into a temporary file, checking its git id
+// and computing its sha256 digest on the way, and calls use with the file and the digest.
+func spoolObject(s storer.EncodedObjectStorer, id plumbing.Hash, use func(f *os.File, digest string) error) error {
+	o, err := s.EncodedObject(plumbing.AnyObject, id)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", id, err)
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return fmt.Errorf("read %s %s: %w", o.Type(), id, err)
+	}
+	defer r.Close()
+	f, err := os.CreateTemp("", "ag-import-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	sum := sha256.New()
+	gitID := plumbing.NewHasher(o.Type(), o.Size())
+	n, err := io.Copy(io.MultiWriter(f, sum, gitID), r)
+	if err != nil {
+		return fmt.Errorf("read %s %s: %w", o.Type(), id, err)
+	}
+	if n != o.Size() || gitID.Sum() != id {
+		return errors.New("the git repository answered another object for " + id.String())
+	}
+	return use(f, "sha256:"+hex.EncodeToString(sum.Sum(nil)))
 }
 
 // readObject answers the type and content of a git object, without its header.

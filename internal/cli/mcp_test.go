@@ -292,7 +292,7 @@ func TestMCPTwoAgents(t *testing.T) {
 			var synced syncOut
 			bob.ok("sync", nil, &synced)
 			if synced.Revision != in.Change.IntegratedRevision || len(synced.Conflicts) != 0 ||
-				!slices.Equal(synced.Updated, []fileView{{Path: "src/a.go", Kind: "modified"}}) {
+				!slices.Equal(synced.Updated, []fileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
 				t.Errorf("bob's sync answered %+v, want src/a.go updated to %s", synced, in.Change.IntegratedRevision)
 			}
 			if content := readTestFile(t, filepath.Join(bob.dir, "src", "a.go")); !strings.Contains(content, "alice's") {

@@ -700,7 +700,7 @@ type syncOut struct {
 	From      string             `json:"from" jsonschema:"the base revision before"`
 	Revision  string             `json:"revision" jsonschema:"the base revision now"`
 	Applied   bool               `json:"applied" jsonschema:"false: refused, nothing was changed"`
-	Updated   []fileView         `json:"updated" jsonschema:"the files sync wrote, added or deleted"`
+	Updated   []fileView         `json:"updated" jsonschema:"the files sync wrote, added or deleted: mode as written, base_mode as the checkout had it before (a mode change alone is an update)"`
 	Merged    []string           `json:"merged" jsonschema:"files merged cleanly with your edit: still local edits, now on the new mainline"`
 	Kept      []string           `json:"kept" jsonschema:"files whose edit you kept over the mainline's (ours)"`
 	Conflicts []syncConflictView `json:"conflicts" jsonschema:"files the mainline changed that you also edited and that did not merge"`
@@ -744,16 +744,23 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 	}
 	if res.Applied {
 		out.Revision = res.To
-		// What the sync wrote or removed, by what it was to the checkout before.
+		// What the sync wrote or removed, by what it was to the checkout before, with the
+		// modes of the base before and after (a chmod from the mainline is an update).
+		after, err := ws.co.baseFiles()
+		if err != nil {
+			return nil, out, err
+		}
 		for _, p := range res.Updated {
-			kind := "modified"
-			if _, had := before[p]; !had {
-				kind = "added"
+			v := fileView{Path: p, Kind: "modified", Mode: after[p].mode}
+			if was, had := before[p]; had {
+				v.BaseMode = was.mode
+			} else {
+				v.Kind = "added"
 			}
-			out.Updated = append(out.Updated, fileView{Path: p, Kind: kind})
+			out.Updated = append(out.Updated, v)
 		}
 		for _, p := range res.Deleted {
-			out.Updated = append(out.Updated, fileView{Path: p, Kind: "deleted"})
+			out.Updated = append(out.Updated, fileView{Path: p, Kind: "deleted", BaseMode: before[p].mode})
 		}
 		slices.SortFunc(out.Updated, func(x, y fileView) int { return strings.Compare(x.Path, y.Path) })
 	}

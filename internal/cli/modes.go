@@ -85,6 +85,18 @@ func regularFiles(digests map[string]string) map[string]treeFile {
 	return out
 }
 
+// blobSizes answers the size of each blob of a tree the server sent, digest → size, so that a
+// large one is fetched as a stream.
+func blobSizes(entries []*agwpv1.TreeEntry) map[string]uint64 {
+	sizes := make(map[string]uint64, len(entries))
+	for _, e := range entries {
+		if e.GetDigest() != "" {
+			sizes[e.GetDigest()] = e.GetSize()
+		}
+	}
+	return sizes
+}
+
 // treeFiles answers the files of a tree the server sent, once every path is one a checkout may
 // hold. It runs before anything of the tree is written: a path such as "../x", ".git/config" or
 // ".ag/checkout.json" would write outside the checkout, plant a command for git or a server

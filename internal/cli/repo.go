@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -378,6 +381,7 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 			}
 			co := &checkout{Repository: args[0], Server: g.server, Holder: holder, root: abs}
 			co.setBase(tree.GetRevision(), files)
+			co.blobSizes = blobSizes(tree.GetEntries())
 			var size int64
 			for _, e := range tree.GetEntries() {
 				size += int64(e.GetSize())
@@ -458,7 +462,7 @@ func writeCheckoutBeside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer root.Close()
-	written, err := writeTreeFiles(ctx, c, root, co.base, prog)
+	written, err := writeTreeFiles(ctx, c, root, co.base, co.blobSizes, prog)
 	if err != nil {
 		return err
 	}
@@ -506,7 +510,7 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 		return err
 	}
 	defer stage.Close()
-	written, err := writeTreeFiles(ctx, c, stage, co.base, prog)
+	written, err := writeTreeFiles(ctx, c, stage, co.base, co.blobSizes, prog)
 	if err != nil {
 		return err
 	}
@@ -534,7 +538,7 @@ func writeCheckoutInside(ctx context.Context, c *client.Client, co *checkout, pr
 // writeTreeFiles fetches and writes the files of tree under root, each as git has it (a file
 // of its mode, a link, a submodule's empty directory), fetching by several requests at once
 // and each blob once, counting on prog.
-func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, tree map[string]treeFile, prog *progress) (map[string]fileStat, error) {
+func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, tree map[string]treeFile, sizes map[string]uint64, prog *progress) (map[string]fileStat, error) {
 	if err := refuseFoldedNames(root, tree); err != nil {
 		return nil, err
 	}
@@ -547,9 +551,31 @@ func writeTreeFiles(ctx context.Context, c *client.Client, root *os.Root, tree m
 			blobs[p] = f.digest
 		}
 	}
+	// A large file is streamed to its place, each of its paths by a read of its own.
+	large := map[string][]string{}
+	for p, d := range blobs {
+		if sizes[d] >= client.LargeBlobBytes && tree[p].mode != repo.ModeSymlink {
+			large[d] = append(large[d], p)
+			delete(blobs, p)
+		}
+	}
 	w := &freshWriter{root: root, tree: tree, made: map[string]bool{}, dirs: map[string]*openDir{}, written: make(map[string]fileStat, len(blobs))}
 	defer w.close()
-	err := fetchBlobs(ctx, c, blobs, prog, func(paths []string, content []byte) error {
+	for _, d := range slices.Sorted(maps.Keys(large)) {
+		paths := large[d]
+		sort.Strings(paths)
+		for _, p := range paths {
+			err := w.writeFrom(p, nil, func(out io.Writer) error {
+				_, err := c.ReadBlob(ctx, d, out)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("fetch %s: %w", p, err)
+			}
+			prog.add(1, int64(sizes[d]))
+		}
+	}
+	err := fetchBlobs(ctx, c, blobs, sizes, prog, func(paths []string, content []byte) error {
 		for _, p := range paths {
 			if err := w.write(p, content); err != nil {
 				return err
@@ -657,6 +683,13 @@ func (w *freshWriter) mkdirAll(path string) error {
 }
 
 func (w *freshWriter) write(path string, content []byte) error {
+	return w.writeFrom(path, content, nil)
+}
+
+// writeFrom writes path as write does, a file's content from content or, when stream is not
+// nil, from what stream writes into it: a large file goes from the server to the disk without
+// being held (a link's target is always given whole: it is checked before the link is made).
+func (w *freshWriter) writeFrom(path string, content []byte, stream func(io.Writer) error) error {
 	parentPath, name := splitParent(path)
 	d, err := w.acquire(parentPath)
 	if err != nil {
@@ -683,7 +716,11 @@ func (w *freshWriter) write(path string, content []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, err = f.Write(content)
+	if stream != nil {
+		err = stream(f)
+	} else {
+		_, err = f.Write(content)
+	}
 	var info fs.FileInfo
 	if err == nil {
 		info, err = f.Stat()

@@ -300,7 +300,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		}
 		prog = opts.progress(len(need), size)
 	}
-	fetched, err := fetchContents(ctx, ws.c, need, prog)
+	fetched, err := fetchContents(ctx, ws.c, need, blobSizes(tree.GetEntries()), prog)
 	prog.done()
 	if err != nil {
 		return nil, err
@@ -720,7 +720,7 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 			restore = append(restore, e.path)
 		}
 	}
-	contents, err := fetchContents(ctx, ws.c, bases, nil)
+	contents, err := fetchContents(ctx, ws.c, bases, nil, nil)
 	if err != nil {
 		return out, fmt.Errorf("the base revision's files: %w", err)
 	}

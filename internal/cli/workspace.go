@@ -53,6 +53,9 @@ type checkout struct {
 	baseChanged bool
 	// written are the stats of the files `ag checkout` wrote, until saveIn records them.
 	written map[string]fileStat
+	// blobSizes are the sizes of base's blobs as the server told them, digest → size, while
+	// `ag checkout` writes them: a large one is streamed.
+	blobSizes map[string]uint64
 }
 
 // conflictRecord is a file a sync merged with conflicts.

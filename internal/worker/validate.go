@@ -406,17 +406,31 @@ func (v *Validator) blobPath(digest string) string {
 	return filepath.Join(v.CacheDir, "sha256", hexDigest[:2], hexDigest)
 }
 
-// fetchBlobs fetches the blobs of tree that the cache lacks, several at a time.
+// fetchBlobs fetches the blobs of tree that the cache lacks, several at a time; a large one
+// is streamed into the cache (ReadBlob), so the worker never holds it whole.
 func (v *Validator) fetchBlobs(ctx context.Context, tree repo.Tree) error {
-	var missing []string
+	var missing, large []string
 	seen := map[string]bool{}
 	for _, e := range tree {
 		if seen[e.Digest] || e.GitMode() == repo.ModeGitlink { // a submodule has no blob
 			continue
 		}
 		seen[e.Digest] = true
-		if _, err := os.Stat(v.blobPath(e.Digest)); err != nil {
+		if _, err := os.Stat(v.blobPath(e.Digest)); err == nil {
+			continue
+		}
+		if e.Size >= client.LargeBlobBytes {
+			large = append(large, e.Digest)
+		} else {
 			missing = append(missing, e.Digest)
+		}
+	}
+	for _, d := range large {
+		if err := v.cacheBlobFrom(d, func(w io.Writer) error {
+			_, err := v.Client.ReadBlob(ctx, d, w)
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	if len(missing) == 0 {
@@ -427,6 +441,15 @@ func (v *Validator) fetchBlobs(ctx context.Context, tree repo.Tree) error {
 
 // cacheBlob keeps a fetched blob (the client checked its digest) in the cache.
 func (v *Validator) cacheBlob(digest string, content []byte) error {
+	return v.cacheBlobFrom(digest, func(w io.Writer) error {
+		_, err := w.Write(content)
+		return err
+	})
+}
+
+// cacheBlobFrom keeps the blob that write writes in the cache, once write succeeded (a
+// streamed blob is checked against its digest at its end).
+func (v *Validator) cacheBlobFrom(digest string, write func(io.Writer) error) error {
 	path := v.blobPath(digest)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("blob cache: %w", err)
@@ -436,7 +459,7 @@ func (v *Validator) cacheBlob(digest string, content []byte) error {
 		return fmt.Errorf("blob cache: %w", err)
 	}
 	defer os.Remove(f.Name()) // gone already after the rename
-	_, err = f.Write(content)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
