@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,6 +62,17 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			paths, err := ws.co.repoPaths(g.dir, args)
 			if err != nil {
 				return err
+			}
+			// A submodule is one entry of the tree, leased as such, though its directory is one on
+			// disk: repoPaths names that as a directory.
+			base, err := ws.co.baseFiles()
+			if err != nil {
+				return err
+			}
+			for i, p := range paths {
+				if f, ok := base[strings.TrimSuffix(p, "/")]; ok && f.gitlink() {
+					paths[i] = strings.TrimSuffix(p, "/")
+				}
 			}
 			start := time.Now()
 			l, err := ws.c.AcquireLease(cmd.Context(), client.AcquireLeaseOptions{
@@ -257,7 +270,8 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 // following no symbolic link (checkoutReader), and must hold what the scan found: one swapped
 // for a link after the scan (by anyone who can write the checkout) is refused, whether the link
 // leads out of the checkout or to another file in it, .git's among them.
-func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message string) (*agwpv1.Change, error) {
+// moves are submodules moved to other commits, path → commit, in the same change.
+func (ws *workspace) integrate(ctx context.Context, edits []localEdit, moves map[string]string, message string) (*agwpv1.Change, error) {
 	root, err := os.OpenRoot(ws.co.root)
 	if err != nil {
 		return nil, err
@@ -285,6 +299,9 @@ func (ws *workspace) integrate(ctx context.Context, edits []localEdit, message s
 			}
 		}
 		changes = append(changes, fc)
+	}
+	for _, p := range slices.Sorted(maps.Keys(moves)) {
+		changes = append(changes, client.FileChange{Path: p, GitlinkCommit: moves[p]})
 	}
 	return ws.c.IntegrateFiles(ctx, client.IntegrateOptions{
 		Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
@@ -362,12 +379,15 @@ func printLeases(g *globals, leases []*agwpv1.Lease) {
 func newIntegrateCmd(g *globals) *cobra.Command {
 	var message string
 	var noWait bool
+	var submodules []string
 	cmd := &cobra.Command{
 		Use:   "integrate -m MESSAGE [PATH...]",
 		Short: "send the checkout's edits (all, or those under the paths named) to the mainline under the leases it holds",
 		Long: `Sends the checkout's local edits to the mainline under the leases it holds, with their fencing
 tokens, and follows the change until it is integrated or rejected. Named paths (files, or
-directories as a/) send only the edits under them; the others stay local edits.`,
+directories as a/) send only the edits under them; the others stay local edits.
+--submodule PATH=COMMIT moves the submodule at PATH to another commit in the same change (ag
+never fetches a submodule: this is the one change of one there is); its lease is needed too.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if message == "" {
@@ -388,7 +408,11 @@ directories as a/) send only the edits under them; the others stay local edits.`
 				}
 				edits = editsUnder(edits, sel)
 			}
-			if len(edits) == 0 {
+			moves, err := submoduleMoves(ws.co, g.dir, submodules)
+			if err != nil {
+				return err
+			}
+			if len(edits) == 0 && len(moves) == 0 {
 				if g.json {
 					return g.printValue(struct{}{})
 				}
@@ -403,9 +427,13 @@ directories as a/) send only the edits under them; the others stay local edits.`
 				return err
 			}
 			if len(ws.co.Leases) == 0 {
-				return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", editPaths(edits)))
+				paths := slices.Sorted(maps.Keys(moves))
+				if len(edits) > 0 {
+					paths = append([]string{editPaths(edits)}, paths...)
+				}
+				return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", strings.Join(paths, ", ")))
 			}
-			change, err := ws.integrate(cmd.Context(), edits, message)
+			change, err := ws.integrate(cmd.Context(), edits, moves, message)
 			if client.IsCode(err, connect.CodeAborted) {
 				return withExit(ExitConflict, fmt.Errorf("%w (ag sync brings the mainline in, merging it with your edits)", err))
 			}
@@ -454,7 +482,45 @@ directories as a/) send only the edits under them; the others stay local edits.`
 	}
 	cmd.Flags().StringVarP(&message, "message", "m", "", "what the change does (required)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the change and return without waiting for its outcome")
+	cmd.Flags().StringArrayVar(&submodules, "submodule", nil, "PATH=COMMIT: move the submodule at PATH to COMMIT (40 hex digits) in this change; repeat for more")
 	return cmd
+}
+
+// submoduleMoves reads --submodule PATH=COMMIT flags (PATH as the other arguments, from dir):
+// each PATH must be a submodule of the checkout's base revision, each COMMIT a full git id.
+func submoduleMoves(co *checkout, dir string, flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	base, err := co.baseFiles()
+	if err != nil {
+		return nil, err
+	}
+	moves := map[string]string{}
+	for _, f := range flags {
+		path, commit, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, withExit(ExitUsage, fmt.Errorf("--submodule %s: want PATH=COMMIT", termsafe.Line(f)))
+		}
+		if !repo.IsGitID(strings.ToLower(commit)) {
+			return nil, withExit(ExitUsage, fmt.Errorf("--submodule %s: %s is not a commit id: give its 40 hex digits", termsafe.Line(f), termsafe.Line(commit)))
+		}
+		ps, err := co.repoPaths(dir, []string{path})
+		if err != nil {
+			return nil, err
+		}
+		commit = strings.ToLower(commit)
+		// A submodule's directory is a directory on disk, which repoPaths names as such.
+		p := strings.TrimSuffix(ps[0], "/")
+		if f, ok := base[p]; !ok || !f.gitlink() {
+			return nil, withExit(ExitUsage, fmt.Errorf("--submodule: %s is not a submodule of the checkout's revision: --submodule moves an existing submodule to another commit, the one change of a submodule ag makes (add or remove one with git, and import)", termsafe.Line(p)))
+		}
+		if _, twice := moves[p]; twice {
+			return nil, withExit(ExitUsage, fmt.Errorf("--submodule: %s is named twice", termsafe.Line(p)))
+		}
+		moves[p] = commit
+	}
+	return moves, nil
 }
 
 // queuePlace describes where a queued change stands in its repository's integration queue.

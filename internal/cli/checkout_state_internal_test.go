@@ -120,7 +120,7 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 	// No client: a read refused stops integrate before anything is sent.
 	ws := &workspace{co: co}
 	scanned := localEdit{path: "a.txt", kind: "modified", digest: repo.Digest([]byte("a, edited\n"))}
-	_, err := ws.integrate(context.Background(), []localEdit{scanned}, "m")
+	_, err := ws.integrate(context.Background(), []localEdit{scanned}, nil, "m")
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") {
 		t.Errorf("integrate of a file swapped for a link out of the checkout: %v, want the read refused", err)
 	}
@@ -138,7 +138,7 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 	if err := os.Symlink(filepath.Join("sub", ".git", "config"), filepath.Join(co.root, "a.txt")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ws.integrate(context.Background(), []localEdit{scanned}, "m")
+	_, err = ws.integrate(context.Background(), []localEdit{scanned}, nil, "m")
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("integrate of a file swapped for a link to .git/config: %v, want the read refused as a link's", err)
 	}

@@ -601,7 +601,7 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 	if len(ws.co.Leases) == 0 {
 		return nil, out, fmt.Errorf("this checkout holds no leases: lease_acquire the files you edited (%s), then integrate", editPaths(edits))
 	}
-	change, err := ws.integrate(ctx, edits, in.Message)
+	change, err := ws.integrate(ctx, edits, nil, in.Message)
 	switch {
 	case client.IsCode(err, connect.CodeFailedPrecondition):
 		return nil, out, fmt.Errorf("refused, nothing was integrated: %s. Your lease on that path is missing or no longer current: lease_acquire it again (then sync, since someone else may have changed it), and integrate again", connectMessage(err))

@@ -573,6 +573,38 @@ func TestSubmodulesCheckOutEmpty(t *testing.T) {
 	if alice.read("vendor/lib/lib.go") != "package lib\n" || alice.read("a.txt") != "a, bob's\n" {
 		t.Errorf("after alice's sync: vendor/lib/lib.go %q, a.txt %q", alice.read("vendor/lib/lib.go"), alice.read("a.txt"))
 	}
+
+	// Moving the submodule to another commit is a change of its own, under its lease; what is
+	// not a submodule, or not a commit id, is refused saying what --submodule does.
+	moved := strings.Repeat("7a", 20)
+	for _, bad := range []struct{ flag, want string }{
+		{"a.txt=" + moved, "a.txt is not a submodule"},
+		{"vendor/lib=HEAD", "HEAD is not a commit id"},
+		{"vendor/lib", "want PATH=COMMIT"},
+	} {
+		_, errOut, code := bob.run("integrate", "-m", "move", "--submodule", bad.flag)
+		if code != cli.ExitUsage || !strings.Contains(errOut, bad.want) {
+			t.Errorf("ag integrate --submodule %s: exit %d, %q; want exit %d saying %q", bad.flag, code, errOut, cli.ExitUsage, bad.want)
+		}
+	}
+	_, errOut, code := bob.run("integrate", "-m", "move lib", "--submodule", "vendor/lib="+moved)
+	if code != cli.ExitLease || !strings.Contains(errOut, "vendor/lib") {
+		t.Errorf("ag integrate --submodule without a lease: exit %d, %q; want exit %d naming vendor/lib", code, errOut, cli.ExitLease)
+	}
+	bob.must("lease", "acquire", "vendor/lib")
+	if out := bob.must("integrate", "-m", "move lib", "--submodule", "vendor/lib="+strings.ToUpper(moved)); !strings.Contains(out, "integrated: 1 paths") {
+		t.Errorf("ag integrate --submodule printed %q, want the change integrated", out)
+	}
+	if en := e.mainlineEntry("vendor/lib"); en == nil || en.GetMode() != repo.ModeGitlink || en.GetGitlinkCommit() != moved {
+		t.Errorf("the mainline's vendor/lib after the move: %v, want a submodule at %s", en, moved)
+	}
+	if out := bob.must("status"); !strings.Contains(out, "  vendor/lib: submodule at "+moved+"\n") || !strings.Contains(out, "no local edits") {
+		t.Errorf("bob's status after the move:\n%s\nwant vendor/lib at %s and no local edits", out, moved)
+	}
+	alice.must("sync")
+	if out := alice.must("status"); !strings.Contains(out, "  vendor/lib: submodule at "+moved+"\n") {
+		t.Errorf("alice's status after a sync over the move:\n%s\nwant vendor/lib at %s", out, moved)
+	}
 }
 
 // TestModesMergeInASync ensures a sync merges modes as git does: another's chmod of a file
