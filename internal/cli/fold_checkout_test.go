@@ -66,3 +66,28 @@ func TestCheckoutRefusesNamesItsFileSystemWouldMerge(t *testing.T) {
 		t.Errorf("the refused checkout left %s behind", folds)
 	}
 }
+
+// TestSyncRefusesNamesItsFileSystemWouldMerge ensures ag sync, as ag checkout, refuses to
+// write a revision holding two names that the checkout's file system would take for one,
+// naming them and changing nothing: a checkout made where names are kept apart, then used
+// where they fold (stood in for), would otherwise write one file over the other.
+func TestSyncRefusesNamesItsFileSystemWouldMerge(t *testing.T) {
+	e := newModesEnv(t, map[string]gitEntry{"README.md": file("upper\n"), "Readme.md": file("mixed\n"), "plain.txt": file("p\n")})
+	alice, bob := e.agent("alice"), e.agent("bob")
+	bob.write("plain.txt", "p, bob's\n")
+	bob.integrate("bob's plain", "plain.txt")
+
+	restore := cli.PretendNamesFold("case")
+	_, errOut, code := alice.run("sync")
+	restore()
+	if code == 0 || !strings.Contains(errOut, "nothing was changed") || !strings.Contains(errOut, `"README.md" and "Readme.md"`) {
+		t.Errorf("ag sync where names fold: exit %d, %q; want a refusal naming README.md and Readme.md", code, errOut)
+	}
+	if got := alice.read("plain.txt"); got != "p\n" {
+		t.Errorf("the refused sync wrote plain.txt: %q", got)
+	}
+	alice.must("sync")
+	if got := alice.read("plain.txt"); got != "p, bob's\n" {
+		t.Errorf("plain.txt after a sync where names are kept apart: %q", got)
+	}
+}

@@ -104,6 +104,11 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	defer reader.close()
 
 	res := newSyncResult(ws.co.BaseRevision, tree.GetRevision())
+	// The mainline may have brought a second spelling of a name this file system takes for one
+	// (Readme.md beside README.md): writing it would write over the first.
+	if err := refuseFoldedNames(root, target); err != nil {
+		return res, fmt.Errorf("nothing was changed: %w", err)
+	}
 	var writes, deletes, merges, submoduleDirs []string
 	contents := map[string][]byte{} // contents of writes known before fetching: merges, restored local edits
 	modes := map[string]string{}    // the mode each write gives its path
