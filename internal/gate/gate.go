@@ -234,10 +234,9 @@ func payloadLimits(l *Limits) *agwp.PayloadLimits {
 
 // Decide settles a validating change from its validate job. The attestation was verified when
 // the job was completed (signature by a key of the claiming principal, subject, job and claim);
-// Decide checks again that it attests exactly this candidate, so that nothing but a pass for
-// this tree can move the mainline: by the candidate's git tree id when it has one, by its tree
-// digest otherwise (candidates built before git tree ids), and by both when both sides name
-// both.
+// Decide checks again, by the rule the server checked (attest.Validation.CheckSubject), that it
+// attests exactly this candidate, so that nothing but a pass for this tree can move the
+// mainline, whatever wrote the job's attestation into the store.
 func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
 	switch job.State {
 	case store.JobQueued, store.JobClaimed:
@@ -258,8 +257,10 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 	if err != nil {
 		return store.Verdict{Outcome: store.VerdictReject, Reason: "the attestation " + att.Digest + " is unreadable: " + err.Error()}
 	}
-	if reason := treeMismatch(candidate, v); reason != "" {
-		return store.Verdict{Outcome: store.VerdictReject, Reason: reason}
+	if err := v.CheckSubject(attest.Candidate{
+		Repository: c.Repository, Revision: candidate.ID, GitTree: candidate.GitTree, TreeDigest: candidate.TreeDigest,
+	}); err != nil {
+		return store.Verdict{Outcome: store.VerdictReject, Reason: err.Error()}
 	}
 	switch {
 	case v.JobID != job.ID || v.ClaimNumber != job.Attempts:
@@ -309,28 +310,6 @@ func weakerThanAsked(repository string, payload []byte, v attest.Validation) str
 		return why("it does not say which network its run had", "upgrade that ag-worker")
 	default:
 		return why("its run had network "+v.Network+", and the policy gives "+asked, "run it on another worker")
-	}
-	return ""
-}
-
-// treeMismatch says why v does not attest candidate's tree, or answers "". The candidate's git
-// tree id, when it has one, must be the attestation's; a candidate built before git tree ids
-// has only its tree digest, which must then be the attestation's. A tree digest on both sides
-// must be the same in any case.
-func treeMismatch(candidate store.Revision, v attest.Validation) string {
-	switch {
-	case candidate.GitTree == "" && candidate.TreeDigest == "":
-		return "the candidate " + candidate.ID + " names neither a git tree nor a tree digest"
-	case candidate.GitTree != "" && v.GitTree == "":
-		return "the attestation names no git tree, and the candidate's is " + candidate.GitTree
-	case candidate.GitTree != "" && v.GitTree != candidate.GitTree:
-		return fmt.Sprintf("the attestation is about git tree %s, not the candidate's %s", v.GitTree, candidate.GitTree)
-	case candidate.TreeDigest == "":
-		return ""
-	case v.TreeDigest == "" && candidate.GitTree == "":
-		return "the attestation names no tree digest, and the candidate's is " + candidate.TreeDigest
-	case v.TreeDigest != "" && v.TreeDigest != candidate.TreeDigest:
-		return fmt.Sprintf("the attestation is about tree %s, not the candidate's %s", v.TreeDigest, candidate.TreeDigest)
 	}
 	return ""
 }

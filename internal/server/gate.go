@@ -336,8 +336,6 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 		return nil, 0, err
 	}
 	switch {
-	case v.Repository != payload.Repository || v.Revision != payload.CandidateRevision:
-		return nil, 0, invalid("attestation", "its subject is %s, but job %s validates %s@%s", v.Subject(), job.ID, payload.Repository, payload.CandidateRevision)
 	case v.JobID != job.ID:
 		return nil, 0, invalid("attestation", "it is about job %s, not %s", v.JobID, job.ID)
 	case v.Worker != c.holder(req.GetWorker()):
@@ -351,24 +349,35 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 	return stored, v.ClaimNumber, nil
 }
 
-// attestsJobTree checks that v's subject is the tree that a validate job's payload names: its
-// git tree id when the payload names one; its tree digest when both name one; and that the
-// subject names what the payload names, at least one of the two (a payload enqueued before git
-// tree ids names the tree digest alone).
+// attestsJobTree checks that v's subject is the candidate a validate job's payload names, by
+// the rule the gate holds the stored statement to again (attest.Validation.CheckSubject), and
+// words a mismatch for the worker completing job jobID.
 func attestsJobTree(v attest.Validation, payload agwp.ValidatePayload, jobID string) error {
+	err := v.CheckSubject(attest.Candidate{
+		Repository: payload.Repository, Revision: payload.CandidateRevision,
+		GitTree: payload.GitTree, TreeDigest: payload.TreeDigest,
+	})
+	var m *attest.SubjectMismatch
 	switch {
-	case payload.GitTree != "" && v.GitTree == "":
-		return invalid("attestation", "its subject names no git tree, but job %s validates git tree %s", jobID, payload.GitTree)
-	case payload.GitTree != "" && v.GitTree != payload.GitTree:
-		return invalid("attestation", "its subject is git tree %s, but job %s validates git tree %s", v.GitTree, jobID, payload.GitTree)
-	case payload.TreeDigest == "":
+	case err == nil:
 		return nil
-	case payload.GitTree == "" && v.TreeDigest == "":
+	case !errors.As(err, &m):
+		return invalid("attestation", "%v", err)
+	case m.Part == attest.SubjectNoTree:
+		// ParseValidatePayloadJSON refuses such a payload before: the job is broken, not the
+		// attestation.
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("validate job %s names neither a git tree nor a tree digest", jobID))
+	case m.Part == attest.SubjectGitTree && m.Attested == "":
+		return invalid("attestation", "its subject names no git tree, but job %s validates git tree %s", jobID, payload.GitTree)
+	case m.Part == attest.SubjectGitTree:
+		return invalid("attestation", "its subject is git tree %s, but job %s validates git tree %s", m.Attested, jobID, payload.GitTree)
+	case m.Part == attest.SubjectTreeDigest && m.Attested == "":
 		return invalid("attestation", "its subject names no tree digest, but job %s validates tree %s", jobID, payload.TreeDigest)
-	case v.TreeDigest != "" && v.TreeDigest != payload.TreeDigest:
-		return invalid("attestation", "its subject is tree %s, but job %s validates tree %s", v.TreeDigest, jobID, payload.TreeDigest)
+	case m.Part == attest.SubjectTreeDigest:
+		return invalid("attestation", "its subject is tree %s, but job %s validates tree %s", m.Attested, jobID, payload.TreeDigest)
+	default:
+		return invalid("attestation", "its subject is %s, but job %s validates %s@%s", m.Attested, jobID, payload.Repository, payload.CandidateRevision)
 	}
-	return nil
 }
 
 func (h jobService) workerKeys(ctx context.Context, principal string) ([][]byte, error) {
