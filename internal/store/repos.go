@@ -369,7 +369,8 @@ type Change struct {
 // token (of anyone, in any state) may overlap the path (repo.FoldOverlap; else "stale,
 // superseded by token N"). Expiry alone does not refuse. Paths are compared by their folds, as
 // a case-insensitive, normalization-insensitive checkout would: a token of a lease on one
-// spelling of a name is the token of every other.
+// spelling of a name is the token of every other. Every backend applies the rule with
+// CheckIntegrateLeases, so the refusals are the same whichever stores the leases.
 type IntegrateParams struct {
 	Repository    string
 	BaseRevision  string

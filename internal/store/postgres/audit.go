@@ -307,7 +307,7 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 	}
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return 0, mapErr("seal audit", err)
+		return 0, interpretError("seal audit", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	n, err := db.seal(ctx, tx, p, limit, true, &buf)
@@ -315,7 +315,7 @@ func (db *DB) SealAudit(ctx context.Context, p store.SealAuditParams) (int, erro
 		return 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, mapErr("seal audit: commit", err)
+		return 0, interpretError("seal audit: commit", err)
 	}
 	return n, nil
 }
@@ -334,7 +334,7 @@ func (db *DB) seal(ctx context.Context, q sealQuerier, p store.SealAuditParams, 
 		from int64
 	)
 	if err := q.QueryRow(ctx, headSQL).Scan(&size, &head.Hash, &from); err != nil {
-		return 0, mapErr("seal audit: read the head", err)
+		return 0, interpretError("seal audit: read the head", err)
 	}
 	head.Size = uint64(size)
 	*pendingRead = pendingRead.reset()
@@ -348,11 +348,11 @@ func (db *DB) seal(ctx context.Context, q sealQuerier, p store.SealAuditParams, 
 			page := sealPage(limit-len(pendingRead.events), db.sealPerRecord16.Load())
 			rows, err := q.Query(ctx, sealReadSQL, page, pendingRead.last, final)
 			if err != nil {
-				return 0, mapErr("seal audit: read pending records", err)
+				return 0, interpretError("seal audit: read pending records", err)
 			}
 			read, err := pendingRead.read(rows, limit)
 			if err != nil {
-				return 0, mapErr("seal audit: read pending records", err)
+				return 0, interpretError("seal audit: read pending records", err)
 			}
 			if len(pendingRead.events) >= limit {
 				break
@@ -417,7 +417,7 @@ func (db *DB) seal(ctx context.Context, q sealQuerier, p store.SealAuditParams, 
 		seqs, ids, prevs, hashes, first, block,
 		int64(cp.Size), cp.RootHash, cp.HeadHash, note, created).Scan(&moved, &stored)
 	if err != nil {
-		return 0, mapErr("seal audit: store the seal", err)
+		return 0, interpretError("seal audit: store the seal", err)
 	}
 	if moved == 0 && !lock {
 		return 0, errHeadMoved
@@ -469,14 +469,14 @@ func waitForRecordWriters(ctx context.Context, q sealQuerier, most time.Duration
 		err = cerr
 	}
 	if err != nil {
-		return 0, mapErr("seal audit: read the last record id", err)
+		return 0, interpretError("seal audit: read the last record id", err)
 	}
 	deadline := time.Now().Add(most)
 	pause := 500 * time.Microsecond
 	for len(writers) > 0 {
 		var open int64
 		if err := q.QueryRow(ctx, sealWritersLeftSQL, writers).Scan(&open); err != nil {
-			return 0, mapErr("seal audit: wait for the transactions writing records", err)
+			return 0, interpretError("seal audit: wait for the transactions writing records", err)
 		}
 		if open == 0 {
 			break
@@ -551,11 +551,11 @@ func readAuditHashes(ctx context.Context, qr querier, indexes []int64) ([][]byte
 	}
 	rows, err := qr.Query(ctx, readAuditHashesSQL, indexes)
 	if err != nil {
-		return nil, mapErr("read audit hashes", err)
+		return nil, interpretError("read audit hashes", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, mapErr("read audit hashes", err)
+		return nil, interpretError("read audit hashes", err)
 	}
 	for i, h := range out {
 		if h == nil {
@@ -601,7 +601,7 @@ func (db *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams
 	}
 	rows, err := db.pool.Query(ctx, listAuditRecordsSQL, from, to)
 	if err != nil {
-		return nil, mapErr("list audit events", err)
+		return nil, interpretError("list audit events", err)
 	}
 	var out []store.AuditEvent
 	var id, seq int64
@@ -620,7 +620,7 @@ func (db *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams
 		return nil
 	})
 	if err != nil {
-		return nil, mapErr("list audit events", err)
+		return nil, interpretError("list audit events", err)
 	}
 	return out, nil
 }
@@ -632,7 +632,7 @@ func (db *DB) LatestAuditCheckpoint(ctx context.Context) (store.AuditCheckpoint,
 	err := db.pool.QueryRow(ctx, `SELECT size, root_hash, head_hash, note, created_at FROM audit_checkpoints
 		ORDER BY size DESC LIMIT 1`).Scan(&size, &cp.RootHash, &cp.HeadHash, &cp.Note, &cp.CreatedAt)
 	if err != nil {
-		return store.AuditCheckpoint{}, mapErr("audit checkpoint", err)
+		return store.AuditCheckpoint{}, interpretError("audit checkpoint", err)
 	}
 	cp.Size = uint64(size)
 	cp.CreatedAt = cp.CreatedAt.UTC()

@@ -49,7 +49,7 @@ func (db *DB) StartBlobUpload(ctx context.Context, u store.BlobUpload) (store.Bl
 	var s blobUploadScan
 	if err := db.pool.QueryRow(ctx, startBlobUploadSQL, db.now(), u.ID, u.Principal, u.Digest, int64(u.Size),
 		int64(u.PartBytes), nonNilBytes(u.HashState), store.NewID("parts")).Scan(s.dest()...); err != nil {
-		return store.BlobUpload{}, mapErr("start blob upload "+u.ID, err)
+		return store.BlobUpload{}, interpretError("start blob upload "+u.ID, err)
 	}
 	return s.upload(), nil
 }
@@ -61,13 +61,13 @@ func (db *DB) AppendBlobUpload(ctx context.Context, p store.AppendBlobUploadPara
 	what := "append to blob upload " + p.ID
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return store.BlobUpload{}, mapErr(what, err)
+		return store.BlobUpload{}, interpretError(what, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	var s blobUploadScan
 	if err := tx.QueryRow(ctx, `SELECT `+blobUploadCols+` FROM blob_uploads WHERE id = $1 FOR UPDATE`, p.ID).
 		Scan(s.dest()...); err != nil {
-		return store.BlobUpload{}, mapErr(what, err)
+		return store.BlobUpload{}, interpretError(what, err)
 	}
 	u := s.upload()
 	if err := store.CheckBlobPart(u, p); err != nil {
@@ -80,19 +80,19 @@ func (db *DB) AppendBlobUpload(ctx context.Context, p store.AppendBlobUploadPara
 		if _, err := tx.Exec(ctx, `WITH part AS (INSERT INTO blob_parts (parts_key, seq, content) VALUES ($2, $3, $4))
 			UPDATE blob_uploads SET received = $5, hash_state = $6 WHERE id = $1`,
 			p.ID, s.partsKey, seq, nonNilBytes(p.Content), int64(u.Received), nonNilBytes(p.HashState)); err != nil {
-			return store.BlobUpload{}, mapErr(fmt.Sprintf("%s: the part from offset %d", what, p.Offset), err)
+			return store.BlobUpload{}, interpretError(fmt.Sprintf("%s: the part from offset %d", what, p.Offset), err)
 		}
 	} else {
 		if _, err := tx.Exec(ctx, `INSERT INTO blob_parts (parts_key, seq, content) VALUES ($1, $2, $3)`,
 			s.partsKey, seq, nonNilBytes(p.Content)); err != nil {
-			return store.BlobUpload{}, mapErr(fmt.Sprintf("%s: the part from offset %d", what, p.Offset), err)
+			return store.BlobUpload{}, interpretError(fmt.Sprintf("%s: the part from offset %d", what, p.Offset), err)
 		}
 		if err := completeBlobUpload(ctx, tx, u, s.partsKey, *p.Complete); err != nil {
 			return store.BlobUpload{}, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return store.BlobUpload{}, mapErr(what, err)
+		return store.BlobUpload{}, interpretError(what, err)
 	}
 	return u, nil
 }
@@ -107,15 +107,15 @@ func completeBlobUpload(ctx context.Context, tx pgx.Tx, u store.BlobUpload, part
 		VALUES ($1, '', $2, $3, $4, $5) ON CONFLICT (digest) DO NOTHING`,
 		c.Digest, int64(u.Size), c.GitID[:], partsKey, int64(u.PartBytes))
 	if err != nil {
-		return mapErr(what+": store blob "+c.Digest, err)
+		return interpretError(what+": store blob "+c.Digest, err)
 	}
 	if tag.RowsAffected() == 0 {
 		if _, err := tx.Exec(ctx, `DELETE FROM blob_parts WHERE parts_key = $1`, partsKey); err != nil {
-			return mapErr(what+": drop the parts of a blob already stored", err)
+			return interpretError(what+": drop the parts of a blob already stored", err)
 		}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM blob_uploads WHERE id = $1`, u.ID); err != nil {
-		return mapErr(what, err)
+		return interpretError(what, err)
 	}
 	return nil
 }
@@ -129,26 +129,26 @@ func completeBlobUpload(ctx context.Context, tx pgx.Tx, u store.BlobUpload, part
 func (db *DB) DropBlobUploads(ctx context.Context, before time.Time, id string) (int, error) {
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return 0, mapErr("drop blob uploads", err)
+		return 0, interpretError("drop blob uploads", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	rows, err := tx.Query(ctx, `DELETE FROM blob_uploads WHERE created_at < $1 OR ($2 <> '' AND id = $2)
 		RETURNING parts_key`, before, id)
 	if err != nil {
-		return 0, mapErr("drop blob uploads", err)
+		return 0, interpretError("drop blob uploads", err)
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, mapErr("drop blob uploads", err)
+		return 0, interpretError("drop blob uploads", err)
 	}
 	if len(keys) == 0 {
 		return 0, nil
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM blob_parts WHERE parts_key = ANY($1::text[])`, keys); err != nil {
-		return 0, mapErr("drop blob uploads: their parts", err)
+		return 0, interpretError("drop blob uploads: their parts", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, mapErr("drop blob uploads", err)
+		return 0, interpretError("drop blob uploads", err)
 	}
 	return len(keys), nil
 }
@@ -166,7 +166,7 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 	)
 	if err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, part_bytes FROM blobs WHERE digest = $1`, digest).
 		Scan(&content, &size, &partsKey, &partBytes); err != nil {
-		return mapErr("read blob "+digest, err)
+		return interpretError("read blob "+digest, err)
 	}
 	if partsKey == nil || partBytes == nil {
 		if offset >= uint64(len(content)) {
@@ -182,7 +182,7 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 				// Not ErrNotFound: the blob is stored, and answering it short would be wrong.
 				return nil, fmt.Errorf("read blob %s: part %d is missing", digest, seq)
 			}
-			return nil, mapErr(fmt.Sprintf("read blob %s: part %d", digest, seq), err)
+			return nil, interpretError(fmt.Sprintf("read blob %s: part %d", digest, seq), err)
 		}
 		return part, nil
 	}, fn)
@@ -196,7 +196,7 @@ func blobContent(ctx context.Context, qr querier, what string, content []byte, s
 	}
 	rows, err := qr.Query(ctx, `SELECT content FROM blob_parts WHERE parts_key = $1 ORDER BY seq`, *partsKey)
 	if err != nil {
-		return nil, mapErr("read the parts of "+what, err)
+		return nil, interpretError("read the parts of "+what, err)
 	}
 	whole := make([]byte, 0, size)
 	var part []byte
@@ -204,7 +204,7 @@ func blobContent(ctx context.Context, qr querier, what string, content []byte, s
 		whole = append(whole, part...)
 		return nil
 	}); err != nil {
-		return nil, mapErr("read the parts of "+what, err)
+		return nil, interpretError("read the parts of "+what, err)
 	}
 	if int64(len(whole)) != size {
 		return nil, fmt.Errorf("read the parts of %s: they hold %d bytes, the blob %d", what, len(whole), size)

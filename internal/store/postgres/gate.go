@@ -35,7 +35,7 @@ func (db *DB) SetValidation(ctx context.Context, repository string, validation [
 	err := db.pool.QueryRow(ctx, setValidationSQL, db.now(), repository, bytesOrNull(validation), actor.Principal, actor.Holder,
 		details(map[string]any{"validation": jsonValue(validation)})).Scan(repositoryDest(&r)...)
 	if err != nil {
-		return store.Repository{}, mapErr("repository "+repository, err)
+		return store.Repository{}, interpretError("repository "+repository, err)
 	}
 	db.audited()
 	finishRepository(&r)
@@ -49,11 +49,11 @@ const pendingQueuesSQL = `SELECT DISTINCT repository FROM changes WHERE state IN
 func (db *DB) PendingQueues(ctx context.Context) ([]string, error) {
 	rows, err := db.pool.Query(ctx, pendingQueuesSQL)
 	if err != nil {
-		return nil, mapErr("pending queues", err)
+		return nil, interpretError("pending queues", err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, mapErr("pending queues", err)
+		return nil, interpretError("pending queues", err)
 	}
 	return names, nil
 }
@@ -115,12 +115,12 @@ func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]s
 	}
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return nil, mapErr("advance queue", err)
+		return nil, interpretError("advance queue", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	a := &advance{db: db, ctx: ctx, tx: tx, repository: p.Repository}
 	if err := tx.QueryRow(ctx, advanceLockSQL, p.Repository).Scan(&a.mainline, &a.validation); err != nil {
-		return nil, mapErr("repository "+p.Repository, err)
+		return nil, interpretError("repository "+p.Repository, err)
 	}
 	a.validation = bytesOrNull(a.validation)
 	a.objs = store.NewGitObjects(ctx, gitBackend{qr: tx})
@@ -135,7 +135,7 @@ func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]s
 		return nil, fmt.Errorf("postgres: advance the queue of %q: %w", p.Repository, a.err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, mapErr("advance queue: commit", err)
+		return nil, interpretError("advance queue: commit", err)
 	}
 	if enqueued {
 		db.signal.Fire()
@@ -165,7 +165,7 @@ func (a *advance) Validation() []byte { return a.validation }
 func (a *advance) Pending(limit int) ([]store.Change, error) {
 	rows, err := a.tx.Query(a.ctx, pendingSQL, a.repository, limit)
 	if err != nil {
-		return nil, mapErr("read the queue", err)
+		return nil, interpretError("read the queue", err)
 	}
 	return collectChanges(rows)
 }
@@ -177,7 +177,7 @@ func (a *advance) Live() ([]store.Candidate, error) {
 func queryCandidates(ctx context.Context, qr querier, sql string, args ...any) ([]store.Candidate, error) {
 	rows, err := qr.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, mapErr("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	defer rows.Close()
 	var cands []store.Candidate
@@ -188,13 +188,13 @@ func queryCandidates(ctx context.Context, qr querier, sql string, args ...any) (
 		)
 		if err := rows.Scan(&c.ID, &c.Repository, &state, &c.Revision, &c.ParentRevision, &c.JobID,
 			&c.AttestationDigest, &c.Reason, &c.Lane, &c.ParentTree, &c.Size, &c.CreatedAt, &c.UpdatedAt); err != nil {
-			return nil, mapErr("read candidates", err)
+			return nil, interpretError("read candidates", err)
 		}
 		c.State, c.CreatedAt, c.UpdatedAt = store.CandidateState(state), c.CreatedAt.UTC(), c.UpdatedAt.UTC()
 		cands = append(cands, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	return cands, nil
 }
@@ -206,7 +206,7 @@ func (a *advance) Revision(id string) (store.Revision, error) {
 func (a *advance) Job(id string) (store.Job, *store.Attestation, error) {
 	var js jobScan
 	if err := a.tx.QueryRow(a.ctx, getJobSQL, id).Scan(js.dest()...); err != nil {
-		return store.Job{}, nil, mapErr("validate job "+id, err)
+		return store.Job{}, nil, interpretError("validate job "+id, err)
 	}
 	job := js.job()
 	if job.AttestationDigest == "" {
@@ -230,7 +230,7 @@ func (a *advance) Edits(changeID string) ([]repo.FileEdit, []uint64, error) {
 		tokens string
 	)
 	if err := a.tx.QueryRow(a.ctx, `SELECT edits, fencing_tokens FROM changes WHERE id = $1`, changeID).Scan(&js, &tokens); err != nil {
-		return nil, nil, mapErr("change "+changeID+": its edits", err)
+		return nil, nil, interpretError("change "+changeID+": its edits", err)
 	}
 	var edits []repo.FileEdit
 	if js != nil {
@@ -273,7 +273,7 @@ func (a *advance) StoreRevision(parent store.Revision, tree plumbing.Hash, chang
 	err := a.tx.QueryRow(a.ctx, storeRevisionSQL, a.db.now(), rev.ID, rev.Repository, rev.Parent,
 		rev.ChangeID, rev.Author, rev.GitTree, rev.GitCommit).Scan(&rev.CreatedAt)
 	if err != nil {
-		return store.Revision{}, mapErr("store the revision of change "+changeID, err)
+		return store.Revision{}, interpretError("store the revision of change "+changeID, err)
 	}
 	rev.CreatedAt = rev.CreatedAt.UTC()
 	return rev, nil
@@ -294,7 +294,7 @@ func (a *advance) WriteCommit(rev, parent store.Revision, c store.CommitInfo) (s
 		return "", err
 	}
 	if _, err := a.tx.Exec(a.ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, id, rev.ID); err != nil {
-		return "", mapErr("store the commit of revision "+rev.ID, err)
+		return "", interpretError("store the commit of revision "+rev.ID, err)
 	}
 	return id, nil
 }
@@ -302,7 +302,7 @@ func (a *advance) WriteCommit(rev, parent store.Revision, c store.CommitInfo) (s
 func (a *advance) MoveMainline(from, to string) error {
 	tag, err := a.tx.Exec(a.ctx, moveMainlineSQL, a.repository, from, to)
 	if err != nil {
-		return mapErr("move the mainline", err)
+		return interpretError("move the mainline", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("move the mainline: the mainline of %q moved during the transaction", a.repository)
@@ -328,7 +328,7 @@ func (a *advance) CancelJob(id string) error {
 	err := a.tx.QueryRow(a.ctx, cancelSQL, a.db.now(), id, systemActor.Principal, systemActor.Holder).
 		Scan(append([]any{&ok}, s.dest()...)...)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return mapErr("cancel job "+id, err)
+		return interpretError("cancel job "+id, err)
 	}
 	if ok {
 		a.recorded = true
@@ -339,10 +339,10 @@ func (a *advance) CancelJob(id string) error {
 func (a *advance) InsertCandidate(c store.Candidate) error {
 	if _, err := a.tx.Exec(a.ctx, insertCandidateSQL, a.db.now(), c.ID, a.repository, string(c.State), c.Revision,
 		c.ParentRevision, c.JobID, c.Lane, c.ParentTree, len(c.Changes)); err != nil {
-		return mapErr("store candidate", err)
+		return interpretError("store candidate", err)
 	}
 	if _, err := a.tx.Exec(a.ctx, insertCandidateChangesSQL, c.ID, c.Changes); err != nil {
-		return mapErr("store candidate", err)
+		return interpretError("store candidate", err)
 	}
 	return nil
 }
@@ -350,7 +350,7 @@ func (a *advance) InsertCandidate(c store.Candidate) error {
 func (a *advance) SetCandidate(c store.Candidate, from store.CandidateState) error {
 	tag, err := a.tx.Exec(a.ctx, setCandidateSQL, a.db.now(), c.ID, string(c.State), c.AttestationDigest, c.Reason, string(from))
 	if err != nil {
-		return mapErr("update candidate "+c.ID, err)
+		return interpretError("update candidate "+c.ID, err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("update candidate %s: it is no longer %s", c.ID, from)
@@ -363,7 +363,7 @@ func (a *advance) SetChange(c store.Change, from store.ChangeState) (store.Chang
 	err := a.tx.QueryRow(a.ctx, setChangeSQL, a.db.now(), c.ID, string(c.State), c.CandidateRevision,
 		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, c.CandidateID, c.BatchLimit, string(from)).Scan(s.dest()...)
 	if err != nil {
-		return store.Change{}, mapErr("update change "+c.ID, err)
+		return store.Change{}, interpretError("update change "+c.ID, err)
 	}
 	return s.change(), nil
 }
@@ -378,7 +378,7 @@ func (a *advance) Record(action, subject string, det map[string]any) {
 	}
 	if _, err := a.tx.Exec(a.ctx, recordSQL, a.db.now(), systemActor.Principal, systemActor.Holder, action, subject,
 		textOrNil(detJSON)); err != nil {
-		a.err = mapErr("record "+action, err)
+		a.err = interpretError("record "+action, err)
 		return
 	}
 	a.recorded = true
@@ -406,18 +406,18 @@ func (db *DB) ListCandidates(ctx context.Context, p store.ListCandidatesParams) 
 	rows, err := db.pool.Query(ctx, `SELECT candidate_id, change_id FROM candidate_changes
 		WHERE candidate_id = ANY($1) ORDER BY candidate_id, position`, ids)
 	if err != nil {
-		return nil, mapErr("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var cand, change string
 		if err := rows.Scan(&cand, &change); err != nil {
-			return nil, mapErr("read candidates", err)
+			return nil, interpretError("read candidates", err)
 		}
 		cands[at[cand]].Changes = append(cands[at[cand]].Changes, change)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	return cands, nil
 }

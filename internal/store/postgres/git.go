@@ -51,7 +51,7 @@ func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plu
 	}
 	rows, err := db.pool.Query(ctx, missingGitObjectsSQL, raw)
 	if err != nil {
-		return nil, mapErr("missing git objects", err)
+		return nil, interpretError("missing git objects", err)
 	}
 	var missing []plumbing.Hash
 	var id []byte
@@ -61,7 +61,7 @@ func (db *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plu
 		missing = append(missing, h)
 		return nil
 	}); err != nil {
-		return nil, mapErr("missing git objects", err)
+		return nil, interpretError("missing git objects", err)
 	}
 	return missing, nil
 }
@@ -79,7 +79,7 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	rows, err := db.pool.Query(ctx, `SELECT id, type, data, 0::bigint, NULL::text FROM git_objects WHERE id = ANY($1::bytea[])
 		UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
 	if err != nil {
-		return nil, mapErr("read git objects", err)
+		return nil, interpretError("read git objects", err)
 	}
 	var (
 		out      []store.GitObject
@@ -100,7 +100,7 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 		data = nil
 		return nil
 	}); err != nil {
-		return nil, mapErr("read git objects", err)
+		return nil, interpretError("read git objects", err)
 	}
 	for _, p := range inParts {
 		o := &out[p.index]
@@ -137,7 +137,7 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, nil, fmt.Errorf("git object %s: %w", id, store.ErrNotFound)
 		}
-		return 0, nil, mapErr("read git object "+id.String(), err)
+		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
 	data, err := blobContent(ctx, g.qr, "git object "+id.String(), data, size, partsKey)
 	if err != nil {
@@ -196,7 +196,7 @@ func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject
 	}
 	ids, types, data := gitObjectArgs(objects)
 	if _, err := g.qr.Exec(ctx, putGitObjectsSQL, ids, types, data); err != nil {
-		return mapErr("store git objects", err)
+		return interpretError("store git objects", err)
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[strin
 	}
 	rows, err := g.qr.Query(ctx, `SELECT digest, git_id FROM blobs WHERE digest = ANY($1::text[])`, ask)
 	if err != nil {
-		return nil, mapErr("blob git ids", err)
+		return nil, interpretError("blob git ids", err)
 	}
 	var (
 		d  string
@@ -229,7 +229,7 @@ func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[strin
 		return nil
 	})
 	if err != nil {
-		return nil, mapErr("blob git ids", err)
+		return nil, interpretError("blob git ids", err)
 	}
 	return out, nil
 }
@@ -245,7 +245,7 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 	}
 	rows, err := g.qr.Query(ctx, `SELECT git_id, digest, size FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
 	if err != nil {
-		return nil, mapErr("blobs by git id", err)
+		return nil, interpretError("blobs by git id", err)
 	}
 	var (
 		id   []byte
@@ -260,7 +260,7 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 		return nil
 	})
 	if err != nil {
-		return nil, mapErr("blobs by git id", err)
+		return nil, interpretError("blobs by git id", err)
 	}
 	return out, nil
 }
@@ -276,7 +276,7 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 	for {
 		rows, err := tx.Query(ctx, `SELECT digest, content FROM blobs WHERE git_id IS NULL LIMIT 500`)
 		if err != nil {
-			return mapErr("backfill blob git ids", err)
+			return interpretError("backfill blob git ids", err)
 		}
 		var (
 			digests []string
@@ -291,14 +291,14 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 			return nil
 		})
 		if err != nil {
-			return mapErr("backfill blob git ids", err)
+			return interpretError("backfill blob git ids", err)
 		}
 		if len(digests) == 0 {
 			break
 		}
 		if _, err := tx.Exec(ctx, `UPDATE blobs b SET git_id = u.i FROM unnest($1::text[], $2::bytea[]) AS u(d, i)
 			WHERE b.digest = u.d`, digests, ids); err != nil {
-			return mapErr("backfill blob git ids", err)
+			return interpretError("backfill blob git ids", err)
 		}
 	}
 
@@ -307,17 +307,17 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 	// memory at once.
 	rows, err := tx.Query(ctx, `SELECT id FROM revisions WHERE git_tree = ''`)
 	if err != nil {
-		return mapErr("backfill git trees", err)
+		return interpretError("backfill git trees", err)
 	}
 	legacy, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return mapErr("backfill git trees", err)
+		return interpretError("backfill git trees", err)
 	}
 	for _, id := range legacy {
 		var enc []byte
 		if err := tx.QueryRow(ctx, `SELECT t.encoding FROM revisions r JOIN trees t ON t.digest = r.tree_digest WHERE r.id = $1`,
 			id).Scan(&enc); err != nil {
-			return mapErr("backfill git trees: revision "+id, err)
+			return interpretError("backfill git trees: revision "+id, err)
 		}
 		t, err := repo.DecodeTree(enc)
 		if err != nil {
@@ -331,14 +331,14 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 			return fmt.Errorf("backfill git trees: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE revisions SET git_tree = $1 WHERE id = $2`, root.String(), id); err != nil {
-			return mapErr("backfill git trees", err)
+			return interpretError("backfill git trees", err)
 		}
 	}
 
 	rows, err = tx.Query(ctx, `SELECT name, mainline FROM repositories r
 		WHERE EXISTS (SELECT 1 FROM revisions v WHERE v.id = r.mainline AND v.git_commit = '')`)
 	if err != nil {
-		return mapErr("backfill commits", err)
+		return interpretError("backfill commits", err)
 	}
 	type head struct{ name, mainline string }
 	var heads []head
@@ -347,7 +347,7 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 		heads = append(heads, h)
 		return nil
 	}); err != nil {
-		return mapErr("backfill commits", err)
+		return interpretError("backfill commits", err)
 	}
 	for _, h := range heads {
 		var chain []store.LegacyRevision
@@ -363,7 +363,7 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 				Scan(&r.ID, &r.Parent, &r.ChangeID, &r.Author, &r.GitTree, &r.GitCommit, &created,
 					&r.Message, &r.Attestation, &authored)
 			if err != nil {
-				return mapErr(fmt.Sprintf("backfill commits of %q: revision %s", h.name, id), err)
+				return interpretError(fmt.Sprintf("backfill commits of %q: revision %s", h.name, id), err)
 			}
 			r.CommittedAt, r.AuthoredAt = created, authored
 			chain = append(chain, r)
@@ -381,7 +381,7 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 		}
 		for id, commit := range commits {
 			if _, err := tx.Exec(ctx, `UPDATE revisions SET git_commit = $1 WHERE id = $2`, commit.String(), id); err != nil {
-				return mapErr("backfill commits", err)
+				return interpretError("backfill commits", err)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -65,7 +64,7 @@ func (db *DB) GetChange(ctx context.Context, changeID string) (store.Change, err
 	var ahead int64
 	err := db.pool.QueryRow(ctx, getChangeSQL, changeID).Scan(append(s.dest(), &ahead)...)
 	if err != nil {
-		return store.Change{}, mapErr("change "+changeID, err)
+		return store.Change{}, interpretError("change "+changeID, err)
 	}
 	c := s.change()
 	c.QueuePosition = int(ahead)
@@ -88,7 +87,7 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 			WHERE repository = $1 AND state IN ('queued', 'validating') AND state = 'queued' ORDER BY seq LIMIT $2`,
 			p.Repository, limit)
 		if err != nil {
-			return nil, "", mapErr("list changes", err)
+			return nil, "", interpretError("list changes", err)
 		}
 		changes, err := collectChanges(rows)
 		return changes, "", err
@@ -96,7 +95,7 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 	rows, err := db.pool.Query(ctx, `SELECT seq, `+changeCols+` FROM changes
 		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, p.Repository, before, limit+1)
 	if err != nil {
-		return nil, "", mapErr("list changes", err)
+		return nil, "", interpretError("list changes", err)
 	}
 	var out []store.Change
 	var seqs []int64
@@ -109,7 +108,7 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 		return nil
 	})
 	if err != nil {
-		return nil, "", mapErr("list changes", err)
+		return nil, "", interpretError("list changes", err)
 	}
 	if len(out) > limit {
 		return out[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
@@ -124,12 +123,12 @@ func collectChanges(rows pgx.Rows) ([]store.Change, error) {
 	for rows.Next() {
 		var s changeScan
 		if err := rows.Scan(s.dest()...); err != nil {
-			return nil, mapErr("read changes", err)
+			return nil, interpretError("read changes", err)
 		}
 		changes = append(changes, s.change())
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr("read changes", err)
+		return nil, interpretError("read changes", err)
 	}
 	return changes, nil
 }
@@ -230,7 +229,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	// ROLLBACK) is closed by the pool on release.
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
-		return store.Change{}, mapErr("integrate", err)
+		return store.Change{}, interpretError("integrate", err)
 	}
 	defer conn.Release()
 	committed := false
@@ -260,11 +259,11 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	defer br.Close()
 
 	if _, err := br.Exec(); err != nil {
-		return store.Change{}, mapErr("integrate: begin", err)
+		return store.Change{}, interpretError("integrate: begin", err)
 	}
 	if len(p.Blobs) > 0 {
 		if _, err := br.Exec(); err != nil {
-			return store.Change{}, mapErr("integrate: store blobs", err)
+			return store.Change{}, interpretError("integrate: store blobs", err)
 		}
 	}
 	var mainline, mainTree, mainCommit string
@@ -273,28 +272,24 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Change{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
 		}
-		return store.Change{}, mapErr("integrate: lock repository", err)
+		return store.Change{}, interpretError("integrate: lock repository", err)
 	}
 	if err := br.QueryRow().Scan(&mainTree, &mainCommit); err != nil {
-		return store.Change{}, mapErr("integrate: read the mainline", err)
+		return store.Change{}, interpretError("integrate: read the mainline", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return store.Change{}, mapErr("integrate: check leases", err)
+		return store.Change{}, interpretError("integrate: check leases", err)
 	}
-	check := leaseCheck{given: map[string][]grant{}, newest: map[string]grant{}}
+	check := leaseCheck{given: map[string][]store.Lease{}, newest: map[string]store.Grant{}}
 	var kind, fold string
 	var g grant
 	_, err = pgx.ForEachRow(rows, []any{&kind, &fold, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
-		if kind == "g" {
-			check.given[fold] = append(check.given[fold], g)
-		} else {
-			check.newest[fold] = g
-		}
+		check.add(kind, fold, g)
 		return nil
 	})
 	if err != nil {
-		return store.Change{}, mapErr("integrate: check leases", err)
+		return store.Change{}, interpretError("integrate: check leases", err)
 	}
 	if err := check.refusal(p); err != nil {
 		return store.Change{}, err
@@ -304,12 +299,12 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Change{}, fmt.Errorf("revision %s of repository %s: %w", p.BaseRevision, p.Repository, store.ErrNotFound)
 		}
-		return store.Change{}, mapErr("integrate: read the base revision", err)
+		return store.Change{}, interpretError("integrate: read the base revision", err)
 	}
 	blobIDs := make(map[string]plumbing.Hash, len(editDigests))
 	rows, err = br.Query()
 	if err != nil {
-		return store.Change{}, mapErr("integrate: read the blobs' git ids", err)
+		return store.Change{}, interpretError("integrate: read the blobs' git ids", err)
 	}
 	var digest string
 	var gitID []byte
@@ -319,10 +314,10 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		blobIDs[digest] = h
 		return nil
 	}); err != nil {
-		return store.Change{}, mapErr("integrate: read the blobs' git ids", err)
+		return store.Change{}, interpretError("integrate: read the blobs' git ids", err)
 	}
 	if err := br.Close(); err != nil {
-		return store.Change{}, mapErr("integrate", err)
+		return store.Change{}, interpretError("integrate", err)
 	}
 
 	backend := gitBackend{qr: conn, blobIDs: blobIDs}
@@ -386,10 +381,10 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	defer fr.Close()
 	var s changeScan
 	if err := fr.QueryRow().Scan(s.dest()...); err != nil {
-		return store.Change{}, mapErr("integrate", err)
+		return store.Change{}, interpretError("integrate", err)
 	}
 	if _, err := fr.Exec(); err != nil {
-		return store.Change{}, mapErr("integrate: commit", err)
+		return store.Change{}, interpretError("integrate: commit", err)
 	}
 	committed = true
 	// Every result is read: the change is committed whatever Close says.
@@ -453,52 +448,42 @@ type grant struct {
 
 // leaseCheck holds what leaseCheckSQL read.
 type leaseCheck struct {
-	given  map[string][]grant // by fold of a lease path: the given leases there
-	newest map[string]grant   // by fold of a lease path: the newest grant there
+	given  map[string][]store.Lease // by fold of a lease path: the given leases there
+	newest map[string]store.Grant   // by fold of a lease path: the newest grant there
 }
 
-// refusal applies the rule of store.IntegrateParams to each edited path in order and answers
-// the first refusal, or nil.
+// add keeps a row of leaseCheckSQL as what store.CheckIntegrateLeases reads, converted once
+// however many edited paths it covers.
+func (c leaseCheck) add(kind, fold string, g grant) {
+	if kind == "g" {
+		c.given[fold] = append(c.given[fold], store.Lease{ID: g.id, Holder: g.holder, FencingToken: uint64(g.token),
+			State: store.LeaseState(g.state), EndedAt: utcOrZero(g.ended)})
+	} else {
+		c.newest[fold] = store.Grant{Token: uint64(g.token), Holder: g.holder, Path: g.path}
+	}
+}
+
+// refusal answers store.CheckIntegrateLeases of what leaseCheckSQL read: the leases that cover
+// a path are those found at its candidate folds, and its later grant the newest of the grants
+// there, the outermost fold's on a tie.
 func (c leaseCheck) refusal(p store.IntegrateParams) error {
-	for _, f := range p.Paths {
+	cands := make([][]string, len(p.Paths))
+	covering := make([][]store.Lease, len(p.Paths))
+	for i, f := range p.Paths {
 		folded := repo.Fold(f)
-		cands := append(repo.Ancestors(folded), folded)
-		var chosen *grant
-		var others []string
-		for _, lp := range cands {
-			for i, g := range c.given[lp] {
-				if g.holder != p.Holder {
-					others = append(others, fmt.Sprintf("token %d is %s's", g.token, g.holder))
-					continue
-				}
-				if chosen == nil || g.token > chosen.token {
-					chosen = &c.given[lp][i]
-				}
-			}
-		}
-		if chosen == nil {
-			reason := fmt.Sprintf("not leased by %s among the given tokens %v", p.Holder, p.FencingTokens)
-			if len(others) > 0 {
-				slices.Sort(others)
-				reason += " (" + strings.Join(slices.Compact(others), ", ") + ")"
-			}
-			return &store.IntegrateRefusal{Path: f, Reason: reason + ": acquire a lease that covers it"}
-		}
-		if chosen.state != string(store.LeaseActive) {
-			return &store.IntegrateRefusal{Path: f, Reason: fmt.Sprintf("lease %s (token %d) was %s at %s",
-				chosen.id, chosen.token, chosen.state, utcOrZero(chosen.ended).Format(time.RFC3339))}
-		}
-		var newer *grant
-		for _, lp := range cands {
-			if n, ok := c.newest[lp]; ok && n.token > chosen.token && (newer == nil || n.token > newer.token) {
-				newer = &n
-			}
-		}
-		if newer != nil {
-			return &store.IntegrateRefusal{Path: f,
-				Reason: fmt.Sprintf("token %d is stale: superseded by token %d granted to %s on %s",
-					chosen.token, newer.token, newer.holder, newer.path)}
+		cands[i] = append(repo.Ancestors(folded), folded)
+		for _, lp := range cands[i] {
+			covering[i] = append(covering[i], c.given[lp]...)
 		}
 	}
-	return nil
+	return store.CheckIntegrateLeases(p, covering, func(i int, token uint64) (store.Grant, bool, error) {
+		var newer store.Grant
+		found := false
+		for _, lp := range cands[i] {
+			if n, ok := c.newest[lp]; ok && n.Token > token && (!found || n.Token > newer.Token) {
+				newer, found = n, true
+			}
+		}
+		return newer, found, nil
+	})
 }

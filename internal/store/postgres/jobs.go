@@ -160,14 +160,14 @@ func (db *DB) enqueue(ctx context.Context, qr querier, p store.EnqueueJobParams,
 			return s.job(), false, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) || p.UniqueKey == "" {
-			return store.Job{}, false, mapErr("enqueue job", err)
+			return store.Job{}, false, interpretError("enqueue job", err)
 		}
 		err = qr.QueryRow(ctx, jobByUniqueKeySQL, p.UniqueKey).Scan(s.dest()...)
 		if err == nil {
 			return s.job(), true, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return store.Job{}, false, mapErr("enqueue job: read the job with its unique key", err)
+			return store.Job{}, false, interpretError("enqueue job: read the job with its unique key", err)
 		}
 	}
 	return store.Job{}, false, fmt.Errorf("postgres: enqueue job: unique key %q kept changing hands", p.UniqueKey)
@@ -326,7 +326,7 @@ func (db *DB) claimGroup(ctx context.Context, calls []*claimCall) {
 		c.r = nil
 	}
 	if len(calls) == 1 {
-		calls[0].err = mapErr("claim job", err)
+		calls[0].err = interpretError("claim job", err)
 		return
 	}
 	// Nothing was claimed: each claimer gets its own answer.
@@ -411,7 +411,7 @@ func (db *DB) claimTogether(ctx context.Context, calls []*claimCall) error {
 func (db *DB) ExpireJobs(ctx context.Context) (int, error) {
 	var n int64
 	if err := db.pool.QueryRow(ctx, settleSQL, db.now()).Scan(&n); err != nil {
-		return 0, mapErr("expire jobs", err)
+		return 0, interpretError("expire jobs", err)
 	}
 	if n > 0 {
 		db.audited()
@@ -452,14 +452,14 @@ func (db *DB) guarded(ctx context.Context, what, sql string, extra int, jobID st
 			return s.job(), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return store.Job{}, mapErr(what, err)
+			return store.Job{}, interpretError(what, err)
 		}
 		err = db.pool.QueryRow(ctx, getJobSQL, jobID).Scan(s.dest()...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
 		}
 		if err != nil {
-			return store.Job{}, mapErr(what, err)
+			return store.Job{}, interpretError(what, err)
 		}
 		if err := explain(s.job()); err != nil {
 			return store.Job{}, err
@@ -658,7 +658,7 @@ func (db *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([
 			// each completion against a database that is not there.
 			var pgErr *pgconn.PgError
 			if len(completed) == 0 && !errors.As(err, &pgErr) {
-				return nil, mapErr("complete jobs", err)
+				return nil, interpretError("complete jobs", err)
 			}
 			continue // its completions run alone below
 		}
@@ -880,7 +880,7 @@ func (db *DB) CancelJob(ctx context.Context, jobID string) (store.Job, error) {
 			return store.Job{}, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
 		}
 		if err != nil {
-			return store.Job{}, mapErr("cancel job", err)
+			return store.Job{}, interpretError("cancel job", err)
 		}
 		j := s.job()
 		if ok {
@@ -904,7 +904,7 @@ var getJobSQL = `SELECT ` + jobCols("") + ` FROM jobs WHERE id = $1`
 func (db *DB) GetJob(ctx context.Context, jobID string) (store.Job, error) {
 	var s jobScan
 	if err := db.pool.QueryRow(ctx, getJobSQL, jobID).Scan(s.dest()...); err != nil {
-		return store.Job{}, mapErr("job "+jobID, err)
+		return store.Job{}, interpretError("job "+jobID, err)
 	}
 	return s.job(), nil
 }
@@ -942,7 +942,7 @@ func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job
 	// One row more than the page tells whether there is a next page.
 	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1, p.ClaimedBy)
 	if err != nil {
-		return nil, "", mapErr("list jobs", err)
+		return nil, "", interpretError("list jobs", err)
 	}
 	var jobs []store.Job
 	var seqs []int64
@@ -953,7 +953,7 @@ func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job
 		return nil
 	})
 	if err != nil {
-		return nil, "", mapErr("list jobs", err)
+		return nil, "", interpretError("list jobs", err)
 	}
 	if len(jobs) > limit {
 		return jobs[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
@@ -965,7 +965,7 @@ func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job
 func (db *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
 	rows, err := db.pool.Query(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
 	if err != nil {
-		return nil, mapErr("count jobs", err)
+		return nil, interpretError("count jobs", err)
 	}
 	counts := map[store.JobState]int64{}
 	var state string
@@ -975,7 +975,7 @@ func (db *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, mapErr("count jobs", err)
+		return nil, interpretError("count jobs", err)
 	}
 	return counts, nil
 }

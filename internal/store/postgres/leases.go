@@ -207,7 +207,7 @@ func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (sto
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Lease{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
 		}
-		return store.Lease{}, mapErr("acquire lease", err)
+		return store.Lease{}, interpretError("acquire lease", err)
 	}
 	var (
 		ci                       *int32
@@ -221,10 +221,10 @@ func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (sto
 	err := br.QueryRow().Scan(&ci, &cID, &cPath, &cHolder, &cExpires,
 		&lID, &lRepo, &lPaths, &lHolder, &lToken, &lSt, &lAcq, &lExp, &lEnded)
 	if err != nil {
-		return store.Lease{}, mapErr("acquire lease", err)
+		return store.Lease{}, interpretError("acquire lease", err)
 	}
 	if err := br.Close(); err != nil {
-		return store.Lease{}, mapErr("acquire lease", err)
+		return store.Lease{}, interpretError("acquire lease", err)
 	}
 	if ci != nil {
 		return store.Lease{}, &store.LeaseConflictError{
@@ -266,7 +266,7 @@ func (db *DB) superseded(ctx context.Context, qr querier, l store.Lease) (supers
 		return supersession{}, false, nil
 	}
 	if err != nil {
-		return supersession{}, false, mapErr("lease "+l.ID+": find newer grants", err)
+		return supersession{}, false, interpretError("lease "+l.ID+": find newer grants", err)
 	}
 	return s, true, nil
 }
@@ -300,14 +300,14 @@ func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockReposit
 	token uint64, update string, more ...any) (store.Lease, error) {
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return store.Lease{}, mapErr(what, err)
+		return store.Lease{}, interpretError(what, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	if lockRepository {
 		// The repository's row first, as grants and the fast path take it, then the lease's: a
 		// renewal of an expired lease and a grant of its paths cannot both pass their checks.
 		if _, err := tx.Exec(ctx, lockLeaseRepositorySQL, leaseID); err != nil {
-			return store.Lease{}, mapErr(what, err)
+			return store.Lease{}, interpretError(what, err)
 		}
 	}
 	read := `SELECT ` + leaseCols("l") + ` FROM leases l WHERE l.id = $2 FOR UPDATE`
@@ -316,16 +316,16 @@ func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockReposit
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Lease{}, fmt.Errorf("lease %s: %w", leaseID, store.ErrNotFound)
 		}
-		return store.Lease{}, mapErr(what, err)
+		return store.Lease{}, interpretError(what, err)
 	}
 	if err := db.checkLeaseChange(ctx, tx, s.lease(), principal, admin, token); err != nil {
 		return store.Lease{}, err
 	}
 	if err := tx.QueryRow(ctx, update, append([]any{db.now(), leaseID}, more...)...).Scan(s.dest()...); err != nil {
-		return store.Lease{}, mapErr(what, err)
+		return store.Lease{}, interpretError(what, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return store.Lease{}, mapErr(what, err)
+		return store.Lease{}, interpretError(what, err)
 	}
 	return s.lease(), nil
 }
@@ -373,7 +373,7 @@ func (db *DB) fastLeaseChange(ctx context.Context, what, lock, sql string, lease
 	defer br.Close()
 	if lock != "" {
 		if _, err := br.Exec(); err != nil {
-			return store.Lease{}, false, mapErr(what, err)
+			return store.Lease{}, false, interpretError(what, err)
 		}
 	}
 	var s leaseScan
@@ -382,10 +382,10 @@ func (db *DB) fastLeaseChange(ctx context.Context, what, lock, sql string, lease
 		return store.Lease{}, false, nil
 	}
 	if err != nil {
-		return store.Lease{}, false, mapErr(what, err)
+		return store.Lease{}, false, interpretError(what, err)
 	}
 	if err := br.Close(); err != nil {
-		return store.Lease{}, false, mapErr(what, err)
+		return store.Lease{}, false, interpretError(what, err)
 	}
 	return s.lease(), true, nil
 }
@@ -475,7 +475,7 @@ func (db *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, erro
 		return store.Lease{}, fmt.Errorf("lease %s: %w", leaseID, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Lease{}, mapErr("break lease", err)
+		return store.Lease{}, interpretError("break lease", err)
 	}
 	l := s.lease()
 	if !ended {
@@ -494,7 +494,7 @@ func (db *DB) GetLease(ctx context.Context, leaseID string) (store.Lease, error)
 	var s leaseScan
 	err := db.pool.QueryRow(ctx, q(`SELECT `+leaseCols("l")+` FROM leases l WHERE l.id = $2`), db.now(), leaseID).Scan(s.dest()...)
 	if err != nil {
-		return store.Lease{}, mapErr("lease "+leaseID, err)
+		return store.Lease{}, interpretError("lease "+leaseID, err)
 	}
 	return s.lease(), nil
 }
@@ -536,7 +536,7 @@ func (db *DB) ListLeases(ctx context.Context, p store.ListLeasesParams) ([]store
 	}
 	rows, err := db.pool.Query(ctx, sql, db.now(), p.Repository, before, p.Holder, limit+1)
 	if err != nil {
-		return nil, "", mapErr("list leases", err)
+		return nil, "", interpretError("list leases", err)
 	}
 	var out []store.Lease
 	var s leaseScan
@@ -546,7 +546,7 @@ func (db *DB) ListLeases(ctx context.Context, p store.ListLeasesParams) ([]store
 		return nil
 	})
 	if err != nil {
-		return nil, "", mapErr("list leases", err)
+		return nil, "", interpretError("list leases", err)
 	}
 	if len(out) > limit {
 		return out[:limit], store.EncodeSeqPageToken(int64(out[limit-1].FencingToken)), nil

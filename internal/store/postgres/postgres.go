@@ -343,8 +343,19 @@ func (db *DB) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 
 // ---- errors ----
 
-// mapErr turns driver errors into the store's sentinels, wrapped with what was being done.
-func mapErr(what string, err error) error {
+// interpretError is this backend's interpreter of database errors: it turns what PostgreSQL
+// and pgx answer into the store's sentinels, so that callers test errors.Is and never see a
+// driver error for a missing row or a taken name, and prefixes what, what was being done
+// ("change c_1"). A nil err answers nil.
+//
+//   - pgx.ErrNoRows, no such row: store.ErrNotFound.
+//   - unique_violation (SQLSTATE 23505), a name or key taken: store.ErrAlreadyExists.
+//   - Anything else is wrapped as it is, after "postgres: ". A database that cannot serve now
+//     (unreachable, starting or shutting down, out of connections or disk, a connection
+//     lost) is not mapped here but told by store.Unavailable, which finds the driver error
+//     inside (see unavailable), so that whether the request surely did not apply survives
+//     any wrapping on the way.
+func interpretError(what string, err error) error {
 	if err == nil {
 		return nil
 	}

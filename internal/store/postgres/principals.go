@@ -71,7 +71,7 @@ func (db *DB) createPrincipal(ctx context.Context, qr querier, p store.CreatePri
 	err := qr.QueryRow(ctx, createPrincipalSQL, db.now(), store.NewID("prn"), p.Name, string(p.Role), p.TokenID, p.TokenHash,
 		actor.Principal, actor.Holder).Scan(dest...)
 	if err != nil {
-		return store.Principal{}, store.Token{}, mapErr("principal "+p.Name, err)
+		return store.Principal{}, store.Token{}, interpretError("principal "+p.Name, err)
 	}
 	finishPrincipal(&pr, role)
 	finishToken(&tok, revoked)
@@ -85,17 +85,17 @@ const bootstrapLock = 0x61675f626f6f7431 // "ag_boot1"
 func (db *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) (bool, error) {
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return false, mapErr("bootstrap admin", err)
+		return false, interpretError("bootstrap admin", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	// Under the lock, each replica's check for "no principal" sees the commit of the replica
 	// before it (read committed takes a new snapshot per statement).
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(bootstrapLock)); err != nil {
-		return false, mapErr("bootstrap admin: take lock", err)
+		return false, interpretError("bootstrap admin: take lock", err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM principals)`).Scan(&exists); err != nil {
-		return false, mapErr("bootstrap admin", err)
+		return false, interpretError("bootstrap admin", err)
 	}
 	if exists {
 		return false, nil
@@ -105,7 +105,7 @@ func (db *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams)
 		return false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, mapErr("bootstrap admin: commit", err)
+		return false, interpretError("bootstrap admin: commit", err)
 	}
 	db.audited()
 	return true, nil
@@ -117,7 +117,7 @@ func (db *DB) GetPrincipal(ctx context.Context, name string) (store.Principal, e
 	var role string
 	err := db.pool.QueryRow(ctx, `SELECT `+principalCols+` FROM principals WHERE name = $1`, name).Scan(principalDest(&pr, &role)...)
 	if err != nil {
-		return store.Principal{}, mapErr("principal "+name, err)
+		return store.Principal{}, interpretError("principal "+name, err)
 	}
 	finishPrincipal(&pr, role)
 	return pr, nil
@@ -137,7 +137,7 @@ func (db *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) 
 	rows, err := db.pool.Query(ctx, `SELECT `+principalCols+` FROM principals
 		WHERE name COLLATE "C" > $1 ORDER BY name COLLATE "C" LIMIT $2`, after, limit+1)
 	if err != nil {
-		return nil, "", mapErr("list principals", err)
+		return nil, "", interpretError("list principals", err)
 	}
 	var out []store.Principal
 	var pr store.Principal
@@ -149,7 +149,7 @@ func (db *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) 
 		return nil
 	})
 	if err != nil {
-		return nil, "", mapErr("list principals", err)
+		return nil, "", interpretError("list principals", err)
 	}
 	if len(out) > limit {
 		return out[:limit], store.EncodeNamePageToken(out[limit-1].Name), nil
@@ -177,7 +177,7 @@ func (db *DB) DisablePrincipal(ctx context.Context, name string) (store.Principa
 	err := db.pool.QueryRow(ctx, disablePrincipalSQL, db.now(), name, actor.Principal, actor.Holder).
 		Scan(append([]any{&changed}, principalDest(&pr, &role)...)...)
 	if err != nil {
-		return store.Principal{}, mapErr("principal "+name, err)
+		return store.Principal{}, interpretError("principal "+name, err)
 	}
 	if changed {
 		db.audited()
@@ -213,7 +213,7 @@ func (db *DB) CreateToken(ctx context.Context, p store.CreateTokenParams) (store
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Token{}, fmt.Errorf("principal %s: %w", p.Principal, store.ErrNotFound)
 		}
-		return store.Token{}, mapErr("token "+p.TokenID, err)
+		return store.Token{}, interpretError("token "+p.TokenID, err)
 	}
 	db.audited()
 	finishToken(&tok, revoked)
@@ -242,7 +242,7 @@ func (db *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, err
 		err := db.pool.QueryRow(ctx, revokeTokenSQL, db.now(), tokenID, actor.Principal, actor.Holder).
 			Scan(append([]any{&changed}, tokenDest(&tok, &revoked)...)...)
 		if err != nil {
-			return store.Token{}, mapErr("token "+tokenID, err)
+			return store.Token{}, interpretError("token "+tokenID, err)
 		}
 		if changed {
 			db.audited()
@@ -266,7 +266,7 @@ func (db *DB) Authenticate(ctx context.Context, tokenHash []byte) (store.Princip
 		FROM tokens t JOIN principals p ON p.name = t.principal
 		WHERE t.hash = $1 AND t.revoked_at IS NULL AND NOT p.disabled`, tokenHash).Scan(dest...)
 	if err != nil {
-		return store.Principal{}, store.Token{}, mapErr("token", err)
+		return store.Principal{}, store.Token{}, interpretError("token", err)
 	}
 	finishPrincipal(&pr, role)
 	finishToken(&tok, revoked)
@@ -307,7 +307,7 @@ func (db *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyPa
 		}
 	}
 	if err != nil {
-		return store.WorkerKey{}, mapErr("worker key "+p.KeyID, err)
+		return store.WorkerKey{}, interpretError("worker key "+p.KeyID, err)
 	}
 	k.CreatedAt = k.CreatedAt.UTC()
 	return k, nil
@@ -317,7 +317,7 @@ func (db *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyPa
 func (db *DB) ListWorkerKeys(ctx context.Context, principal string) ([]store.WorkerKey, error) {
 	rows, err := db.pool.Query(ctx, `SELECT `+workerKeyCols+` FROM worker_keys WHERE principal = $1 ORDER BY seq`, principal)
 	if err != nil {
-		return nil, mapErr("list worker keys", err)
+		return nil, interpretError("list worker keys", err)
 	}
 	var out []store.WorkerKey
 	var k store.WorkerKey
@@ -329,7 +329,7 @@ func (db *DB) ListWorkerKeys(ctx context.Context, principal string) ([]store.Wor
 		return nil
 	})
 	if err != nil {
-		return nil, mapErr("list worker keys", err)
+		return nil, interpretError("list worker keys", err)
 	}
 	return out, nil
 }
@@ -345,7 +345,7 @@ func getAttestation(ctx context.Context, qr querier, digest string) (store.Attes
 	err := qr.QueryRow(ctx, `SELECT digest, envelope, job_id, created_at FROM attestations WHERE digest = $1`, digest).
 		Scan(&a.Digest, &a.Envelope, &a.JobID, &a.CreatedAt)
 	if err != nil {
-		return store.Attestation{}, mapErr("attestation "+digest, err)
+		return store.Attestation{}, interpretError("attestation "+digest, err)
 	}
 	a.CreatedAt = a.CreatedAt.UTC()
 	return a, nil

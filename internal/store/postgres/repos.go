@@ -86,7 +86,7 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 		ids, types, data, tree.String()).
 		Scan(repositoryDest(&r)...)
 	if err != nil {
-		return store.Repository{}, mapErr("repository "+p.Name, err)
+		return store.Repository{}, interpretError("repository "+p.Name, err)
 	}
 	db.audited()
 	finishRepository(&r)
@@ -99,7 +99,7 @@ func (db *DB) GetRepository(ctx context.Context, name string) (store.Repository,
 	err := db.pool.QueryRow(ctx, `SELECT `+repositoryCols+` FROM repositories WHERE name = $1`, name).
 		Scan(repositoryDest(&r)...)
 	if err != nil {
-		return store.Repository{}, mapErr("repository "+name, err)
+		return store.Repository{}, interpretError("repository "+name, err)
 	}
 	finishRepository(&r)
 	return r, nil
@@ -118,7 +118,7 @@ func (db *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesPara
 	rows, err := db.pool.Query(ctx, `SELECT `+repositoryCols+` FROM repositories
 		WHERE name > $1 ORDER BY name LIMIT $2`, after, limit+1)
 	if err != nil {
-		return nil, "", mapErr("list repositories", err)
+		return nil, "", interpretError("list repositories", err)
 	}
 	var out []store.Repository
 	var r store.Repository
@@ -130,7 +130,7 @@ func (db *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesPara
 		return nil
 	})
 	if err != nil {
-		return nil, "", mapErr("list repositories", err)
+		return nil, "", interpretError("list repositories", err)
 	}
 	if len(out) > limit {
 		return out[:limit], store.EncodeNamePageToken(out[limit-1].Name), nil
@@ -174,7 +174,7 @@ func (db *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	}
 	digests, contents, gitIDs := blobArgs(blobs)
 	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, contents, gitIDs); err != nil {
-		return mapErr("put blobs", err)
+		return interpretError("put blobs", err)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = $1`, digest).
 		Scan(&content, &size, &partsKey)
 	if err != nil {
-		return store.Blob{}, mapErr("blob "+digest, err)
+		return store.Blob{}, interpretError("blob "+digest, err)
 	}
 	if content, err = blobContent(ctx, db.pool, "blob "+digest, content, size, partsKey); err != nil {
 		return store.Blob{}, err
@@ -212,7 +212,7 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 	}
 	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest = ANY($1::text[])`, digests)
 	if err != nil {
-		return nil, mapErr("get blobs", err)
+		return nil, interpretError("get blobs", err)
 	}
 	var (
 		out []store.Blob
@@ -231,7 +231,7 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 		b = store.Blob{}
 		return nil
 	}); err != nil {
-		return nil, mapErr("get blobs", err)
+		return nil, interpretError("get blobs", err)
 	}
 	for _, p := range inParts {
 		b := &out[p.index]
@@ -249,11 +249,11 @@ func (db *DB) MissingBlobs(ctx context.Context, digests []string) ([]string, err
 	}
 	rows, err := db.pool.Query(ctx, missingBlobsSQL, digests)
 	if err != nil {
-		return nil, mapErr("missing blobs", err)
+		return nil, interpretError("missing blobs", err)
 	}
 	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, mapErr("missing blobs", err)
+		return nil, interpretError("missing blobs", err)
 	}
 	return missing, nil
 }
@@ -266,19 +266,19 @@ func (db *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint6
 	}
 	rows, err := db.pool.Query(ctx, `SELECT digest, size FROM blobs WHERE digest = ANY($1::text[])`, digests)
 	if err != nil {
-		return nil, mapErr("blob sizes", err)
+		return nil, interpretError("blob sizes", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var dg string
 		var size int64
 		if err := rows.Scan(&dg, &size); err != nil {
-			return nil, mapErr("blob sizes", err)
+			return nil, interpretError("blob sizes", err)
 		}
 		held[dg] = uint64(size)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr("blob sizes", err)
+		return nil, interpretError("blob sizes", err)
 	}
 	return held, nil
 }
@@ -314,7 +314,7 @@ func getRevision(ctx context.Context, qr querier, repository, revisionID string)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Revision{}, fmt.Errorf("revision %s of repository %s: %w", revisionID, repository, store.ErrNotFound)
 		}
-		return store.Revision{}, mapErr("revision "+revisionID, err)
+		return store.Revision{}, interpretError("revision "+revisionID, err)
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	return r, nil

@@ -12,6 +12,9 @@ import (
 	"github.com/ag-coord/ag/internal/store"
 )
 
+// The test is registered when the package is linked, not when a store is opened:
+// store.Unavailable is asked about an error alone, wherever it was wrapped, and answers with
+// every linked backend's test, whichever backend the error came from.
 func init() { store.RegisterUnavailable(unavailable) }
 
 // unavailable reports whether err means PostgreSQL cannot serve now rather than that the

@@ -41,7 +41,7 @@ func (d *DB) storeRecord(ctx context.Context, tx *sql.Tx) (bool, error) {
 	// sealed and be skipped, where this one is pending and the seal after it stops (checkHead).
 	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_records (id, events)
 		VALUES (max((SELECT coalesce(max(id), 0) FROM audit_records), (SELECT last_id FROM audit_head)) + 1, ?)`, d.events.Text()); err != nil {
-		return false, interpret(fmt.Sprintf("record %d audit events", n), err)
+		return false, interpretError(fmt.Sprintf("record %d audit events", n), err)
 	}
 	return true, nil
 }
@@ -268,7 +268,7 @@ type computedSeal struct {
 func (d *DB) computeSealFromSnapshot(ctx context.Context, p store.SealAuditParams, limit int, buf *sealRead) (computedSeal, error) {
 	tx, err := d.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return computedSeal{}, interpret("seal audit: begin", err)
+		return computedSeal{}, interpretError("seal audit: begin", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
 	return computeSeal(ctx, tx, p, limit, buf)
@@ -305,7 +305,7 @@ func readHead(ctx context.Context, tx *sql.Tx) (store.AuditHead, int64, error) {
 	)
 	if err := tx.QueryRowContext(ctx, `SELECT size, hash, last_id FROM audit_head WHERE one = 1`).
 		Scan(&size, &head.Hash, &lastID); err != nil {
-		return head, 0, interpret("seal audit: read the head", err)
+		return head, 0, interpretError("seal audit: read the head", err)
 	}
 	head.Size = uint64(size)
 	return head, lastID, nil
@@ -325,7 +325,7 @@ func checkHead(ctx context.Context, tx *sql.Tx, head store.AuditHead, lastID int
 	err := tx.QueryRowContext(ctx, `SELECT s.seq, s.hashes FROM audit_seals s JOIN audit_records r ON r.id = s.record_id
 		WHERE s.record_id = ?`, lastID).Scan(&seq, &hashes)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return interpret("seal audit: read the head's record", err)
+		return interpretError("seal audit: read the head's record", err)
 	}
 	if err != nil || !seq.Valid || seq.Int64 <= 0 || uint64(seq.Int64)+uint64(len(hashes)/store.AuditHashSize)-1 != head.Size {
 		return fmt.Errorf("seal audit: the head's record (ending at seq %d, id %d) is missing or renumbered: the log was tampered with; "+
@@ -356,7 +356,7 @@ func (b sealRead) reset() sealRead {
 func (b *sealRead) readPending(ctx context.Context, tx *sql.Tx, lastID int64, limit int) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id, events FROM audit_records WHERE id > ? ORDER BY id LIMIT ? + 0`, lastID, limit)
 	if err != nil {
-		return interpret("seal audit: read pending events", err)
+		return interpretError("seal audit: read pending events", err)
 	}
 	defer rows.Close()
 	// Whole records, up to the one that reaches limit, decoded into one slice.
@@ -368,7 +368,7 @@ func (b *sealRead) readPending(ctx context.Context, tx *sql.Tx, lastID int64, li
 	for len(b.events) < limit && rows.Next() {
 		var id int64
 		if err := rows.Scan(&id, &raw); err != nil {
-			return interpret("seal audit: read pending events", err)
+			return interpretError("seal audit: read pending events", err)
 		}
 		// A record's events keep slices of its text: it goes where nothing overwrites it
 		// during this seal. Should b.text grow, the records before keep the array they are in.
@@ -379,7 +379,7 @@ func (b *sealRead) readPending(ctx context.Context, tx *sql.Tx, lastID int64, li
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return interpret("seal audit: read pending events", err)
+		return interpretError("seal audit: read pending events", err)
 	}
 	return nil
 }
@@ -396,16 +396,16 @@ func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, pending []
 		// it the whole seal.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO audit_seals (seq, record_id, prev_hash, hashes) VALUES (?, ?, ?, ?)`,
 			int64(r.Seq), r.ID, r.PrevHash, r.Hashes); err != nil {
-			return interpret(fmt.Sprintf("seal audit: the record of event %d", r.Seq), err)
+			return interpretError(fmt.Sprintf("seal audit: the record of event %d", r.Seq), err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_tree_blocks (first, hashes) VALUES (?, ?)`, first, block); err != nil {
-		return interpret(fmt.Sprintf("seal audit: tree hashes from %d", first), err)
+		return interpretError(fmt.Sprintf("seal audit: tree hashes from %d", first), err)
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE audit_head SET size = ?, hash = ?, last_id = ? WHERE one = 1 AND size = ?`,
 		int64(seal.Head.Size), seal.Head.Hash, records[len(records)-1].ID, int64(head.Size))
 	if err != nil {
-		return interpret("seal audit: move the head", err)
+		return interpretError("seal audit: move the head", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return fmt.Errorf("seal audit: the head moved during the seal (%d rows, %v)", n, err)
@@ -421,7 +421,7 @@ func storeSeal(ctx context.Context, tx *sql.Tx, head store.AuditHead, pending []
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_checkpoints (size, root_hash, head_hash, note, created_at)
 		VALUES (?, ?, ?, ?, ?)`, int64(cp.Size), cp.RootHash, cp.HeadHash, note, created); err != nil {
-		return interpret(fmt.Sprintf("seal audit: checkpoint of size %d", cp.Size), err)
+		return interpretError(fmt.Sprintf("seal audit: checkpoint of size %d", cp.Size), err)
 	}
 	return nil
 }
@@ -442,7 +442,7 @@ func readAuditHashes(ctx context.Context, q interface {
 			err := q.QueryRowContext(ctx, `SELECT first, hashes FROM audit_tree_blocks WHERE first <= ? ORDER BY first DESC LIMIT 1`, idx).
 				Scan(&first, &block)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return nil, interpret("read audit hashes", err)
+				return nil, interpretError("read audit hashes", err)
 			}
 			if h, ok = store.AuditBlockHash(first, block, idx); err != nil || !ok {
 				return nil, fmt.Errorf("read audit hashes: tree hash %d: %w", idx, store.ErrNotFound)
@@ -479,7 +479,7 @@ func (d *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams)
 		JOIN audit_records r ON r.id = s.record_id
 		WHERE s.seq >= coalesce((SELECT max(seq) FROM audit_seals WHERE seq <= ?1 + 1), 1) ORDER BY s.seq LIMIT ?2 + 0`, after, limit)
 	if err != nil {
-		return nil, interpret("list audit events", err)
+		return nil, interpretError("list audit events", err)
 	}
 	defer rows.Close()
 	var events []store.AuditEvent
@@ -489,7 +489,7 @@ func (d *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams)
 			text, prevHash, hashes []byte
 		)
 		if err := rows.Scan(&id, &seq, &text, &prevHash, &hashes); err != nil {
-			return nil, interpret("list audit events", err)
+			return nil, interpretError("list audit events", err)
 		}
 		record, err := store.ExpandAuditRecord(id, uint64(seq), text, prevHash, hashes)
 		if err != nil {
@@ -502,7 +502,7 @@ func (d *DB) ListAuditEvents(ctx context.Context, p store.ListAuditEventsParams)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("list audit events", err)
+		return nil, interpretError("list audit events", err)
 	}
 	return events, nil
 }
@@ -516,7 +516,7 @@ func (d *DB) LatestAuditCheckpoint(ctx context.Context) (store.AuditCheckpoint, 
 	err := d.r.QueryRowContext(ctx, `SELECT size, root_hash, head_hash, note, created_at FROM audit_checkpoints
 		ORDER BY size DESC LIMIT 1`).Scan(&size, &cp.RootHash, &cp.HeadHash, &cp.Note, &created)
 	if err != nil {
-		return store.AuditCheckpoint{}, interpret("latest audit checkpoint", err)
+		return store.AuditCheckpoint{}, interpretError("latest audit checkpoint", err)
 	}
 	cp.Size = uint64(size)
 	cp.CreatedAt = fromMicros(created)

@@ -39,12 +39,12 @@ func (d *DB) StartBlobUpload(ctx context.Context, u store.BlobUpload) (store.Blo
 			VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 			u.ID, u.Principal, u.Digest, int64(u.Size), int64(u.PartBytes), nonNil(u.HashState),
 			store.NewID("parts"), micros(d.now())); err != nil {
-			return interpret("start blob upload "+u.ID, err)
+			return interpretError("start blob upload "+u.ID, err)
 		}
 		var err error
 		stored, _, err = scanBlobUpload(tx.QueryRowContext(ctx, `SELECT `+blobUploadColumns+` FROM blob_uploads WHERE id = ?`, u.ID))
 		if err != nil {
-			return interpret("start blob upload "+u.ID, err)
+			return interpretError("start blob upload "+u.ID, err)
 		}
 		return nil
 	})
@@ -66,21 +66,21 @@ func (d *DB) AppendBlobUpload(ctx context.Context, p store.AppendBlobUploadParam
 		)
 		u, partsKey, err = scanBlobUpload(tx.QueryRowContext(ctx, `SELECT `+blobUploadColumns+` FROM blob_uploads WHERE id = ?`, p.ID))
 		if err != nil {
-			return interpret("append to blob upload "+p.ID, err)
+			return interpretError("append to blob upload "+p.ID, err)
 		}
 		if err := store.CheckBlobPart(u, p); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO blob_parts (parts_key, seq, content) VALUES (?, ?, ?)`,
 			partsKey, int64(p.Offset/u.PartBytes), nonNil(p.Content)); err != nil {
-			return interpret(fmt.Sprintf("append to blob upload %s: store the part from offset %d", p.ID, p.Offset), err)
+			return interpretError(fmt.Sprintf("append to blob upload %s: store the part from offset %d", p.ID, p.Offset), err)
 		}
 		u.Received = p.Offset + uint64(len(p.Content))
 		u.HashState = p.HashState
 		if p.Complete == nil {
 			if _, err := tx.ExecContext(ctx, `UPDATE blob_uploads SET received = ?, hash_state = ? WHERE id = ?`,
 				int64(u.Received), nonNil(p.HashState), p.ID); err != nil {
-				return interpret("append to blob upload "+p.ID, err)
+				return interpretError("append to blob upload "+p.ID, err)
 			}
 			return nil
 		}
@@ -99,19 +99,19 @@ func completeBlobUpload(ctx context.Context, tx *sql.Tx, u store.BlobUpload, par
 		VALUES (?, x'', ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING`,
 		c.Digest, int64(u.Size), c.GitID[:], partsKey, int64(u.PartBytes))
 	if err != nil {
-		return interpret(fmt.Sprintf("complete blob upload %s: store blob %s", u.ID, c.Digest), err)
+		return interpretError(fmt.Sprintf("complete blob upload %s: store blob %s", u.ID, c.Digest), err)
 	}
 	stored, err := res.RowsAffected()
 	if err != nil {
-		return interpret("complete blob upload "+u.ID, err)
+		return interpretError("complete blob upload "+u.ID, err)
 	}
 	if stored == 0 {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM blob_parts WHERE parts_key = ?`, partsKey); err != nil {
-			return interpret(fmt.Sprintf("complete blob upload %s: drop the parts of a blob already stored", u.ID), err)
+			return interpretError(fmt.Sprintf("complete blob upload %s: drop the parts of a blob already stored", u.ID), err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM blob_uploads WHERE id = ?`, u.ID); err != nil {
-		return interpret("complete blob upload "+u.ID, err)
+		return interpretError("complete blob upload "+u.ID, err)
 	}
 	return nil
 }
@@ -124,14 +124,14 @@ func (d *DB) DropBlobUploads(ctx context.Context, before time.Time, id string) (
 		const uploads = `FROM blob_uploads WHERE created_at < ?1 OR (?2 <> '' AND id = ?2)`
 		if _, err := tx.ExecContext(ctx, `DELETE FROM blob_parts WHERE parts_key IN (SELECT parts_key `+uploads+`)`,
 			micros(before), id); err != nil {
-			return interpret("drop blob uploads: their parts", err)
+			return interpretError("drop blob uploads: their parts", err)
 		}
 		res, err := tx.ExecContext(ctx, `DELETE `+uploads, micros(before), id)
 		if err != nil {
-			return interpret("drop blob uploads", err)
+			return interpretError("drop blob uploads", err)
 		}
 		if dropped, err = res.RowsAffected(); err != nil {
-			return interpret("drop blob uploads", err)
+			return interpretError("drop blob uploads", err)
 		}
 		return nil
 	})
@@ -154,7 +154,7 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 	)
 	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, part_bytes FROM blobs WHERE digest = ?`, digest).
 		Scan(&content, &size, &partsKey, &partBytes); err != nil {
-		return interpret("read blob "+digest, err)
+		return interpretError("read blob "+digest, err)
 	}
 	if !partsKey.Valid {
 		if offset >= uint64(len(content)) {
@@ -170,7 +170,7 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 				// Not ErrNotFound: the blob is stored, and answering it short would be wrong.
 				return nil, fmt.Errorf("read blob %s: part %d is missing", digest, seq)
 			}
-			return nil, interpret(fmt.Sprintf("read blob %s: part %d", digest, seq), err)
+			return nil, interpretError(fmt.Sprintf("read blob %s: part %d", digest, seq), err)
 		}
 		return part, nil
 	}, fn)
@@ -184,19 +184,19 @@ func blobContent(ctx context.Context, q querier, what string, content []byte, si
 	}
 	rows, err := q.QueryContext(ctx, `SELECT content FROM blob_parts WHERE parts_key = ? ORDER BY seq`, partsKey.String)
 	if err != nil {
-		return nil, interpret("read the parts of "+what, err)
+		return nil, interpretError("read the parts of "+what, err)
 	}
 	defer rows.Close()
 	whole := make([]byte, 0, size)
 	for rows.Next() {
 		var part sql.RawBytes
 		if err := rows.Scan(&part); err != nil {
-			return nil, interpret("read the parts of "+what, err)
+			return nil, interpretError("read the parts of "+what, err)
 		}
 		whole = append(whole, part...)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("read the parts of "+what, err)
+		return nil, interpretError("read the parts of "+what, err)
 	}
 	if int64(len(whole)) != size {
 		return nil, fmt.Errorf("read the parts of %s: they hold %d bytes, the blob %d", what, len(whole), size)

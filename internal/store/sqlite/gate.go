@@ -24,7 +24,7 @@ func (d *DB) SetValidation(ctx context.Context, repository string, validation []
 		r, err = scanRepository(tx.QueryRowContext(ctx, `UPDATE repositories SET validation = ? WHERE name = ?
 			RETURNING `+repositoryColumns, nullBytes(validation), repository))
 		if err != nil {
-			return interpret(fmt.Sprintf("set validation of repository %q", repository), err)
+			return interpretError(fmt.Sprintf("set validation of repository %q", repository), err)
 		}
 		var det details
 		det.raw("validation", r.Validation)
@@ -48,19 +48,19 @@ func (d *DB) PendingQueues(ctx context.Context) ([]string, error) {
 	rows, err := d.r.QueryContext(ctx, `SELECT DISTINCT repository FROM changes
 		WHERE state IN ('queued', 'validating') ORDER BY repository`)
 	if err != nil {
-		return nil, interpret("pending queues", err)
+		return nil, interpretError("pending queues", err)
 	}
 	defer rows.Close()
 	var names []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			return nil, interpret("pending queues", err)
+			return nil, interpretError("pending queues", err)
 		}
 		names = append(names, name)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("pending queues", err)
+		return nil, interpretError("pending queues", err)
 	}
 	return names, nil
 }
@@ -81,7 +81,7 @@ func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]st
 		q := &queue{d: d, ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
 		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
 			Scan(&q.mainline, &q.validation); err != nil {
-			return interpret(op, err)
+			return interpretError(op, err)
 		}
 		q.objs = store.NewGitObjects(ctx, gitBackend{tx})
 		var err error
@@ -148,19 +148,19 @@ func (q *queue) Live() ([]store.Candidate, error) {
 func queryCandidates(ctx context.Context, db querier, query string, args ...any) ([]store.Candidate, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, interpret("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	defer rows.Close()
 	var cands []store.Candidate
 	for rows.Next() {
 		c, err := scanCandidate(rows)
 		if err != nil {
-			return nil, interpret("read candidates", err)
+			return nil, interpretError("read candidates", err)
 		}
 		cands = append(cands, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	return cands, nil
 }
@@ -185,7 +185,7 @@ func (q *queue) Edits(changeID string) ([]repo.FileEdit, []uint64, error) {
 	)
 	if err := q.tx.QueryRowContext(q.ctx, `SELECT edits, fencing_tokens FROM changes WHERE id = ?`, changeID).
 		Scan(&raw, &tokens); err != nil {
-		return nil, nil, interpret("change "+changeID+": edits", err)
+		return nil, nil, interpretError("change "+changeID+": edits", err)
 	}
 	var edits []repo.FileEdit
 	if raw.Valid {
@@ -227,7 +227,7 @@ func (q *queue) WriteCommit(rev, parent store.Revision, c store.CommitInfo) (str
 		return "", err
 	}
 	if _, err := q.tx.ExecContext(q.ctx, `UPDATE revisions SET git_commit = ? WHERE id = ?`, commit, rev.ID); err != nil {
-		return "", interpret("store the commit of revision "+rev.ID, err)
+		return "", interpretError("store the commit of revision "+rev.ID, err)
 	}
 	return commit, nil
 }
@@ -258,12 +258,12 @@ func (q *queue) InsertCandidate(c store.Candidate) error {
 	if _, err := q.tx.ExecContext(q.ctx, `INSERT INTO candidates (id, repository, state, revision, parent_revision, job_id,
 		lane, parent_tree, size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, q.repository,
 		string(c.State), c.Revision, c.ParentRevision, c.JobID, c.Lane, c.ParentTree, len(c.Changes), q.now, q.now); err != nil {
-		return interpret("store candidate", err)
+		return interpretError("store candidate", err)
 	}
 	for i, id := range c.Changes {
 		if _, err := q.tx.ExecContext(q.ctx, `INSERT INTO candidate_changes (candidate_id, change_id, position) VALUES (?, ?, ?)`,
 			c.ID, id, i); err != nil {
-			return interpret("store candidate", err)
+			return interpretError("store candidate", err)
 		}
 	}
 	return nil
@@ -273,7 +273,7 @@ func (q *queue) SetCandidate(c store.Candidate, from store.CandidateState) error
 	res, err := q.tx.ExecContext(q.ctx, `UPDATE candidates SET state = ?, attestation_digest = ?, reason = ?, updated_at = ?
 		WHERE id = ? AND state = ?`, string(c.State), c.AttestationDigest, c.Reason, q.now, c.ID, string(from))
 	if err != nil {
-		return interpret("update candidate "+c.ID, err)
+		return interpretError("update candidate "+c.ID, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return fmt.Errorf("update candidate %s: it is no longer %s", c.ID, from)
@@ -287,7 +287,7 @@ func (q *queue) SetChange(c store.Change, from store.ChangeState) (store.Change,
 		updated_at = ? WHERE id = ? AND state = ? RETURNING `+changeColumns, string(c.State), c.CandidateRevision,
 		c.IntegratedRevision, c.JobID, c.AttestationDigest, c.Reason, c.CandidateID, c.BatchLimit, q.now, c.ID, string(from)))
 	if err != nil {
-		return store.Change{}, interpret("update change "+c.ID, err)
+		return store.Change{}, interpretError("update change "+c.ID, err)
 	}
 	return stored, nil
 }
@@ -317,7 +317,7 @@ func (q *queue) attestation(job store.Job) (*store.Attestation, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, interpret(fmt.Sprintf("%s: attestation of job %s", q.op, job.ID), err)
+		return nil, interpretError(fmt.Sprintf("%s: attestation of job %s", q.op, job.ID), err)
 	}
 	a.CreatedAt = fromMicros(created)
 	return &a, nil
@@ -350,18 +350,18 @@ func (d *DB) ListCandidates(ctx context.Context, p store.ListCandidatesParams) (
 	rows, err := d.r.QueryContext(ctx, `SELECT candidate_id, change_id FROM candidate_changes
 		WHERE candidate_id IN (`+placeholders(1, len(cands))+`) ORDER BY candidate_id, position`, args...)
 	if err != nil {
-		return nil, interpret("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var cand, change string
 		if err := rows.Scan(&cand, &change); err != nil {
-			return nil, interpret("read candidates", err)
+			return nil, interpretError("read candidates", err)
 		}
 		cands[at[cand]].Changes = append(cands[at[cand]].Changes, change)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("read candidates", err)
+		return nil, interpretError("read candidates", err)
 	}
 	return cands, nil
 }

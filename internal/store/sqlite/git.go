@@ -37,7 +37,7 @@ func readGitObject(ctx context.Context, q querier, id plumbing.Hash) (plumbing.O
 	err := q.QueryRowContext(ctx, `SELECT type, data, 0, NULL FROM git_objects WHERE id = ?1
 		UNION ALL SELECT 3, content, size, parts_key FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data, &size, &partsKey)
 	if err != nil {
-		return 0, nil, interpret("read git object "+id.String(), err)
+		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
 	if data, err = blobContent(ctx, q, "git object "+id.String(), data, size, partsKey); err != nil {
 		return 0, nil, fmt.Errorf("read git object %s: %w", id, err)
@@ -49,7 +49,7 @@ func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject
 	for _, o := range objects {
 		if _, err := g.q.ExecContext(ctx, `INSERT OR IGNORE INTO git_objects (id, type, data) VALUES (?, ?, ?)`,
 			o.ID[:], int(o.Type), o.Data); err != nil {
-			return interpret("store git object "+o.ID.String(), err)
+			return interpretError("store git object "+o.ID.String(), err)
 		}
 	}
 	return nil
@@ -64,7 +64,7 @@ func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[strin
 		}
 		rows, err := g.q.QueryContext(ctx, `SELECT digest, git_id FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
-			return nil, interpret("blob git ids", err)
+			return nil, interpretError("blob git ids", err)
 		}
 		for rows.Next() {
 			var (
@@ -73,7 +73,7 @@ func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[strin
 			)
 			if err := rows.Scan(&d, &id); err != nil {
 				rows.Close()
-				return nil, interpret("blob git ids", err)
+				return nil, interpretError("blob git ids", err)
 			}
 			var h plumbing.Hash
 			copy(h[:], id)
@@ -82,7 +82,7 @@ func (g gitBackend) BlobGitIDs(ctx context.Context, digests []string) (map[strin
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("blob git ids", err)
+			return nil, interpretError("blob git ids", err)
 		}
 	}
 	return out, nil
@@ -97,7 +97,7 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 		}
 		rows, err := g.q.QueryContext(ctx, `SELECT git_id, digest, size FROM blobs WHERE git_id IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
-			return nil, interpret("blobs by git id", err)
+			return nil, interpretError("blobs by git id", err)
 		}
 		for rows.Next() {
 			var (
@@ -107,7 +107,7 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 			)
 			if err := rows.Scan(&raw, &ref.Digest, &size); err != nil {
 				rows.Close()
-				return nil, interpret("blobs by git id", err)
+				return nil, interpretError("blobs by git id", err)
 			}
 			ref.Size = uint64(size)
 			var h plumbing.Hash
@@ -117,7 +117,7 @@ func (g gitBackend) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("blobs by git id", err)
+			return nil, interpretError("blobs by git id", err)
 		}
 	}
 	return out, nil
@@ -145,13 +145,13 @@ func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plum
 		rows, err := d.r.QueryContext(ctx, `SELECT id FROM git_objects WHERE id IN (`+in+`)
 			UNION ALL SELECT git_id FROM blobs WHERE git_id IN (`+in+`)`, args...)
 		if err != nil {
-			return nil, interpret("missing git objects", err)
+			return nil, interpretError("missing git objects", err)
 		}
 		for rows.Next() {
 			var raw []byte
 			if err := rows.Scan(&raw); err != nil {
 				rows.Close()
-				return nil, interpret("missing git objects", err)
+				return nil, interpretError("missing git objects", err)
 			}
 			var h plumbing.Hash
 			copy(h[:], raw)
@@ -160,7 +160,7 @@ func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plum
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("missing git objects", err)
+			return nil, interpretError("missing git objects", err)
 		}
 	}
 	var missing []plumbing.Hash
@@ -188,7 +188,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data, 0, NULL FROM git_objects WHERE id IN (`+in+`)
 			UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id IN (`+in+`)`, args...)
 		if err != nil {
-			return nil, interpret("read git objects", err)
+			return nil, interpretError("read git objects", err)
 		}
 		for rows.Next() {
 			var (
@@ -200,7 +200,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 			)
 			if err := rows.Scan(&raw, &typ, &data, &size, &partsKey); err != nil {
 				rows.Close()
-				return nil, interpret("read git objects", err)
+				return nil, interpretError("read git objects", err)
 			}
 			if partsKey.Valid {
 				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
@@ -212,7 +212,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("read git objects", err)
+			return nil, interpretError("read git objects", err)
 		}
 	}
 	for _, p := range inParts {

@@ -48,7 +48,7 @@ func getJob(ctx context.Context, q interface {
 }, id string) (store.Job, error) {
 	j, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
 	if err != nil {
-		return store.Job{}, interpret("job "+id, err)
+		return store.Job{}, interpretError("job "+id, err)
 	}
 	return j, nil
 }
@@ -87,7 +87,7 @@ func (d *DB) enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParam
 			return j, true, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return store.Job{}, false, interpret("enqueue job: look up unique key", err)
+			return store.Job{}, false, interpretError("enqueue job: look up unique key", err)
 		}
 	}
 	var payload any
@@ -101,7 +101,7 @@ func (d *DB) enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParam
 		store.NewID("job"), p.Kind, payload, p.Priority, p.MaxAttempts,
 		micros(now.Add(p.Delay)), micros(now), micros(now), p.EnqueuedBy, p.UniqueKey))
 	if err != nil {
-		return store.Job{}, false, interpret("enqueue job", err)
+		return store.Job{}, false, interpretError("enqueue job", err)
 	}
 	var det details
 	det.str("kind", j.Kind).int("max_attempts", int64(j.MaxAttempts)).int("priority", int64(j.Priority)).strIf("unique_key", j.UniqueKey)
@@ -125,7 +125,7 @@ const settleExpired = `UPDATE jobs INDEXED BY jobs_claimed_lease SET
 func (d *DB) settle(ctx context.Context, tx *sql.Tx, now int64) (int, error) {
 	rows, err := tx.QueryContext(ctx, settleExpired, now)
 	if err != nil {
-		return 0, interpret("settle expired claims", err)
+		return 0, interpretError("settle expired claims", err)
 	}
 	type settled struct {
 		id, state string
@@ -136,14 +136,14 @@ func (d *DB) settle(ctx context.Context, tx *sql.Tx, now int64) (int, error) {
 		var s settled
 		if err := rows.Scan(&s.id, &s.attempts, &s.state); err != nil {
 			rows.Close()
-			return 0, interpret("settle expired claims", err)
+			return 0, interpretError("settle expired claims", err)
 		}
 		jobs = append(jobs, s)
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return 0, interpret("settle expired claims", err)
+		return 0, interpretError("settle expired claims", err)
 	}
 	for _, s := range jobs {
 		var det details
@@ -244,7 +244,7 @@ func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n
 		}
 		rows, err := tx.QueryContext(ctx, claimSQL(len(p.Kinds), n == 1), args...)
 		if err != nil {
-			return interpret(op, err)
+			return interpretError(op, err)
 		}
 		var (
 			seq  int64
@@ -254,14 +254,14 @@ func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n
 			j, err := scanJob(rows, &seq)
 			if err != nil {
 				rows.Close()
-				return interpret(op, err)
+				return interpretError(op, err)
 			}
 			jobs, seqs = append(jobs, j), append(seqs, seq)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return interpret(op, err)
+			return interpretError(op, err)
 		}
 		if len(jobs) > 1 {
 			sort.Sort(claimOrder{jobs, seqs})
@@ -355,7 +355,7 @@ func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (stor
 			return refusal(ctx, tx, "heartbeat job", p.JobID, p.Worker, p.FencingToken)
 		}
 		if err != nil {
-			return interpret("heartbeat job "+p.JobID, err)
+			return interpretError("heartbeat job "+p.JobID, err)
 		}
 		job = j
 		return nil
@@ -457,13 +457,13 @@ func completeJob(ctx context.Context, tx *sql.Tx, p store.CompleteJobParams, now
 		return store.Job{}, fmt.Errorf("complete job: job %s: the claim check matched no row although the claim is current", p.JobID), nil
 	}
 	if err != nil {
-		return store.Job{}, nil, interpret("complete job "+p.JobID, err)
+		return store.Job{}, nil, interpretError("complete job "+p.JobID, err)
 	}
 	if p.Attestation != nil {
 		// An envelope is addressed by its digest: storing the same one twice is one row.
 		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO attestations (digest, envelope, job_id, created_at)
 			VALUES (?, ?, ?, ?)`, p.Attestation.Digest, p.Attestation.Envelope, p.JobID, now); err != nil {
-			return store.Job{}, nil, interpret("complete job "+p.JobID+": store attestation", err)
+			return store.Job{}, nil, interpretError("complete job "+p.JobID+": store attestation", err)
 		}
 	}
 	return j, nil, nil
@@ -522,7 +522,7 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 			return refusal(ctx, tx, "fail job", p.JobID, p.Worker, p.FencingToken)
 		}
 		if err != nil {
-			return interpret("fail job "+p.JobID, err)
+			return interpretError("fail job "+p.JobID, err)
 		}
 		var det details
 		det.int("claim", int64(j.Attempts)).str("error", p.Error).str("state", string(state))
@@ -578,7 +578,7 @@ func (d *DB) cancelJob(ctx context.Context, tx *sql.Tx, jobID string, now int64,
 	}
 	j, err := scanJob(tx.QueryRowContext(ctx, q, jobID, now))
 	if err != nil {
-		return store.Job{}, interpret("cancel job "+jobID, err)
+		return store.Job{}, interpretError("cancel job "+jobID, err)
 	}
 	d.record(now, actor, action, "job/"+j.ID, nil)
 	return j, nil
@@ -634,7 +634,7 @@ func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job,
 	args = append(args, limit+1)
 	rows, err := d.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, "", interpret("list jobs", err)
+		return nil, "", interpretError("list jobs", err)
 	}
 	defer rows.Close()
 	var (
@@ -645,12 +645,12 @@ func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job,
 		var seq int64
 		j, err := scanJob(rows, &seq)
 		if err != nil {
-			return nil, "", interpret("list jobs", err)
+			return nil, "", interpretError("list jobs", err)
 		}
 		jobs, seqs = append(jobs, j), append(seqs, seq)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", interpret("list jobs", err)
+		return nil, "", interpretError("list jobs", err)
 	}
 	next := ""
 	if len(jobs) > limit {
@@ -664,7 +664,7 @@ func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job,
 func (d *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
 	rows, err := d.r.QueryContext(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
 	if err != nil {
-		return nil, interpret("count jobs", err)
+		return nil, interpretError("count jobs", err)
 	}
 	defer rows.Close()
 	counts := make(map[store.JobState]int64)
@@ -674,12 +674,12 @@ func (d *DB) CountJobs(ctx context.Context) (map[store.JobState]int64, error) {
 			n int64
 		)
 		if err := rows.Scan(&s, &n); err != nil {
-			return nil, interpret("count jobs", err)
+			return nil, interpretError("count jobs", err)
 		}
 		counts[store.JobState(s)] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("count jobs", err)
+		return nil, interpretError("count jobs", err)
 	}
 	return counts, nil
 }
@@ -693,7 +693,7 @@ func (d *DB) GetAttestation(ctx context.Context, digest string) (store.Attestati
 	err := d.r.QueryRowContext(ctx, `SELECT digest, envelope, job_id, created_at FROM attestations WHERE digest = ?`, digest).
 		Scan(&a.Digest, &a.Envelope, &a.JobID, &created)
 	if err != nil {
-		return store.Attestation{}, interpret("get attestation "+digest, err)
+		return store.Attestation{}, interpretError("get attestation "+digest, err)
 	}
 	a.CreatedAt = fromMicros(created)
 	return a, nil

@@ -56,7 +56,7 @@ func getLease(ctx context.Context, q interface {
 }, id string) (store.Lease, error) {
 	l, err := scanLease(q.QueryRowContext(ctx, `SELECT `+leaseColumns+` FROM leases WHERE id = ?`, id))
 	if err != nil {
-		return store.Lease{}, interpret("lease "+id, err)
+		return store.Lease{}, interpretError("lease "+id, err)
 	}
 	return l, nil
 }
@@ -155,7 +155,7 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 			o, found, err := findOverlap(ctx, tx, p.Repository, path,
 				liveOnly+`l.state = 'active' AND l.expires_at > ? AND l.holder <> ?`, []any{micros(now), p.Holder}, true)
 			if err != nil {
-				return interpret("acquire lease: look for conflicting leases", err)
+				return interpretError("acquire lease: look for conflicting leases", err)
 			}
 			if found {
 				return &store.LeaseConflictError{Path: path, LeaseID: o.leaseID, LeasePath: o.path, Holder: o.holder, ExpiresAt: o.expires}
@@ -164,19 +164,19 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 		var token int64
 		if err := tx.QueryRowContext(ctx, `UPDATE repositories SET lease_counter = lease_counter + 1 WHERE name = ?
 			RETURNING lease_counter`, p.Repository).Scan(&token); err != nil {
-			return interpret(fmt.Sprintf("acquire lease: repository %q", p.Repository), err)
+			return interpretError(fmt.Sprintf("acquire lease: repository %q", p.Repository), err)
 		}
 		l, err := scanLease(tx.QueryRowContext(ctx, `INSERT INTO leases
 			(id, repository, holder, token, state, paths, acquired_at, expires_at) VALUES (?, ?, ?, ?, 'active', ?, ?, ?)
 			RETURNING `+leaseColumns,
 			store.NewID("lse"), p.Repository, p.Holder, token, string(paths), micros(now), micros(now.Add(p.TTL))))
 		if err != nil {
-			return interpret("acquire lease", err)
+			return interpretError("acquire lease", err)
 		}
 		for _, path := range p.Paths {
 			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO lease_paths (lease_id, repository, path, fold, token)
 				VALUES (?, ?, ?, ?, ?)`, l.ID, p.Repository, path, repo.Fold(path), token); err != nil {
-				return interpret("acquire lease: record path "+path, err)
+				return interpretError("acquire lease: record path "+path, err)
 			}
 		}
 		var det details
@@ -197,7 +197,7 @@ func changeRefusal(ctx context.Context, tx *sql.Tx, l store.Lease, principal str
 		for _, path := range l.Paths {
 			o, found, err := findOverlap(ctx, tx, l.Repository, path, `lp.token > ?`, []any{int64(l.FencingToken)}, false)
 			if err != nil {
-				return store.Grant{}, false, interpret("lease "+l.ID+": look for later grants", err)
+				return store.Grant{}, false, interpretError("lease "+l.ID+": look for later grants", err)
 			}
 			if found {
 				return store.Grant{Token: o.token, Holder: o.holder, Path: o.path}, true, nil
@@ -223,7 +223,7 @@ func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Le
 		l, err := scanLease(tx.QueryRowContext(ctx, `UPDATE leases SET expires_at = ? WHERE id = ? AND state = 'active'
 			RETURNING `+leaseColumns, micros(now.Add(p.TTL)), p.LeaseID))
 		if err != nil {
-			return interpret("renew lease "+p.LeaseID, err)
+			return interpretError("renew lease "+p.LeaseID, err)
 		}
 		var det details
 		det.time("expires_at", l.ExpiresAt).int("token", int64(l.FencingToken))
@@ -250,7 +250,7 @@ func (d *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (stor
 		lease, err = scanLease(tx.QueryRowContext(ctx, `UPDATE leases SET state = 'released', ended_at = ?
 			WHERE id = ? AND state = 'active' RETURNING `+leaseColumns, micros(now), p.LeaseID))
 		if err != nil {
-			return interpret("release lease "+p.LeaseID, err)
+			return interpretError("release lease "+p.LeaseID, err)
 		}
 		if err := endPaths(ctx, tx, p.LeaseID); err != nil {
 			return err
@@ -269,7 +269,7 @@ func (d *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (stor
 // staleness checks.
 func endPaths(ctx context.Context, tx *sql.Tx, leaseID string) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE lease_paths SET live = 0 WHERE lease_id = ?`, leaseID); err != nil {
-		return interpret("lease "+leaseID+": end its paths", err)
+		return interpretError("lease "+leaseID+": end its paths", err)
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (d *DB) BreakLease(ctx context.Context, leaseID string) (store.Lease, error
 		lease, err = scanLease(tx.QueryRowContext(ctx, `UPDATE leases SET state = 'broken', ended_at = ?
 			WHERE id = ? AND state = 'active' RETURNING `+leaseColumns, micros(now), leaseID))
 		if err != nil {
-			return interpret("break lease "+leaseID, err)
+			return interpretError("break lease "+leaseID, err)
 		}
 		if err := endPaths(ctx, tx, leaseID); err != nil {
 			return err
@@ -354,19 +354,19 @@ func (d *DB) ListLeases(ctx context.Context, p store.ListLeasesParams) ([]store.
 	args = append(args, limit+1)
 	rows, err := d.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, "", interpret("list leases", err)
+		return nil, "", interpretError("list leases", err)
 	}
 	defer rows.Close()
 	var leases []store.Lease
 	for rows.Next() {
 		l, err := scanLease(rows)
 		if err != nil {
-			return nil, "", interpret("list leases", err)
+			return nil, "", interpretError("list leases", err)
 		}
 		leases = append(leases, reported(l, now))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", interpret("list leases", err)
+		return nil, "", interpretError("list leases", err)
 	}
 	next := ""
 	if len(leases) > limit {

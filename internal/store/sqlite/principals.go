@@ -46,7 +46,7 @@ func (d *DB) insertPrincipal(ctx context.Context, tx *sql.Tx, p store.CreatePrin
 	pr, err := scanPrincipal(tx.QueryRowContext(ctx, `INSERT INTO principals (id, name, role, created_at)
 		VALUES (?, ?, ?, ?) RETURNING `+principalColumns, store.NewID("prn"), p.Name, string(role), now))
 	if err != nil {
-		return store.Principal{}, store.Token{}, interpret(fmt.Sprintf("principal %q", p.Name), err)
+		return store.Principal{}, store.Token{}, interpretError(fmt.Sprintf("principal %q", p.Name), err)
 	}
 	var det details
 	det.str("role", string(pr.Role))
@@ -64,7 +64,7 @@ func (d *DB) insertToken(ctx context.Context, tx *sql.Tx, principal, id string, 
 		VALUES (?, ?, ?, ?) RETURNING `+tokenColumns, id, principal, hash, now))
 	if err != nil {
 		// A missing principal is the foreign key; a taken id or hash is the unique constraint.
-		return store.Token{}, interpret(fmt.Sprintf("token %s of principal %q", id, principal), err)
+		return store.Token{}, interpretError(fmt.Sprintf("token %s of principal %q", id, principal), err)
 	}
 	var det details
 	det.str("principal", tok.Principal)
@@ -82,7 +82,7 @@ func (d *DB) BootstrapAdmin(ctx context.Context, p store.CreatePrincipalParams) 
 		// process or another, sees this one's principal when its turn comes.
 		var exists bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM principals)`).Scan(&exists); err != nil {
-			return interpret("bootstrap admin", err)
+			return interpretError("bootstrap admin", err)
 		}
 		if exists {
 			return nil
@@ -122,7 +122,7 @@ func (d *DB) CreatePrincipal(ctx context.Context, p store.CreatePrincipalParams)
 func (d *DB) GetPrincipal(ctx context.Context, name string) (store.Principal, error) {
 	pr, err := scanPrincipal(d.r.QueryRowContext(ctx, `SELECT `+principalColumns+` FROM principals WHERE name = ?`, name))
 	if err != nil {
-		return store.Principal{}, interpret(fmt.Sprintf("get principal %q", name), err)
+		return store.Principal{}, interpretError(fmt.Sprintf("get principal %q", name), err)
 	}
 	return pr, nil
 }
@@ -137,19 +137,19 @@ func (d *DB) ListPrincipals(ctx context.Context, p store.ListPrincipalsParams) (
 	rows, err := d.r.QueryContext(ctx, `SELECT `+principalColumns+` FROM principals WHERE name > ? ORDER BY name LIMIT ?`,
 		after, limit+1)
 	if err != nil {
-		return nil, "", interpret("list principals", err)
+		return nil, "", interpretError("list principals", err)
 	}
 	defer rows.Close()
 	var prs []store.Principal
 	for rows.Next() {
 		pr, err := scanPrincipal(rows)
 		if err != nil {
-			return nil, "", interpret("list principals", err)
+			return nil, "", interpretError("list principals", err)
 		}
 		prs = append(prs, pr)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", interpret("list principals", err)
+		return nil, "", interpretError("list principals", err)
 	}
 	next := ""
 	if len(prs) > limit {
@@ -172,12 +172,12 @@ func (d *DB) DisablePrincipal(ctx context.Context, name string) (store.Principal
 		if errors.Is(err, sql.ErrNoRows) {
 			pr, err = scanPrincipal(tx.QueryRowContext(ctx, `SELECT `+principalColumns+` FROM principals WHERE name = ?`, name))
 			if err != nil {
-				return interpret(fmt.Sprintf("disable principal %q", name), err)
+				return interpretError(fmt.Sprintf("disable principal %q", name), err)
 			}
 			return nil
 		}
 		if err != nil {
-			return interpret(fmt.Sprintf("disable principal %q", name), err)
+			return interpretError(fmt.Sprintf("disable principal %q", name), err)
 		}
 		d.record(now, actor, "principal.disabled", "principal/"+pr.Name, nil)
 		return nil
@@ -214,12 +214,12 @@ func (d *DB) RevokeToken(ctx context.Context, tokenID string) (store.Token, erro
 		if errors.Is(err, sql.ErrNoRows) {
 			tok, err = scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, tokenID))
 			if err != nil {
-				return interpret("revoke token "+tokenID, err)
+				return interpretError("revoke token "+tokenID, err)
 			}
 			return nil
 		}
 		if err != nil {
-			return interpret("revoke token "+tokenID, err)
+			return interpretError("revoke token "+tokenID, err)
 		}
 		var det details
 		det.str("principal", tok.Principal)
@@ -245,7 +245,7 @@ func (d *DB) Authenticate(ctx context.Context, tokenHash []byte) (store.Principa
 		Scan(&pr.ID, &pr.Name, &role, &pr.Disabled, &prCreated, &tok.ID, &tok.Principal, &tokCreated, &revoked)
 	if err != nil {
 		// The hash is a secret's digest: it does not belong in an error message.
-		return store.Principal{}, store.Token{}, interpret("authenticate", err)
+		return store.Principal{}, store.Token{}, interpretError("authenticate", err)
 	}
 	pr.Role = store.Role(role)
 	pr.CreatedAt = fromMicros(prCreated)
@@ -282,12 +282,12 @@ func (d *DB) RegisterWorkerKey(ctx context.Context, p store.RegisterWorkerKeyPar
 		case err == nil:
 			return fmt.Errorf("register worker key %s: registered by another principal: %w", p.KeyID, store.ErrAlreadyExists)
 		case !errors.Is(err, sql.ErrNoRows):
-			return interpret("register worker key "+p.KeyID, err)
+			return interpretError("register worker key "+p.KeyID, err)
 		}
 		key, err = scanWorkerKey(tx.QueryRowContext(ctx, `INSERT INTO worker_keys (key_id, principal, public_key, created_at)
 			VALUES (?, ?, ?, ?) RETURNING `+workerKeyColumns, p.KeyID, p.Principal, p.PublicKey, now))
 		if err != nil {
-			return interpret(fmt.Sprintf("register worker key %s of principal %q", p.KeyID, p.Principal), err)
+			return interpretError(fmt.Sprintf("register worker key %s of principal %q", p.KeyID, p.Principal), err)
 		}
 		var det details
 		det.str("principal", key.Principal)
@@ -302,19 +302,19 @@ func (d *DB) ListWorkerKeys(ctx context.Context, principal string) ([]store.Work
 	rows, err := d.r.QueryContext(ctx, `SELECT `+workerKeyColumns+` FROM worker_keys WHERE principal = ?
 		ORDER BY created_at, rowid`, principal)
 	if err != nil {
-		return nil, interpret("list worker keys", err)
+		return nil, interpretError("list worker keys", err)
 	}
 	defer rows.Close()
 	var keys []store.WorkerKey
 	for rows.Next() {
 		k, err := scanWorkerKey(rows)
 		if err != nil {
-			return nil, interpret("list worker keys", err)
+			return nil, interpretError("list worker keys", err)
 		}
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("list worker keys", err)
+		return nil, interpretError("list worker keys", err)
 	}
 	return keys, nil
 }

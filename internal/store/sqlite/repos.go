@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -42,7 +41,7 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		r, err = scanRepository(tx.QueryRowContext(ctx, `INSERT INTO repositories (name, mainline, validation, created_at)
 			VALUES (?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, nullBytes(p.Validation), now))
 		if err != nil {
-			return interpret(fmt.Sprintf("create repository %q", p.Name), err)
+			return interpretError(fmt.Sprintf("create repository %q", p.Name), err)
 		}
 		objs := store.NewGitObjects(ctx, gitBackend{tx})
 		tree, commit, digest, err := store.FirstRevision(objs, p, revID, fromMicros(now), d.emailDomain)
@@ -54,7 +53,7 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, revID, p.Name, p.CreatedBy, digest, tree.String(), commit.String(), now); err != nil {
-			return interpret(fmt.Sprintf("create repository %q: first revision", p.Name), err)
+			return interpretError(fmt.Sprintf("create repository %q: first revision", p.Name), err)
 		}
 		r.MainlineCommit = commit.String()
 		var det details
@@ -74,7 +73,7 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 func (d *DB) GetRepository(ctx context.Context, name string) (store.Repository, error) {
 	r, err := scanRepository(d.r.QueryRowContext(ctx, `SELECT `+repositoryColumns+` FROM repositories WHERE name = ?`, name))
 	if err != nil {
-		return store.Repository{}, interpret(fmt.Sprintf("get repository %q", name), err)
+		return store.Repository{}, interpretError(fmt.Sprintf("get repository %q", name), err)
 	}
 	return r, nil
 }
@@ -89,19 +88,19 @@ func (d *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesParam
 	rows, err := d.r.QueryContext(ctx, `SELECT `+repositoryColumns+` FROM repositories WHERE name > ? ORDER BY name LIMIT ?`,
 		after, limit+1)
 	if err != nil {
-		return nil, "", interpret("list repositories", err)
+		return nil, "", interpretError("list repositories", err)
 	}
 	defer rows.Close()
 	var repos []store.Repository
 	for rows.Next() {
 		r, err := scanRepository(rows)
 		if err != nil {
-			return nil, "", interpret("list repositories", err)
+			return nil, "", interpretError("list repositories", err)
 		}
 		repos = append(repos, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", interpret("list repositories", err)
+		return nil, "", interpretError("list repositories", err)
 	}
 	next := ""
 	if len(repos) > limit {
@@ -121,7 +120,7 @@ func insertBlobs(ctx context.Context, tx *sql.Tx, blobs []store.Blob) error {
 		id := gitstore.BlobID(content)
 		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id) VALUES (?, ?, ?, ?)`,
 			b.Digest, content, len(content), id[:]); err != nil {
-			return interpret("store blob "+b.Digest, err)
+			return interpretError("store blob "+b.Digest, err)
 		}
 	}
 	return nil
@@ -146,7 +145,7 @@ func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 	)
 	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = ?`, digest).
 		Scan(&content, &size, &partsKey); err != nil {
-		return store.Blob{}, interpret("get blob "+digest, err)
+		return store.Blob{}, interpretError("get blob "+digest, err)
 	}
 	content, err := blobContent(ctx, d.r, "blob "+digest, content, size, partsKey)
 	if err != nil {
@@ -169,7 +168,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 		}
 		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
-			return nil, interpret("get blobs", err)
+			return nil, interpretError("get blobs", err)
 		}
 		for rows.Next() {
 			var (
@@ -179,7 +178,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 			)
 			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey); err != nil {
 				rows.Close()
-				return nil, interpret("get blobs", err)
+				return nil, interpretError("get blobs", err)
 			}
 			if partsKey.Valid {
 				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
@@ -190,7 +189,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("get blobs", err)
+			return nil, interpretError("get blobs", err)
 		}
 	}
 	for _, p := range inParts {
@@ -231,21 +230,21 @@ func (d *DB) BlobSizes(ctx context.Context, digests []string) (map[string]uint64
 		}
 		rows, err := d.r.QueryContext(ctx, `SELECT digest, size FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
-			return nil, interpret("blob sizes", err)
+			return nil, interpretError("blob sizes", err)
 		}
 		for rows.Next() {
 			var dg string
 			var size int64
 			if err := rows.Scan(&dg, &size); err != nil {
 				rows.Close()
-				return nil, interpret("blob sizes", err)
+				return nil, interpretError("blob sizes", err)
 			}
 			held[dg] = uint64(size)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, interpret("blob sizes", err)
+			return nil, interpretError("blob sizes", err)
 		}
 	}
 	return held, nil
@@ -271,7 +270,7 @@ func getRevision(ctx context.Context, q querier, repository, id string) (store.R
 	rev, err := scanRevision(q.QueryRowContext(ctx, `SELECT `+revisionColumns+`
 		FROM revisions WHERE id = ? AND repository = ?`, id, repository))
 	if err != nil {
-		return store.Revision{}, interpret(fmt.Sprintf("revision %s of repository %q", id, repository), err)
+		return store.Revision{}, interpretError(fmt.Sprintf("revision %s of repository %q", id, repository), err)
 	}
 	rev.TreeDigest = ""
 	return rev, nil
@@ -346,7 +345,7 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 		)
 		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
 			Scan(&mainline, &validation); err != nil {
-			return interpret(fmt.Sprintf("integrate: repository %q", p.Repository), err)
+			return interpretError(fmt.Sprintf("integrate: repository %q", p.Repository), err)
 		}
 		if err := checkIntegrateLeases(ctx, tx, p); err != nil {
 			return err
@@ -379,7 +378,7 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
 				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), string(tokens), now, now))
 			if err != nil {
-				return interpret("integrate: store change", err)
+				return interpretError("integrate: store change", err)
 			}
 			var det details
 			det.strs("paths", change.Paths).str("repository", change.Repository)
@@ -399,7 +398,7 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
 			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), string(tokens), now, now))
 		if err != nil {
-			return interpret("integrate: store change", err)
+			return interpretError("integrate: store change", err)
 		}
 		if err := mustMoveMainline(ctx, tx, p.Repository, mainline, rev.ID); err != nil {
 			return fmt.Errorf("integrate: %w", err)
@@ -462,7 +461,7 @@ func (d *DB) insertRevision(ctx context.Context, tx *sql.Tx, objs *store.GitObje
 	if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, rev.ID, rev.Repository, rev.Parent, rev.ChangeID, rev.Author, rev.GitTree,
 		rev.GitCommit, p.now); err != nil {
-		return store.Revision{}, interpret("store revision", err)
+		return store.Revision{}, interpretError("store revision", err)
 	}
 	return rev, nil
 }
@@ -482,11 +481,11 @@ func (d *DB) writeCommit(objs *store.GitObjects, rev store.Revision, parent stri
 func moveMainline(ctx context.Context, tx *sql.Tx, repository, from, to string) (bool, error) {
 	res, err := tx.ExecContext(ctx, `UPDATE repositories SET mainline = ? WHERE name = ? AND mainline = ?`, to, repository, from)
 	if err != nil {
-		return false, interpret("move the mainline", err)
+		return false, interpretError("move the mainline", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, interpret("move the mainline", err)
+		return false, interpretError("move the mainline", err)
 	}
 	return n == 1, nil
 }
@@ -509,8 +508,9 @@ func nonNilEdits(e []repo.FileEdit) []repo.FileEdit {
 	return e
 }
 
-// checkIntegrateLeases applies IntegrateParams' lease check to every edited path, in order, and
-// answers the first refusal.
+// checkIntegrateLeases reads what store.CheckIntegrateLeases decides on: the leases of the
+// given tokens, matched in Go to the paths they cover, and, path by path, a
+// later grant by findOverlap, an index search above the chosen lease's token.
 func checkIntegrateLeases(ctx context.Context, tx *sql.Tx, p store.IntegrateParams) error {
 	var given []store.Lease
 	if tokens := uniqueTokens(p.FencingTokens); len(tokens) > 0 {
@@ -522,62 +522,38 @@ func checkIntegrateLeases(ctx context.Context, tx *sql.Tx, p store.IntegratePara
 		rows, err := tx.QueryContext(ctx, `SELECT `+leaseColumns+` FROM leases
 			WHERE repository = ?1 AND token IN (`+placeholders(2, len(tokens))+`)`, args...)
 		if err != nil {
-			return interpret("integrate: read the leases of the tokens", err)
+			return interpretError("integrate: read the leases of the tokens", err)
 		}
 		for rows.Next() {
 			l, err := scanLease(rows)
 			if err != nil {
 				rows.Close()
-				return interpret("integrate: read the leases of the tokens", err)
+				return interpretError("integrate: read the leases of the tokens", err)
 			}
 			given = append(given, l)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return interpret("integrate: read the leases of the tokens", err)
+			return interpretError("integrate: read the leases of the tokens", err)
 		}
 	}
-	for _, path := range p.Paths {
-		var (
-			best   *store.Lease
-			others []string
-		)
-		for i := range given {
-			l := &given[i]
-			if !slices.ContainsFunc(l.Paths, func(lp string) bool { return repo.FoldCovers(lp, path) }) {
-				continue
-			}
-			if l.Holder != p.Holder {
-				others = append(others, fmt.Sprintf("token %d is %s's", l.FencingToken, l.Holder))
-				continue
-			}
-			if best == nil || l.FencingToken > best.FencingToken {
-				best = l
+	covering := make([][]store.Lease, len(p.Paths))
+	for i, path := range p.Paths {
+		for _, l := range given {
+			if slices.ContainsFunc(l.Paths, func(lp string) bool { return repo.FoldCovers(lp, path) }) {
+				covering[i] = append(covering[i], l)
 			}
 		}
-		if best == nil {
-			reason := fmt.Sprintf("not leased by %s among the given tokens %v", p.Holder, p.FencingTokens)
-			if len(others) > 0 {
-				slices.Sort(others)
-				reason += " (" + strings.Join(others, ", ") + ")"
-			}
-			return &store.IntegrateRefusal{Path: path, Reason: reason + ": acquire a lease that covers it"}
-		}
-		if best.State != store.LeaseActive {
-			return &store.IntegrateRefusal{Path: path, Reason: fmt.Sprintf("lease %s (token %d) was %s at %s",
-				best.ID, best.FencingToken, best.State, formatTime(best.EndedAt))}
-		}
-		o, found, err := findOverlap(ctx, tx, p.Repository, path, `lp.token > ?`, []any{int64(best.FencingToken)}, false)
+	}
+	return store.CheckIntegrateLeases(p, covering, func(i int, token uint64) (store.Grant, bool, error) {
+		path := p.Paths[i]
+		o, found, err := findOverlap(ctx, tx, p.Repository, path, `lp.token > ?`, []any{int64(token)}, false)
 		if err != nil {
-			return interpret("integrate: look for later grants on "+path, err)
+			return store.Grant{}, false, interpretError("integrate: look for later grants on "+path, err)
 		}
-		if found {
-			return &store.IntegrateRefusal{Path: path, Reason: fmt.Sprintf("token %d is stale: superseded by token %d granted to %s on %s",
-				best.FencingToken, o.token, o.holder, o.path)}
-		}
-	}
-	return nil
+		return store.Grant{Token: o.token, Holder: o.holder, Path: o.path}, found, nil
+	})
 }
 
 func uniqueTokens(tokens []uint64) []uint64 {
@@ -596,7 +572,7 @@ func (d *DB) GetChange(ctx context.Context, changeID string) (store.Change, erro
 			ELSE 0 END, `+changeColumns+`
 		FROM changes c WHERE c.id = ?`, changeID), &pos)
 	if err != nil {
-		return store.Change{}, interpret("get change "+changeID, err)
+		return store.Change{}, interpretError("get change "+changeID, err)
 	}
 	c.QueuePosition = pos
 	return c, nil
@@ -626,7 +602,7 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 	args = append(args, limit+1)
 	rows, err := d.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, "", interpret("list changes", err)
+		return nil, "", interpretError("list changes", err)
 	}
 	defer rows.Close()
 	var (
@@ -637,13 +613,13 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 		var seq int64
 		c, err := scanChange(rows, &seq)
 		if err != nil {
-			return nil, "", interpret("list changes", err)
+			return nil, "", interpretError("list changes", err)
 		}
 		changes = append(changes, c)
 		seqs = append(seqs, seq)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", interpret("list changes", err)
+		return nil, "", interpretError("list changes", err)
 	}
 	next := ""
 	if len(changes) > limit {
@@ -657,7 +633,7 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 func queryChanges(ctx context.Context, db querier, query string, args ...any) ([]store.Change, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, interpret("list changes", err)
+		return nil, interpretError("list changes", err)
 	}
 	defer rows.Close()
 	var changes []store.Change
@@ -665,12 +641,12 @@ func queryChanges(ctx context.Context, db querier, query string, args ...any) ([
 		var seq int64
 		c, err := scanChange(rows, &seq)
 		if err != nil {
-			return nil, interpret("list changes", err)
+			return nil, interpretError("list changes", err)
 		}
 		changes = append(changes, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpret("list changes", err)
+		return nil, interpretError("list changes", err)
 	}
 	return changes, nil
 }

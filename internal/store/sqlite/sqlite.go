@@ -459,9 +459,19 @@ func (d *DB) now() time.Time {
 	return d.clock.Now().UTC().Truncate(time.Microsecond)
 }
 
-// interpret maps what SQLite answers to the store's sentinels, so callers never see a driver
-// error for a missing row or a taken name, and gives every error its operation.
-func interpret(op string, err error) error {
+// interpretError is this backend's interpreter of database errors: it turns what SQLite
+// answers into the store's sentinels, so that callers test errors.Is and never see a driver
+// error for a missing row or a taken name, and prefixes op, what was being done ("get change
+// c_1"). It is for a failed call: err is not nil.
+//
+//   - sql.ErrNoRows, no such row: store.ErrNotFound.
+//   - A UNIQUE or PRIMARY KEY constraint, a name or key taken: store.ErrAlreadyExists.
+//   - A FOREIGN KEY constraint, a row naming one that does not exist: store.ErrNotFound.
+//   - Anything else is wrapped as it is. A database that cannot serve now (busy or locked
+//     past the timeout, full, failing, closed) is not mapped here but told by
+//     store.Unavailable, which finds the driver error inside (see unavailable), so that its
+//     code and whether the write surely did not apply survive any wrapping on the way.
+func interpretError(op string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
