@@ -527,7 +527,7 @@ func appendDecoded(dst, s []byte) []byte {
 
 // appendString appends s as a JSON string as encoding/json writes it with HTML escaping off
 // (its appendString): \b \f \n \r \t \" \\ short, other control characters as \u00XX, U+2028
-// and U+2029 escaped, invalid UTF-8 as \ufffd. AppendJSONString differs (it writes \b and
+// and U+2029 escaped, invalid UTF-8 as \ufffd. jsontext.AppendString differs (it writes \b and
 // \f as \u0008 and \u000c and leaves U+2028 and U+2029 alone), so it cannot serve here.
 func appendString[S []byte | string](dst []byte, s S) []byte {
 	const hex = "0123456789abcdef"

@@ -50,7 +50,9 @@ func callerFrom(ctx context.Context) caller {
 }
 
 // holder answers "<principal>|<label>", the form the store keeps claims and leases under.
-func (c caller) holder(label string) string { return c.principal.Name + "|" + label }
+func (c caller) holder(label string) string {
+	return store.Holder{Principal: c.principal.Name, Label: label}.String()
+}
 
 // authenticator resolves bearer tokens, with a short cache so the hot path (claim, heartbeat,
 // complete) does not read the principal on every call. Revocation in this process drops the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -385,8 +384,8 @@ func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (
 		return nil, err
 	}
 	if c := req.GetClaimedBy(); c != "" {
-		principal, label, ok := strings.Cut(c, "|")
-		if !ok || validateName("claimed_by", principal) != nil || label != "" && validateLabel("claimed_by", label) != nil {
+		h, ok := store.ParseHolder(c)
+		if !ok || validateName("claimed_by", h.Principal) != nil || h.Label != "" && validateLabel("claimed_by", h.Label) != nil {
 			return nil, invalid("claimed_by", "%q names no worker: use <principal>|<label> for one worker, or <principal>| for every label of the principal", c)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -182,8 +181,8 @@ func (h leaseService) ListLeases(ctx context.Context, req *agwpv1.ListLeasesRequ
 	}
 	holder := req.GetHolder()
 	if holder != "" {
-		principal, label, ok := strings.Cut(holder, "|")
-		if !ok || validateName("holder", principal) != nil || (label != "" && !isLabel(label)) {
+		h, ok := store.ParseHolder(holder)
+		if !ok || validateName("holder", h.Principal) != nil || (h.Label != "" && !isLabel(h.Label)) {
 			return nil, invalid("holder", "%q is not a holder: use <principal>|<label>, or <principal>| for all its labels", truncate(holder, 200))
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/ag-coord/ag/internal/jsontext"
 )
 
 // Both stores keep the audit log in tables of appended rows (docs/adr/0015-audit-records.md):
@@ -65,7 +67,7 @@ type sharedMembers struct {
 // JSON (no writer makes them) are kept as a JSON string, so that a record is always readable.
 func (r *AuditRecordBuilder) Add(micros int64, a Actor, action, subject string, details []byte) {
 	if details != nil && !json.Valid(details) {
-		details = AppendJSONString(nil, string(details))
+		details = jsontext.AppendString(nil, string(details))
 	}
 	r.AddJSON(micros, a, action, subject, details)
 }
@@ -87,22 +89,22 @@ func (r *AuditRecordBuilder) AddJSON(micros int64, a Actor, action, subject stri
 	}
 	if first || a.Principal != r.last.principal {
 		r.b = append(r.b, `"p":`...)
-		r.b = AppendJSONString(r.b, a.Principal)
+		r.b = jsontext.AppendString(r.b, a.Principal)
 		r.b = append(r.b, ',')
 	}
 	if first || a.Holder != r.last.holder {
 		r.b = append(r.b, `"h":`...)
-		r.b = AppendJSONString(r.b, a.Holder)
+		r.b = jsontext.AppendString(r.b, a.Holder)
 		r.b = append(r.b, ',')
 	}
 	if first || action != r.last.action {
 		r.b = append(r.b, `"a":`...)
-		r.b = AppendJSONString(r.b, action)
+		r.b = jsontext.AppendString(r.b, action)
 		r.b = append(r.b, ',')
 	}
 	r.last = sharedMembers{micros: micros, principal: a.Principal, holder: a.Holder, action: action}
 	r.b = append(r.b, `"s":`...)
-	r.b = AppendJSONString(r.b, subject)
+	r.b = jsontext.AppendString(r.b, subject)
 	if details != nil {
 		r.b = append(r.b, `,"d":`...)
 		r.b = append(r.b, details...)

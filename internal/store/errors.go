@@ -3,10 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/ag-coord/ag/agwp"
 )
 
 // Sentinels every backend answers with, so callers use errors.Is and never see driver errors.
@@ -26,8 +23,10 @@ var (
 	ErrAttestationRequired = errors.New("a validate job is completed only with an attestation")
 )
 
-// KindValidate is the kind of the integration queue's validation jobs.
-const KindValidate = agwp.KindValidate
+// KindValidate is the kind of the integration queue's validation jobs, which the store
+// completes only with an attestation. It is the contract's agwp.KindValidate (a test holds them
+// equal): the store keeps data and imports no part of the wire contract.
+const KindValidate = "validate"
 
 // ExplainRefusedCompletion answers the refusal for a completion whose conditional update
 // matched no row: the claim is lost (ExplainLostClaim), or the job is a validate job and the
@@ -116,12 +115,6 @@ type Grant struct {
 	Token  uint64
 	Holder string
 	Path   string
-}
-
-// PrincipalOf answers the principal part of a holder "<principal>|<label>".
-func PrincipalOf(holder string) string {
-	principal, _, _ := strings.Cut(holder, "|")
-	return principal
 }
 
 // ExplainLeaseChange answers why a renew or release of l by principal (admin: anyone's) with

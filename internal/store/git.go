@@ -699,7 +699,8 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 	if domain == "" {
 		domain = DefaultGitEmailDomain
 	}
-	principal, label, _ := strings.Cut(c.Author, "|")
+	author, _ := ParseHolder(c.Author)
+	principal, label := author.Principal, author.Label
 	name := identName(principal)
 	local := emailLocal(principal)
 	if label != "" {

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/ag-coord/ag/internal/audit"
+	"github.com/ag-coord/ag/internal/jsontext"
 )
 
 // Marshal answers s as a JSON object, its keys sorted. Like protojson it refuses numbers that
@@ -110,10 +110,10 @@ func appendNumber(b []byte, f float64) ([]byte, error) {
 }
 
 // appendString writes s as a JSON string, as the stores write audit details; s must be UTF-8,
-// which AppendJSONString would otherwise mend rather than refuse.
+// which jsontext.AppendString would otherwise mend rather than refuse.
 func appendString(b []byte, s string) ([]byte, error) {
 	if !utf8.ValidString(s) {
 		return nil, errors.New("a string that is not UTF-8")
 	}
-	return audit.AppendJSONString(b, s), nil
+	return jsontext.AppendString(b, s), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ag-coord/ag/internal/jsontext"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -136,14 +137,14 @@ func (d *detailsBuilder) key(k string) *detailsBuilder {
 		d.b = append(d.b, ',')
 	}
 	d.last = k
-	d.b = store.AppendJSONString(d.b, k)
+	d.b = jsontext.AppendString(d.b, k)
 	d.b = append(d.b, ':')
 	return d
 }
 
 func (d *detailsBuilder) str(k, v string) *detailsBuilder {
 	d.key(k)
-	d.b = store.AppendJSONString(d.b, v)
+	d.b = jsontext.AppendString(d.b, v)
 	return d
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ag-coord/ag/internal/jsontext"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -542,9 +543,9 @@ func completedDetails(p store.CompleteJobParams) (head, tail string) {
 	if p.Attestation == nil {
 		head = `{"claim":`
 	} else {
-		head = string(store.AppendJSONString([]byte(`{"attestation_digest":`), p.Attestation.Digest)) + `,"claim":`
+		head = string(jsontext.AppendString([]byte(`{"attestation_digest":`), p.Attestation.Digest)) + `,"claim":`
 	}
-	return head, string(append(store.AppendJSONString([]byte(`,"output_digest":`), p.OutputDigest), '}'))
+	return head, string(append(jsontext.AppendString([]byte(`,"output_digest":`), p.OutputDigest), '}'))
 }
 
 // completeGroupSQL completes the jobs of a group of calls, $2.. holding one entry per call

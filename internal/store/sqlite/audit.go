@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ag-coord/ag/internal/jsontext"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -94,13 +95,13 @@ func (x *details) key(k string) {
 		x.b = append(x.b, ',')
 	}
 	x.last = k
-	x.b = store.AppendJSONString(x.b, k)
+	x.b = jsontext.AppendString(x.b, k)
 	x.b = append(x.b, ':')
 }
 
 func (x *details) str(k, v string) *details {
 	x.key(k)
-	x.b = store.AppendJSONString(x.b, v)
+	x.b = jsontext.AppendString(x.b, v)
 	return x
 }
 
@@ -134,7 +135,7 @@ func (x *details) strs(k string, v []string) *details {
 		if i > 0 {
 			x.b = append(x.b, ',')
 		}
-		x.b = store.AppendJSONString(x.b, s)
+		x.b = jsontext.AppendString(x.b, s)
 	}
 	x.b = append(x.b, ']')
 	return x
@@ -150,7 +151,7 @@ func (x *details) raw(k string, v []byte) *details {
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, v); err != nil {
-		x.b = store.AppendJSONString(x.b, string(v))
+		x.b = jsontext.AppendString(x.b, string(v))
 		return x
 	}
 	x.b = append(x.b, buf.Bytes()...)

@@ -1,13 +1,18 @@
-package audit
+// Package jsontext writes JSON text by hand where encoding/json's reflection costs more than the
+// write: the stores build audit details on their write paths with it, and structjson encodes
+// job payloads. It imports nothing of ag, so that both may use it without depending on each
+// other.
+package jsontext
 
 import "unicode/utf8"
 
-// AppendJSONString appends s as a valid JSON string, escaped much as encoding/json does with
+// AppendString appends s as a valid JSON string, escaped much as encoding/json does with
 // HTML escaping off (it writes \b and \f as \u0008 and \u000c, and leaves U+2028 and U+2029
 // as they are); invalid UTF-8 becomes U+FFFD. The stores build audit details with it on
 // their write paths, where encoding/json's reflection costs more than the write. The hashes
-// cover the canonical form (Canonical), which re-escapes details as encoding/json does.
-func AppendJSONString(b []byte, s string) []byte {
+// cover the audit log's canonical form (audit.Canonical), which re-escapes details as
+// encoding/json does.
+func AppendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
