@@ -157,6 +157,31 @@ type jobHistory struct {
 }
 
 func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
+	byJob := jobEvents(fs)
+	heartbeats := acceptedHeartbeats(ops)
+	checkNoJobLost(c, fs, ops, byJob)
+
+	// Per job, in the audit log's order.
+	var t jobTally
+	ids := make([]string, 0, len(byJob))
+	for id := range byJob {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rp := replayJob(c, id, byJob[id], &t)
+		checkJobEnd(c, fs, id, rp)
+		checkTwoClaims(c, id, rp, heartbeats, &t)
+	}
+	c.done(invClaimsGrow, "%d claims of %d jobs", t.claims, len(byJob))
+	c.done(invTwoClaims, "%d successive claims (%d leases extended by recorded heartbeats)", t.pairs, t.extended)
+
+	reported, inBatch := checkReports(c, fs, ops, byJob)
+	c.done(invCompletion, "%d completions of %d jobs; %d recorded reports matched with the log (%d sent in batches)", t.completions, len(byJob), reported, inBatch)
+}
+
+// jobEvents answers the audit log's events of each job, by job id, in the log's order.
+func jobEvents(fs *finalState) map[string]*jobHistory {
 	byJob := map[string]*jobHistory{}
 	for _, e := range fs.events {
 		if !strings.HasPrefix(e.Subject, "job/") {
@@ -168,13 +193,19 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 		}
 		byJob[id].events = append(byJob[id].events, e)
 	}
+	return byJob
+}
 
-	// Accepted heartbeats of the recorded workers extend a claim's lease beyond what the
-	// audit log (which does not record heartbeats) shows.
-	type claimKey struct {
-		job string
-		n   uint64
-	}
+// claimKey is one claim of one job.
+type claimKey struct {
+	job string
+	n   uint64
+}
+
+// acceptedHeartbeats answers the heartbeats of the recorded workers that were accepted, by
+// claim: they extend a claim's lease beyond what the audit log (which does not record
+// heartbeats) shows.
+func acceptedHeartbeats(ops []Op) map[claimKey][]Op {
 	heartbeats := map[claimKey][]Op{}
 	for _, op := range ops {
 		if op.Method == "HeartbeatJob" && op.Outcome == outcomeOK {
@@ -182,9 +213,12 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 			heartbeats[k] = append(heartbeats[k], op)
 		}
 	}
+	return heartbeats
+}
 
-	// No job lost: every job enqueued (by the audit log, or by an accepted request) is there,
-	// finished or still claimable.
+// checkNoJobLost: every job enqueued (by the audit log, or by an accepted request) is there,
+// finished or still claimable.
+func checkNoJobLost(c *checker, fs *finalState, ops []Op, byJob map[string]*jobHistory) {
 	enqueued := map[string]bool{}
 	for id, h := range byJob {
 		for _, e := range h.events {
@@ -222,117 +256,133 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 		}
 	}
 	c.done(invLost, "%d jobs: %s", len(enqueued), formatCounts(states, "completed", "failed", "cancelled", "queued", "claimed"))
+}
 
-	// Per job, in the audit log's order.
-	var claimsChecked, pairs, extended, completions int
-	ids := make([]string, 0, len(byJob))
-	for id := range byJob {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		h := byJob[id]
-		var (
-			latest    uint64
-			terminal  string
-			completed *event
-			claims    []claimRec
-			ended     = map[uint64]uint64{} // claim number → seq of the failure that handed the job back
-		)
-		for i := range h.events {
-			e := h.events[i]
-			n, _ := e.num("claim")
-			after := func(what string) {
-				if terminal != "" {
-					c.fail(invCompletion, "job %s: %s (seq %d) after the job was %s", id, what, e.Seq, terminal)
-				}
-			}
-			switch e.Action {
-			case "job.claimed":
-				claimsChecked++
-				after(fmt.Sprintf("claim %d by %s", n, e.Holder))
-				if n != latest+1 {
-					c.fail(invClaimsGrow, "job %s: claim %d by %s (seq %d) follows claim %d", id, n, e.Holder, e.Seq, latest)
-				}
-				if n > latest {
-					latest = n
-				}
-				exp, _ := e.time("lease_expires_at")
-				claims = append(claims, claimRec{n: n, holder: e.Holder, at: e.Time, exp: exp, seq: e.Seq})
-			case "job.completed":
-				completions++
-				after(fmt.Sprintf("a completion by %s with claim %d", e.Holder, n))
-				if completed != nil {
-					c.fail(invCompletion, "job %s: completed twice: by %s with claim %d (seq %d) and by %s with claim %d (seq %d)",
-						id, completed.Holder, mustNum(*completed, "claim"), completed.Seq, e.Holder, n, e.Seq)
-				}
-				if n != latest {
-					c.fail(invCompletion, "job %s: completion by %s with claim %d (seq %d) accepted while its latest claim was %d", id, e.Holder, n, e.Seq, latest)
-				}
-				completed = &h.events[i]
-				terminal = "completed"
-			case "job.failed":
-				after(fmt.Sprintf("a failure by %s with claim %d", e.Holder, n))
-				if n != latest {
-					c.fail(invStaleClaim, "job %s: failure by %s with claim %d (seq %d) accepted while its latest claim was %d", id, e.Holder, n, e.Seq, latest)
-				}
-				switch st := e.str("state"); st {
-				case "failed", "cancelled":
-					terminal = st
-				default:
-					ended[n] = e.Seq
-				}
-			case "job.expired":
-				after("an expiry")
-				if st := e.str("state"); st == "failed" || st == "cancelled" {
-					terminal = st + " (lease expired)"
-				}
-			case "job.cancelled":
-				after("a cancellation")
-				terminal = "cancelled"
+// jobTally counts what the per-job checks looked at, for their summaries.
+type jobTally struct {
+	claims, pairs, extended, completions int
+}
+
+// jobReplay is one job's history as its audit events tell it.
+type jobReplay struct {
+	latest   uint64 // the latest claim number
+	terminal string // how the job finished; "" while it has not
+	claims   []claimRec
+	ended    map[uint64]uint64 // claim number → seq of the failure that handed the job back
+}
+
+// replayJob goes through one job's events in the log's order, checking that claim numbers
+// grow one by one and that nothing happens to the job once it finished, and answers what
+// they tell.
+func replayJob(c *checker, id string, h *jobHistory, t *jobTally) jobReplay {
+	var completed *event
+	rp := jobReplay{ended: map[uint64]uint64{}}
+	for i := range h.events {
+		e := h.events[i]
+		n, _ := e.num("claim")
+		after := func(what string) {
+			if rp.terminal != "" {
+				c.fail(invCompletion, "job %s: %s (seq %d) after the job was %s", id, what, e.Seq, rp.terminal)
 			}
 		}
-		if j, ok := fs.jobs[id]; ok {
-			if j.GetAttempts() != uint32(latest) {
-				c.fail(invClaimsGrow, "job %s: ends with attempts %d, but the audit log has %d claims", id, j.GetAttempts(), latest)
+		switch e.Action {
+		case "job.claimed":
+			t.claims++
+			after(fmt.Sprintf("claim %d by %s", n, e.Holder))
+			if n != rp.latest+1 {
+				c.fail(invClaimsGrow, "job %s: claim %d by %s (seq %d) follows claim %d", id, n, e.Holder, e.Seq, rp.latest)
 			}
-			want := map[string]agwpv1.JobState{"completed": agwpv1.JobState_JOB_STATE_COMPLETED, "failed": agwpv1.JobState_JOB_STATE_FAILED,
-				"failed (lease expired)": agwpv1.JobState_JOB_STATE_FAILED, "cancelled": agwpv1.JobState_JOB_STATE_CANCELLED,
-				"cancelled (lease expired)": agwpv1.JobState_JOB_STATE_CANCELLED}
-			if st, ok := want[terminal]; ok && j.GetState() != st {
-				c.fail(invCompletion, "job %s: the audit log says it was %s, but it ends %s", id, terminal, j.GetState())
+			if n > rp.latest {
+				rp.latest = n
 			}
-			if terminal == "" && j.GetState() != agwpv1.JobState_JOB_STATE_QUEUED && j.GetState() != agwpv1.JobState_JOB_STATE_CLAIMED {
-				c.fail(invCompletion, "job %s: ends %s, but the audit log never finished it", id, j.GetState())
+			exp, _ := e.time("lease_expires_at")
+			rp.claims = append(rp.claims, claimRec{n: n, holder: e.Holder, at: e.Time, exp: exp, seq: e.Seq})
+		case "job.completed":
+			t.completions++
+			after(fmt.Sprintf("a completion by %s with claim %d", e.Holder, n))
+			if completed != nil {
+				c.fail(invCompletion, "job %s: completed twice: by %s with claim %d (seq %d) and by %s with claim %d (seq %d)",
+					id, completed.Holder, mustNum(*completed, "claim"), completed.Seq, e.Holder, n, e.Seq)
 			}
-		}
-		// Two live claims: a claim is taken again only after its lease ran out (as extended by
-		// every heartbeat accepted), or after a failure handed the job back.
-		for i := 1; i < len(claims); i++ {
-			prev, next := claims[i-1], claims[i]
-			pairs++
-			if s, ok := ended[prev.n]; ok && s < next.seq {
-				continue
+			if n != rp.latest {
+				c.fail(invCompletion, "job %s: completion by %s with claim %d (seq %d) accepted while its latest claim was %d", id, e.Holder, n, e.Seq, rp.latest)
 			}
-			end, by := prev.exp, "its claim"
-			for _, hb := range heartbeats[claimKey{id, prev.n}] {
-				if hb.ExpiresAt.After(end) {
-					end, by = hb.ExpiresAt, fmt.Sprintf("a heartbeat accepted on %s at %s", replicaName(hb.Replica), clock(hb.End))
-					extended++
-				}
+			completed = &h.events[i]
+			rp.terminal = "completed"
+		case "job.failed":
+			after(fmt.Sprintf("a failure by %s with claim %d", e.Holder, n))
+			if n != rp.latest {
+				c.fail(invStaleClaim, "job %s: failure by %s with claim %d (seq %d) accepted while its latest claim was %d", id, e.Holder, n, e.Seq, rp.latest)
 			}
-			if next.at.Before(end) {
-				c.fail(invTwoClaims, "job %s: claim %d by %s at %s while claim %d by %s held a lease until %s (set by %s)",
-					id, next.n, next.holder, clock(next.at), prev.n, prev.holder, clock(end), by)
+			switch st := e.str("state"); st {
+			case "failed", "cancelled":
+				rp.terminal = st
+			default:
+				rp.ended[n] = e.Seq
 			}
+		case "job.expired":
+			after("an expiry")
+			if st := e.str("state"); st == "failed" || st == "cancelled" {
+				rp.terminal = st + " (lease expired)"
+			}
+		case "job.cancelled":
+			after("a cancellation")
+			rp.terminal = "cancelled"
 		}
 	}
-	c.done(invClaimsGrow, "%d claims of %d jobs", claimsChecked, len(byJob))
-	c.done(invTwoClaims, "%d successive claims (%d leases extended by recorded heartbeats)", pairs, extended)
+	return rp
+}
 
-	// The recorded workers' completions and failures against the log: an accepted one is there
-	// with its claim number; a refused one (never also tried with an unknown outcome) is not.
-	// The items of CompleteJobs calls are recorded as CompleteJob ops and count here alike.
+// checkJobEnd checks the job's final state (when it is in the final job list) against what
+// the log told of it.
+func checkJobEnd(c *checker, fs *finalState, id string, rp jobReplay) {
+	j, ok := fs.jobs[id]
+	if !ok {
+		return
+	}
+	if j.GetAttempts() != uint32(rp.latest) {
+		c.fail(invClaimsGrow, "job %s: ends with attempts %d, but the audit log has %d claims", id, j.GetAttempts(), rp.latest)
+	}
+	want := map[string]agwpv1.JobState{"completed": agwpv1.JobState_JOB_STATE_COMPLETED, "failed": agwpv1.JobState_JOB_STATE_FAILED,
+		"failed (lease expired)": agwpv1.JobState_JOB_STATE_FAILED, "cancelled": agwpv1.JobState_JOB_STATE_CANCELLED,
+		"cancelled (lease expired)": agwpv1.JobState_JOB_STATE_CANCELLED}
+	if st, ok := want[rp.terminal]; ok && j.GetState() != st {
+		c.fail(invCompletion, "job %s: the audit log says it was %s, but it ends %s", id, rp.terminal, j.GetState())
+	}
+	if rp.terminal == "" && j.GetState() != agwpv1.JobState_JOB_STATE_QUEUED && j.GetState() != agwpv1.JobState_JOB_STATE_CLAIMED {
+		c.fail(invCompletion, "job %s: ends %s, but the audit log never finished it", id, j.GetState())
+	}
+}
+
+// checkTwoClaims: a claim is taken again only after its lease ran out (as extended by every
+// heartbeat accepted), or after a failure handed the job back.
+func checkTwoClaims(c *checker, id string, rp jobReplay, heartbeats map[claimKey][]Op, t *jobTally) {
+	for i := 1; i < len(rp.claims); i++ {
+		prev, next := rp.claims[i-1], rp.claims[i]
+		t.pairs++
+		if s, ok := rp.ended[prev.n]; ok && s < next.seq {
+			continue
+		}
+		end, by := prev.exp, "its claim"
+		for _, hb := range heartbeats[claimKey{id, prev.n}] {
+			if hb.ExpiresAt.After(end) {
+				end, by = hb.ExpiresAt, fmt.Sprintf("a heartbeat accepted on %s at %s", replicaName(hb.Replica), clock(hb.End))
+				t.extended++
+			}
+		}
+		if next.at.Before(end) {
+			c.fail(invTwoClaims, "job %s: claim %d by %s at %s while claim %d by %s held a lease until %s (set by %s)",
+				id, next.n, next.holder, clock(next.at), prev.n, prev.holder, clock(end), by)
+		}
+	}
+}
+
+// checkReports checks the recorded workers' completions and failures against the log: an
+// accepted one is there with its claim number; a refused one (never also tried with an unknown
+// outcome) is not. The items of CompleteJobs calls are recorded as CompleteJob ops and count
+// here alike. It answers how many reports it matched, and how many of them were sent in
+// batches.
+func checkReports(c *checker, fs *finalState, ops []Op, byJob map[string]*jobHistory) (reports, inBatches int) {
 	reported := map[string]map[string]bool{} // method|job|claim|holder → outcomes
 	inBatch := map[string]bool{}
 	for _, op := range ops {
@@ -375,7 +425,7 @@ func (r *run) checkJobs(c *checker, fs *finalState, ops []Op) {
 			}
 		}
 	}
-	c.done(invCompletion, "%d completions of %d jobs; %d recorded reports matched with the log (%d sent in batches)", completions, len(byJob), len(reported), len(inBatch))
+	return len(reported), len(inBatch)
 }
 
 func mustNum(e event, key string) uint64 {

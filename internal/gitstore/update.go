@@ -132,48 +132,9 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		if exists {
 			old = entries[i]
 		}
-		isDir := exists && old.Mode == filemode.Dir
-
-		// The directory under this name afterwards: the old one (if it was a directory)
-		// with the edits below applied.
-		var sub plumbing.Hash
-		if len(c.children) > 0 {
-			var base plumbing.Hash
-			if isDir {
-				base = old.Hash
-			}
-			if updated, ok := subs[name]; ok {
-				sub = updated
-			} else {
-				var err error
-				if sub, _, err = updateDir(s, base, c, path+"/"); err != nil {
-					return plumbing.ZeroHash, false, err
-				}
-			}
-		} else if isDir {
-			sub = old.Hash
-		}
-
-		var next object.TreeEntry // Name empty: no entry
-		switch {
-		case c.edit != nil && !c.edit.Delete: // a file afterwards
-			if !sub.IsZero() {
-				return plumbing.ZeroHash, false, &repo.CollisionError{File: path, Under: path + "/"}
-			}
-			next = object.TreeEntry{Name: name, Mode: c.edit.modeAfter(old, exists), Hash: c.edit.Blob}
-		case c.edit != nil || isDir || !exists: // the file, if any, is deleted
-			if !sub.IsZero() {
-				next = object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: sub}
-			}
-		default: // a file not edited, with edits below its name
-			if old.Mode == filemode.Submodule && len(c.children) > 0 {
-				return plumbing.ZeroHash, false, &repo.InvalidEditError{Path: path,
-					Reason: "is a submodule, whose files are another repository's: ag writes nothing into it"}
-			}
-			if !sub.IsZero() {
-				return plumbing.ZeroHash, false, &repo.CollisionError{File: path, Under: path + "/"}
-			}
-			next = old
+		next, err := entryAfter(s, c, name, path, old, exists, subs)
+		if err != nil {
+			return plumbing.ZeroHash, false, err
 		}
 		switch {
 		case next.Name == "" && exists:
@@ -219,6 +180,56 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 		return plumbing.ZeroHash, false, fmt.Errorf("write tree %q: %w", prefix, err)
 	}
 	return nid, true, nil
+}
+
+// entryAfter answers the entry named name in the directory after the edits in c are applied
+// (Name empty: no entry), where old is the entry before (when exists) and subs the
+// subdirectories spliceDir already updated.
+func entryAfter(s storer.EncodedObjectStorer, c *editNode, name, path string, old object.TreeEntry, exists bool, subs map[string]plumbing.Hash) (object.TreeEntry, error) {
+	isDir := exists && old.Mode == filemode.Dir
+
+	// The directory under this name afterwards: the old one (if it was a directory)
+	// with the edits below applied.
+	var sub plumbing.Hash
+	if len(c.children) > 0 {
+		var base plumbing.Hash
+		if isDir {
+			base = old.Hash
+		}
+		if updated, ok := subs[name]; ok {
+			sub = updated
+		} else {
+			var err error
+			if sub, _, err = updateDir(s, base, c, path+"/"); err != nil {
+				return object.TreeEntry{}, err
+			}
+		}
+	} else if isDir {
+		sub = old.Hash
+	}
+
+	var next object.TreeEntry // Name empty: no entry
+	switch {
+	case c.edit != nil && !c.edit.Delete: // a file afterwards
+		if !sub.IsZero() {
+			return object.TreeEntry{}, &repo.CollisionError{File: path, Under: path + "/"}
+		}
+		next = object.TreeEntry{Name: name, Mode: c.edit.modeAfter(old, exists), Hash: c.edit.Blob}
+	case c.edit != nil || isDir || !exists: // the file, if any, is deleted
+		if !sub.IsZero() {
+			next = object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: sub}
+		}
+	default: // a file not edited, with edits below its name
+		if old.Mode == filemode.Submodule && len(c.children) > 0 {
+			return object.TreeEntry{}, &repo.InvalidEditError{Path: path,
+				Reason: "is a submodule, whose files are another repository's: ag writes nothing into it"}
+		}
+		if !sub.IsZero() {
+			return object.TreeEntry{}, &repo.CollisionError{File: path, Under: path + "/"}
+		}
+		next = old
+	}
+	return next, nil
 }
 
 // spliceDir is updateDir for the common case of edits that only change what existing entries

@@ -82,21 +82,8 @@ type runResult struct {
 // of the sandbox, in the group or not, is gone when runCommand returns.
 func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	var res runResult
-	if len(s.Argv) == 0 {
-		return res, errors.New("no command")
-	}
-	if s.Limits != nil && s.Sandbox == nil {
-		// Without bwrap's wait for its arguments, the command would run before it joined
-		// its cgroup.
-		return res, errors.New("a run is held to limits in the sandbox only")
-	}
-	path := ""
-	if s.Sandbox == nil {
-		var err error
-		if path, err = lookPath(s.Argv[0], s.Dir, s.Env); err != nil {
-			return res, err
-		}
-	} else if err := s.Sandbox.lookPath(s.Argv[0], s.Box, s.Env); err != nil {
+	path, err := commandPath(s)
+	if err != nil {
 		return res, err
 	}
 	// Read through the same file as it is written: the log may be on the run's file system,
@@ -138,21 +125,8 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
 	}
-	if s.Limits != nil {
-		// bwrap reads its arguments (box.started hands them over) before it does anything
-		// else: until then it has started nothing, so everything of the sandbox is born in
-		// the run's cgroup.
-		if err := s.Limits.join(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			<-exited
-			return res, err
-		}
-	}
-	if box != nil {
-		if s.Limits != nil {
-			box.onStart = s.Limits.detach
-		}
-		box.started()
+	if err := releaseSandbox(cmd, exited, s.Limits, box); err != nil {
+		return res, err
 	}
 	res.Pgid = cmd.Process.Pid
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -188,22 +162,7 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 		waitErr = stopGroup(res.Pgid, exited, s.Grace)
 	}
 	res.FinishedAt = time.Now()
-	// The leader is gone; what it left behind in its group goes too, exited or not.
-	res.Survivors = !killGroup(res.Pgid, 5*time.Second)
-	if box != nil {
-		// And what it left in its sandbox, where setsid takes a process out of any group.
-		gone, own := box.end(5 * time.Second)
-		res.Survivors = res.Survivors || !gone
-		res.OwnPIDNamespace = own
-	}
-	// The pipe ends when the last process holding it is gone. One that left the group may hold
-	// it open for ever: stop reading after a moment.
-	select {
-	case <-copied:
-	case <-time.After(max(s.Grace, 100*time.Millisecond)):
-		_ = pr.SetReadDeadline(time.Now())
-		<-copied
-	}
+	reapRun(&res, box, s.Grace, pr, copied)
 	if stopped {
 		return res, context.Cause(ctx)
 	}
@@ -224,6 +183,80 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 		return res, fmt.Errorf("write log: %w", sink.err)
 	}
 
+	if err := setExitStatus(&res, waitErr, s); err != nil {
+		return res, err
+	}
+	res.LogDigest = "sha256:" + hex.EncodeToString(sink.hash.Sum(nil))
+	res.LogBytes = sink.size.Load()
+	if res.Tail, err = logTailOf(logFile, sink.size.Load(), maxOutputBytes); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// commandPath checks that s can run at all, and answers the executable to start without a
+// sandbox ("" with one, where bwrap finds it, and it was only checked to be there).
+func commandPath(s runSpec) (string, error) {
+	if len(s.Argv) == 0 {
+		return "", errors.New("no command")
+	}
+	if s.Limits != nil && s.Sandbox == nil {
+		// Without bwrap's wait for its arguments, the command would run before it joined
+		// its cgroup.
+		return "", errors.New("a run is held to limits in the sandbox only")
+	}
+	if s.Sandbox != nil {
+		return "", s.Sandbox.lookPath(s.Argv[0], s.Box, s.Env)
+	}
+	return lookPath(s.Argv[0], s.Dir, s.Env)
+}
+
+// releaseSandbox lets bwrap, started and waiting for its arguments, go on, once it is in the
+// run's cgroup (with limits). When it cannot join the cgroup, it is killed, and that is the error.
+func releaseSandbox(cmd *exec.Cmd, exited <-chan error, limits *runLimit, box *boxRun) error {
+	if limits != nil {
+		// bwrap reads its arguments (box.started hands them over) before it does anything
+		// else: until then it has started nothing, so everything of the sandbox is born in
+		// the run's cgroup.
+		if err := limits.join(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			<-exited
+			return err
+		}
+	}
+	if box != nil {
+		if limits != nil {
+			box.onStart = limits.detach
+		}
+		box.started()
+	}
+	return nil
+}
+
+// reapRun, once the run's leader is gone, kills what it left behind and waits (a moment at
+// most) for the output to be copied, noting in res whether anything survived.
+func reapRun(res *runResult, box *boxRun, grace time.Duration, pr *os.File, copied <-chan struct{}) {
+	// The leader is gone; what it left behind in its group goes too, exited or not.
+	res.Survivors = !killGroup(res.Pgid, 5*time.Second)
+	if box != nil {
+		// And what it left in its sandbox, where setsid takes a process out of any group.
+		gone, own := box.end(5 * time.Second)
+		res.Survivors = res.Survivors || !gone
+		res.OwnPIDNamespace = own
+	}
+	// The pipe ends when the last process holding it is gone. One that left the group may hold
+	// it open for ever: stop reading after a moment.
+	select {
+	case <-copied:
+	case <-time.After(max(grace, 100*time.Millisecond)):
+		_ = pr.SetReadDeadline(time.Now())
+		<-copied
+	}
+}
+
+// setExitStatus sets res's exit code and reason from how the command ended (waitErr, from
+// Wait), or answers the error of a wait that says nothing of the command's exit.
+func setExitStatus(res *runResult, waitErr error, s runSpec) error {
 	var exitErr *exec.ExitError
 	switch {
 	case res.TimedOut:
@@ -238,17 +271,12 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 			res.Reason = fmt.Sprintf("died of signal %d (%v)", int(ws.Signal()), ws.Signal())
 		}
 	default:
-		return res, fmt.Errorf("wait for %s: %w", s.Argv[0], waitErr)
+		return fmt.Errorf("wait for %s: %w", s.Argv[0], waitErr)
 	}
 	if res.OverLimit != "" {
 		res.Reason = overLimitPrefix + res.OverLimit
 	}
-	res.LogDigest = "sha256:" + hex.EncodeToString(sink.hash.Sum(nil))
-	res.LogBytes = sink.size.Load()
-	if res.Tail, err = logTailOf(logFile, sink.size.Load(), maxOutputBytes); err != nil {
-		return res, err
-	}
-	return res, nil
+	return nil
 }
 
 // stopGroup asks the group to terminate, kills it when the leader has not exited within grace,

@@ -182,6 +182,12 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		Isolation:   isolation,
 		Network:     network,
 	}
+	return v.attestedOutcome(ctx, val, res, log)
+}
+
+// attestedOutcome signs val, the attestation of the run res, and answers the job's outcome
+// with it: the result's fields, the output's tail and the attestation.
+func (v *Validator) attestedOutcome(ctx context.Context, val attest.Validation, res runResult, log *slog.Logger) (Outcome, error) {
 	signed, err := v.Signer.SignValidation(ctx, val)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("sign the attestation: %w", err)
@@ -191,11 +197,11 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("sign the attestation: %w", err)
 	}
 	fields := map[string]any{
-		"result":      result,
+		"result":      val.Result,
 		"exit_code":   res.ExitCode,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-		"isolation":   isolation,
-		"network":     network,
+		"isolation":   val.Isolation,
+		"network":     val.Network,
 	}
 	if res.Reason != "" {
 		fields["reason"] = res.Reason
@@ -204,7 +210,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	log.Info("validated", "result", result, "exit_code", res.ExitCode, "reason", res.Reason,
+	log.Info("validated", "result", val.Result, "exit_code", res.ExitCode, "reason", res.Reason,
 		"elapsed", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
 	return Outcome{Result: resultStruct, Output: res.Tail, OutputDigest: res.LogDigest, Attestation: envelope}, nil
 }

@@ -258,77 +258,23 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	br := conn.SendBatch(ctx, &batch)
 	defer br.Close()
 
-	if _, err := br.Exec(); err != nil {
-		return store.Change{}, interpretError("integrate: begin", err)
-	}
-	if len(p.Blobs) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return store.Change{}, interpretError("integrate: store blobs", err)
-		}
-	}
-	var mainline, mainTree, mainCommit string
-	var gated bool
-	if err := br.QueryRow().Scan(&mainline, &gated); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.Change{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
-		}
-		return store.Change{}, interpretError("integrate: lock repository", err)
-	}
-	if err := br.QueryRow().Scan(&mainTree, &mainCommit); err != nil {
-		return store.Change{}, interpretError("integrate: read the mainline", err)
-	}
-	rows, err := br.Query()
+	st, err := readIntegrateBatch(br, p, len(editDigests))
 	if err != nil {
-		return store.Change{}, interpretError("integrate: check leases", err)
-	}
-	check := leaseCheck{given: map[string][]store.Lease{}, newest: map[string]store.Grant{}}
-	var kind, fold string
-	var g grant
-	_, err = pgx.ForEachRow(rows, []any{&kind, &fold, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
-		check.add(kind, fold, g)
-		return nil
-	})
-	if err != nil {
-		return store.Change{}, interpretError("integrate: check leases", err)
-	}
-	if err := check.refusal(p); err != nil {
 		return store.Change{}, err
-	}
-	var baseTree string
-	if err := br.QueryRow().Scan(&baseTree); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.Change{}, fmt.Errorf("revision %s of repository %s: %w", p.BaseRevision, p.Repository, store.ErrNotFound)
-		}
-		return store.Change{}, interpretError("integrate: read the base revision", err)
-	}
-	blobIDs := make(map[string]plumbing.Hash, len(editDigests))
-	rows, err = br.Query()
-	if err != nil {
-		return store.Change{}, interpretError("integrate: read the blobs' git ids", err)
-	}
-	var digest string
-	var gitID []byte
-	if _, err = pgx.ForEachRow(rows, []any{&digest, &gitID}, func() error {
-		var h plumbing.Hash
-		copy(h[:], gitID)
-		blobIDs[digest] = h
-		return nil
-	}); err != nil {
-		return store.Change{}, interpretError("integrate: read the blobs' git ids", err)
 	}
 	if err := br.Close(); err != nil {
 		return store.Change{}, interpretError("integrate", err)
 	}
 
-	backend := gitBackend{qr: conn, blobIDs: blobIDs}
+	backend := gitBackend{qr: conn, blobIDs: st.blobIDs}
 	objs := store.NewGitObjects(ctx, backend)
-	baseID, err := store.ParseGitID(baseTree)
+	baseID, err := store.ParseGitID(st.baseTree)
 	if err != nil {
 		return store.Change{}, fmt.Errorf("postgres: integrate: base revision %s: %w", p.BaseRevision, err)
 	}
-	mainID, err := store.ParseGitID(mainTree)
+	mainID, err := store.ParseGitID(st.mainTree)
 	if err != nil {
-		return store.Change{}, fmt.Errorf("postgres: integrate: mainline %s: %w", mainline, err)
+		return store.Change{}, fmt.Errorf("postgres: integrate: mainline %s: %w", st.mainline, err)
 	}
 	newTree, err := store.RebaseGit(ctx, backend, objs, baseID, mainID, p.Edits)
 	if err != nil {
@@ -344,7 +290,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	var final pgx.Batch
 	var written []store.GitObject // the trees and commit the statement stores
 	changeID := store.NewID("chg")
-	if gated {
+	if st.gated {
 		// The rebased tree is not kept: AdvanceQueue builds the candidate on the mainline of
 		// the change's turn, from the edits.
 		edits, err := encodeEdits(p.Edits)
@@ -354,27 +300,9 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		final.Queue(queueChangeSQL, db.now(), changeID, p.Repository, p.BaseRevision, p.Holder,
 			p.Message, paths, edits, string(tokensJSON))
 	} else {
-		revID := store.NewID("rev")
-		parent, err := store.ParseGitID(mainCommit)
-		if err != nil {
-			return store.Change{}, fmt.Errorf("postgres: integrate: mainline %s: commit: %w", mainline, err)
+		if written, err = db.queueMainlineMove(&final, objs, newTree, p, st, changeID, paths, tokensJSON); err != nil {
+			return store.Change{}, err
 		}
-		now := db.commitTime()
-		commit, err := store.WriteMainlineCommit(objs, newTree, parent, store.CommitInfo{
-			Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Author: p.Holder, Message: p.Message,
-			FencingTokens: p.FencingTokens, AuthoredAt: now, CommittedAt: now, EmailDomain: db.emailDomain,
-		})
-		if err != nil {
-			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
-		}
-		var ids, data [][]byte
-		var types []int16
-		written, ids, types, data, err = pendingArgs(objs)
-		if err != nil {
-			return store.Change{}, fmt.Errorf("postgres: integrate: %w", err)
-		}
-		final.Queue(integrateSQL, db.now(), newTree.String(), commit.String(), revID, p.Repository, mainline,
-			changeID, p.Holder, p.BaseRevision, p.Message, paths, ids, types, data, string(tokensJSON))
 	}
 	final.Queue("COMMIT")
 	fr := conn.SendBatch(ctx, &final)
@@ -392,6 +320,120 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	db.audited()
 	objs.KeepDecoded(written)
 	return s.change(), nil
+}
+
+// integrateRead is what the first round trip of Integrate read under the repository's lock.
+type integrateRead struct {
+	mainline, mainTree, mainCommit string
+	gated                          bool // the repository has a validation policy
+	baseTree                       string
+	blobIDs                        map[string]plumbing.Hash // by digest, of the edits' blobs
+}
+
+// readIntegrateBatch reads the answers to the first round trip of Integrate, in the order they
+// were queued, and answers the refusal of an integration the leases given do not allow.
+// editBlobs is how many digests blobIDsSQL was given.
+func readIntegrateBatch(br pgx.BatchResults, p store.IntegrateParams, editBlobs int) (integrateRead, error) {
+	if _, err := br.Exec(); err != nil {
+		return integrateRead{}, interpretError("integrate: begin", err)
+	}
+	if len(p.Blobs) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return integrateRead{}, interpretError("integrate: store blobs", err)
+		}
+	}
+	var r integrateRead
+	if err := br.QueryRow().Scan(&r.mainline, &r.gated); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return integrateRead{}, fmt.Errorf("repository %s: %w", p.Repository, store.ErrNotFound)
+		}
+		return integrateRead{}, interpretError("integrate: lock repository", err)
+	}
+	if err := br.QueryRow().Scan(&r.mainTree, &r.mainCommit); err != nil {
+		return integrateRead{}, interpretError("integrate: read the mainline", err)
+	}
+	check, err := readLeaseCheck(br)
+	if err != nil {
+		return integrateRead{}, err
+	}
+	if err := check.refusal(p); err != nil {
+		return integrateRead{}, err
+	}
+	if err := br.QueryRow().Scan(&r.baseTree); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return integrateRead{}, fmt.Errorf("revision %s of repository %s: %w", p.BaseRevision, p.Repository, store.ErrNotFound)
+		}
+		return integrateRead{}, interpretError("integrate: read the base revision", err)
+	}
+	if r.blobIDs, err = readBlobIDs(br, editBlobs); err != nil {
+		return integrateRead{}, err
+	}
+	return r, nil
+}
+
+// readLeaseCheck reads the rows of leaseCheckSQL.
+func readLeaseCheck(br pgx.BatchResults) (leaseCheck, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return leaseCheck{}, interpretError("integrate: check leases", err)
+	}
+	check := leaseCheck{given: map[string][]store.Lease{}, newest: map[string]store.Grant{}}
+	var kind, fold string
+	var g grant
+	_, err = pgx.ForEachRow(rows, []any{&kind, &fold, &g.path, &g.token, &g.id, &g.state, &g.holder, &g.ended}, func() error {
+		check.add(kind, fold, g)
+		return nil
+	})
+	if err != nil {
+		return leaseCheck{}, interpretError("integrate: check leases", err)
+	}
+	return check, nil
+}
+
+// readBlobIDs reads the rows of blobIDsSQL, the git ids of the edits' blobs by digest.
+func readBlobIDs(br pgx.BatchResults, blobs int) (map[string]plumbing.Hash, error) {
+	blobIDs := make(map[string]plumbing.Hash, blobs)
+	rows, err := br.Query()
+	if err != nil {
+		return nil, interpretError("integrate: read the blobs' git ids", err)
+	}
+	var digest string
+	var gitID []byte
+	if _, err = pgx.ForEachRow(rows, []any{&digest, &gitID}, func() error {
+		var h plumbing.Hash
+		copy(h[:], gitID)
+		blobIDs[digest] = h
+		return nil
+	}); err != nil {
+		return nil, interpretError("integrate: read the blobs' git ids", err)
+	}
+	return blobIDs, nil
+}
+
+// queueMainlineMove writes the commit of newTree on the mainline and queues integrateSQL, which
+// stores it with the trees objs holds, and answers those objects.
+func (db *DB) queueMainlineMove(final *pgx.Batch, objs *store.GitObjects, newTree plumbing.Hash, p store.IntegrateParams,
+	st integrateRead, changeID string, paths []string, tokensJSON []byte) ([]store.GitObject, error) {
+	revID := store.NewID("rev")
+	parent, err := store.ParseGitID(st.mainCommit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: integrate: mainline %s: commit: %w", st.mainline, err)
+	}
+	now := db.commitTime()
+	commit, err := store.WriteMainlineCommit(objs, newTree, parent, store.CommitInfo{
+		Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Author: p.Holder, Message: p.Message,
+		FencingTokens: p.FencingTokens, AuthoredAt: now, CommittedAt: now, EmailDomain: db.emailDomain,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: integrate: %w", err)
+	}
+	written, ids, types, data, err := pendingArgs(objs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: integrate: %w", err)
+	}
+	final.Queue(integrateSQL, db.now(), newTree.String(), commit.String(), revID, p.Repository, st.mainline,
+		changeID, p.Holder, p.BaseRevision, p.Message, paths, ids, types, data, string(tokensJSON))
+	return written, nil
 }
 
 // nonNilUints keeps absent tokens as an empty JSON array.

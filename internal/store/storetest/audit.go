@@ -957,48 +957,85 @@ func testAuditEventsOfEachChange(t *testing.T, newStore Factory) {
 // checks that none of them wrote an event.
 func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 	b := setupAudit(t, newStore)
-	_, tok, _ := b.createPrincipal(t, "alice", store.RoleAgent)
+	f := setupRefusals(t, b)
+	b.markLog(t)
+
+	refused := slices.Concat(accountRefusals(b, f), jobRefusals(b, f), repoRefusals(b, f))
+	for _, r := range refused {
+		if err := r.do(); err != nil {
+			t.Fatalf("%s: %v", r.what, err)
+		}
+		if n, err := b.st.SealAudit(b.ctx, store.SealAuditParams{Limit: 100, Seal: noSeal(t)}); err != nil || n != 0 {
+			t.Fatalf("%s wrote audit events: SealAudit sealed %d, %v; want 0", r.what, n, err)
+		}
+	}
+	if events := b.auditEvents(t, b.mark); len(events) != 0 {
+		t.Fatalf("refused requests left %d events, the first %s %s", len(events), events[0].Action, events[0].Subject)
+	}
+	b.verifyLog(t)
+}
+
+// refusalFixture is what the refused requests of testAuditRefusalsWriteNothing are about.
+type refusalFixture struct {
+	tok                    store.Token // alice's, revoked
+	unique, validate, done store.Job   // claimed with a unique key; claimed and asked to stop; cancelled
+	r                      store.Repository
+	held, ended            store.Lease // alice's on src/ of r; bob's on docs/, broken
+	g                      *gate       // its verdict on the validating change of "gated" is pending
+}
+
+// setupRefusals makes what the refused requests are about, every event of it written before
+// the log is marked.
+func setupRefusals(t *testing.T, b *abundle) refusalFixture {
+	var f refusalFixture
+	_, f.tok, _ = b.createPrincipal(t, "alice", store.RoleAgent)
 	b.createPrincipal(t, "runner", store.RoleWorker)
 	if _, err := b.st.DisablePrincipal(b.ctx, "runner"); err != nil {
 		t.Fatalf("DisablePrincipal: %v", err)
 	}
-	if _, err := b.st.RevokeToken(b.ctx, tok.ID); err != nil {
+	if _, err := b.st.RevokeToken(b.ctx, f.tok.ID); err != nil {
 		t.Fatalf("RevokeToken: %v", err)
 	}
 	if _, err := b.st.RegisterWorkerKey(b.ctx, store.RegisterWorkerKeyParams{KeyID: "sha256:k1", Principal: "runner", PublicKey: []byte("k1")}); err != nil {
 		t.Fatalf("RegisterWorkerKey: %v", err)
 	}
-	unique := b.enqueue(t, store.EnqueueJobParams{UniqueKey: "u1"})
+	f.unique = b.enqueue(t, store.EnqueueJobParams{UniqueKey: "u1"})
 	claimed := b.mustClaim(t, "runner|w1", time.Minute)
-	if claimed.ID != unique.ID {
-		t.Fatalf("claimed %s, want %s", claimed.ID, unique.ID)
+	if claimed.ID != f.unique.ID {
+		t.Fatalf("claimed %s, want %s", claimed.ID, f.unique.ID)
 	}
-	validate := b.enqueue(t, store.EnqueueJobParams{Kind: store.KindValidate})
+	f.validate = b.enqueue(t, store.EnqueueJobParams{Kind: store.KindValidate})
 	b.mustClaim(t, "runner|w2", time.Minute, store.KindValidate)
-	done := b.enqueue(t, store.EnqueueJobParams{Kind: "other"})
-	if _, err := b.st.CancelJob(b.ctx, done.ID); err != nil {
+	f.done = b.enqueue(t, store.EnqueueJobParams{Kind: "other"})
+	if _, err := b.st.CancelJob(b.ctx, f.done.ID); err != nil {
 		t.Fatalf("CancelJob: %v", err)
 	}
-	if _, err := b.st.CancelJob(b.ctx, validate.ID); err != nil {
+	if _, err := b.st.CancelJob(b.ctx, f.validate.ID); err != nil {
 		t.Fatalf("CancelJob: %v", err)
 	}
-	r := b.createRepo(t, "web")
-	held := b.acquire(t, "web", alice, time.Hour, "src/")
-	ended := b.acquire(t, "web", bob, time.Hour, "docs/")
-	if _, err := b.rs.BreakLease(b.ctx, ended.ID); err != nil {
+	f.r = b.createRepo(t, "web")
+	f.held = b.acquire(t, "web", alice, time.Hour, "src/")
+	f.ended = b.acquire(t, "web", bob, time.Hour, "docs/")
+	if _, err := b.rs.BreakLease(b.ctx, f.ended.ID); err != nil {
 		t.Fatalf("BreakLease: %v", err)
 	}
 	policyRepo := b.createPolicyRepo(t, "gated")
 	gl := b.acquire(t, "gated", alice, time.Hour, "src/")
 	queued := b.queue(t, integrateParams("gated", policyRepo.Mainline, alice, []uint64{gl.FencingToken}, put("src/a.go", "a")))
-	g := newGate()
-	b.advance(t, g, "gated", step{queued.ID, store.ChangeValidating})
-	b.markLog(t)
+	f.g = newGate()
+	b.advance(t, f.g, "gated", step{queued.ID, store.ChangeValidating})
+	return f
+}
 
-	refused := []struct {
-		what string
-		do   func() error
-	}{
+// refusal is a request that must be refused or change nothing: do answers what went otherwise.
+type refusal struct {
+	what string
+	do   func() error
+}
+
+// accountRefusals are the refused requests about principals, tokens and worker keys.
+func accountRefusals(b *abundle, f refusalFixture) []refusal {
+	return []refusal{
 		{"CreatePrincipal of a taken name", func() error {
 			id, hash := newToken("again")
 			_, _, err := b.st.CreatePrincipal(b.ctx, store.CreatePrincipalParams{Name: "alice", Role: store.RoleAgent, TokenID: id, TokenHash: hash})
@@ -1026,7 +1063,7 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			return wantIs(err, store.ErrNotFound)
 		}},
 		{"RevokeToken of a revoked token", func() error {
-			_, err := b.st.RevokeToken(b.ctx, tok.ID)
+			_, err := b.st.RevokeToken(b.ctx, f.tok.ID)
 			return err
 		}},
 		{"RevokeToken of an unknown token", func() error {
@@ -1041,6 +1078,12 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			_, err := b.st.RegisterWorkerKey(b.ctx, store.RegisterWorkerKeyParams{KeyID: "sha256:k1", Principal: "alice", PublicKey: []byte("k1")})
 			return wantIs(err, store.ErrAlreadyExists)
 		}},
+	}
+}
+
+// jobRefusals are the refused requests about jobs.
+func jobRefusals(b *abundle, f refusalFixture) []refusal {
+	return []refusal{
 		{"EnqueueJob of a live unique key", func() error {
 			_, existing, err := b.st.EnqueueJob(b.ctx, store.EnqueueJobParams{Kind: "test", MaxAttempts: 1, UniqueKey: "u1"})
 			if err == nil && !existing {
@@ -1071,10 +1114,10 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 		}},
 		{"CompleteJobs whose every completion is refused", func() error {
 			ps := []store.CompleteJobParams{
-				{JobID: unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"},
-				{JobID: validate.ID, Worker: "runner|w2", FencingToken: 1},
+				{JobID: f.unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"},
+				{JobID: f.validate.ID, Worker: "runner|w2", FencingToken: 1},
 				{JobID: "job_unknown", Worker: "runner|w1", FencingToken: 1},
-				{JobID: done.ID, Worker: "runner|w1"},
+				{JobID: f.done.ID, Worker: "runner|w1"},
 			}
 			outs, err := b.st.CompleteJobs(b.ctx, ps)
 			if err != nil {
@@ -1091,31 +1134,31 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			return nil
 		}},
 		{"HeartbeatJob (heartbeats are not audited)", func() error {
-			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: unique.ID, Worker: "runner|w1", FencingToken: 1, Progress: "half"})
+			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: f.unique.ID, Worker: "runner|w1", FencingToken: 1, Progress: "half"})
 			return err
 		}},
 		{"CompleteJob by another worker", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CompleteJob with a stale claim number", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: unique.ID, Worker: "runner|w1", FencingToken: 7})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Worker: "runner|w1", FencingToken: 7})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CompleteJob of a validate job without an attestation", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: validate.ID, Worker: "runner|w2", FencingToken: 1})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.validate.ID, Worker: "runner|w2", FencingToken: 1})
 			return wantIs(err, store.ErrAttestationRequired)
 		}},
 		{"FailJob by another worker", func() error {
-			_, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: unique.ID, Worker: "runner|w9", Error: "x"})
+			_, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: f.unique.ID, Worker: "runner|w9", Error: "x"})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CancelJob of a finished job", func() error {
-			_, err := b.st.CancelJob(b.ctx, done.ID)
+			_, err := b.st.CancelJob(b.ctx, f.done.ID)
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"CancelJob of a job asked to stop already", func() error {
-			_, err := b.st.CancelJob(b.ctx, validate.ID)
+			_, err := b.st.CancelJob(b.ctx, f.validate.ID)
 			return err
 		}},
 		{"CancelJob of an unknown job", func() error {
@@ -1129,6 +1172,12 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			}
 			return err
 		}},
+	}
+}
+
+// repoRefusals are the refused requests about repositories, leases and changes.
+func repoRefusals(b *abundle, f refusalFixture) []refusal {
+	return []refusal{
 		{"CreateRepository of a taken name", func() error {
 			_, err := b.rs.CreateRepository(b.ctx, store.CreateRepositoryParams{Name: "web", CreatedBy: "admin"})
 			return wantIs(err, store.ErrAlreadyExists)
@@ -1149,55 +1198,43 @@ func testAuditRefusalsWriteNothing(t *testing.T, newStore Factory) {
 			return wantIs(err, store.ErrNotFound)
 		}},
 		{"RenewLease by another principal", func() error {
-			_, err := b.rs.RenewLease(b.ctx, store.RenewLeaseParams{LeaseID: held.ID, Principal: "bob", TTL: time.Hour})
+			_, err := b.rs.RenewLease(b.ctx, store.RenewLeaseParams{LeaseID: f.held.ID, Principal: "bob", TTL: time.Hour})
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"RenewLease of a broken lease", func() error {
-			_, err := b.rs.RenewLease(b.ctx, store.RenewLeaseParams{LeaseID: ended.ID, Principal: "bob", TTL: time.Hour})
+			_, err := b.rs.RenewLease(b.ctx, store.RenewLeaseParams{LeaseID: f.ended.ID, Principal: "bob", TTL: time.Hour})
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"ReleaseLease with a wrong token", func() error {
-			_, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: held.ID, Principal: "alice", FencingToken: 99})
+			_, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: f.held.ID, Principal: "alice", FencingToken: 99})
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"BreakLease of a broken lease", func() error {
-			_, err := b.rs.BreakLease(b.ctx, ended.ID)
+			_, err := b.rs.BreakLease(b.ctx, f.ended.ID)
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"Integrate of an unleased path", func() error {
-			_, err := b.rs.Integrate(b.ctx, integrateParams("web", r.Mainline, bob, nil, put("src/a.go", "x")))
+			_, err := b.rs.Integrate(b.ctx, integrateParams("web", f.r.Mainline, bob, nil, put("src/a.go", "x")))
 			return wantIs(err, store.ErrFailedPrecondition)
 		}},
 		{"Integrate of a blob that was never stored", func() error {
-			p := integrateParams("web", r.Mainline, alice, []uint64{held.FencingToken}, put("src/a.go", "never stored"))
+			p := integrateParams("web", f.r.Mainline, alice, []uint64{f.held.FencingToken}, put("src/a.go", "never stored"))
 			p.Blobs = nil
 			_, err := b.rs.Integrate(b.ctx, p)
 			return wantIs(err, store.ErrNotFound)
 		}},
 		{"AdvanceQueue while the verdict is pending", func() error {
-			changed, err := b.rs.AdvanceQueue(b.ctx, g.params("gated"))
+			changed, err := b.rs.AdvanceQueue(b.ctx, f.g.params("gated"))
 			if err == nil && len(changed) > 0 {
 				return fmt.Errorf("changed %d changes", len(changed))
 			}
 			return err
 		}},
 		{"AdvanceQueue of an unknown repository", func() error {
-			_, err := b.rs.AdvanceQueue(b.ctx, g.params("nowhere"))
+			_, err := b.rs.AdvanceQueue(b.ctx, f.g.params("nowhere"))
 			return wantIs(err, store.ErrNotFound)
 		}},
 	}
-	for _, r := range refused {
-		if err := r.do(); err != nil {
-			t.Fatalf("%s: %v", r.what, err)
-		}
-		if n, err := b.st.SealAudit(b.ctx, store.SealAuditParams{Limit: 100, Seal: noSeal(t)}); err != nil || n != 0 {
-			t.Fatalf("%s wrote audit events: SealAudit sealed %d, %v; want 0", r.what, n, err)
-		}
-	}
-	if events := b.auditEvents(t, b.mark); len(events) != 0 {
-		t.Fatalf("refused requests left %d events, the first %s %s", len(events), events[0].Action, events[0].Subject)
-	}
-	b.verifyLog(t)
 }
 
 // wantIs answers nil when errors.Is(err, target), else an error saying what err was.

@@ -163,26 +163,9 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 
 	// The clock moves in its own goroutine, when a worker nudges it: time passes while claims
 	// are in flight, and the test does not depend on how fast anything runs.
-	nudge := make(chan struct{}, 1)
 	ctx, stop := context.WithCancel(b.ctx)
 	defer stop()
-	var clockDone sync.WaitGroup
-	clockDone.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-nudge:
-				b.clk.Advance(step)
-			}
-		}
-	})
-	tick := func() {
-		select {
-		case nudge <- struct{}{}:
-		default:
-		}
-	}
+	tick, clockDone := nudgedClock(ctx, b.clk, step)
 
 	complete := func(worker string, c claim) {
 		_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: c.id, Worker: worker, FencingToken: c.token})
@@ -249,11 +232,43 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 	}
 	wg.Wait()
 	stop()
-	clockDone.Wait()
+	clockDone()
 	if t.Failed() {
 		return
 	}
 
+	checkLatestClaimsCompleted(t, b, accepted, latest, jobs)
+	t.Logf("%d claims, %d stale completions refused", len(claimed), refused.Load())
+}
+
+// nudgedClock moves clk by step, in a goroutine of its own, each time tick is called (a tick
+// while a move is pending adds none), until ctx ends; wait waits for the goroutine to end.
+func nudgedClock(ctx context.Context, clk *clock.Fake, step time.Duration) (tick, wait func()) {
+	nudge := make(chan struct{}, 1)
+	var done sync.WaitGroup
+	done.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-nudge:
+				clk.Advance(step)
+			}
+		}
+	})
+	tick = func() {
+		select {
+		case nudge <- struct{}{}:
+		default:
+		}
+	}
+	return tick, done.Wait
+}
+
+// checkLatestClaimsCompleted checks, once the claimers stopped, that every one of the jobs
+// ends COMPLETED by its latest claim: accepted holds the claim number of each completion
+// accepted, latest the newest claim number handed out for each job.
+func checkLatestClaimsCompleted(t *testing.T, b *bundle, accepted, latest map[string]uint32, jobs int) {
 	for id, token := range accepted {
 		job := b.get(t, id)
 		if job.State != store.JobCompleted {
@@ -270,10 +285,9 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 	if err != nil {
 		t.Fatalf("CountJobs: %v", err)
 	}
-	if counts[store.JobCompleted] != jobs {
+	if counts[store.JobCompleted] != int64(jobs) {
 		t.Fatalf("CountJobs = %v, want %d completed", counts, jobs)
 	}
-	t.Logf("%d claims, %d stale completions refused", len(claimed), refused.Load())
 }
 
 // BenchmarkClaimComplete measures a claim and its completion per iteration, from parallel

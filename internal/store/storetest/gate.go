@@ -741,21 +741,7 @@ func testGateConcurrentOrder(t *testing.T, newStore Factory) {
 	for a := range agents {
 		holder := fmt.Sprintf("agent%02d|w", a)
 		dir := fmt.Sprintf("agents/%02d/", a)
-		wg.Go(func() {
-			l, err := b.rs.AcquireLease(b.ctx, store.AcquireLeaseParams{Repository: "web", Paths: []string{dir}, Holder: holder, TTL: time.Hour})
-			if err != nil {
-				fail("AcquireLease(%s): %v", dir, err)
-				return
-			}
-			for round := range rounds {
-				c, err := b.rs.Integrate(b.ctx, integrateParams("web", r.Mainline, holder, []uint64{l.FencingToken},
-					put(fmt.Sprintf("%s%d.txt", dir, round), holder)))
-				if err != nil || c.State != store.ChangeQueued {
-					fail("Integrate(%s round %d) = %s, %v; want queued", holder, round, c.State, err)
-					return
-				}
-			}
-		})
+		wg.Go(func() { integrateAsAgent(b, r, holder, dir, rounds, fail) })
 	}
 	for d := range drivers {
 		worker := fmt.Sprintf("runner|w%d", d)
@@ -814,30 +800,59 @@ func testGateConcurrentOrder(t *testing.T, newStore Factory) {
 			}
 		})
 	}
-	wg.Go(func() {
-		for !stopped() {
-			changes, _, err := b.rs.ListChanges(b.ctx, store.ListChangesParams{Repository: "web", Limit: 1000})
-			if err != nil {
-				fail("ListChanges: %v", err)
-				return
-			}
-			validating := 0
-			for _, c := range changes {
-				if c.State == store.ChangeValidating {
-					validating++
-				}
-			}
-			if validating > 1 {
-				fail("ListChanges shows %d changes validating at once", validating)
-			}
-			runtime.Gosched()
-		}
-	})
+	wg.Go(func() { watchOneValidating(b, stopped, fail) })
 	wg.Wait()
 	if t.Failed() {
 		return
 	}
 
+	checkIntegratedInQueueOrder(t, b, r, integrated, total)
+}
+
+// integrateAsAgent acquires a lease on dir and integrates a file in it each round, every change
+// queued; fail reports what went otherwise.
+func integrateAsAgent(b *rbundle, r store.Repository, holder, dir string, rounds int, fail func(format string, args ...any)) {
+	l, err := b.rs.AcquireLease(b.ctx, store.AcquireLeaseParams{Repository: "web", Paths: []string{dir}, Holder: holder, TTL: time.Hour})
+	if err != nil {
+		fail("AcquireLease(%s): %v", dir, err)
+		return
+	}
+	for round := range rounds {
+		c, err := b.rs.Integrate(b.ctx, integrateParams("web", r.Mainline, holder, []uint64{l.FencingToken},
+			put(fmt.Sprintf("%s%d.txt", dir, round), holder)))
+		if err != nil || c.State != store.ChangeQueued {
+			fail("Integrate(%s round %d) = %s, %v; want queued", holder, round, c.State, err)
+			return
+		}
+	}
+}
+
+// watchOneValidating lists the changes of "web" until stopped, and fails when it sees more
+// than one validating at once.
+func watchOneValidating(b *rbundle, stopped func() bool, fail func(format string, args ...any)) {
+	for !stopped() {
+		changes, _, err := b.rs.ListChanges(b.ctx, store.ListChangesParams{Repository: "web", Limit: 1000})
+		if err != nil {
+			fail("ListChanges: %v", err)
+			return
+		}
+		validating := 0
+		for _, c := range changes {
+			if c.State == store.ChangeValidating {
+				validating++
+			}
+		}
+		if validating > 1 {
+			fail("ListChanges shows %d changes validating at once", validating)
+		}
+		runtime.Gosched()
+	}
+}
+
+// checkIntegratedInQueueOrder checks, once the queue of "web" is drained, that each of its
+// total changes was answered INTEGRATED once (integrated counts the answers), and that the
+// mainline's history holds them in queue order, their files and nothing pending.
+func checkIntegratedInQueueOrder(t *testing.T, b *rbundle, r store.Repository, integrated map[string]int, total int) {
 	changes, _, err := b.rs.ListChanges(b.ctx, store.ListChangesParams{Repository: "web", Limit: 1000})
 	if err != nil || len(changes) != total {
 		t.Fatalf("ListChanges = %d changes, %v; want %d", len(changes), err, total)

@@ -189,8 +189,53 @@ func fix(in []byte, streams map[string]string) ([]byte, []string, error) {
 		return nil, nil, fmt.Errorf("no paths")
 	}
 
-	// Every operation: a summary, a unique operationId, and Connect errors as its 4xx, 5xx
-	// and default answers.
+	warnings, err := fixOperations(paths, streams)
+	if err != nil {
+		return nil, nil, err
+	}
+	schemas := addConnectComponents(root)
+
+	info := get(root, "info")
+	if info == nil {
+		return nil, nil, fmt.Errorf("no info")
+	}
+	set(info, "license", mustNode(`
+name: `+license+`
+url: `+licenseURL+`
+`))
+	setAfter(root, "servers", mustNode(`
+- url: `+server+`
+  description: Where ag serve listens by default (--addr, AG_ADDR). Every ag server answers this document at GET /openapi.yaml.
+`), "info")
+	// One requirement for the whole API, after the servers.
+	setAfter(root, "security", mustNode(`
+- `+securityScheme+`: []
+`), "servers")
+
+	// The protobuf "bytes" format is OpenAPI's "byte" (base64).
+	walk(root, func(n *yaml.Node) {
+		if f := get(n, "format"); f != nil && f.Value == "bytes" {
+			f.Value = "byte"
+		}
+	})
+	pruneSchemas(root, schemas)
+
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(4)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), warnings, nil
+}
+
+// fixOperations gives every operation under paths a summary, a unique operationId, and
+// Connect errors as its 4xx, 5xx and default answers, and marks the streaming ones. It answers
+// the warnings of the operations whose summary had to be made from the name.
+func fixOperations(paths *yaml.Node, streams map[string]string) ([]string, error) {
 	var warnings []string
 	operationIDs := map[string]string{}
 	for i := 1; i < len(paths.Content); i += 2 {
@@ -214,7 +259,7 @@ func fix(in []byte, streams map[string]string) ([]byte, []string, error) {
 				setAfter(op, "operationId", id, "description")
 			}
 			if other, dup := operationIDs[id.Value]; dup {
-				return nil, nil, fmt.Errorf("operationId %s of %s is also that of %s", id.Value, where, other)
+				return nil, fmt.Errorf("operationId %s of %s is also that of %s", id.Value, where, other)
 			}
 			operationIDs[id.Value] = where
 			responses := get(op, "responses")
@@ -230,7 +275,12 @@ func fix(in []byte, streams map[string]string) ([]byte, []string, error) {
 			}
 		}
 	}
+	return warnings, nil
+}
 
+// addConnectComponents puts the Connect error answers and schemas and the bearer security
+// scheme in root's components, and answers its schemas.
+func addConnectComponents(root *yaml.Node) *yaml.Node {
 	components := get(root, "components")
 	if components == nil {
 		components = mapping()
@@ -307,41 +357,7 @@ description: An error detail of the Connect protocol.
     scheme: bearer
     description: 'A token of a principal, sent as "Authorization: Bearer <token>" on every call. Tokens are created with AdminService.CreatePrincipal and AdminService.CreateToken (ag principal create, ag token create).'
 `))
-	info := get(root, "info")
-	if info == nil {
-		return nil, nil, fmt.Errorf("no info")
-	}
-	set(info, "license", mustNode(`
-name: `+license+`
-url: `+licenseURL+`
-`))
-	setAfter(root, "servers", mustNode(`
-- url: `+server+`
-  description: Where ag serve listens by default (--addr, AG_ADDR). Every ag server answers this document at GET /openapi.yaml.
-`), "info")
-	// One requirement for the whole API, after the servers.
-	setAfter(root, "security", mustNode(`
-- `+securityScheme+`: []
-`), "servers")
-
-	// The protobuf "bytes" format is OpenAPI's "byte" (base64).
-	walk(root, func(n *yaml.Node) {
-		if f := get(n, "format"); f != nil && f.Value == "bytes" {
-			f.Value = "byte"
-		}
-	})
-	pruneSchemas(root, schemas)
-
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(4)
-	if err := enc.Encode(&doc); err != nil {
-		return nil, nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, nil, err
-	}
-	return buf.Bytes(), warnings, nil
+	return schemas
 }
 
 // serviceMethod splits a Connect path, /<package>.<Service>/<Method>, into the service's
