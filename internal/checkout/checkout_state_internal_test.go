@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"context"
@@ -26,27 +26,27 @@ func TestAHandEditedCheckoutStateIsRefused(t *testing.T) {
 		"not JSON":                        `{"repository":`,
 	} {
 		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, StateDir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(statePath(root), []byte(state), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := findCheckout(root)
+		_, err := Find(root)
 		if err == nil || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "run `ag checkout` again") {
 			t.Errorf("%s: findCheckout = %v, want it refused as damaged, saying what to do", name, err)
 		}
 	}
 
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, StateDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	good := `{"repository":"app","files":{"a/x.txt":"` + digest + `"},"conflicts":{"a/x.txt":{"ours":"` + digest + `"}},"leases":[{"id":"l1","token":1,"paths":["a/"]}]}`
 	if err := os.WriteFile(statePath(root), []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := findCheckout(root); err != nil {
+	if _, err := Find(root); err != nil {
 		t.Errorf("a state ag wrote: %v", err)
 	}
 }
@@ -59,12 +59,12 @@ func TestAHandEditedIndexIsRefused(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	for _, path := range []string{"a/.git/hooks/pre-commit", "../victim.txt", ".ag/checkout.json", "/etc/passwd"} {
 		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, StateDir), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		co := &checkout{Repository: "app", root: root}
-		co.setBase("rev_1", regularFiles(map[string]string{"fine.txt": digest}))
-		if err := co.save(); err != nil {
+		co := &Checkout{Repository: "app", root: root}
+		co.SetBase("rev_1", regularFiles(map[string]string{"fine.txt": digest}))
+		if err := co.Save(); err != nil {
 			t.Fatal(err)
 		}
 		// The hostile path in the index, written as ag writes indexes: only its content lies.
@@ -72,30 +72,30 @@ func TestAHandEditedIndexIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(root, stateDir, co.Index), hostile.encode(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, StateDir, co.Index), hostile.encode(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		fresh, err := findCheckout(root)
+		fresh, err := Find(root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fresh.baseFiles(); err == nil || !strings.Contains(err.Error(), "is damaged") {
+		if _, err := fresh.BaseFiles(); err == nil || !strings.Contains(err.Error(), "is damaged") {
 			t.Errorf("%s in the index: baseFiles = %v, want it refused as damaged", path, err)
 		}
-		fresh, _ = findCheckout(root)
-		if edits, err := fresh.localEdits(); err == nil || !strings.Contains(err.Error(), "is damaged") {
+		fresh, _ = Find(root)
+		if edits, err := fresh.LocalEdits(); err == nil || !strings.Contains(err.Error(), "is damaged") {
 			t.Errorf("%s in the index: localEdits = %v, %v; want it refused as damaged (a revert would write it back)", path, edits, err)
 		}
 	}
 	for _, name := range []string{"../x", "checkout.json", "index-../../x", "index-"} {
 		root := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(root, stateDir), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, StateDir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(statePath(root), []byte(`{"repository":"app","index":"`+name+`"}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := findCheckout(root); err == nil || !strings.Contains(err.Error(), "is damaged") {
+		if _, err := Find(root); err == nil || !strings.Contains(err.Error(), "is damaged") {
 			t.Errorf("checkout.json naming %q as its index: %v, want it refused as damaged", name, err)
 		}
 	}
@@ -118,9 +118,9 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No client: a read refused stops integrate before anything is sent.
-	ws := &workspace{co: co}
-	scanned := localEdit{path: "a.txt", kind: "modified", digest: repo.Digest([]byte("a, edited\n"))}
-	_, err := ws.integrate(context.Background(), []localEdit{scanned}, nil, "m")
+	ws := &Workspace{Checkout: co}
+	scanned := Edit{Path: "a.txt", Kind: "modified", digest: repo.Digest([]byte("a, edited\n"))}
+	_, err := ws.send(context.Background(), []Edit{scanned}, nil, "m")
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") {
 		t.Errorf("integrate of a file swapped for a link out of the checkout: %v, want the read refused", err)
 	}
@@ -138,7 +138,7 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 	if err := os.Symlink(filepath.Join("sub", ".git", "config"), filepath.Join(co.root, "a.txt")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ws.integrate(context.Background(), []localEdit{scanned}, nil, "m")
+	_, err = ws.send(context.Background(), []Edit{scanned}, nil, "m")
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("integrate of a file swapped for a link to .git/config: %v, want the read refused as a link's", err)
 	}

@@ -1,7 +1,5 @@
 package checkout
 
-import "fmt"
-
 // ConflictError is a refusal for a conflict with the mainline or with what stands in the
 // checkout: the caller merges, moves files aside, or takes one side.
 type ConflictError struct{ Err error }
@@ -21,5 +19,3 @@ type LeaseError struct{ Err error }
 
 func (e *LeaseError) Error() string { return e.Err.Error() }
 func (e *LeaseError) Unwrap() error { return e.Err }
-
-var _ = fmt.Errorf

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"context"
@@ -20,7 +20,7 @@ const fetchCalls = 4
 // content and the paths (sorted) that hold it. got runs on the fetching goroutines, several at
 // once. The first error, from a fetch or from got, stops the rest and is answered. sizes (digest
 // → size, nil or partial when not known) lets a large blob come as a stream.
-func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *progress, got func(paths []string, content []byte) error) error {
+func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *Progress, got func(paths []string, content []byte) error) error {
 	byDigest := map[string][]string{}
 	for p, d := range files {
 		byDigest[d] = append(byDigest[d], p)
@@ -37,7 +37,7 @@ func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, 
 		if err := got(paths, content); err != nil {
 			return err
 		}
-		prog.add(len(paths), int64(len(content))*int64(len(paths)))
+		prog.Add(len(paths), int64(len(content))*int64(len(paths)))
 		return nil
 	})
 	var missing *client.BlobNotFoundError
@@ -53,7 +53,7 @@ func fetchBlobs(ctx context.Context, c *client.Client, files map[string]string, 
 // fetchContents fetches the blobs of files (path → digest) in parallel, as fetchBlobs does, and
 // answers every path's content, all held in memory: for a sync or a revert, which change
 // nothing on disk before every blob is there.
-func fetchContents(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *progress) (map[string][]byte, error) {
+func fetchContents(ctx context.Context, c *client.Client, files map[string]string, sizes map[string]uint64, prog *Progress) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(files))
 	var mu sync.Mutex
 	err := fetchBlobs(ctx, c, files, sizes, prog, func(paths []string, content []byte) error {
@@ -67,10 +67,10 @@ func fetchContents(ctx context.Context, c *client.Client, files map[string]strin
 	return out, err
 }
 
-// progress prints, on a terminal, one line that counts the files and bytes fetched and
+// Progress prints, on a terminal, one line that counts the files and bytes fetched and
 // written, redrawn at most every progressEvery and ended by done. A nil progress prints
 // nothing: that is what a pipe, a file or --json get.
-type progress struct {
+type Progress struct {
 	w          io.Writer
 	verb       string
 	unit       string // what totalFiles counts; "" is files
@@ -86,18 +86,8 @@ type progress struct {
 
 const progressEvery = 100 * time.Millisecond
 
-// newProgress answers a progress line on g's stderr for totalFiles files of totalBytes bytes (0:
-// not known),
-// or nil when stderr is not a terminal or the output is JSON.
-func newProgress(g *globals, verb string, totalFiles int, totalBytes int64) *progress {
-	if g.json || !isTerminal(g.stderr) {
-		return nil
-	}
-	return &progress{w: g.stderr, verb: verb, totalFiles: totalFiles, totalBytes: totalBytes}
-}
-
-// add counts files of bytes done, and redraws the line when it is due.
-func (p *progress) add(files int, bytes int64) {
+// Add counts files of bytes done, and redraws the line when it is due.
+func (p *Progress) Add(files int, bytes int64) {
 	if p == nil {
 		return
 	}
@@ -111,8 +101,8 @@ func (p *progress) add(files int, bytes int64) {
 	}
 }
 
-// done draws the final count and ends the line, if one was drawn.
-func (p *progress) done() {
+// Done draws the final count and ends the line, if one was drawn.
+func (p *Progress) Done() {
 	if p == nil {
 		return
 	}
@@ -124,7 +114,7 @@ func (p *progress) done() {
 	}
 }
 
-func (p *progress) draw() {
+func (p *Progress) draw() {
 	p.shown = true
 	total := ""
 	if p.totalBytes > 0 {
@@ -150,4 +140,19 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// NewProgress answers a progress line on w, or nil when w is not a terminal.
+func NewProgress(w io.Writer, verb string, totalFiles int, totalBytes int64) *Progress {
+	if !isTerminal(w) {
+		return nil
+	}
+	return &Progress{w: w, verb: verb, totalFiles: totalFiles, totalBytes: totalBytes}
+}
+
+// SetUnit names what the line counts instead of files.
+func (p *Progress) SetUnit(what string) {
+	if p != nil {
+		p.unit = what
+	}
 }

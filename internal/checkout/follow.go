@@ -18,7 +18,7 @@ func CandidateStateName(s agwpv1.CandidateState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "CANDIDATE_STATE_"))
 }
 
-// describeCandidate says in a line where a candidate is: its place and what it is built on.
+// DescribeCandidate says in a line where a candidate is: its place and what it is built on.
 func DescribeCandidate(c *agwpv1.Candidate) string {
 	s := c.GetId() + " " + CandidateStateName(c.GetState())
 	if l := c.GetLane(); l != "" {
@@ -37,7 +37,7 @@ func DescribeCandidate(c *agwpv1.Candidate) string {
 	return s
 }
 
-// followChange waits for a change to be final, printing to w (nil: nowhere) each state it passes through
+// FollowChange waits for a change to be final, printing to w (nil: nowhere) each state it passes through
 // and, while it is validated, the worker's progress lines. It follows WatchChange, and opens it
 // again when the stream ends early (a server restart, a load balancer's idle timeout).
 func FollowChange(ctx context.Context, w io.Writer, c *client.Client, change *agwpv1.Change) (*agwpv1.Change, error) {
@@ -118,7 +118,7 @@ func FirstLineOf(s string) string {
 	return s
 }
 
-// queuePlace describes where a queued change stands in its repository's integration queue.
+// QueuePlace describes where a queued change stands in its repository's integration queue.
 func QueuePlace(ch *agwpv1.Change) string {
 	if ch.GetState() != agwpv1.ChangeState_CHANGE_STATE_QUEUED {
 		return ""

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 // AgeCheckout moves the checkout at dir's index forward by d, as a clock would: its own scan
 // stamp and its file's mtime, which bounds the stamp.
 func AgeCheckout(dir string, d time.Duration) error {
-	co, err := findCheckout(dir)
+	co, err := Find(dir)
 	if err != nil {
 		return err
 	}
@@ -27,13 +27,13 @@ func AgeCheckout(dir string, d time.Duration) error {
 		return err
 	}
 	later := time.Unix(0, x.stamp)
-	return os.Chtimes(filepath.Join(dir, stateDir, co.Index), later, later)
+	return os.Chtimes(filepath.Join(dir, StateDir, co.Index), later, later)
 }
 
 // ScanCheckout answers the local edits of the checkout at dir as "kind path", and how many
 // files the scan read and hashed.
 func ScanCheckout(dir string) ([]string, int, error) {
-	co, err := findCheckout(dir)
+	co, err := Find(dir)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -47,7 +47,7 @@ func ScanCheckout(dir string) ([]string, int, error) {
 	}
 	out := []string{}
 	for _, e := range edits {
-		out = append(out, e.kind+" "+e.path)
+		out = append(out, e.Kind+" "+e.Path)
 	}
 	return out, len(s.hash), nil
 }

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"encoding/binary"
@@ -9,7 +9,7 @@ import (
 // DowngradeIndex rewrites the index of the checkout at dir as an ag that knew no modes wrote
 // it: version 3, every base file without its mode.
 func DowngradeIndex(dir string) error {
-	co, err := findCheckout(dir)
+	co, err := Find(dir)
 	if err != nil {
 		return err
 	}
@@ -28,5 +28,5 @@ func DowngradeIndex(dir string) error {
 	b := x.encode()
 	b = append([]byte("ag-index\x00\x03"), b[len(indexMagic):len(b)-4]...)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	return writeStateFile(root, stateDir+"/"+co.Index, b)
+	return writeStateFile(root, StateDir+"/"+co.Index, b)
 }

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ type index struct {
 	entries []indexEntry  // sorted by path, each path once
 	// watch is the checkout watcher's token taken before the scan that wrote the index began:
 	// the changes since it are those the stats here do not know of (watch.go).
-	watch watchToken
+	watch WatchToken
 }
 
 // trusted answers the content of the file at entry e whose stat is now, when the index may be
@@ -256,7 +256,7 @@ func decodeIndex(data []byte) (*index, error) {
 	count := int(le.Uint32(data[len(indexMagic)+8:]))
 	var session [16]byte
 	copy(session[:], data[len(indexMagic)+12:])
-	x.watch = watchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
+	x.watch = WatchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
 	if count > (len(body)-head)/indexRecord {
 		return nil, errIndexDamaged
 	}
@@ -316,7 +316,7 @@ func validIndexName(name string) bool {
 
 // readIndex reads the index file name under .ag of the checkout opened as root.
 func readIndex(root *os.Root, name string) (*index, error) {
-	path := stateDir + "/" + name
+	path := StateDir + "/" + name
 	info, err := root.Lstat(path)
 	if err != nil {
 		return nil, err
@@ -360,13 +360,13 @@ func baseIndex(files map[string]treeFile, old *index) (*index, error) {
 	for p, f := range files {
 		sum, err := f.baseSum()
 		if err != nil {
-			return nil, fmt.Errorf("file %q %v", shortPath(p), err)
+			return nil, fmt.Errorf("file %q %v", ShortPath(p), err)
 		}
 		if i, ok := pos[p]; ok {
-			x.entries[i].inBase, x.entries[i].base, x.entries[i].baseMode = true, sum, f.mode
+			x.entries[i].inBase, x.entries[i].base, x.entries[i].baseMode = true, sum, f.Mode
 			continue
 		}
-		x.entries = append(x.entries, indexEntry{path: p, inBase: true, base: sum, baseMode: f.mode})
+		x.entries = append(x.entries, indexEntry{path: p, inBase: true, base: sum, baseMode: f.Mode})
 	}
 	slices.SortFunc(x.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
 	return x, nil
@@ -381,8 +381,8 @@ const staleIndexAge = 10 * time.Minute
 // and those of earlier bases whose removal a crash cut short. It removes the stat cache that
 // came before the index too.
 func removeStaleIndexes(root *os.Root, keep string) {
-	_ = root.Remove(stateDir + "/stat")
-	entries, err := fs.ReadDir(root.FS(), stateDir)
+	_ = root.Remove(StateDir + "/stat")
+	entries, err := fs.ReadDir(root.FS(), StateDir)
 	if err != nil {
 		return
 	}
@@ -391,14 +391,14 @@ func removeStaleIndexes(root *os.Root, keep string) {
 			continue
 		}
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleIndexAge {
-			_ = root.Remove(stateDir + "/" + e.Name())
+			_ = root.Remove(StateDir + "/" + e.Name())
 		}
 	}
 }
 
 // saveIndex writes x over the index file name under .ag, atomically.
 func saveIndex(root *os.Root, name string, x *index) error {
-	return writeStateFile(root, stateDir+"/"+name, x.encode())
+	return writeStateFile(root, StateDir+"/"+name, x.encode())
 }
 
 // checkBase refuses base files no ag wrote: ag writes, reverts and removes files by these
@@ -408,10 +408,10 @@ func saveIndex(root *os.Root, name string, x *index) error {
 func checkBase(files map[string]treeFile) error {
 	for p, f := range files {
 		if err := repo.ValidatePath(p, false); err != nil {
-			return fmt.Errorf("file %q %v", shortPath(p), err)
+			return fmt.Errorf("file %q %v", ShortPath(p), err)
 		}
 		if err := f.check(); err != nil {
-			return fmt.Errorf("file %q %v", shortPath(p), err)
+			return fmt.Errorf("file %q %v", ShortPath(p), err)
 		}
 	}
 	return checkNothingUnder(files)

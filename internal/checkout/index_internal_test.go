@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"bytes"
@@ -21,10 +21,10 @@ import (
 // statTestCheckout makes a checkout in a temporary directory holding files, at a base revision
 // holding the same files, with every file's mtime an hour back: old enough for the index to
 // trust.
-func statTestCheckout(t *testing.T, files map[string]string) *checkout {
+func statTestCheckout(t *testing.T, files map[string]string) *Checkout {
 	t.Helper()
 	dir := t.TempDir()
-	co := &checkout{Repository: "app", root: dir}
+	co := &Checkout{Repository: "app", root: dir}
 	base := map[string]string{}
 	old := time.Now().Add(-time.Hour)
 	for p, content := range files {
@@ -40,8 +40,8 @@ func statTestCheckout(t *testing.T, files map[string]string) *checkout {
 		}
 		base[p] = repo.Digest([]byte(content))
 	}
-	co.setBase("rev_1", regularFiles(base))
-	if err := co.save(); err != nil {
+	co.SetBase("rev_1", regularFiles(base))
+	if err := co.Save(); err != nil {
 		t.Fatal(err)
 	}
 	return co
@@ -49,16 +49,16 @@ func statTestCheckout(t *testing.T, files map[string]string) *checkout {
 
 // editsOf answers the local edits of the checkout at co.root as "kind path", as a command run
 // there finds them (reading the checkout's state anew), and how many files the scan hashed.
-func editsOf(t *testing.T, co *checkout) ([]string, int) {
+func editsOf(t *testing.T, co *Checkout) ([]string, int) {
 	t.Helper()
 	edits, s := scanEdits(t, co)
 	return edits, len(s.hash)
 }
 
 // scanEdits is editsOf, answering the scan.
-func scanEdits(t *testing.T, co *checkout) ([]string, *scan) {
+func scanEdits(t *testing.T, co *Checkout) ([]string, *scan) {
 	t.Helper()
-	fresh, err := findCheckout(co.root)
+	fresh, err := Find(co.root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +72,14 @@ func scanEdits(t *testing.T, co *checkout) ([]string, *scan) {
 	}
 	out := []string{}
 	for _, e := range edits {
-		out = append(out, e.kind+" "+e.path)
+		out = append(out, e.Kind+" "+e.Path)
 	}
 	// The answer without the index's stats: every file read and compared with the base.
-	plain, _, err := scanTree(co.root)
+	plain, _, err := ScanTree(co.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := fresh.baseFiles()
+	base, err := fresh.BaseFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestIndexSurvivesACrash(t *testing.T) {
 	if edits, hashed := editsOf(t, co); len(edits) != 0 || hashed != 2 {
 		t.Fatalf("first scan: edits %q, hashed %d", edits, hashed)
 	}
-	agDir := filepath.Join(co.root, stateDir)
+	agDir := filepath.Join(co.root, StateDir)
 	indexPath := filepath.Join(agDir, co.Index)
 	whole, err := os.ReadFile(indexPath)
 	if err != nil {
@@ -265,16 +265,16 @@ func TestIndexSurvivesACrash(t *testing.T) {
 		t.Errorf("beside a crash's leftovers: edits %q, hashed %d; want none", edits, hashed)
 	}
 	// The next new base clears the stray index away.
-	fresh, err := findCheckout(co.root)
+	fresh, err := Find(co.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := fresh.baseFiles()
+	base, err := fresh.BaseFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh.setBase("rev_2", base)
-	if err := fresh.save(); err != nil {
+	fresh.SetBase("rev_2", base)
+	if err := fresh.Save(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
@@ -306,11 +306,11 @@ func TestIndexSurvivesACrash(t *testing.T) {
 		if err := os.WriteFile(indexPath, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		co, err := findCheckout(co.root)
+		co, err := Find(co.root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = co.localEdits()
+		_, err = co.LocalEdits()
 		if err == nil || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "run `ag checkout` again") {
 			t.Errorf("%s: localEdits = %v, want the index refused as damaged, saying what to do", name, err)
 		}
@@ -335,7 +335,7 @@ func TestIndexEncoding(t *testing.T) {
 		}
 		x.entries = append(x.entries, e)
 	}
-	x.watch = watchToken{Session: "S3SS10N", Seq: 42}
+	x.watch = WatchToken{Session: "S3SS10N", Seq: 42}
 	encoded := x.encode()
 	got, err := decodeIndex(encoded)
 	if err != nil {
@@ -368,19 +368,19 @@ func TestIndexEncoding(t *testing.T) {
 func TestProgressLine(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	if p := newProgress(&globals{stderr: &buf}, "checkout:", 2, 10); p != nil {
+	if p := NewProgress(&buf, "checkout:", 2, 10); p != nil {
 		t.Fatal("a progress line on a buffer, which is no terminal")
 	}
-	p := &progress{w: &buf, verb: "checkout:", totalFiles: 3, totalBytes: 3 << 20}
-	p.add(1, 1<<20)
-	p.add(2, 2<<20)
-	p.done()
+	p := &Progress{w: &buf, verb: "checkout:", totalFiles: 3, totalBytes: 3 << 20}
+	p.Add(1, 1<<20)
+	p.Add(2, 2<<20)
+	p.Done()
 	if got := buf.String(); !strings.HasPrefix(got, "\rcheckout: 1/3 files, 1.0 MiB/3.0 MiB") || !strings.HasSuffix(got, "\rcheckout: 3/3 files, 3.0 MiB/3.0 MiB\x1b[K\n") {
 		t.Errorf("progress printed %q", got)
 	}
-	var nilProgress *progress
-	nilProgress.add(1, 1)
-	nilProgress.done()
+	var nilProgress *Progress
+	nilProgress.Add(1, 1)
+	nilProgress.Done()
 }
 
 // TestIndexRacilyClean ensures an entry whose mtime is not a window older than the scan that
@@ -422,11 +422,11 @@ func TestIndexRacilyClean(t *testing.T) {
 		{10 * time.Second, true},
 	} {
 		lie(info.ModTime().Add(c.after), "b\n") // what the file held when hashed, the same size
-		fresh, err := findCheckout(co.root)
+		fresh, err := Find(co.root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		edits, err := fresh.localEdits()
+		edits, err := fresh.LocalEdits()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +460,7 @@ func TestACheckoutFromBeforeTheIndexCarriesOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, stateDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, StateDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	state := fmt.Sprintf(`{"repository":"app","server":"http://x","holder":"h","base_revision":"rev_1","files":{"a.txt":%q,"b/c.txt":%q,"gone.txt":%q}}`,
@@ -468,12 +468,12 @@ func TestACheckoutFromBeforeTheIndexCarriesOn(t *testing.T) {
 	if err := os.WriteFile(statePath(dir), []byte(state), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	oldCache := filepath.Join(dir, stateDir, "stat")
+	oldCache := filepath.Join(dir, StateDir, "stat")
 	if err := os.WriteFile(oldCache, []byte("ag-stat-cache 1 0\nend 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"modified b/c.txt", "deleted gone.txt", "added new.txt"}
-	co, err := findCheckout(dir)
+	co, err := Find(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

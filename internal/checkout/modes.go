@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"context"
@@ -27,15 +27,15 @@ import (
 // treeFile is what a revision's tree holds at a path.
 type treeFile struct {
 	digest string // "sha256:<hex>" of the content (a link's target); "" for a submodule
-	mode   string // repo.ModeFile, ModeExecutable, ModeSymlink or ModeGitlink
+	Mode   string // repo.ModeFile, ModeExecutable, ModeSymlink or ModeGitlink
 	commit string // a submodule's commit, 40 lowercase hex
 }
 
-func (f treeFile) gitlink() bool { return f.mode == repo.ModeGitlink }
+func (f treeFile) Gitlink() bool { return f.Mode == repo.ModeGitlink }
 
 // check refuses a treeFile no tree holds.
 func (f treeFile) check() error {
-	switch f.mode {
+	switch f.Mode {
 	case repo.ModeFile, repo.ModeExecutable, repo.ModeSymlink:
 		if !repo.IsDigest(f.digest) {
 			return fmt.Errorf("has %q for a digest", f.digest)
@@ -45,7 +45,7 @@ func (f treeFile) check() error {
 			return fmt.Errorf("is a submodule of commit %q, not 40 lowercase hex", f.commit)
 		}
 	default:
-		return fmt.Errorf("has mode %q, which ag does not write", f.mode)
+		return fmt.Errorf("has mode %q, which ag does not write", f.Mode)
 	}
 	return nil
 }
@@ -53,7 +53,7 @@ func (f treeFile) check() error {
 // baseSum answers what the index keeps as the base content: the digest, or a submodule's
 // commit in the first 20 bytes.
 func (f treeFile) baseSum() (sha256Sum, error) {
-	if f.gitlink() {
+	if f.Gitlink() {
 		var s sha256Sum
 		if n, err := hex.Decode(s[:], []byte(f.commit)); err != nil || n != 20 {
 			return s, fmt.Errorf("is a submodule of commit %q, not 40 lowercase hex", f.commit)
@@ -70,9 +70,9 @@ func (f treeFile) baseSum() (sha256Sum, error) {
 // baseFile answers the base file an index entry records.
 func (e *indexEntry) baseFile() treeFile {
 	if e.baseMode == repo.ModeGitlink {
-		return treeFile{mode: e.baseMode, commit: hex.EncodeToString(e.base[:20])}
+		return treeFile{Mode: e.baseMode, commit: hex.EncodeToString(e.base[:20])}
 	}
-	return treeFile{digest: e.base.String(), mode: e.baseMode}
+	return treeFile{digest: e.base.String(), Mode: e.baseMode}
 }
 
 // regularFiles answers digests (path → digest) as a tree of 100644 files: what a checkout kept
@@ -80,14 +80,14 @@ func (e *indexEntry) baseFile() treeFile {
 func regularFiles(digests map[string]string) map[string]treeFile {
 	out := make(map[string]treeFile, len(digests))
 	for p, d := range digests {
-		out[p] = treeFile{digest: d, mode: repo.ModeFile}
+		out[p] = treeFile{digest: d, Mode: repo.ModeFile}
 	}
 	return out
 }
 
-// blobSizes answers the size of each blob of a tree the server sent, digest → size, so that a
+// BlobSizes answers the size of each blob of a tree the server sent, digest → size, so that a
 // large one is fetched as a stream.
-func blobSizes(entries []*agwpv1.TreeEntry) map[string]uint64 {
+func BlobSizes(entries []*agwpv1.TreeEntry) map[string]uint64 {
 	sizes := make(map[string]uint64, len(entries))
 	for _, e := range entries {
 		if e.GetDigest() != "" {
@@ -97,37 +97,37 @@ func blobSizes(entries []*agwpv1.TreeEntry) map[string]uint64 {
 	return sizes
 }
 
-// treeFiles answers the files of a tree the server sent, once every path is one a checkout may
+// TreeFiles answers the files of a tree the server sent, once every path is one a checkout may
 // hold. It runs before anything of the tree is written: a path such as "../x", ".git/config" or
 // ".ag/checkout.json" would write outside the checkout, plant a command for git or a server
 // address for ag, and a path under a link of the same tree would be written wherever the link
 // points; the client must not count on the server to refuse them.
-func treeFiles(entries []*agwpv1.TreeEntry) (map[string]treeFile, error) {
+func TreeFiles(entries []*agwpv1.TreeEntry) (map[string]treeFile, error) {
 	files := make(map[string]treeFile, len(entries))
 	for _, e := range entries {
 		p := e.GetPath()
 		if err := repo.ValidatePath(p, false); err != nil {
-			return nil, fmt.Errorf("refused the server's tree: the path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", shortPath(p), err)
+			return nil, fmt.Errorf("refused the server's tree: the path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", ShortPath(p), err)
 		}
 		if _, twice := files[p]; twice {
-			return nil, fmt.Errorf("refused the server's tree: it lists the path %q twice. Nothing was written", shortPath(p))
+			return nil, fmt.Errorf("refused the server's tree: it lists the path %q twice. Nothing was written", ShortPath(p))
 		}
-		f := treeFile{digest: e.GetDigest(), mode: e.GetMode(), commit: e.GetGitlinkCommit()}
-		if f.mode == "" {
+		f := treeFile{digest: e.GetDigest(), Mode: e.GetMode(), commit: e.GetGitlinkCommit()}
+		if f.Mode == "" {
 			// A server from before modes: every file is 100644.
-			f.mode = repo.ModeFile
+			f.Mode = repo.ModeFile
 		}
 		err := f.check()
 		switch {
-		case err == nil && f.gitlink() && (f.digest != "" || e.GetSize() != 0):
+		case err == nil && f.Gitlink() && (f.digest != "" || e.GetSize() != 0):
 			err = errors.New("is a submodule that names a blob too")
-		case err == nil && !f.gitlink() && f.commit != "":
+		case err == nil && !f.Gitlink() && f.commit != "":
 			err = errors.New("names a submodule's commit, but is no submodule")
-		case err == nil && f.mode == repo.ModeSymlink && (e.GetSize() == 0 || e.GetSize() > repo.MaxSymlinkTarget):
+		case err == nil && f.Mode == repo.ModeSymlink && (e.GetSize() == 0 || e.GetSize() > repo.MaxSymlinkTarget):
 			err = fmt.Errorf("is a symbolic link whose target is %d bytes: a link's target is 1 to %d bytes", e.GetSize(), repo.MaxSymlinkTarget)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("refused the server's tree: %q %v. Nothing was written", shortPath(p), err)
+			return nil, fmt.Errorf("refused the server's tree: %q %v. Nothing was written", ShortPath(p), err)
 		}
 		files[p] = f
 	}
@@ -147,13 +147,13 @@ func checkNothingUnder(files map[string]treeFile) error {
 			if !ok {
 				continue
 			}
-			switch f.mode {
+			switch f.Mode {
 			case repo.ModeSymlink:
-				return fmt.Errorf("%q lies under %q, a symbolic link of the same tree: ag writes nothing through a link", shortPath(p), shortPath(d))
+				return fmt.Errorf("%q lies under %q, a symbolic link of the same tree: ag writes nothing through a link", ShortPath(p), ShortPath(d))
 			case repo.ModeGitlink:
-				return fmt.Errorf("%q lies under %q, a submodule of the same tree", shortPath(p), shortPath(d))
+				return fmt.Errorf("%q lies under %q, a submodule of the same tree", ShortPath(p), ShortPath(d))
 			}
-			return fmt.Errorf("%q would be a file and also the directory of %q", shortPath(d), shortPath(p))
+			return fmt.Errorf("%q would be a file and also the directory of %q", ShortPath(d), ShortPath(p))
 		}
 	}
 	return nil
@@ -290,24 +290,24 @@ func tempName(path string) string {
 	return dir + "/.ag-write-" + rand.Text()
 }
 
-// editNote says, for `ag status`, what of a path's mode an edit changed: "mode 100644 →
+// EditNote says, for `ag status`, what of a path's mode an edit changed: "mode 100644 →
 // 100755", "link → TARGET" for a link made or retargeted. target is the link's, when the edit
 // leaves one.
-func editNote(e localEdit, target string) string {
+func EditNote(e Edit, target string) string {
 	var notes []string
 	switch {
-	case e.kind == "deleted":
-		if e.baseMode != repo.ModeFile {
-			notes = append(notes, "mode "+e.baseMode)
+	case e.Kind == "deleted":
+		if e.BaseMode != repo.ModeFile {
+			notes = append(notes, "mode "+e.BaseMode)
 		}
-	case e.kind == "added":
-		if e.mode != repo.ModeFile && e.mode != repo.ModeSymlink {
-			notes = append(notes, "mode "+e.mode)
+	case e.Kind == "added":
+		if e.Mode != repo.ModeFile && e.Mode != repo.ModeSymlink {
+			notes = append(notes, "mode "+e.Mode)
 		}
-	case e.mode != e.baseMode:
-		notes = append(notes, "mode "+e.baseMode+" → "+e.mode)
+	case e.Mode != e.BaseMode:
+		notes = append(notes, "mode "+e.BaseMode+" → "+e.Mode)
 	}
-	if e.kind != "deleted" && e.mode == repo.ModeSymlink {
+	if e.Kind != "deleted" && e.Mode == repo.ModeSymlink {
 		notes = append(notes, "link → "+target)
 	}
 	if len(notes) == 0 {
@@ -316,12 +316,12 @@ func editNote(e localEdit, target string) string {
 	return " (" + strings.Join(notes, ", ") + ")"
 }
 
-// linkTargets answers the targets of the links edits leave, read without following them.
-func (c *checkout) linkTargets(edits []localEdit) (map[string]string, error) {
+// LinkTargets answers the targets of the links edits leave, read without following them.
+func (c *Checkout) LinkTargets(edits []Edit) (map[string]string, error) {
 	out := map[string]string{}
 	var r *checkoutReader
 	for _, e := range edits {
-		if e.kind == "deleted" || e.mode != repo.ModeSymlink {
+		if e.Kind == "deleted" || e.Mode != repo.ModeSymlink {
 			continue
 		}
 		if r == nil {
@@ -335,62 +335,62 @@ func (c *checkout) linkTargets(edits []localEdit) (map[string]string, error) {
 			}
 			defer r.close()
 		}
-		target, err := r.readLink(e.path)
+		target, err := r.readLink(e.Path)
 		if err != nil {
 			return nil, err
 		}
-		out[e.path] = target
+		out[e.Path] = target
 	}
 	return out, nil
 }
 
-// submodule is a submodule of the base revision.
-type submodule struct {
+// Submodule is a submodule of the base revision.
+type Submodule struct {
 	Path   string `json:"path"`
 	Commit string `json:"commit"`
 }
 
-// submodules answers the base revision's submodules, by path.
-func (c *checkout) submodules() ([]submodule, error) {
-	base, err := c.baseFiles()
+// Submodules answers the base revision's submodules, by path.
+func (c *Checkout) Submodules() ([]Submodule, error) {
+	base, err := c.BaseFiles()
 	if err != nil {
 		return nil, err
 	}
-	out := []submodule{}
+	out := []Submodule{}
 	for p, f := range base {
-		if f.gitlink() {
-			out = append(out, submodule{Path: p, Commit: f.commit})
+		if f.Gitlink() {
+			out = append(out, Submodule{Path: p, Commit: f.commit})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
-// rebuildOldIndex rebuilds the index of a checkout made by an ag that knew no modes (an index of
+// RebuildOldIndex rebuilds the index of a checkout made by an ag that knew no modes (an index of
 // version 2 or 3, or base files kept in checkout.json): its base is the server's tree of the
 // base revision, modes and all, and the stats it knew are dropped, so the next scan reads every
 // file once. Read as they are, such a base would make every executable, link and submodule a
 // plain file.
-func (ws *workspace) rebuildOldIndex(ctx context.Context) error {
-	old, err := ws.co.predatesModes()
+func (ws *Workspace) RebuildOldIndex(ctx context.Context) error {
+	old, err := ws.Checkout.predatesModes()
 	if err != nil || !old {
 		return err
 	}
-	tree, err := ws.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.co.Repository, Revision: ws.co.BaseRevision})
+	tree, err := ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: ws.Checkout.BaseRevision})
 	if err != nil {
-		return fmt.Errorf("rebuild the index of %s, written by an ag that knew no file modes, from the base revision %s: %w", ws.co.root, ws.co.BaseRevision, err)
+		return fmt.Errorf("rebuild the index of %s, written by an ag that knew no file modes, from the base revision %s: %w", ws.Checkout.root, ws.Checkout.BaseRevision, err)
 	}
-	base, err := treeFiles(tree.GetEntries())
+	base, err := TreeFiles(tree.GetEntries())
 	if err != nil {
 		return err
 	}
-	ws.co.idx = nil
-	ws.co.setBase(tree.GetRevision(), base)
-	return ws.co.save()
+	ws.Checkout.idx = nil
+	ws.Checkout.SetBase(tree.GetRevision(), base)
+	return ws.Checkout.Save()
 }
 
 // predatesModes reports whether the checkout's base was kept by an ag that knew no modes.
-func (c *checkout) predatesModes() (bool, error) {
+func (c *Checkout) predatesModes() (bool, error) {
 	if c.Index == "" {
 		return c.BaseRevision != "", nil
 	}
@@ -399,7 +399,7 @@ func (c *checkout) predatesModes() (bool, error) {
 		return false, err
 	}
 	defer root.Close()
-	f, err := root.Open(stateDir + "/" + c.Index)
+	f, err := root.Open(StateDir + "/" + c.Index)
 	if err != nil {
 		// loadIndex says what is wrong with it.
 		return false, nil

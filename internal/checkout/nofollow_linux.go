@@ -1,8 +1,9 @@
-package cli
+package checkout
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -70,4 +71,14 @@ func readlinkBeneath(dirFD int, path string) (string, error) {
 		return "", fmt.Errorf("its target is more than %d bytes", repo.MaxSymlinkTarget)
 	}
 	return string(buf[:n]), nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

@@ -13,13 +13,31 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// workspace is a command's checkout and client.
+// Workspace is a command's checkout and client.
 type Workspace struct {
 	Checkout *Checkout
-	Client  *client.Client
+	Client   *client.Client
 }
 
-// integrate sends edits to the mainline under the checkout's leases, as one change with
+// Open reads the checkout at dir (or a directory above it) as a workspace with the client c.
+func Open(ctx context.Context, dir string, c *client.Client) (*Workspace, error) {
+	co, err := Find(dir)
+	if err != nil {
+		return nil, err
+	}
+	return NewWorkspace(ctx, co, c)
+}
+
+// NewWorkspace answers co with the client c, its index first rebuilt if an older ag wrote it.
+func NewWorkspace(ctx context.Context, co *Checkout, c *client.Client) (*Workspace, error) {
+	ws := &Workspace{Checkout: co, Client: c}
+	if err := ws.RebuildOldIndex(ctx); err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// send sends edits to the mainline under the checkout's leases, as one change with
 // message. ag integrate and the MCP tool integrate both send this way, after their checks.
 // Each path is sent as what the scan found: a file's bytes with its mode, or a link as a link
 // (its target, mode 120000), never the content of what it points to. The files are read
@@ -27,7 +45,7 @@ type Workspace struct {
 // for a link after the scan (by anyone who can write the checkout) is refused, whether the link
 // leads out of the checkout or to another file in it, .git's among them.
 // moves are submodules moved to other commits, path → commit, in the same change.
-func (ws *Workspace) Integrate(ctx context.Context, edits []Edit, moves map[string]string, message string) (*agwpv1.Change, error) {
+func (ws *Workspace) send(ctx context.Context, edits []Edit, moves map[string]string, message string) (*agwpv1.Change, error) {
 	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
 		return nil, err
@@ -72,7 +90,7 @@ type leaseRelease struct {
 	Lost  error         // when it was no longer the checkout's (broken, or expired and granted to another)
 }
 
-// releaseLeases releases the checkout's leases that chosen picks, keeps the others, and saves
+// ReleaseLeases releases the checkout's leases that chosen picks, keeps the others, and saves
 // the checkout. A lease the server says is no longer the checkout's is dropped from it all the
 // same; on any other error the lease stays, and the first such error is answered once the
 // others were tried. ag lease release and the MCP tool lease_release both release this way.
@@ -106,7 +124,7 @@ func (ws *Workspace) ReleaseLeases(ctx context.Context, chosen func(HeldLease) b
 	return results, firstErr
 }
 
-// editsUnder answers the edits at or under the repository paths sel ("a/" for a directory).
+// EditsUnder answers the edits at or under the repository paths sel ("a/" for a directory).
 func EditsUnder(edits []Edit, sel []string) []Edit {
 	var out []Edit
 	for _, e := range edits {
@@ -117,7 +135,7 @@ func EditsUnder(edits []Edit, sel []string) []Edit {
 	return out
 }
 
-// underAny reports whether the file p is one of sel or under a directory ("a/") of sel.
+// UnderAny reports whether the file p is one of sel or under a directory ("a/") of sel.
 func UnderAny(p string, sel []string) bool {
 	for _, s := range sel {
 		if p == s || strings.HasSuffix(s, "/") && strings.HasPrefix(p, s) {
@@ -138,7 +156,7 @@ func EditPaths(edits []Edit) string {
 	return strings.Join(ps, ", ")
 }
 
-// editJSON is a local edit in JSON.
+// EditJSON is a local edit in JSON.
 type EditJSON struct {
 	Path     string `json:"path"`
 	Status   string `json:"status"`             // added, modified or deleted

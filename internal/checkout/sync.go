@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"context"
@@ -11,24 +11,22 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/spf13/cobra"
-
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// syncOptions say how a sync treats the local edits of files the mainline changed too.
-type syncOptions struct {
+// SyncOptions say how a sync treats the local edits of files the mainline changed too.
+type SyncOptions struct {
 	revision string   // the revision to sync to; "" = the mainline
-	merge    bool     // write text conflicts into the files, between markers, and go ahead
-	theirs   []string // repository paths ("a/" for a directory) to take from the revision, local edits dropped
-	ours     []string // repository paths whose local edits stay, as edits on the new revision
+	Merge    bool     // write text conflicts into the files, between markers, and go ahead
+	Theirs   []string // repository paths ("a/" for a directory) to take from the revision, local edits dropped
+	Ours     []string // repository paths whose local edits stay, as edits on the new revision
 	// progress answers the progress line of fetching files of bytes, or nil for none.
-	progress func(files int, bytes int64) *progress
+	Progress func(files int, bytes int64) *Progress
 }
 
-// syncResult is what a sync did, or would have done when refused; `ag sync --json` prints it.
-type syncResult struct {
+// SyncResult is what a sync did, or would have done when refused; `ag sync --json` prints it.
+type SyncResult struct {
 	From      string         `json:"from"`      // the revision the checkout was at
 	To        string         `json:"to"`        // the revision synced to
 	Applied   bool           `json:"applied"`   // false: refused, nothing was changed
@@ -36,63 +34,63 @@ type syncResult struct {
 	Deleted   []string       `json:"deleted"`   // files removed as the revision removed them
 	Merged    []string       `json:"merged"`    // merged cleanly with a local edit: still local edits, now on the new revision
 	Kept      []string       `json:"kept"`      // local edits kept over the revision's change (--ours)
-	Conflicts []syncConflict `json:"conflicts"` // files the revision and a local edit both changed, unmerged
+	Conflicts []SyncConflict `json:"conflicts"` // files the revision and a local edit both changed, unmerged
 	Blocked   []string       `json:"blocked"`   // what stands where the revision has a file, not ag's to remove
 }
 
-// syncConflict is a file both the revision and a local edit changed, which did not merge.
-type syncConflict struct {
+// SyncConflict is a file both the revision and a local edit changed, which did not merge.
+type SyncConflict struct {
 	Path    string `json:"path"`
 	Reason  string `json:"reason"`
 	Markers bool   `json:"markers"` // written into the file between conflict markers (--merge)
 }
 
-func newSyncResult(from, to string) *syncResult {
-	return &syncResult{From: from, To: to, Updated: []string{}, Deleted: []string{}, Merged: []string{}, Kept: []string{},
-		Conflicts: []syncConflict{}, Blocked: []string{}}
+func newSyncResult(from, to string) *SyncResult {
+	return &SyncResult{From: from, To: to, Updated: []string{}, Deleted: []string{}, Merged: []string{}, Kept: []string{},
+		Conflicts: []SyncConflict{}, Blocked: []string{}}
 }
 
-// syncCheckout brings the checkout to revision (the mainline when empty) without losing local
+// SyncTo brings the checkout to revision (the mainline when empty) without losing local
 // edits: a file the revision and a local edit both changed is merged when both are text and the
 // changes do not overlap, and the sync is refused otherwise. Refused, it has changed nothing. It
 // answers how many files it took from the revision.
-func syncCheckout(ctx context.Context, ws *workspace, revision string) (int, error) {
-	res, err := syncWith(ctx, ws, syncOptions{revision: revision})
+func SyncTo(ctx context.Context, ws *Workspace, revision string) (int, error) {
+	res, err := Sync(ctx, ws, SyncOptions{revision: revision})
 	if res == nil || !res.Applied {
 		return 0, err
 	}
 	return len(res.Updated) + len(res.Deleted), err
 }
 
-// syncWith brings the checkout to a revision as opts say. Local edits of files the revision
+// Sync brings the checkout to a revision as opts say. Local edits of files the revision
 // did not change stay. For a file both changed: a local edit equal to the revision's is taken;
 // paths in opts.theirs take the revision's version and paths in opts.ours keep the local one;
 // two texts are merged three ways, and a merge with conflicts is written between markers with
 // opts.merge (answering an error with the conflict exit code) and refused without; anything
 // else (a deletion on one side, a binary file) is refused. A refused sync has changed nothing and
 // answers its result with Applied false. The checkout's own files are written through os.Root.
-func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult, error) {
-	tree, err := ws.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.co.Repository, Revision: opts.revision})
+func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, error) {
+	tree, err := ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: opts.revision})
 	if err != nil {
 		return nil, err
 	}
-	target, err := treeFiles(tree.GetEntries())
+	target, err := TreeFiles(tree.GetEntries())
 	if err != nil {
 		return nil, err
 	}
-	edits, err := ws.co.localEdits()
+	edits, err := ws.Checkout.LocalEdits()
 	if err != nil {
 		return nil, err
 	}
-	baseFiles, err := ws.co.baseFiles()
+	baseFiles, err := ws.Checkout.BaseFiles()
 	if err != nil {
 		return nil, err
 	}
-	local := map[string]localEdit{}
+	local := map[string]Edit{}
 	for _, e := range edits {
-		local[e.path] = e
+		local[e.Path] = e
 	}
-	root, err := os.OpenRoot(ws.co.root)
+	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +101,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	}
 	defer reader.close()
 
-	res := newSyncResult(ws.co.BaseRevision, tree.GetRevision())
+	res := newSyncResult(ws.Checkout.BaseRevision, tree.GetRevision())
 	// The mainline may have brought a second spelling of a name this file system takes for one
 	// (Readme.md beside README.md): writing it would write over the first.
 	if err := refuseFoldedNames(root, target); err != nil {
@@ -117,21 +115,21 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		want, inTarget := target[p]
 		_, inBase := baseFiles[p]
 		e, edited := local[p]
-		if (edited && e.kind != "deleted") || (!edited && inBase) {
-			if !inTarget || want.gitlink() {
+		if (edited && e.Kind != "deleted") || (!edited && inBase) {
+			if !inTarget || want.Gitlink() {
 				// What is there goes: the revision has nothing there, or a submodule's directory.
 				deletes = append(deletes, p)
 			}
 		}
 		switch {
-		case inTarget && want.gitlink():
+		case inTarget && want.Gitlink():
 			submoduleDirs = append(submoduleDirs, p)
 			res.Updated = append(res.Updated, p)
 		case inTarget:
 			writes = append(writes, p)
-			modes[p] = want.mode
+			modes[p] = want.Mode
 			res.Updated = append(res.Updated, p)
-		case (edited && e.kind != "deleted") || (!edited && inBase):
+		case (edited && e.Kind != "deleted") || (!edited && inBase):
 			res.Deleted = append(res.Deleted, p)
 		}
 	}
@@ -140,10 +138,10 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		base, inBase := baseFiles[p]
 		e, edited := local[p]
 		upstream := inTarget != inBase || want != base
-		if rec, ok := ws.co.Conflicts[p]; ok {
+		if rec, ok := ws.Checkout.Conflicts[p]; ok {
 			if !edited {
 				drop[p] = true
-			} else if underAny(p, opts.ours) && !upstream {
+			} else if UnderAny(p, opts.Ours) && !upstream {
 				// Back to the local content from before the merge that wrote the markers.
 				content, err := root.ReadFile(filepath.FromSlash(oursPath(rec.Ours)))
 				if err != nil {
@@ -151,14 +149,14 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 				}
 				contents[p] = content
 				writes = append(writes, p)
-				modes[p] = e.mode
+				modes[p] = e.Mode
 				res.Kept = append(res.Kept, p)
 				drop[p] = true
 				return nil
 			}
 		}
 		switch {
-		case underAny(p, opts.theirs):
+		case UnderAny(p, opts.Theirs):
 			drop[p] = true
 			if edited || upstream {
 				take(p)
@@ -166,17 +164,17 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		case !upstream:
 			// Unchanged in the revision: a local edit stays as it is.
 		case !edited,
-			inTarget && e.kind != "deleted" && e.digest == want.digest && e.mode == want.mode,
-			!inTarget && e.kind == "deleted":
+			inTarget && e.Kind != "deleted" && e.digest == want.digest && e.Mode == want.Mode,
+			!inTarget && e.Kind == "deleted":
 			// Not edited, or edited to what the revision has: taking it clobbers nothing.
 			take(p)
-		case underAny(p, opts.ours):
+		case UnderAny(p, opts.Ours):
 			drop[p] = true
 			res.Kept = append(res.Kept, p)
-		case e.kind == "deleted":
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "deleted locally, changed in the mainline"})
+		case e.Kind == "deleted":
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "deleted locally, changed in the mainline"})
 		case !inTarget:
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "changed locally, deleted in the mainline"})
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "changed locally, deleted in the mainline"})
 		default:
 			merges = append(merges, p)
 		}
@@ -192,7 +190,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	for p := range local {
 		paths[p] = true
 	}
-	for p := range ws.co.Conflicts {
+	for p := range ws.Checkout.Conflicts {
 		paths[p] = true
 	}
 	for _, p := range sortedKeys(paths) {
@@ -207,13 +205,13 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	for _, p := range merges {
 		base, inBase := baseFiles[p]
 		want, e := target[p], local[p]
-		if reason := unmergeable(base, inBase, e.mode, want); reason != "" {
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: reason})
+		if reason := unmergeable(base, inBase, e.Mode, want); reason != "" {
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: reason})
 			continue
 		}
-		mode, ok := mergeModes(base.mode, e.mode, want.mode)
+		mode, ok := mergeModes(base.Mode, e.Mode, want.Mode)
 		if !ok {
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("the mode changed on both sides: %s here, %s in the mainline", e.mode, want.mode)})
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("the mode changed on both sides: %s here, %s in the mainline", e.Mode, want.Mode)})
 			continue
 		}
 		ours, err := reader.readFile(p)
@@ -229,7 +227,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			// Only the mode changed in the mainline.
 			merged = ours
 		default:
-			theirs, err := ws.c.Blob(ctx, want.digest)
+			theirs, err := ws.Client.Blob(ctx, want.digest)
 			if err != nil {
 				return nil, fmt.Errorf("fetch %s: %w", p, err)
 			}
@@ -240,12 +238,12 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			}
 			var baseContent []byte
 			if inBase {
-				if baseContent, err = ws.c.Blob(ctx, base.digest); err != nil {
+				if baseContent, err = ws.Client.Blob(ctx, base.digest); err != nil {
 					return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
 				}
 			}
 			if isBinary(baseContent) || isBinary(ours) || isBinary(theirs) {
-				res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: "a binary file changed on both sides"})
+				res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "a binary file changed on both sides"})
 				continue
 			}
 			merged, n = merge3(baseContent, ours, theirs)
@@ -253,12 +251,12 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		switch {
 		case n == 0:
 			res.Merged = append(res.Merged, p)
-		case opts.merge:
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n), Markers: true})
+		case opts.Merge:
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n), Markers: true})
 			newConflicts[p] = conflictRecord{Ours: repo.Digest(ours)}
 			oursContent[p] = ours
 		default:
-			res.Conflicts = append(res.Conflicts, syncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n)})
+			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n)})
 			continue
 		}
 		contents[p] = merged
@@ -270,7 +268,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	sort.Strings(res.Merged)
 	sort.Strings(res.Updated)
 	if refused := unmarked(res.Conflicts); len(refused) > 0 {
-		return res, withExit(ExitConflict, refusal(refused))
+		return res, &ConflictError{refusal(refused)}
 	}
 
 	sort.Strings(writes)
@@ -285,7 +283,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	}
 	if len(blocked) > 0 {
 		res.Blocked = blocked
-		return res, withExit(ExitConflict, fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", ")))
+		return res, &ConflictError{fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", "))}
 	}
 	// Every blob before the first change on disk, so a failing server leaves the checkout as it
 	// was; fetched by several requests at once, each blob once.
@@ -295,18 +293,18 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			need[p] = target[p].digest
 		}
 	}
-	var prog *progress
-	if opts.progress != nil && len(need) > 0 {
+	var prog *Progress
+	if opts.Progress != nil && len(need) > 0 {
 		var size int64
 		for _, e := range tree.GetEntries() {
 			if _, ok := need[e.GetPath()]; ok {
 				size += int64(e.GetSize())
 			}
 		}
-		prog = opts.progress(len(need), size)
+		prog = opts.Progress(len(need), size)
 	}
-	fetched, err := fetchContents(ctx, ws.c, need, blobSizes(tree.GetEntries()), prog)
-	prog.done()
+	fetched, err := fetchContents(ctx, ws.Client, need, BlobSizes(tree.GetEntries()), prog)
+	prog.Done()
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +318,7 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 	// Deletes first: a file the mainline turned into a directory must go before what is written
 	// under it, and the files of a directory it turned into a file before that file.
 	for _, p := range deletes {
-		if baseFiles[p].gitlink() {
+		if baseFiles[p].Gitlink() {
 			err = removeSubmoduleDir(root, p)
 		} else {
 			err = removeFile(root, p)
@@ -348,22 +346,22 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 			return nil, err
 		}
 	}
-	ws.co.setBase(tree.GetRevision(), target)
+	ws.Checkout.SetBase(tree.GetRevision(), target)
 	for p := range drop {
-		if rec, ok := ws.co.Conflicts[p]; ok {
-			delete(ws.co.Conflicts, p)
-			if !stillKept(ws.co.Conflicts, newConflicts, rec.Ours) {
+		if rec, ok := ws.Checkout.Conflicts[p]; ok {
+			delete(ws.Checkout.Conflicts, p)
+			if !stillKept(ws.Checkout.Conflicts, newConflicts, rec.Ours) {
 				_ = removeFile(root, oursPath(rec.Ours))
 			}
 		}
 	}
 	for p, rec := range newConflicts {
-		if ws.co.Conflicts == nil {
-			ws.co.Conflicts = map[string]conflictRecord{}
+		if ws.Checkout.Conflicts == nil {
+			ws.Checkout.Conflicts = map[string]conflictRecord{}
 		}
-		ws.co.Conflicts[p] = rec
+		ws.Checkout.Conflicts[p] = rec
 	}
-	if err := ws.co.saveIn(root); err != nil {
+	if err := ws.Checkout.saveIn(root); err != nil {
 		return nil, err
 	}
 	res.Applied = true
@@ -372,8 +370,8 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 		for _, c := range res.Conflicts {
 			paths = append(paths, c.Path)
 		}
-		return res, withExit(ExitConflict, fmt.Errorf("synced to %s, with conflicts written between <<<<<<< ours and >>>>>>> theirs markers in: %s. Edit them (or take one side: ag sync --ours PATH, ag sync --theirs PATH), then integrate",
-			res.To, strings.Join(paths, ", ")))
+		return res, &ConflictError{fmt.Errorf("synced to %s, with conflicts written between <<<<<<< ours and >>>>>>> theirs markers in: %s. Edit them (or take one side: ag sync --ours PATH, ag sync --theirs PATH), then integrate",
+			res.To, strings.Join(paths, ", "))}
 	}
 	return res, nil
 }
@@ -383,15 +381,15 @@ func syncWith(ctx context.Context, ws *workspace, opts syncOptions) (*syncResult
 // target is no text to merge, or a submodule in the mainline.
 func unmergeable(base treeFile, inBase bool, ours string, want treeFile) string {
 	switch {
-	case want.gitlink():
+	case want.Gitlink():
 		return "changed locally, a submodule in the mainline"
-	case ours == repo.ModeSymlink && want.mode == repo.ModeSymlink:
+	case ours == repo.ModeSymlink && want.Mode == repo.ModeSymlink:
 		return "a symbolic link changed on both sides"
 	case ours == repo.ModeSymlink:
 		return "a symbolic link here, a file in the mainline"
-	case want.mode == repo.ModeSymlink:
+	case want.Mode == repo.ModeSymlink:
 		return "a file here, a symbolic link in the mainline"
-	case inBase && base.mode == repo.ModeSymlink:
+	case inBase && base.Mode == repo.ModeSymlink:
 		return "a symbolic link made a file on both sides"
 	}
 	return ""
@@ -423,8 +421,8 @@ func stillKept(records, added map[string]conflictRecord, digest string) bool {
 }
 
 // unmarked answers the conflicts that were not written into their files.
-func unmarked(conflicts []syncConflict) []syncConflict {
-	var out []syncConflict
+func unmarked(conflicts []SyncConflict) []SyncConflict {
+	var out []SyncConflict
 	for _, c := range conflicts {
 		if !c.Markers {
 			out = append(out, c)
@@ -434,7 +432,7 @@ func unmarked(conflicts []syncConflict) []syncConflict {
 }
 
 // refusal explains a sync refused for conflicts, and the ways out.
-func refusal(conflicts []syncConflict) error {
+func refusal(conflicts []SyncConflict) error {
 	var list []string
 	text := false
 	for _, c := range conflicts {
@@ -458,133 +456,22 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-func newSyncCmd(g *globals) *cobra.Command {
-	var opts syncOptions
-	var theirs, ours []string
-	cmd := &cobra.Command{
-		Use:   "sync [--merge] [--theirs PATH]... [--ours PATH]...",
-		Short: "bring the checkout to the mainline, keeping local edits: merged where the mainline changed them too, or refused",
-		Long: `Brings the checkout to the mainline. Local edits stay. A text file the mainline changed too
-is merged three ways (base, yours, the mainline's); when the merge is clean it stays a local
-edit, now on the new mainline. Anything else the mainline and a local edit both changed (a
-merge with conflicts, a binary file, a deletion on one side) refuses the whole sync, which then
-changes nothing (exit code 4) unless told how to go on:
-
-  --merge         write text conflicts into the files between <<<<<<< ours, ||||||| base,
-                  ======= and >>>>>>> theirs markers, and sync (exit code 4 all the same)
-  --theirs PATH   take the mainline's version of PATH (a file, or a directory as a/),
-                  dropping the local edit
-  --ours PATH     keep the local version of PATH as an edit on the new mainline, so that
-                  integrate can send it; after --merge, back to the version before the merge`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if opts.theirs, err = ws.co.repoPaths(g.dir, theirs); err != nil {
-				return err
-			}
-			if opts.ours, err = ws.co.repoPaths(g.dir, ours); err != nil {
-				return err
-			}
-			for _, p := range opts.theirs {
-				if underAny(p, opts.ours) || underAny(strings.TrimSuffix(p, "/"), opts.ours) {
-					return withExit(ExitUsage, fmt.Errorf("%s is named by both --theirs and --ours", p))
-				}
-			}
-			opts.progress = func(files int, bytes int64) *progress { return newProgress(g, "sync:", files, bytes) }
-			res, err := syncWith(cmd.Context(), ws, opts)
-			if res == nil {
-				return err
-			}
-			if g.json {
-				if perr := g.printValue(res); perr != nil {
-					return perr
-				}
-				return err
-			}
-			if res.Applied {
-				printSync(g, res)
-			}
-			return err
-		},
-	}
-	cmd.Flags().BoolVar(&opts.merge, "merge", false, "write text conflicts into the files between conflict markers and sync")
-	cmd.Flags().StringArrayVar(&theirs, "theirs", nil, "take the mainline's version of this path, dropping the local edit (repeatable)")
-	cmd.Flags().StringArrayVar(&ours, "ours", nil, "keep the local version of this path as an edit on the new mainline (repeatable)")
-	return cmd
-}
-
-func printSync(g *globals, res *syncResult) {
-	w := g.stdout
-	n := len(res.Updated) + len(res.Deleted)
-	switch {
-	case res.From != res.To:
-		termPrintf(w, "synced to %s: %d files updated\n", res.To, n)
-	case n == 0 && len(res.Kept) == 0:
-		termPrintf(w, "already at the mainline %s\n", res.To)
-	default:
-		termPrintf(w, "at the mainline %s: %d files taken from it\n", res.To, n)
-	}
-	if len(res.Merged) > 0 {
-		termPrintf(w, "merged with your edits, still local edits: %s\n", strings.Join(res.Merged, ", "))
-	}
-	if len(res.Kept) > 0 {
-		termPrintf(w, "kept your version, as local edits: %s\n", strings.Join(res.Kept, ", "))
-	}
-	for _, c := range res.Conflicts {
-		termPrintf(w, "conflict in %s: %s, written between markers\n", c.Path, c.Reason)
-	}
-}
-
-func newDiffCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "diff [PATH...]",
-		Short: "the checkout's local edits (all, or under the paths named) as a unified diff against the base revision",
-		Args:  cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace(cmd.Context())
-			if err != nil {
-				return err
-			}
-			var sel []string
-			if len(args) > 0 {
-				if sel, err = ws.co.repoPaths(g.dir, args); err != nil {
-					return err
-				}
-			}
-			out, err := diffEdits(cmd.Context(), ws, sel)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printValue(out)
-			}
-			for _, f := range out.Files {
-				fmt.Fprint(g.stdout, f.Diff)
-			}
-			return nil
-		},
-	}
-}
-
-// diffEdits answers the checkout's local edits (all, or those under sel) as unified diffs
+// Diff answers the checkout's local edits (all, or those under sel) as unified diffs
 // against the base revision.
-func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, error) {
-	out := diffJSON{BaseRevision: ws.co.BaseRevision, Files: []diffFileJSON{}}
-	edits, err := ws.co.localEdits()
+func Diff(ctx context.Context, ws *Workspace, sel []string) (DiffJSON, error) {
+	out := DiffJSON{BaseRevision: ws.Checkout.BaseRevision, Files: []DiffFileJSON{}}
+	edits, err := ws.Checkout.LocalEdits()
 	if err != nil {
 		return out, err
 	}
 	if sel != nil {
-		edits = editsUnder(edits, sel)
+		edits = EditsUnder(edits, sel)
 	}
-	conflicted, err := ws.co.conflicted(edits)
+	conflicted, err := ws.Checkout.Conflicted(edits)
 	if err != nil {
 		return out, err
 	}
-	root, err := os.OpenRoot(ws.co.root)
+	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
 		return out, err
 	}
@@ -596,19 +483,19 @@ func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, erro
 	defer reader.close()
 	for _, e := range edits {
 		var before, after []byte
-		if e.kind != "added" {
-			if before, err = ws.c.Blob(ctx, e.base); err != nil {
-				return out, fmt.Errorf("fetch the base of %s: %w", e.path, err)
+		if e.Kind != "added" {
+			if before, err = ws.Client.Blob(ctx, e.base); err != nil {
+				return out, fmt.Errorf("fetch the base of %s: %w", e.Path, err)
 			}
 		}
-		if e.kind != "deleted" {
-			if after, err = reader.readEntry(e.path, e.mode); err != nil {
+		if e.Kind != "deleted" {
+			if after, err = reader.readEntry(e.Path, e.Mode); err != nil {
 				return out, err
 			}
 		}
-		out.Files = append(out.Files, diffFileJSON{
-			Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Binary: isBinary(before) || isBinary(after),
-			Mode: e.mode, BaseMode: e.baseMode, Diff: editDiff(e, before, after),
+		out.Files = append(out.Files, DiffFileJSON{
+			Path: e.Path, Status: e.Kind, Conflict: conflicted[e.Path], Binary: isBinary(before) || isBinary(after),
+			Mode: e.Mode, BaseMode: e.BaseMode, Diff: editDiff(e, before, after),
 		})
 	}
 	return out, nil
@@ -619,46 +506,46 @@ func diffEdits(ctx context.Context, ws *workspace, sel []string) (diffJSON, erro
 // mode; new file mode; deleted file mode). A link's content is its target, with no newline
 // at its end. A file made a link, or a link made a file, is the one deleted and the other
 // added, as git shows it.
-func editDiff(e localEdit, before, after []byte) string {
-	if e.kind == "modified" && (e.mode == repo.ModeSymlink) != (e.baseMode == repo.ModeSymlink) {
-		return editDiff(localEdit{path: e.path, kind: "deleted", baseMode: e.baseMode}, before, nil) +
-			editDiff(localEdit{path: e.path, kind: "added", mode: e.mode}, nil, after)
+func editDiff(e Edit, before, after []byte) string {
+	if e.Kind == "modified" && (e.Mode == repo.ModeSymlink) != (e.BaseMode == repo.ModeSymlink) {
+		return editDiff(Edit{Path: e.Path, Kind: "deleted", BaseMode: e.BaseMode}, before, nil) +
+			editDiff(Edit{Path: e.Path, Kind: "added", Mode: e.Mode}, nil, after)
 	}
-	aName, bName := "a/"+e.path, "b/"+e.path
+	aName, bName := "a/"+e.Path, "b/"+e.Path
 	var modes string
-	switch e.kind {
+	switch e.Kind {
 	case "added":
 		aName = "/dev/null"
-		if e.mode != repo.ModeFile {
-			modes = "new file mode " + e.mode + "\n"
+		if e.Mode != repo.ModeFile {
+			modes = "new file mode " + e.Mode + "\n"
 		}
 	case "deleted":
 		bName = "/dev/null"
-		if e.baseMode != repo.ModeFile {
-			modes = "deleted file mode " + e.baseMode + "\n"
+		if e.BaseMode != repo.ModeFile {
+			modes = "deleted file mode " + e.BaseMode + "\n"
 		}
 	default:
-		if e.mode != e.baseMode {
-			modes = "old mode " + e.baseMode + "\nnew mode " + e.mode + "\n"
+		if e.Mode != e.BaseMode {
+			modes = "old mode " + e.BaseMode + "\nnew mode " + e.Mode + "\n"
 		}
 	}
 	d := unifiedDiff(aName, bName, before, after)
-	if e.kind != "modified" && len(before)+len(after) == 0 {
+	if e.Kind != "modified" && len(before)+len(after) == 0 {
 		d = fmt.Sprintf("--- %s\n+++ %s\n", aName, bName) // an empty file added or deleted
 	}
-	if e.mode != "" && e.mode != repo.ModeFile || e.baseMode != "" && e.baseMode != repo.ModeFile {
-		return fmt.Sprintf("diff --git a/%s b/%s\n", e.path, e.path) + modes + d
+	if e.Mode != "" && e.Mode != repo.ModeFile || e.BaseMode != "" && e.BaseMode != repo.ModeFile {
+		return fmt.Sprintf("diff --git a/%s b/%s\n", e.Path, e.Path) + modes + d
 	}
 	return d
 }
 
-// diffJSON is what `ag diff --json` prints.
-type diffJSON struct {
+// DiffJSON is what `ag diff --json` prints.
+type DiffJSON struct {
 	BaseRevision string         `json:"baseRevision"`
-	Files        []diffFileJSON `json:"files"`
+	Files        []DiffFileJSON `json:"files"`
 }
 
-type diffFileJSON struct {
+type DiffFileJSON struct {
 	Path     string `json:"path"`
 	Status   string `json:"status"` // added, modified or deleted
 	Conflict bool   `json:"conflict,omitempty"`
@@ -668,50 +555,17 @@ type diffFileJSON struct {
 	Diff     string `json:"diff"`               // the unified diff, headers included
 }
 
-func newRevertCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "revert PATH...",
-		Short: "drop the local edits of files (or of directories, as a/): back to the base revision, a new file removed",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := g.workspace(cmd.Context())
-			if err != nil {
-				return err
-			}
-			sel, err := ws.co.repoPaths(g.dir, args)
-			if err != nil {
-				return err
-			}
-			out, err := revertEdits(cmd.Context(), ws, sel)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printValue(out)
-			}
-			for _, e := range out.Reverted {
-				verb := map[string]string{"added": "removed", "modified": "reverted", "deleted": "restored"}[e.Status]
-				termPrintf(g.stdout, "%s %s (%s)\n", verb, e.Path, e.Status)
-			}
-			if len(out.Reverted) == 0 {
-				termPrintf(g.stdout, "nothing to revert: no local edits under %s\n", strings.Join(args, " "))
-			}
-			return nil
-		},
-	}
-}
-
-// revertEdits drops the local edits under sel: modified and deleted files go back to the base
+// Revert drops the local edits under sel: modified and deleted files go back to the base
 // revision, with its mode (a link as the link it was), added ones are removed. Nothing changes when something of the user's stands where a
 // base file goes back.
-func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, error) {
-	out := revertJSON{Reverted: []editJSON{}}
-	edits, err := ws.co.localEdits()
+func Revert(ctx context.Context, ws *Workspace, sel []string) (RevertJSON, error) {
+	out := RevertJSON{Reverted: []EditJSON{}}
+	edits, err := ws.Checkout.LocalEdits()
 	if err != nil {
 		return out, err
 	}
-	edits = editsUnder(edits, sel)
-	root, err := os.OpenRoot(ws.co.root)
+	edits = EditsUnder(edits, sel)
+	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
 		return out, err
 	}
@@ -720,45 +574,45 @@ func revertEdits(ctx context.Context, ws *workspace, sel []string) (revertJSON, 
 	bases := map[string]string{}
 	var restore []string
 	for _, e := range edits {
-		if e.kind != "added" {
-			bases[e.path] = e.base
-			restore = append(restore, e.path)
+		if e.Kind != "added" {
+			bases[e.Path] = e.base
+			restore = append(restore, e.Path)
 		}
 	}
-	contents, err := fetchContents(ctx, ws.c, bases, nil, nil)
+	contents, err := fetchContents(ctx, ws.Client, bases, nil, nil)
 	if err != nil {
 		return out, fmt.Errorf("the base revision's files: %w", err)
 	}
 	if blocked, err := inTheWay(root, restore, nil, map[string]bool{}); err != nil {
 		return out, err
 	} else if len(blocked) > 0 {
-		return out, withExit(ExitConflict, fmt.Errorf("something of yours stands where the base revision has a file; nothing was reverted. Move these aside first: %s", strings.Join(blocked, ", ")))
+		return out, &ConflictError{fmt.Errorf("something of yours stands where the base revision has a file; nothing was reverted. Move these aside first: %s", strings.Join(blocked, ", "))}
 	}
 	for _, e := range edits {
-		if e.kind == "added" {
-			err = removeFile(root, e.path)
+		if e.Kind == "added" {
+			err = removeFile(root, e.Path)
 		} else {
-			err = writeEntry(root, e.path, contents[e.path], e.baseMode)
+			err = writeEntry(root, e.Path, contents[e.Path], e.BaseMode)
 		}
 		if err != nil {
 			return out, err
 		}
-		out.Reverted = append(out.Reverted, editJSON{Path: e.path, Status: e.kind})
+		out.Reverted = append(out.Reverted, EditJSON{Path: e.Path, Status: e.Kind})
 	}
-	for p, rec := range ws.co.Conflicts {
-		if underAny(p, sel) {
-			delete(ws.co.Conflicts, p)
-			if !stillKept(ws.co.Conflicts, nil, rec.Ours) {
+	for p, rec := range ws.Checkout.Conflicts {
+		if UnderAny(p, sel) {
+			delete(ws.Checkout.Conflicts, p)
+			if !stillKept(ws.Checkout.Conflicts, nil, rec.Ours) {
 				_ = removeFile(root, oursPath(rec.Ours))
 			}
 		}
 	}
-	return out, ws.co.saveIn(root)
+	return out, ws.Checkout.saveIn(root)
 }
 
-// revertJSON is what `ag revert --json` prints.
-type revertJSON struct {
-	Reverted []editJSON `json:"reverted"` // the edits dropped, by what they were
+// RevertJSON is what `ag revert --json` prints.
+type RevertJSON struct {
+	Reverted []EditJSON `json:"reverted"` // the edits dropped, by what they were
 }
 
 // inTheWay answers, described for a message, what stands where writes (files and links) and

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"errors"
@@ -209,3 +209,6 @@ func statOfInfo(info os.FileInfo) fileStat {
 	}
 	return fileStat{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino, mode: st.Mode}
 }
+
+// watchSupported: `ag watch` watches directories with inotify, one watch per directory.
+const WatchSupported = true

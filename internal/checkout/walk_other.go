@@ -1,8 +1,10 @@
 //go:build !linux
 
-package cli
+package checkout
 
-import "os"
+import (
+	"os"
+)
 
 // statWalk lists the regular files and links under dir with their stats, through os.Root.
 func statWalk(_ string, root *os.Root) ([]walkedFiles, error) {
@@ -23,3 +25,7 @@ func statOfInfo(info os.FileInfo) fileStat {
 	}
 	return fileStat{size: info.Size(), mtime: info.ModTime().UnixNano(), mode: mode}
 }
+
+// WatchSupported: elsewhere than Linux, watching a checkout takes a watch per file (kqueue) or
+// is not built; scans stat every file.
+const WatchSupported = false

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"bufio"
@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ag-coord/ag/internal/termsafe"
 	"io"
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/spf13/cobra"
 
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -36,8 +35,8 @@ import (
 // memory mapping, a change through a hard link from outside the checkout, a network file
 // system's changes made on another machine. docs/cli.md says so.
 
-// watchSocket is where a checkout's watcher listens, under its root.
-const watchSocket = stateDir + "/watch.sock"
+// WatchSocket is where a checkout's watcher listens, under its root.
+const WatchSocket = StateDir + "/watch.sock"
 
 // watchCookiePrefix begins the names of the watcher's cookie files in .ag.
 const watchCookiePrefix = "watch-cookie-"
@@ -46,23 +45,23 @@ const watchCookiePrefix = "watch-cookie-"
 // and the scans that ask it read everything once.
 const maxWatchChanged = 200000
 
-// watchToken names a point in a watcher's history: the run (session) and how many changes it
+// WatchToken names a point in a watcher's history: the run (session) and how many changes it
 // had seen.
-type watchToken struct {
+type WatchToken struct {
 	Session string `json:"session"`
 	Seq     uint64 `json:"seq"`
 }
 
-// watchRequest is what a scan (or `ag watch --stop`) asks a watcher.
-type watchRequest struct {
-	Since watchToken `json:"since"`
+// WatchRequest is what a scan (or `ag watch --stop`) asks a watcher.
+type WatchRequest struct {
+	Since WatchToken `json:"since"`
 	Stop  bool       `json:"stop,omitempty"`
 }
 
-// watchAnswer is a watcher's answer to "what changed since": with Full, it cannot tell (the
+// WatchAnswer is a watcher's answer to "what changed since": with Full, it cannot tell (the
 // token is of another session), and the scan reads everything.
-type watchAnswer struct {
-	Now   watchToken `json:"now"`
+type WatchAnswer struct {
+	Now   WatchToken `json:"now"`
 	Full  bool       `json:"full,omitempty"`
 	Paths []string   `json:"paths,omitempty"` // repository paths of files or directories that changed
 }
@@ -98,9 +97,9 @@ func newWatcher(root string, logf func(string, ...any)) (*watcher, error) {
 	}
 	w := &watcher{root: root, fw: fw, logf: logf, dirs: map[string]bool{}, changed: map[string]uint64{}, cookies: map[string]chan struct{}{}, lastAsk: time.Now()}
 	w.newSession()
-	if err := fw.Add(filepath.Join(root, stateDir)); err != nil {
+	if err := fw.Add(filepath.Join(root, StateDir)); err != nil {
 		fw.Close()
-		return nil, fmt.Errorf("watch %s: %w", stateDir, err)
+		return nil, fmt.Errorf("watch %s: %w", StateDir, err)
 	}
 	if err := w.watchTree(""); err != nil {
 		fw.Close()
@@ -203,7 +202,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 		return
 	}
 	rel = filepath.ToSlash(rel)
-	if name, ok := strings.CutPrefix(rel, stateDir+"/"); ok {
+	if name, ok := strings.CutPrefix(rel, StateDir+"/"); ok {
 		if strings.HasPrefix(name, watchCookiePrefix) && ev.Has(fsnotify.Create) {
 			w.mu.Lock()
 			if ch, ok := w.cookies[name]; ok {
@@ -250,7 +249,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 }
 
 // since answers what changed since token, once every event before the question is read.
-func (w *watcher) since(token watchToken) watchAnswer {
+func (w *watcher) since(token WatchToken) WatchAnswer {
 	if err := w.sync(2 * time.Second); err != nil {
 		// Events may be unread, or watches not yet back (a rewatch in progress): no token
 		// is given, so that the scan reads everything and records none.
@@ -258,12 +257,12 @@ func (w *watcher) since(token watchToken) watchAnswer {
 		w.mu.Lock()
 		w.newSession()
 		w.mu.Unlock()
-		return watchAnswer{Full: true}
+		return WatchAnswer{Full: true}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lastAsk = time.Now()
-	ans := watchAnswer{Now: watchToken{Session: w.session, Seq: w.seq}}
+	ans := WatchAnswer{Now: WatchToken{Session: w.session, Seq: w.seq}}
 	if w.broken || token.Session != w.session || token.Seq > w.seq {
 		ans.Full = true
 		return ans
@@ -286,7 +285,7 @@ func (w *watcher) sync(timeout time.Duration) error {
 	ch := make(chan struct{})
 	w.cookies[name] = ch
 	w.mu.Unlock()
-	path := filepath.Join(w.root, stateDir, name)
+	path := filepath.Join(w.root, StateDir, name)
 	defer os.Remove(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -325,13 +324,13 @@ func (w *watcher) serve(ctx context.Context, l net.Listener) {
 func (w *watcher) answer(conn net.Conn) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	var req watchRequest
+	var req WatchRequest
 	if err := json.NewDecoder(io.LimitReader(conn, 4096)).Decode(&req); err != nil {
 		return
 	}
 	if req.Stop {
 		w.mu.Lock()
-		ans := watchAnswer{Now: watchToken{Session: w.session, Seq: w.seq}}
+		ans := WatchAnswer{Now: WatchToken{Session: w.session, Seq: w.seq}}
 		w.mu.Unlock()
 		_ = json.NewEncoder(conn).Encode(ans)
 		w.stop()
@@ -339,7 +338,7 @@ func (w *watcher) answer(conn net.Conn) {
 	}
 	ans := w.since(req.Since)
 	if !w.stillHere() {
-		ans = watchAnswer{Now: ans.Now, Full: true}
+		ans = WatchAnswer{Now: ans.Now, Full: true}
 	}
 	_ = json.NewEncoder(conn).Encode(ans)
 }
@@ -347,7 +346,7 @@ func (w *watcher) answer(conn net.Conn) {
 // stillHere reports whether the checkout is where the watcher watches it: its socket is the
 // one it made. A checkout moved elsewhere is watched under its old paths.
 func (w *watcher) stillHere() bool {
-	info, err := os.Lstat(filepath.Join(w.root, watchSocket))
+	info, err := os.Lstat(filepath.Join(w.root, WatchSocket))
 	return err == nil && os.SameFile(info, w.socket)
 }
 
@@ -361,7 +360,7 @@ func (w *watcher) idleFor() time.Duration {
 // listenWatch makes the watcher's socket in the checkout at root, replacing one no watcher
 // answers on any more.
 func listenWatch(root string) (net.Listener, error) {
-	path := filepath.Join(root, watchSocket)
+	path := filepath.Join(root, WatchSocket)
 	if len(path) >= 108 {
 		return nil, fmt.Errorf("%s is too long a path for a socket (the limit is 107 bytes): a checkout this deep cannot be watched", path)
 	}
@@ -388,32 +387,32 @@ func listenWatch(root string) (net.Listener, error) {
 	return l, nil
 }
 
-// askWatcher asks the watcher of the checkout at root what changed since token, and answers
+// AskWatcher asks the watcher of the checkout at root what changed since token, and answers
 // false when there is none, or it does not answer within a second.
-func askWatcher(root string, token watchToken) (watchAnswer, bool) {
-	path := filepath.Join(root, watchSocket)
+func AskWatcher(root string, token WatchToken) (WatchAnswer, bool) {
+	path := filepath.Join(root, WatchSocket)
 	if len(path) >= 108 {
-		return watchAnswer{}, false
+		return WatchAnswer{}, false
 	}
 	if info, err := os.Lstat(path); err != nil || info.Mode()&fs.ModeSocket == 0 {
-		return watchAnswer{}, false
+		return WatchAnswer{}, false
 	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
-		return watchAnswer{}, false
+		return WatchAnswer{}, false
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-	if err := json.NewEncoder(conn).Encode(watchRequest{Since: token}); err != nil {
-		return watchAnswer{}, false
+	if err := json.NewEncoder(conn).Encode(WatchRequest{Since: token}); err != nil {
+		return WatchAnswer{}, false
 	}
-	var ans watchAnswer
+	var ans WatchAnswer
 	if err := json.NewDecoder(bufio.NewReader(io.LimitReader(conn, 64<<20))).Decode(&ans); err != nil || ans.Now.Session == "" {
-		return watchAnswer{}, false
+		return WatchAnswer{}, false
 	}
 	for _, p := range ans.Paths {
 		if repo.ValidatePath(p, false) != nil {
-			return watchAnswer{}, false
+			return WatchAnswer{}, false
 		}
 	}
 	return ans, true
@@ -430,48 +429,12 @@ func sessionString(b [16]byte) string {
 	return strings.TrimRight(string(b[:]), "\x00")
 }
 
-// newWatchCmd is `ag watch`.
-func newWatchCmd(g *globals) *cobra.Command {
-	var (
-		background, stop bool
-		idle             time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "watch",
-		Short: "watch the checkout's files, so that status, diff and integrate stat only what changed",
-		Long: `ag watch watches every directory of the checkout with inotify, until interrupted, and
-answers scans over .ag/watch.sock: ag status, diff, integrate, sync and revert then stat only the
-paths that changed since the last scan instead of every file. Linux only. --background starts it
-detached (its log in .ag/watch.log) and returns once it answers; --stop stops it.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			co, err := findCheckout(g.dir)
-			if err != nil {
-				return err
-			}
-			switch {
-			case stop:
-				return stopWatch(g, co.root)
-			case !watchSupported:
-				return withExit(ExitUsage, errors.New("ag watch needs Linux's inotify: elsewhere a scan stats every file"))
-			case background:
-				return startWatch(g, co.root, idle)
-			}
-			return runWatch(cmd.Context(), g, co.root, idle)
-		},
-	}
-	cmd.Flags().BoolVar(&background, "background", false, "start the watcher detached and return once it answers")
-	cmd.Flags().BoolVar(&stop, "stop", false, "stop the checkout's watcher")
-	cmd.Flags().DurationVar(&idle, "idle", 0, "stop after no scan asked for this long (0: never)")
-	return cmd
-}
-
-// runWatch watches the checkout at root until ctx ends, its checkout goes, or no scan asked for
+// RunWatch watches the checkout at root until ctx ends, its checkout goes, or no scan asked for
 // idle (when not 0).
-func runWatch(ctx context.Context, g *globals, root string, idle time.Duration) error {
+func RunWatch(ctx context.Context, log io.Writer, root string, idle time.Duration) error {
 	logf := func(format string, args ...any) {
 		// The paths it names are the checkout's file names, whatever their author called them.
-		termPrintf(g.stderr, "%s ag watch: %s\n", time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
+		fmt.Fprintf(log, "%s ag watch: %s\n", termsafe.Line(time.Now().Format(time.RFC3339)), termsafe.Line(fmt.Sprintf(format, args...)))
 	}
 	w, err := newWatcher(root, logf)
 	if err != nil {
@@ -482,7 +445,7 @@ func runWatch(ctx context.Context, g *globals, root string, idle time.Duration) 
 	if err != nil {
 		return err
 	}
-	socket := filepath.Join(root, watchSocket)
+	socket := filepath.Join(root, WatchSocket)
 	defer func() {
 		if w.stillHere() {
 			os.Remove(socket)
@@ -516,71 +479,4 @@ func runWatch(ctx context.Context, g *globals, root string, idle time.Duration) 
 			}
 		}
 	}
-}
-
-// startWatch starts `ag watch` detached on the checkout at root, and returns once it answers.
-func startWatch(g *globals, root string, idle time.Duration) error {
-	if _, ok := askWatcher(root, watchToken{}); ok {
-		fmt.Fprintf(g.stdout, "a watcher already watches %s\n", root)
-		return nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	// Through the checkout's os.Root: a symbolic link planted as the log must not make ag
-	// append to a file elsewhere.
-	checkoutRoot, err := os.OpenRoot(root)
-	if err != nil {
-		return err
-	}
-	logFile, err := checkoutRoot.OpenFile(filepath.Join(stateDir, "watch.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	checkoutRoot.Close()
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	c := exec.Command(self, "watch", "-C", root, "--idle", idle.String())
-	c.Stdout, c.Stderr = logFile, logFile
-	detach(c)
-	if err := c.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- c.Wait() }()
-	deadline := time.After(60 * time.Second)
-	for {
-		if _, ok := askWatcher(root, watchToken{}); ok {
-			fmt.Fprintf(g.stdout, "watching %s (pid %d, log in %s)\n", root, c.Process.Pid, filepath.Join(root, stateDir, "watch.log"))
-			return nil
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("ag watch exited before it answered (%v): see %s", err, filepath.Join(root, stateDir, "watch.log"))
-		case <-deadline:
-			return fmt.Errorf("ag watch did not answer within a minute: see %s", filepath.Join(root, stateDir, "watch.log"))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// stopWatch stops the watcher of the checkout at root, if one runs.
-func stopWatch(g *globals, root string) error {
-	path := filepath.Join(root, watchSocket)
-	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err != nil {
-		fmt.Fprintf(g.stdout, "no watcher watches %s\n", root)
-		return nil
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := json.NewEncoder(conn).Encode(watchRequest{Stop: true}); err != nil {
-		return err
-	}
-	var ans watchAnswer
-	if err := json.NewDecoder(conn).Decode(&ans); err != nil {
-		return fmt.Errorf("the watcher did not answer: %w", err)
-	}
-	fmt.Fprintf(g.stdout, "stopped the watcher of %s\n", root)
-	return nil
 }

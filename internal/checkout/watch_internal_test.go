@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func startTestWatch(t *testing.T, root string) (stop func(), log *syncbuf.Buffer
 	log = &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWatch(ctx, &globals{stdout: log, stderr: log}, root, 0) }()
+	go func() { done <- RunWatch(ctx, log, root, 0) }()
 	stop = func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -30,7 +30,7 @@ func startTestWatch(t *testing.T, root string) (stop func(), log *syncbuf.Buffer
 	}
 	// Waiting for a server to come up, not timing anything.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, ok := askWatcher(root, watchToken{}); ok {
+		if _, ok := AskWatcher(root, WatchToken{}); ok {
 			return stop, log
 		}
 		select {
@@ -46,7 +46,7 @@ func startTestWatch(t *testing.T, root string) (stop func(), log *syncbuf.Buffer
 }
 
 // watchedEditsOf is editsOf, and whether the scan took the watcher's word.
-func watchedEditsOf(t *testing.T, co *checkout) ([]string, bool) {
+func watchedEditsOf(t *testing.T, co *Checkout) ([]string, bool) {
 	t.Helper()
 	edits, s := scanEdits(t, co)
 	return edits, s.watched
@@ -58,7 +58,7 @@ func watchedEditsOf(t *testing.T, co *checkout) ([]string, bool) {
 // whole directory removed, a directory renamed, a touch without a change; and that without the
 // watcher (stopped, or restarted) a scan reads everything again, rightly.
 func TestWatcherTellsEveryEdit(t *testing.T) {
-	if !watchSupported {
+	if !WatchSupported {
 		t.Skip("ag watch is Linux's only")
 	}
 	t.Parallel()
@@ -169,7 +169,7 @@ func TestWatcherTellsEveryEdit(t *testing.T) {
 	}
 
 	stop()
-	if _, err := os.Lstat(path(watchSocket)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(path(WatchSocket)); !os.IsNotExist(err) {
 		t.Errorf("the socket is still there after the watcher stopped: %v", err)
 	}
 	if edits, watched := watchedEditsOf(t, co); !slices.Equal(edits, want) || watched {
@@ -194,7 +194,7 @@ func TestWatcherTellsEveryEdit(t *testing.T) {
 // TestABrokenWatcherCannotTell ensures a watcher that failed to watch a directory answers that
 // it cannot tell, whatever token a scan brings, so that the scan reads every file.
 func TestABrokenWatcherCannotTell(t *testing.T) {
-	if !watchSupported {
+	if !WatchSupported {
 		t.Skip("ag watch is Linux's only")
 	}
 	t.Parallel()
@@ -207,12 +207,12 @@ func TestABrokenWatcherCannotTell(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.run(ctx)
-	now := w.since(watchToken{}).Now
+	now := w.since(WatchToken{}).Now
 	if ans := w.since(now); ans.Full {
 		t.Fatalf("a working watcher, asked with its own token: %+v, want an answer", ans)
 	}
 	w.fail(errors.New("watch d: no space left on device"))
-	now = w.since(watchToken{}).Now
+	now = w.since(WatchToken{}).Now
 	if ans := w.since(now); !ans.Full {
 		t.Errorf("a broken watcher, asked with its own token: %+v, want it to say it cannot tell", ans)
 	}

@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"crypto/rand"
@@ -23,13 +23,14 @@ import (
 	"time"
 
 	"github.com/ag-coord/ag/internal/repo"
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
-// stateDir is where a checkout keeps what ag knows of it.
-const stateDir = ".ag"
+// StateDir is where a checkout keeps what ag knows of it.
+const StateDir = ".ag"
 
-// checkout is the state of a working directory made by `ag checkout`.
-type checkout struct {
+// Checkout is the state of a working directory made by `ag checkout`.
+type Checkout struct {
 	Repository   string `json:"repository"`
 	Server       string `json:"server"`
 	Holder       string `json:"holder"`
@@ -40,7 +41,7 @@ type checkout struct {
 	// LegacyFiles is where a checkout made before there was an index kept the base revision's
 	// files, path → digest: read, and moved into an index at the next save.
 	LegacyFiles map[string]string `json:"files,omitempty"`
-	Leases      []heldLease       `json:"leases,omitempty"`
+	Leases      []HeldLease       `json:"leases,omitempty"`
 	// Files `ag sync --merge` wrote with conflict markers, path → the local content before the
 	// merge, kept under .ag/conflicts/ for `ag sync --ours`.
 	Conflicts map[string]conflictRecord `json:"conflicts,omitempty"`
@@ -58,19 +59,32 @@ type checkout struct {
 	blobSizes map[string]uint64
 }
 
+// New answers the state of a checkout about to be written at root, of repository on
+// server, its leases held as holder.
+func New(root, repository, server, holder string) *Checkout {
+	return &Checkout{Repository: repository, Server: server, Holder: holder, root: root}
+}
+
+// Root is the checkout's directory.
+func (c *Checkout) Root() string { return c.root }
+
+// SetBlobSizes tells the checkout the sizes of its base's blobs as the server told them, digest
+// → size, before WriteFiles writes them: a large one is streamed.
+func (c *Checkout) SetBlobSizes(sizes map[string]uint64) { c.blobSizes = sizes }
+
 // conflictRecord is a file a sync merged with conflicts.
 type conflictRecord struct {
 	Ours string `json:"ours"` // digest of the local content before the merge
 }
 
 // conflictsDir holds the local contents of files merged with conflicts, by digest.
-const conflictsDir = stateDir + "/conflicts"
+const conflictsDir = StateDir + "/conflicts"
 
 // oursPath is where the local content with digest d is kept while its file is in conflict.
 func oursPath(d string) string { return conflictsDir + "/" + strings.TrimPrefix(d, "sha256:") }
 
-// conflicted answers which of edits still hold the conflict markers a sync wrote.
-func (c *checkout) conflicted(edits []localEdit) (map[string]bool, error) {
+// Conflicted answers which of edits still hold the conflict markers a sync wrote.
+func (c *Checkout) Conflicted(edits []Edit) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(c.Conflicts) == 0 {
 		return out, nil
@@ -86,23 +100,23 @@ func (c *checkout) conflicted(edits []localEdit) (map[string]bool, error) {
 	}
 	defer r.close()
 	for _, e := range edits {
-		if _, ok := c.Conflicts[e.path]; !ok || e.kind == "deleted" || e.mode == repo.ModeSymlink {
+		if _, ok := c.Conflicts[e.Path]; !ok || e.Kind == "deleted" || e.Mode == repo.ModeSymlink {
 			continue
 		}
-		content, err := r.readFile(e.path)
+		content, err := r.readFile(e.Path)
 		if err != nil {
 			return nil, err
 		}
 		if hasConflictMarkers(content) {
-			out[e.path] = true
+			out[e.Path] = true
 		}
 	}
 	return out, nil
 }
 
-// unresolved refuses, with the conflict exit code, edits that still hold conflict markers.
-func (c *checkout) unresolved(edits []localEdit) error {
-	conflicted, err := c.conflicted(edits)
+// Unresolved refuses, as a conflict, edits that still hold conflict markers.
+func (c *Checkout) Unresolved(edits []Edit) error {
+	conflicted, err := c.Conflicted(edits)
 	if err != nil || len(conflicted) == 0 {
 		return err
 	}
@@ -111,24 +125,31 @@ func (c *checkout) unresolved(edits []localEdit) error {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	return withExit(ExitConflict, fmt.Errorf("these files still hold the conflict markers ag sync --merge wrote: %s. Edit them, or take one side with ag sync --ours PATH or --theirs PATH, or ag revert PATH", strings.Join(paths, ", ")))
+	return &ConflictError{&MarkersError{Paths: paths}}
 }
 
-// repoPaths turns paths given on the command line into repository paths, as repoPath does.
-func (c *checkout) repoPaths(base string, args []string) ([]string, error) {
+// MarkersError refuses to send files that still hold the conflict markers a sync wrote.
+type MarkersError struct{ Paths []string }
+
+func (e *MarkersError) Error() string {
+	return fmt.Sprintf("these files still hold the conflict markers ag sync --merge wrote: %s. Edit them, or take one side with ag sync --ours PATH or --theirs PATH, or ag revert PATH", strings.Join(e.Paths, ", "))
+}
+
+// RepoPaths turns paths given on the command line into repository paths, as repoPath does.
+func (c *Checkout) RepoPaths(base string, args []string) ([]string, error) {
 	paths := make([]string, 0, len(args))
 	for _, a := range args {
 		p, err := c.repoPath(base, a)
 		if err != nil {
-			return nil, withExit(ExitUsage, err)
+			return nil, &UsageError{err}
 		}
 		paths = append(paths, p)
 	}
 	return paths, nil
 }
 
-// heldLease is a lease this checkout acquired.
-type heldLease struct {
+// HeldLease is a lease this checkout acquired.
+type HeldLease struct {
 	ID        string    `json:"id"`
 	Token     uint64    `json:"token"`
 	Paths     []string  `json:"paths"`
@@ -139,35 +160,35 @@ type heldLease struct {
 // and digests it keeps here, so a path into .git or out of the checkout, or a digest that is
 // a path (.ag/conflicts/<digest>), must not pass because the file was edited by hand, copied
 // from someone else, or damaged.
-func (c *checkout) check() error {
+func (c *Checkout) check() error {
 	if err := checkBase(regularFiles(c.LegacyFiles)); err != nil {
 		return err
 	}
 	if c.Index != "" && !validIndexName(c.Index) {
-		return fmt.Errorf("index %q is not the name of an index file", shortPath(c.Index))
+		return fmt.Errorf("index %q is not the name of an index file", ShortPath(c.Index))
 	}
 	for p, rec := range c.Conflicts {
 		if err := repo.ValidatePath(p, false); err != nil {
-			return fmt.Errorf("conflict %q %v", shortPath(p), err)
+			return fmt.Errorf("conflict %q %v", ShortPath(p), err)
 		}
 		if !repo.IsDigest(rec.Ours) {
-			return fmt.Errorf("conflict %q has %q for a digest", shortPath(p), rec.Ours)
+			return fmt.Errorf("conflict %q has %q for a digest", ShortPath(p), rec.Ours)
 		}
 	}
 	for _, l := range c.Leases {
 		for _, p := range l.Paths {
 			if err := repo.ValidatePath(p, true); err != nil {
-				return fmt.Errorf("lease %s path %q %v", l.ID, shortPath(p), err)
+				return fmt.Errorf("lease %s path %q %v", l.ID, ShortPath(p), err)
 			}
 		}
 	}
 	return nil
 }
 
-func statePath(root string) string { return filepath.Join(root, stateDir, "checkout.json") }
+func statePath(root string) string { return filepath.Join(root, StateDir, "checkout.json") }
 
-// findCheckout finds the checkout containing dir.
-func findCheckout(dir string) (*checkout, error) {
+// Find finds the checkout containing dir.
+func Find(dir string) (*Checkout, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -175,7 +196,7 @@ func findCheckout(dir string) (*checkout, error) {
 	for d := abs; ; d = filepath.Dir(d) {
 		data, err := os.ReadFile(statePath(d))
 		if err == nil {
-			c := &checkout{root: d}
+			c := &Checkout{root: d}
 			if err := json.Unmarshal(data, c); err != nil {
 				return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", statePath(d), err)
 			}
@@ -185,7 +206,7 @@ func findCheckout(dir string) (*checkout, error) {
 			if c.Index == "" {
 				// Made before there was an index (or with no file at all), and before modes:
 				// workspace.rebuildOldIndex asks the server for the base's modes.
-				c.setBase(c.BaseRevision, regularFiles(c.LegacyFiles))
+				c.SetBase(c.BaseRevision, regularFiles(c.LegacyFiles))
 			}
 			return c, nil
 		}
@@ -198,8 +219,8 @@ func findCheckout(dir string) (*checkout, error) {
 	}
 }
 
-// save writes the state atomically, so a crash leaves the old or the new state.
-func (c *checkout) save() error {
+// Save writes the state atomically, so a crash leaves the old or the new state.
+func (c *Checkout) Save() error {
 	root, err := os.OpenRoot(c.root)
 	if err != nil {
 		return err
@@ -210,7 +231,7 @@ func (c *checkout) save() error {
 
 // saveIn writes the state into the checkout opened as root, as every file of a checkout is
 // written: never through a symbolic link.
-func (c *checkout) saveIn(root *os.Root) error {
+func (c *Checkout) saveIn(root *os.Root) error {
 	if c.written != nil {
 		c.recordStats(c.written)
 		c.written = nil
@@ -232,28 +253,28 @@ func (c *checkout) saveIn(root *os.Root) error {
 	c.Index, c.LegacyFiles = name, nil
 	if err := c.saveState(root); err != nil {
 		c.Index = old
-		_ = root.Remove(stateDir + "/" + name)
+		_ = root.Remove(StateDir + "/" + name)
 		return err
 	}
 	c.idx, c.baseChanged = x, false
 	if old != "" {
-		_ = root.Remove(stateDir + "/" + old)
+		_ = root.Remove(StateDir + "/" + old)
 	}
 	removeStaleIndexes(root, name)
 	return nil
 }
 
 // saveState writes checkout.json.
-func (c *checkout) saveState(root *os.Root) error {
+func (c *Checkout) saveState(root *os.Root) error {
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeStateFile(root, stateDir+"/checkout.json", data)
+	return writeStateFile(root, StateDir+"/checkout.json", data)
 }
 
-// setBase makes files the checkout's base revision's, written to a new index at the next save.
-func (c *checkout) setBase(revision string, files map[string]treeFile) {
+// SetBase makes files the checkout's base revision's, written to a new index at the next save.
+func (c *Checkout) SetBase(revision string, files map[string]treeFile) {
 	if files == nil {
 		files = map[string]treeFile{}
 	}
@@ -262,7 +283,7 @@ func (c *checkout) setBase(revision string, files map[string]treeFile) {
 
 // recordWritten takes the stats of the base files `ag checkout` wrote, for the next save to
 // record them in the index (recordStats).
-func (c *checkout) recordWritten(written map[string]fileStat) {
+func (c *Checkout) recordWritten(written map[string]fileStat) {
 	c.written = written
 }
 
@@ -270,10 +291,10 @@ func (c *checkout) recordWritten(written map[string]fileStat) {
 // written: a checkout writes into a directory of its own making, which nothing else writes
 // until it is done, so each file holds its base content with the stat taken. The racy window
 // still applies: files written in the last moments before the index are hashed once.
-func (c *checkout) recordStats(written map[string]fileStat) {
+func (c *Checkout) recordStats(written map[string]fileStat) {
 	x := &index{stamp: time.Now().UnixNano(), window: racyWindow, entries: make([]indexEntry, 0, len(written))}
 	for p, st := range written {
-		if f, ok := c.base[p]; ok && gitModeOfStat(st.mode) == localMode(f.mode) {
+		if f, ok := c.base[p]; ok && gitModeOfStat(st.mode) == localMode(f.Mode) {
 			if sum, ok := parseSum(f.digest); ok {
 				x.entries = append(x.entries, indexEntry{path: p, hashed: true, stat: st, local: sum})
 			}
@@ -291,7 +312,7 @@ func localMode(mode string) string {
 }
 
 // loadIndex answers the checkout's index, reading it the first time.
-func (c *checkout) loadIndex(root *os.Root) (*index, error) {
+func (c *Checkout) loadIndex(root *os.Root) (*index, error) {
 	if c.idx != nil && !c.baseChanged {
 		return c.idx, nil
 	}
@@ -303,25 +324,25 @@ func (c *checkout) loadIndex(root *os.Root) (*index, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// Another ag in this checkout may have moved it to a new base meanwhile, and removed
 		// the index this one read the name of: the state is read again, once.
-		if fresh, ferr := findCheckout(c.root); ferr == nil && fresh.root == c.root && fresh.Index != c.Index && fresh.Index != "" {
+		if fresh, ferr := Find(c.root); ferr == nil && fresh.root == c.root && fresh.Index != c.Index && fresh.Index != "" {
 			c.Index, c.BaseRevision, c.LegacyFiles = fresh.Index, fresh.BaseRevision, nil
 			c.Leases, c.Conflicts = fresh.Leases, fresh.Conflicts
 			x, err = readIndex(root, c.Index)
 		}
 	}
 	if errors.Is(err, errIndexOldVersion) {
-		return nil, fmt.Errorf("%s was written by an ag that knew no file modes: run ag status (with the server reachable) to rebuild it", filepath.Join(c.root, stateDir, c.Index))
+		return nil, fmt.Errorf("%s was written by an ag that knew no file modes: run ag status (with the server reachable) to rebuild it", filepath.Join(c.root, StateDir, c.Index))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), err)
+		return nil, fmt.Errorf("%s is damaged (%v): run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), err)
 	}
 	c.idx = x
 	return x, nil
 }
 
-// baseFiles answers the base revision's files, once every path is one a checkout may hold (see
+// BaseFiles answers the base revision's files, once every path is one a checkout may hold (see
 // checkBase).
-func (c *checkout) baseFiles() (map[string]treeFile, error) {
+func (c *Checkout) BaseFiles() (map[string]treeFile, error) {
 	if c.base != nil {
 		return c.base, nil
 	}
@@ -341,14 +362,14 @@ func (c *checkout) baseFiles() (map[string]treeFile, error) {
 		}
 	}
 	if err := checkBase(files); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), err)
+		return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), err)
 	}
 	c.base = files
 	return files, nil
 }
 
 // tokens answers the fencing tokens of the leases this checkout holds.
-func (c *checkout) tokens() []uint64 {
+func (c *Checkout) tokens() []uint64 {
 	out := make([]uint64, 0, len(c.Leases))
 	for _, l := range c.Leases {
 		out = append(out, l.Token)
@@ -362,11 +383,11 @@ type localFile struct {
 	size   int64
 }
 
-// scanTree answers the regular files under dir by their repository paths, skipping symbolic
+// ScanTree answers the regular files under dir by their repository paths, skipping symbolic
 // links (never followed, so nothing outside dir is read) and, at any depth, what no repository
 // may hold: the checkout's state and git's directories, a vendored repository's or a
 // submodule's among them, as git itself skips a nested repository.
-func scanTree(dir string) (map[string]localFile, []string, error) {
+func ScanTree(dir string) (map[string]localFile, []string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, nil, err
@@ -435,11 +456,11 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 		mu      sync.Mutex
 		files   []walked
 		skipped []string
-		refused []refusedPath // every name ag refuses, told all at once
+		refused []RefusedPath // every name ag refuses, told all at once
 	)
 	refuse := func(rel string, err error) {
 		mu.Lock()
-		refused = append(refused, refusedPath{path: rel, rule: err.Error()})
+		refused = append(refused, RefusedPath{Path: rel, Rule: err.Error()})
 		mu.Unlock()
 	}
 	visit := func(rel string, d fs.DirEntry, local *[]walked, localSkipped *[]string) error {
@@ -544,12 +565,12 @@ func walkFiles(root *os.Root, withInfo, withLinks bool) ([]walked, []string, err
 
 // refusedNames answers the error of names ag refuses, every one of them quoted with its rule,
 // in path order: a name may hold any byte, and reaches a terminal as data.
-func refusedNames(refused []refusedPath) error {
-	sort.Slice(refused, func(i, j int) bool { return refused[i].path < refused[j].path })
+func refusedNames(refused []RefusedPath) error {
+	sort.Slice(refused, func(i, j int) bool { return refused[i].Path < refused[j].Path })
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d names ag refuses:", len(refused))
 	for _, r := range refused {
-		fmt.Fprintf(&b, "\n  %s %s", strconv.Quote(r.path), r.rule)
+		fmt.Fprintf(&b, "\n  %s %s", strconv.Quote(r.Path), r.Rule)
 	}
 	b.WriteString("\nrename them, or move them out of the directory")
 	return errors.New(b.String())
@@ -673,19 +694,19 @@ func hashContent(path string, r io.Reader) (localFile, error) {
 	return localFile{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: n}, nil
 }
 
-// localEdit is a difference between the checkout's files and its base revision: of content,
+// Edit is a difference between the checkout's files and its base revision: of content,
 // of mode, or both.
-type localEdit struct {
-	path     string
-	kind     string // "added", "modified", "deleted"
+type Edit struct {
+	Path     string
+	Kind     string // "added", "modified", "deleted"
 	digest   string // of the local content (a link's target), unless deleted
-	mode     string // of the local file (repo.ModeFile, ModeExecutable or ModeSymlink), unless deleted
+	Mode     string // of the local file (repo.ModeFile, ModeExecutable or ModeSymlink), unless deleted
 	base     string // of the base revision's content, unless added
-	baseMode string // of the base revision's file, unless added
+	BaseMode string // of the base revision's file, unless added
 }
 
-// localEdits compares the files on disk with the base revision's.
-func (c *checkout) localEdits() ([]localEdit, error) {
+// LocalEdits compares the files on disk with the base revision's.
+func (c *Checkout) LocalEdits() ([]Edit, error) {
 	s, err := c.scan()
 	if err != nil {
 		return nil, err
@@ -697,16 +718,16 @@ func (c *checkout) localEdits() ([]localEdit, error) {
 // revision's, by path. Every path is checked as baseFiles checks them: a path the index gave
 // (a deletion, or a file the watcher's word left unread) is the index's alone, and revert
 // writes or removes by it.
-func (s *scan) edits(c *checkout) ([]localEdit, error) {
-	var edits []localEdit
+func (s *scan) edits(c *Checkout) ([]Edit, error) {
+	var edits []Edit
 	compare := func(e *indexEntry, local sha256Sum, mode string) {
 		switch {
 		case e.baseMode == repo.ModeGitlink:
 			// A submodule is never an edit: ag neither fetches it nor looks in its directory.
 		case !e.inBase:
-			edits = append(edits, localEdit{path: e.path, kind: "added", digest: local.String(), mode: mode})
+			edits = append(edits, Edit{Path: e.path, Kind: "added", digest: local.String(), Mode: mode})
 		case local != e.base || mode != e.baseMode:
-			edits = append(edits, localEdit{path: e.path, kind: "modified", digest: local.String(), mode: mode, base: e.base.String(), baseMode: e.baseMode})
+			edits = append(edits, Edit{Path: e.path, Kind: "modified", digest: local.String(), Mode: mode, base: e.base.String(), BaseMode: e.baseMode})
 		}
 	}
 	for i := range s.x.entries {
@@ -714,7 +735,7 @@ func (s *scan) edits(c *checkout) ([]localEdit, error) {
 		switch {
 		case e.baseMode == repo.ModeGitlink:
 		case s.found[i] == absent && e.inBase:
-			edits = append(edits, localEdit{path: e.path, kind: "deleted", base: e.base.String(), baseMode: e.baseMode})
+			edits = append(edits, Edit{Path: e.path, Kind: "deleted", base: e.base.String(), BaseMode: e.baseMode})
 		case s.found[i] == unchanged:
 			compare(e, e.local, gitModeOfStat(e.stat.mode))
 		}
@@ -728,11 +749,11 @@ func (s *scan) edits(c *checkout) ([]localEdit, error) {
 		}
 	}
 	for _, e := range edits {
-		if err := repo.ValidatePath(e.path, false); err != nil {
-			return nil, fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", filepath.Join(c.root, stateDir, c.Index), shortPath(e.path), err)
+		if err := repo.ValidatePath(e.Path, false); err != nil {
+			return nil, fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), ShortPath(e.Path), err)
 		}
 	}
-	sort.Slice(edits, func(i, j int) bool { return edits[i].path < edits[j].path })
+	sort.Slice(edits, func(i, j int) bool { return edits[i].Path < edits[j].Path })
 	return edits, nil
 }
 
@@ -740,7 +761,7 @@ func (s *scan) edits(c *checkout) ([]localEdit, error) {
 // not racily clean) takes the recorded content without being read. When the scan hashed a file
 // or found one gone, it writes the index anew with what it found, for the next scan; the index
 // only saves time there, so a failure to write it is no error.
-func (c *checkout) scan() (*scan, error) {
+func (c *Checkout) scan() (*scan, error) {
 	root, err := os.OpenRoot(c.root)
 	if err != nil {
 		return nil, err
@@ -750,7 +771,7 @@ func (c *checkout) scan() (*scan, error) {
 	start := time.Now().UnixNano()
 	var (
 		s     *scan
-		token watchToken
+		token WatchToken
 	)
 	if watched(c.root) {
 		// A watcher: its token is taken before anything is read, so that what changes from
@@ -759,7 +780,7 @@ func (c *checkout) scan() (*scan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ans, ok := askWatcher(c.root, x.watch); ok {
+		if ans, ok := AskWatcher(c.root, x.watch); ok {
 			token = ans.Now
 			if !ans.Full {
 				if s, err = scanChanged(root, x, ans.Paths); err != nil {
@@ -864,7 +885,7 @@ var hashBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return 
 
 // walkAll scans every file of the checkout against its index: the files are listed while the
 // index is read, since both take a while at 100,000 files.
-func (c *checkout) walkAll(root *os.Root) (*scan, error) {
+func (c *Checkout) walkAll(root *os.Root) (*scan, error) {
 	type loaded struct {
 		x      *index
 		lookup *pathTable
@@ -1024,7 +1045,7 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 
 // watched reports whether a watcher may be watching the checkout at root: its socket is there.
 func watched(root string) bool {
-	info, err := os.Lstat(filepath.Join(root, watchSocket))
+	info, err := os.Lstat(filepath.Join(root, WatchSocket))
 	return err == nil && info.Mode()&fs.ModeSocket != 0
 }
 
@@ -1077,7 +1098,7 @@ func (s *scan) recorded(start int64) *index {
 // repoPath turns a path given on the command line into a repository path; a trailing '/' is
 // kept. A relative path is taken relative to base, the directory the command works in (-C, as
 // with git -C; "." by default).
-func (c *checkout) repoPath(base, arg string) (string, error) {
+func (c *Checkout) repoPath(base, arg string) (string, error) {
 	dir := strings.HasSuffix(arg, "/") || strings.HasSuffix(arg, string(filepath.Separator))
 	full := arg
 	if !filepath.IsAbs(full) {
@@ -1107,8 +1128,8 @@ func (c *checkout) repoPath(base, arg string) (string, error) {
 	return rel, nil
 }
 
-// shortPath cuts a path for an error message: a server may send up to any length.
-func shortPath(p string) string {
+// ShortPath cuts a path for an error message: a server may send up to any length.
+func ShortPath(p string) string {
 	const most = 512
 	if len(p) <= most {
 		return p
@@ -1300,9 +1321,16 @@ func describeMode(m fs.FileMode) string {
 	}
 }
 
-func humanDuration(d time.Duration) string {
+func HumanDuration(d time.Duration) string {
 	if d <= 0 {
 		return "expired"
 	}
 	return d.Round(time.Second).String()
+}
+
+// RefusedPath is a path of the history the server would refuse, and why.
+type RefusedPath struct {
+	Path   string // may hold any byte: print it quoted
+	Rule   string
+	Commit plumbing.Hash
 }

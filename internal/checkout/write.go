@@ -19,7 +19,7 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// writeCheckout writes co's files and state into co.root, a new or empty directory, so that
+// WriteFiles writes co's files and state into co.root, a new or empty directory, so that
 // it is there in full or not at all: a failure, a refused tree or Ctrl-C leaves no half
 // checkout behind, which would pass for a checkout with every missing file deleted locally.
 func WriteFiles(ctx context.Context, c *client.Client, co *Checkout, prog *Progress) error {

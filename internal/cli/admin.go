@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 func parseRole(s string) (agwpv1.Role, error) {
@@ -62,7 +63,7 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			principals, err := allPages(func(token string) ([]*agwpv1.Principal, string, error) {
+			principals, err := checkout.AllPages(func(token string) ([]*agwpv1.Principal, string, error) {
 				res, err := c.Admin.ListPrincipals(cmd.Context(), &agwpv1.ListPrincipalsRequest{PageSize: 1000, PageToken: token})
 				return res.GetPrincipals(), res.GetNextPageToken(), err
 			})

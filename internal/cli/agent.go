@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,18 +15,13 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
-// workspace is a command's checkout and client.
-type workspace struct {
-	co *checkout
-	c  *client.Client
-}
-
-func (g *globals) workspace(ctx context.Context) (*workspace, error) {
-	co, err := findCheckout(g.dir)
+func (g *globals) workspace(ctx context.Context) (*checkout.Workspace, error) {
+	co, err := checkout.Find(g.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +32,8 @@ func (g *globals) workspace(ctx context.Context) (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := &workspace{co: co, c: c}
-	if err := ws.rebuildOldIndex(ctx); err != nil {
+	ws := &checkout.Workspace{Checkout: co, Client: c}
+	if err := ws.RebuildOldIndex(ctx); err != nil {
 		return nil, err
 	}
 	return ws, nil
@@ -49,6 +41,11 @@ func (g *globals) workspace(ctx context.Context) (*workspace, error) {
 
 func newLeaseCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "lease", Short: "acquire, renew, release and list file leases of a checkout"}
+	cmd.AddCommand(newLeaseAcquireCmd(g), newLeaseRenewCmd(g), newLeaseReleaseCmd(g), newLeaseListCmd(g))
+	return cmd
+}
+
+func newLeaseAcquireCmd(g *globals) *cobra.Command {
 	var ttl, wait time.Duration
 	acquire := &cobra.Command{
 		Use:   "acquire PATH...",
@@ -59,31 +56,31 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			paths, err := ws.co.repoPaths(g.dir, args)
+			paths, err := ws.Checkout.RepoPaths(g.dir, args)
 			if err != nil {
 				return err
 			}
 			// A submodule is one entry of the tree, leased as such, though its directory is one on
 			// disk: repoPaths names that as a directory.
-			base, err := ws.co.baseFiles()
+			base, err := ws.Checkout.BaseFiles()
 			if err != nil {
 				return err
 			}
 			for i, p := range paths {
-				if f, ok := base[strings.TrimSuffix(p, "/")]; ok && f.gitlink() {
+				if f, ok := base[strings.TrimSuffix(p, "/")]; ok && f.Gitlink() {
 					paths[i] = strings.TrimSuffix(p, "/")
 				}
 			}
 			start := time.Now()
-			l, err := ws.c.AcquireLease(cmd.Context(), client.AcquireLeaseOptions{
-				Repository: ws.co.Repository, Paths: paths, Holder: ws.co.Holder, TTL: ttl, Wait: wait,
+			l, err := ws.Client.AcquireLease(cmd.Context(), client.AcquireLeaseOptions{
+				Repository: ws.Checkout.Repository, Paths: paths, Holder: ws.Checkout.Holder, TTL: ttl, Wait: wait,
 			})
 			waited := time.Since(start)
 			if err != nil {
 				return leaseRefusal(cmd.Context(), ws, paths, wait, waited, err)
 			}
-			ws.co.Leases = append(ws.co.Leases, heldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
-			if err := ws.co.save(); err != nil {
+			ws.Checkout.Leases = append(ws.Checkout.Leases, checkout.HeldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
+			if err := ws.Checkout.Save(); err != nil {
 				return err
 			}
 			if g.json {
@@ -100,7 +97,10 @@ func newLeaseCmd(g *globals) *cobra.Command {
 	}
 	acquire.Flags().DurationVar(&ttl, "ttl", 0, "lease time (default 5m, at most 24h)")
 	acquire.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for conflicting leases to go (at most 60s)")
+	return acquire
+}
 
+func newLeaseRenewCmd(g *globals) *cobra.Command {
 	var renewTTL time.Duration
 	renew := &cobra.Command{
 		Use:   "renew [LEASE_ID...]",
@@ -112,26 +112,26 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			}
 			out := &agwpv1.ListLeasesResponse{Leases: []*agwpv1.Lease{}}
 			var firstErr error
-			for i, l := range ws.co.Leases {
-				if !selected(l.ID, args) {
+			for i, l := range ws.Checkout.Leases {
+				if !checkout.Selected(l.ID, args) {
 					continue
 				}
 				req := &agwpv1.RenewLeaseRequest{LeaseId: l.ID, FencingToken: l.Token}
 				if renewTTL > 0 {
 					req.Ttl = durationpb.New(renewTTL)
 				}
-				res, err := ws.c.Leases.RenewLease(cmd.Context(), req)
+				res, err := ws.Client.Leases.RenewLease(cmd.Context(), req)
 				if err != nil {
 					firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
 					break
 				}
-				ws.co.Leases[i].ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
+				ws.Checkout.Leases[i].ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
 				out.Leases = append(out.Leases, res.GetLease())
 				if !g.json {
 					termPrintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
 				}
 			}
-			if err := ws.co.save(); err != nil {
+			if err := ws.Checkout.Save(); err != nil {
 				return err
 			}
 			if g.json {
@@ -143,7 +143,10 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		},
 	}
 	renew.Flags().DurationVar(&renewTTL, "ttl", 0, "new lease time from now (default 5m)")
+	return renew
+}
 
+func newLeaseReleaseCmd(g *globals) *cobra.Command {
 	release := &cobra.Command{
 		Use:   "release [LEASE_ID...]",
 		Short: "release the checkout's leases (all, or the ones named)",
@@ -152,19 +155,19 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			results, firstErr := ws.releaseLeases(cmd.Context(), func(l heldLease) bool { return selected(l.ID, args) })
-			out := releaseJSON{Released: []json.RawMessage{}, Dropped: []releaseDropped{}}
+			results, firstErr := ws.ReleaseLeases(cmd.Context(), func(l checkout.HeldLease) bool { return checkout.Selected(l.ID, args) })
+			out := releaseJSON{Released: []json.RawMessage{}, Dropped: []checkout.ReleaseDropped{}}
 			for _, r := range results {
-				if r.lost != nil {
-					out.Dropped = append(out.Dropped, releaseDropped{ID: r.held.ID, Paths: r.held.Paths, Reason: Explain(r.lost)})
+				if r.Lost != nil {
+					out.Dropped = append(out.Dropped, checkout.ReleaseDropped{ID: r.Held.ID, Paths: r.Held.Paths, Reason: Explain(r.Lost)})
 					if !g.json {
-						termPrintf(g.stdout, "dropped %s (%s): %s\n", r.held.ID, strings.Join(r.held.Paths, " "), Explain(r.lost))
+						termPrintf(g.stdout, "dropped %s (%s): %s\n", r.Held.ID, strings.Join(r.Held.Paths, " "), Explain(r.Lost))
 					}
 					continue
 				}
-				out.Released = append(out.Released, protoRaw(r.lease))
+				out.Released = append(out.Released, protoRaw(r.Lease))
 				if !g.json {
-					termPrintf(g.stdout, "released %s (%s)\n", r.held.ID, strings.Join(r.held.Paths, " "))
+					termPrintf(g.stdout, "released %s (%s)\n", r.Held.ID, strings.Join(r.Held.Paths, " "))
 				}
 			}
 			if g.json {
@@ -175,7 +178,10 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			return firstErr
 		},
 	}
+	return release
+}
 
+func newLeaseListCmd(g *globals) *cobra.Command {
 	var all bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -186,7 +192,7 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := ws.c.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{Repository: ws.co.Repository, IncludeEnded: all, PageSize: 1000})
+			res, err := ws.Client.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{Repository: ws.Checkout.Repository, IncludeEnded: all, PageSize: 1000})
 			if err != nil {
 				return err
 			}
@@ -198,34 +204,26 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&all, "all", false, "also released, broken and expired leases")
-	cmd.AddCommand(acquire, renew, release, list)
-	return cmd
+	return list
 }
 
 // releaseJSON is what `ag lease release --json` prints.
 type releaseJSON struct {
-	Released []json.RawMessage `json:"released"` // the leases released, as the server answered them
-	Dropped  []releaseDropped  `json:"dropped"`  // leases that were no longer the checkout's
-}
-
-// releaseDropped is a lease release found broken, or expired and granted to someone else.
-type releaseDropped struct {
-	ID     string   `json:"id"`
-	Paths  []string `json:"paths"`
-	Reason string   `json:"reason"`
+	Released []json.RawMessage         `json:"released"` // the leases released, as the server answered them
+	Dropped  []checkout.ReleaseDropped `json:"dropped"`  // leases that were no longer the checkout's
 }
 
 // leaseRefusal explains an AcquireLease refused for a conflict by what is actually leased: the
 // active leases of others that overlap the paths asked for, each by the path it holds, its
 // holder and its expiry, and how long the command waited. Other errors pass unchanged.
-func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, waited time.Duration, err error) error {
+func leaseRefusal(ctx context.Context, ws *checkout.Workspace, paths []string, wait, waited time.Duration, err error) error {
 	if !client.IsCode(err, connect.CodeAborted) {
 		return err
 	}
 	var held []string
-	res, lerr := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.co.Repository, PageSize: 1000})
+	res, lerr := ws.Client.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.Checkout.Repository, PageSize: 1000})
 	if lerr == nil {
-		mine := heldBy(ctx, ws)
+		mine := checkout.HeldBy(ctx, ws)
 		for _, l := range res.GetLeases() {
 			if l.GetState() != agwpv1.LeaseState_LEASE_STATE_ACTIVE || l.GetHolder() == mine {
 				continue
@@ -263,112 +261,13 @@ func leaseRefusal(ctx context.Context, ws *workspace, paths []string, wait, wait
 	return withExit(ExitLease, errors.New("lease refused: "+msg))
 }
 
-// integrate sends edits to the mainline under the checkout's leases, as one change with
-// message. ag integrate and the MCP tool integrate both send this way, after their checks.
-// Each path is sent as what the scan found: a file's bytes with its mode, or a link as a link
-// (its target, mode 120000), never the content of what it points to. The files are read
-// following no symbolic link (checkoutReader), and must hold what the scan found: one swapped
-// for a link after the scan (by anyone who can write the checkout) is refused, whether the link
-// leads out of the checkout or to another file in it, .git's among them.
-// moves are submodules moved to other commits, path → commit, in the same change.
-func (ws *workspace) integrate(ctx context.Context, edits []localEdit, moves map[string]string, message string) (*agwpv1.Change, error) {
-	root, err := os.OpenRoot(ws.co.root)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	reader, err := newCheckoutReader(root)
-	if err != nil {
-		return nil, err
-	}
-	defer reader.close()
-	changes := make([]client.FileChange, 0, len(edits))
-	for _, e := range edits {
-		fc := client.FileChange{Path: e.path, Delete: e.kind == "deleted"}
-		if !fc.Delete {
-			if fc.Content, err = reader.readEntry(e.path, e.mode); err != nil {
-				return nil, fmt.Errorf("%w: integrate again", err)
-			}
-			if repo.Digest(fc.Content) != e.digest {
-				return nil, fmt.Errorf("read %s: it changed since it was scanned; integrate again", e.path)
-			}
-			// Only a change of mode says one: "" keeps the mainline's, as an edit of content
-			// alone must.
-			if e.mode != e.baseMode && (e.kind == "modified" || e.mode != repo.ModeFile) {
-				fc.Mode = e.mode
-			}
-		}
-		changes = append(changes, fc)
-	}
-	for _, p := range slices.Sorted(maps.Keys(moves)) {
-		changes = append(changes, client.FileChange{Path: p, GitlinkCommit: moves[p]})
-	}
-	return ws.c.IntegrateFiles(ctx, client.IntegrateOptions{
-		Repository: ws.co.Repository, BaseRevision: ws.co.BaseRevision, Holder: ws.co.Holder,
-		FencingTokens: ws.co.tokens(), Message: message, Changes: changes,
-	})
-}
-
-// leaseRelease is what became of one lease the checkout released.
-type leaseRelease struct {
-	held  heldLease
-	lease *agwpv1.Lease // the server's answer, when it was released
-	lost  error         // when it was no longer the checkout's (broken, or expired and granted to another)
-}
-
-// releaseLeases releases the checkout's leases that chosen picks, keeps the others, and saves
-// the checkout. A lease the server says is no longer the checkout's is dropped from it all the
-// same; on any other error the lease stays, and the first such error is answered once the
-// others were tried. ag lease release and the MCP tool lease_release both release this way.
-func (ws *workspace) releaseLeases(ctx context.Context, chosen func(heldLease) bool) ([]leaseRelease, error) {
-	var results []leaseRelease
-	var firstErr error
-	kept := ws.co.Leases[:0]
-	for _, l := range ws.co.Leases {
-		if !chosen(l) {
-			kept = append(kept, l)
-			continue
-		}
-		res, err := ws.c.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: l.ID, FencingToken: l.Token})
-		switch {
-		case err == nil:
-			results = append(results, leaseRelease{held: l, lease: res.GetLease()})
-		case client.IsLostClaim(err):
-			// Broken, or expired and given to someone else: it is not ours to keep either way.
-			results = append(results, leaseRelease{held: l, lost: err})
-		default:
-			kept = append(kept, l)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("release lease %s: %w", l.ID, err)
-			}
-		}
-	}
-	ws.co.Leases = kept
-	if err := ws.co.save(); err != nil {
-		return results, err
-	}
-	return results, firstErr
-}
-
-func selected(id string, ids []string) bool {
-	if len(ids) == 0 {
-		return true
-	}
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
-
 func printLeases(g *globals, leases []*agwpv1.Lease) {
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATHS\tHOLDER\tTOKEN\tSTATE\tEXPIRES\tLEASE")
 	for _, l := range leases {
 		left := ""
 		if l.GetState() == agwpv1.LeaseState_LEASE_STATE_ACTIVE {
-			left = "in " + humanDuration(time.Until(l.GetExpiresAt().AsTime()))
+			left = "in " + checkout.HumanDuration(time.Until(l.GetExpiresAt().AsTime()))
 		}
 		termPrintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", strings.Join(l.GetPaths(), " "), l.GetHolder(), l.GetFencingToken(),
 			strings.ToLower(strings.TrimPrefix(l.GetState().String(), "LEASE_STATE_")), left, l.GetId())
@@ -397,67 +296,32 @@ never fetches a submodule: this is the one change of one there is); its lease is
 			if err != nil {
 				return err
 			}
-			edits, err := ws.co.localEdits()
-			if err != nil {
-				return err
-			}
+			var sel []string
 			if len(args) > 0 {
-				sel, err := ws.co.repoPaths(g.dir, args)
-				if err != nil {
-					return err
-				}
-				edits = editsUnder(edits, sel)
-			}
-			moves, err := submoduleMoves(ws.co, g.dir, submodules)
-			if err != nil {
-				return err
-			}
-			if len(edits) == 0 && len(moves) == 0 {
-				if g.json {
-					return g.printValue(struct{}{})
-				}
-				if len(args) > 0 {
-					termPrintf(g.stdout, "nothing to integrate: no local edits under %s\n", strings.Join(args, " "))
-				} else {
-					fmt.Fprintln(g.stdout, "nothing to integrate: no local edits")
-				}
-				return nil
-			}
-			if err := ws.co.unresolved(edits); err != nil {
-				return err
-			}
-			if len(ws.co.Leases) == 0 {
-				paths := slices.Sorted(maps.Keys(moves))
-				if len(edits) > 0 {
-					paths = append([]string{editPaths(edits)}, paths...)
-				}
-				return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", strings.Join(paths, ", ")))
-			}
-			change, err := ws.integrate(cmd.Context(), edits, moves, message)
-			if client.IsCode(err, connect.CodeAborted) {
-				return withExit(ExitConflict, fmt.Errorf("%w (ag sync brings the mainline in, merging it with your edits)", err))
-			}
-			if err != nil {
-				return err
-			}
-			if !noWait {
-				change, err = followChange(cmd.Context(), g, ws.c, change)
-				if err != nil {
+				if sel, err = ws.Checkout.RepoPaths(g.dir, args); err != nil {
 					return err
 				}
 			}
-			if change.GetState() == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
-				// The checkout now matches the new mainline on the edited paths; bring in the rest.
-				if _, err := syncCheckout(cmd.Context(), ws, change.GetIntegratedRevision()); err != nil {
-					return withExit(ExitCode(err), fmt.Errorf("integrated as %s, but updating the checkout failed: %w (run ag sync)", change.GetIntegratedRevision(), err))
-				}
+			moves, err := submoduleMoves(ws.Checkout, g.dir, submodules)
+			if err != nil {
+				return err
+			}
+			res, err := ws.Integrate(cmd.Context(), checkout.IntegrateRequest{
+				Message: message, Only: sel, Moves: moves, Follow: !noWait, FollowTo: g.followOut(),
+			})
+			if err != nil {
+				return integrateRefusal(g, args, err)
+			}
+			change := res.Change
+			if res.SyncErr != nil {
+				return withExit(ExitCode(res.SyncErr), fmt.Errorf("integrated as %s, but updating the checkout failed: %w (run ag sync)", change.GetIntegratedRevision(), res.SyncErr))
 			}
 			if g.json {
 				if err := g.printJSON(change); err != nil {
 					return err
 				}
 				if s := change.GetState(); s == agwpv1.ChangeState_CHANGE_STATE_REJECTED || s == agwpv1.ChangeState_CHANGE_STATE_CANCELLED {
-					return withExit(ExitRejected, fmt.Errorf("change %s was %s", change.GetId(), changeStateName(s)))
+					return withExit(ExitRejected, fmt.Errorf("change %s was %s", change.GetId(), checkout.ChangeStateName(s)))
 				}
 				return nil
 			}
@@ -468,14 +332,14 @@ never fetches a submodule: this is the one change of one there is); its lease is
 					termPrintf(g.stdout, "validated: attestation %s\n", d)
 				}
 			case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
-				termPrintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), changeStateName(change.GetState()), len(change.GetPaths()))
+				termPrintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), checkout.ChangeStateName(change.GetState()), len(change.GetPaths()))
 				if change.GetReason() != "" {
 					fmt.Fprintf(g.stdout, "reason: %s\n", termsafe.Text(change.GetReason()))
 				}
-				return withExit(ExitRejected, fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), changeStateName(change.GetState())))
+				return withExit(ExitRejected, fmt.Errorf("change %s was %s; your edits are still in the checkout", change.GetId(), checkout.ChangeStateName(change.GetState())))
 			default:
-				termPrintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), changeStateName(change.GetState()),
-					queuePlace(change), len(change.GetPaths()), change.GetId())
+				termPrintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), checkout.ChangeStateName(change.GetState()),
+					checkout.QueuePlace(change), len(change.GetPaths()), change.GetId())
 			}
 			return nil
 		},
@@ -486,13 +350,40 @@ never fetches a submodule: this is the one change of one there is); its lease is
 	return cmd
 }
 
+// integrateRefusal words for the command line what Integrate refused: nothing to send is no
+// error, and each refusal gets its exit code.
+func integrateRefusal(g *globals, args []string, err error) error {
+	var nothing *checkout.NothingError
+	var noLeases *checkout.NoLeasesError
+	var follow *checkout.FollowError
+	switch {
+	case errors.As(err, &nothing):
+		if g.json {
+			return g.printValue(struct{}{})
+		}
+		if len(args) > 0 {
+			termPrintf(g.stdout, "nothing to integrate: no local edits under %s\n", strings.Join(args, " "))
+		} else {
+			fmt.Fprintln(g.stdout, "nothing to integrate: no local edits")
+		}
+		return nil
+	case errors.As(err, &noLeases):
+		return withExit(ExitLease, fmt.Errorf("no leases held in this checkout: `ag lease acquire PATH...` the files you edited (%s)", noLeases.Paths()))
+	case errors.As(err, &follow):
+		return follow.Err
+	case client.IsCode(err, connect.CodeAborted):
+		return withExit(ExitConflict, fmt.Errorf("%w (ag sync brings the mainline in, merging it with your edits)", err))
+	}
+	return err
+}
+
 // submoduleMoves reads --submodule PATH=COMMIT flags (PATH as the other arguments, from dir):
 // each PATH must be a submodule of the checkout's base revision, each COMMIT a full git id.
-func submoduleMoves(co *checkout, dir string, flags []string) (map[string]string, error) {
+func submoduleMoves(co *checkout.Checkout, dir string, flags []string) (map[string]string, error) {
 	if len(flags) == 0 {
 		return nil, nil
 	}
-	base, err := co.baseFiles()
+	base, err := co.BaseFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -505,14 +396,14 @@ func submoduleMoves(co *checkout, dir string, flags []string) (map[string]string
 		if !repo.IsGitID(strings.ToLower(commit)) {
 			return nil, withExit(ExitUsage, fmt.Errorf("--submodule %s: %s is not a commit id: give its 40 hex digits", termsafe.Line(f), termsafe.Line(commit)))
 		}
-		ps, err := co.repoPaths(dir, []string{path})
+		ps, err := co.RepoPaths(dir, []string{path})
 		if err != nil {
 			return nil, err
 		}
 		commit = strings.ToLower(commit)
 		// A submodule's directory is a directory on disk, which repoPaths names as such.
 		p := strings.TrimSuffix(ps[0], "/")
-		if f, ok := base[p]; !ok || !f.gitlink() {
+		if f, ok := base[p]; !ok || !f.Gitlink() {
 			return nil, withExit(ExitUsage, fmt.Errorf("--submodule: %s is not a submodule of the checkout's revision: --submodule moves an existing submodule to another commit, the one change of a submodule ag makes (add or remove one with git, and import)", termsafe.Line(p)))
 		}
 		if _, twice := moves[p]; twice {
@@ -521,57 +412,6 @@ func submoduleMoves(co *checkout, dir string, flags []string) (map[string]string
 		moves[p] = commit
 	}
 	return moves, nil
-}
-
-// queuePlace describes where a queued change stands in its repository's integration queue.
-func queuePlace(ch *agwpv1.Change) string {
-	if ch.GetState() != agwpv1.ChangeState_CHANGE_STATE_QUEUED {
-		return ""
-	}
-	if n := ch.GetQueuePosition(); n > 0 {
-		return fmt.Sprintf(" (%d ahead)", n)
-	}
-	return " (next in line)"
-}
-
-// editsUnder answers the edits at or under the repository paths sel ("a/" for a directory).
-func editsUnder(edits []localEdit, sel []string) []localEdit {
-	var out []localEdit
-	for _, e := range edits {
-		if underAny(e.path, sel) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// underAny reports whether the file p is one of sel or under a directory ("a/") of sel.
-func underAny(p string, sel []string) bool {
-	for _, s := range sel {
-		if p == s || strings.HasSuffix(s, "/") && strings.HasPrefix(p, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func finalChange(s agwpv1.ChangeState) bool {
-	return s == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED || s == agwpv1.ChangeState_CHANGE_STATE_REJECTED || s == agwpv1.ChangeState_CHANGE_STATE_CANCELLED
-}
-
-func changeStateName(s agwpv1.ChangeState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "CHANGE_STATE_"))
-}
-
-func editPaths(edits []localEdit) string {
-	ps := make([]string, 0, len(edits))
-	for _, e := range edits {
-		ps = append(ps, e.path)
-	}
-	if len(ps) > 5 {
-		return strings.Join(ps[:5], ", ") + fmt.Sprintf(" and %d more", len(ps)-5)
-	}
-	return strings.Join(ps, ", ")
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -584,34 +424,34 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			edits, err := ws.co.localEdits()
+			edits, err := ws.Checkout.LocalEdits()
 			if err != nil {
 				return err
 			}
-			conflicted, err := ws.co.conflicted(edits)
+			conflicted, err := ws.Checkout.Conflicted(edits)
 			if err != nil {
 				return err
 			}
-			targets, err := ws.co.linkTargets(edits)
+			targets, err := ws.Checkout.LinkTargets(edits)
 			if err != nil {
 				return err
 			}
-			submodules, err := ws.co.submodules()
+			submodules, err := ws.Checkout.Submodules()
 			if err != nil {
 				return err
 			}
-			r, err := ws.c.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.co.Repository})
+			r, err := ws.Client.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.Checkout.Repository})
 			if err != nil {
 				return err
 			}
-			leases, err := ws.c.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
-				Repository: ws.co.Repository, Holder: heldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
+			leases, err := ws.Client.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
+				Repository: ws.Checkout.Repository, Holder: checkout.HeldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
 			})
 			if err != nil {
 				return err
 			}
 			held := map[string]bool{}
-			for _, l := range ws.co.Leases {
+			for _, l := range ws.Checkout.Leases {
 				held[l.ID] = true
 			}
 			var mine []*agwpv1.Lease
@@ -623,8 +463,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 			head := r.GetRepository().GetMainline()
 			if g.json {
 				out := statusJSON{
-					Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
-					Mainline: head, UpToDate: head == ws.co.BaseRevision, Edits: editsJSON(edits, conflicted, targets),
+					Repository: ws.Checkout.Repository, Holder: ws.Checkout.Holder, BaseRevision: ws.Checkout.BaseRevision,
+					Mainline: head, UpToDate: head == ws.Checkout.BaseRevision, Edits: checkout.EditsJSON(edits, conflicted, targets),
 					Submodules: submodules, Leases: []json.RawMessage{},
 				}
 				for _, l := range mine {
@@ -633,8 +473,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return g.printValue(out)
 			}
 			w := g.stdout
-			termPrintf(w, "repository %s, checkout of %s as %s\n", ws.co.Repository, ws.co.BaseRevision, ws.co.Holder)
-			if head == ws.co.BaseRevision {
+			termPrintf(w, "repository %s, checkout of %s as %s\n", ws.Checkout.Repository, ws.Checkout.BaseRevision, ws.Checkout.Holder)
+			if head == ws.Checkout.BaseRevision {
 				termPrintf(w, "mainline %s: up to date\n", head)
 			} else {
 				termPrintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
@@ -644,11 +484,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 			} else {
 				fmt.Fprintln(w, "local edits:")
 				for _, e := range edits {
-					note := editNote(e, targets[e.path])
-					if conflicted[e.path] {
-						note += " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.path + ")"
+					note := checkout.EditNote(e, targets[e.Path])
+					if conflicted[e.Path] {
+						note += " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.Path + ")"
 					}
-					termPrintf(w, "  %-9s %s%s\n", e.kind, e.path, note)
+					termPrintf(w, "  %-9s %s%s\n", e.Kind, e.Path, note)
 				}
 			}
 			if len(submodules) > 0 {
@@ -670,40 +510,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 
 // statusJSON is what `ag status --json` prints.
 type statusJSON struct {
-	Repository   string            `json:"repository"`
-	Holder       string            `json:"holder"`       // the checkout's holder label
-	BaseRevision string            `json:"baseRevision"` // the revision the local edits are based on
-	Mainline     string            `json:"mainline"`     // the mainline head now
-	UpToDate     bool              `json:"upToDate"`     // baseRevision is the mainline
-	Edits        []editJSON        `json:"edits"`
-	Submodules   []submodule       `json:"submodules"` // the base revision's, which ag does not fetch
-	Leases       []json.RawMessage `json:"leases"`     // the checkout's leases as the server knows them, any state
-}
-
-// editJSON is a local edit in JSON.
-type editJSON struct {
-	Path     string `json:"path"`
-	Status   string `json:"status"`             // added, modified or deleted
-	Conflict bool   `json:"conflict,omitempty"` // holds conflict markers a sync --merge wrote
-	Mode     string `json:"mode,omitempty"`     // the local mode: 100644, 100755 or 120000; not for a deletion
-	BaseMode string `json:"baseMode,omitempty"` // the base revision's mode; not for an addition
-	Target   string `json:"target,omitempty"`   // a link's target, when the edit leaves a link
-}
-
-func editsJSON(edits []localEdit, conflicted map[string]bool, targets map[string]string) []editJSON {
-	out := make([]editJSON, 0, len(edits))
-	for _, e := range edits {
-		out = append(out, editJSON{Path: e.path, Status: e.kind, Conflict: conflicted[e.path], Mode: e.mode, BaseMode: e.baseMode, Target: targets[e.path]})
-	}
-	return out
-}
-
-// heldBy answers the holder filter of this checkout's leases: its principal's, any label (the
-// server knows the principal; the checkout knows the label).
-func heldBy(ctx context.Context, ws *workspace) string {
-	who, err := ws.c.Admin.WhoAmI(ctx, &agwpv1.WhoAmIRequest{})
-	if err != nil {
-		return ""
-	}
-	return who.GetPrincipal().GetName() + "|" + ws.co.Holder
+	Repository   string               `json:"repository"`
+	Holder       string               `json:"holder"`       // the checkout's holder label
+	BaseRevision string               `json:"baseRevision"` // the revision the local edits are based on
+	Mainline     string               `json:"mainline"`     // the mainline head now
+	UpToDate     bool                 `json:"upToDate"`     // baseRevision is the mainline
+	Edits        []checkout.EditJSON  `json:"edits"`
+	Submodules   []checkout.Submodule `json:"submodules"` // the base revision's, which ag does not fetch
+	Leases       []json.RawMessage    `json:"leases"`     // the checkout's leases as the server knows them, any state
 }

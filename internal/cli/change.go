@@ -16,6 +16,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/size"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
@@ -244,7 +245,7 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 		}
 	}
 	if change != nil {
-		termPrintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), firstLineOf(change.GetMessage()))
+		termPrintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), checkout.FirstLineOf(change.GetMessage()))
 		if d := change.GetAttestationDigest(); d != "" {
 			termPrintf(tw, "attestation\t%s (ag attestation get %s)\n", d, d)
 		} else {
@@ -288,7 +289,7 @@ func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
 		}
 		fmt.Fprintln(tw, header+"CHANGES\tON\tWORKER\tPROGRESS")
 		for _, c := range q.GetCandidates() {
-			cells := []any{c.GetPosition(), c.GetId(), candidateStateName(c.GetState())}
+			cells := []any{c.GetPosition(), c.GetId(), checkout.CandidateStateName(c.GetState())}
 			if lanes {
 				cells = append(cells, dash(c.GetLane()))
 			}
@@ -300,7 +301,7 @@ func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
 		fmt.Fprintln(tw, "  \tWAITING\tAUTHOR\tPATHS\tCREATED\tMESSAGE\t")
 		for _, ch := range q.GetWaiting() {
 			termPrintf(tw, "  \t%s\t%s\t%d\t%s\t%s\t\n", ch.GetId(), ch.GetAuthor(), len(ch.GetPaths()), formatTime(ch.GetCreatedAt()),
-				firstLineOf(ch.GetMessage()))
+				checkout.FirstLineOf(ch.GetMessage()))
 		}
 	}
 	_ = tw.Flush()
@@ -311,29 +312,6 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-func candidateStateName(s agwpv1.CandidateState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "CANDIDATE_STATE_"))
-}
-
-// describeCandidate says in a line where a candidate is: its place and what it is built on.
-func describeCandidate(c *agwpv1.Candidate) string {
-	s := c.GetId() + " " + candidateStateName(c.GetState())
-	if l := c.GetLane(); l != "" {
-		s += ", lane " + l
-	}
-	if n := len(c.GetChanges()); n > 1 {
-		s += fmt.Sprintf(", a batch of %d", n)
-	}
-	if p := c.GetPosition(); p > 0 {
-		s += fmt.Sprintf(", position %d in the queue", p)
-	}
-	s += ", on " + c.GetParentRevision()
-	if w := c.GetWorkers(); len(w) > 0 {
-		s += ", run by " + strings.Join(w, ", ")
-	}
-	return s
 }
 
 func newChangeCmd(g *globals) *cobra.Command {
@@ -354,7 +332,7 @@ func newChangeCmd(g *globals) *cobra.Command {
 			}
 			change := res.GetChange()
 			if wait {
-				if change, err = followChange(cmd.Context(), g, c, change); err != nil {
+				if change, err = checkout.FollowChange(cmd.Context(), g.followOut(), c, change); err != nil {
 					return err
 				}
 			}
@@ -386,8 +364,8 @@ func newChangeCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "CHANGE\tSTATE\tAUTHOR\tPATHS\tREVISION\tCREATED\tMESSAGE")
 			for _, ch := range res.GetChanges() {
-				termPrintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ch.GetId(), changeStateName(ch.GetState()), ch.GetAuthor(),
-					len(ch.GetPaths()), dash(ch.GetIntegratedRevision()), formatTime(ch.GetCreatedAt()), firstLineOf(ch.GetMessage()))
+				termPrintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ch.GetId(), checkout.ChangeStateName(ch.GetState()), ch.GetAuthor(),
+					len(ch.GetPaths()), dash(ch.GetIntegratedRevision()), formatTime(ch.GetCreatedAt()), checkout.FirstLineOf(ch.GetMessage()))
 			}
 			return tw.Flush()
 		},
@@ -401,9 +379,9 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	termPrintf(tw, "change\t%s\n", ch.GetId())
 	termPrintf(tw, "repository\t%s\n", ch.GetRepository())
-	termPrintf(tw, "state\t%s\n", changeStateName(ch.GetState()))
+	termPrintf(tw, "state\t%s\n", checkout.ChangeStateName(ch.GetState()))
 	termPrintf(tw, "author\t%s\n", ch.GetAuthor())
-	termPrintf(tw, "message\t%s\n", firstLineOf(ch.GetMessage()))
+	termPrintf(tw, "message\t%s\n", checkout.FirstLineOf(ch.GetMessage()))
 	termPrintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
 	termPrintf(tw, "base\t%s\n", ch.GetBaseRevision())
 	termPrintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
@@ -417,10 +395,10 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 	termPrintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
 	termPrintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
 	if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED {
-		termPrintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(queuePlace(ch), " ()")))
+		termPrintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(checkout.QueuePlace(ch), " ()")))
 	}
 	if c := ch.GetCandidate(); c != nil && ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
-		termPrintf(tw, "in candidate\t%s\n", describeCandidate(c))
+		termPrintf(tw, "in candidate\t%s\n", checkout.DescribeCandidate(c))
 	}
 	_ = tw.Flush()
 	if ch.GetReason() != "" {
@@ -429,7 +407,7 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 	if h := ch.GetHistory(); len(h) > 1 || (len(h) == 1 && len(h[0].GetChanges()) > 1) {
 		fmt.Fprintf(w, "validated %d times:\n", len(h))
 		for _, c := range h {
-			line := fmt.Sprintf("  %s  %s", c.GetId(), candidateStateName(c.GetState()))
+			line := fmt.Sprintf("  %s  %s", c.GetId(), checkout.CandidateStateName(c.GetState()))
 			var about []string
 			if l := c.GetLane(); l != "" {
 				about = append(about, "lane "+l)
@@ -441,90 +419,9 @@ func printChange(w io.Writer, ch *agwpv1.Change) {
 				line += " (" + strings.Join(about, ", ") + ")"
 			}
 			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
-				line += ": " + firstLineOf(r)
+				line += ": " + checkout.FirstLineOf(r)
 			}
 			termPrintf(w, "%s\n", line)
 		}
 	}
-}
-
-// followChange waits for a change to be final, printing to stderr each state it passes through
-// and, while it is validated, the worker's progress lines. It follows WatchChange, and opens it
-// again when the stream ends early (a server restart, a load balancer's idle timeout).
-func followChange(ctx context.Context, g *globals, c *client.Client, change *agwpv1.Change) (*agwpv1.Change, error) {
-	var shown *agwpv1.Change
-	show := func(ch *agwpv1.Change) {
-		if g.json {
-			return
-		}
-		if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING && ch.GetCandidate() != nil &&
-			(shown == nil || ch.GetCandidate().GetId() != shown.GetCandidate().GetId() ||
-				ch.GetCandidate().GetPosition() != shown.GetCandidate().GetPosition()) {
-			if before := shown.GetCandidate(); before != nil && before.GetId() != ch.GetCandidate().GetId() {
-				// Say why it is validated again.
-				for _, c := range ch.GetHistory() {
-					if c.GetId() == before.GetId() && c.GetReason() != "" {
-						termPrintf(g.stderr, "change %s: candidate %s %s: %s\n", ch.GetId(), c.GetId(),
-							candidateStateName(c.GetState()), firstLineOf(c.GetReason()))
-					}
-				}
-			}
-			termPrintf(g.stderr, "change %s: in candidate %s\n", ch.GetId(), describeCandidate(ch.GetCandidate()))
-			if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() {
-				shown = ch
-				return
-			}
-		}
-		if shown != nil && ch.GetState() == shown.GetState() && ch.GetProgress() == shown.GetProgress() &&
-			ch.GetQueuePosition() == shown.GetQueuePosition() {
-			return
-		}
-		line := "change " + ch.GetId() + ": " + changeStateName(ch.GetState())
-		switch ch.GetState() {
-		case agwpv1.ChangeState_CHANGE_STATE_QUEUED:
-			line += queuePlace(ch)
-		case agwpv1.ChangeState_CHANGE_STATE_VALIDATING:
-			if p := ch.GetProgress(); p != "" {
-				line += ": " + p
-			}
-		}
-		termPrintf(g.stderr, "%s\n", line)
-		shown = ch
-	}
-	backoff := 200 * time.Millisecond
-	for !finalChange(change.GetState()) {
-		show(change)
-		stream, err := c.Repos.WatchChange(ctx, &agwpv1.WatchChangeRequest{ChangeId: change.GetId()})
-		if err != nil {
-			return nil, err
-		}
-		for stream.Receive() {
-			change = stream.Msg().GetChange()
-			show(change)
-			backoff = 200 * time.Millisecond
-		}
-		err = stream.Err()
-		_ = stream.Close()
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err != nil && !client.IsCode(err, connect.CodeUnavailable) && !client.IsCode(err, connect.CodeDeadlineExceeded):
-			return nil, err
-		case !finalChange(change.GetState()):
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-		}
-	}
-	return change, nil
-}
-
-func firstLineOf(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

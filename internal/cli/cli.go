@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -136,6 +137,14 @@ func (g *globals) printJSON(m proto.Message) error {
 	return err
 }
 
+// followOut is where following a change shows its progress: stderr, or nowhere under --json.
+func (g *globals) followOut() io.Writer {
+	if g.json {
+		return nil
+	}
+	return g.stderr
+}
+
 // printValue prints v as indented JSON: the shapes of docs/cli.md that are no one message.
 func (g *globals) printValue(v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -153,23 +162,6 @@ func protoRaw(m proto.Message) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return b
-}
-
-// allPages follows a list method's page tokens to the end and answers every item.
-func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
-	var all []T
-	token := ""
-	for {
-		items, next, err := page(token)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, items...)
-		if next == "" {
-			return all, nil
-		}
-		token = next
-	}
 }
 
 // Explain turns an error into the line a person should read: a server error in words, with
@@ -228,15 +220,40 @@ func withExit(code int, err error) error {
 	return &exitError{code: code, err: err}
 }
 
+// codedExit answers the exit code err was given: by withExit, or by the checkout engine's kind
+// of refusal. The outermost wins, so that a command can give an engine error another code.
+func codedExit(err error) (int, bool) {
+	switch e := err.(type) {
+	case nil:
+		return 0, false
+	case *exitError:
+		return e.code, true
+	case *checkout.UsageError:
+		return ExitUsage, true
+	case *checkout.LeaseError:
+		return ExitLease, true
+	case *checkout.ConflictError:
+		return ExitConflict, true
+	case interface{ Unwrap() []error }:
+		// Depth first, as errors.As looks.
+		for _, inner := range e.Unwrap() {
+			if code, ok := codedExit(inner); ok {
+				return code, true
+			}
+		}
+		return 0, false
+	}
+	return codedExit(errors.Unwrap(err))
+}
+
 // ExitCode answers the exit code for an error Run answered: the one it was given, or the one
 // its server error's code maps to.
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
+	if code, ok := codedExit(err); ok {
+		return code
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
@@ -258,8 +275,7 @@ func ExitCode(err error) int {
 
 // usageOf gives the errors cobra answers for a bad command line the usage exit code.
 func usageOf(err error) error {
-	var ee *exitError
-	if err == nil || errors.As(err, &ee) {
+	if _, ok := codedExit(err); err == nil || ok {
 		return err
 	}
 	var ce *connect.Error

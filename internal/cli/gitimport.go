@@ -23,6 +23,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -44,14 +45,7 @@ type gitHistory struct {
 	files   int // files, links and submodules in the head commit's tree
 	// refused is every entry the server would refuse, each once, with the first commit that
 	// brings it in: an import tells them all before it uploads a byte.
-	refused []refusedPath
-}
-
-// refusedPath is a path of the history the server would refuse, and why.
-type refusedPath struct {
-	path   string // may hold any byte: print it quoted
-	rule   string
-	commit plumbing.Hash
+	refused []checkout.RefusedPath
 }
 
 // openGitStorage opens the object and reference storage of the git working tree dir.
@@ -98,7 +92,7 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 		for _, e := range t.Entries {
 			if rule := gitstore.EntryProblem(e.Name, e.Mode); rule != "" {
 				// What lies below a refused name is not looked at: its name says it all.
-				h.refused = append(h.refused, refusedPath{path: prefix + e.Name, rule: rule, commit: commit})
+				h.refused = append(h.refused, checkout.RefusedPath{Path: prefix + e.Name, Rule: rule, Commit: commit})
 				continue
 			}
 			switch e.Mode {
@@ -189,7 +183,7 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 				continue // told already
 			}
 			if err := repo.ValidatePath(p, false); err != nil {
-				h.refused = append(h.refused, refusedPath{path: p, rule: err.Error(), commit: h.head})
+				h.refused = append(h.refused, checkout.RefusedPath{Path: p, Rule: err.Error(), Commit: h.head})
 				continue
 			}
 			switch e.Mode {
@@ -198,15 +192,15 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 					return err
 				}
 			case filemode.Deprecated:
-				h.refused = append(h.refused, refusedPath{path: p, commit: h.head,
-					rule: "has mode 100664, which git no longer writes: commit it again as 100644 (git update-index --chmod=-x PATH)"})
+				h.refused = append(h.refused, checkout.RefusedPath{Path: p, Commit: h.head,
+					Rule: "has mode 100664, which git no longer writes: commit it again as 100644 (git update-index --chmod=-x PATH)"})
 			case filemode.Symlink:
 				_, target, err := readObject(s, e.Hash)
 				if err != nil {
 					return err
 				}
 				if err := repo.CheckSymlinkTarget(target); err != nil {
-					h.refused = append(h.refused, refusedPath{path: p, rule: "is a symbolic link that a checkout cannot write: " + err.Error(), commit: h.head})
+					h.refused = append(h.refused, checkout.RefusedPath{Path: p, Rule: "is a symbolic link that a checkout cannot write: " + err.Error(), Commit: h.head})
 				}
 			}
 		}
@@ -221,7 +215,7 @@ func (h *gitHistory) refusal(dir string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the history of %s holds %d paths ag refuses; nothing was uploaded:", dir, len(h.refused))
 	for _, r := range h.refused {
-		fmt.Fprintf(&b, "\n  %s %s (commit %s)", strconv.Quote(r.path), r.rule, r.commit)
+		fmt.Fprintf(&b, "\n  %s %s (commit %s)", strconv.Quote(r.Path), r.Rule, r.Commit)
 	}
 	b.WriteString("\nrewrite the history without them (git filter-repo), or import the files at HEAD alone with --files")
 	return withExit(ExitUsage, errors.New(b.String()))
@@ -339,9 +333,7 @@ const importChunkBytes = 16 << 20
 func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
 	send func(objs []*agwpv1.GitObject) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
 	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
-	if p != nil {
-		p.unit = what
-	}
+	p.SetUnit(what)
 	var chunk []*agwpv1.GitObject
 	size := 0
 	flush := func() error {
@@ -351,7 +343,7 @@ func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Ha
 		if err := send(chunk); err != nil {
 			return err
 		}
-		p.add(len(chunk), int64(size))
+		p.Add(len(chunk), int64(size))
 		chunk, size = nil, 0
 		return nil
 	}
@@ -368,7 +360,7 @@ func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Ha
 				if err := spoolObject(s, id, func(f *os.File, digest string) error { return sendLarge(f, size, digest) }); err != nil {
 					return err
 				}
-				p.add(1, size)
+				p.Add(1, size)
 				continue
 			}
 		}
@@ -387,7 +379,7 @@ func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Ha
 	if err := flush(); err != nil {
 		return err
 	}
-	p.done()
+	p.Done()
 	return nil
 }
 

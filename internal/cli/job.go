@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -67,7 +68,7 @@ func newJobEnqueueCmd(g *globals) *cobra.Command {
 			if res.GetExisting() {
 				verb = "already enqueued (same unique key)"
 			}
-			termPrintf(g.stdout, "%s %s (%s, %s)\n", verb, res.GetJob().GetId(), res.GetJob().GetKind(), stateName(res.GetJob().GetState()))
+			termPrintf(g.stdout, "%s %s (%s, %s)\n", verb, res.GetJob().GetId(), res.GetJob().GetKind(), checkout.JobStateName(res.GetJob().GetState()))
 			return nil
 		},
 	}
@@ -126,7 +127,7 @@ func newJobListCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKIND\tSTATE\tATTEMPTS\tCLAIMED BY\tUPDATED\tNOTE")
 			for _, j := range out.GetJobs() {
-				termPrintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),
+				termPrintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.GetId(), j.GetKind(), checkout.JobStateName(j.GetState()),
 					j.GetAttempts(), j.GetMaxAttempts(), dash(j.GetClaimedBy()), formatTime(j.GetUpdatedAt()), note(j))
 			}
 			if err := tw.Flush(); err != nil {
@@ -189,7 +190,7 @@ func newJobCancelCmd(g *globals) *cobra.Command {
 			if j.GetState() == agwpv1.JobState_JOB_STATE_CLAIMED {
 				termPrintf(g.stdout, "cancel requested for %s: %s will stop it at its next heartbeat\n", j.GetId(), j.GetClaimedBy())
 			} else {
-				termPrintf(g.stdout, "%s is %s\n", j.GetId(), stateName(j.GetState()))
+				termPrintf(g.stdout, "%s is %s\n", j.GetId(), checkout.JobStateName(j.GetState()))
 			}
 			return nil
 		},
@@ -205,7 +206,7 @@ func printJob(g *globals, j *agwpv1.Job) {
 	}
 	row("id", j.GetId())
 	row("kind", j.GetKind())
-	row("state", stateName(j.GetState()))
+	row("state", checkout.JobStateName(j.GetState()))
 	if j.GetCancelRequested() {
 		row("cancel", "requested")
 	}
@@ -240,10 +241,6 @@ func printJob(g *globals, j *agwpv1.Job) {
 			fmt.Fprintln(g.stdout)
 		}
 	}
-}
-
-func stateName(s agwpv1.JobState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
 }
 
 func formatTime(t *timestamppb.Timestamp) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 // TestCandidateLaneShown ensures a candidate of a policy lane says so wherever the command line
@@ -35,10 +36,10 @@ func TestCandidateLaneShown(t *testing.T) {
 	}
 
 	want := "cnd_w validating, lane web, position 1 in the queue, on rev_m, run by ci|w1"
-	if got := describeCandidate(web); got != want {
+	if got := checkout.DescribeCandidate(web); got != want {
 		t.Errorf("ag integrate's candidate line says %q, want %q", got, want)
 	}
-	if got := describeCandidate(root); strings.Contains(got, "lane") {
+	if got := checkout.DescribeCandidate(root); strings.Contains(got, "lane") {
 		t.Errorf("a candidate of the whole tree is described as %q, naming a lane", got)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,58 +18,35 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/spf13/cobra"
 
 	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 // mcpHTTPTokenEnv holds the bearer an MCP host must send to `ag mcp --http`.
 const mcpHTTPTokenEnv = "AG_MCP_HTTP_TOKEN"
 
-func newMCPCmd(g *globals) *cobra.Command {
-	var httpAddr, httpToken string
-	var insecureListen bool
-	cmd := &cobra.Command{
-		Use:   "mcp",
-		Short: "an MCP server on stdio for the agent whose token is AG_TOKEN, in the checkout that is its working directory",
-		Long: `Serves the Model Context Protocol for one agent in one checkout (made by ag checkout): tools to
-see where the checkout stands, lease files, integrate the edits, sync, and follow changes and
-jobs, and the repository's mainline as resources. It speaks on stdin and stdout; with --http
-ADDR, streamable HTTP on ADDR at /mcp instead, where every request must carry
-"Authorization: Bearer <token>" with the token of --http-token or $` + mcpHTTPTokenEnv + ` (a random
-one, printed once to stderr, when neither is set). docs/agents.md shows an MCP host's
-configuration.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := g.workspace(cmd.Context())
-			if err != nil {
-				return err
-			}
-			srv, err := newMCPServer(newMCPAgent(ws.co.root, g.server, g.token))
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if httpAddr == "" {
-				// Stdout is the protocol's: nothing else may be written there.
-				err := srv.Run(ctx, &mcp.StdioTransport{})
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			if httpToken == "" {
-				httpToken = os.Getenv(mcpHTTPTokenEnv)
-			}
-			return serveMCPHTTP(ctx, srv, httpAddr, httpToken, insecureListen, g.stderr)
-		},
+// serveMCP serves the MCP server of the agent with token in the checkout at dir until ctx ends or
+// the host hangs up: on stdio, or as streamable HTTP on httpAddr when it is set.
+func serveMCP(ctx context.Context, dir, server, token, httpAddr, httpToken string, insecureListen bool, stderr io.Writer) error {
+	srv, err := newMCPServer(newMCPAgent(dir, server, token))
+	if err != nil {
+		return err
 	}
-	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this address (host:port, loopback unless --insecure-listen) instead of stdio")
-	// Like --token, the default is read at run time and not shown: --help would print it.
-	cmd.Flags().StringVar(&httpToken, "http-token", "", "the bearer MCP hosts must send to --http (default $"+mcpHTTPTokenEnv+", or a random one printed once)")
-	cmd.Flags().BoolVar(&insecureListen, "insecure-listen", false, "let --http listen on a non-loopback address, where the bearer crosses the network in plaintext")
-	return cmd
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if httpAddr == "" {
+		// Stdout is the protocol's: nothing else may be written there.
+		err := srv.Run(ctx, &mcp.StdioTransport{})
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if httpToken == "" {
+		httpToken = os.Getenv(mcpHTTPTokenEnv)
+	}
+	return serveMCPHTTP(ctx, srv, httpAddr, httpToken, insecureListen, stderr)
 }
 
 // mcpAgent is what the MCP tools act for: one agent, with its token, in one checkout.
@@ -91,16 +69,8 @@ func newMCPAgent(dir, server, token string) *mcpAgent {
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands
 // in the same checkout between two tool calls.
-func (a *mcpAgent) workspace(ctx context.Context) (*workspace, error) {
-	co, err := findCheckout(a.dir)
-	if err != nil {
-		return nil, err
-	}
-	ws := &workspace{co: co, c: a.c}
-	if err := ws.rebuildOldIndex(ctx); err != nil {
-		return nil, err
-	}
-	return ws, nil
+func (a *mcpAgent) workspace(ctx context.Context) (*checkout.Workspace, error) {
+	return checkout.Open(ctx, a.dir, a.c)
 }
 
 // scrub removes the agent's token from a text an MCP host will see. No tool puts it there on

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
@@ -63,7 +64,7 @@ func TestMCPShowsModes(t *testing.T) {
 	var st statusOut
 	alice.ok("status", nil, &st)
 	want := []fileView{{Path: "new", Kind: "added", Mode: "120000", Target: "tool.sh"}, {Path: "run.sh", Kind: "modified", Mode: "100755", BaseMode: "100644"}}
-	if !slices.Equal(st.Edits, want) || !slices.Equal(st.Submodules, []submodule{{Path: "vendor/lib", Commit: commit}}) {
+	if !slices.Equal(st.Edits, want) || !slices.Equal(st.Submodules, []checkout.Submodule{{Path: "vendor/lib", Commit: commit}}) {
 		t.Errorf("status: edits %+v, submodules %+v; want %+v and vendor/lib at %s", st.Edits, st.Submodules, want, commit)
 	}
 	var acquired leaseAcquireOut

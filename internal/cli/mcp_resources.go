@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -72,7 +73,7 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 			return nil, fmt.Errorf("%s is not a file of the mainline: use %s/PATH, with PATH relative to the repository's root", uri, base)
 		}
 		if err := repo.ValidatePath(p, false); err != nil {
-			return nil, fmt.Errorf("the path %q %v: use %s/PATH, with PATH relative to the repository's root, such as src/a.go", shortPath(p), err, base)
+			return nil, fmt.Errorf("the path %q %v: use %s/PATH, with PATH relative to the repository's root, such as src/a.go", checkout.ShortPath(p), err, base)
 		}
 		tree, err := a.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: repository})
 		if err != nil {

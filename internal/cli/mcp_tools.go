@@ -21,6 +21,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -34,7 +35,7 @@ const mcpInstructions = "ag coordinates many agents editing one repository. You 
 
 // newMCPServer answers the MCP server of agent a: its tools and resources.
 func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
-	co, err := findCheckout(a.dir)
+	co, err := checkout.Find(a.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -166,13 +167,13 @@ type candidateView struct {
 }
 
 func newCandidateView(c *agwpv1.Candidate) candidateView {
-	return candidateView{ID: c.GetId(), State: candidateStateName(c.GetState()), Lane: c.GetLane(), Position: c.GetPosition(),
-		Changes: nonNil(c.GetChanges()), On: c.GetParentRevision(), Workers: c.GetWorkers(), Reason: firstLineOf(c.GetReason())}
+	return candidateView{ID: c.GetId(), State: checkout.CandidateStateName(c.GetState()), Lane: c.GetLane(), Position: c.GetPosition(),
+		Changes: nonNil(c.GetChanges()), On: c.GetParentRevision(), Workers: c.GetWorkers(), Reason: checkout.FirstLineOf(c.GetReason())}
 }
 
 func newChangeView(c *agwpv1.Change) changeView {
 	reason, tail, _ := strings.Cut(c.GetReason(), "\n\n")
-	v := changeView{ID: c.GetId(), Repository: c.GetRepository(), State: changeStateName(c.GetState()), QueuePosition: c.GetQueuePosition(),
+	v := changeView{ID: c.GetId(), Repository: c.GetRepository(), State: checkout.ChangeStateName(c.GetState()), QueuePosition: c.GetQueuePosition(),
 		Progress: c.GetProgress(), Author: c.GetAuthor(), Message: c.GetMessage(), Paths: nonNil(c.GetPaths()),
 		BaseRevision: c.GetBaseRevision(), CandidateRevision: c.GetCandidateRevision(), IntegratedRevision: c.GetIntegratedRevision(),
 		JobID: c.GetJobId(), AttestationDigest: c.GetAttestationDigest(), Reason: reason, OutputTail: tail,
@@ -194,15 +195,15 @@ func newChangeView(c *agwpv1.Change) changeView {
 type statusIn struct{}
 
 type statusOut struct {
-	Repository   string      `json:"repository"`
-	Holder       string      `json:"holder" jsonschema:"this checkout's holder label; its leases are held by principal|label"`
-	BaseRevision string      `json:"base_revision" jsonschema:"the revision the checkout's files are based on"`
-	Mainline     string      `json:"mainline" jsonschema:"the repository's mainline revision now"`
-	Behind       bool        `json:"behind" jsonschema:"the mainline moved on since base_revision: sync brings it in"`
-	Edits        []fileView  `json:"edits" jsonschema:"local edits against base_revision"`
-	Submodules   []submodule `json:"submodules" jsonschema:"the base revision's submodules, each at its commit: ag does not fetch them, their directories stay empty, and nothing in them is integrated"`
-	Leases       []leaseView `json:"leases" jsonschema:"the leases this checkout holds, with the time left"`
-	Unleased     []string    `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
+	Repository   string               `json:"repository"`
+	Holder       string               `json:"holder" jsonschema:"this checkout's holder label; its leases are held by principal|label"`
+	BaseRevision string               `json:"base_revision" jsonschema:"the revision the checkout's files are based on"`
+	Mainline     string               `json:"mainline" jsonschema:"the repository's mainline revision now"`
+	Behind       bool                 `json:"behind" jsonschema:"the mainline moved on since base_revision: sync brings it in"`
+	Edits        []fileView           `json:"edits" jsonschema:"local edits against base_revision"`
+	Submodules   []checkout.Submodule `json:"submodules" jsonschema:"the base revision's submodules, each at its commit: ag does not fetch them, their directories stay empty, and nothing in them is integrated"`
+	Leases       []leaseView          `json:"leases" jsonschema:"the leases this checkout holds, with the time left"`
+	Unleased     []string             `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
 }
 
 func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
@@ -211,19 +212,19 @@ func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusI
 	if err != nil {
 		return nil, out, err
 	}
-	edits, err := ws.co.localEdits()
+	edits, err := ws.Checkout.LocalEdits()
 	if err != nil {
 		return nil, out, err
 	}
-	targets, err := ws.co.linkTargets(edits)
+	targets, err := ws.Checkout.LinkTargets(edits)
 	if err != nil {
 		return nil, out, err
 	}
-	submodules, err := ws.co.submodules()
+	submodules, err := ws.Checkout.Submodules()
 	if err != nil {
 		return nil, out, err
 	}
-	r, err := ws.c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: ws.co.Repository})
+	r, err := ws.Client.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: ws.Checkout.Repository})
 	if err != nil {
 		return nil, out, err
 	}
@@ -231,13 +232,13 @@ func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusI
 	if err != nil {
 		return nil, out, err
 	}
-	out = statusOut{Repository: ws.co.Repository, Holder: ws.co.Holder, BaseRevision: ws.co.BaseRevision,
+	out = statusOut{Repository: ws.Checkout.Repository, Holder: ws.Checkout.Holder, BaseRevision: ws.Checkout.BaseRevision,
 		Mainline: r.GetRepository().GetMainline(), Edits: []fileView{}, Submodules: submodules, Leases: mine, Unleased: []string{}}
 	out.Behind = out.Mainline != out.BaseRevision
 	for _, e := range edits {
-		out.Edits = append(out.Edits, fileView{Path: e.path, Kind: e.kind, Mode: e.mode, BaseMode: e.baseMode, Target: targets[e.path]})
-		if !coveredBy(e.path, mine) {
-			out.Unleased = append(out.Unleased, e.path)
+		out.Edits = append(out.Edits, fileView{Path: e.Path, Kind: e.Kind, Mode: e.Mode, BaseMode: e.BaseMode, Target: targets[e.Path]})
+		if !coveredBy(e.Path, mine) {
+			out.Unleased = append(out.Unleased, e.Path)
 		}
 	}
 	return nil, out, nil
@@ -245,19 +246,19 @@ func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusI
 
 // heldLeases answers the leases this checkout acquired, as the server has them now (an expired
 // one among them, marked so).
-func (a *mcpAgent) heldLeases(ctx context.Context, ws *workspace) ([]leaseView, error) {
+func (a *mcpAgent) heldLeases(ctx context.Context, ws *checkout.Workspace) ([]leaseView, error) {
 	out := []leaseView{}
-	if len(ws.co.Leases) == 0 {
+	if len(ws.Checkout.Leases) == 0 {
 		return out, nil
 	}
-	res, err := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{
-		Repository: ws.co.Repository, Holder: heldBy(ctx, ws), IncludeEnded: true, PageSize: 1000,
+	res, err := ws.Client.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{
+		Repository: ws.Checkout.Repository, Holder: checkout.HeldBy(ctx, ws), IncludeEnded: true, PageSize: 1000,
 	})
 	if err != nil {
 		return nil, err
 	}
 	held := map[string]bool{}
-	for _, l := range ws.co.Leases {
+	for _, l := range ws.Checkout.Leases {
 		held[l.ID] = true
 	}
 	for _, l := range res.GetLeases() {
@@ -315,7 +316,7 @@ func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, out, err
 	}
-	l, err := ws.c.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: ws.co.Repository, Paths: paths, Holder: ws.co.Holder, TTL: ttl, Wait: wait})
+	l, err := ws.Client.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: ws.Checkout.Repository, Paths: paths, Holder: ws.Checkout.Holder, TTL: ttl, Wait: wait})
 	if client.IsCode(err, connect.CodeAborted) {
 		// The server's advice is the CLI's ("acquire with a wait"); the agent's is in tool terms.
 		held, _, _ := strings.Cut(connectMessage(err), "; retry later")
@@ -332,8 +333,8 @@ func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, out, err
 	}
-	ws.co.Leases = append(ws.co.Leases, heldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
-	if err := ws.co.save(); err != nil {
+	ws.Checkout.Leases = append(ws.Checkout.Leases, checkout.HeldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
+	if err := ws.Checkout.Save(); err != nil {
 		return nil, out, fmt.Errorf("leased %s as %s, but recording it in the checkout failed: %w", strings.Join(l.GetPaths(), " "), l.GetId(), err)
 	}
 	out.Lease = newLeaseView(l, true)
@@ -346,7 +347,7 @@ func repoPaths(field string, in []string, dirOK bool) ([]string, error) {
 	out := make([]string, 0, len(in))
 	for _, p := range in {
 		if err := repo.ValidatePath(p, dirOK); err != nil {
-			return nil, fmt.Errorf("%s: %q %v. Give paths relative to the checkout's root, such as src/a.go or src/", field, shortPath(p), err)
+			return nil, fmt.Errorf("%s: %q %v. Give paths relative to the checkout's root, such as src/a.go or src/", field, checkout.ShortPath(p), err)
 		}
 		out = append(out, p)
 	}
@@ -372,12 +373,12 @@ type leaseRenewIn struct {
 }
 
 type leaseRenewOut struct {
-	Renewed []leaseView      `json:"renewed"`
-	Dropped []releaseDropped `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
+	Renewed []leaseView               `json:"renewed"`
+	Dropped []checkout.ReleaseDropped `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
 }
 
 func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in leaseRenewIn) (*mcp.CallToolResult, leaseRenewOut, error) {
-	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []releaseDropped{}}
+	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []checkout.ReleaseDropped{}}
 	ttl, err := parseDuration("ttl", in.TTL)
 	if err != nil {
 		return nil, out, err
@@ -388,16 +389,16 @@ func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in le
 	if err != nil {
 		return nil, out, err
 	}
-	if len(ws.co.Leases) == 0 {
+	if len(ws.Checkout.Leases) == 0 {
 		return nil, out, errors.New("this checkout holds no leases to renew: lease_acquire the files you edit")
 	}
-	if err := knownLeases(ws.co, in.LeaseIDs); err != nil {
+	if err := knownLeases(ws.Checkout, in.LeaseIDs); err != nil {
 		return nil, out, err
 	}
-	kept := ws.co.Leases[:0]
+	kept := ws.Checkout.Leases[:0]
 	var firstErr error
-	for _, l := range ws.co.Leases {
-		if !selected(l.ID, in.LeaseIDs) || firstErr != nil {
+	for _, l := range ws.Checkout.Leases {
+		if !checkout.Selected(l.ID, in.LeaseIDs) || firstErr != nil {
 			kept = append(kept, l)
 			continue
 		}
@@ -405,21 +406,21 @@ func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in le
 		if ttl > 0 {
 			req.Ttl = durationpb.New(ttl)
 		}
-		res, err := ws.c.Leases.RenewLease(ctx, req)
+		res, err := ws.Client.Leases.RenewLease(ctx, req)
 		switch {
 		case err == nil:
 			l.ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
 			kept = append(kept, l)
 			out.Renewed = append(out.Renewed, newLeaseView(res.GetLease(), true))
 		case client.IsLostClaim(err):
-			out.Dropped = append(out.Dropped, releaseDropped{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
+			out.Dropped = append(out.Dropped, checkout.ReleaseDropped{ID: l.ID, Paths: nonNil(l.Paths), Reason: agentError(err)})
 		default:
 			kept = append(kept, l)
 			firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
 		}
 	}
-	ws.co.Leases = kept
-	if err := ws.co.save(); err != nil {
+	ws.Checkout.Leases = kept
+	if err := ws.Checkout.Save(); err != nil {
 		return nil, out, err
 	}
 	if firstErr != nil {
@@ -430,9 +431,9 @@ func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in le
 
 // knownLeases refuses lease ids this checkout does not hold: a typo would otherwise renew or
 // release nothing and say so quietly.
-func knownLeases(co *checkout, ids []string) error {
+func knownLeases(co *checkout.Checkout, ids []string) error {
 	for _, id := range ids {
-		if !slices.ContainsFunc(co.Leases, func(l heldLease) bool { return l.ID == id }) {
+		if !slices.ContainsFunc(co.Leases, func(l checkout.HeldLease) bool { return l.ID == id }) {
 			return fmt.Errorf("lease_ids: this checkout holds no lease %q (status lists the ones it holds)", id)
 		}
 	}
@@ -452,12 +453,12 @@ type releasedLease struct {
 }
 
 type leaseReleaseOut struct {
-	Released []releasedLease  `json:"released"`
-	Dropped  []releaseDropped `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
+	Released []releasedLease           `json:"released"`
+	Dropped  []checkout.ReleaseDropped `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
 }
 
 func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
-	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []releaseDropped{}}
+	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []checkout.ReleaseDropped{}}
 	paths, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
 		return nil, out, err
@@ -468,11 +469,11 @@ func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, out, err
 	}
-	if err := knownLeases(ws.co, in.LeaseIDs); err != nil {
+	if err := knownLeases(ws.Checkout, in.LeaseIDs); err != nil {
 		return nil, out, err
 	}
 	all := len(in.LeaseIDs) == 0 && len(paths) == 0
-	chosen := func(l heldLease) bool {
+	chosen := func(l checkout.HeldLease) bool {
 		if all || slices.Contains(in.LeaseIDs, l.ID) {
 			return true
 		}
@@ -485,12 +486,12 @@ func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in 
 		}
 		return false
 	}
-	results, err := ws.releaseLeases(ctx, chosen)
+	results, err := ws.ReleaseLeases(ctx, chosen)
 	for _, r := range results {
-		if r.lost != nil {
-			out.Dropped = append(out.Dropped, releaseDropped{ID: r.held.ID, Paths: nonNil(r.held.Paths), Reason: agentError(r.lost)})
+		if r.Lost != nil {
+			out.Dropped = append(out.Dropped, checkout.ReleaseDropped{ID: r.Held.ID, Paths: nonNil(r.Held.Paths), Reason: agentError(r.Lost)})
 		} else {
-			out.Released = append(out.Released, releasedLease{ID: r.held.ID, Paths: nonNil(r.held.Paths)})
+			out.Released = append(out.Released, releasedLease{ID: r.Held.ID, Paths: nonNil(r.Held.Paths)})
 		}
 	}
 	if err != nil {
@@ -531,11 +532,11 @@ func (a *mcpAgent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in lea
 		return nil, out, nil
 	}
 	held := map[string]bool{}
-	for _, l := range ws.co.Leases {
+	for _, l := range ws.Checkout.Leases {
 		held[l.ID] = true
 	}
-	leases, err := allPages(func(token string) ([]*agwpv1.Lease, string, error) {
-		res, err := ws.c.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.co.Repository, PageSize: 1000, PageToken: token})
+	leases, err := checkout.AllPages(func(token string) ([]*agwpv1.Lease, string, error) {
+		res, err := ws.Client.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.Checkout.Repository, PageSize: 1000, PageToken: token})
 		return res.GetLeases(), res.GetNextPageToken(), err
 	})
 	if err != nil {
@@ -574,65 +575,25 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 	if err != nil {
 		return nil, out, err
 	}
-	edits, err := ws.co.localEdits()
+	res, err := ws.Integrate(ctx, checkout.IntegrateRequest{
+		Message: in.Message, Only: only, Follow: in.Wait, FollowTo: progressWriter(ctx, req), Lock: &a.mu,
+	})
 	if err != nil {
-		return nil, out, err
+		return nil, out, integrateAdvice(err)
 	}
-	if len(only) > 0 {
-		all := edits
-		edits = slices.DeleteFunc(slices.Clone(edits), func(e localEdit) bool {
-			return !slices.ContainsFunc(only, func(p string) bool { return repo.Covers(p, e.path) })
-		})
-		if len(edits) == 0 {
-			return nil, out, fmt.Errorf("none of the local edits is in %s: nothing was integrated (local edits: %s)", strings.Join(only, ", "), orNone(editPaths(all)))
-		}
-	}
-	if len(edits) == 0 {
-		return nil, out, errors.New("nothing to integrate: the checkout has no local edits. Edit the files on disk first")
-	}
-	conflicted, err := ws.co.conflicted(edits)
-	if err != nil {
-		return nil, out, err
-	}
-	if len(conflicted) > 0 {
-		paths := slices.Sorted(maps.Keys(conflicted))
-		return nil, out, fmt.Errorf("these files still hold the conflict markers sync merge=true wrote: %s. Edit each to what it should be, or sync with ours or theirs for it, or revert it; then integrate", strings.Join(paths, ", "))
-	}
-	if len(ws.co.Leases) == 0 {
-		return nil, out, fmt.Errorf("this checkout holds no leases: lease_acquire the files you edited (%s), then integrate", editPaths(edits))
-	}
-	change, err := ws.integrate(ctx, edits, nil, in.Message)
-	switch {
-	case client.IsCode(err, connect.CodeFailedPrecondition):
-		return nil, out, fmt.Errorf("refused, nothing was integrated: %s. Your lease on that path is missing or no longer current: lease_acquire it again (then sync, since someone else may have changed it), and integrate again", connectMessage(err))
-	case client.IsCode(err, connect.CodeAborted):
-		return nil, out, fmt.Errorf("refused, nothing was integrated: %s", connectMessage(err))
-	case err != nil:
-		return nil, out, err
-	}
-	if in.Wait && !finalChange(change.GetState()) {
-		id := change.GetId()
-		g := &globals{stderr: progressWriter(ctx, req)}
-		if change, err = followChange(ctx, g, ws.c, change); err != nil {
-			return nil, out, fmt.Errorf("the change %s was sent, but following it failed: %w (follow it with change_show)", id, err)
-		}
-	}
+	change := res.Change
 	out.Change = newChangeView(change)
 	switch change.GetState() {
 	case agwpv1.ChangeState_CHANGE_STATE_INTEGRATED:
-		// The edited paths now match the new mainline; bring in the rest, as ag integrate does.
-		a.mu.Lock()
-		err := a.syncTo(ctx, change.GetIntegratedRevision())
-		a.mu.Unlock()
-		if err != nil {
-			out.Next = fmt.Sprintf("integrated as %s, but updating the checkout failed: %s. Call sync", change.GetIntegratedRevision(), agentError(err))
+		if res.SyncErr != nil {
+			out.Next = fmt.Sprintf("integrated as %s, but updating the checkout failed: %s. Call sync", change.GetIntegratedRevision(), agentError(res.SyncErr))
 			return nil, out, nil
 		}
 		out.Synced = true
 		out.Next = "integrated. Release the leases you no longer need (lease_release)"
 	case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
 		out.Next = "the mainline did not move and your edits are still in the checkout: fix them and integrate again"
-		text := fmt.Sprintf("change %s was %s: %s; %s", change.GetId(), changeStateName(change.GetState()), out.Change.Reason, out.Next)
+		text := fmt.Sprintf("change %s was %s: %s; %s", change.GetId(), checkout.ChangeStateName(change.GetState()), out.Change.Reason, out.Next)
 		if out.Change.OutputTail != "" {
 			text += "\n\n" + out.Change.OutputTail
 		}
@@ -643,13 +604,28 @@ func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in i
 	return nil, out, nil
 }
 
-// syncTo brings the checkout to revision; the caller holds a.mu.
-func (a *mcpAgent) syncTo(ctx context.Context, revision string) error {
-	ws, err := a.workspace(ctx)
-	if err != nil {
-		return err
+// integrateAdvice words for an agent what Integrate refused, and what to do next.
+func integrateAdvice(err error) error {
+	var nothing *checkout.NothingError
+	var markers *checkout.MarkersError
+	var noLeases *checkout.NoLeasesError
+	var follow *checkout.FollowError
+	switch {
+	case errors.As(err, &nothing) && len(nothing.Only) > 0:
+		return fmt.Errorf("none of the local edits is in %s: nothing was integrated (local edits: %s)", strings.Join(nothing.Only, ", "), orNone(checkout.EditPaths(nothing.All)))
+	case errors.As(err, &nothing):
+		return errors.New("nothing to integrate: the checkout has no local edits. Edit the files on disk first")
+	case errors.As(err, &markers):
+		return fmt.Errorf("these files still hold the conflict markers sync merge=true wrote: %s. Edit each to what it should be, or sync with ours or theirs for it, or revert it; then integrate", strings.Join(markers.Paths, ", "))
+	case errors.As(err, &noLeases):
+		return fmt.Errorf("this checkout holds no leases: lease_acquire the files you edited (%s), then integrate", checkout.EditPaths(noLeases.Edits))
+	case errors.As(err, &follow):
+		return fmt.Errorf("the change %s was sent, but following it failed: %w (follow it with change_show)", follow.Change.GetId(), follow.Err)
+	case client.IsCode(err, connect.CodeFailedPrecondition):
+		return fmt.Errorf("refused, nothing was integrated: %s. Your lease on that path is missing or no longer current: lease_acquire it again (then sync, since someone else may have changed it), and integrate again", connectMessage(err))
+	case client.IsCode(err, connect.CodeAborted):
+		return fmt.Errorf("refused, nothing was integrated: %s", connectMessage(err))
 	}
-	_, err = syncCheckout(ctx, ws, revision)
 	return err
 }
 
@@ -709,16 +685,16 @@ type syncOut struct {
 
 func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*mcp.CallToolResult, syncOut, error) {
 	out := syncOut{Updated: []fileView{}, Merged: []string{}, Kept: []string{}, Conflicts: []syncConflictView{}, Blocked: []string{}}
-	opts := syncOptions{merge: in.Merge}
+	opts := checkout.SyncOptions{Merge: in.Merge}
 	var err error
-	if opts.theirs, err = repoPaths("theirs", in.Theirs, true); err != nil {
+	if opts.Theirs, err = repoPaths("theirs", in.Theirs, true); err != nil {
 		return nil, out, err
 	}
-	if opts.ours, err = repoPaths("ours", in.Ours, true); err != nil {
+	if opts.Ours, err = repoPaths("ours", in.Ours, true); err != nil {
 		return nil, out, err
 	}
-	for _, p := range opts.theirs {
-		if underAny(p, opts.ours) || underAny(strings.TrimSuffix(p, "/"), opts.ours) {
+	for _, p := range opts.Theirs {
+		if checkout.UnderAny(p, opts.Ours) || checkout.UnderAny(strings.TrimSuffix(p, "/"), opts.Ours) {
 			return nil, out, fmt.Errorf("%s is in both theirs and ours: name each path in one of them", p)
 		}
 	}
@@ -728,12 +704,12 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 	if err != nil {
 		return nil, out, err
 	}
-	before, err := ws.co.baseFiles()
+	before, err := ws.Checkout.BaseFiles()
 	if err != nil {
 		return nil, out, err
 	}
 	before = maps.Clone(before)
-	res, syncErr := syncWith(ctx, ws, opts)
+	res, syncErr := checkout.Sync(ctx, ws, opts)
 	if res == nil {
 		return nil, out, syncErr
 	}
@@ -746,21 +722,21 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 		out.Revision = res.To
 		// What the sync wrote or removed, by what it was to the checkout before, with the
 		// modes of the base before and after (a chmod from the mainline is an update).
-		after, err := ws.co.baseFiles()
+		after, err := ws.Checkout.BaseFiles()
 		if err != nil {
 			return nil, out, err
 		}
 		for _, p := range res.Updated {
-			v := fileView{Path: p, Kind: "modified", Mode: after[p].mode}
+			v := fileView{Path: p, Kind: "modified", Mode: after[p].Mode}
 			if was, had := before[p]; had {
-				v.BaseMode = was.mode
+				v.BaseMode = was.Mode
 			} else {
 				v.Kind = "added"
 			}
 			out.Updated = append(out.Updated, v)
 		}
 		for _, p := range res.Deleted {
-			out.Updated = append(out.Updated, fileView{Path: p, Kind: "deleted", BaseMode: before[p].mode})
+			out.Updated = append(out.Updated, fileView{Path: p, Kind: "deleted", BaseMode: before[p].Mode})
 		}
 		slices.SortFunc(out.Updated, func(x, y fileView) int { return strings.Compare(x.Path, y.Path) })
 	}
@@ -774,7 +750,7 @@ func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) 
 		return toolFailure(fmt.Sprintf("sync changed nothing: %s. Your edits are intact. To go on, sync again with one of: "+
 			"theirs (take the mainline's version of those paths, dropping your edit), ours (keep yours as an edit on the new mainline), "+
 			"merge=true (write both between conflict markers to resolve by hand); or revert the paths. "+
-			"The mainline's content is the resource ag://%s/mainline/PATH, your edit is in the diff tool", agentError(syncErr), ws.co.Repository)), out, nil
+			"The mainline's content is the resource ag://%s/mainline/PATH, your edit is in the diff tool", agentError(syncErr), ws.Checkout.Repository)), out, nil
 	}
 	return nil, out, syncErr
 }
@@ -823,7 +799,7 @@ func (a *mcpAgent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) 
 	if err != nil {
 		return nil, out, err
 	}
-	d, err := diffEdits(ctx, ws, sel)
+	d, err := checkout.Diff(ctx, ws, sel)
 	if err != nil {
 		return nil, out, err
 	}
@@ -859,7 +835,7 @@ func (a *mcpAgent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revert
 	if err != nil {
 		return nil, out, err
 	}
-	r, err := revertEdits(ctx, ws, sel)
+	r, err := checkout.Revert(ctx, ws, sel)
 	for _, e := range r.Reverted {
 		out.Reverted = append(out.Reverted, fileView{Path: e.Path, Kind: e.Status})
 	}
@@ -910,7 +886,7 @@ type jobView struct {
 const maxOutputTail = 4 << 10
 
 func newJobView(j *agwpv1.Job, full bool) jobView {
-	v := jobView{ID: j.GetId(), Kind: j.GetKind(), State: stateName(j.GetState()), Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
+	v := jobView{ID: j.GetId(), Kind: j.GetKind(), State: checkout.JobStateName(j.GetState()), Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
 		ClaimedBy: j.GetClaimedBy(), Progress: j.GetProgress(), LastError: j.GetLastError(), EnqueuedBy: j.GetEnqueuedBy(),
 		CreatedAt: rfc3339(j.GetCreatedAt()), UpdatedAt: rfc3339(j.GetUpdatedAt()), FinishedAt: rfc3339(j.GetFinishedAt()),
 		AttestationDigest: j.GetAttestationDigest()}

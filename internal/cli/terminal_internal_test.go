@@ -13,6 +13,7 @@ import (
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/audit"
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 // hostile is what an agent writes wherever it may: it clears the screen, writes the clipboard
@@ -128,8 +129,8 @@ func TestPrintersEscapeAgentText(t *testing.T) {
 	}
 
 	out.Reset()
-	printSync(&globals{stdout: &out}, &syncResult{From: "rev_a", To: "rev_b", Updated: []string{"u"}, Merged: []string{hostile},
-		Kept: []string{hostile}, Conflicts: []syncConflict{{Path: hostile, Reason: "2 conflicting changes", Markers: true}}})
+	printSync(&globals{stdout: &out}, &checkout.SyncResult{From: "rev_a", To: "rev_b", Updated: []string{"u"}, Merged: []string{hostile},
+		Kept: []string{hostile}, Conflicts: []checkout.SyncConflict{{Path: hostile, Reason: "2 conflicting changes", Markers: true}}})
 	shown = checkPrinted(t, "ag sync", out.String())
 	if strings.Count(shown, "\n") != 4 || strings.Count(shown, hostileShown) != 3 {
 		t.Errorf("ag sync printed:\n%s\nwant four lines, each path escaped", shown)

@@ -37,6 +37,7 @@ var rules = []struct {
 	{dir: "internal/worker", forbidden: []string{"internal/store", "internal/server"}},
 	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
 		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store
+	{dir: "internal/checkout", forbidden: []string{"internal/server", "internal/store", "internal/cli", "internal/mcp"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {

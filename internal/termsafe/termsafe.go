@@ -11,6 +11,8 @@
 package termsafe
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -115,4 +117,24 @@ func writeByteEscape(b *strings.Builder, c byte) {
 	b.WriteString(`\x`)
 	b.WriteByte(hexDigits[c>>4])
 	b.WriteByte(hexDigits[c&0xf])
+}
+
+// Fprintf is fmt.Fprintf for what people read: each string (or error) argument is escaped as
+// one field of a line (Line). The format is ag's own, and keeps its newlines and tabs. A block
+// of lines (a rejection's reason, a job's output) goes through Text instead, printed with %s by
+// fmt.Fprintf: here its newlines would be escaped.
+func Fprintf(w io.Writer, format string, args ...any) error {
+	escaped := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			escaped[i] = Line(v)
+		case error:
+			escaped[i] = Line(v.Error())
+		default:
+			escaped[i] = a
+		}
+	}
+	_, err := fmt.Fprintf(w, format, escaped...)
+	return err
 }

@@ -1,0 +1,8 @@
+// Package checkout is the working-copy engine behind `ag` and `ag mcp`: it owns a checkout's
+// state under .ag (the base revision, the index, leases held, files in conflict), finds the local
+// edits by scanning or asking the watcher, writes a revision's files, syncs with a three-way
+// merge, reverts, and sends edits to the mainline (Integrate). It talks to the server only
+// through the client SDK, and answers refusals as typed errors (*ConflictError, *LeaseError,
+// *UsageError) that the command line maps to exit codes and the MCP server to tool errors; it
+// must not import internal/server, internal/store, internal/cli or internal/mcp.
+package checkout

@@ -1,0 +1,132 @@
+package checkout
+
+import (
+	"context"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// IntegrateRequest is what Integrate sends and how it follows it.
+type IntegrateRequest struct {
+	Message string
+	// Only selects the edits at or under these repository paths ("a/" for a directory); none
+	// selects every local edit.
+	Only []string
+	// Moves are submodules moved to other commits, path → commit, in the same change.
+	Moves map[string]string
+	// Follow, when set, waits for a change not yet final, showing its progress on FollowTo (nil:
+	// nowhere).
+	Follow   bool
+	FollowTo io.Writer
+	// Lock, when set, is held while the checkout is synced to the integrated revision: the MCP
+	// server serializes the calls that rewrite the checkout's state.
+	Lock sync.Locker
+}
+
+// IntegrateResult is a change Integrate sent, and what became of the checkout.
+type IntegrateResult struct {
+	Change *agwpv1.Change
+	// SyncErr is why the checkout could not be brought to the integrated revision: the change
+	// is in the mainline all the same.
+	SyncErr error
+}
+
+// NothingError is an Integrate with no edit to send: none at all, or none under Only.
+type NothingError struct {
+	All  []Edit // every local edit of the checkout
+	Only []string
+}
+
+func (e *NothingError) Error() string { return "nothing to integrate: no local edits" }
+
+// NoLeasesError is an Integrate refused because the checkout holds no lease: the server would
+// refuse every path.
+type NoLeasesError struct {
+	Edits []Edit
+	Moves map[string]string
+}
+
+func (e *NoLeasesError) Error() string {
+	return "no leases held in this checkout: lease the files you edited (" + e.Paths() + ")"
+}
+
+// Paths names what the change would have sent: the edits, then the submodules moved.
+func (e *NoLeasesError) Paths() string {
+	paths := slices.Sorted(maps.Keys(e.Moves))
+	if len(e.Edits) > 0 {
+		paths = append([]string{EditPaths(e.Edits)}, paths...)
+	}
+	return strings.Join(paths, ", ")
+}
+
+// FollowError is a change that was sent but could not be followed to its outcome.
+type FollowError struct {
+	Change *agwpv1.Change // as sent
+	Err    error
+}
+
+func (e *FollowError) Error() string { return e.Err.Error() }
+func (e *FollowError) Unwrap() error { return e.Err }
+
+// Integrate is the one integrate flow of ag integrate and the MCP tool integrate: the local edits
+// selected, refused while any holds conflict markers or the checkout holds no lease, sent as one
+// change under the checkout's leases, followed when asked, and, once integrated, the checkout
+// brought to the new mainline (the edited paths already match it). A refusal of the server is
+// answered as its error; the edges word it for their readers.
+func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*IntegrateResult, error) {
+	all, err := ws.Checkout.LocalEdits()
+	if err != nil {
+		return nil, err
+	}
+	edits := all
+	if len(req.Only) > 0 {
+		edits = slices.DeleteFunc(slices.Clone(all), func(e Edit) bool {
+			return !slices.ContainsFunc(req.Only, func(p string) bool { return repo.Covers(p, e.Path) })
+		})
+	}
+	if len(edits) == 0 && len(req.Moves) == 0 {
+		return nil, &NothingError{All: all, Only: req.Only}
+	}
+	if err := ws.Checkout.Unresolved(edits); err != nil {
+		return nil, err
+	}
+	if len(ws.Checkout.Leases) == 0 {
+		return nil, &LeaseError{&NoLeasesError{Edits: edits, Moves: req.Moves}}
+	}
+	change, err := ws.send(ctx, edits, req.Moves, req.Message)
+	if err != nil {
+		return nil, err
+	}
+	if req.Follow && !FinalChange(change.GetState()) {
+		followed, err := FollowChange(ctx, req.FollowTo, ws.Client, change)
+		if err != nil {
+			return nil, &FollowError{Change: change, Err: err}
+		}
+		change = followed
+	}
+	res := &IntegrateResult{Change: change}
+	if change.GetState() == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
+		res.SyncErr = ws.syncAfter(ctx, req.Lock, change.GetIntegratedRevision())
+	}
+	return res, nil
+}
+
+// syncAfter brings the checkout, read afresh, to revision under lock (when set).
+func (ws *Workspace) syncAfter(ctx context.Context, lock sync.Locker, revision string) error {
+	if lock != nil {
+		lock.Lock()
+		defer lock.Unlock()
+	}
+	fresh, err := Open(ctx, ws.Checkout.Root(), ws.Client)
+	if err != nil {
+		return err
+	}
+	_, err = SyncTo(ctx, fresh, revision)
+	return err
+}
