@@ -263,6 +263,33 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 			return fmt.Errorf("count jobs: %w", err)
 		}
 	}
+	first, last, err := benchEnqueue(ctx, g, c, o)
+	if err != nil {
+		return err
+	}
+	// The drain starts on a server at rest, as a queue's benchmark starts its workers on jobs
+	// inserted before: the enqueues' audit events are sealed first, or the drain would pay
+	// for them.
+	if size, _, err := settled(ctx, c); err != nil {
+		fmt.Fprintf(g.stdout, "sealed:           not known (%v); the drain may pay for sealing the enqueues\n", err)
+	} else {
+		fmt.Fprintf(g.stdout, "sealed:           %d audit events before the drain\n", size)
+	}
+
+	if o.workers == 0 {
+		return timeOutsideDrain(ctx, g, c, o.jobs, first, last, before)
+	}
+	if err := benchDrain(ctx, g, c, o, worker); err != nil {
+		return err
+	}
+	if o.latency == 0 {
+		return nil
+	}
+	return benchLatency(ctx, g, c, o, worker)
+}
+
+// benchEnqueue enqueues o.jobs jobs, the first and the last on their own, and answers their ids.
+func benchEnqueue(ctx context.Context, g *globals, c *client.Client, o *benchOptions) (first, last string, err error) {
 	start := time.Now()
 	enqueue := func() (string, error) {
 		res, err := c.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: o.kind})
@@ -271,15 +298,15 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 		}
 		return res.GetJob().GetId(), nil
 	}
-	first, err := enqueue()
+	first, err = enqueue()
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	last := first
+	last = first
 	var next atomic.Int64
 	next.Store(1)
 	var wg sync.WaitGroup
-	errs := make(chan error, o.enqueuer+o.workers)
+	errs := make(chan error, o.enqueuer)
 	for range o.enqueuer {
 		wg.Add(1)
 		go func() {
@@ -294,27 +321,22 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return <-errs
+		return "", "", <-errs
 	}
 	if o.jobs > 1 {
 		if last, err = enqueue(); err != nil {
-			return err
+			return "", "", err
 		}
 	}
 	fmt.Fprintf(g.stdout, "enqueue:          %d jobs in %s (%.0f jobs/s)\n", o.jobs, time.Since(start).Round(time.Millisecond),
 		float64(o.jobs)/time.Since(start).Seconds())
-	// The drain starts on a server at rest, as a queue's benchmark starts its workers on jobs
-	// inserted before: the enqueues' audit events are sealed first, or the drain would pay
-	// for them.
-	if size, _, err := settled(ctx, c); err != nil {
-		fmt.Fprintf(g.stdout, "sealed:           not known (%v); the drain may pay for sealing the enqueues\n", err)
-	} else {
-		fmt.Fprintf(g.stdout, "sealed:           %d audit events before the drain\n", size)
-	}
+	return first, last, nil
+}
 
-	if o.workers == 0 {
-		return timeOutsideDrain(ctx, g, c, o.jobs, first, last, before)
-	}
+// benchDrain claims and completes o.jobs jobs with o.workers workers, timing the drain.
+func benchDrain(ctx context.Context, g *globals, c *client.Client, o *benchOptions, worker string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, o.workers)
 	var done atomic.Int64
 	var mu sync.Mutex
 	var completeLat []time.Duration
@@ -323,7 +345,7 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 	// are long-polling; they are called off then, and their wait is not the drain's.
 	drain, drained := context.WithCancel(ctx)
 	defer drained()
-	start = time.Now()
+	start := time.Now()
 	for i := range o.workers {
 		wg.Add(1)
 		go func() {
@@ -360,10 +382,11 @@ func runBench(ctx context.Context, g *globals, c *client.Client, o *benchOptions
 		fmt.Fprintf(g.stdout, "sealed:           every event %s after the last completion\n",
 			max(0, last.Sub(start.Add(elapsed))).Round(time.Millisecond))
 	}
-	if o.latency == 0 {
-		return nil
-	}
+	return nil
+}
 
+// benchLatency measures enqueue→claim with workers already waiting.
+func benchLatency(ctx context.Context, g *globals, c *client.Client, o *benchOptions, worker string) error {
 	// Latency: workers wait first; each job is enqueued once the one before was claimed.
 	sent := make([]time.Time, o.latency)
 	claimed := make(chan int, o.latency)

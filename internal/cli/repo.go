@@ -22,6 +22,11 @@ import (
 
 func newRepoCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "repo", Short: "create, list and import repositories"}
+	cmd.AddCommand(newRepoCreateCmd(g), newRepoSetValidationCmd(g), newRepoShowCmd(g), newRepoQueueCmd(g), newRepoListCmd(g), newRepoImportCmd(g))
+	return cmd
+}
+
+func newRepoCreateCmd(g *globals) *cobra.Command {
 	var createPolicy validationFlags
 	create := &cobra.Command{
 		Use:   "create NAME [-- COMMAND ARGS...]",
@@ -54,6 +59,10 @@ func newRepoCmd(g *globals) *cobra.Command {
 		},
 	}
 	createPolicy.register(create)
+	return create
+}
+
+func newRepoSetValidationCmd(g *globals) *cobra.Command {
 	var setPolicy validationFlags
 	var none bool
 	setValidation := &cobra.Command{
@@ -108,6 +117,10 @@ each time.`,
 	}
 	setPolicy.register(setValidation)
 	setValidation.Flags().BoolVar(&none, "none", false, "remove the validation policy")
+	return setValidation
+}
+
+func newRepoShowCmd(g *globals) *cobra.Command {
 	show := &cobra.Command{
 		Use:   "show NAME",
 		Short: "show a repository: its mainline, the change and attestation behind it, its validation policy and its queue",
@@ -120,6 +133,10 @@ each time.`,
 			return showRepository(cmd.Context(), g, c, args[0])
 		},
 	}
+	return show
+}
+
+func newRepoListCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "list repositories",
@@ -152,6 +169,10 @@ each time.`,
 			return tw.Flush()
 		},
 	}
+	return list
+}
+
+func newRepoImportCmd(g *globals) *cobra.Command {
 	var holder, message string
 	var filesOnly, dryRun bool
 	importCmd := &cobra.Command{
@@ -199,6 +220,10 @@ files: import first, then set the policy.`,
 	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "check what the import would refuse (every name, with its rule) or send, sending nothing")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
+	return importCmd
+}
+
+func newRepoQueueCmd(g *globals) *cobra.Command {
 	queue := &cobra.Command{
 		Use:   "queue NAME",
 		Short: "show a repository's integration queue: the candidates validating, with their workers, and the changes waiting",
@@ -220,8 +245,7 @@ files: import first, then set the policy.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(create, setValidation, show, queue, list, importCmd)
-	return cmd
+	return queue
 }
 
 // importTreeDryRun says what an import of dir's files would send, or every name it would

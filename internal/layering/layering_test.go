@@ -38,6 +38,8 @@ var rules = []struct {
 	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
 		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store
 	{dir: "internal/checkout", forbidden: []string{"internal/server", "internal/store", "internal/cli", "internal/mcp"}},
+	// MCP acts through the checkout and the SDK, as the command line does, not through it.
+	{dir: "internal/mcp", forbidden: []string{"internal/cli", "internal/server", "internal/store"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {

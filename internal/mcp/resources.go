@@ -1,4 +1,4 @@
-package cli
+package mcp
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type listingEntry struct {
 // addResources adds the mainline of the checkout's repository: its file listing, and each
 // file's content by a URI template. They read the server's mainline, not the checkout, so an
 // agent sees what the others integrated before it syncs.
-func addResources(s *mcp.Server, a *mcpAgent, repository string) {
+func addResources(s *mcp.Server, a *agent, repository string) {
 	base := "ag://" + repository + "/mainline"
 	s.AddResource(&mcp.Resource{
 		URI: base, Name: "mainline", MIMEType: "application/json",
@@ -110,6 +110,6 @@ func addResources(s *mcp.Server, a *mcpAgent, repository string) {
 }
 
 // resourceError words a server's refusal for the host, without the agent's token.
-func (a *mcpAgent) resourceError(err error) error {
+func (a *agent) resourceError(err error) error {
 	return fmt.Errorf("%s", a.scrub(agentError(err)))
 }

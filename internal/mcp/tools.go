@@ -1,4 +1,4 @@
-package cli
+package mcp
 
 import (
 	"bytes"
@@ -25,22 +25,22 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// mcpInstructions is what an MCP host may put before its model: the loop the tools serve.
-const mcpInstructions = "ag coordinates many agents editing one repository. You work in a checkout on disk (your " +
+// instructions is what an MCP host may put before its model: the loop the tools serve.
+const instructions = "ag coordinates many agents editing one repository. You work in a checkout on disk (your " +
 	"working directory); other agents work in theirs. Before editing a file, lease it (lease_acquire): " +
 	"a lease is exclusive and expires. Edit the files on disk, then integrate: the server accepts " +
 	"your edits only while your leases are current. Release leases you no longer need. Call sync to " +
 	"bring in the others' changes (it never overwrites your edits), and status to see your edits, " +
 	"leases and whether the mainline moved on."
 
-// newMCPServer answers the MCP server of agent a: its tools and resources.
-func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
+// newServer answers the MCP server of agent a: its tools and resources.
+func newServer(a *agent) (*mcp.Server, error) {
 	co, err := checkout.Find(a.dir)
 	if err != nil {
 		return nil, err
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "ag", Title: "ag: leases and integration for coding agents", Version: "1"},
-		&mcp.ServerOptions{Instructions: mcpInstructions, Capabilities: &mcp.ServerCapabilities{}})
+		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{}})
 	addTool(s, a, &mcp.Tool{Name: "status", Description: "Where this checkout stands: local edits against its base revision, the leases it holds with the time left, the mainline revision, and whether the checkout is behind it."}, a.status)
 	addTool(s, a, &mcp.Tool{Name: "lease_acquire", Description: "Lease files (src/a.go) or directories (src/, everything under it) of the repository for exclusive editing. Paths are relative to the checkout's root. Refused when another holder's lease overlaps, naming it, unless it goes within wait."}, a.leaseAcquire)
 	addTool(s, a, &mcp.Tool{Name: "lease_renew", Description: "Extend this checkout's leases (all, or the ones named) before they expire. A lease that was lost (expired and granted to another, or broken) is dropped and reported."}, a.leaseRenew)
@@ -59,7 +59,7 @@ func newMCPServer(a *mcpAgent) (*mcp.Server, error) {
 
 // addTool adds a tool whose errors reach the host as tool errors (IsError) in the words of
 // agentError, and never with the agent's token in them.
-func addTool[In, Out any](s *mcp.Server, a *mcpAgent, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+func addTool[In, Out any](s *mcp.Server, a *agent, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
 	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		res, out, err := h(ctx, req, in)
 		if err != nil {
@@ -81,7 +81,7 @@ func addTool[In, Out any](s *mcp.Server, a *mcpAgent, t *mcp.Tool, h mcp.ToolHan
 
 // scrubValue answers v with the agent's token taken out of every string in it, through its
 // JSON form, which is what the host sees.
-func scrubValue[T any](a *mcpAgent, v T) (T, error) {
+func scrubValue[T any](a *agent, v T) (T, error) {
 	if a.token == "" {
 		return v, nil
 	}
@@ -206,7 +206,7 @@ type statusOut struct {
 	Unleased     []string             `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
 }
 
-func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
+func (a *agent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
 	var out statusOut
 	ws, err := a.workspace(ctx)
 	if err != nil {
@@ -246,7 +246,7 @@ func (a *mcpAgent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusI
 
 // heldLeases answers the leases this checkout acquired, as the server has them now (an expired
 // one among them, marked so).
-func (a *mcpAgent) heldLeases(ctx context.Context, ws *checkout.Workspace) ([]leaseView, error) {
+func (a *agent) heldLeases(ctx context.Context, ws *checkout.Workspace) ([]leaseView, error) {
 	out := []leaseView{}
 	if len(ws.Checkout.Leases) == 0 {
 		return out, nil
@@ -295,7 +295,7 @@ type leaseAcquireOut struct {
 	Lease leaseView `json:"lease"`
 }
 
-func (a *mcpAgent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in leaseAcquireIn) (*mcp.CallToolResult, leaseAcquireOut, error) {
+func (a *agent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in leaseAcquireIn) (*mcp.CallToolResult, leaseAcquireOut, error) {
 	var out leaseAcquireOut
 	if len(in.Paths) == 0 {
 		return nil, out, errors.New("paths: name at least one file (src/a.go) or directory (src/) to lease")
@@ -377,7 +377,7 @@ type leaseRenewOut struct {
 	Dropped []checkout.ReleaseDropped `json:"dropped" jsonschema:"leases that were lost (expired and granted to another, or broken), removed from this checkout: lease_acquire their paths again"`
 }
 
-func (a *mcpAgent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in leaseRenewIn) (*mcp.CallToolResult, leaseRenewOut, error) {
+func (a *agent) leaseRenew(ctx context.Context, _ *mcp.CallToolRequest, in leaseRenewIn) (*mcp.CallToolResult, leaseRenewOut, error) {
 	out := leaseRenewOut{Renewed: []leaseView{}, Dropped: []checkout.ReleaseDropped{}}
 	ttl, err := parseDuration("ttl", in.TTL)
 	if err != nil {
@@ -457,7 +457,7 @@ type leaseReleaseOut struct {
 	Dropped  []checkout.ReleaseDropped `json:"dropped" jsonschema:"leases that were already lost, removed from this checkout"`
 }
 
-func (a *mcpAgent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
+func (a *agent) leaseRelease(ctx context.Context, _ *mcp.CallToolRequest, in leaseReleaseIn) (*mcp.CallToolResult, leaseReleaseOut, error) {
 	out := leaseReleaseOut{Released: []releasedLease{}, Dropped: []checkout.ReleaseDropped{}}
 	paths, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
@@ -513,7 +513,7 @@ type leaseListOut struct {
 	Leases []leaseView `json:"leases"`
 }
 
-func (a *mcpAgent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in leaseListIn) (*mcp.CallToolResult, leaseListOut, error) {
+func (a *agent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in leaseListIn) (*mcp.CallToolResult, leaseListOut, error) {
 	out := leaseListOut{Leases: []leaseView{}}
 	ws, err := a.workspace(ctx)
 	if err != nil {
@@ -562,7 +562,7 @@ type integrateOut struct {
 	Next   string     `json:"next" jsonschema:"what to do now"`
 }
 
-func (a *mcpAgent) integrate(ctx context.Context, req *mcp.CallToolRequest, in integrateIn) (*mcp.CallToolResult, integrateOut, error) {
+func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in integrateIn) (*mcp.CallToolResult, integrateOut, error) {
 	var out integrateOut
 	if strings.TrimSpace(in.Message) == "" {
 		return nil, out, errors.New("message: say what the change does")
@@ -683,7 +683,7 @@ type syncOut struct {
 	Blocked   []string           `json:"blocked" jsonschema:"what of yours stands where the mainline has a file; move it aside"`
 }
 
-func (a *mcpAgent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*mcp.CallToolResult, syncOut, error) {
+func (a *agent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*mcp.CallToolResult, syncOut, error) {
 	out := syncOut{Updated: []fileView{}, Merged: []string{}, Kept: []string{}, Conflicts: []syncConflictView{}, Blocked: []string{}}
 	opts := checkout.SyncOptions{Merge: in.Merge}
 	var err error
@@ -784,7 +784,7 @@ type diffFileView struct {
 	Diff     string `json:"diff" jsonschema:"unified diff against the base revision, headers included"`
 }
 
-func (a *mcpAgent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) (*mcp.CallToolResult, diffOut, error) {
+func (a *agent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) (*mcp.CallToolResult, diffOut, error) {
 	out := diffOut{Files: []diffFileView{}}
 	sel, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
@@ -820,7 +820,7 @@ type revertOut struct {
 	Reverted []fileView `json:"reverted" jsonschema:"the edits dropped: a modified or deleted file is back at the base revision, an added one removed"`
 }
 
-func (a *mcpAgent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revertIn) (*mcp.CallToolResult, revertOut, error) {
+func (a *agent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revertIn) (*mcp.CallToolResult, revertOut, error) {
 	out := revertOut{Reverted: []fileView{}}
 	if len(in.Paths) == 0 {
 		return nil, out, errors.New("paths: name the files or directories (a/) to revert")
@@ -849,7 +849,7 @@ type changeShowIn struct {
 	Wait bool   `json:"wait,omitempty" jsonschema:"wait up to 60 s for the change to be integrated, rejected or cancelled"`
 }
 
-func (a *mcpAgent) changeShow(ctx context.Context, _ *mcp.CallToolRequest, in changeShowIn) (*mcp.CallToolResult, changeView, error) {
+func (a *agent) changeShow(ctx context.Context, _ *mcp.CallToolRequest, in changeShowIn) (*mcp.CallToolResult, changeView, error) {
 	req := &agwpv1.GetChangeRequest{ChangeId: in.ID}
 	if in.Wait {
 		req.Wait = durationpb.New(60 * time.Second)
@@ -909,7 +909,7 @@ type jobListOut struct {
 	More bool      `json:"more" jsonschema:"there are more jobs than limit"`
 }
 
-func (a *mcpAgent) jobList(ctx context.Context, _ *mcp.CallToolRequest, in jobListIn) (*mcp.CallToolResult, jobListOut, error) {
+func (a *agent) jobList(ctx context.Context, _ *mcp.CallToolRequest, in jobListIn) (*mcp.CallToolResult, jobListOut, error) {
 	out := jobListOut{Jobs: []jobView{}}
 	limit := in.Limit
 	if limit == 0 {
@@ -941,7 +941,7 @@ type jobShowIn struct {
 	ID string `json:"id" jsonschema:"the job's id (job_...)"`
 }
 
-func (a *mcpAgent) jobShow(ctx context.Context, _ *mcp.CallToolRequest, in jobShowIn) (*mcp.CallToolResult, jobView, error) {
+func (a *agent) jobShow(ctx context.Context, _ *mcp.CallToolRequest, in jobShowIn) (*mcp.CallToolResult, jobView, error) {
 	res, err := a.c.Jobs.GetJob(ctx, &agwpv1.GetJobRequest{JobId: in.ID})
 	if err != nil {
 		return nil, jobView{}, err

@@ -1,4 +1,4 @@
-package cli
+package mcp_test
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/cli"
+	agmcp "github.com/ag-coord/ag/internal/mcp"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
 
@@ -45,7 +47,7 @@ func startMCPAgent(t *testing.T, serverURL, token, dir string) *mcpAgentSession 
 func startMCPAgentWith(t *testing.T, serverURL, token, dir string, opts *mcp.ClientOptions) *mcpAgentSession {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := newMCPServer(newMCPAgent(dir, serverURL, token))
+	srv, err := agmcp.NewServer(dir, serverURL, token)
 	if err != nil {
 		t.Fatalf("MCP server for %s: %v", dir, err)
 	}
@@ -197,7 +199,7 @@ func agRun(t *testing.T, server, token string, args ...string) string {
 	var out, errb bytes.Buffer
 	// The flags go first: after a "--" they would be the validation command's.
 	flags := []string{"--server", server, "--token", token}
-	if err := Run(context.Background(), append(flags, args...), &out, &errb); err != nil {
+	if err := cli.Run(context.Background(), append(flags, args...), &out, &errb); err != nil {
 		t.Fatalf("ag %s: %v\n%s%s", strings.Join(args[:2], " "), err, out.String(), errb.String())
 	}
 	return out.String()
@@ -252,7 +254,7 @@ func TestMCPTwoAgents(t *testing.T) {
 				}
 			}
 
-			var got leaseAcquireOut
+			var got agmcp.LeaseAcquireOut
 			alice.ok("lease_acquire", map[string]any{"paths": []string{"src/a.go"}, "ttl": "2m"}, &got)
 			if got.Lease.Holder != "alice|w1" || got.Lease.State != "active" || got.Lease.FencingToken == 0 ||
 				got.Lease.SecondsLeft <= 60 || !slices.Equal(got.Lease.Paths, []string{"src/a.go"}) || !got.Lease.Mine {
@@ -262,14 +264,14 @@ func TestMCPTwoAgents(t *testing.T) {
 				"src/a.go is leased to alice|w1", "lease_acquire with wait", "work on another file")
 
 			writeTestFile(t, filepath.Join(alice.dir, "src", "a.go"), "package a\n\n// A is alice's.\nconst A = 1\n")
-			var st statusOut
+			var st agmcp.StatusOut
 			alice.ok("status", nil, &st)
 			if st.Behind || len(st.Leases) != 1 || st.Leases[0].ID != got.Lease.ID || len(st.Unleased) != 0 ||
-				!slices.Equal(st.Edits, []fileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
+				!slices.Equal(st.Edits, []agmcp.FileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
 				t.Errorf("alice's status: %+v, want src/a.go modified under her one lease, not behind", st)
 			}
 
-			var in integrateOut
+			var in agmcp.IntegrateOut
 			alice.ok("integrate", map[string]any{"message": "alice's A"}, &in)
 			if in.Change.State != "integrated" || in.Change.IntegratedRevision == "" || !in.Synced ||
 				!slices.Equal(in.Change.Paths, []string{"src/a.go"}) || in.Change.Author != "alice|w1" {
@@ -279,7 +281,7 @@ func TestMCPTwoAgents(t *testing.T) {
 			if st.Behind || len(st.Edits) != 0 || st.BaseRevision != in.Change.IntegratedRevision {
 				t.Errorf("alice's status after integrate: %+v, want no edits at %s", st, in.Change.IntegratedRevision)
 			}
-			var shown changeView
+			var shown agmcp.ChangeView
 			alice.ok("change_show", map[string]any{"id": in.Change.ID}, &shown)
 			if shown.State != "integrated" || shown.IntegratedRevision != in.Change.IntegratedRevision {
 				t.Errorf("change_show answered %+v", shown)
@@ -289,10 +291,10 @@ func TestMCPTwoAgents(t *testing.T) {
 			if !st.Behind || st.Mainline != in.Change.IntegratedRevision {
 				t.Errorf("bob's status: %+v, want behind the mainline %s", st, in.Change.IntegratedRevision)
 			}
-			var synced syncOut
+			var synced agmcp.SyncOut
 			bob.ok("sync", nil, &synced)
 			if synced.Revision != in.Change.IntegratedRevision || len(synced.Conflicts) != 0 ||
-				!slices.Equal(synced.Updated, []fileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
+				!slices.Equal(synced.Updated, []agmcp.FileView{{Path: "src/a.go", Kind: "modified", Mode: "100644", BaseMode: "100644"}}) {
 				t.Errorf("bob's sync answered %+v, want src/a.go updated to %s", synced, in.Change.IntegratedRevision)
 			}
 			if content := readTestFile(t, filepath.Join(bob.dir, "src", "a.go")); !strings.Contains(content, "alice's") {
@@ -304,7 +306,7 @@ func TestMCPTwoAgents(t *testing.T) {
 				t.Errorf("resource ag://app/mainline/src/a.go: %q, %v; want alice's content", text, err)
 			}
 			text, err = bob.read("ag://app/mainline")
-			var listing mainlineListing
+			var listing agmcp.MainlineListing
 			if err != nil || json.Unmarshal([]byte(text), &listing) != nil || listing.Revision != in.Change.IntegratedRevision || len(listing.Files) != 3 {
 				t.Errorf("resource ag://app/mainline: %s, %v; want the 3 files at %s", text, err, in.Change.IntegratedRevision)
 			}
@@ -317,13 +319,13 @@ func TestMCPTwoAgents(t *testing.T) {
 			}
 
 			// Released, the file is bob's to lease.
-			var rel leaseReleaseOut
+			var rel agmcp.LeaseReleaseOut
 			alice.ok("lease_release", nil, &rel)
 			if len(rel.Released) != 1 || rel.Released[0].ID != got.Lease.ID {
 				t.Errorf("lease_release answered %+v, want lease %s released", rel, got.Lease.ID)
 			}
 			bob.ok("lease_acquire", map[string]any{"paths": []string{"src/"}}, &got)
-			var list leaseListOut
+			var list agmcp.LeaseListOut
 			alice.ok("lease_list", map[string]any{"all": true}, &list)
 			if len(list.Leases) != 1 || list.Leases[0].Holder != "bob|w1" || list.Leases[0].Mine {
 				t.Errorf("alice's lease_list all: %+v, want bob's one lease", list.Leases)
@@ -332,7 +334,7 @@ func TestMCPTwoAgents(t *testing.T) {
 			if len(list.Leases) != 0 {
 				t.Errorf("alice's lease_list: %+v, want none", list.Leases)
 			}
-			var renewed leaseRenewOut
+			var renewed agmcp.LeaseRenewOut
 			bob.ok("lease_renew", map[string]any{"ttl": "10m"}, &renewed)
 			if len(renewed.Renewed) != 1 || renewed.Renewed[0].SecondsLeft < 500 {
 				t.Errorf("lease_renew answered %+v, want bob's lease for 10m", renewed)
@@ -352,16 +354,16 @@ func TestMCPSyncConflict(t *testing.T) {
 	writeTestFile(t, filepath.Join(bob.dir, "src", "b.go"), "package b // bob's\n")
 	bob.refused("integrate", map[string]any{"message": "bob's b"}, "holds no leases", "lease_acquire", "src/b.go")
 
-	alice.ok("lease_acquire", map[string]any{"paths": []string{"src/b.go"}}, &leaseAcquireOut{})
+	alice.ok("lease_acquire", map[string]any{"paths": []string{"src/b.go"}}, &agmcp.LeaseAcquireOut{})
 	writeTestFile(t, filepath.Join(alice.dir, "src", "b.go"), "package b // alice's\n")
-	var in integrateOut
+	var in agmcp.IntegrateOut
 	alice.ok("integrate", map[string]any{"message": "alice's b", "paths": []string{"src/"}, "wait": true}, &in)
 
 	res := bob.call("sync", nil)
 	if !res.IsError {
 		t.Fatalf("sync over a local edit succeeded: %s", resultText(res))
 	}
-	var synced syncOut
+	var synced agmcp.SyncOut
 	decodeStructured(t, "sync", res, &synced)
 	if synced.Applied || len(synced.Conflicts) != 1 || synced.Conflicts[0].Path != "src/b.go" || synced.Conflicts[0].Markers || len(synced.Updated) != 0 {
 		t.Errorf("sync answered %+v, want the one conflict on src/b.go, nothing applied", synced)
@@ -374,7 +376,7 @@ func TestMCPSyncConflict(t *testing.T) {
 	if got := readTestFile(t, filepath.Join(bob.dir, "src", "b.go")); got != "package b // bob's\n" {
 		t.Errorf("bob's edit after the refused sync: %q", got)
 	}
-	var diff diffOut
+	var diff agmcp.DiffOut
 	bob.ok("diff", map[string]any{"paths": []string{"src/"}}, &diff)
 	if len(diff.Files) != 1 || diff.Files[0].Path != "src/b.go" || !strings.Contains(diff.Files[0].Diff, "+package b // bob's") {
 		t.Errorf("diff answered %+v, want bob's edit of src/b.go", diff)
@@ -396,9 +398,9 @@ func TestMCPSyncConflict(t *testing.T) {
 	}
 
 	// revert drops bob's edit: the file is the mainline's (alice's) again, nothing left to sync.
-	var reverted revertOut
+	var reverted agmcp.RevertOut
 	bob.ok("revert", map[string]any{"paths": []string{"src/b.go"}}, &reverted)
-	if !slices.Equal(reverted.Reverted, []fileView{{Path: "src/b.go", Kind: "modified"}}) {
+	if !slices.Equal(reverted.Reverted, []agmcp.FileView{{Path: "src/b.go", Kind: "modified"}}) {
 		t.Errorf("revert answered %+v", reverted)
 	}
 	if got := readTestFile(t, filepath.Join(bob.dir, "src", "b.go")); got != "package b // alice's\n" {
@@ -425,9 +427,9 @@ func TestMCPIntegrateRejected(t *testing.T) {
 			progress = append(progress, req.Params.Message)
 		},
 	})
-	alice.ok("lease_acquire", map[string]any{"paths": []string{"src/"}}, &leaseAcquireOut{})
+	alice.ok("lease_acquire", map[string]any{"paths": []string{"src/"}}, &agmcp.LeaseAcquireOut{})
 	writeTestFile(t, filepath.Join(alice.dir, "src", "a.go"), "package a // first\n")
-	var queued integrateOut
+	var queued agmcp.IntegrateOut
 	alice.ok("integrate", map[string]any{"message": "first"}, &queued)
 	if queued.Change.State != "queued" && queued.Change.State != "validating" || queued.Synced || !strings.Contains(queued.Next, "change_show") {
 		t.Fatalf("integrate without wait answered %+v, want the change waiting for validation", queued)
@@ -467,7 +469,7 @@ func TestMCPIntegrateRejected(t *testing.T) {
 	if !res.IsError {
 		t.Fatalf("a rejected change answered no tool error: %s", resultText(res))
 	}
-	var got integrateOut
+	var got agmcp.IntegrateOut
 	decodeStructured(t, "integrate", res, &got)
 	if got.Change.State != "rejected" || !strings.Contains(got.Change.Reason, "go test exited 1") ||
 		!strings.Contains(got.Change.OutputTail, "--- FAIL: TestA") || !slices.Equal(got.Change.Paths, []string{"src/b.go"}) {
@@ -486,7 +488,7 @@ func TestMCPIntegrateRejected(t *testing.T) {
 		t.Errorf("no progress notification while the change was validated")
 	}
 	mu.Unlock()
-	var st statusOut
+	var st agmcp.StatusOut
 	alice.ok("status", nil, &st)
 	if len(st.Edits) != 2 || st.Behind {
 		t.Errorf("status after the rejections: %+v, want both edits still in the checkout", st)
@@ -516,7 +518,7 @@ func TestMCPRefusesHostilePaths(t *testing.T) {
 		}
 	}
 	// Nothing of the refused calls reached the server as a lease.
-	var list leaseListOut
+	var list agmcp.LeaseListOut
 	f.alice.ok("lease_list", map[string]any{"all": true}, &list)
 	if len(list.Leases) != 0 {
 		t.Errorf("leases after refused paths: %+v", list.Leases)
@@ -553,7 +555,7 @@ func TestMCPTokenNotShownInStructuredOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &enqueued); err != nil || enqueued.Job.ID == "" {
 		t.Fatalf("ag job enqueue --json printed %q: %v", out, err)
 	}
-	var job jobView
+	var job agmcp.JobView
 	f.alice.ok("job_show", map[string]any{"id": enqueued.Job.ID}, &job)
 	if b, _ := json.Marshal(job); !strings.Contains(string(b), "[token]") {
 		t.Errorf("job_show answered %s, want the payload with the token replaced", b)
@@ -566,7 +568,7 @@ func TestMCPTokenNotShownInStructuredOutput(t *testing.T) {
 func TestMCPHTTPBearer(t *testing.T) {
 	t.Parallel()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "ag", Version: "1"}, nil)
-	hs := httptest.NewServer(mcpHTTPHandler(srv, "s3cret"))
+	hs := httptest.NewServer(agmcp.HTTPHandler(srv, "s3cret"))
 	t.Cleanup(hs.Close)
 	ctx := context.Background()
 
@@ -598,7 +600,7 @@ func TestMCPHTTPBearer(t *testing.T) {
 		}
 	}
 
-	err = serveMCPHTTP(ctx, srv, "0.0.0.0:0", "s3cret", false, io.Discard)
+	err = agmcp.ServeHTTP(ctx, srv, "0.0.0.0:0", "s3cret", false, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
 		t.Errorf("serving on 0.0.0.0 without --insecure-listen: %v, want it refused", err)
 	}

@@ -1,4 +1,4 @@
-package cli
+package mcp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
+	agmcp "github.com/ag-coord/ag/internal/mcp"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
@@ -61,15 +62,15 @@ func TestMCPShowsModes(t *testing.T) {
 	if err := os.Symlink("tool.sh", filepath.Join(dir, "new")); err != nil {
 		t.Fatal(err)
 	}
-	var st statusOut
+	var st agmcp.StatusOut
 	alice.ok("status", nil, &st)
-	want := []fileView{{Path: "new", Kind: "added", Mode: "120000", Target: "tool.sh"}, {Path: "run.sh", Kind: "modified", Mode: "100755", BaseMode: "100644"}}
+	want := []agmcp.FileView{{Path: "new", Kind: "added", Mode: "120000", Target: "tool.sh"}, {Path: "run.sh", Kind: "modified", Mode: "100755", BaseMode: "100644"}}
 	if !slices.Equal(st.Edits, want) || !slices.Equal(st.Submodules, []checkout.Submodule{{Path: "vendor/lib", Commit: commit}}) {
 		t.Errorf("status: edits %+v, submodules %+v; want %+v and vendor/lib at %s", st.Edits, st.Submodules, want, commit)
 	}
-	var acquired leaseAcquireOut
+	var acquired agmcp.LeaseAcquireOut
 	alice.ok("lease_acquire", map[string]any{"paths": []string{"run.sh", "new"}}, &acquired)
-	var in integrateOut
+	var in agmcp.IntegrateOut
 	alice.ok("integrate", map[string]any{"message": "modes"}, &in)
 	if in.Change.State != "integrated" {
 		t.Fatalf("integrate: %+v", in)
@@ -79,7 +80,7 @@ func TestMCPShowsModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var listing mainlineListing
+	var listing agmcp.MainlineListing
 	if err := json.Unmarshal([]byte(text), &listing); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cli
+package mcp
 
 import (
 	"context"
@@ -23,19 +23,31 @@ import (
 	"github.com/ag-coord/ag/internal/checkout"
 )
 
-// mcpHTTPTokenEnv holds the bearer an MCP host must send to `ag mcp --http`.
-const mcpHTTPTokenEnv = "AG_MCP_HTTP_TOKEN"
+// HTTPTokenEnv holds the bearer an MCP host must send to `ag mcp --http`.
+const HTTPTokenEnv = "AG_MCP_HTTP_TOKEN"
 
-// serveMCP serves the MCP server of the agent with token in the checkout at dir until ctx ends or
-// the host hangs up: on stdio, or as streamable HTTP on httpAddr when it is set.
-func serveMCP(ctx context.Context, dir, server, token, httpAddr, httpToken string, insecureListen bool, stderr io.Writer) error {
-	srv, err := newMCPServer(newMCPAgent(dir, server, token))
+// Config is what `ag mcp` serves: the agent with Token in the checkout at Dir, on Server.
+type Config struct {
+	Dir    string // the checkout's root
+	Server string
+	Token  string // default $AG_TOKEN
+	// HTTPAddr, when set, serves streamable HTTP there instead of stdio, to requests carrying
+	// HTTPToken (default $AG_MCP_HTTP_TOKEN, or a random one printed to Stderr).
+	HTTPAddr       string
+	HTTPToken      string
+	InsecureListen bool // let HTTPAddr be a non-loopback address
+	Stderr         io.Writer
+}
+
+// Serve serves the MCP server of cfg's agent until ctx ends or the host hangs up.
+func Serve(ctx context.Context, cfg Config) error {
+	srv, err := newServer(newAgent(cfg.Dir, cfg.Server, cfg.Token))
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if httpAddr == "" {
+	if cfg.HTTPAddr == "" {
 		// Stdout is the protocol's: nothing else may be written there.
 		err := srv.Run(ctx, &mcp.StdioTransport{})
 		if ctx.Err() != nil {
@@ -43,14 +55,15 @@ func serveMCP(ctx context.Context, dir, server, token, httpAddr, httpToken strin
 		}
 		return err
 	}
+	httpToken := cfg.HTTPToken
 	if httpToken == "" {
-		httpToken = os.Getenv(mcpHTTPTokenEnv)
+		httpToken = os.Getenv(HTTPTokenEnv)
 	}
-	return serveMCPHTTP(ctx, srv, httpAddr, httpToken, insecureListen, stderr)
+	return serveHTTP(ctx, srv, cfg.HTTPAddr, httpToken, cfg.InsecureListen, cfg.Stderr)
 }
 
-// mcpAgent is what the MCP tools act for: one agent, with its token, in one checkout.
-type mcpAgent struct {
+// agent is what the MCP tools act for: one agent, with its token, in one checkout.
+type agent struct {
 	dir   string // the checkout's root
 	c     *client.Client
 	token string // kept only to scrub it from whatever the tools answer
@@ -60,22 +73,22 @@ type mcpAgent struct {
 	mu sync.Mutex
 }
 
-func newMCPAgent(dir, server, token string) *mcpAgent {
+func newAgent(dir, server, token string) *agent {
 	if token == "" {
 		token = os.Getenv("AG_TOKEN")
 	}
-	return &mcpAgent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token}
+	return &agent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token}
 }
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands
 // in the same checkout between two tool calls.
-func (a *mcpAgent) workspace(ctx context.Context) (*checkout.Workspace, error) {
+func (a *agent) workspace(ctx context.Context) (*checkout.Workspace, error) {
 	return checkout.Open(ctx, a.dir, a.c)
 }
 
 // scrub removes the agent's token from a text an MCP host will see. No tool puts it there on
 // purpose; this is for what the server or a proxy might echo back.
-func (a *mcpAgent) scrub(s string) string {
+func (a *agent) scrub(s string) string {
 	if a.token == "" {
 		return s
 	}
@@ -103,10 +116,10 @@ func agentError(err error) string {
 	return strings.ReplaceAll(ce.Code().String(), "_", " ") + ": " + msg
 }
 
-// serveMCPHTTP serves srv as streamable HTTP on addr until ctx ends. Every request must carry
+// serveHTTP serves srv as streamable HTTP on addr until ctx ends. Every request must carry
 // the bearer: a loopback port is reachable by every local user and process, and a web page can
 // aim a browser at one. A non-loopback address needs insecureListen, as `ag serve` does.
-func serveMCPHTTP(ctx context.Context, srv *mcp.Server, addr, bearer string, insecureListen bool, stderr interface{ Write([]byte) (int, error) }) error {
+func serveHTTP(ctx context.Context, srv *mcp.Server, addr, bearer string, insecureListen bool, stderr interface{ Write([]byte) (int, error) }) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--http %q: use host:port, such as 127.0.0.1:8931", addr)
@@ -127,7 +140,7 @@ func serveMCPHTTP(ctx context.Context, srv *mcp.Server, addr, bearer string, ins
 	} else {
 		fmt.Fprintf(stderr, "ag mcp: serving http://%s/mcp\n", ln.Addr())
 	}
-	hs := &http.Server{Handler: mcpHTTPHandler(srv, bearer), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: httpHandler(srv, bearer), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -140,8 +153,8 @@ func serveMCPHTTP(ctx context.Context, srv *mcp.Server, addr, bearer string, ins
 	return nil
 }
 
-// mcpHTTPHandler answers srv's streamable HTTP at /mcp to requests that carry bearer.
-func mcpHTTPHandler(srv *mcp.Server, bearer string) http.Handler {
+// httpHandler answers srv's streamable HTTP at /mcp to requests that carry bearer.
+func httpHandler(srv *mcp.Server, bearer string) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: time.Hour,
 	})
@@ -150,7 +163,7 @@ func mcpHTTPHandler(srv *mcp.Server, bearer string) http.Handler {
 	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ag mcp"`)
-			http.Error(w, "missing or wrong bearer: send Authorization: Bearer <the token of ag mcp --http-token or $"+mcpHTTPTokenEnv+">", http.StatusUnauthorized)
+			http.Error(w, "missing or wrong bearer: send Authorization: Bearer <the token of ag mcp --http-token or $"+HTTPTokenEnv+">", http.StatusUnauthorized)
 			return
 		}
 		h.ServeHTTP(w, r)
