@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
 )
@@ -69,6 +70,10 @@ func SyncTo(ctx context.Context, ws *Workspace, revision string) (int, error) {
 // opts.merge (answering an error with the conflict exit code) and refused without; anything
 // else (a deletion on one side, a binary file) is refused. A refused sync has changed nothing and
 // answers its result with Applied false. The checkout's own files are written through os.Root.
+//
+// The steps: planSync decides from the files alone; what needs contents (the local content kept
+// for --ours, the three-way merges) or the disk (folded names, what stands in the way) is
+// checked around it; every blob is fetched; only then does applySync change the checkout.
 func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, error) {
 	tree, err := ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: opts.revision})
 	if err != nil {
@@ -85,10 +90,6 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	baseFiles, err := ws.Checkout.BaseFiles()
 	if err != nil {
 		return nil, err
-	}
-	local := map[string]Edit{}
-	for _, e := range edits {
-		local[e.Path] = e
 	}
 	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
@@ -107,177 +108,19 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	if err := refuseFoldedNames(root, target); err != nil {
 		return res, fmt.Errorf("nothing was changed: %w", err)
 	}
-	var writes, deletes, merges, submoduleDirs []string
-	contents := map[string][]byte{} // contents of writes known before fetching: merges, restored local edits
-	modes := map[string]string{}    // the mode each write gives its path
-	drop := map[string]bool{}       // conflict records that go
-	take := func(p string) {
-		want, inTarget := target[p]
-		_, inBase := baseFiles[p]
-		e, edited := local[p]
-		if (edited && e.Kind != "deleted") || (!edited && inBase) {
-			if !inTarget || want.Gitlink() {
-				// What is there goes: the revision has nothing there, or a submodule's directory.
-				deletes = append(deletes, p)
-			}
-		}
-		switch {
-		case inTarget && want.Gitlink():
-			submoduleDirs = append(submoduleDirs, p)
-			res.Updated = append(res.Updated, p)
-		case inTarget:
-			writes = append(writes, p)
-			modes[p] = want.Mode
-			res.Updated = append(res.Updated, p)
-		case (edited && e.Kind != "deleted") || (!edited && inBase):
-			res.Deleted = append(res.Deleted, p)
-		}
+	plan := planSync(baseFiles, target, edits, ws.Checkout.Conflicts, opts)
+	if err := plan.readKept(root); err != nil {
+		return nil, err
 	}
-	consider := func(p string) error {
-		want, inTarget := target[p]
-		base, inBase := baseFiles[p]
-		e, edited := local[p]
-		upstream := inTarget != inBase || want != base
-		if rec, ok := ws.Checkout.Conflicts[p]; ok {
-			if !edited {
-				drop[p] = true
-			} else if UnderAny(p, opts.Ours) && !upstream {
-				// Back to the local content from before the merge that wrote the markers.
-				content, err := root.ReadFile(filepath.FromSlash(oursPath(rec.Ours)))
-				if err != nil {
-					return fmt.Errorf("%s: the local content from before the merge is gone from %s: %w", p, conflictsDir, err)
-				}
-				contents[p] = content
-				writes = append(writes, p)
-				modes[p] = e.Mode
-				res.Kept = append(res.Kept, p)
-				drop[p] = true
-				return nil
-			}
-		}
-		switch {
-		case UnderAny(p, opts.Theirs):
-			drop[p] = true
-			if edited || upstream {
-				take(p)
-			}
-		case !upstream:
-			// Unchanged in the revision: a local edit stays as it is.
-		case !edited,
-			inTarget && e.Kind != "deleted" && e.digest == want.digest && e.Mode == want.Mode,
-			!inTarget && e.Kind == "deleted":
-			// Not edited, or edited to what the revision has: taking it clobbers nothing.
-			take(p)
-		case UnderAny(p, opts.Ours):
-			drop[p] = true
-			res.Kept = append(res.Kept, p)
-		case e.Kind == "deleted":
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "deleted locally, changed in the mainline"})
-		case !inTarget:
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "changed locally, deleted in the mainline"})
-		default:
-			merges = append(merges, p)
-		}
-		return nil
+	if err := plan.mergeTexts(ctx, ws.Client, reader, opts.Merge); err != nil {
+		return nil, err
 	}
-	paths := map[string]bool{}
-	for p := range target {
-		paths[p] = true
-	}
-	for p := range baseFiles {
-		paths[p] = true
-	}
-	for p := range local {
-		paths[p] = true
-	}
-	for p := range ws.Checkout.Conflicts {
-		paths[p] = true
-	}
-	for _, p := range sortedKeys(paths) {
-		if err := consider(p); err != nil {
-			return nil, err
-		}
-	}
-
-	// Three-way merges of the files both sides changed: the content, line by line, and the mode.
-	newConflicts := map[string]conflictRecord{}
-	oursContent := map[string][]byte{}
-	for _, p := range merges {
-		base, inBase := baseFiles[p]
-		want, e := target[p], local[p]
-		if reason := unmergeable(base, inBase, e.Mode, want); reason != "" {
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: reason})
-			continue
-		}
-		mode, ok := mergeModes(base.Mode, e.Mode, want.Mode)
-		if !ok {
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("the mode changed on both sides: %s here, %s in the mainline", e.Mode, want.Mode)})
-			continue
-		}
-		ours, err := reader.readFile(p)
-		if err != nil {
-			return nil, err
-		}
-		var merged []byte
-		n := 0
-		switch {
-		case e.digest == want.digest:
-			merged = ours
-		case inBase && want.digest == base.digest:
-			// Only the mode changed in the mainline.
-			merged = ours
-		default:
-			theirs, err := ws.Client.Blob(ctx, want.digest)
-			if err != nil {
-				return nil, fmt.Errorf("fetch %s: %w", p, err)
-			}
-			if inBase && e.digest == base.digest {
-				// Only the mode changed here.
-				merged = theirs
-				break
-			}
-			var baseContent []byte
-			if inBase {
-				if baseContent, err = ws.Client.Blob(ctx, base.digest); err != nil {
-					return nil, fmt.Errorf("fetch the base of %s: %w", p, err)
-				}
-			}
-			if isBinary(baseContent) || isBinary(ours) || isBinary(theirs) {
-				res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: "a binary file changed on both sides"})
-				continue
-			}
-			merged, n = merge3(baseContent, ours, theirs)
-		}
-		switch {
-		case n == 0:
-			res.Merged = append(res.Merged, p)
-		case opts.Merge:
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n), Markers: true})
-			newConflicts[p] = conflictRecord{Ours: repo.Digest(ours)}
-			oursContent[p] = ours
-		default:
-			res.Conflicts = append(res.Conflicts, SyncConflict{Path: p, Reason: fmt.Sprintf("%d conflicting changes", n)})
-			continue
-		}
-		contents[p] = merged
-		writes = append(writes, p)
-		modes[p] = mode
-		drop[p] = true
-	}
-	sort.Slice(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Path < res.Conflicts[j].Path })
-	sort.Strings(res.Merged)
-	sort.Strings(res.Updated)
+	plan.report(res)
 	if refused := unmarked(res.Conflicts); len(refused) > 0 {
 		return res, &ConflictError{refusal(refused)}
 	}
-
-	sort.Strings(writes)
-	sort.Strings(deletes)
-	deleting := make(map[string]bool, len(deletes))
-	for _, p := range deletes {
-		deleting[p] = true
-	}
-	blocked, err := inTheWay(root, writes, submoduleDirs, deleting)
+	plan.sortChanges()
+	blocked, err := inTheWay(root, plan.writes, plan.submoduleDirs, plan.deleting())
 	if err != nil {
 		return nil, err
 	}
@@ -285,83 +128,10 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 		res.Blocked = blocked
 		return res, &ConflictError{fmt.Errorf("the mainline has files or directories where your checkout has something ag did not write; nothing was changed. Move these aside first: %s", strings.Join(blocked, ", "))}
 	}
-	// Every blob before the first change on disk, so a failing server leaves the checkout as it
-	// was; fetched by several requests at once, each blob once.
-	need := map[string]string{}
-	for _, p := range writes {
-		if _, known := contents[p]; !known {
-			need[p] = target[p].digest
-		}
-	}
-	var prog *Progress
-	if opts.Progress != nil && len(need) > 0 {
-		var size int64
-		for _, e := range tree.GetEntries() {
-			if _, ok := need[e.GetPath()]; ok {
-				size += int64(e.GetSize())
-			}
-		}
-		prog = opts.Progress(len(need), size)
-	}
-	fetched, err := fetchContents(ctx, ws.Client, need, BlobSizes(tree.GetEntries()), prog)
-	prog.Done()
-	if err != nil {
+	if err := plan.fetchWrites(ctx, ws.Client, tree.GetEntries(), opts.Progress); err != nil {
 		return nil, err
 	}
-	maps.Copy(contents, fetched)
-	// The local contents of files about to get conflict markers, kept for --ours.
-	for p, content := range oursContent {
-		if err := writeFile(root, oursPath(newConflicts[p].Ours), content); err != nil {
-			return nil, err
-		}
-	}
-	// Deletes first: a file the mainline turned into a directory must go before what is written
-	// under it, and the files of a directory it turned into a file before that file.
-	for _, p := range deletes {
-		if baseFiles[p].Gitlink() {
-			err = removeSubmoduleDir(root, p)
-		} else {
-			err = removeFile(root, p)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range writes {
-		if info, err := lstatThroughDirs(root, p); err != nil {
-			return nil, err
-		} else if info != nil && info.IsDir() {
-			// Emptied by the deletes above (inTheWay made sure), but for directories that never
-			// held a file.
-			if err := removeEmptyDirs(root, p); err != nil {
-				return nil, err
-			}
-		}
-		if err := writeEntry(root, p, contents[p], modes[p]); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range submoduleDirs {
-		if err := makeSubmoduleDir(root, p); err != nil {
-			return nil, err
-		}
-	}
-	ws.Checkout.SetBase(tree.GetRevision(), target)
-	for p := range drop {
-		if rec, ok := ws.Checkout.Conflicts[p]; ok {
-			delete(ws.Checkout.Conflicts, p)
-			if !stillKept(ws.Checkout.Conflicts, newConflicts, rec.Ours) {
-				_ = removeFile(root, oursPath(rec.Ours))
-			}
-		}
-	}
-	for p, rec := range newConflicts {
-		if ws.Checkout.Conflicts == nil {
-			ws.Checkout.Conflicts = map[string]conflictRecord{}
-		}
-		ws.Checkout.Conflicts[p] = rec
-	}
-	if err := ws.Checkout.saveIn(root); err != nil {
+	if err := applySync(root, ws.Checkout, plan, tree.GetRevision()); err != nil {
 		return nil, err
 	}
 	res.Applied = true
@@ -374,6 +144,94 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 			res.To, strings.Join(paths, ", "))}
 	}
 	return res, nil
+}
+
+// fetchWrites fetches every blob the plan writes and does not know yet before the first change
+// on disk, so a failing server leaves the checkout as it was; by several requests at once, each
+// blob once.
+func (p *syncPlan) fetchWrites(ctx context.Context, c *client.Client, entries []*agwpv1.TreeEntry, progress func(int, int64) *Progress) error {
+	need := map[string]string{}
+	for _, w := range p.writes {
+		if _, known := p.contents[w]; !known {
+			need[w] = p.target[w].digest
+		}
+	}
+	var prog *Progress
+	if progress != nil && len(need) > 0 {
+		var size int64
+		for _, e := range entries {
+			if _, ok := need[e.GetPath()]; ok {
+				size += int64(e.GetSize())
+			}
+		}
+		prog = progress(len(need), size)
+	}
+	fetched, err := fetchContents(ctx, c, need, BlobSizes(entries), prog)
+	prog.Done()
+	if err != nil {
+		return err
+	}
+	maps.Copy(p.contents, fetched)
+	return nil
+}
+
+// applySync changes the checkout as the plan says, every content in hand, and moves its base to
+// revision.
+func applySync(root *os.Root, c *Checkout, p *syncPlan, revision string) error {
+	// The local contents of files about to get conflict markers, kept for --ours.
+	for path, content := range p.oursContent {
+		if err := writeFile(root, oursPath(p.newConflicts[path].Ours), content); err != nil {
+			return err
+		}
+	}
+	// Deletes first: a file the mainline turned into a directory must go before what is written
+	// under it, and the files of a directory it turned into a file before that file.
+	for _, path := range p.deletes {
+		var err error
+		if p.base[path].Gitlink() {
+			err = removeSubmoduleDir(root, path)
+		} else {
+			err = removeFile(root, path)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, path := range p.writes {
+		if info, err := lstatThroughDirs(root, path); err != nil {
+			return err
+		} else if info != nil && info.IsDir() {
+			// Emptied by the deletes above (inTheWay made sure), but for directories that never
+			// held a file.
+			if err := removeEmptyDirs(root, path); err != nil {
+				return err
+			}
+		}
+		if err := writeEntry(root, path, p.contents[path], p.modes[path]); err != nil {
+			return err
+		}
+	}
+	for _, path := range p.submoduleDirs {
+		if err := makeSubmoduleDir(root, path); err != nil {
+			return err
+		}
+	}
+	c.SetBase(revision, p.target)
+	for path := range p.drop {
+		if rec, ok := c.Conflicts[path]; ok {
+			delete(c.Conflicts, path)
+			if !stillKept(c.Conflicts, p.newConflicts, rec.Ours) {
+				_ = removeFile(root, oursPath(rec.Ours))
+			}
+		}
+	}
+	for path, rec := range p.newConflicts {
+		if c.Conflicts == nil {
+			c.Conflicts = map[string]conflictRecord{}
+		}
+		c.Conflicts[path] = rec
+	}
+	return c.saveIn(root)
 }
 
 // unmergeable answers why a path that both the mainline (want) and a local edit (of mode
