@@ -6,18 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/importer"
 )
 
 func newRepoCmd(g *globals) *cobra.Command {
@@ -204,7 +202,7 @@ files: import first, then set the policy.`,
 			if err != nil {
 				return err
 			}
-			if !filesOnly && isGitRepository(args[1]) {
+			if !filesOnly && importer.IsGitRepository(args[1]) {
 				if cmd.Flags().Changed("message") || cmd.Flags().Changed("holder") {
 					return withExit(ExitUsage, errors.New("-m and --holder are for a files import: a git history keeps its commits' messages and authors (add --files to import the files as one change)"))
 				}
@@ -251,117 +249,101 @@ func newRepoQueueCmd(g *globals) *cobra.Command {
 // importTreeDryRun says what an import of dir's files would send, or every name it would
 // refuse, sending nothing.
 func importTreeDryRun(g *globals, name, dir string) error {
-	files, skipped, err := checkout.ScanTree(dir)
+	paths, skipped, err := importer.ScanFiles(dir)
 	if err != nil {
 		return withExit(ExitUsage, fmt.Errorf("read %s: %w", dir, err))
 	}
 	for _, s := range skipped {
 		termPrintf(g.stderr, "would skip %s: not a regular file\n", s)
 	}
-	termPrintf(g.stdout, "the import of %s into %s would send %d files; nothing was sent\n", dir, name, len(files))
+	termPrintf(g.stdout, "the import of %s into %s would send %d files; nothing was sent\n", dir, name, len(paths))
 	return nil
 }
 
 func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, holder, message string) error {
-	files, skipped, err := checkout.ScanTree(dir)
+	paths, skipped, err := importer.ScanFiles(dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dir, err)
 	}
-	if len(files) == 0 {
+	if len(paths) == 0 {
 		return fmt.Errorf("%s has no files to import", dir)
 	}
 	for _, s := range skipped {
 		termPrintf(g.stderr, "skipped %s: not a regular file\n", s)
 	}
-	r, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name})
-	if client.IsCode(err, connect.CodeNotFound) {
-		created, cerr := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name})
-		if cerr != nil {
-			return cerr
-		}
-		r = &agwpv1.GetRepositoryResponse{Repository: created.GetRepository()}
-	} else if err != nil {
-		return err
-	}
-	if v := r.GetRepository().GetValidation(); v != nil && len(files) > client.MaxEditsPerChange {
-		return withExit(ExitUsage, fmt.Errorf("%s has %d files, more than the %d a server takes in one change (one Integrate), and %s validates every change: an import in several changes would have each part validated alone. Import into a repository without validation, then set it with ag repo set-validation",
-			dir, len(files), client.MaxEditsPerChange, name))
-	}
-	// Lease the top-level entries: they cover every imported path.
-	top := map[string]bool{}
-	for p := range files {
-		if i := strings.IndexByte(p, '/'); i >= 0 {
-			top[p[:i+1]] = true
-		} else {
-			top[p] = true
-		}
-	}
-	paths := make([]string, 0, len(top))
-	for p := range top {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	lease, err := c.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: name, Paths: paths, Holder: holder, TTL: 10 * time.Minute})
+	res, err := importer.Files(ctx, c, importer.FilesOptions{Repository: name, Dir: dir, Paths: paths, Holder: holder, Message: message})
 	if err != nil {
 		return err
 	}
-	defer c.Leases.ReleaseLease(context.WithoutCancel(ctx), &agwpv1.ReleaseLeaseRequest{LeaseId: lease.GetId(), FencingToken: lease.GetFencingToken()}) //nolint:errcheck // best effort: it expires anyway
-	ordered := make([]string, 0, len(files))
-	for p := range files {
-		ordered = append(ordered, p)
-	}
-	sort.Strings(ordered)
-	if message == "" {
-		message = "import of " + filepath.Base(dir)
-	}
-	// One change holds at most client.MaxEditsPerChange paths: a larger import goes in as several,
-	// in path order, each on the revision the one before made.
-	parts := (len(ordered) + client.MaxEditsPerChange - 1) / client.MaxEditsPerChange
-	base := r.GetRepository().GetMainline()
-	var change *agwpv1.Change
-	for i := range parts {
-		part := ordered[i*client.MaxEditsPerChange : min(len(ordered), (i+1)*client.MaxEditsPerChange)]
-		edits := make([]client.FileChange, 0, len(part))
-		for _, p := range part {
-			edits = append(edits, client.FileChange{Path: p, LocalPath: filepath.Join(dir, filepath.FromSlash(p))})
-		}
-		msg := message
-		if parts > 1 {
-			msg = fmt.Sprintf("%s (part %d of %d)", message, i+1, parts)
-			if i > 0 {
-				// The lease must outlast the parts still to come.
-				if _, err := c.Leases.RenewLease(ctx, &agwpv1.RenewLeaseRequest{LeaseId: lease.GetId(), FencingToken: lease.GetFencingToken(), Ttl: durationpb.New(10 * time.Minute)}); err != nil {
-					return importStopped(err, i, parts, change)
-				}
-			}
-		}
-		change, err = c.IntegrateFiles(ctx, client.IntegrateOptions{
-			Repository: name, BaseRevision: base, Holder: holder,
-			FencingTokens: []uint64{lease.GetFencingToken()}, Message: msg, Changes: edits,
-		})
-		if err != nil {
-			if i == 0 {
-				return err
-			}
-			return importStopped(err, i, parts, change)
-		}
-		base = change.GetIntegratedRevision()
-	}
+	change := res.Change
 	if g.json {
 		return g.printJSON(change)
 	}
-	if parts > 1 {
-		termPrintf(g.stdout, "imported %d files into %s in %d changes of at most %d files: the last %s, mainline %s\n", len(files), name, parts, client.MaxEditsPerChange, change.GetId(), change.GetIntegratedRevision())
+	if res.Parts > 1 {
+		termPrintf(g.stdout, "imported %d files into %s in %d changes of at most %d files: the last %s, mainline %s\n", len(paths), name, res.Parts, client.MaxEditsPerChange, change.GetId(), change.GetIntegratedRevision())
 		return nil
 	}
-	termPrintf(g.stdout, "imported %d files into %s: change %s, mainline %s\n", len(files), name, change.GetId(), change.GetIntegratedRevision())
+	termPrintf(g.stdout, "imported %d files into %s: change %s, mainline %s\n", len(paths), name, change.GetId(), change.GetIntegratedRevision())
 	return nil
 }
 
-// importStopped explains an import in several changes that failed after done of them.
-func importStopped(err error, done, parts int, last *agwpv1.Change) error {
-	return fmt.Errorf("the import stopped after %d of its %d changes (the mainline is at %s, holding the first %d files in path order): %w. Run the same import again to finish it",
-		done, parts, last.GetIntegratedRevision(), done*client.MaxEditsPerChange, err)
+// importGit starts the repository name from the history that the HEAD of the git repository
+// in dir reaches, keeping every commit's id: the mainline continues that history, so a clone
+// of dir fetches from ag and fast-forwards. Objects the server holds are not sent again, so an
+// import that stopped is finished by running it again.
+func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string, dryRun bool) error {
+	if _, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name}); err == nil {
+		return withExit(ExitUsage, fmt.Errorf("repository %s exists: a git history starts a new repository (ag repo import --files imports %s's files as one change instead)", name, dir))
+	} else if !client.IsCode(err, connect.CodeNotFound) {
+		return err
+	}
+	st, err := importer.OpenGitStorage(dir)
+	if err != nil {
+		return fmt.Errorf("open the git repository %s: %w", dir, err)
+	}
+	fmt.Fprintf(g.stderr, "reading the history of %s...\n", dir)
+	h, err := importer.ReadGitHistory(ctx, st)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
+		len(h.Commits), len(h.Trees), len(h.Blobs), h.Files, h.Head)
+	if len(h.Refused) > 0 {
+		return h.Refusal(dir)
+	}
+
+	missing, err := importer.MissingGitObjects(ctx, c, h)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		if g.json {
+			return g.printValue(map[string]any{"head": h.Head.String(), "commits": len(h.Commits), "trees": len(h.Trees), "blobs": len(h.Blobs),
+				"files": h.Files, "missing": map[string]int{"commits": importer.CountMissing(h.Commits, missing), "trees": importer.CountMissing(h.Trees, missing), "blobs": importer.CountMissing(h.Blobs, missing)}})
+		}
+		fmt.Fprintf(g.stdout, "the import of %s into %s would upload %d blobs, %d trees and %d commits the server lacks (of %d, %d, %d), and start %s at %s; nothing was uploaded\n",
+			dir, name, importer.CountMissing(h.Blobs, missing), importer.CountMissing(h.Trees, missing), importer.CountMissing(h.Commits, missing),
+			len(h.Blobs), len(h.Trees), len(h.Commits), name, h.Head)
+		return nil
+	}
+	progress := func(verb string, files int, bytes int64) *checkout.Progress {
+		return newProgress(g, verb, files, bytes)
+	}
+	if err := importer.UploadGitHistory(ctx, c, st, h, missing, progress); err != nil {
+		return err
+	}
+	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.Head.String()})
+	if err != nil {
+		return err
+	}
+	repo := created.GetRepository()
+	if g.json {
+		return g.printJSON(repo)
+	}
+	fmt.Fprintf(g.stdout, "imported the git history of %s into %s: %d commits, %d files at %s; mainline %s\n",
+		dir, name, len(h.Commits), h.Files, h.Head, repo.GetMainline())
+	fmt.Fprintf(g.stdout, "fetch from ag in that clone: git remote add ag %s/git/%s.git\n", c.BaseURL(), name)
+	return nil
 }
 
 func newCheckoutCmd(g *globals) *cobra.Command {

@@ -40,6 +40,9 @@ var rules = []struct {
 	{dir: "internal/checkout", forbidden: []string{"internal/server", "internal/store", "internal/cli", "internal/mcp"}},
 	// MCP acts through the checkout and the SDK, as the command line does, not through it.
 	{dir: "internal/mcp", forbidden: []string{"internal/cli", "internal/server", "internal/store"}},
+	// The engines of ag repo import and ag audit talk to the server through the SDK alone.
+	{dir: "internal/importer", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
+	{dir: "internal/auditclient", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {

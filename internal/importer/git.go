@@ -1,4 +1,4 @@
-package cli
+package importer
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -28,28 +27,28 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
-// isGitRepository reports whether dir is the top of a git working tree (it holds .git, a
+// IsGitRepository reports whether dir is the top of a git working tree (it holds .git, a
 // directory or, for a linked worktree, a file).
-func isGitRepository(dir string) bool {
+func IsGitRepository(dir string) bool {
 	_, err := os.Lstat(filepath.Join(dir, ".git"))
 	return err == nil
 }
 
-// gitHistory is what an import uploads, in the order the server takes it: blobs, then trees
+// GitHistory is what an import uploads, in the order the server takes it: blobs, then trees
 // with every tree after the trees it holds, then commits with every commit after its parents.
-type gitHistory struct {
-	head    plumbing.Hash
-	blobs   []plumbing.Hash
-	trees   []plumbing.Hash
-	commits []plumbing.Hash
-	files   int // files, links and submodules in the head commit's tree
-	// refused is every entry the server would refuse, each once, with the first commit that
+type GitHistory struct {
+	Head    plumbing.Hash
+	Blobs   []plumbing.Hash
+	Trees   []plumbing.Hash
+	Commits []plumbing.Hash
+	Files   int // files, links and submodules in the head commit's tree
+	// Refused is every entry the server would refuse, each once, with the first commit that
 	// brings it in: an import tells them all before it uploads a byte.
-	refused []checkout.RefusedPath
+	Refused []checkout.RefusedPath
 }
 
-// openGitStorage opens the object and reference storage of the git working tree dir.
-func openGitStorage(dir string) (*filesystem.Storage, error) {
+// OpenGitStorage opens the object and reference storage of the git working tree dir.
+func OpenGitStorage(dir string) (*filesystem.Storage, error) {
 	gitDir := filepath.Join(dir, ".git")
 	fi, err := os.Stat(gitDir)
 	if err != nil {
@@ -63,16 +62,16 @@ func openGitStorage(dir string) (*filesystem.Storage, error) {
 		filesystem.Options{LargeObjectThreshold: client.LargeBlobBytes}), nil
 }
 
-// readGitHistory lists the objects that the HEAD of the git repository reaches, and the
+// ReadGitHistory lists the objects that the HEAD of the git repository reaches, and the
 // entries of its trees that the server would refuse (gitstore.EntryProblem for every tree, and
 // for HEAD's tree, which every checkout writes, the rules of a checkout's paths and links).
 // Each tree is read once, however many commits hold it.
-func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
+func ReadGitHistory(ctx context.Context, s storer.Storer) (*GitHistory, error) {
 	ref, err := storer.ResolveReference(s, plumbing.HEAD)
 	if err != nil {
 		return nil, fmt.Errorf("read HEAD: %w (a repository without commits has no history to import)", err)
 	}
-	h := &gitHistory{head: ref.Hash()}
+	h := &GitHistory{Head: ref.Hash()}
 	seenCommit := map[plumbing.Hash]bool{}
 	seenBlob := map[plumbing.Hash]bool{}
 	filesIn := map[plumbing.Hash]int{} // trees read so far, with the entries they hold
@@ -92,7 +91,7 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 		for _, e := range t.Entries {
 			if rule := gitstore.EntryProblem(e.Name, e.Mode); rule != "" {
 				// What lies below a refused name is not looked at: its name says it all.
-				h.refused = append(h.refused, checkout.RefusedPath{Path: prefix + e.Name, Rule: rule, Commit: commit})
+				h.Refused = append(h.Refused, checkout.RefusedPath{Path: prefix + e.Name, Rule: rule, Commit: commit})
 				continue
 			}
 			switch e.Mode {
@@ -108,12 +107,12 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 				files++
 				if !seenBlob[e.Hash] {
 					seenBlob[e.Hash] = true
-					h.blobs = append(h.blobs, e.Hash)
+					h.Blobs = append(h.Blobs, e.Hash)
 				}
 			}
 		}
 		filesIn[id] = files
-		h.trees = append(h.trees, id) // after everything it holds
+		h.Trees = append(h.Trees, id) // after everything it holds
 		return files, nil
 	}
 
@@ -123,7 +122,7 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 		id       plumbing.Hash
 		expanded bool
 	}
-	stack := []frame{{id: h.head}}
+	stack := []frame{{id: h.Head}}
 	var headTree plumbing.Hash
 	for len(stack) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -152,10 +151,10 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 		if err != nil {
 			return nil, err
 		}
-		if f.id == h.head {
-			h.files, headTree = n, c.TreeHash
+		if f.id == h.Head {
+			h.Files, headTree = n, c.TreeHash
 		}
-		h.commits = append(h.commits, f.id)
+		h.Commits = append(h.Commits, f.id)
 	}
 	if err := checkHeadTree(ctx, s, h, headTree); err != nil {
 		return nil, err
@@ -163,11 +162,11 @@ func readGitHistory(ctx context.Context, s storer.Storer) (*gitHistory, error) {
 	return h, nil
 }
 
-// checkHeadTree adds to h.refused what HEAD's tree holds that no checkout may write: a path
+// checkHeadTree adds to h.Refused what HEAD's tree holds that no checkout may write: a path
 // too long as a whole, a file of mode 100664 (which ag's trees write as 100644), a symbolic
 // link whose target a file system cannot hold. The names themselves were checked with their
 // trees.
-func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plumbing.Hash) error {
+func checkHeadTree(ctx context.Context, s storer.Storer, h *GitHistory, tree plumbing.Hash) error {
 	var walk func(id plumbing.Hash, prefix string) error
 	walk = func(id plumbing.Hash, prefix string) error {
 		if err := ctx.Err(); err != nil {
@@ -183,7 +182,7 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 				continue // told already
 			}
 			if err := repo.ValidatePath(p, false); err != nil {
-				h.refused = append(h.refused, checkout.RefusedPath{Path: p, Rule: err.Error(), Commit: h.head})
+				h.Refused = append(h.Refused, checkout.RefusedPath{Path: p, Rule: err.Error(), Commit: h.Head})
 				continue
 			}
 			switch e.Mode {
@@ -192,7 +191,7 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 					return err
 				}
 			case filemode.Deprecated:
-				h.refused = append(h.refused, checkout.RefusedPath{Path: p, Commit: h.head,
+				h.Refused = append(h.Refused, checkout.RefusedPath{Path: p, Commit: h.Head,
 					Rule: "has mode 100664, which git no longer writes: commit it again as 100644 (git update-index --chmod=-x PATH)"})
 			case filemode.Symlink:
 				_, target, err := readObject(s, e.Hash)
@@ -200,7 +199,7 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 					return err
 				}
 				if err := repo.CheckSymlinkTarget(target); err != nil {
-					h.refused = append(h.refused, checkout.RefusedPath{Path: p, Rule: "is a symbolic link that a checkout cannot write: " + err.Error(), Commit: h.head})
+					h.Refused = append(h.Refused, checkout.RefusedPath{Path: p, Rule: "is a symbolic link that a checkout cannot write: " + err.Error(), Commit: h.Head})
 				}
 			}
 		}
@@ -209,101 +208,22 @@ func checkHeadTree(ctx context.Context, s storer.Storer, h *gitHistory, tree plu
 	return walk(tree, "")
 }
 
-// refusal answers the error of an import that would be refused, listing every path and its
+// Refusal answers the error of an import that would be refused, listing every path and its
 // rule, quoted: a name may hold any byte, and reaches the terminal as data.
-func (h *gitHistory) refusal(dir string) error {
+func (h *GitHistory) Refusal(dir string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the history of %s holds %d paths ag refuses; nothing was uploaded:", dir, len(h.refused))
-	for _, r := range h.refused {
+	fmt.Fprintf(&b, "the history of %s holds %d paths ag refuses; nothing was uploaded:", dir, len(h.Refused))
+	for _, r := range h.Refused {
 		fmt.Fprintf(&b, "\n  %s %s (commit %s)", strconv.Quote(r.Path), r.Rule, r.Commit)
 	}
 	b.WriteString("\nrewrite the history without them (git filter-repo), or import the files at HEAD alone with --files")
-	return withExit(ExitUsage, errors.New(b.String()))
+	return &checkout.UsageError{Err: errors.New(b.String())}
 }
 
-// importGit starts the repository name from the history that the HEAD of the git repository
-// in dir reaches, keeping every commit's id: the mainline continues that history, so a clone
-// of dir fetches from ag and fast-forwards. Objects the server holds are not sent again, so an
-// import that stopped is finished by running it again.
-func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string, dryRun bool) error {
-	if _, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name}); err == nil {
-		return withExit(ExitUsage, fmt.Errorf("repository %s exists: a git history starts a new repository (ag repo import --files imports %s's files as one change instead)", name, dir))
-	} else if !client.IsCode(err, connect.CodeNotFound) {
-		return err
-	}
-	st, err := openGitStorage(dir)
-	if err != nil {
-		return fmt.Errorf("open the git repository %s: %w", dir, err)
-	}
-	fmt.Fprintf(g.stderr, "reading the history of %s...\n", dir)
-	h, err := readGitHistory(ctx, st)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
-		len(h.commits), len(h.trees), len(h.blobs), h.files, h.head)
-	if len(h.refused) > 0 {
-		return h.refusal(dir)
-	}
-
-	missing, err := missingGitObjects(ctx, c, h)
-	if err != nil {
-		return err
-	}
-	if dryRun {
-		if g.json {
-			return g.printValue(map[string]any{"head": h.head.String(), "commits": len(h.commits), "trees": len(h.trees), "blobs": len(h.blobs),
-				"files": h.files, "missing": map[string]int{"commits": countMissing(h.commits, missing), "trees": countMissing(h.trees, missing), "blobs": countMissing(h.blobs, missing)}})
-		}
-		fmt.Fprintf(g.stdout, "the import of %s into %s would upload %d blobs, %d trees and %d commits the server lacks (of %d, %d, %d), and start %s at %s; nothing was uploaded\n",
-			dir, name, countMissing(h.blobs, missing), countMissing(h.trees, missing), countMissing(h.commits, missing),
-			len(h.blobs), len(h.trees), len(h.commits), name, h.head)
-		return nil
-	}
-	// Blobs go with their sha256 digests (UploadBlobs), trees and commits as git objects.
-	uploadBlobs := func(objs []*agwpv1.GitObject) error {
-		blobs := make([][]byte, len(objs))
-		for i, o := range objs {
-			blobs[i] = o.GetData()
-		}
-		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: blobs})
-		return err
-	}
-	uploadObjects := func(objs []*agwpv1.GitObject) error {
-		_, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
-		return err
-	}
-	// A large blob goes alone, in parts, so that no request must hold it whole.
-	uploadLargeBlob := func(r io.ReaderAt, size int64, digest string) error {
-		return c.UploadBlob(ctx, r, size, digest)
-	}
-	if err := uploadMissing(g, "blobs", st, h.blobs, missing, uploadBlobs, uploadLargeBlob); err != nil {
-		return err
-	}
-	if err := uploadMissing(g, "trees", st, h.trees, missing, uploadObjects, nil); err != nil {
-		return err
-	}
-	if err := uploadMissing(g, "commits", st, h.commits, missing, uploadObjects, nil); err != nil {
-		return err
-	}
-	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.head.String()})
-	if err != nil {
-		return err
-	}
-	repo := created.GetRepository()
-	if g.json {
-		return g.printJSON(repo)
-	}
-	fmt.Fprintf(g.stdout, "imported the git history of %s into %s: %d commits, %d files at %s; mainline %s\n",
-		dir, name, len(h.commits), h.files, h.head, repo.GetMainline())
-	fmt.Fprintf(g.stdout, "fetch from ag in that clone: git remote add ag %s/git/%s.git\n", c.BaseURL(), name)
-	return nil
-}
-
-// missingGitObjects asks the server which of the history's objects it lacks.
-func missingGitObjects(ctx context.Context, c *client.Client, h *gitHistory) (map[plumbing.Hash]bool, error) {
-	all := make([]string, 0, len(h.blobs)+len(h.trees)+len(h.commits))
-	for _, list := range [][]plumbing.Hash{h.blobs, h.trees, h.commits} {
+// MissingGitObjects asks the server which of the history's objects it lacks.
+func MissingGitObjects(ctx context.Context, c *client.Client, h *GitHistory) (map[plumbing.Hash]bool, error) {
+	all := make([]string, 0, len(h.Blobs)+len(h.Trees)+len(h.Commits))
+	for _, list := range [][]plumbing.Hash{h.Blobs, h.Trees, h.Commits} {
 		for _, id := range list {
 			all = append(all, id.String())
 		}
@@ -323,6 +243,39 @@ func missingGitObjects(ctx context.Context, c *client.Client, h *gitHistory) (ma
 	return missing, nil
 }
 
+// ProgressFunc answers the progress line of one upload of files objects of bytes bytes (0: not
+// known), or nil to draw none: the caller knows whether its output is a terminal.
+type ProgressFunc func(verb string, files int, bytes int64) *checkout.Progress
+
+// UploadGitHistory sends the objects of h that the server lacks (missing, from
+// MissingGitObjects): blobs with their sha256 digests (UploadBlobs), then trees and commits as
+// git objects, so that every object arrives after those it names.
+func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, h *GitHistory, missing map[plumbing.Hash]bool, progress ProgressFunc) error {
+	uploadBlobs := func(objs []*agwpv1.GitObject) error {
+		blobs := make([][]byte, len(objs))
+		for i, o := range objs {
+			blobs[i] = o.GetData()
+		}
+		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: blobs})
+		return err
+	}
+	uploadObjects := func(objs []*agwpv1.GitObject) error {
+		_, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
+		return err
+	}
+	// A large blob goes alone, in parts, so that no request must hold it whole.
+	uploadLargeBlob := func(r io.ReaderAt, size int64, digest string) error {
+		return c.UploadBlob(ctx, r, size, digest)
+	}
+	if err := uploadMissing(progress, "blobs", s, h.Blobs, missing, uploadBlobs, uploadLargeBlob); err != nil {
+		return err
+	}
+	if err := uploadMissing(progress, "trees", s, h.Trees, missing, uploadObjects, nil); err != nil {
+		return err
+	}
+	return uploadMissing(progress, "commits", s, h.Commits, missing, uploadObjects, nil)
+}
+
 // importChunkBytes bounds one upload request, well under the server's 64 MiB of content.
 const importChunkBytes = 16 << 20
 
@@ -330,9 +283,9 @@ const importChunkBytes = 16 << 20
 // importChunkBytes and client.MaxBlobsPerUpload objects: send gets each call's objects, and
 // sendLarge (when not nil) each object of client.LargeBlobBytes or more, alone, from a
 // temporary file it was copied to (its digest computed on the way), never read into memory.
-func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
+func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
 	send func(objs []*agwpv1.GitObject) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
-	p := newProgress(g, "uploading", countMissing(ids, missing), 0)
+	p := progress("uploading", CountMissing(ids, missing), 0)
 	p.SetUnit(what)
 	var chunk []*agwpv1.GitObject
 	size := 0
@@ -383,7 +336,8 @@ func uploadMissing(g *globals, what string, s gitObjectReader, ids []plumbing.Ha
 	return nil
 }
 
-func countMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
+// CountMissing answers how many of ids are missing.
+func CountMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
 	n := 0
 	for _, id := range ids {
 		if missing[id] {
@@ -393,8 +347,8 @@ func countMissing(ids []plumbing.Hash, missing map[plumbing.Hash]bool) int {
 	return n
 }
 
-// gitObjectReader reads a git repository's objects, and their sizes without their contents.
-type gitObjectReader interface {
+// GitObjectReader reads a git repository's objects, and their sizes without their contents.
+type GitObjectReader interface {
 	storer.EncodedObjectStorer
 	EncodedObjectSize(id plumbing.Hash) (int64, error)
 }
