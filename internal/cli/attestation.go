@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,15 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/attestclient"
 )
 
-var (
-	digestPattern  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	gitTreePattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
-	shellSafe      = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
-)
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
 
 func newAttestationCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -51,21 +44,18 @@ its job and when it was stored.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			digest := args[0]
-			if !digestPattern.MatchString(digest) {
+			if !attestclient.IsDigest(digest) {
 				return fmt.Errorf("%q is not a digest: use sha256:<64 lowercase hex>", digest)
 			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			res, err := c.Jobs.GetAttestation(cmd.Context(), &agwpv1.GetAttestationRequest{Digest: digest})
+			res, err := attestclient.Fetch(cmd.Context(), c, digest)
 			if err != nil {
 				return err
 			}
 			data := res.GetEnvelopeJson()
-			if got := sha256Digest(data); got != digest {
-				return fmt.Errorf("the server answered an attestation whose digest is %s, not %s: not saved", got, digest)
-			}
 			if output != "" {
 				if err := os.WriteFile(output, data, 0o644); err != nil {
 					return err
@@ -87,30 +77,7 @@ its job and when it was stored.`,
 }
 
 // verifiedAttestation is what `ag attestation verify` reports: who validated what.
-type verifiedAttestation struct {
-	Verified       bool      `json:"verified"`
-	EnvelopeDigest string    `json:"envelopeDigest"`
-	KeyID          string    `json:"keyId"`
-	Result         string    `json:"result"`
-	Subject        string    `json:"subject"`
-	Repository     string    `json:"repository"`
-	Revision       string    `json:"revision"`
-	GitTree        string    `json:"gitTree,omitempty"`    // absent from attestations that predate it
-	TreeDigest     string    `json:"treeDigest,omitempty"` // absent from those that name the git tree alone
-	JobID          string    `json:"jobId"`
-	ClaimNumber    uint32    `json:"claimNumber"`
-	Worker         string    `json:"worker"`
-	Command        []string  `json:"command"`
-	Timeout        string    `json:"timeout,omitempty"`
-	StartedAt      time.Time `json:"startedAt"`
-	FinishedAt     time.Time `json:"finishedAt"`
-	ExitCode       int       `json:"exitCode"`
-	LogDigest      string    `json:"logDigest"`
-	Reason         string    `json:"reason,omitempty"`
-	// Isolation is how the command was kept from the worker's secrets: "bubblewrap", "none",
-	// or "unknown" for an attestation made before workers said.
-	Isolation string `json:"isolation"`
-}
+type verifiedAttestation = attestclient.Report
 
 func newAttestationVerifyCmd(g *globals) *cobra.Command {
 	var key, subjectDigest string
@@ -140,7 +107,7 @@ attestation: check the printed result.`,
 			if key == "" {
 				return errors.New("--key is required: the worker's public key (KEYFILE.pub), its key file, or base64")
 			}
-			if subjectDigest != "" && !digestPattern.MatchString(subjectDigest) && !gitTreePattern.MatchString(subjectDigest) {
+			if subjectDigest != "" && !attestclient.IsDigest(subjectDigest) && !attestclient.IsGitTree(subjectDigest) {
 				return fmt.Errorf("--subject-digest %q: use a git tree id (40 lowercase hex) or sha256:<64 lowercase hex>", subjectDigest)
 			}
 			pub, err := readPublicKey(key)
@@ -151,7 +118,7 @@ attestation: check the printed result.`,
 			if err != nil {
 				return err
 			}
-			report, err := verifyAttestation(cmd.Context(), data, pub, subjectDigest)
+			report, err := attestclient.Verify(cmd.Context(), data, pub, subjectDigest)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -170,74 +137,6 @@ attestation: check the printed result.`,
 	cmd.Flags().StringVar(&key, "key", "", "the signer's public key: a PEM file (KEYFILE.pub or the key file itself) or base64 (required)")
 	cmd.Flags().StringVar(&subjectDigest, "subject-digest", "", "require the attested tree to be this one: its git tree id (40 hex) or its tree digest (sha256:...)")
 	return cmd
-}
-
-// verifyAttestation checks an envelope's signature with pub, that it is a validation's
-// statement, and (when given) that its subject is the tree subjectDigest: a git tree id or a
-// tree digest.
-func verifyAttestation(ctx context.Context, data []byte, pub ed25519.PublicKey, subjectDigest string) (verifiedAttestation, error) {
-	env, err := attest.Decode(data)
-	if err != nil {
-		return verifiedAttestation{}, fmt.Errorf("not a DSSE envelope: %w", err)
-	}
-	v, keyID, err := attest.VerifyValidation(ctx, env, [][]byte{pub})
-	switch {
-	case errors.Is(err, attest.ErrNotVerified):
-		return verifiedAttestation{}, fmt.Errorf("the signature does not verify with key %s: the attestation was changed, or another key signed it", attest.KeyID(pub))
-	case err != nil:
-		return verifiedAttestation{}, fmt.Errorf("signed by key %s, but %w", attest.KeyID(pub), err)
-	}
-	if err := attestsTree(v, subjectDigest); err != nil {
-		return verifiedAttestation{}, err
-	}
-	report := verifiedAttestation{
-		Verified:       true,
-		EnvelopeDigest: sha256Digest(data),
-		KeyID:          keyID,
-		Result:         v.Result,
-		Subject:        v.Subject(),
-		Repository:     v.Repository,
-		Revision:       v.Revision,
-		GitTree:        v.GitTree,
-		TreeDigest:     v.TreeDigest,
-		JobID:          v.JobID,
-		ClaimNumber:    v.ClaimNumber,
-		Worker:         v.Worker,
-		Command:        v.Command,
-		StartedAt:      v.StartedAt,
-		FinishedAt:     v.FinishedAt,
-		ExitCode:       v.ExitCode,
-		LogDigest:      v.LogDigest,
-		Reason:         v.Reason,
-		Isolation:      v.Isolation,
-	}
-	if report.Isolation == "" {
-		report.Isolation = "unknown"
-	}
-	if v.Timeout > 0 {
-		report.Timeout = v.Timeout.String()
-	}
-	return report, nil
-}
-
-// attestsTree checks that v's subject is the tree want names, by its git tree id (40 hex) or
-// its tree digest ("sha256:<hex>"); an empty want checks nothing.
-func attestsTree(v attest.Validation, want string) error {
-	switch {
-	case want == "":
-		return nil
-	case gitTreePattern.MatchString(want) && v.GitTree == "":
-		return fmt.Errorf("it names no git tree (%s, tree %s), so not git tree %s: compare its tree digest", v.Subject(), v.TreeDigest, want)
-	case gitTreePattern.MatchString(want) && v.GitTree != want:
-		return fmt.Errorf("it attests git tree %s (%s), not %s", v.GitTree, v.Subject(), want)
-	case gitTreePattern.MatchString(want):
-		return nil
-	case v.TreeDigest == "":
-		return fmt.Errorf("it names no tree digest (%s, git tree %s), so not %s: compare its git tree", v.Subject(), v.GitTree, want)
-	case v.TreeDigest != want:
-		return fmt.Errorf("it attests tree %s (%s), not %s", v.TreeDigest, v.Subject(), want)
-	}
-	return nil
 }
 
 func printVerified(g *globals, r verifiedAttestation) {
@@ -320,9 +219,4 @@ func readFileOrStdin(stdin io.Reader, name string) ([]byte, error) {
 		return io.ReadAll(stdin)
 	}
 	return os.ReadFile(name)
-}
-
-func sha256Digest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

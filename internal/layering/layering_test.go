@@ -43,6 +43,10 @@ var rules = []struct {
 	// The engines of ag repo import and ag audit talk to the server through the SDK alone.
 	{dir: "internal/importer", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
 	{dir: "internal/auditclient", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
+	// ag bench drives a running server from outside, as any client would.
+	{dir: "internal/loadbench", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
+	// Attestations verify offline with internal/attest; fetching one needs the SDK alone.
+	{dir: "internal/attestclient", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {
