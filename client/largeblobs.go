@@ -27,6 +27,17 @@ func (c *Client) UploadBlob(ctx context.Context, r io.ReaderAt, size int64, dige
 	if start.GetStored() {
 		return nil
 	}
+	if size == 0 {
+		// No part has any byte to send: an empty blob goes whole.
+		res, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: [][]byte{{}}})
+		if err == nil && (len(res.GetDigests()) != 1 || res.GetDigests()[0] != digest) {
+			err = fmt.Errorf("the server stored the empty blob as %v, not %s", res.GetDigests(), digest)
+		}
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", digest, err)
+		}
+		return nil
+	}
 	partBytes := start.GetPartBytes()
 	if partBytes == 0 {
 		return fmt.Errorf("upload %s: the server named no part size", digest)

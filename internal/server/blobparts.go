@@ -165,9 +165,14 @@ func (h repoService) UploadBlobPart(ctx context.Context, req *agwpv1.UploadBlobP
 	if held, ok := sizes[digest]; ok && held == size {
 		return &agwpv1.UploadBlobPartResponse{Received: size, Digest: digest}, nil
 	}
-	u, err := h.upload(ctx, digest, size)
+	// Read, not started: a part goes only to an upload its principal started.
+	u, err := h.s.store.GetBlobUpload(ctx, blobUploadKey(callerFrom(ctx).principal.Name, digest, size))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("upload_id: you have no upload of %s (%d bytes) under way: start it with StartBlobUpload and send the part from the offset it answers", digest, size))
+	}
 	if err != nil {
-		return nil, err
+		return nil, storeError(err, connect.CodeInternal)
 	}
 	content, offset := req.GetContent(), req.GetOffset()
 	end := offset + uint64(len(content))

@@ -127,6 +127,20 @@ func TestBlobsInParts(t *testing.T) {
 			wantCode(t, "a start of a blob above the largest", err, connect.CodeResourceExhausted)
 			_, err = alice.Repos.UploadBlobPart(ctx, &agwpv1.UploadBlobPartRequest{UploadId: "../../etc", Content: []byte("x")})
 			wantCode(t, "a part of no upload", err, connect.CodeInvalidArgument)
+			unstarted := randomBytes(5, 10)
+			_, err = alice.Repos.UploadBlobPart(ctx, &agwpv1.UploadBlobPartRequest{
+				UploadId: strings.TrimPrefix(sha256Digest(unstarted), "sha256:") + "-10", Content: unstarted})
+			wantCode(t, "a part of an upload nobody started", err, connect.CodeFailedPrecondition)
+			if !strings.Contains(err.Error(), "start it with StartBlobUpload") {
+				t.Fatalf("a part of an upload nobody started is refused with %q, which does not say to start it", err)
+			}
+			// An empty blob goes in no part at all, and is stored.
+			if err := alice.UploadBlob(ctx, bytes.NewReader(nil), 0, sha256Digest(nil)); err != nil {
+				t.Fatalf("upload an empty blob: %v", err)
+			}
+			if got, err := alice.Blob(ctx, sha256Digest(nil)); err != nil || len(got) != 0 {
+				t.Fatalf("GetBlob of the empty blob: %q, %v", got, err)
+			}
 			_, err = worker.Repos.StartBlobUpload(ctx, &agwpv1.StartBlobUploadRequest{Digest: digest, Size: size})
 			wantCode(t, "a worker starts an upload", err, connect.CodePermissionDenied)
 

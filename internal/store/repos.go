@@ -52,6 +52,10 @@ type RepoStore interface {
 	// stopped part-way asks again and goes on from Received.
 	StartBlobUpload(ctx context.Context, u BlobUpload) (BlobUpload, error)
 
+	// GetBlobUpload answers the upload id as it stands, reading only: a part is checked against
+	// it before it is appended. An upload the store does not hold: ErrNotFound.
+	GetBlobUpload(ctx context.Context, id string) (BlobUpload, error)
+
 	// AppendBlobUpload stores p.Content as the upload's part from p.Offset and keeps
 	// p.HashState, in one transaction, if p.Offset is what the upload has received (otherwise,
 	// a part sent twice or out of order: ErrFailedPrecondition; unknown upload: ErrNotFound).

@@ -54,6 +54,15 @@ func (db *DB) StartBlobUpload(ctx context.Context, u store.BlobUpload) (store.Bl
 	return s.upload(), nil
 }
 
+// GetBlobUpload answers an upload as it stands.
+func (db *DB) GetBlobUpload(ctx context.Context, id string) (store.BlobUpload, error) {
+	var s blobUploadScan
+	if err := db.pool.QueryRow(ctx, `SELECT `+blobUploadCols+` FROM blob_uploads WHERE id = $1`, id).Scan(s.dest()...); err != nil {
+		return store.BlobUpload{}, interpretError("get blob upload "+id, err)
+	}
+	return s.upload(), nil
+}
+
 // AppendBlobUpload stores the next part of an upload and, with p.Complete, makes its parts the
 // blob. The upload's row is locked from its read on, so of two appends at the same offset the
 // second reads what the first received, once it committed, and is refused.

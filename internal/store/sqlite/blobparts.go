@@ -54,6 +54,15 @@ func (d *DB) StartBlobUpload(ctx context.Context, u store.BlobUpload) (store.Blo
 	return stored, nil
 }
 
+// GetBlobUpload answers an upload as it stands.
+func (d *DB) GetBlobUpload(ctx context.Context, id string) (store.BlobUpload, error) {
+	u, _, err := scanBlobUpload(d.r.QueryRowContext(ctx, `SELECT `+blobUploadColumns+` FROM blob_uploads WHERE id = ?`, id))
+	if err != nil {
+		return store.BlobUpload{}, interpretError("get blob upload "+id, err)
+	}
+	return u, nil
+}
+
 // AppendBlobUpload stores the next part of an upload and, with p.Complete, makes its parts the
 // blob. The writer holds the write lock from the read of the upload on, so of two appends at
 // the same offset the second sees what the first received and is refused.

@@ -86,6 +86,11 @@ func (b *rbundle) wantUpload(t *testing.T, what string, want store.BlobUpload) {
 	again := want
 	again.Received, again.HashState, again.CreatedAt = 0, []byte("the state of a start"), time.Time{}
 	assertFields(t, what+": StartBlobUpload answered", b.startUpload(t, again), want)
+	got, err := b.rs.GetBlobUpload(b.ctx, want.ID)
+	if err != nil {
+		t.Fatalf("%s: GetBlobUpload(%s): %v", what, want.ID, err)
+	}
+	assertFields(t, what+": GetBlobUpload answered", got, want)
 }
 
 // pieces answers what ReadBlob passes fn, piece by piece.
@@ -288,6 +293,15 @@ func testBlobUploadStart(t *testing.T, newStore Factory) {
 		t.Fatalf("StartBlobUpload of another upload = %+v, want a new upload created now", other)
 	}
 	b.wantUpload(t, "after another upload started", want)
+
+	// An upload nobody started, or one completed, is not found by a read.
+	if _, err := b.rs.GetBlobUpload(b.ctx, "upload-9"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetBlobUpload of an upload nobody started: %v, want ErrNotFound", err)
+	}
+	b.sendParts(t, b.startUpload(t, newUpload("upload-1", "alice", content, 4)), content)
+	if _, err := b.rs.GetBlobUpload(b.ctx, "upload-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetBlobUpload of a completed upload: %v, want ErrNotFound", err)
+	}
 
 	// An upload no part could be appended to is refused.
 	if _, err := b.rs.StartBlobUpload(b.ctx, newUpload("upload-3", "alice", content, 0)); err == nil {
