@@ -19,7 +19,7 @@ type plan struct {
 	rounds, jobs int
 }
 
-// ideal plays the integration queue's rules (store.RunQueue) on s with nothing but the
+// ideal plays the integration queue's rules (gate.RunQueue) on s with nothing but the
 // validations taking time: every validation takes one round, a queue advance and a worker's
 // claim take none, and the queue advances until it has nothing more to do between rounds. Up
 // to s.depth candidates validate on the chain, each on the one ahead of it, s.batch changes to

@@ -14,7 +14,7 @@
 // validation, and the others integrated, and fails otherwise.
 //
 // The ideal of a round is what a queue without overhead needs: the rounds of validation the
-// queue's own rules (store.RunQueue) take, played with every validation taking --validate and
+// queue's own rules (gate.RunQueue) take, played with every validation taking --validate and
 // nothing else taking any time, times --validate (ideal.go). It follows the depth (the
 // policy's, else the workers, at most --gate-max-depth or the server's default), the batch,
 // the workers, and, with --fail, where the failing changes landed in the queue, which the

@@ -67,9 +67,9 @@ func TestDecideRefusesWeakerEvidenceThanThePolicyAsks(t *testing.T) {
 	} {
 		got := gate.Decide(change, candidate, c.job, c.att)
 		switch {
-		case c.want == nil && got.Outcome != store.VerdictPass:
+		case c.want == nil && got.Outcome != gate.VerdictPass:
 			t.Errorf("%s: verdict %+v, want a pass", c.name, got)
-		case c.want != nil && got.Outcome != store.VerdictReject:
+		case c.want != nil && got.Outcome != gate.VerdictReject:
 			t.Errorf("%s: verdict %+v, want a rejection", c.name, got)
 		case c.want != nil:
 			for _, w := range c.want {

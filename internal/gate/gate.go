@@ -1,6 +1,6 @@
 // Package gate runs the integration queue: each repository with a validation policy validates
 // its changes in arrival order, several candidates at once, each on the one ahead of it
-// (store.RunQueue), and moves its mainline only on a passing, verified attestation for exactly
+// (RunQueue), and moves its mainline only on a passing, verified attestation for exactly
 // the candidate tree.
 //
 // The queue's state lives only in the store. Any replica may advance any repository's queue
@@ -142,13 +142,7 @@ func (g *Gate) advanceLogged(ctx context.Context, name string) {
 
 // Advance moves one repository's queue on now and answers the changes whose state changed.
 func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, error) {
-	changed, err := g.store.AdvanceQueue(ctx, store.AdvanceQueueParams{
-		Repository: repository,
-		Decide:     Decide,
-		Job:        validateJob,
-		Lanes:      StoreLanes,
-		Shape:      g.Shape,
-	})
+	changed, err := AdvanceWith(ctx, g.store, repository, g.rules)
 	if err != nil {
 		return nil, err
 	}
@@ -161,11 +155,31 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 	}
 	if len(changed) > 0 {
 		g.signal.Fire()
-		// What moved may let more move (an advance builds at most store.BuildBudget changes):
+		// What moved may let more move (an advance builds at most BuildBudget changes):
 		// the queue is advanced again until an advance changes nothing.
 		g.Kick(repository)
 	}
 	return changed, nil
+}
+
+// rules answers the rules of one advance under the repository's stored policy, parsed once: a
+// policy the server cannot read was not written by it, and its candidates' jobs fail on the
+// worker with a clear payload error rather than the queue stalling.
+func (g *Gate) rules(validation []byte) Rules {
+	p, _, err := ParsePolicy(validation)
+	if err != nil {
+		p = Policy{}
+	}
+	depth, batch := g.shape(p)
+	return Rules{
+		Decide: Decide,
+		Job: func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
+			return validateJob(p, c, candidate, lane)
+		},
+		Lanes: p.Lanes,
+		Depth: depth,
+		Batch: batch,
+	}
 }
 
 // Shape answers how deep a queue speculates and how many changes a candidate takes, from its
@@ -175,6 +189,10 @@ func (g *Gate) Shape(validation []byte) (depth, batch int) {
 	if err != nil {
 		return 1, 1
 	}
+	return g.shape(p)
+}
+
+func (g *Gate) shape(p Policy) (depth, batch int) {
 	depth = p.Depth
 	if depth == 0 && g.Capacity != nil {
 		limit := g.MaxDepth
@@ -190,13 +208,7 @@ func (g *Gate) Shape(validation []byte) (depth, batch int) {
 // The payload names the candidate's git tree id and, when the candidate has one, its tree
 // digest (a candidate built in the queue's transaction has none: computing it reads the whole
 // tree).
-func validateJob(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
-	p, _, err := ParsePolicy(validation)
-	if err != nil {
-		// A policy the server cannot read was not written by it; the job fails on the
-		// worker with a clear payload error rather than the queue stalling.
-		p = Policy{}
-	}
+func validateJob(p Policy, c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
 	l, ok := p.Lane(lane)
 	if !ok {
 		l = Lane{} // as above: the queue only builds candidates for the policy's lanes
@@ -237,42 +249,42 @@ func payloadLimits(l *Limits) *agwp.PayloadLimits {
 // Decide checks again, by the rule the server checked (attest.Validation.CheckSubject), that it
 // attests exactly this candidate, so that nothing but a pass for this tree can move the
 // mainline, whatever wrote the job's attestation into the store.
-func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
+func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) Verdict {
 	switch job.State {
 	case store.JobQueued, store.JobClaimed:
-		return store.Verdict{Outcome: store.VerdictPending}
+		return Verdict{Outcome: VerdictPending}
 	case store.JobCancelled:
-		return store.Verdict{Outcome: store.VerdictCancel, Reason: "the validate job " + job.ID + " was cancelled"}
+		return Verdict{Outcome: VerdictCancel, Reason: "the validate job " + job.ID + " was cancelled"}
 	case store.JobFailed:
-		return store.Verdict{Outcome: store.VerdictReject,
+		return Verdict{Outcome: VerdictReject,
 			Reason: "validation could not run: " + job.LastError + withTail(job.Output)}
 	case store.JobCompleted:
 	default:
-		return store.Verdict{Outcome: store.VerdictPending}
+		return Verdict{Outcome: VerdictPending}
 	}
 	if att == nil {
-		return store.Verdict{Outcome: store.VerdictReject, Reason: "the validate job " + job.ID + " was completed without an attestation"}
+		return Verdict{Outcome: VerdictReject, Reason: "the validate job " + job.ID + " was completed without an attestation"}
 	}
 	v, err := attestedValidation(att)
 	if err != nil {
-		return store.Verdict{Outcome: store.VerdictReject, Reason: "the attestation " + att.Digest + " is unreadable: " + err.Error()}
+		return Verdict{Outcome: VerdictReject, Reason: "the attestation " + att.Digest + " is unreadable: " + err.Error()}
 	}
 	if err := v.CheckSubject(attest.Candidate{
 		Repository: c.Repository, Revision: candidate.ID, GitTree: candidate.GitTree, TreeDigest: candidate.TreeDigest,
 	}); err != nil {
-		return store.Verdict{Outcome: store.VerdictReject, Reason: err.Error()}
+		return Verdict{Outcome: VerdictReject, Reason: err.Error()}
 	}
 	switch {
 	case v.JobID != job.ID || v.ClaimNumber != job.Attempts:
-		return store.Verdict{Outcome: store.VerdictReject,
+		return Verdict{Outcome: VerdictReject,
 			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.Attempts)}
 	case v.Passed():
 		if reason := weakerThanAsked(c.Repository, job.Payload, v); reason != "" {
-			return store.Verdict{Outcome: store.VerdictReject, Reason: reason, Attestation: att.Digest}
+			return Verdict{Outcome: VerdictReject, Reason: reason, Attestation: att.Digest}
 		}
-		return store.Verdict{Outcome: store.VerdictPass}
+		return Verdict{Outcome: VerdictPass}
 	}
-	return store.Verdict{Outcome: store.VerdictReject, Reason: failure(v) + withTail(job.Output), Attestation: att.Digest}
+	return Verdict{Outcome: VerdictReject, Reason: failure(v) + withTail(job.Output), Attestation: att.Digest}
 }
 
 // weakerThanAsked says why the pass v is weaker evidence than the job's policy asks, or answers

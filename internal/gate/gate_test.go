@@ -57,19 +57,19 @@ func TestDecideReadsBothStatementForms(t *testing.T) {
 		"signed now":    {Digest: "sha256:" + strings.Repeat("1", 64), Envelope: current},
 		"stored before": stored(t, "legacy-passed.att.json"),
 	} {
-		if got := gate.Decide(change, candidate, job, att); got.Outcome != store.VerdictPass {
+		if got := gate.Decide(change, candidate, job, att); got.Outcome != gate.VerdictPass {
 			t.Errorf("%s: verdict %+v, want a pass", name, got)
 		}
 		stale := job
 		stale.Attempts = 3
-		if got := gate.Decide(change, candidate, stale, att); got.Outcome != store.VerdictReject || !strings.Contains(got.Reason, "claim 2") {
+		if got := gate.Decide(change, candidate, stale, att); got.Outcome != gate.VerdictReject || !strings.Contains(got.Reason, "claim 2") {
 			t.Errorf("%s, a later claim: verdict %+v, want a rejection naming claim 2", name, got)
 		}
 	}
 
 	failed := store.Job{ID: "job_8", State: store.JobCompleted, Attempts: 1}
 	got := gate.Decide(change, store.Revision{ID: "rev_43", TreeDigest: "sha256:" + strings.Repeat("fedcba9876543210", 4)}, failed, stored(t, "legacy-failed-no-isolation.att.json"))
-	if got.Outcome != store.VerdictReject || !strings.Contains(got.Reason, "`make check` timed out after 1m0s (worker ci|w2)") {
+	if got.Outcome != gate.VerdictReject || !strings.Contains(got.Reason, "`make check` timed out after 1m0s (worker ci|w2)") {
 		t.Errorf("a failed validation stored before: verdict %+v", got)
 	}
 }
@@ -138,9 +138,9 @@ func TestDecideBindsTheGitTree(t *testing.T) {
 	} {
 		got := gate.Decide(change, c.candidate, job, c.att)
 		switch {
-		case c.wantReason == "" && got.Outcome != store.VerdictPass:
+		case c.wantReason == "" && got.Outcome != gate.VerdictPass:
 			t.Errorf("%s: verdict %+v, want a pass", c.name, got)
-		case c.wantReason != "" && (got.Outcome != store.VerdictReject || got.Reason != c.wantReason):
+		case c.wantReason != "" && (got.Outcome != gate.VerdictReject || got.Reason != c.wantReason):
 			t.Errorf("%s: verdict %+v, want a rejection: %s", c.name, got, c.wantReason)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ag-coord/ag/internal/repo"
-	"github.com/ag-coord/ag/internal/store"
 )
 
 // Limits of a validation policy.
@@ -229,19 +228,6 @@ func (p Policy) Lane(name string) (l Lane, ok bool) {
 		}
 	}
 	return Lane{}, false
-}
-
-// StoreLanes answers the lanes as the queue sees them: names and paths.
-func StoreLanes(validation []byte) []store.Lane {
-	p, ok, err := ParsePolicy(validation)
-	if err != nil || !ok || len(p.Lanes) == 0 {
-		return nil
-	}
-	out := make([]store.Lane, len(p.Lanes))
-	for i, l := range p.Lanes {
-		out[i] = store.Lane{Name: l.Name, Prefixes: l.Prefixes}
-	}
-	return out
 }
 
 // WithQueue answers p with the queue's depth and batch, checked.

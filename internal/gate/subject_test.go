@@ -40,9 +40,9 @@ func TestDecideBindsTheSubjectName(t *testing.T) {
 	} {
 		got := gate.Decide(change, candidate, job, c.att)
 		switch {
-		case c.wantReason == "" && got.Outcome != store.VerdictPass:
+		case c.wantReason == "" && got.Outcome != gate.VerdictPass:
 			t.Errorf("%s: verdict %+v, want a pass", c.name, got)
-		case c.wantReason != "" && (got.Outcome != store.VerdictReject || got.Reason != c.wantReason):
+		case c.wantReason != "" && (got.Outcome != gate.VerdictReject || got.Reason != c.wantReason):
 			t.Errorf("%s: verdict %+v, want a rejection: %s", c.name, got, c.wantReason)
 		}
 	}

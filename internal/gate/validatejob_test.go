@@ -15,14 +15,17 @@ func TestValidateJobNamesTheCandidateTree(t *testing.T) {
 	t.Parallel()
 	const gitTree = "89abcdef0123456789abcdef0123456789abcdef"
 	tree := "sha256:" + strings.Repeat("0123456789abcdef", 4)
-	policy := []byte(`{"command":["make","check"],"timeout":"1m0s"}`)
+	policy, _, err := ParsePolicy([]byte(`{"command":["make","check"],"timeout":"1m0s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	change := store.Change{ID: "chg_1", Repository: "shop", Author: "alice|w1"}
 	for _, candidate := range []store.Revision{
 		{ID: "rev_42", GitTree: gitTree},
 		{ID: "rev_42", GitTree: gitTree, TreeDigest: tree},
 		{ID: "rev_42", TreeDigest: tree}, // a store that does not know git trees
 	} {
-		job := validateJob(change, candidate, policy, "")
+		job := validateJob(policy, change, candidate, "")
 		if job.Kind != agwp.KindValidate || job.UniqueKey != "validate:chg_1:rev_42" {
 			t.Errorf("job = %+v", job)
 		}

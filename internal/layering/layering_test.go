@@ -25,6 +25,9 @@ var rules = []struct {
 	{dir: "internal/audit", forbidden: []string{"internal/store", "internal/server"}},
 	// The store keeps data: the wire contract is the server's to speak.
 	{dir: "internal/store", forbidden: []string{"agwp", "internal/server", "internal/gate", "client"}},
+	// The backends carry out the queue's steps (store.QueueTx); the gate decides them.
+	{dir: "internal/store/sqlite", forbidden: []string{"agwp", "internal/server", "internal/gate", "client"}},
+	{dir: "internal/store/postgres", forbidden: []string{"agwp", "internal/server", "internal/gate", "client"}},
 	// structjson encodes job payloads; the audit log is not its concern.
 	{dir: "internal/structjson", forbidden: []string{"internal/audit", "internal/store"}},
 	{dir: "internal/jsontext", forbidden: []string{"internal/"}},
@@ -47,6 +50,11 @@ var rules = []struct {
 	{dir: "internal/loadbench", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
 	// Attestations verify offline with internal/attest; fetching one needs the SDK alone.
 	{dir: "internal/attestclient", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
+	// git's credential protocol and ag serve's settings are the standard library's alone.
+	{dir: "internal/gitcredential", forbidden: []string{"internal/", "client", "gen/"}},
+	{dir: "internal/serveconfig", forbidden: []string{"internal/", "client", "gen/"}},
+	// A repository's policy and view are read and said through the SDK, apart from any checkout.
+	{dir: "internal/repoview", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {

@@ -30,17 +30,17 @@ import (
 //	BreakLease                     lease.broken        lease/<id>         token
 //	CreateRepository               repository.created  repository/<name>  validation (the policy object, when set)
 //	SetValidation                  repository.validation_set repository/<name> validation (object or null)
-//	Integrate, AdvanceQueue        change.integrated   change/<id>        repository, revision, paths, attestation_digest (when validated)
+//	Integrate, gate advance        change.integrated   change/<id>        repository, revision, paths, attestation_digest (when validated)
 //	Integrate                      change.queued       change/<id>        repository, paths
-//	AdvanceQueue                   change.validating   change/<id>        candidate_revision, job
-//	AdvanceQueue                   change.rejected     change/<id>        reason, attestation_digest (of a signed FAILED run)
-//	AdvanceQueue                   change.cancelled    change/<id>        reason
-//	AdvanceQueue                   change.requeued     change/<id>        reason (its candidate was superseded or split)
-//	AdvanceQueue                   candidate.built     candidate/<id>     changes, job, parent_revision, revision
-//	AdvanceQueue                   candidate.passed    candidate/<id>     attestation_digest, job
-//	AdvanceQueue                   candidate.failed    candidate/<id>     job, reason, attestation_digest (of a signed FAILED run)
-//	AdvanceQueue                   candidate.superseded candidate/<id>    job, reason (its job is cancelled: job.cancelled or job.cancel_requested)
-//	AdvanceQueue                   candidate.split     candidate/<id>     changes, into (the largest part)
+//	gate advance                   change.validating   change/<id>        candidate_revision, job
+//	gate advance                   change.rejected     change/<id>        reason, attestation_digest (of a signed FAILED run)
+//	gate advance                   change.cancelled    change/<id>        reason
+//	gate advance                   change.requeued     change/<id>        reason (its candidate was superseded or split)
+//	gate advance                   candidate.built     candidate/<id>     changes, job, parent_revision, revision
+//	gate advance                   candidate.passed    candidate/<id>     attestation_digest, job
+//	gate advance                   candidate.failed    candidate/<id>     job, reason, attestation_digest (of a signed FAILED run)
+//	gate advance                   candidate.superseded candidate/<id>    job, reason (its job is cancelled: job.cancelled or job.cancel_requested)
+//	gate advance                   candidate.split     candidate/<id>     changes, into (the largest part)
 //
 // Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
 // event are the worker or holder the method was given when it has one ("<principal>|<label>":

@@ -41,7 +41,7 @@ type Candidate struct {
 	// AttestationDigest is the attestation its outcome rests on, when it has one.
 	AttestationDigest string
 	Reason            string // why it failed, was superseded, split or cancelled
-	// Lane is the policy lane it validates (ADR-0024), RootLane for the whole tree. A lane's
+	// Lane is the policy lane it validates (ADR-0024), "" (the root lane) for the whole tree. A lane's
 	// candidate revision holds the lane's view of the tree only: without other lanes' files.
 	Lane string
 	// ParentTree is, for a lane's candidate, the git tree of the lane's view it was built on.

@@ -148,7 +148,7 @@ type RepoStore interface {
 	// repository's mainline to it.
 	//
 	// With a policy it stores nothing but the blobs and the change, QUEUED, with p.Edits kept
-	// for AdvanceQueue, which builds the candidate when the change's turn comes; the mainline
+	// for the gate's advance (InQueue), which builds the candidate when the change's turn comes; the mainline
 	// does not move. The change takes the repository's next queue position inside the same
 	// transaction, so queue order is commit order.
 	//
@@ -168,24 +168,12 @@ type RepoStore interface {
 	// change, so a gate that restarts, or runs on another replica, finds the work left.
 	PendingQueues(ctx context.Context) ([]string, error)
 
-	// AdvanceQueue moves one repository's integration queue on, in one transaction that holds
-	// the repository (concurrent calls for the same repository, from any replica, are
-	// serialized; Integrate is serialized with them too), by the rules of RunQueue, which every
-	// store runs. It answers every change whose state it changed, in the order it changed them.
-	// Unknown repository: ErrNotFound.
-	//
-	// In short: each live candidate's validation is settled with p.Decide; the first pending
-	// candidate, whose parent is the mainline, lands when it passed (the mainline moves to it by
-	// compare-and-swap and it gets its mainline commit naming its attestation; its changes become
-	// INTEGRATED) or, failing, has its change REJECTED (a failed batch is split instead);
-	// candidates built on what is no longer ahead of them are superseded, their jobs cancelled
-	// and their changes QUEUED again; then QUEUED changes are built into candidates on the last
-	// one, up to p.Depth validating at once and p.Batch changes each, their jobs (p.Job)
-	// enqueued in the same transaction. A change that does not apply to the mainline is
-	// REJECTED; one that does not apply on a change ahead waits, and so does everything after it.
-	// Without a policy (it was removed), the QUEUED changes are integrated directly once no
-	// candidate is ahead of them.
-	AdvanceQueue(ctx context.Context, p AdvanceQueueParams) ([]Change, error)
+	// InQueue runs fn in one transaction that holds repository's integration queue: concurrent
+	// calls for the same repository, from any replica, are serialized, and Integrate with them.
+	// What fn did through tx is committed when it answers nil, and nothing of it when it answers
+	// an error, which InQueue answers. fn decides (the gate's queue engine, gate.RunQueue); tx
+	// only carries its decisions out. Unknown repository: ErrNotFound.
+	InQueue(ctx context.Context, repository string, fn func(tx QueueTx) error) error
 
 	// ListChanges answers a repository's changes, newest first.
 	ListChanges(ctx context.Context, p ListChangesParams) (changes []Change, nextPageToken string, err error)
@@ -385,47 +373,8 @@ type IntegrateParams struct {
 	// Blobs are stored in the same transaction (content sent inline with the request).
 	Blobs []Blob
 	// Edits are the change's edits, kept with a QUEUED change (repository with a validation
-	// policy) so that AdvanceQueue can rebuild it on a later mainline.
+	// policy) so that the gate's advance can rebuild it on a later mainline.
 	Edits []repo.FileEdit
-}
-
-// Verdict is what the gate decided about a validated candidate.
-type Verdict struct {
-	Outcome VerdictOutcome
-	Reason  string // for VerdictReject and VerdictCancel
-	// Attestation is, for a VerdictReject, the digest of the signed FAILED attestation of
-	// exactly this candidate that the rejection rests on; empty when there is none.
-	Attestation string
-}
-
-// VerdictOutcome is the kind of a Verdict.
-type VerdictOutcome int
-
-// The outcomes of a Verdict.
-const (
-	VerdictPending VerdictOutcome = iota // the validation is still running
-	VerdictPass                          // a passing, verified attestation for exactly the candidate's tree
-	VerdictReject                        // the validation failed, or could not run
-	VerdictCancel                        // the validation job was cancelled
-)
-
-// AdvanceQueueParams are the inputs of AdvanceQueue: the repository and the gate's rules, which
-// run inside its transaction.
-type AdvanceQueueParams struct {
-	Repository string
-	// Decide settles a VALIDATING change. att is nil when the job holds no attestation.
-	Decide func(c Change, candidate Revision, job Job, att *Attestation) Verdict
-	// Job answers the validate job to enqueue for a candidate; validation is the repository's
-	// policy as stored, c the candidate's last change, lane the policy lane it validates.
-	Job func(c Change, candidate Revision, validation []byte, lane string) EnqueueJobParams
-	// Lanes, when set, answers the lanes of the repository's policy as stored (ADR-0024).
-	Lanes func(validation []byte) []Lane
-	// Depth bounds the candidates validating at once (0 or 1: one at a time).
-	Depth int
-	// Batch bounds the changes one candidate validates together (0 or 1: one).
-	Batch int
-	// Shape, when set, answers Depth and Batch from the repository's policy as stored.
-	Shape func(validation []byte) (depth, batch int)
 }
 
 // ListChangesParams page ListChanges.

@@ -16,10 +16,10 @@ import (
 
 // ---- the integration queue ----
 //
-// A repository's queue is its QUEUED and VALIDATING changes in seq order; store.RunQueue holds
-// its rules. Every step of it (Integrate queueing a change, AdvanceQueue settling, landing or
-// building candidates) runs under the repository's row lock, so replicas advancing the same
-// queue take turns, and each sees what the one before it committed.
+// A repository's queue is its QUEUED and VALIDATING changes in seq order; the gate's engine
+// (gate.RunQueue) decides its steps. Every step (Integrate queueing a change, an advance
+// settling, landing or building candidates) runs under the repository's row lock, so replicas
+// advancing the same queue take turns, and each sees what the one before it committed.
 
 // setValidationSQL replaces the policy and records the repository.validation_set event ($4
 // and $5 the actor, $6 the details).
@@ -58,7 +58,7 @@ func (db *DB) PendingQueues(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// advanceLockSQL holds the repository for AdvanceQueue, as integrateLockSQL does for Integrate
+// advanceLockSQL holds the repository for InQueue, as integrateLockSQL does for Integrate
 // (the row alone, for the same reason), and reads what the advance starts from.
 const advanceLockSQL = `SELECT mainline, validation FROM repositories WHERE name = $1 FOR UPDATE`
 
@@ -106,47 +106,42 @@ RETURNING created_at`)
 // cannot fail; the condition keeps the rule in the statement that applies it.
 const moveMainlineSQL = `UPDATE repositories SET mainline = $3 WHERE name = $1 AND mainline = $2`
 
-// AdvanceQueue moves a repository's integration queue on (store.RunQueue) in one transaction
-// under the repository's lock. Its events, the validation jobs' too, are the server's own
-// (store.SystemPrincipal).
-func (db *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
-	if p.Decide == nil || p.Job == nil {
-		return nil, errors.New("postgres: advance queue: Decide and Job are both needed")
-	}
+// InQueue runs fn in one transaction under the repository's lock. Its events, the validation
+// jobs' too, are the server's own (store.SystemPrincipal).
+func (db *DB) InQueue(ctx context.Context, repository string, fn func(store.QueueTx) error) error {
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
-		return nil, interpretError("advance queue", err)
+		return interpretError("advance queue", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	a := &advance{db: db, ctx: ctx, tx: tx, repository: p.Repository}
-	if err := tx.QueryRow(ctx, advanceLockSQL, p.Repository).Scan(&a.mainline, &a.validation); err != nil {
-		return nil, interpretError("repository "+p.Repository, err)
+	a := &advance{db: db, ctx: ctx, tx: tx, repository: repository}
+	if err := tx.QueryRow(ctx, advanceLockSQL, repository).Scan(&a.mainline, &a.validation); err != nil {
+		return interpretError("repository "+repository, err)
 	}
 	a.validation = bytesOrNull(a.validation)
 	a.objs = store.NewGitObjects(ctx, gitBackend{qr: tx})
-	changed, enqueued, err := store.RunQueue(a, p)
-	if err != nil {
+	if err := fn(a); err != nil {
 		if a.err != nil {
 			err = a.err
 		}
-		return nil, fmt.Errorf("postgres: advance the queue of %q: %w", p.Repository, err)
+		return fmt.Errorf("postgres: advance the queue of %q: %w", repository, err)
 	}
 	if a.err != nil {
-		return nil, fmt.Errorf("postgres: advance the queue of %q: %w", p.Repository, a.err)
+		return fmt.Errorf("postgres: advance the queue of %q: %w", repository, a.err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, interpretError("advance queue: commit", err)
+		return interpretError("advance queue: commit", err)
 	}
-	if enqueued {
+	if a.enqueued {
 		db.signal.Fire()
 	}
 	if a.recorded {
 		db.audited()
 	}
-	return changed, nil
+	return nil
 }
 
-// advance is one AdvanceQueue transaction: store.RunQueue's store.QueueTx.
+// advance is one InQueue transaction: its store.QueueTx.
 type advance struct {
 	db         *DB
 	ctx        context.Context
@@ -156,6 +151,7 @@ type advance struct {
 	validation []byte
 	objs       *store.GitObjects
 	recorded   bool
+	enqueued   bool  // a new job was enqueued: the job signal fires after the commit
 	err        error // the first failure of Record, which answers none
 }
 
@@ -311,12 +307,12 @@ func (a *advance) MoveMainline(from, to string) error {
 	return nil
 }
 
-func (a *advance) Enqueue(p store.EnqueueJobParams) (store.Job, bool, error) {
+func (a *advance) Enqueue(p store.EnqueueJobParams) (store.Job, error) {
 	job, existing, err := a.db.enqueue(a.ctx, a.tx, p, systemActor)
 	if !existing && err == nil {
-		a.recorded = true
+		a.recorded, a.enqueued = true, true
 	}
-	return job, !existing, err
+	return job, err
 }
 
 func (a *advance) CancelJob(id string) error {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -30,21 +31,20 @@ type validatePayload struct {
 // gateRules are the rules of a gate whose validations pass once their job is completed. The
 // jobs have no unique key, so that nothing but the store's serialization keeps a candidate
 // from being validated twice.
-func gateRules(repository string) store.AdvanceQueueParams {
-	return store.AdvanceQueueParams{
-		Repository: repository,
-		Decide: func(_ store.Change, _ store.Revision, job store.Job, _ *store.Attestation) store.Verdict {
+func gateRules() gate.Rules {
+	return gate.Rules{
+		Decide: func(_ store.Change, _ store.Revision, job store.Job, _ *store.Attestation) gate.Verdict {
 			switch job.State {
 			case store.JobCompleted:
-				return store.Verdict{Outcome: store.VerdictPass}
+				return gate.Verdict{Outcome: gate.VerdictPass}
 			case store.JobFailed:
-				return store.Verdict{Outcome: store.VerdictReject, Reason: job.LastError}
+				return gate.Verdict{Outcome: gate.VerdictReject, Reason: job.LastError}
 			case store.JobCancelled:
-				return store.Verdict{Outcome: store.VerdictCancel, Reason: "cancelled"}
+				return gate.Verdict{Outcome: gate.VerdictCancel, Reason: "cancelled"}
 			}
-			return store.Verdict{Outcome: store.VerdictPending}
+			return gate.Verdict{Outcome: gate.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
 		},
@@ -158,7 +158,7 @@ func TestAdvanceQueueAcrossReplicas(t *testing.T) {
 		db := replicas[i%2]
 		wg.Go(func() {
 			for !done(db) && ctx.Err() == nil {
-				changed, err := db.AdvanceQueue(ctx, gateRules(name))
+				changed, err := gate.AdvanceWith(ctx, db, name, func([]byte) gate.Rules { return gateRules() })
 				if err != nil {
 					t.Errorf("AdvanceQueue: %v", err)
 					return
@@ -305,18 +305,18 @@ func TestAdvanceQueueOnAnotherReplica(t *testing.T) {
 	waitListening(t, a, 1)
 	woken := a.JobSignal()
 	var wokenEarly bool
-	rules := gateRules("r")
+	rules := gateRules()
 	job := rules.Job
-	rules.Job = func(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
+	rules.Job = func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
 		// Still inside b's transaction: nobody may be told of a job that is not committed.
 		select {
 		case <-woken:
 			wokenEarly = true
 		default:
 		}
-		return job(c, candidate, validation, lane)
+		return job(c, candidate, lane)
 	}
-	changed, err := b.AdvanceQueue(ctx, rules)
+	changed, err := gate.AdvanceWith(ctx, b, "r", func([]byte) gate.Rules { return rules })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -291,7 +291,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	var written []store.GitObject // the trees and commit the statement stores
 	changeID := store.NewID("chg")
 	if st.gated {
-		// The rebased tree is not kept: AdvanceQueue builds the candidate on the mainline of
+		// The rebased tree is not kept: the gate's advance builds the candidate on the mainline of
 		// the change's turn, from the edits.
 		edits, err := encodeEdits(p.Edits)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -39,22 +40,21 @@ func exitCode(result []byte) int {
 // completed with exit code 0 and an attestation passes, one completed otherwise fails, one that
 // ended otherwise is rejected (storetest's passUnlessFailed). The jobs have no unique key, so
 // that nothing but the store's serialization keeps a candidate from being validated twice.
-func speculativeRules(repository string, depth int) store.AdvanceQueueParams {
-	return store.AdvanceQueueParams{
-		Repository: repository,
-		Decide: func(_ store.Change, _ store.Revision, job store.Job, att *store.Attestation) store.Verdict {
+func speculativeRules(depth int) gate.Rules {
+	return gate.Rules{
+		Decide: func(_ store.Change, _ store.Revision, job store.Job, att *store.Attestation) gate.Verdict {
 			switch {
 			case job.State == store.JobCompleted && att != nil && exitCode(job.Result) == 0:
-				return store.Verdict{Outcome: store.VerdictPass}
+				return gate.Verdict{Outcome: gate.VerdictPass}
 			case job.State == store.JobCompleted:
-				return store.Verdict{Outcome: store.VerdictReject, Reason: "the tests failed in " + job.ID,
+				return gate.Verdict{Outcome: gate.VerdictReject, Reason: "the tests failed in " + job.ID,
 					Attestation: job.AttestationDigest}
 			case job.State.Terminal():
-				return store.Verdict{Outcome: store.VerdictReject, Reason: "validate job " + string(job.State)}
+				return gate.Verdict{Outcome: gate.VerdictReject, Reason: "validate job " + string(job.State)}
 			}
-			return store.Verdict{Outcome: store.VerdictPending}
+			return gate.Verdict{Outcome: gate.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
 		},
@@ -213,7 +213,7 @@ func TestSpeculativeAdvanceAcrossReplicas(t *testing.T) {
 		db := replicas[i%2]
 		wg.Go(func() {
 			for !done(db) && ctx.Err() == nil {
-				changed, err := db.AdvanceQueue(ctx, speculativeRules(name, depth))
+				changed, err := gate.AdvanceWith(ctx, db, name, func([]byte) gate.Rules { return speculativeRules(depth) })
 				if err != nil {
 					t.Errorf("AdvanceQueue: %v", err)
 					return

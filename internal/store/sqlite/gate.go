@@ -65,42 +65,34 @@ func (d *DB) PendingQueues(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// AdvanceQueue moves a repository's integration queue on (store.RunQueue), in one write.
-// SQLite has one writer, so the write holds the repository against every other AdvanceQueue
-// and Integrate.
-func (d *DB) AdvanceQueue(ctx context.Context, p store.AdvanceQueueParams) ([]store.Change, error) {
-	if p.Decide == nil || p.Job == nil {
-		return nil, errors.New("advance queue: Decide and Job are required")
-	}
-	op := fmt.Sprintf("advance the queue of %q", p.Repository)
-	var (
-		changed  []store.Change
-		enqueued bool
-	)
+// InQueue runs fn in one write holding repository's queue. SQLite has one writer, so the write
+// holds the repository against every other InQueue and Integrate.
+func (d *DB) InQueue(ctx context.Context, repository string, fn func(store.QueueTx) error) error {
+	op := fmt.Sprintf("advance the queue of %q", repository)
+	var enqueued bool
 	err := d.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		q := &queue{d: d, ctx: ctx, tx: tx, op: op, repository: p.Repository, now: micros(d.now())}
-		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, p.Repository).
+		q := &queue{d: d, ctx: ctx, tx: tx, op: op, repository: repository, now: micros(d.now())}
+		if err := tx.QueryRowContext(ctx, `SELECT mainline, validation FROM repositories WHERE name = ?`, repository).
 			Scan(&q.mainline, &q.validation); err != nil {
 			return interpretError(op, err)
 		}
 		q.objs = store.NewGitObjects(ctx, gitBackend{tx})
-		var err error
-		changed, enqueued, err = store.RunQueue(q, p)
-		if err != nil {
+		if err := fn(q); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
+		enqueued = q.enqueued
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if enqueued {
 		d.signal.Fire()
 	}
-	return changed, nil
+	return nil
 }
 
-// queue is one AdvanceQueue's store.QueueTx, inside its write. Every event it records is the
+// queue is one InQueue's store.QueueTx, inside its write. Every event it records is the
 // integration queue's: the server's own (store.SystemPrincipal).
 type queue struct {
 	d          *DB
@@ -112,6 +104,7 @@ type queue struct {
 	validation []byte
 	now        int64
 	objs       *store.GitObjects
+	enqueued   bool // a new job was enqueued: the job signal fires after the commit
 }
 
 func (q *queue) Mainline() string   { return q.mainline }
@@ -240,9 +233,12 @@ func (q *queue) MoveMainline(from, to string) error {
 	return nil
 }
 
-func (q *queue) Enqueue(p store.EnqueueJobParams) (store.Job, bool, error) {
+func (q *queue) Enqueue(p store.EnqueueJobParams) (store.Job, error) {
 	job, existing, err := q.d.enqueueJob(q.ctx, q.tx, p, fromMicros(q.now), systemActor)
-	return job, !existing, err
+	if err == nil && !existing {
+		q.enqueued = true
+	}
+	return job, err
 }
 
 func (q *queue) CancelJob(id string) error {

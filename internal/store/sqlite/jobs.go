@@ -75,7 +75,7 @@ func (d *DB) EnqueueJob(ctx context.Context, p store.EnqueueJobParams) (store.Jo
 	return job, existing, nil
 }
 
-// enqueueJob is EnqueueJob inside a write, which AdvanceQueue shares so that a candidate and its
+// enqueueJob is EnqueueJob inside a write, which InQueue shares so that a candidate and its
 // validate job are stored together; a new job's event names actor. A caller that gets a new job
 // (existing false) fires the job signal once the write committed.
 func (d *DB) enqueueJob(ctx context.Context, tx *sql.Tx, p store.EnqueueJobParams, now time.Time, actor store.Actor) (job store.Job, existing bool, err error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
@@ -94,20 +95,21 @@ func TestMigrationToCandidatesKeepsTheQueue(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	var decided []string
-	changed, err := db.AdvanceQueue(ctx, store.AdvanceQueueParams{
-		Repository: q.name,
-		Decide: func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
-			decided = append(decided, c.ID+" "+candidate.ID+" "+job.ID)
-			if job.State == store.JobCompleted && att != nil && string(job.Result) == `{"exit_code": 0}` {
-				return store.Verdict{Outcome: store.VerdictPass}
-			}
-			return store.Verdict{Outcome: store.VerdictPending}
-		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
-			return store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"revision":"` + candidate.ID + `"}`),
-				MaxAttempts: 1, UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
-		},
-		Depth: 4,
+	changed, err := gate.AdvanceWith(ctx, db, q.name, func([]byte) gate.Rules {
+		return gate.Rules{
+			Decide: func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) gate.Verdict {
+				decided = append(decided, c.ID+" "+candidate.ID+" "+job.ID)
+				if job.State == store.JobCompleted && att != nil && string(job.Result) == `{"exit_code": 0}` {
+					return gate.Verdict{Outcome: gate.VerdictPass}
+				}
+				return gate.Verdict{Outcome: gate.VerdictPending}
+			},
+			Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+				return store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"revision":"` + candidate.ID + `"}`),
+					MaxAttempts: 1, UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
+			},
+			Depth: 4,
+		}
 	})
 	if err != nil {
 		t.Fatalf("AdvanceQueue after the migration: %v", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -49,15 +50,15 @@ func TestABatchAnOldReplicaLandedForItsFirstChangeIsIntegratedWhole(t *testing.T
 		}
 		changes = append(changes, c)
 	}
-	params := store.AdvanceQueueParams{Repository: "web", Depth: 1, Batch: 2,
-		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) store.Verdict {
-			return store.Verdict{Outcome: store.VerdictPending}
+	rules := gate.Rules{Depth: 1, Batch: 2,
+		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) gate.Verdict {
+			return gate.Verdict{Outcome: gate.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ []byte, _ string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
 			return store.EnqueueJobParams{Kind: "validate", MaxAttempts: 1, EnqueuedBy: "alice"}
 		},
 	}
-	built, err := db.AdvanceQueue(ctx, params)
+	built, err := gate.AdvanceWith(ctx, db, "web", func([]byte) gate.Rules { return rules })
 	if err != nil || len(built) != 2 || built[0].CandidateID != built[1].CandidateID {
 		t.Fatalf("AdvanceQueue = %v, %v; want both changes in one batch", built, err)
 	}
@@ -89,7 +90,7 @@ func TestABatchAnOldReplicaLandedForItsFirstChangeIsIntegratedWhole(t *testing.T
 		t.Fatal(err)
 	}
 	defer db.Close()
-	got, err := db.AdvanceQueue(ctx, params)
+	got, err := gate.AdvanceWith(ctx, db, "web", func([]byte) gate.Rules { return rules })
 	if err != nil {
 		t.Fatal(err)
 	}

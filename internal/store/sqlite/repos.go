@@ -321,7 +321,7 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 
 // Integrate checks the edited paths' leases and rebases the edits onto the mainline, all in one
 // write. Without a validation policy it moves the mainline to the result; with one it queues the
-// change with its edits, and AdvanceQueue takes it from there.
+// change with its edits, and the gate's advance (InQueue) takes it from there.
 func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Change, error) {
 	paths, err := json.Marshal(nonNil(p.Paths))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/ag-coord/ag/internal/clock"
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -845,7 +846,7 @@ var auditCases = []auditCase{
 		c := b.queuedChange(t)
 		g := newGate()
 		v := b.advance(t, g, "web", step{c.ID, store.ChangeValidating})[0]
-		g.setVerdict(verdictOf(store.VerdictReject, "tests failed: 3 of 120"))
+		g.setVerdict(verdictOf(gate.VerdictReject, "tests failed: 3 of 120"))
 		b.markLog(t)
 		b.advance(t, g, "web", step{c.ID, store.ChangeRejected})
 		return []auditWant{
@@ -857,7 +858,7 @@ var auditCases = []auditCase{
 		c := b.queuedChange(t)
 		g := newGate()
 		b.advance(t, g, "web", step{c.ID, store.ChangeValidating})
-		g.setVerdict(verdictOf(store.VerdictCancel, "validate job cancelled"))
+		g.setVerdict(verdictOf(gate.VerdictCancel, "validate job cancelled"))
 		b.markLog(t)
 		b.advance(t, g, "web", step{c.ID, store.ChangeCancelled})
 		return []auditWant{{"change.cancelled", "change/" + c.ID, system, map[string]any{"reason": "validate job cancelled"}}}
@@ -886,7 +887,7 @@ var auditCases = []auditCase{
 		g := newGate()
 		g.depth, g.batch = 2, 2
 		batch := b.advance(t, g, "web", step{first.ID, store.ChangeValidating}, step{second.ID, store.ChangeValidating})[0]
-		g.setVerdict(verdictOf(store.VerdictReject, "tests failed"))
+		g.setVerdict(verdictOf(gate.VerdictReject, "tests failed"))
 		b.markLog(t)
 		got := b.advance(t, g, "web", step{first.ID, store.ChangeQueued}, step{second.ID, store.ChangeQueued},
 			step{first.ID, store.ChangeValidating}, step{second.ID, store.ChangeValidating})
@@ -981,7 +982,7 @@ type refusalFixture struct {
 	unique, validate, done store.Job   // claimed with a unique key; claimed and asked to stop; cancelled
 	r                      store.Repository
 	held, ended            store.Lease // alice's on src/ of r; bob's on docs/, broken
-	g                      *gate       // its verdict on the validating change of "gated" is pending
+	g                      *testGate   // its verdict on the validating change of "gated" is pending
 }
 
 // setupRefusals makes what the refused requests are about, every event of it written before
@@ -1224,14 +1225,14 @@ func repoRefusals(b *abundle, f refusalFixture) []refusal {
 			return wantIs(err, store.ErrNotFound)
 		}},
 		{"AdvanceQueue while the verdict is pending", func() error {
-			changed, err := b.rs.AdvanceQueue(b.ctx, f.g.params("gated"))
+			changed, err := f.g.run(b.ctx, b.rs, "gated")
 			if err == nil && len(changed) > 0 {
 				return fmt.Errorf("changed %d changes", len(changed))
 			}
 			return err
 		}},
 		{"AdvanceQueue of an unknown repository", func() error {
-			_, err := b.rs.AdvanceQueue(b.ctx, f.g.params("nowhere"))
+			_, err := f.g.run(b.ctx, b.rs, "nowhere")
 			return wantIs(err, store.ErrNotFound)
 		}},
 	}

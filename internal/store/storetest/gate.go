@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -23,18 +25,18 @@ var (
 	policy2 = []byte(`{"command": ["go", "test", "./..."], "timeout": "300s", "env": {"CGO_ENABLED": "0"}}`)
 )
 
-// gate is the rules a test's integration gate passes to AdvanceQueue, and a record of what the
-// store called them with. Job answers validateJob; Decide answers verdict, VerdictPending while
-// it is nil.
-type gate struct {
+// testGate is the rules (gate.Rules) a test's advances run the gate's queue engine by, and a
+// record of what the engine called them with. Job answers validateJob; Decide answers verdict,
+// VerdictPending while it is nil.
+type testGate struct {
 	mu      sync.Mutex
-	verdict func(job store.Job, att *store.Attestation) store.Verdict
+	verdict func(job store.Job, att *store.Attestation) gate.Verdict
 	decided []decision
 	jobs    []jobCall
-	// depth and batch are AdvanceQueueParams' Depth and Batch.
+	// depth and batch are the rules' Depth and Batch.
 	depth, batch int
-	// lanes is AdvanceQueueParams' Lanes.
-	lanes func(validation []byte) []store.Lane
+	// lanes answers the rules' Lanes from the policy stored.
+	lanes func(validation []byte) []gate.Lane
 }
 
 type decision struct {
@@ -50,33 +52,41 @@ type jobCall struct {
 	validation []byte
 }
 
-func newGate() *gate { return &gate{} }
+func newGate() *testGate { return &testGate{} }
 
-func (g *gate) params(repository string) store.AdvanceQueueParams {
-	return store.AdvanceQueueParams{
-		Repository: repository,
-		Decide: func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) store.Verdict {
+// rules answers the rules of one advance under the policy stored, validation.
+func (g *testGate) rules(validation []byte) gate.Rules {
+	r := gate.Rules{
+		Decide: func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) gate.Verdict {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.decided = append(g.decided, decision{c, candidate, job, att})
 			if g.verdict == nil {
-				return store.Verdict{Outcome: store.VerdictPending}
+				return gate.Verdict{Outcome: gate.VerdictPending}
 			}
 			return g.verdict(job, att)
 		},
-		Job: func(c store.Change, candidate store.Revision, validation []byte, lane string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.jobs = append(g.jobs, jobCall{c, candidate, validation})
 			return validateJob(c, candidate, validation, lane)
 		},
-		Lanes: g.lanes,
 		Depth: g.depth,
 		Batch: g.batch,
 	}
+	if g.lanes != nil {
+		r.Lanes = g.lanes(validation)
+	}
+	return r
 }
 
-func (g *gate) setVerdict(v func(job store.Job, att *store.Attestation) store.Verdict) {
+// run runs one advance of repository's queue by the gate's engine under g's rules.
+func (g *testGate) run(ctx context.Context, rs store.RepoStore, repository string) ([]store.Change, error) {
+	return gate.AdvanceWith(ctx, rs, repository, g.rules)
+}
+
+func (g *testGate) setVerdict(v func(job store.Job, att *store.Attestation) gate.Verdict) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.verdict = v
@@ -84,20 +94,20 @@ func (g *gate) setVerdict(v func(job store.Job, att *store.Attestation) store.Ve
 
 // passWhenAttested is the gate's rule as a worker's outcome shows it: a completed job with an
 // attestation passes, a job that ended otherwise rejects, a running one is pending.
-func passWhenAttested(job store.Job, att *store.Attestation) store.Verdict {
+func passWhenAttested(job store.Job, att *store.Attestation) gate.Verdict {
 	switch {
 	case job.State == store.JobCompleted && att != nil:
-		return store.Verdict{Outcome: store.VerdictPass}
+		return gate.Verdict{Outcome: gate.VerdictPass}
 	case job.State.Terminal():
-		return store.Verdict{Outcome: store.VerdictReject, Reason: "validate job " + string(job.State)}
+		return gate.Verdict{Outcome: gate.VerdictReject, Reason: "validate job " + string(job.State)}
 	default:
-		return store.Verdict{Outcome: store.VerdictPending}
+		return gate.Verdict{Outcome: gate.VerdictPending}
 	}
 }
 
-func verdictOf(outcome store.VerdictOutcome, reason string) func(store.Job, *store.Attestation) store.Verdict {
-	return func(store.Job, *store.Attestation) store.Verdict {
-		return store.Verdict{Outcome: outcome, Reason: reason}
+func verdictOf(outcome gate.VerdictOutcome, reason string) func(store.Job, *store.Attestation) gate.Verdict {
+	return func(store.Job, *store.Attestation) gate.Verdict {
+		return gate.Verdict{Outcome: outcome, Reason: reason}
 	}
 }
 
@@ -159,9 +169,9 @@ func (b *rbundle) change(t *testing.T, id string) store.Change {
 
 // advance runs AdvanceQueue and fails the test unless it answers the changes want names, in
 // order, in their states; each answer that is its change's last must be what GetChange answers.
-func (b *rbundle) advance(t *testing.T, g *gate, repository string, want ...step) []store.Change {
+func (b *rbundle) advance(t *testing.T, g *testGate, repository string, want ...step) []store.Change {
 	t.Helper()
-	got, err := b.rs.AdvanceQueue(b.ctx, g.params(repository))
+	got, err := g.run(b.ctx, b.rs, repository)
 	if err != nil {
 		t.Fatalf("AdvanceQueue(%s): %v", repository, err)
 	}
@@ -430,7 +440,7 @@ func testGateRejectAndCancel(t *testing.T, newStore Factory) {
 	v1 := b.advance(t, g, "web", step{c1.ID, store.ChangeValidating})[0]
 
 	b.clk.Advance(time.Minute)
-	g.setVerdict(verdictOf(store.VerdictReject, "make test: exit status 2"))
+	g.setVerdict(verdictOf(gate.VerdictReject, "make test: exit status 2"))
 	got := b.advance(t, g, "web", step{c1.ID, store.ChangeRejected}, step{c2.ID, store.ChangeValidating})
 	want := v1
 	want.State, want.Reason, want.UpdatedAt = store.ChangeRejected, "make test: exit status 2", b.clk.Now()
@@ -447,7 +457,7 @@ func testGateRejectAndCancel(t *testing.T, newStore Factory) {
 		t.Fatalf("CancelJob: %v", err)
 	}
 	b.clk.Advance(time.Minute)
-	g.setVerdict(verdictOf(store.VerdictCancel, "the validate job was cancelled"))
+	g.setVerdict(verdictOf(gate.VerdictCancel, "the validate job was cancelled"))
 	got = b.advance(t, g, "web", step{c2.ID, store.ChangeCancelled}, step{c3.ID, store.ChangeValidating})
 	want = v2
 	want.State, want.Reason, want.UpdatedAt = store.ChangeCancelled, "the validate job was cancelled", b.clk.Now()
@@ -599,7 +609,7 @@ func testGatePendingQueues(t *testing.T, newStore Factory) {
 	queueOne("api")
 	queueOne("docs")
 	done := queueOne("done")
-	g.setVerdict(verdictOf(store.VerdictReject, "no"))
+	g.setVerdict(verdictOf(gate.VerdictReject, "no"))
 	b.advance(t, g, "done", step{done.ID, store.ChangeValidating})
 	b.advance(t, g, "done", step{done.ID, store.ChangeRejected})
 	b.advance(t, g, "idle")
@@ -609,7 +619,7 @@ func testGatePendingQueues(t *testing.T, newStore Factory) {
 	if err != nil || !slices.Equal(pending, []string{"api", "web"}) {
 		t.Fatalf("PendingQueues = %v, %v; want [api web]", pending, err)
 	}
-	_, err = b.rs.AdvanceQueue(b.ctx, g.params("nope"))
+	_, err = g.run(b.ctx, b.rs, "nope")
 	wantErr(t, "AdvanceQueue of an unknown repository", err, store.ErrNotFound)
 }
 
@@ -748,7 +758,7 @@ func testGateConcurrentOrder(t *testing.T, newStore Factory) {
 		wg.Go(func() {
 			for !stopped() {
 				signal := b.st.JobSignal()
-				got, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+				got, err := g.run(b.ctx, b.rs, "web")
 				if err != nil {
 					fail("AdvanceQueue: %v", err)
 					return
@@ -880,5 +890,81 @@ func checkIntegratedInQueueOrder(t *testing.T, b *rbundle, r store.Repository, i
 	assertTree(t, "the final mainline", b.mainlineTree(t, "web"), treeOf(files))
 	if pending, err := b.rs.PendingQueues(b.ctx); err != nil || len(pending) != 0 {
 		t.Fatalf("PendingQueues = %v, %v; want none", pending, err)
+	}
+}
+
+// testInQueue drives the queue transaction's data operations directly, as no engine would: what
+// fn did is kept only when it answers nil, the job signal fires only after the commit, and an
+// unknown repository is not found before fn runs.
+func testInQueue(t *testing.T, newStore Factory) {
+	b := setupAudit(t, newStore)
+	r := b.createPolicyRepo(t, "web")
+	l := b.acquire(t, "web", alice, time.Hour, "src/")
+	c := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "a")))
+	b.markLog(t)
+	signal := b.st.JobSignal()
+
+	refusal := errors.New("the engine gave up")
+	var seen []store.Change
+	err := b.rs.InQueue(b.ctx, "web", func(tx store.QueueTx) error {
+		if tx.Mainline() != r.Mainline || !jsonEqual(tx.Validation(), policy) {
+			return fmt.Errorf("InQueue's transaction starts from %s and %s, want %s and the policy", tx.Mainline(), tx.Validation(), r.Mainline)
+		}
+		var err error
+		if seen, err = tx.Pending(10); err != nil {
+			return err
+		}
+		job, err := tx.Enqueue(store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{}`), MaxAttempts: 1, EnqueuedBy: "gate"})
+		if err != nil {
+			return err
+		}
+		moved := seen[0]
+		moved.State, moved.JobID = store.ChangeValidating, job.ID
+		if _, err := tx.SetChange(moved, store.ChangeQueued); err != nil {
+			return err
+		}
+		tx.Record("change.validating", "change/"+c.ID, map[string]any{"job": job.ID})
+		return refusal
+	})
+	if !errors.Is(err, refusal) {
+		t.Fatalf("InQueue whose fn failed = %v, want fn's error", err)
+	}
+	if len(seen) != 1 || seen[0].ID != c.ID || seen[0].State != store.ChangeQueued {
+		t.Fatalf("Pending in InQueue answered %+v, want the queued change %s", seen, c.ID)
+	}
+	if got := b.change(t, c.ID); got.State != store.ChangeQueued || got.JobID != "" {
+		t.Fatalf("after an InQueue whose fn failed the change is %s with job %q, want it queued as it was", got.State, got.JobID)
+	}
+	if jobs, _ := b.listAll(t, store.ListJobsParams{Limit: 10}); len(jobs) != 0 {
+		t.Fatalf("after an InQueue whose fn failed ListJobs answers %d jobs, want none", len(jobs))
+	}
+	select {
+	case <-signal:
+		t.Fatal("the job signal fired for a job whose transaction was rolled back")
+	default:
+	}
+	b.sealAll(t)
+	if size := b.size(t); size != b.mark {
+		t.Fatalf("an InQueue whose fn failed left %d audit events, want none", size-b.mark)
+	}
+
+	err = b.rs.InQueue(b.ctx, "web", func(tx store.QueueTx) error {
+		_, err := tx.Enqueue(store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{}`), MaxAttempts: 1, EnqueuedBy: "gate"})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InQueue: %v", err)
+	}
+	select {
+	case <-signal:
+	case <-time.After(signalDeadline):
+		t.Fatal("the job signal did not fire after an InQueue that enqueued a job committed")
+	}
+
+	called := false
+	err = b.rs.InQueue(b.ctx, "nowhere", func(store.QueueTx) error { called = true; return nil })
+	wantErr(t, "InQueue of an unknown repository", err, store.ErrNotFound)
+	if called {
+		t.Fatal("InQueue of an unknown repository ran fn")
 	}
 }

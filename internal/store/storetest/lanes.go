@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -14,7 +15,7 @@ import (
 // of the tree and do not wait for other lanes' changes; a change outside every lane waits for
 // them all, and they for it.
 
-var testLanes = []store.Lane{{Name: "web", Prefixes: []string{"web/"}}, {Name: "api", Prefixes: []string{"api/", "cmd/api.go"}}}
+var testLanes = []gate.Lane{{Name: "web", Prefixes: []string{"web/"}}, {Name: "api", Prefixes: []string{"api/", "cmd/api.go"}}}
 
 // laneFiles is the mainline the lane tests start from: each lane's files and one of no lane's.
 var laneFiles = map[string]string{"web/index.html": "<p>hi</p>", "api/main.go": "package api", "cmd/api.go": "package main",
@@ -34,10 +35,10 @@ func (b *rbundle) laneRepo(t *testing.T, name string) (store.Repository, store.L
 	return b.setValidation(t, name, policy), l
 }
 
-func laneGate(depth int) *gate {
+func laneGate(depth int) *testGate {
 	g := newGate()
 	g.depth = depth
-	g.lanes = func([]byte) []store.Lane { return testLanes }
+	g.lanes = func([]byte) []gate.Lane { return testLanes }
 	g.setVerdict(passUnlessFailed)
 	return g
 }
@@ -178,7 +179,7 @@ func testLanesWaitForAChangeOfNoLane(t *testing.T, newStore Factory) {
 	got = b.advance(t, g, "shop", step{root.ID, store.ChangeValidating}, step{a1.ID, store.ChangeValidating})
 	whole := without(laneFiles, nil, "web/index.html", "<p>one</p>", "go.mod", "module shop // two")
 	b.wantCandidate(t, got[0], got[0].CandidateRevision, b.change(t, w1.ID).IntegratedRevision, whole)
-	if lane := b.laneOfJob(t, got[0].JobID); lane != store.RootLane {
+	if lane := b.laneOfJob(t, got[0].JobID); lane != gate.RootLane {
 		t.Fatalf("the change of no lane was validated in lane %q, want the whole tree's", lane)
 	}
 	b.wantCandidate(t, got[1], got[1].CandidateRevision,
@@ -205,11 +206,11 @@ func testLanesChangedSupersedeTheirCandidates(t *testing.T, newStore Factory) {
 	w1 := b.laneChange(t, r, l, "web/index.html", "<p>one</p>")
 	b.advance(t, g, "shop", step{w1.ID, store.ChangeValidating})
 	// The web lane goes: its change is validated on the whole tree now.
-	g.lanes = func([]byte) []store.Lane { return testLanes[1:] }
+	g.lanes = func([]byte) []gate.Lane { return testLanes[1:] }
 	got := b.advance(t, g, "shop", step{w1.ID, store.ChangeQueued}, step{w1.ID, store.ChangeValidating})
 	h := b.history(t, w1.ID)
 	if len(h) != 2 || h[0].State != store.CandidateSuperseded || !strings.Contains(h[0].Reason, "lanes changed") ||
-		h[0].Lane != "web" || h[1].Lane != store.RootLane {
+		h[0].Lane != "web" || h[1].Lane != gate.RootLane {
 		t.Fatalf("history after the lanes changed: %+v; want the web candidate superseded for it, then one on the whole tree", h)
 	}
 	b.wantCandidate(t, got[1], got[1].CandidateRevision, r.Mainline, without(laneFiles, nil, "web/index.html", "<p>one</p>"))
@@ -230,8 +231,8 @@ func testLanesRemovedBetweenABatch(t *testing.T, newStore Factory) {
 	}
 	// The api lane goes: its change is one of no lane now, between the web batch's two changes.
 	// The batch is built again, its first change alone in front of the api change.
-	g.lanes = func([]byte) []store.Lane { return testLanes[:1] }
-	moved, err := b.rs.AdvanceQueue(b.ctx, g.params("shop"))
+	g.lanes = func([]byte) []gate.Lane { return testLanes[:1] }
+	moved, err := g.run(b.ctx, b.rs, "shop")
 	if err != nil {
 		t.Fatalf("AdvanceQueue after the lanes changed: %v", err)
 	}
@@ -249,7 +250,7 @@ func testLanesRemovedBetweenABatch(t *testing.T, newStore Factory) {
 		for id := range run.claimed {
 			run.finish(t, id, true)
 		}
-		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("shop")); err != nil {
+		if _, err := g.run(b.ctx, b.rs, "shop"); err != nil {
 			t.Fatalf("AdvanceQueue after the lanes changed: %v", err)
 		}
 	}
@@ -272,8 +273,8 @@ func testLaneChangeThatNoLongerAppliesIsRejected(t *testing.T, newStore Factory)
 	r = b.setValidation(t, "shop", policy)
 	g := newGate()
 	g.depth = 4
-	g.lanes = func([]byte) []store.Lane {
-		return []store.Lane{{Name: "x", Prefixes: []string{"a"}}, {Name: "y", Prefixes: []string{"a/"}}}
+	g.lanes = func([]byte) []gate.Lane {
+		return []gate.Lane{{Name: "x", Prefixes: []string{"a"}}, {Name: "y", Prefixes: []string{"a/"}}}
 	}
 	g.setVerdict(passUnlessFailed)
 	x := b.laneChange(t, r, l, "a", "file a")

@@ -14,6 +14,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
@@ -455,20 +456,21 @@ func AdvanceMigratedQueue(t *testing.T, s store.Store, lc LegacyContent) {
 	t.Helper()
 	ctx := context.Background()
 	var validation []byte
-	changed, err := s.AdvanceQueue(ctx, store.AdvanceQueueParams{
-		Repository: lc.gated.Name,
-		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) store.Verdict {
-			return store.Verdict{Outcome: store.VerdictPending}
-		},
-		Job: func(c store.Change, candidate store.Revision, v []byte, _ string) store.EnqueueJobParams {
-			validation = bytes.Clone(v)
-			payload, err := json.Marshal(map[string]string{"change_id": c.ID, "revision": candidate.ID, "git_tree": candidate.GitTree})
-			if err != nil {
-				panic(err)
-			}
-			return store.EnqueueJobParams{Kind: "validate", Payload: payload, Priority: 10, MaxAttempts: 2,
-				UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
-		},
+	changed, err := gate.AdvanceWith(ctx, s, lc.gated.Name, func(v []byte) gate.Rules {
+		return gate.Rules{
+			Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) gate.Verdict {
+				return gate.Verdict{Outcome: gate.VerdictPending}
+			},
+			Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+				validation = bytes.Clone(v)
+				payload, err := json.Marshal(map[string]string{"change_id": c.ID, "revision": candidate.ID, "git_tree": candidate.GitTree})
+				if err != nil {
+					panic(err)
+				}
+				return store.EnqueueJobParams{Kind: "validate", Payload: payload, Priority: 10, MaxAttempts: 2,
+					UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
+			},
+		}
 	})
 	if err != nil {
 		t.Fatalf("AdvanceQueue(%s) after the migration: %v", lc.gated.Name, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -31,7 +32,7 @@ func testQueueModel(t *testing.T, newStore Factory) {
 	}
 }
 
-var modelLanes = []store.Lane{{Name: "a", Prefixes: []string{"src/a/"}}, {Name: "b", Prefixes: []string{"src/b/"}}}
+var modelLanes = []gate.Lane{{Name: "a", Prefixes: []string{"src/a/"}}, {Name: "b", Prefixes: []string{"src/b/"}}}
 
 func queueModelRun(t *testing.T, newStore Factory, seed uint64, lanes bool) {
 	t.Parallel()
@@ -52,7 +53,7 @@ type queueModel struct {
 	b     *rbundle
 	r     store.Repository
 	l     store.Lease
-	g     *gate
+	g     *testGate
 	// From seed 10 the lanes come and go: the order promise is then checked only by the
 	// lanes' rules of the moment, which the model does not replay, but every other one holds.
 	toggles     bool
@@ -82,7 +83,7 @@ func newQueueModel(t *testing.T, newStore Factory, seed uint64, lanes bool) *que
 	q.toggles = lanes && seed >= 10
 	q.lanesOn = lanes
 	if lanes {
-		q.g.lanes = func([]byte) []store.Lane {
+		q.g.lanes = func([]byte) []gate.Lane {
 			if q.lanesOn {
 				return modelLanes
 			}
@@ -170,7 +171,7 @@ func (q *queueModel) integrateRandom() {
 		for _, e := range edits {
 			paths = append(paths, e.path)
 		}
-		x.lane = store.LaneOf(modelLanes, paths)
+		x.lane = gate.LaneOf(modelLanes, paths)
 	}
 	p := integrateParams(q.r.Name, m, alice, []uint64{q.l.FencingToken}, edits...)
 	c, err := b.rs.Integrate(b.ctx, p)
@@ -213,7 +214,7 @@ func (q *queueModel) finish(id string) {
 
 func (q *queueModel) advance() {
 	q.g.depth, q.g.batch = 1+q.rng.IntN(4), 1+q.rng.IntN(4)
-	if _, err := q.b.rs.AdvanceQueue(q.b.ctx, q.g.params("web")); err != nil {
+	if _, err := q.g.run(q.b.ctx, q.b.rs, "web"); err != nil {
 		q.t.Fatalf("seed %d: AdvanceQueue: %v", q.seed, err)
 	}
 }
@@ -287,7 +288,7 @@ func (q *queueModel) check(round int) {
 func (q *queueModel) checkNoneAheadPending(round, i int, now []store.Change, pos map[string]int, p int) {
 	x := q.all[i]
 	for j, y := range q.all[:i] {
-		if q.toggles || y.lane != x.lane && y.lane != store.RootLane && x.lane != store.RootLane {
+		if q.toggles || y.lane != x.lane && y.lane != gate.RootLane && x.lane != gate.RootLane {
 			continue // lanes do not wait for each other
 		}
 		if d := now[j]; d.State == store.ChangeIntegrated && pos[d.IntegratedRevision] > p ||
@@ -309,8 +310,8 @@ func (q *queueModel) checkLandedAsValidated(round, i int, c store.Change) {
 	if h[len(h)-1].State != store.CandidateLanded || !q.toggles && lane != x.lane {
 		t.Fatalf("seed %d round %d: change %d (lane %q) integrated, its last candidate %+v", seed, round, i, x.lane, h[len(h)-1])
 	}
-	hidden := store.LaneHidden(modelLanes, lane)
-	if lane == store.RootLane {
+	hidden := gate.LaneHidden(modelLanes, lane)
+	if lane == gate.RootLane {
 		hidden = nil
 	}
 	view := slices.DeleteFunc(slices.Clone(landed.Tree), func(e repo.Entry) bool {
@@ -357,7 +358,7 @@ func (q *queueModel) checkDrained() {
 		if !c.State.Terminal() {
 			t.Fatalf("seed %d: change %d still %s after draining", seed, i, c.State)
 		}
-		if c.State != store.ChangeIntegrated || c.AttestationDigest == "" || x.lane == store.RootLane {
+		if c.State != store.ChangeIntegrated || c.AttestationDigest == "" || x.lane == gate.RootLane {
 			continue
 		}
 		laneLandings++

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -14,16 +15,16 @@ import (
 
 // passUnlessFailed is the gate's rule as a worker's outcome shows it: a job completed with exit
 // code 0 and an attestation passes, one completed otherwise fails, a running one is pending.
-func passUnlessFailed(job store.Job, att *store.Attestation) store.Verdict {
+func passUnlessFailed(job store.Job, att *store.Attestation) gate.Verdict {
 	switch {
 	case job.State == store.JobCompleted && att != nil && string(job.Result) == `{"exit_code": 0}`:
-		return store.Verdict{Outcome: store.VerdictPass}
+		return gate.Verdict{Outcome: gate.VerdictPass}
 	case job.State == store.JobCompleted:
-		return store.Verdict{Outcome: store.VerdictReject, Reason: "the tests failed in " + job.ID, Attestation: job.AttestationDigest}
+		return gate.Verdict{Outcome: gate.VerdictReject, Reason: "the tests failed in " + job.ID, Attestation: job.AttestationDigest}
 	case job.State.Terminal():
-		return store.Verdict{Outcome: store.VerdictReject, Reason: "validate job " + string(job.State)}
+		return gate.Verdict{Outcome: gate.VerdictReject, Reason: "validate job " + string(job.State)}
 	default:
-		return store.Verdict{Outcome: store.VerdictPending}
+		return gate.Verdict{Outcome: gate.VerdictPending}
 	}
 }
 
@@ -254,7 +255,7 @@ func testSpeculationBatchFindsTheCulprit(t *testing.T, newStore Factory) {
 		if round > 20 {
 			t.Fatal("the queue did not settle in 20 rounds")
 		}
-		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+		if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 			t.Fatalf("AdvanceQueue: %v", err)
 		}
 		run.claimAll(t)
@@ -322,7 +323,7 @@ func testSpeculationCancelledBatchJob(t *testing.T, newStore Factory) {
 
 	// The batch's job was enqueued for its last change; whoever cancels it cancels that change
 	// only: the others are someone else's, and are validated again, without it.
-	g.setVerdict(verdictOf(store.VerdictCancel, "the validate job was cancelled"))
+	g.setVerdict(verdictOf(gate.VerdictCancel, "the validate job was cancelled"))
 	got := b.advance(t, g, "web", step{cs[0].ID, store.ChangeQueued}, step{cs[1].ID, store.ChangeQueued},
 		step{cs[2].ID, store.ChangeCancelled}, step{cs[0].ID, store.ChangeValidating}, step{cs[1].ID, store.ChangeValidating})
 	if got[3].CandidateID != got[4].CandidateID || got[3].CandidateID == batch[0].CandidateID {
@@ -394,7 +395,7 @@ func testSpeculationLiveCandidatesAreBounded(t *testing.T, newStore Factory) {
 				run.finish(t, id, true)
 			}
 		}
-		if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+		if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 			t.Fatalf("AdvanceQueue: %v", err)
 		}
 	}
@@ -402,7 +403,7 @@ func testSpeculationLiveCandidatesAreBounded(t *testing.T, newStore Factory) {
 		t.Fatalf("%d live candidates behind a slow one at depth 2, want 4 (twice the depth)", len(live))
 	}
 	run.finish(t, front, false)
-	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+	if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 		t.Fatalf("AdvanceQueue: %v", err)
 	}
 	superseded := 0
@@ -441,7 +442,7 @@ func testSpeculationAFailedBatchBehindAPendingOneWaits(t *testing.T, newStore Fa
 	// The first fails too: it is split, its halves validating one on the other; the second,
 	// built on it, is superseded, whole, to be built again behind them.
 	run.finish(t, got[0].JobID, false)
-	moved, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+	moved, err := g.run(b.ctx, b.rs, "web")
 	if err != nil {
 		t.Fatalf("AdvanceQueue: %v", err)
 	}
@@ -468,16 +469,11 @@ func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
 	r := b.createPolicyRepo(t, "web")
 	g := newGate()
 	g.setVerdict(passUnlessFailed)
-	shape := [2]int{20, 60} // 19 batches of 60, reaching past the window of depth 1
-	params := func() store.AdvanceQueueParams {
-		p := g.params("web")
-		p.Shape = func([]byte) (int, int) { return shape[0], shape[1] }
-		return p
-	}
-	const n = store.QueueWindow + 76
+	g.depth, g.batch = 20, 60 // 19 batches of 60, reaching past the window of depth 1
+	const n = gate.QueueWindow + 76
 	cs := b.queueDisjoint(t, r, n)
-	for range n/store.BuildBudget + 1 { // each advance builds a part
-		if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
+	for range n/gate.BuildBudget + 1 { // each advance builds a part
+		if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 			t.Fatalf("AdvanceQueue: %v", err)
 		}
 	}
@@ -491,9 +487,9 @@ func testSpeculationAWindowNeverCutsACandidate(t *testing.T, newStore Factory) {
 	}
 	// The workers went away: the depth falls to 1, and with it what one advance reads, which
 	// now ends inside a batch. That batch is left whole for a later advance.
-	shape = [2]int{1, 1}
+	g.depth, g.batch = 1, 1
 	for range 3 {
-		if _, err := b.rs.AdvanceQueue(b.ctx, params()); err != nil {
+		if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 			t.Fatalf("AdvanceQueue: %v", err)
 		}
 	}
@@ -514,14 +510,14 @@ func testSpeculationAnAdvanceBuildsABoundedPart(t *testing.T, newStore Factory) 
 	r := b.createPolicyRepo(t, "web")
 	g := newGate()
 	g.depth, g.batch = 64, 8
-	cs := b.queueDisjoint(t, r, store.BuildBudget+40)
+	cs := b.queueDisjoint(t, r, gate.BuildBudget+40)
 	// The advance holds the repository: it builds at most BuildBudget changes, and the next
 	// one builds on.
-	first, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
-	if err != nil || len(first) != store.BuildBudget {
-		t.Fatalf("the first advance moved %d changes (%v), want %d", len(first), err, store.BuildBudget)
+	first, err := g.run(b.ctx, b.rs, "web")
+	if err != nil || len(first) != gate.BuildBudget {
+		t.Fatalf("the first advance moved %d changes (%v), want %d", len(first), err, gate.BuildBudget)
 	}
-	second, err := b.rs.AdvanceQueue(b.ctx, g.params("web"))
+	second, err := g.run(b.ctx, b.rs, "web")
 	if err != nil || len(second) != 40 {
 		t.Fatalf("the second advance moved %d changes (%v), want the 40 left", len(second), err)
 	}
@@ -550,7 +546,7 @@ func testSpeculationABatchGrowsOnlyWithWhatAppliesOnIt(t *testing.T, newStore Fa
 	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/0.go", "y")))
 	b.clk.Set(b.clk.Now().Add(-time.Second))
 	for range 3 {
-		if changed, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil || len(changed) != 0 {
+		if changed, err := g.run(b.ctx, b.rs, "web"); err != nil || len(changed) != 0 {
 			t.Fatalf("AdvanceQueue = %d changes (%v), want none: the batch cannot grow", len(changed), err)
 		}
 	}
@@ -567,7 +563,7 @@ func testSpeculationABatchBeyondTheDepthDoesNotGrow(t *testing.T, newStore Facto
 	b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/a2.go", "a")))
 	second := b.queue(t, integrateParams("web", r.Mainline, alice, tokens, put("src/b.go", "b")))
 	b.clk.Advance(time.Second)
-	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil { // [a a2], then [b] on it
+	if _, err := g.run(b.ctx, b.rs, "web"); err != nil { // [a a2], then [b] on it
 		t.Fatalf("AdvanceQueue: %v", err)
 	}
 	b.clk.Advance(time.Second)
@@ -576,7 +572,7 @@ func testSpeculationABatchBeyondTheDepthDoesNotGrow(t *testing.T, newStore Facto
 	// This replica sees one worker: [b] is beyond its depth, and is not taken apart to grow,
 	// since it could not be built again here.
 	g.depth = 1
-	if _, err := b.rs.AdvanceQueue(b.ctx, g.params("web")); err != nil {
+	if _, err := g.run(b.ctx, b.rs, "web"); err != nil {
 		t.Fatalf("AdvanceQueue: %v", err)
 	}
 	if got := b.change(t, second.ID); got.State != store.ChangeValidating {

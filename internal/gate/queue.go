@@ -1,6 +1,8 @@
-package store
+package gate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
 )
 
 // QueueWindow bounds how many pending changes one advance reads (more when depth × batch needs
@@ -15,61 +18,66 @@ import (
 // and the rest waits for the advances that follow.
 const QueueWindow = 1024
 
-// QueueTx is one AdvanceQueue transaction of a backend: it holds the repository against every
-// other AdvanceQueue and Integrate, and RunQueue runs the queue's rules through it, so that the
-// rules are written once for every store.
-type QueueTx interface {
-	// Mainline answers the repository's mainline revision id, as MoveMainline left it.
-	Mainline() string
-	// Validation answers the repository's validation policy as stored, nil for none.
-	Validation() []byte
-	// Pending answers up to limit QUEUED and VALIDATING changes, oldest first.
-	Pending(limit int) ([]Change, error)
-	// Live answers the repository's live candidates (Changes need not be filled in).
-	Live() ([]Candidate, error)
-	Revision(id string) (Revision, error)
-	// Job answers a job and the attestation its completion stored, or nil.
-	Job(id string) (Job, *Attestation, error)
-	// Edits answers the edits and lease tokens a change was integrated with.
-	Edits(changeID string) ([]repo.FileEdit, []uint64, error)
-	// Rebase applies edits made on base to the git tree onto (RebaseGit), keeping what it
-	// writes for StoreRevision.
-	Rebase(base Revision, onto plumbing.Hash, edits []repo.FileEdit) (plumbing.Hash, error)
-	// Project answers the git tree tree without the paths hidden (gitstore.Prune), keeping what
-	// it writes for StoreRevision.
-	Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, error)
-	// StoreRevision stores the git objects written so far and a revision of tree on parent;
-	// with commit, also the mainline commit on parent's.
-	StoreRevision(parent Revision, tree plumbing.Hash, changeID, author string, commit *CommitInfo) (Revision, error)
-	// WriteCommit gives rev, which the mainline just moved to, its mainline commit on parent's,
-	// and answers the commit's id.
-	WriteCommit(rev, parent Revision, c CommitInfo) (string, error)
-	// MoveMainline is the compare-and-swap of the mainline; a miss is an error, since the
-	// repository is held.
-	MoveMainline(from, to string) error
-	// Enqueue enqueues a job as the server, and reports whether it is new.
-	Enqueue(p EnqueueJobParams) (Job, bool, error)
-	// CancelJob cancels a queued job and asks a claimed one's worker to stop, as the server;
-	// a job that ended already is left alone.
-	CancelJob(id string) error
-	// InsertCandidate stores a new candidate with its changes.
-	InsertCandidate(c Candidate) error
-	// SetCandidate writes c's state, attestation and reason; it must still be in state from.
-	SetCandidate(c Candidate, from CandidateState) error
-	// SetChange writes c's state, revisions, job, attestation, reason, candidate and batch
-	// limit; it must still be in state from. It answers the change as stored.
-	SetChange(c Change, from ChangeState) (Change, error)
-	// Record records an event of the server's own.
-	Record(action, subject string, details map[string]any)
-}
-
 // BuildBudget bounds the changes one advance builds into candidates: the advance holds the
 // repository (on SQLite, every write), and a deep queue of large batches is built over several.
 // An advance that changed something is followed by another (the gate's), which builds on.
 const BuildBudget = 256
 
-// RunQueue moves a repository's integration queue on (AdvanceQueue's rules) through tx, and
-// answers the changes whose state changed, in order, and whether it enqueued a job.
+// Verdict is what Rules.Decide makes of a candidate's validation.
+type Verdict struct {
+	Outcome VerdictOutcome
+	Reason  string // for VerdictReject and VerdictCancel
+	// Attestation is, for a VerdictReject, the digest of the signed FAILED attestation of
+	// exactly this candidate that the rejection rests on; empty when there is none.
+	Attestation string
+}
+
+// VerdictOutcome is the kind of a Verdict.
+type VerdictOutcome int
+
+// The outcomes of a Verdict.
+const (
+	VerdictPending VerdictOutcome = iota // the validation is still running
+	VerdictPass                          // a passing, verified attestation for exactly the candidate's tree
+	VerdictReject                        // the validation failed, or could not run
+	VerdictCancel                        // the validation job was cancelled
+)
+
+// Rules are what one advance decides by. The gate reads them from the repository's policy, once
+// per advance (Gate.Advance); a test gives its own.
+type Rules struct {
+	// Decide settles a candidate from its job, c being its last change. att is nil when the job
+	// holds no attestation.
+	Decide func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) Verdict
+	// Job answers the validate job to enqueue for a candidate: c is its last change, lane the
+	// policy lane it validates.
+	Job func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams
+	// Lanes are the policy's lanes (ADR-0024); only their names and prefixes count here.
+	Lanes []Lane
+	// Depth bounds the candidates validating at once (0 or 1: one at a time).
+	Depth int
+	// Batch bounds the changes one candidate validates together (0 or 1: one).
+	Batch int
+}
+
+// AdvanceWith runs one advance of repository's queue in the store's queue transaction, with the
+// rules rules answers for the policy stored (validation, nil for none), and answers the changes
+// whose state changed, in the order they changed. Unknown repository: store.ErrNotFound.
+func AdvanceWith(ctx context.Context, st store.RepoStore, repository string, rules func(validation []byte) Rules) ([]store.Change, error) {
+	var changed []store.Change
+	err := st.InQueue(ctx, repository, func(tx store.QueueTx) error {
+		var err error
+		changed, err = RunQueue(tx, rules(tx.Validation()))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return changed, nil
+}
+
+// RunQueue moves a repository's integration queue on through tx by rules r, and answers the
+// changes whose state changed, in order.
 //
 // It walks the pending changes in queue order from the mainline, keeping the tip: the revision
 // the next candidate is built on. A live candidate must sit on the tip; one that does not was
@@ -78,42 +86,43 @@ const BuildBudget = 256
 // only the first pending one, whose parent is the mainline itself, lands or is rejected, since
 // only then is its outcome its own. A passed one behind it waits and lands with it, in order; a
 // failed one behind it waits too, and the candidates after it are rebuilt without it. Queued
-// changes are built into new candidates on the tip while fewer than p.Depth live candidates are
-// on it, p.Batch changes to a candidate.
+// changes are built into new candidates on the tip while fewer than r.Depth live candidates are
+// on it, r.Batch changes to a candidate. A change that does not apply to the mainline is
+// rejected; one that does not apply on a change ahead waits, and so does everything after it.
+// Without a policy (it was removed), the queued changes are integrated directly once no
+// candidate is ahead of them.
 //
 // With lanes (ADR-0024) the queue is walked in sections: the changes of the root lane at its
 // front on the whole tree, as above; then the changes of the lanes up to the next root lane
 // change, each lane on its own from its view of the tip, so that the changes of one lane do not
 // wait for another's; the rest waits for those to land.
-func RunQueue(tx QueueTx, p AdvanceQueueParams) ([]Change, bool, error) {
-	depth, batch := p.Depth, p.Batch
-	if p.Shape != nil {
-		depth, batch = p.Shape(tx.Validation())
+func RunQueue(tx store.QueueTx, r Rules) ([]store.Change, error) {
+	if r.Decide == nil || r.Job == nil {
+		return nil, errors.New("advance queue: Decide and Job are required")
 	}
 	// A candidate must fit well inside the window the walk reads (policies allow 64).
-	batch = min(batch, QueueWindow/4)
-	r := &queueRun{tx: tx, p: p, depth: max(depth, 1), batch: max(batch, 1), counts: map[string]laneCount{}}
-	if err := r.run(); err != nil {
-		return nil, false, err
+	batch := min(r.Batch, QueueWindow/4)
+	q := &queueRun{tx: tx, p: r, depth: max(r.Depth, 1), batch: max(batch, 1), lanes: r.Lanes, counts: map[string]laneCount{}}
+	if err := q.run(); err != nil {
+		return nil, err
 	}
-	return r.changed, r.enqueued, nil
+	return q.changed, nil
 }
 
 type queueRun struct {
-	tx           QueueTx
-	p            AdvanceQueueParams
+	tx           store.QueueTx
+	p            Rules
 	depth, batch int
-	changed      []Change
-	enqueued     bool
+	changed      []store.Change
 
-	window     []Change // the part of the queue this advance reads, oldest first
-	windowFull bool     // the queue may go on past it
-	mainline   Revision
+	window     []store.Change // the part of the queue this advance reads, oldest first
+	windowFull bool           // the queue may go on past it
+	mainline   store.Revision
 	lanes      []Lane
 	built      int                  // changes built into candidates by this advance
 	counts     map[string]laneCount // each lane's live candidates, as its walk left them or before it
 	// candidates are the live candidates the walks have not ended, by id.
-	candidates map[string]*Candidate
+	candidates map[string]*store.Candidate
 }
 
 // laneCount is what a lane's live candidates hold: workers (validating) and what a failure
@@ -124,10 +133,10 @@ type laneCount struct{ validating, live int }
 type walk struct {
 	*queueRun
 	lane    string
-	hidden  []string // the paths the lane's view leaves out
-	pending []Change // the section's changes of the lane, in queue order
-	at      []int    // where each of pending is in the window
-	tip     Revision // for a lane, a revision of its view
+	hidden  []string       // the paths the lane's view leaves out
+	pending []store.Change // the section's changes of the lane, in queue order
+	at      []int          // where each of pending is in the window
+	tip     store.Revision // for a lane, a revision of its view
 	// virtual is set while tip is the lane's view of a revision (tip.ID), not a stored revision
 	// of its own: the first candidate built on it stores it.
 	virtual bool
@@ -152,9 +161,6 @@ func (r *queueRun) run() error {
 	if r.mainline, err = r.tx.Revision(r.tx.Mainline()); err != nil {
 		return fmt.Errorf("the mainline: %w", err)
 	}
-	if r.p.Lanes != nil {
-		r.lanes = r.p.Lanes(r.tx.Validation())
-	}
 	size := max(QueueWindow, 2*r.depth*r.batch+64)
 	pending, err := r.tx.Pending(size)
 	if err != nil {
@@ -169,7 +175,7 @@ func (r *queueRun) run() error {
 	members := make(map[string][]int)
 	for i, c := range pending {
 		lanes[i] = LaneOf(r.lanes, c.Paths)
-		if c.State == ChangeValidating && c.CandidateID != "" {
+		if c.State == store.ChangeValidating && c.CandidateID != "" {
 			members[c.CandidateID] = append(members[c.CandidateID], i)
 		}
 	}
@@ -192,38 +198,8 @@ func (r *queueRun) run() error {
 		}
 		return "rest"
 	}
-	r.candidates = make(map[string]*Candidate, len(liveList))
-	for i := range liveList {
-		c := &liveList[i]
-		idx := members[c.ID]
-		switch {
-		case len(idx) == 0 && !r.windowFull:
-			// None of its changes is pending any more (written off by hand, or by a replica
-			// from before candidates): it has nothing left to decide.
-			if err := r.supersede(*c, nil, "none of its changes is waiting any more"); err != nil {
-				return err
-			}
-			continue
-		case slices.ContainsFunc(idx, func(j int) bool { return lanes[j] != c.Lane }),
-			slices.ContainsFunc(idx, func(j int) bool { return walkOf(j) != walkOf(idx[0]) }):
-			// Its changes are in another lane now, or, the lanes having changed, a change of
-			// another lane came to stand between them.
-			changes := make([]*Change, len(idx))
-			for k, j := range idx {
-				changes[k] = &pending[j]
-			}
-			if err := r.supersede(*c, changes, "the policy's lanes changed: its changes are validated in another lane now"); err != nil {
-				return err
-			}
-			continue
-		}
-		r.candidates[c.ID] = c
-		n := r.counts[c.Lane]
-		n.live++
-		if c.State == CandidateValidating {
-			n.validating++
-		}
-		r.counts[c.Lane] = n
+	if err := r.keepLive(liveList, lanes, members, walkOf); err != nil {
+		return err
 	}
 
 	// The root lane's changes at the front of the queue, on the whole tree.
@@ -246,7 +222,7 @@ func (r *queueRun) run() error {
 	}
 	for _, name := range order {
 		hidden := LaneHidden(r.lanes, name)
-		tree, err := ParseGitID(root.tip.GitTree)
+		tree, err := store.ParseGitID(root.tip.GitTree)
 		if err != nil {
 			return fmt.Errorf("revision %s: git tree: %w", root.tip.ID, err)
 		}
@@ -280,11 +256,52 @@ func (r *queueRun) run() error {
 	return rest.run()
 }
 
+// keepLive keeps the live candidates whose changes are still where they were built, counting
+// them by lane, and supersedes the others: those with no change pending any more, and those
+// whose changes the policy's lanes now put in another lane or another section of the walk.
+// lanes and members are each pending change's lane and each candidate's changes in the window.
+func (r *queueRun) keepLive(liveList []store.Candidate, lanes []string, members map[string][]int, walkOf func(int) string) error {
+	r.candidates = make(map[string]*store.Candidate, len(liveList))
+	for i := range liveList {
+		c := &liveList[i]
+		idx := members[c.ID]
+		switch {
+		case len(idx) == 0 && !r.windowFull:
+			// None of its changes is pending any more (written off by hand, or by a replica
+			// from before candidates): it has nothing left to decide.
+			if err := r.supersede(*c, nil, "none of its changes is waiting any more"); err != nil {
+				return err
+			}
+			continue
+		case slices.ContainsFunc(idx, func(j int) bool { return lanes[j] != c.Lane }),
+			slices.ContainsFunc(idx, func(j int) bool { return walkOf(j) != walkOf(idx[0]) }):
+			// Its changes are in another lane now, or, the lanes having changed, a change of
+			// another lane came to stand between them.
+			changes := make([]*store.Change, len(idx))
+			for k, j := range idx {
+				changes[k] = &r.window[j]
+			}
+			if err := r.supersede(*c, changes, "the policy's lanes changed: its changes are validated in another lane now"); err != nil {
+				return err
+			}
+			continue
+		}
+		r.candidates[c.ID] = c
+		n := r.counts[c.Lane]
+		n.live++
+		if c.State == store.CandidateValidating {
+			n.validating++
+		}
+		r.counts[c.Lane] = n
+	}
+	return nil
+}
+
 // newWalk answers the walk of the window's changes at positions in a lane, from tip, with ahead
 // changes ahead of it already; laneHead is ahead's part that is not the lane's own.
-func (r *queueRun) newWalk(lane string, hidden []string, tip Revision, ahead, laneHead int, at []int) *walk {
+func (r *queueRun) newWalk(lane string, hidden []string, tip store.Revision, ahead, laneHead int, at []int) *walk {
 	w := &walk{queueRun: r, lane: lane, hidden: hidden, tip: tip, ahead: ahead, laneHead: laneHead, at: at}
-	w.pending = make([]Change, len(at))
+	w.pending = make([]store.Change, len(at))
 	for k, i := range at {
 		w.pending[k] = r.window[i]
 	}
@@ -303,7 +320,7 @@ func (r *walk) run() error {
 	pending := r.pending
 	members := make(map[string][]int)
 	for i, c := range pending {
-		if c.State == ChangeValidating && c.CandidateID != "" {
+		if c.State == store.ChangeValidating && c.CandidateID != "" {
 			members[c.CandidateID] = append(members[c.CandidateID], i)
 		}
 	}
@@ -318,7 +335,7 @@ func (r *walk) run() error {
 			i++ // settled earlier in this walk
 			continue
 		}
-		if c.State == ChangeValidating {
+		if c.State == store.ChangeValidating {
 			cand := r.candidates[c.CandidateID]
 			idx := members[c.CandidateID]
 			n := len(idx)
@@ -370,7 +387,7 @@ func positions(from, to int) []int {
 
 // onTip reports whether a live candidate was built on the walk's tip: on the revision itself,
 // or, in a lane, on the same view of the tree.
-func (r *walk) onTip(cand *Candidate) bool {
+func (r *walk) onTip(cand *store.Candidate) bool {
 	if cand.Lane != r.lane {
 		return false
 	}
@@ -381,7 +398,7 @@ func (r *walk) onTip(cand *Candidate) bool {
 }
 
 // requeue supersedes the stale candidate of pending[i] and queues its changes again in place.
-func (r *walk) requeue(pending []Change, i int, cand *Candidate, idx []int) error {
+func (r *walk) requeue(pending []store.Change, i int, cand *store.Candidate, idx []int) error {
 	if cand == nil || !slices.Contains(idx, i) {
 		// A VALIDATING change without a live candidate of its own: a queue from before
 		// candidates, or an inconsistency; either way it is built again.
@@ -394,7 +411,7 @@ func (r *walk) requeue(pending []Change, i int, cand *Candidate, idx []int) erro
 	case why == "":
 		why = "it was built on revision " + cand.ParentRevision + ", which is no longer what is ahead of it"
 	}
-	changes := make([]*Change, len(idx))
+	changes := make([]*store.Change, len(idx))
 	for k, j := range idx {
 		changes[k] = &pending[j]
 	}
@@ -403,9 +420,9 @@ func (r *walk) requeue(pending []Change, i int, cand *Candidate, idx []int) erro
 
 // supersede ends a live candidate whose tree is no longer the one its changes would land as,
 // cancels its job, and queues its changes again.
-func (r *queueRun) supersede(c Candidate, changes []*Change, why string) error {
+func (r *queueRun) supersede(c store.Candidate, changes []*store.Change, why string) error {
 	from := c.State
-	c.State, c.Reason = CandidateSuperseded, why
+	c.State, c.Reason = store.CandidateSuperseded, why
 	if err := r.tx.SetCandidate(c, from); err != nil {
 		return err
 	}
@@ -422,13 +439,13 @@ func (r *queueRun) supersede(c Candidate, changes []*Change, why string) error {
 	return nil
 }
 
-func (r *queueRun) requeueChange(c *Change, why string) error {
-	c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeQueued, "", "", ""
-	return r.set(c, ChangeValidating, "change.requeued", map[string]any{"reason": why})
+func (r *queueRun) requeueChange(c *store.Change, why string) error {
+	c.State, c.CandidateRevision, c.JobID, c.CandidateID = store.ChangeQueued, "", "", ""
+	return r.set(c, store.ChangeValidating, "change.requeued", map[string]any{"reason": why})
 }
 
 // set stores a change's move from state from and records its event.
-func (r *queueRun) set(c *Change, from ChangeState, action string, det map[string]any) error {
+func (r *queueRun) set(c *store.Change, from store.ChangeState, action string, det map[string]any) error {
 	stored, err := r.tx.SetChange(*c, from)
 	if err != nil {
 		return err
@@ -442,7 +459,7 @@ func (r *queueRun) set(c *Change, from ChangeState, action string, det map[strin
 // settle decides the live candidate of group, its changes, the pending ones from index i, when
 // its validation settled, and lands, rejects, splits or keeps it; it answers where the walk goes
 // on.
-func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
+func (r *walk) settle(group []store.Change, i int, cand *store.Candidate) (int, error) {
 	n := len(group)
 	cand.Changes = make([]string, n)
 	for j, c := range group {
@@ -453,7 +470,7 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("candidate %s: %w", cand.ID, err)
 	}
-	if cand.State == CandidateValidating {
+	if cand.State == store.CandidateValidating {
 		job, att, err := r.tx.Job(cand.JobID)
 		if err != nil {
 			return 0, fmt.Errorf("candidate %s: %w", cand.ID, err)
@@ -462,22 +479,22 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 		switch v.Outcome {
 		case VerdictPending:
 			if r.grows(group, i, cand, rev, job) {
-				changes := make([]*Change, n)
+				changes := make([]*store.Change, n)
 				for j := range group {
 					changes[j] = &group[j]
 				}
 				return i, r.supersede(*cand, changes, "more changes came before a worker took it: it is built again as a larger batch")
 			}
 		case VerdictPass:
-			cand.State, cand.AttestationDigest = CandidatePassed, job.AttestationDigest
-			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+			cand.State, cand.AttestationDigest = store.CandidatePassed, job.AttestationDigest
+			if err := r.tx.SetCandidate(*cand, store.CandidateValidating); err != nil {
 				return 0, err
 			}
 			r.tx.Record("candidate.passed", "candidate/"+cand.ID,
 				map[string]any{"attestation_digest": job.AttestationDigest, "job": job.ID})
 		case VerdictReject:
-			cand.State, cand.AttestationDigest, cand.Reason = CandidateFailed, v.Attestation, v.Reason
-			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+			cand.State, cand.AttestationDigest, cand.Reason = store.CandidateFailed, v.Attestation, v.Reason
+			if err := r.tx.SetCandidate(*cand, store.CandidateValidating); err != nil {
 				return 0, err
 			}
 			det := map[string]any{"job": job.ID, "reason": v.Reason}
@@ -489,8 +506,8 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 			// The job was enqueued for the candidate's last change, and its author (or an
 			// admin) cancelled it: that change is cancelled. The others of a batch are
 			// someone else's, and are validated again.
-			cand.State, cand.Reason = CandidateCancelled, v.Reason
-			if err := r.tx.SetCandidate(*cand, CandidateValidating); err != nil {
+			cand.State, cand.Reason = store.CandidateCancelled, v.Reason
+			if err := r.tx.SetCandidate(*cand, store.CandidateValidating); err != nil {
 				return 0, err
 			}
 			for j := range group[:n-1] {
@@ -499,8 +516,8 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 				}
 			}
 			c := &group[n-1]
-			c.State, c.Reason = ChangeCancelled, v.Reason
-			if err := r.set(c, ChangeValidating, "change.cancelled", map[string]any{"reason": v.Reason}); err != nil {
+			c.State, c.Reason = store.ChangeCancelled, v.Reason
+			if err := r.set(c, store.ChangeValidating, "change.cancelled", map[string]any{"reason": v.Reason}); err != nil {
 				return 0, err
 			}
 			r.why = "the change " + last.ID + " ahead of it was cancelled"
@@ -513,7 +530,7 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 		}
 	}
 	switch cand.State {
-	case CandidatePassed:
+	case store.CandidatePassed:
 		if r.ahead == 0 {
 			landed, err := r.land(cand, rev, group)
 			if err != nil || landed {
@@ -522,9 +539,9 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 			return i, nil // its changes are queued again, and built again here
 		}
 		r.tip, r.ahead, r.live, r.virtual = rev, r.ahead+n, r.live+1, false // it holds no worker: it does not count against the depth
-	case CandidateValidating:
+	case store.CandidateValidating:
 		r.tip, r.chain, r.ahead, r.live, r.virtual = rev, r.chain+1, r.ahead+n, r.live+1, false
-	case CandidateFailed:
+	case store.CandidateFailed:
 		if n > 1 && r.ahead == 0 {
 			// A batch that failed on the mainline itself: its parts are validated apart, each
 			// on the one before, until the changes that broke it are alone. Behind a pending
@@ -533,17 +550,17 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 		}
 		if r.ahead == 0 {
 			// On the mainline itself: the change broke it.
-			cand.State = CandidateRejected
-			if err := r.tx.SetCandidate(*cand, CandidateFailed); err != nil {
+			cand.State = store.CandidateRejected
+			if err := r.tx.SetCandidate(*cand, store.CandidateFailed); err != nil {
 				return 0, err
 			}
 			c := &group[0]
-			c.State, c.Reason, c.AttestationDigest = ChangeRejected, cand.Reason, cand.AttestationDigest
+			c.State, c.Reason, c.AttestationDigest = store.ChangeRejected, cand.Reason, cand.AttestationDigest
 			det := map[string]any{"reason": c.Reason}
 			if c.AttestationDigest != "" {
 				det["attestation_digest"] = c.AttestationDigest
 			}
-			if err := r.set(c, ChangeValidating, "change.rejected", det); err != nil {
+			if err := r.set(c, store.ChangeValidating, "change.rejected", det); err != nil {
 				return 0, err
 			}
 			r.why = "the change " + c.ID + " ahead of it was rejected"
@@ -565,13 +582,13 @@ func (r *walk) settle(group []Change, i int, cand *Candidate) (int, error) {
 // the first alone. A change that was there when it was built was left out for a reason (the
 // batch was full, or it waits), so only a newer one counts, which also bounds the rebuilds by
 // the changes that arrive.
-func (r *walk) grows(group []Change, i int, cand *Candidate, rev Revision, job Job) bool {
+func (r *walk) grows(group []store.Change, i int, cand *store.Candidate, rev store.Revision, job store.Job) bool {
 	n := len(group)
-	if r.batch <= 1 || job.State != JobQueued || job.Attempts > 0 || i+n >= len(r.pending) {
+	if r.batch <= 1 || job.State != store.JobQueued || job.Attempts > 0 || i+n >= len(r.pending) {
 		return false
 	}
 	next := r.pending[i+n]
-	if next.State != ChangeQueued || !next.CreatedAt.After(cand.CreatedAt) {
+	if next.State != store.ChangeQueued || !next.CreatedAt.After(cand.CreatedAt) {
 		return false
 	}
 	limit := r.batch
@@ -585,7 +602,7 @@ func (r *walk) grows(group []Change, i int, cand *Candidate, rev Revision, job J
 	}
 	// Only a batch that would take the change grows: one that does not apply on it waits behind
 	// it, and building the batch again without it would gain nothing, every advance.
-	tree, err := ParseGitID(rev.GitTree)
+	tree, err := store.ParseGitID(rev.GitTree)
 	if err != nil {
 		return false
 	}
@@ -595,7 +612,7 @@ func (r *walk) grows(group []Change, i int, cand *Candidate, rev Revision, job J
 
 // land moves the mainline to a passed candidate whose parent is the mainline, gives it its
 // mainline commit and integrates its changes.
-func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error) {
+func (r *walk) land(cand *store.Candidate, rev store.Revision, group []store.Change) (bool, error) {
 	// The pass was recorded by this advance or an earlier one: the mainline moves only on a
 	// verdict read again now, from the stored job and attestation.
 	job, att, err := r.tx.Job(cand.JobID)
@@ -612,7 +629,7 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 	info.Attestation = cand.AttestationDigest
 	// moved is the revision the mainline moves to: the candidate itself, or, in a lane, its
 	// changes applied to the mainline of the moment.
-	var moved Revision
+	var moved store.Revision
 	if r.lane == RootLane {
 		if err := r.tx.MoveMainline(cand.ParentRevision, rev.ID); err != nil {
 			return false, err
@@ -624,15 +641,15 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 	} else if moved, err = r.landLane(cand, rev, group, info); err != nil || moved.ID == "" {
 		return false, err
 	}
-	cand.State = CandidateLanded
-	if err := r.tx.SetCandidate(*cand, CandidatePassed); err != nil {
+	cand.State = store.CandidateLanded
+	if err := r.tx.SetCandidate(*cand, store.CandidatePassed); err != nil {
 		return false, err
 	}
 	for j := range group {
 		c := &group[j]
-		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, moved.ID, cand.AttestationDigest
+		c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, moved.ID, cand.AttestationDigest
 		c.CandidateRevision, c.JobID = rev.ID, cand.JobID
-		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
+		if err := r.set(c, store.ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return false, err
 		}
 	}
@@ -651,36 +668,36 @@ func (r *walk) land(cand *Candidate, rev Revision, group []Change) (bool, error)
 // it is exactly the tree the attestation is about and nothing outside the lane changed. It
 // answers the new mainline revision, or, when that does not hold (the lanes changed under it),
 // supersedes the candidate and answers no revision.
-func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info CommitInfo) (Revision, error) {
-	before, err := ParseGitID(r.mainline.GitTree)
+func (r *walk) landLane(cand *store.Candidate, rev store.Revision, group []store.Change, info store.CommitInfo) (store.Revision, error) {
+	before, err := store.ParseGitID(r.mainline.GitTree)
 	if err != nil {
-		return Revision{}, fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
+		return store.Revision{}, fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
 	}
 	tree := before
 	for j := range group {
 		if tree, _, err = r.rebase(&group[j], tree); err != nil {
 			if !repo.DoesNotApply(err) {
-				return Revision{}, fmt.Errorf("change %s: %w", group[j].ID, err)
+				return store.Revision{}, fmt.Errorf("change %s: %w", group[j].ID, err)
 			}
 			// It does not apply to the mainline itself, as a change built on it would not: it
 			// is rejected, and the others of its batch are built again.
-			return Revision{}, r.rejectUnapplied(cand, group, j, err)
+			return store.Revision{}, r.rejectUnapplied(cand, group, j, err)
 		}
 	}
 	var why string
 	if why == "" {
 		view, err := r.tx.Project(tree, r.hidden)
 		if err != nil {
-			return Revision{}, fmt.Errorf("candidate %s: the lane's view: %w", cand.ID, err)
+			return store.Revision{}, fmt.Errorf("candidate %s: the lane's view: %w", cand.ID, err)
 		}
 		own := LanePaths(r.lanes, r.lane)
 		outside, err := r.tx.Project(tree, own)
 		if err != nil {
-			return Revision{}, err
+			return store.Revision{}, err
 		}
 		outsideBefore, err := r.tx.Project(before, own)
 		if err != nil {
-			return Revision{}, err
+			return store.Revision{}, err
 		}
 		switch {
 		case view.String() != rev.GitTree:
@@ -690,29 +707,29 @@ func (r *walk) landLane(cand *Candidate, rev Revision, group []Change, info Comm
 		}
 	}
 	if why != "" {
-		changes := make([]*Change, len(group))
+		changes := make([]*store.Change, len(group))
 		for j := range group {
 			changes[j] = &group[j]
 		}
 		r.why = "the candidate " + cand.ID + " ahead of it could not land"
-		return Revision{}, r.supersede(*cand, changes, why)
+		return store.Revision{}, r.supersede(*cand, changes, why)
 	}
 	last := group[len(group)-1]
 	info.Lane, info.LaneExcluded = r.lane, r.hidden
 	landed, err := r.tx.StoreRevision(r.mainline, tree, last.ID, last.Author, &info)
 	if err != nil {
-		return Revision{}, fmt.Errorf("candidate %s: %w", cand.ID, err)
+		return store.Revision{}, fmt.Errorf("candidate %s: %w", cand.ID, err)
 	}
 	if err := r.tx.MoveMainline(r.mainline.ID, landed.ID); err != nil {
-		return Revision{}, err
+		return store.Revision{}, err
 	}
 	return landed, nil
 }
 
 // rejectUnapplied ends a passed lane candidate whose change group[j] does not apply to the
 // mainline (err says why): that change is rejected, the others are queued again.
-func (r *walk) rejectUnapplied(cand *Candidate, group []Change, j int, err error) error {
-	var others []*Change
+func (r *walk) rejectUnapplied(cand *store.Candidate, group []store.Change, j int, err error) error {
+	var others []*store.Change
 	for k := range group {
 		if k != j {
 			others = append(others, &group[k])
@@ -722,19 +739,19 @@ func (r *walk) rejectUnapplied(cand *Candidate, group []Change, j int, err error
 	if err := r.supersede(*cand, others, "the change "+c.ID+" of its candidate does not apply to the mainline"); err != nil {
 		return err
 	}
-	c.State, c.Reason, c.CandidateID = ChangeRejected, err.Error(), ""
+	c.State, c.Reason, c.CandidateID = store.ChangeRejected, err.Error(), ""
 	r.why = "the change " + c.ID + " ahead of it was rejected"
-	return r.set(c, ChangeValidating, "change.rejected", map[string]any{"reason": c.Reason})
+	return r.set(c, store.ChangeValidating, "change.rejected", map[string]any{"reason": c.Reason})
 }
 
 // commitInfo answers the mainline commit of a candidate of changes: the change's own message
 // and tokens, or, for a batch, one message naming every change and the union of their tokens.
-func (r *walk) commitInfo(group []Change) (CommitInfo, error) {
-	var info CommitInfo
+func (r *walk) commitInfo(group []store.Change) (store.CommitInfo, error) {
+	var info store.CommitInfo
 	for j, c := range group {
 		_, tokens, err := r.tx.Edits(c.ID)
 		if err != nil {
-			return CommitInfo{}, err
+			return store.CommitInfo{}, err
 		}
 		info.FencingTokens = append(info.FencingTokens, tokens...)
 		if j == 0 || c.CreatedAt.After(info.AuthoredAt) {
@@ -756,27 +773,27 @@ func (r *walk) commitInfo(group []Change) (CommitInfo, error) {
 	}
 	info.Message = b.String()
 	for _, c := range group {
-		info.Batch = append(info.Batch, BatchedChange{ID: c.ID, Author: c.Author})
+		info.Batch = append(info.Batch, store.BatchedChange{ID: c.ID, Author: c.Author})
 	}
 	return info, nil
 }
 
 // split ends a failed batch and queues its changes again, each half to be validated apart.
-func (r *walk) split(cand *Candidate, group []Change) error {
+func (r *walk) split(cand *store.Candidate, group []store.Change) error {
 	half := (len(group) + 1) / 2
-	cand.State = CandidateSplit
-	if err := r.tx.SetCandidate(*cand, CandidateFailed); err != nil {
+	cand.State = store.CandidateSplit
+	if err := r.tx.SetCandidate(*cand, store.CandidateFailed); err != nil {
 		return err
 	}
 	r.tx.Record("candidate.split", "candidate/"+cand.ID, map[string]any{"changes": cand.Changes, "into": int64(half)})
 	why := fmt.Sprintf("its batch %s of %d changes failed: validating parts of at most %d", cand.ID, len(group), half)
 	for j := range group {
 		c := &group[j]
-		c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeQueued, "", "", ""
+		c.State, c.CandidateRevision, c.JobID, c.CandidateID = store.ChangeQueued, "", "", ""
 		if c.BatchLimit == 0 || c.BatchLimit > half {
 			c.BatchLimit = half
 		}
-		if err := r.set(c, ChangeValidating, "change.requeued", map[string]any{"reason": why}); err != nil {
+		if err := r.set(c, store.ChangeValidating, "change.requeued", map[string]any{"reason": why}); err != nil {
 			return err
 		}
 	}
@@ -786,7 +803,7 @@ func (r *walk) split(cand *Candidate, group []Change) error {
 
 // build gives the queued changes from pending[i] their turn: a candidate on the tip, or, when
 // the repository has no policy any more, the mainline itself. It answers where the walk goes on.
-func (r *walk) build(pending []Change, i int) (int, error) {
+func (r *walk) build(pending []store.Change, i int) (int, error) {
 	if r.blocked {
 		return i + 1, nil
 	}
@@ -805,14 +822,14 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 		r.blocked = true
 		return i + 1, nil
 	}
-	tree, err := ParseGitID(r.tip.GitTree)
+	tree, err := store.ParseGitID(r.tip.GitTree)
 	if err != nil {
 		return 0, fmt.Errorf("revision %s: git tree: %w", r.tip.ID, err)
 	}
 	limit := r.batch
-	var built []*Change
+	var built []*store.Change
 	j := i
-	for ; j < len(pending) && pending[j].State == ChangeQueued; j++ {
+	for ; j < len(pending) && pending[j].State == store.ChangeQueued; j++ {
 		c := &pending[j]
 		if c.BatchLimit > 0 {
 			limit = min(limit, c.BatchLimit)
@@ -830,8 +847,8 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 			return 0, fmt.Errorf("change %s: %w", c.ID, err)
 		case len(built) == 0 && r.ahead == 0:
 			// It does not apply to the mainline itself.
-			c.State, c.Reason = ChangeRejected, err.Error()
-			if err := r.set(c, ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
+			c.State, c.Reason = store.ChangeRejected, err.Error()
+			if err := r.set(c, store.ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason}); err != nil {
 				return 0, err
 			}
 			return j + 1, nil
@@ -847,7 +864,7 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 	if r.virtual {
 		// The view is a revision of its own, the candidate's parent: never a revision the
 		// mainline is, so that no replica could mistake the candidate for one on the mainline.
-		view, err := ParseGitID(r.tip.GitTree)
+		view, err := store.ParseGitID(r.tip.GitTree)
 		if err != nil {
 			return 0, err
 		}
@@ -861,12 +878,11 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("change %s: %w", last.ID, err)
 	}
-	job, isNew, err := r.tx.Enqueue(r.p.Job(*last, rev, validation, r.lane))
+	job, err := r.tx.Enqueue(r.p.Job(*last, rev, r.lane))
 	if err != nil {
 		return 0, fmt.Errorf("change %s: enqueue its validation: %w", last.ID, err)
 	}
-	r.enqueued = r.enqueued || isNew
-	cand := Candidate{ID: NewID("cnd"), Repository: last.Repository, State: CandidateValidating, Revision: rev.ID,
+	cand := store.Candidate{ID: store.NewID("cnd"), Repository: last.Repository, State: store.CandidateValidating, Revision: rev.ID,
 		ParentRevision: r.tip.ID, JobID: job.ID, Lane: r.lane, ParentTree: r.tip.GitTree}
 	for _, c := range built {
 		cand.Changes = append(cand.Changes, c.ID)
@@ -880,8 +896,8 @@ func (r *walk) build(pending []Change, i int) (int, error) {
 	}
 	r.tx.Record("candidate.built", "candidate/"+cand.ID, det)
 	for _, c := range built {
-		c.State, c.CandidateRevision, c.JobID, c.CandidateID = ChangeValidating, rev.ID, job.ID, cand.ID
-		if err := r.set(c, ChangeQueued, "change.validating",
+		c.State, c.CandidateRevision, c.JobID, c.CandidateID = store.ChangeValidating, rev.ID, job.ID, cand.ID
+		if err := r.set(c, store.ChangeQueued, "change.validating",
 			map[string]any{"candidate_revision": rev.ID, "job": job.ID}); err != nil {
 			return 0, err
 		}
@@ -902,20 +918,20 @@ func (r *walk) full() bool {
 }
 
 // landed integrates the changes still VALIDATING in a candidate the mainline already is.
-func (r *walk) landed(cand *Candidate, pending []Change, idx []int) error {
+func (r *walk) landed(cand *store.Candidate, pending []store.Change, idx []int) error {
 	job, _, err := r.tx.Job(cand.JobID)
 	if err != nil {
 		return fmt.Errorf("candidate %s: %w", cand.ID, err)
 	}
 	from := cand.State
-	cand.State, cand.AttestationDigest = CandidateLanded, job.AttestationDigest
+	cand.State, cand.AttestationDigest = store.CandidateLanded, job.AttestationDigest
 	if err := r.tx.SetCandidate(*cand, from); err != nil {
 		return err
 	}
 	for _, j := range idx {
 		c := &pending[j]
-		c.State, c.IntegratedRevision, c.AttestationDigest = ChangeIntegrated, cand.Revision, job.AttestationDigest
-		if err := r.set(c, ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
+		c.State, c.IntegratedRevision, c.AttestationDigest = store.ChangeIntegrated, cand.Revision, job.AttestationDigest
+		if err := r.set(c, store.ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return err
 		}
 	}
@@ -923,7 +939,7 @@ func (r *walk) landed(cand *Candidate, pending []Change, idx []int) error {
 }
 
 // rebase applies c's edits to the tree onto, and answers the tree and c's lease tokens.
-func (r *walk) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint64, error) {
+func (r *walk) rebase(c *store.Change, onto plumbing.Hash) (plumbing.Hash, []uint64, error) {
 	base, err := r.tx.Revision(c.BaseRevision)
 	if err != nil {
 		return plumbing.ZeroHash, nil, fmt.Errorf("base %w", err)
@@ -938,8 +954,8 @@ func (r *walk) rebase(c *Change, onto plumbing.Hash) (plumbing.Hash, []uint64, e
 
 // integrateDirectly integrates a queued change of a repository whose policy was removed while
 // it waited, as Integrate would have without one.
-func (r *walk) integrateDirectly(c *Change) error {
-	tree, err := ParseGitID(r.mainline.GitTree)
+func (r *walk) integrateDirectly(c *store.Change) error {
+	tree, err := store.ParseGitID(r.mainline.GitTree)
 	if err != nil {
 		return fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
 	}
@@ -948,11 +964,11 @@ func (r *walk) integrateDirectly(c *Change) error {
 		if !repo.DoesNotApply(err) {
 			return fmt.Errorf("change %s: %w", c.ID, err)
 		}
-		c.State, c.Reason = ChangeRejected, err.Error()
-		return r.set(c, ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
+		c.State, c.Reason = store.ChangeRejected, err.Error()
+		return r.set(c, store.ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
 	}
 	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Author,
-		&CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
+		&store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
 	if err != nil {
 		return fmt.Errorf("change %s: %w", c.ID, err)
 	}
@@ -960,12 +976,12 @@ func (r *walk) integrateDirectly(c *Change) error {
 		return err
 	}
 	r.mainline, r.tip = rev, rev
-	c.State, c.CandidateRevision, c.IntegratedRevision = ChangeIntegrated, rev.ID, rev.ID
-	return r.set(c, ChangeQueued, "change.integrated", integratedDetails(*c))
+	c.State, c.CandidateRevision, c.IntegratedRevision = store.ChangeIntegrated, rev.ID, rev.ID
+	return r.set(c, store.ChangeQueued, "change.integrated", integratedDetails(*c))
 }
 
 // integratedDetails are the details of the change.integrated event of c.
-func integratedDetails(c Change) map[string]any {
+func integratedDetails(c store.Change) map[string]any {
 	paths := c.Paths
 	if paths == nil {
 		paths = []string{}

@@ -1,13 +1,6 @@
-package store
+package gate
 
 import "github.com/ag-coord/ag/internal/repo"
-
-// Lane is a part of a repository the queue validates apart (ADR-0024): its name and its lease
-// paths ("dir/" or a file), none of which overlaps another lane's.
-type Lane struct {
-	Name     string
-	Prefixes []string
-}
 
 // RootLane is the lane of a change not within one lane: it is validated on the whole tree, with
 // the policy's own command, and the changes of every lane wait for it and it for them.
