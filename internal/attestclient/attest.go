@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/ag-coord/ag/client"
@@ -16,8 +17,9 @@ import (
 )
 
 var (
-	digest  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	gitTree = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	digest    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	gitTree   = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
 )
 
 // IsDigest reports whether s is an attestation's or a tree's digest: sha256:<64 lowercase hex>.
@@ -137,4 +139,18 @@ func attestsTree(v attest.Validation, want string) error {
 func Digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ShellCommand writes argv as a POSIX shell needs it typed, quoting what needs quotes, so that
+// the command an attestation names reads as it ran and can be run again to reproduce it.
+func ShellCommand(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if shellSafe.MatchString(a) {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

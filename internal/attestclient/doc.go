@@ -1,7 +1,8 @@
 // Package attestclient is the engine of `ag attestation`: it fetches a stored attestation
 // through the SDK and checks that the bytes received have the digest asked for, and verifies
-// one offline (its DSSE signature with a worker's key, its validation statement, and the tree
-// it names) with internal/attest, answering a Report of who validated what. It is not part of
+// one offline (its DSSE signature with a worker's key, read from a file or base64, its
+// validation statement, and the tree it names) with internal/attest, answering a Report of who
+// validated what, with its command as a shell would take it. It is not part of
 // internal/auditclient, whose subject is the server's sealed audit log and its checkpoints:
 // attestations are per-validation statements signed by workers' keys and verify without a
 // server. It may import the SDK, the wire types and internal/attest; it must not import

@@ -1,8 +1,10 @@
 // Package checkout is the working-copy engine behind `ag` and `ag mcp`: it owns a checkout's
-// state under .ag (the base revision, the index, leases held, files in conflict), finds the local
-// edits by scanning or asking the watcher, writes a revision's files, syncs with a three-way
-// merge, reverts, and sends edits to the mainline (Integrate). It talks to the server only
-// through the client SDK, and answers refusals as typed errors (*ConflictError, *LeaseError,
-// *UsageError) that the command line maps to exit codes and the MCP server to tool errors; it
-// must not import internal/server, internal/store, internal/cli or internal/mcp.
+// state under .ag (the base revision, the index, leases held, files in conflict), creates a
+// checkout, acquires, renews and releases its leases (explaining a refusal by who holds what),
+// finds the local edits by scanning or asking the watcher (which it starts and stops), writes a
+// revision's files, syncs with a three-way merge, reverts, and sends edits to the mainline
+// (Integrate). It talks to the server only through the client SDK, and answers refusals as
+// typed errors (*ConflictError, *LeaseError, *UsageError, *LeaseRefusedError) that the command
+// line maps to exit codes and the MCP server to tool errors; it must not import
+// internal/server, internal/store, internal/cli or internal/mcp.
 package checkout

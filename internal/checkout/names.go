@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
@@ -38,6 +39,38 @@ func HeldBy(ctx context.Context, ws *Workspace) string {
 
 func JobStateName(s agwpv1.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
+}
+
+// ParseJobState reads a job state as JobStateName writes it (queued, claimed, ...), so that
+// people filter jobs by the words they are shown; false for anything else, the unspecified
+// state among them.
+func ParseJobState(s string) (agwpv1.JobState, bool) {
+	v, ok := agwpv1.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
+	if !ok || v == 0 {
+		return 0, false
+	}
+	return agwpv1.JobState(v), true
+}
+
+// ListJobs answers up to limit of the jobs req selects, newest first, reading as many pages as
+// that takes (each at most the server's 1000), and the token of the page after them, "" when
+// there is none: a caller says so rather than show a list cut short as if it were whole.
+func ListJobs(ctx context.Context, c *client.Client, req *agwpv1.ListJobsRequest, limit int) (*agwpv1.ListJobsResponse, error) {
+	out := &agwpv1.ListJobsResponse{}
+	for len(out.Jobs) < limit {
+		req.PageSize = int32(min(limit-len(out.Jobs), 1000))
+		res, err := c.Jobs.ListJobs(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out.Jobs = append(out.Jobs, res.GetJobs()...)
+		out.NextPageToken = res.GetNextPageToken()
+		if res.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = res.GetNextPageToken()
+	}
+	return out, nil
 }
 
 // AllPages follows a list method's page tokens to the end and answers every item.

@@ -26,6 +26,18 @@ type SyncOptions struct {
 	Progress func(files int, bytes int64) *Progress
 }
 
+// BothSides answers the first path of Theirs that Ours names too (itself, or a directory
+// around it), "" when none: a path cannot be taken from the mainline and kept as it is at once,
+// and the caller refuses that before a sync begins.
+func (o *SyncOptions) BothSides() string {
+	for _, p := range o.Theirs {
+		if UnderAny(p, o.Ours) || UnderAny(strings.TrimSuffix(p, "/"), o.Ours) {
+			return p
+		}
+	}
+	return ""
+}
+
 // SyncResult is what a sync did, or would have done when refused; `ag sync --json` prints it.
 type SyncResult struct {
 	From      string         `json:"from"`      // the revision the checkout was at

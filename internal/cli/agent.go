@@ -11,12 +11,10 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
-	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -32,11 +30,7 @@ func (g *globals) workspace(ctx context.Context) (*checkout.Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := &checkout.Workspace{Checkout: co, Client: c}
-	if err := ws.RebuildOldIndex(ctx); err != nil {
-		return nil, err
-	}
-	return ws, nil
+	return checkout.NewWorkspace(ctx, co, c)
 }
 
 func newLeaseCmd(g *globals) *cobra.Command {
@@ -60,28 +54,9 @@ func newLeaseAcquireCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// A submodule is one entry of the tree, leased as such, though its directory is one on
-			// disk: repoPaths names that as a directory.
-			base, err := ws.Checkout.BaseFiles()
+			l, waited, err := ws.AcquireLease(cmd.Context(), paths, ttl, wait)
 			if err != nil {
-				return err
-			}
-			for i, p := range paths {
-				if f, ok := base[strings.TrimSuffix(p, "/")]; ok && f.Gitlink() {
-					paths[i] = strings.TrimSuffix(p, "/")
-				}
-			}
-			start := time.Now()
-			l, err := ws.Client.AcquireLease(cmd.Context(), client.AcquireLeaseOptions{
-				Repository: ws.Checkout.Repository, Paths: paths, Holder: ws.Checkout.Holder, TTL: ttl, Wait: wait,
-			})
-			waited := time.Since(start)
-			if err != nil {
-				return leaseRefusal(cmd.Context(), ws, paths, wait, waited, err)
-			}
-			ws.Checkout.Leases = append(ws.Checkout.Leases, checkout.HeldLease{ID: l.GetId(), Token: l.GetFencingToken(), Paths: l.GetPaths(), ExpiresAt: l.GetExpiresAt().AsTime()})
-			if err := ws.Checkout.Save(); err != nil {
-				return err
+				return leaseRefusal(err)
 			}
 			if g.json {
 				return g.printJSON(l)
@@ -110,25 +85,12 @@ func newLeaseRenewCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			renewed, firstErr := ws.RenewLeases(cmd.Context(), args, renewTTL)
 			out := &agwpv1.ListLeasesResponse{Leases: []*agwpv1.Lease{}}
-			var firstErr error
-			for i, l := range ws.Checkout.Leases {
-				if !checkout.Selected(l.ID, args) {
-					continue
-				}
-				req := &agwpv1.RenewLeaseRequest{LeaseId: l.ID, FencingToken: l.Token}
-				if renewTTL > 0 {
-					req.Ttl = durationpb.New(renewTTL)
-				}
-				res, err := ws.Client.Leases.RenewLease(cmd.Context(), req)
-				if err != nil {
-					firstErr = fmt.Errorf("renew lease %s: %w", l.ID, err)
-					break
-				}
-				ws.Checkout.Leases[i].ExpiresAt = res.GetLease().GetExpiresAt().AsTime()
-				out.Leases = append(out.Leases, res.GetLease())
+			for _, r := range renewed {
+				out.Leases = append(out.Leases, r.Lease)
 				if !g.json {
-					termPrintf(g.stdout, "renewed %s (%s) until %s\n", l.ID, strings.Join(l.Paths, " "), formatTime(res.GetLease().GetExpiresAt()))
+					termPrintf(g.stdout, "renewed %s (%s) until %s\n", r.Held.ID, strings.Join(r.Held.Paths, " "), formatTime(r.Lease.GetExpiresAt()))
 				}
 			}
 			if err := ws.Checkout.Save(); err != nil {
@@ -213,48 +175,36 @@ type releaseJSON struct {
 	Dropped  []checkout.ReleaseDropped `json:"dropped"`  // leases that were no longer the checkout's
 }
 
-// leaseRefusal explains an AcquireLease refused for a conflict by what is actually leased: the
+// leaseRefusal words an AcquireLease refused for a conflict by what is actually leased: the
 // active leases of others that overlap the paths asked for, each by the path it holds, its
 // holder and its expiry, and how long the command waited. Other errors pass unchanged.
-func leaseRefusal(ctx context.Context, ws *checkout.Workspace, paths []string, wait, waited time.Duration, err error) error {
-	if !client.IsCode(err, connect.CodeAborted) {
+func leaseRefusal(err error) error {
+	var refused *checkout.LeaseRefusedError
+	if !errors.As(err, &refused) {
 		return err
 	}
 	var held []string
-	res, lerr := ws.Client.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{Repository: ws.Checkout.Repository, PageSize: 1000})
-	if lerr == nil {
-		mine := checkout.HeldBy(ctx, ws)
-		for _, l := range res.GetLeases() {
-			if l.GetState() != agwpv1.LeaseState_LEASE_STATE_ACTIVE || l.GetHolder() == mine {
-				continue
-			}
-			for _, lp := range l.GetPaths() {
-				for _, p := range paths {
-					if !repo.Overlap(lp, p) {
-						continue
-					}
-					// The error is printed whole, newlines kept: the server's fields are escaped here.
-					line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", termsafe.Line(lp), termsafe.Line(l.GetHolder()),
-						termsafe.Line(l.GetId()), l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
-					switch {
-					case lp == p:
-					case strings.HasSuffix(p, "/") && strings.HasPrefix(lp, p):
-						line += ", under " + termsafe.Line(p) + " which you asked for"
-					default:
-						line += ", which covers " + termsafe.Line(p)
-					}
-					held = append(held, line)
-				}
-			}
+	for _, o := range refused.Overlaps {
+		l := o.Lease
+		// The error is printed whole, newlines kept: the server's fields are escaped here.
+		line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", termsafe.Line(o.Path), termsafe.Line(l.GetHolder()),
+			termsafe.Line(l.GetId()), l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+		switch {
+		case o.Path == o.Asked:
+		case strings.HasSuffix(o.Asked, "/") && strings.HasPrefix(o.Path, o.Asked):
+			line += ", under " + termsafe.Line(o.Asked) + " which you asked for"
+		default:
+			line += ", which covers " + termsafe.Line(o.Asked)
 		}
+		held = append(held, line)
 	}
 	msg := strings.Join(held, "; ")
 	if msg == "" {
 		// Gone since the refusal: the server's own words.
-		msg = Explain(err)
+		msg = Explain(refused.Err)
 	}
-	if wait > 0 {
-		msg += fmt.Sprintf("; waited %s", waited.Round(100*time.Millisecond))
+	if refused.Wait > 0 {
+		msg += fmt.Sprintf("; waited %s", refused.Waited.Round(100*time.Millisecond))
 	} else {
 		msg += "; retry later, or wait for it with --wait 60s"
 	}
@@ -302,7 +252,7 @@ never fetches a submodule: this is the one change of one there is); its lease is
 					return err
 				}
 			}
-			moves, err := submoduleMoves(ws.Checkout, g.dir, submodules)
+			moves, err := ws.Checkout.SubmoduleMoves(g.dir, submodules)
 			if err != nil {
 				return err
 			}
@@ -377,43 +327,6 @@ func integrateRefusal(g *globals, args []string, err error) error {
 	return err
 }
 
-// submoduleMoves reads --submodule PATH=COMMIT flags (PATH as the other arguments, from dir):
-// each PATH must be a submodule of the checkout's base revision, each COMMIT a full git id.
-func submoduleMoves(co *checkout.Checkout, dir string, flags []string) (map[string]string, error) {
-	if len(flags) == 0 {
-		return nil, nil
-	}
-	base, err := co.BaseFiles()
-	if err != nil {
-		return nil, err
-	}
-	moves := map[string]string{}
-	for _, f := range flags {
-		path, commit, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, withExit(ExitUsage, fmt.Errorf("--submodule %s: want PATH=COMMIT", termsafe.Line(f)))
-		}
-		if !repo.IsGitID(strings.ToLower(commit)) {
-			return nil, withExit(ExitUsage, fmt.Errorf("--submodule %s: %s is not a commit id: give its 40 hex digits", termsafe.Line(f), termsafe.Line(commit)))
-		}
-		ps, err := co.RepoPaths(dir, []string{path})
-		if err != nil {
-			return nil, err
-		}
-		commit = strings.ToLower(commit)
-		// A submodule's directory is a directory on disk, which repoPaths names as such.
-		p := strings.TrimSuffix(ps[0], "/")
-		if f, ok := base[p]; !ok || !f.Gitlink() {
-			return nil, withExit(ExitUsage, fmt.Errorf("--submodule: %s is not a submodule of the checkout's revision: --submodule moves an existing submodule to another commit, the one change of a submodule ag makes (add or remove one with git, and import)", termsafe.Line(p)))
-		}
-		if _, twice := moves[p]; twice {
-			return nil, withExit(ExitUsage, fmt.Errorf("--submodule: %s is named twice", termsafe.Line(p)))
-		}
-		moves[p] = commit
-	}
-	return moves, nil
-}
-
 func newStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
@@ -424,50 +337,18 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			edits, err := ws.Checkout.LocalEdits()
+			st, err := ws.Status(cmd.Context())
 			if err != nil {
 				return err
 			}
-			conflicted, err := ws.Checkout.Conflicted(edits)
-			if err != nil {
-				return err
-			}
-			targets, err := ws.Checkout.LinkTargets(edits)
-			if err != nil {
-				return err
-			}
-			submodules, err := ws.Checkout.Submodules()
-			if err != nil {
-				return err
-			}
-			r, err := ws.Client.Repos.GetRepository(cmd.Context(), &agwpv1.GetRepositoryRequest{Name: ws.Checkout.Repository})
-			if err != nil {
-				return err
-			}
-			leases, err := ws.Client.Leases.ListLeases(cmd.Context(), &agwpv1.ListLeasesRequest{
-				Repository: ws.Checkout.Repository, Holder: checkout.HeldBy(cmd.Context(), ws), IncludeEnded: true, PageSize: 1000,
-			})
-			if err != nil {
-				return err
-			}
-			held := map[string]bool{}
-			for _, l := range ws.Checkout.Leases {
-				held[l.ID] = true
-			}
-			var mine []*agwpv1.Lease
-			for _, l := range leases.GetLeases() {
-				if held[l.GetId()] {
-					mine = append(mine, l)
-				}
-			}
-			head := r.GetRepository().GetMainline()
+			head := st.Mainline
 			if g.json {
 				out := statusJSON{
 					Repository: ws.Checkout.Repository, Holder: ws.Checkout.Holder, BaseRevision: ws.Checkout.BaseRevision,
-					Mainline: head, UpToDate: head == ws.Checkout.BaseRevision, Edits: checkout.EditsJSON(edits, conflicted, targets),
-					Submodules: submodules, Leases: []json.RawMessage{},
+					Mainline: head, UpToDate: head == ws.Checkout.BaseRevision, Edits: checkout.EditsJSON(st.Edits, st.Conflicted, st.Targets),
+					Submodules: st.Submodules, Leases: []json.RawMessage{},
 				}
-				for _, l := range mine {
+				for _, l := range st.Leases {
 					out.Leases = append(out.Leases, protoRaw(l))
 				}
 				return g.printValue(out)
@@ -479,30 +360,30 @@ func newStatusCmd(g *globals) *cobra.Command {
 			} else {
 				termPrintf(w, "mainline %s: it moved on since your checkout; ag sync brings it in\n", head)
 			}
-			if len(edits) == 0 {
+			if len(st.Edits) == 0 {
 				fmt.Fprintln(w, "no local edits")
 			} else {
 				fmt.Fprintln(w, "local edits:")
-				for _, e := range edits {
-					note := checkout.EditNote(e, targets[e.Path])
-					if conflicted[e.Path] {
+				for _, e := range st.Edits {
+					note := checkout.EditNote(e, st.Targets[e.Path])
+					if st.Conflicted[e.Path] {
 						note += " (conflict: resolve the <<<<<<< markers, or ag sync --ours/--theirs " + e.Path + ")"
 					}
 					termPrintf(w, "  %-9s %s%s\n", e.Kind, e.Path, note)
 				}
 			}
-			if len(submodules) > 0 {
+			if len(st.Submodules) > 0 {
 				fmt.Fprintln(w, "submodules (ag neither fetches them nor reads their directories):")
-				for _, m := range submodules {
+				for _, m := range st.Submodules {
 					termPrintf(w, "  %s: submodule at %s\n", m.Path, m.Commit)
 				}
 			}
-			if len(mine) == 0 {
+			if len(st.Leases) == 0 {
 				fmt.Fprintln(w, "no leases held")
 				return nil
 			}
 			fmt.Fprintln(w, "leases:")
-			printLeases(g, mine)
+			printLeases(g, st.Leases)
 			return nil
 		},
 	}

@@ -1,15 +1,10 @@
 package cli
 
 import (
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"regexp"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,8 +13,6 @@ import (
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/attestclient"
 )
-
-var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
 
 func newAttestationCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -110,11 +103,11 @@ attestation: check the printed result.`,
 			if subjectDigest != "" && !attestclient.IsDigest(subjectDigest) && !attestclient.IsGitTree(subjectDigest) {
 				return fmt.Errorf("--subject-digest %q: use a git tree id (40 lowercase hex) or sha256:<64 lowercase hex>", subjectDigest)
 			}
-			pub, err := readPublicKey(key)
+			pub, err := attestclient.ReadPublicKey(key)
 			if err != nil {
 				return err
 			}
-			data, err := readFileOrStdin(cmd.InOrStdin(), args[0])
+			data, err := attestclient.ReadEnvelope(cmd.InOrStdin(), args[0])
 			if err != nil {
 				return err
 			}
@@ -153,7 +146,7 @@ func printVerified(g *globals, r verifiedAttestation) {
 	row("tree digest", r.TreeDigest)
 	row("job", fmt.Sprintf("%s (claim %d)", r.JobID, r.ClaimNumber))
 	row("worker", r.Worker)
-	command := shellJoin(r.Command)
+	command := attestclient.ShellCommand(r.Command)
 	if r.Timeout != "" {
 		command += " (timeout " + r.Timeout + ")"
 	}
@@ -179,44 +172,4 @@ func printVerified(g *globals, r verifiedAttestation) {
 	row("key id", r.KeyID)
 	row("attestation", r.EnvelopeDigest)
 	_ = tw.Flush()
-}
-
-// shellJoin writes argv as a shell would need it typed, quoting what needs quotes.
-func shellJoin(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if shellSafe.MatchString(a) {
-			out[i] = a
-		} else {
-			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-	}
-	return strings.Join(out, " ")
-}
-
-// readPublicKey reads --key: a file, or else the base64 of the raw key.
-func readPublicKey(arg string) (ed25519.PublicKey, error) {
-	data, err := os.ReadFile(arg)
-	switch {
-	case err == nil:
-		pub, err := attest.ParsePublicKey(data)
-		if err != nil {
-			return nil, fmt.Errorf("--key %s: %w", arg, err)
-		}
-		return pub, nil
-	case errors.Is(err, fs.ErrNotExist):
-		pub, perr := attest.ParsePublicKey([]byte(arg))
-		if perr != nil {
-			return nil, fmt.Errorf("--key %s: no such file, and not the base64 of an Ed25519 public key", arg)
-		}
-		return pub, nil
-	}
-	return nil, fmt.Errorf("--key: %w", err)
-}
-
-func readFileOrStdin(stdin io.Reader, name string) ([]byte, error) {
-	if name == "-" {
-		return io.ReadAll(stdin)
-	}
-	return os.ReadFile(name)
 }

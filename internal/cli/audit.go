@@ -4,19 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/auditclient"
 )
-
-// auditFollowWait is how long `ag audit tail -f` long-polls for the next event.
-const auditFollowWait = 30 * time.Second
 
 func newAuditCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -59,50 +52,8 @@ sealed, until interrupted. With --json each event is one JSON line of the export
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			if cmd.Flags().Changed("lines") {
-				var kept []audit.Event
-				if kept, after, err = auditclient.LastEvents(ctx, c, last); err != nil {
-					return err
-				}
-				for _, e := range kept {
-					if err := printAuditEvent(g, e); err != nil {
-						return err
-					}
-				}
-				if !follow {
-					return nil
-				}
-			}
-			wait := false
-			for {
-				req := &agwpv1.ListAuditEventsRequest{AfterSeq: after, PageSize: auditclient.PageSize}
-				if wait {
-					req.Wait = durationpb.New(auditFollowWait)
-				}
-				res, err := c.Audit.ListAuditEvents(ctx, req)
-				if err != nil {
-					if follow && ctx.Err() != nil {
-						return nil // interrupted
-					}
-					return err
-				}
-				for _, pe := range res.GetEvents() {
-					e, err := auditclient.EventOf(pe)
-					if err != nil {
-						return err
-					}
-					if err := printAuditEvent(g, e); err != nil {
-						return err
-					}
-					after = e.Seq
-				}
-				n := len(res.GetEvents())
-				if n == 0 && !follow {
-					return nil
-				}
-				wait = follow && n < auditclient.PageSize
-			}
+			return auditclient.Tail(cmd.Context(), c, auditclient.TailOptions{FromLast: cmd.Flags().Changed("lines"), Last: last, After: after, Follow: follow},
+				func(e audit.Event) error { return printAuditEvent(g, e) })
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are sealed, until interrupted")
@@ -152,23 +103,17 @@ It writes to standard output, or to FILE (replaced atomically).`,
 			if err != nil {
 				return err
 			}
-			cp, err := c.Audit.GetCheckpoint(cmd.Context(), &agwpv1.GetCheckpointRequest{})
-			if err != nil {
-				return err
-			}
-			events, err := auditclient.FetchEvents(cmd.Context(), c, cp.GetSize())
+			x, err := auditclient.FetchExport(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
 			if out == "" {
-				return audit.WriteExport(g.stdout, events, []byte(cp.GetNote()))
+				return x.Write(g.stdout)
 			}
-			if err := auditclient.WriteFileAtomic(out, 0o644, func(w io.Writer) error {
-				return audit.WriteExport(w, events, []byte(cp.GetNote()))
-			}); err != nil {
+			if err := x.WriteFile(out); err != nil {
 				return err
 			}
-			termPrintf(g.stdout, "exported %d events and the checkpoint signed by %s to %s\n", len(events), cp.GetKeyId(), out)
+			termPrintf(g.stdout, "exported %d events and the checkpoint signed by %s to %s\n", len(x.Events), x.Checkpoint.GetKeyId(), out)
 			return nil
 		},
 	}

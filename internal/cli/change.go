@@ -2,241 +2,64 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
-	"github.com/ag-coord/ag/internal/size"
+	"github.com/ag-coord/ag/internal/repoview"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 // validationFlags are the policy flags of `ag repo create` and `ag repo set-validation`; the
 // command itself follows the repository name, after --.
-type validationFlags struct {
-	timeout   time.Duration
-	env       []string
-	depth     uint32
-	batch     uint32
-	lanes     []string
-	network   string
-	isolation string
-	maxMemory string
-	maxPids   uint32
-	maxDisk   string
-}
+type validationFlags struct{ repoview.PolicyFlags }
 
 func (f *validationFlags) register(cmd *cobra.Command) {
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "kill the validation command after this long and reject the change (default 10m on the server, at most 24h)")
-	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
-	cmd.Flags().Uint32Var(&f.depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it, at most 64 (default: as many as the validate workers seen, at most the server's --gate-max-depth, 8)")
-	cmd.Flags().Uint32Var(&f.batch, "batch", 0, "validate this many changes together in one run, splitting a batch that fails until the changes that broke it are found (default 1, at most 64)")
-	cmd.Flags().StringArrayVar(&f.lanes, "lane", nil, "NAME=PREFIX[,PREFIX...]:COMMAND ARGS...: a change whose paths all lie under the prefixes (\"dir/\" or a file) is validated with this command instead, "+
+	cmd.Flags().DurationVar(&f.Timeout, "timeout", 0, "kill the validation command after this long and reject the change (default 10m on the server, at most 24h)")
+	cmd.Flags().StringArrayVar(&f.Env, "env", nil, "NAME=VALUE added to the command's environment (repeatable)")
+	cmd.Flags().Uint32Var(&f.Depth, "depth", 0, "validate up to this many changes at once, each on the ones ahead of it, at most 64 (default: as many as the validate workers seen, at most the server's --gate-max-depth, 8)")
+	cmd.Flags().Uint32Var(&f.Batch, "batch", 0, "validate this many changes together in one run, splitting a batch that fails until the changes that broke it are found (default 1, at most 64)")
+	cmd.Flags().StringArrayVar(&f.Lanes, "lane", nil, "NAME=PREFIX[,PREFIX...]:COMMAND ARGS...: a change whose paths all lie under the prefixes (\"dir/\" or a file) is validated with this command instead, "+
 		"on the tree without other lanes' files, with --timeout and --env (repeatable, at most 32). "+
 		"The command is split on spaces: an argument holding spaces, or a prefix holding ',' or ':', needs the API (SetValidation)")
-	cmd.Flags().StringVar(&f.network, "network", "", "the network of the validation command: none (the default: a loopback of its own) or egress "+
+	cmd.Flags().StringVar(&f.Network, "network", "", "the network of the validation command: none (the default: a loopback of its own) or egress "+
 		"(through the worker's egress proxy, to the package registries its operator allows with ag-worker --egress-allow)")
-	cmd.Flags().StringVar(&f.isolation, "isolation", "", "the evidence a pass must carry: sandbox (the default: a run in the worker's sandbox with no more network than --network) "+
+	cmd.Flags().StringVar(&f.Isolation, "isolation", "", "the evidence a pass must carry: sandbox (the default: a run in the worker's sandbox with no more network than --network) "+
 		"or none (any run a registered worker attests, even with --unsafe-no-sandbox or --sandbox-network shared: only for code you trust)")
-	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "", "memory one run may use, below its worker's --max-memory (512MiB, 2GiB; default: the worker's)")
-	cmd.Flags().Uint32Var(&f.maxPids, "max-pids", 0, "processes and threads one run may have at once, below its worker's --max-pids (default: the worker's)")
-	cmd.Flags().StringVar(&f.maxDisk, "max-disk", "", "what one run may write (its checkout, home, /tmp, output), below its worker's --max-disk (default: the worker's)")
-}
-
-// given reports whether a policy flag was given.
-func (f *validationFlags) given() bool {
-	return f.timeout != 0 || len(f.env) > 0 || f.depth != 0 || f.batch != 0 || len(f.lanes) > 0 || f.network != "" || f.isolation != "" ||
-		f.maxMemory != "" || f.maxPids != 0 || f.maxDisk != ""
+	cmd.Flags().StringVar(&f.MaxMemory, "max-memory", "", "memory one run may use, below its worker's --max-memory (512MiB, 2GiB; default: the worker's)")
+	cmd.Flags().Uint32Var(&f.MaxPids, "max-pids", 0, "processes and threads one run may have at once, below its worker's --max-pids (default: the worker's)")
+	cmd.Flags().StringVar(&f.MaxDisk, "max-disk", "", "what one run may write (its checkout, home, /tmp, output), below its worker's --max-disk (default: the worker's)")
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
 // Its errors are the command line's.
 func (f *validationFlags) validation(command []string) (*agwpv1.Validation, error) {
-	v, err := f.policy(command)
+	v, err := f.Policy(command)
 	return v, withExit(ExitUsage, err)
 }
 
-func (f *validationFlags) policy(command []string) (*agwpv1.Validation, error) {
-	if len(command) == 0 {
-		if f.given() {
-			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation, --max-* and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
-		}
-		return nil, nil
-	}
-	v := &agwpv1.Validation{Command: command, Depth: f.depth, Batch: f.batch, Network: f.network, Isolation: f.isolation}
-	if f.timeout != 0 {
-		v.Timeout = durationpb.New(f.timeout)
-	}
-	if f.maxMemory != "" || f.maxPids != 0 || f.maxDisk != "" {
-		v.Limits = &agwpv1.ValidationLimits{Pids: f.maxPids}
-		for _, s := range []struct {
-			flag, value string
-			to          *uint64
-		}{{"--max-memory", f.maxMemory, &v.Limits.MemoryBytes}, {"--max-disk", f.maxDisk, &v.Limits.DiskBytes}} {
-			if s.value == "" {
-				continue
-			}
-			n, err := size.Parse(s.value)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.flag, err)
-			}
-			*s.to = uint64(n)
-		}
-	}
-	for _, kv := range f.env {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("--env %q: use NAME=VALUE", kv)
-		}
-		if v.Env == nil {
-			v.Env = map[string]string{}
-		}
-		v.Env[name] = value
-	}
-	for _, l := range f.lanes {
-		lane, err := parseLane(l)
-		if err != nil {
-			return nil, fmt.Errorf("--lane %q: %w", l, err)
-		}
-		v.Lanes = append(v.Lanes, lane)
-	}
-	return v, nil
-}
-
-// parseLane reads a --lane value, NAME=PREFIX[,PREFIX...]:COMMAND ARGS..., leaving the server
-// to check the name, the paths and the command's arguments.
-func parseLane(s string) (*agwpv1.ValidationLane, error) {
-	const use = "use NAME=PREFIX[,PREFIX...]:COMMAND ARGS..., e.g. web=web/,docs/web/:npm test"
-	name, rest, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
-		return nil, errors.New("no lane name before '=': " + use)
-	}
-	prefixes, command, ok := strings.Cut(rest, ":")
-	if !ok {
-		return nil, errors.New("no ':' between the prefixes and the command: " + use)
-	}
-	lane := &agwpv1.ValidationLane{Name: name, Command: strings.Fields(command)}
-	for _, p := range strings.Split(prefixes, ",") {
-		if p == "" {
-			return nil, errors.New("an empty prefix: name the lane's directories (\"web/\") and files, separated by ','")
-		}
-		lane.Prefixes = append(lane.Prefixes, p)
-	}
-	if len(lane.Command) == 0 {
-		return nil, errors.New("no command after ':': " + use)
-	}
-	return lane, nil
-}
-
-func describeValidation(v *agwpv1.Validation) string {
-	s := "`" + strings.Join(v.GetCommand(), " ") + "`"
-	if v.GetTimeout() != nil {
-		s += " (timeout " + v.GetTimeout().AsDuration().String() + ")"
-	}
-	if d := v.GetDepth(); d > 0 {
-		s += fmt.Sprintf(", %d at once", d)
-	}
-	if b := v.GetBatch(); b > 1 {
-		s += fmt.Sprintf(", in batches of %d", b)
-	}
-	if n := v.GetNetwork(); n != "" && n != "none" {
-		s += ", network " + n
-	}
-	if i := v.GetIsolation(); i == "none" {
-		s += ", any run accepted (no sandbox required)"
-	}
-	if l := v.GetLimits(); l != nil {
-		if m := l.GetMemoryBytes(); m > 0 {
-			s += ", memory " + size.Format(int64(m))
-		}
-		if p := l.GetPids(); p > 0 {
-			s += fmt.Sprintf(", %d processes", p)
-		}
-		if d := l.GetDiskBytes(); d > 0 {
-			s += ", disk " + size.Format(int64(d))
-		}
-	}
-	for i, l := range v.GetLanes() {
-		if i == 0 {
-			s += ", lanes: "
-		} else {
-			s += "; "
-		}
-		s += l.GetName() + " (" + strings.Join(l.GetPrefixes(), ", ") + ") `" + strings.Join(l.GetCommand(), " ") + "`"
-		if t := l.GetTimeout(); t != nil && t.AsDuration() != v.GetTimeout().AsDuration() {
-			s += " (timeout " + t.AsDuration().String() + ")"
-		}
-	}
-	return s
-}
-
-// describeEntries counts a tree's entries by what git calls them: "12 files", or "12 files, 2
-// executable, 1 symbolic link, 1 submodule".
-func describeEntries(entries []*agwpv1.TreeEntry) string {
-	var files, exec, links, subs int
-	for _, e := range entries {
-		switch e.GetMode() {
-		case "160000":
-			subs++
-			continue
-		case "120000":
-			links++
-			continue
-		case "100755":
-			exec++
-		}
-		files++
-	}
-	s := fmt.Sprintf("%d files", files)
-	for _, part := range []struct {
-		n          int
-		one, other string
-	}{{exec, "executable", "executable"}, {links, "symbolic link", "symbolic links"}, {subs, "submodule", "submodules"}} {
-		switch {
-		case part.n == 1:
-			s += ", 1 " + part.one
-		case part.n > 1:
-			s += fmt.Sprintf(", %d %s", part.n, part.other)
-		}
-	}
-	return s
-}
-
+// showRepository prints what internal/repoview fetched of a repository, then its queue when
+// anything is in it.
 func showRepository(ctx context.Context, g *globals, c *client.Client, name string) error {
-	r, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name})
+	shown, err := repoview.Fetch(ctx, c, name)
 	if err != nil {
 		return err
-	}
-	tree, err := c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: name})
-	if err != nil {
-		return err
-	}
-	var change *agwpv1.Change
-	if id := tree.GetChangeId(); id != "" {
-		res, err := c.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: id})
-		if err != nil {
-			return err
-		}
-		change = res.GetChange()
 	}
 	if g.json {
-		return g.printJSON(r)
+		return g.printJSON(shown.Repository)
 	}
-	repo := r.GetRepository()
+	repo, tree, change := shown.Repository.GetRepository(), shown.Tree, shown.LastChange
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	termPrintf(tw, "repository\t%s\n", repo.GetName())
 	termPrintf(tw, "mainline\t%s\n", repo.GetMainline())
-	termPrintf(tw, "tree\t%s (%s)\n", tree.GetTreeDigest(), describeEntries(tree.GetEntries()))
+	termPrintf(tw, "tree\t%s (%s)\n", tree.GetTreeDigest(), repoview.DescribeEntries(tree.GetEntries()))
 	for _, e := range tree.GetEntries() {
 		if e.GetMode() == "160000" {
 			// Another repository's commit, which ag neither holds nor checks out: name it,
@@ -253,19 +76,16 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 		}
 	}
 	if v := repo.GetValidation(); v != nil {
-		termPrintf(tw, "validation\t%s\n", describeValidation(v))
+		termPrintf(tw, "validation\t%s\n", repoview.DescribePolicy(v))
 	} else {
 		fmt.Fprintf(tw, "validation\tnone: changes integrate at once\n")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	q, err := c.Repos.GetQueue(ctx, &agwpv1.GetQueueRequest{Repository: name})
-	if client.IsCode(err, connect.CodeUnimplemented) {
-		return nil // a server from before GetQueue: the repository was shown
-	}
-	if err != nil {
-		return err
+	q, err := repoview.Queue(ctx, c, name)
+	if err != nil || q == nil {
+		return err // nil: a server from before GetQueue, and the repository was shown
 	}
 	if len(q.GetCandidates()) > 0 || len(q.GetWaiting()) > 0 {
 		fmt.Fprintln(g.stdout)

@@ -1,22 +1,17 @@
 package cli
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
-)
 
-// gitCredentialProgram is the name git looks for on PATH when configured with
-// `credential.helper ag`: a link to ag under that name runs `ag git-credential`.
-const gitCredentialProgram = "git-credential-ag"
+	"github.com/ag-coord/ag/internal/gitcredential"
+)
 
 // Args answers the ag command line of a process started with argv (its program name first):
 // the arguments after the name, or, when started as git-credential-ag, those of
@@ -25,7 +20,7 @@ func Args(argv []string) []string {
 	if len(argv) == 0 {
 		return nil
 	}
-	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == gitCredentialProgram {
+	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == gitcredential.Program {
 		return append([]string{"git-credential"}, argv[1:]...)
 	}
 	return argv[1:]
@@ -57,92 +52,22 @@ is written to git on stdout, and nowhere else.`,
 	}
 }
 
-// gitCredential answers git's request for the action. Only "get" answers anything; any other
-// action (store, erase, and those git may add) is read and ignored, as git asks of helpers.
+// gitCredential answers git's request for the action with the token of --token or $AG_TOKEN;
+// the protocol is internal/gitcredential's, the wording of a refusal and its exit code ours.
 func (g *globals) gitCredential(in io.Reader, action string) error {
-	attrs, err := readCredentialRequest(in)
-	if err != nil || action != "get" {
-		return err
-	}
-	if !credentialForServer(g.server, attrs) {
-		return nil
-	}
 	token := g.token
 	if token == "" {
 		token = os.Getenv("AG_TOKEN")
 	}
+	answer, err := gitcredential.Answer(in, action, g.server, token)
 	switch {
-	case token == "":
+	case errors.Is(err, gitcredential.ErrNoToken):
 		return withExit(ExitAuth, fmt.Errorf("git-credential: no token for %s: set AG_TOKEN or pass --token", g.server))
-	case strings.ContainsAny(token, "\n\x00"):
-		return withExit(ExitAuth, errors.New("git-credential: the token holds a newline or NUL, which git's credential protocol cannot carry"))
+	case errors.Is(err, gitcredential.ErrTokenUnsendable):
+		return withExit(ExitAuth, fmt.Errorf("git-credential: %w", err))
+	case err != nil || answer == "":
+		return err
 	}
-	var b strings.Builder
-	if attrs["username"] == "" {
-		b.WriteString("username=ag\n")
-	}
-	b.WriteString("password=" + token + "\n")
-	_, err = io.WriteString(g.stdout, b.String())
+	_, err = io.WriteString(g.stdout, answer)
 	return err
-}
-
-// maxCredentialRequest bounds what a helper reads: git sends a few short lines.
-const maxCredentialRequest = 64 << 10
-
-// readCredentialRequest reads git's "key=value" lines up to a blank line or the end. Keys it
-// repeats (wwwauth[], capability[]) keep their last value: none of them is used.
-func readCredentialRequest(in io.Reader) (map[string]string, error) {
-	attrs := map[string]string{}
-	sc := bufio.NewScanner(io.LimitReader(in, maxCredentialRequest))
-	for sc.Scan() {
-		line := strings.TrimSuffix(sc.Text(), "\r")
-		if line == "" {
-			break
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			attrs[k] = v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("git-credential: read git's request: %w", err)
-	}
-	return attrs, nil
-}
-
-// credentialForServer reports whether git asks for a URL of the ag server at server: the same
-// scheme, host and port (a default port written or not), and, when git tells the path
-// (credential.useHttpPath), one under the server's /git/.
-func credentialForServer(server string, attrs map[string]string) bool {
-	s, err := url.Parse(server)
-	if err != nil || (s.Scheme != "http" && s.Scheme != "https") || s.Host == "" {
-		return false
-	}
-	if !strings.EqualFold(attrs["protocol"], s.Scheme) || attrs["host"] == "" {
-		return false
-	}
-	asked, err := url.Parse(s.Scheme + "://" + attrs["host"] + "/")
-	if err != nil || asked.User != nil || asked.Path != "/" || asked.RawQuery != "" || asked.Fragment != "" {
-		return false
-	}
-	if !strings.EqualFold(asked.Hostname(), s.Hostname()) || portOf(asked) != portOf(s) {
-		return false
-	}
-	if p, ok := attrs["path"]; ok && p != "" {
-		prefix := path.Join("/", s.Path, "git") + "/"
-		if !strings.HasPrefix(path.Clean("/"+p)+"/", prefix) {
-			return false
-		}
-	}
-	return true
-}
-
-// portOf answers a URL's port, its scheme's default when it names none.
-func portOf(u *url.URL) string {
-	if p := u.Port(); p != "" {
-		return p
-	}
-	if u.Scheme == "https" {
-		return "443"
-	}
-	return "80"
 }

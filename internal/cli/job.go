@@ -6,7 +6,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -94,11 +93,11 @@ func newJobListCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &agwpv1.ListJobsRequest{Kinds: kinds}
 			for _, s := range states {
-				v, ok := agwpv1.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
-				if !ok || v == 0 {
+				v, ok := checkout.ParseJobState(s)
+				if !ok {
 					return fmt.Errorf("--state %q: use queued, claimed, completed, failed or cancelled", s)
 				}
-				req.States = append(req.States, agwpv1.JobState(v))
+				req.States = append(req.States, v)
 			}
 			if limit <= 0 {
 				return fmt.Errorf("--limit %d: must be positive", limit)
@@ -107,19 +106,9 @@ func newJobListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := &agwpv1.ListJobsResponse{}
-			for len(out.Jobs) < limit {
-				req.PageSize = int32(min(limit-len(out.Jobs), 1000))
-				res, err := c.Jobs.ListJobs(cmd.Context(), req)
-				if err != nil {
-					return err
-				}
-				out.Jobs = append(out.Jobs, res.GetJobs()...)
-				out.NextPageToken = res.GetNextPageToken()
-				if res.GetNextPageToken() == "" {
-					break
-				}
-				req.PageToken = res.GetNextPageToken()
+			out, err := checkout.ListJobs(cmd.Context(), c, req, limit)
+			if err != nil {
+				return err
 			}
 			if g.json {
 				return g.printJSON(out)
@@ -264,22 +253,7 @@ func note(j *agwpv1.Job) string {
 	case j.GetState() == agwpv1.JobState_JOB_STATE_CLAIMED && j.GetProgress() != "":
 		return j.GetProgress()
 	case j.GetLastError() != "":
-		return truncateLine(j.GetLastError(), 60)
+		return termsafe.FirstLine(j.GetLastError(), 60)
 	}
 	return ""
-}
-
-// truncateLine answers the first line of s, cut to at most n bytes at the start of a character:
-// a character cut in two would be printed as the escapes of its bytes.
-func truncateLine(s string, n int) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		return s[:n] + "..."
-	}
-	return s
 }

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/importer"
+	"github.com/ag-coord/ag/internal/repoview"
 )
 
 func newRepoCmd(g *globals) *cobra.Command {
@@ -51,7 +48,7 @@ func newRepoCreateCmd(g *globals) *cobra.Command {
 			}
 			termPrintf(g.stdout, "created repository %s (mainline %s)\n", res.GetRepository().GetName(), res.GetRepository().GetMainline())
 			if v := res.GetRepository().GetValidation(); v != nil {
-				termPrintf(g.stdout, "validation: %s\n", describeValidation(v))
+				termPrintf(g.stdout, "validation: %s\n", repoview.DescribePolicy(v))
 			}
 			return nil
 		},
@@ -84,7 +81,7 @@ each time.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var validation *agwpv1.Validation
 			switch {
-			case none && (len(args) > 1 || setPolicy.given()):
+			case none && (len(args) > 1 || setPolicy.Given()):
 				return withExit(ExitUsage, errors.New("--none takes no command, and none of --timeout, --env, --depth, --batch and --lane"))
 			case !none && len(args) == 1:
 				return errors.New("name the command after --, e.g. `ag repo set-validation app -- go test ./...`, or pass --none")
@@ -106,7 +103,7 @@ each time.`,
 				return g.printJSON(res)
 			}
 			if v := res.GetRepository().GetValidation(); v != nil {
-				termPrintf(g.stdout, "repository %s: validation %s\n", res.GetRepository().GetName(), describeValidation(v))
+				termPrintf(g.stdout, "repository %s: validation %s\n", res.GetRepository().GetName(), repoview.DescribePolicy(v))
 			} else {
 				termPrintf(g.stdout, "repository %s: no validation; changes integrate at once\n", res.GetRepository().GetName())
 			}
@@ -160,7 +157,7 @@ func newRepoListCmd(g *globals) *cobra.Command {
 			for _, r := range out.GetRepositories() {
 				v := "-"
 				if r.GetValidation() != nil {
-					v = describeValidation(r.GetValidation())
+					v = repoview.DescribePolicy(r.GetValidation())
 				}
 				termPrintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetMainline(), v, formatTime(r.GetCreatedAt()))
 			}
@@ -288,34 +285,13 @@ func importTree(ctx context.Context, g *globals, c *client.Client, name, dir, ho
 }
 
 // importGit starts the repository name from the history that the HEAD of the git repository
-// in dir reaches, keeping every commit's id: the mainline continues that history, so a clone
-// of dir fetches from ag and fast-forwards. Objects the server holds are not sent again, so an
-// import that stopped is finished by running it again.
+// in dir reaches (internal/importer), or with dryRun says what that would upload.
 func importGit(ctx context.Context, g *globals, c *client.Client, name, dir string, dryRun bool) error {
-	if _, err := c.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: name}); err == nil {
-		return withExit(ExitUsage, fmt.Errorf("repository %s exists: a git history starts a new repository (ag repo import --files imports %s's files as one change instead)", name, dir))
-	} else if !client.IsCode(err, connect.CodeNotFound) {
-		return err
-	}
-	st, err := importer.OpenGitStorage(dir)
-	if err != nil {
-		return fmt.Errorf("open the git repository %s: %w", dir, err)
-	}
-	fmt.Fprintf(g.stderr, "reading the history of %s...\n", dir)
-	h, err := importer.ReadGitHistory(ctx, st)
+	plan, err := importer.PlanGit(ctx, c, name, dir, g.stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stderr, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
-		len(h.Commits), len(h.Trees), len(h.Blobs), h.Files, h.Head)
-	if len(h.Refused) > 0 {
-		return h.Refusal(dir)
-	}
-
-	missing, err := importer.MissingGitObjects(ctx, c, h)
-	if err != nil {
-		return err
-	}
+	h, missing := plan.History, plan.Missing
 	if dryRun {
 		if g.json {
 			return g.printValue(map[string]any{"head": h.Head.String(), "commits": len(h.Commits), "trees": len(h.Trees), "blobs": len(h.Blobs),
@@ -326,17 +302,12 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 			len(h.Blobs), len(h.Trees), len(h.Commits), name, h.Head)
 		return nil
 	}
-	progress := func(verb string, files int, bytes int64) *checkout.Progress {
+	repo, err := plan.Start(ctx, c, func(verb string, files int, bytes int64) *checkout.Progress {
 		return newProgress(g, verb, files, bytes)
-	}
-	if err := importer.UploadGitHistory(ctx, c, st, h, missing, progress); err != nil {
-		return err
-	}
-	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: h.Head.String()})
+	})
 	if err != nil {
 		return err
 	}
-	repo := created.GetRepository()
 	if g.json {
 		return g.printJSON(repo)
 	}
@@ -357,74 +328,18 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dir := args[1]
-			if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-				return fmt.Errorf("%s is not empty: check out into a new or empty directory", dir)
-			}
-			abs, err := filepath.Abs(dir)
-			if err != nil {
-				return err
-			}
-			if holder == "" {
-				holder = defaultHolder(abs)
-			}
-			if err := validateHolderLabel(holder); err != nil {
-				return err
-			}
-			tree, err := c.Repos.GetTree(cmd.Context(), &agwpv1.GetTreeRequest{Repository: args[0]})
-			if err != nil {
-				return err
-			}
-			files, err := checkout.TreeFiles(tree.GetEntries())
-			if err != nil {
-				return err
-			}
-			co := checkout.New(abs, args[0], g.server, holder)
-			co.SetBase(tree.GetRevision(), files)
-			co.SetBlobSizes(checkout.BlobSizes(tree.GetEntries()))
-			var size int64
-			for _, e := range tree.GetEntries() {
-				size += int64(e.GetSize())
-			}
-			prog := newProgress(g, "checkout:", len(files), size)
-			err = checkout.WriteFiles(cmd.Context(), c, co, prog)
-			prog.Done()
+			tree, as, err := checkout.Create(cmd.Context(), c, checkout.CreateOptions{Repository: args[0], Dir: args[1], Server: g.server, Holder: holder,
+				Progress: func(files int, bytes int64) *checkout.Progress { return newProgress(g, "checkout:", files, bytes) }})
 			if err != nil {
 				return err
 			}
 			if g.json {
 				return g.printJSON(tree)
 			}
-			termPrintf(g.stdout, "checked out %s at %s into %s (%d files); you edit as %s\n", args[0], tree.GetRevision(), dir, len(tree.GetEntries()), holder)
+			termPrintf(g.stdout, "checked out %s at %s into %s (%d files); you edit as %s\n", args[0], tree.GetRevision(), args[1], len(tree.GetEntries()), as)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&holder, "holder", "", "your holder label in this checkout (default: the directory's name)")
 	return cmd
-}
-
-// defaultHolder derives a holder label from a directory name.
-func defaultHolder(abs string) string {
-	b := []byte(filepath.Base(abs))
-	for i, ch := range b {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("._:@/-", ch) >= 0) {
-			b[i] = '-'
-		}
-	}
-	if len(b) == 0 || len(b) > 128 {
-		return "checkout"
-	}
-	return string(b)
-}
-
-func validateHolderLabel(h string) error {
-	if h == "" || len(h) > 128 {
-		return errors.New("--holder: use 1-128 characters of [A-Za-z0-9._:@/-]")
-	}
-	for _, ch := range []byte(h) {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("._:@/-", ch) >= 0) {
-			return fmt.Errorf("--holder %q: use 1-128 characters of [A-Za-z0-9._:@/-]", h)
-		}
-	}
-	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/gate"
+	"github.com/ag-coord/ag/internal/serveconfig"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/postgres"
@@ -61,7 +61,7 @@ and each request at DEBUG (--log-level debug).`,
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", envOr("AG_ADDR", "127.0.0.1:7777"), "address to listen on (AG_ADDR)")
 	// AG_DB is read in serve, not shown as the default: a PostgreSQL URL may hold a password.
-	f.StringVar(&o.db, "db", "", "store: sqlite:PATH or postgres://... (default $AG_DB, else "+defaultDB+")")
+	f.StringVar(&o.db, "db", "", "store: sqlite:PATH or postgres://... (default $AG_DB, else "+serveconfig.DefaultDB+")")
 	f.BoolVar(&o.requireFencing, "require-fencing", false, "refuse heartbeats, completions and failures without a claim number (fencing_token)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS key file (PEM)")
@@ -70,7 +70,7 @@ and each request at DEBUG (--log-level debug).`,
 	f.StringVar(&o.logFormat, "log-format", envOr("AG_LOG_FORMAT", "text"), "text or json")
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
 	f.IntVar(&o.gateMaxDepth, "gate-max-depth", gate.DefaultMaxDepth, "at most this many candidates of a repository validate at once when its policy names no depth (it follows the validate workers seen)")
-	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+defaultAuditKey+")")
+	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+serveconfig.DefaultAuditKey+")")
 	f.StringVar(&o.gitEmailDomain, "git-email-domain", envOr("AG_GIT_EMAIL_DOMAIN", store.DefaultGitEmailDomain),
 		"the domain of the e-mail addresses of the mainline commits' authors (principal+label@DOMAIN) and committer (AG_GIT_EMAIL_DOMAIN)")
 	f.StringVar(&o.auditOrigin, "audit-origin", envOr("AG_AUDIT_ORIGIN", "ag"), "the name of this audit log in its signed checkpoints, used when the key is created (AG_AUDIT_ORIGIN)")
@@ -90,25 +90,6 @@ func serveProcs(st store.Store, procs int, env string) int {
 	return procs
 }
 
-// validEmailDomain accepts a DNS name of letters, digits and hyphens in dot-separated labels:
-// it goes into every commit's author line, which a '>' or a newline would break.
-func validEmailDomain(d string) bool {
-	if d == "" || len(d) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(d, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // OpenStore opens the store a --db value names: "sqlite:PATH", "postgres://..." or
 // "postgresql://...".
 func OpenStore(ctx context.Context, db string, opts store.Options) (store.Store, error) {
@@ -123,41 +104,6 @@ func OpenStore(ctx context.Context, db string, opts store.Options) (store.Store,
 		return sqlite.Open(ctx, filepath.Clean(path), opts)
 	}
 	return nil, fmt.Errorf("--db %q: use sqlite:PATH or postgres://USER@HOST/DB", db)
-}
-
-func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", format)
-}
-
-// defaultDB is the store of `ag serve` without --db or AG_DB.
-const defaultDB = "sqlite:./ag-data/ag.db"
-
-// defaultAuditKey is the audit key of `ag serve` on PostgreSQL without --audit-key or
-// AG_AUDIT_KEY.
-const defaultAuditKey = "ag-data/audit.key"
-
-// auditKeyFor answers the audit key of `ag serve --db db` without --audit-key or AG_AUDIT_KEY:
-// on SQLite audit.key beside the database file, which the key belongs with, so that two servers
-// of two files have two keys; on PostgreSQL, whose replicas need one key whatever their working
-// directory, defaultAuditKey.
-func auditKeyFor(db string) string {
-	if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
-		if path = strings.TrimPrefix(path, "//"); path != "" {
-			return filepath.Join(filepath.Dir(filepath.Clean(path)), "audit.key")
-		}
-	}
-	return defaultAuditKey
 }
 
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
@@ -175,24 +121,20 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 
 func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.db == "" {
-		o.db = envOr("AG_DB", defaultDB)
+		o.db = envOr("AG_DB", serveconfig.DefaultDB)
 	}
 	if o.auditKey == "" {
-		o.auditKey = envOr("AG_AUDIT_KEY", auditKeyFor(o.db))
+		o.auditKey = envOr("AG_AUDIT_KEY", serveconfig.AuditKeyFor(o.db))
 	}
-	log, err := newLogger(os.Stderr, o.logLevel, o.logFormat)
+	log, err := serveconfig.NewLogger(os.Stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
-	host, _, err := net.SplitHostPort(o.addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q: %v", o.addr, err)
-	}
-	if ip := net.ParseIP(host); o.tlsCert == "" && !o.insecure && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("--addr %s is not a loopback address: serve it with --tls-cert/--tls-key, or pass --insecure-listen behind a proxy that terminates TLS", o.addr)
+	if err := serveconfig.CheckListen(o.addr, o.tlsCert != "", o.insecure); err != nil {
+		return err
 	}
 
 	if o.tlsCert != "" {
@@ -212,12 +154,12 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.gitEmailDomain == "" {
 		o.gitEmailDomain = store.DefaultGitEmailDomain
 	}
-	if !validEmailDomain(o.gitEmailDomain) {
+	if !serveconfig.ValidEmailDomain(o.gitEmailDomain) {
 		return withExit(ExitUsage, fmt.Errorf("--git-email-domain %q: want a domain name such as example.com", o.gitEmailDomain))
 	}
 	st, err := OpenStore(ctx, o.db, store.Options{GitEmailDomain: o.gitEmailDomain})
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", redactDSN(o.db), err)
+		return fmt.Errorf("open store %s: %w", serveconfig.RedactDSN(o.db), err)
 	}
 	defer st.Close()
 	if procs := serveProcs(st, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); procs != runtime.GOMAXPROCS(0) {
@@ -262,7 +204,7 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.tlsCert != "" {
 		scheme = "https"
 	}
-	log.Info("ag serving", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String(), "db", redactDSN(o.db), "require_fencing", o.requireFencing, "gomaxprocs", runtime.GOMAXPROCS(0))
+	log.Info("ag serving", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String(), "db", serveconfig.RedactDSN(o.db), "require_fencing", o.requireFencing, "gomaxprocs", runtime.GOMAXPROCS(0))
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -284,17 +226,4 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return hs.Shutdown(sctx)
-}
-
-// redactDSN hides a password in a database URL before it is logged.
-func redactDSN(dsn string) string {
-	if i := strings.Index(dsn, "://"); i >= 0 {
-		if at := strings.LastIndex(dsn, "@"); at > i {
-			creds := dsn[i+3 : at]
-			if c := strings.Index(creds, ":"); c >= 0 {
-				return dsn[:i+3] + creds[:c] + ":***" + dsn[at:]
-			}
-		}
-	}
-	return dsn
 }

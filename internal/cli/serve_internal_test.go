@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/internal/serveconfig"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
@@ -90,8 +91,8 @@ func TestAuditKeyBesideTheDatabase(t *testing.T) {
 		"postgres://ag@db.internal/ag":       "ag-data/audit.key",
 		"postgresql://ag:pw@db.internal/ag2": "ag-data/audit.key",
 	} {
-		if got := auditKeyFor(db); got != want {
-			t.Errorf("auditKeyFor(%q) = %q, want %q", db, got, want)
+		if got := serveconfig.AuditKeyFor(db); got != want {
+			t.Errorf("AuditKeyFor(%q) = %q, want %q", db, got, want)
 		}
 	}
 

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/spf13/cobra"
+
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 func newSyncCmd(g *globals) *cobra.Command {
@@ -38,10 +39,8 @@ changes nothing (exit code 4) unless told how to go on:
 			if opts.Ours, err = ws.Checkout.RepoPaths(g.dir, ours); err != nil {
 				return err
 			}
-			for _, p := range opts.Theirs {
-				if checkout.UnderAny(p, opts.Ours) || checkout.UnderAny(strings.TrimSuffix(p, "/"), opts.Ours) {
-					return withExit(ExitUsage, fmt.Errorf("%s is named by both --theirs and --ours", p))
-				}
+			if p := opts.BothSides(); p != "" {
+				return withExit(ExitUsage, fmt.Errorf("%s is named by both --theirs and --ours", p))
 			}
 			opts.Progress = func(files int, bytes int64) *checkout.Progress { return newProgress(g, "sync:", files, bytes) }
 			res, err := checkout.Sync(cmd.Context(), ws, opts)

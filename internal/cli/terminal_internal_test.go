@@ -167,23 +167,3 @@ func TestErrorsAreEscaped(t *testing.T) {
 		t.Errorf("an unknown flag: exit %d, printed %q; want exit %d, the flag escaped", code, shown, ExitUsage)
 	}
 }
-
-// TestTruncateLineKeepsCharactersWhole ensures a note cut short ends before a character it
-// would split, which would be printed as the escapes of its bytes.
-func TestTruncateLineKeepsCharactersWhole(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"ééé", 3, "é..."},
-		{"ééé", 4, "éé..."},
-		{"abc\ndef", 10, "abc"},
-		{"abcdef", 3, "abc..."},
-		{"日本", 2, "..."},
-	} {
-		if got := truncateLine(c.in, c.n); got != c.want {
-			t.Errorf("truncateLine(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
-		}
-	}
-}

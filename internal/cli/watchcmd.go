@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
-	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/spf13/cobra"
+
+	"github.com/ag-coord/ag/internal/checkout"
 )
 
 // newWatchCmd is `ag watch`.
@@ -52,67 +49,28 @@ detached (its log in .ag/watch.log) and returns once it answers; --stop stops it
 
 // startWatch starts `ag watch` detached on the checkout at root, and returns once it answers.
 func startWatch(g *globals, root string, idle time.Duration) error {
-	if _, ok := checkout.AskWatcher(root, checkout.WatchToken{}); ok {
+	pid, err := checkout.StartWatcher(root, "watch", "-C", root, "--idle", idle.String())
+	switch {
+	case err != nil:
+		return err
+	case pid == 0:
 		fmt.Fprintf(g.stdout, "a watcher already watches %s\n", root)
-		return nil
+	default:
+		fmt.Fprintf(g.stdout, "watching %s (pid %d, log in %s)\n", root, pid, filepath.Join(root, checkout.WatchLog))
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	// Through the checkout's os.Root: a symbolic link planted as the log must not make ag
-	// append to a file elsewhere.
-	checkoutRoot, err := os.OpenRoot(root)
-	if err != nil {
-		return err
-	}
-	logFile, err := checkoutRoot.OpenFile(filepath.Join(checkout.StateDir, "watch.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	checkoutRoot.Close()
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	c := exec.Command(self, "watch", "-C", root, "--idle", idle.String())
-	c.Stdout, c.Stderr = logFile, logFile
-	detach(c)
-	if err := c.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- c.Wait() }()
-	deadline := time.After(60 * time.Second)
-	for {
-		if _, ok := checkout.AskWatcher(root, checkout.WatchToken{}); ok {
-			fmt.Fprintf(g.stdout, "watching %s (pid %d, log in %s)\n", root, c.Process.Pid, filepath.Join(root, checkout.StateDir, "watch.log"))
-			return nil
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("ag watch exited before it answered (%v): see %s", err, filepath.Join(root, checkout.StateDir, "watch.log"))
-		case <-deadline:
-			return fmt.Errorf("ag watch did not answer within a minute: see %s", filepath.Join(root, checkout.StateDir, "watch.log"))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // stopWatch stops the watcher of the checkout at root, if one runs.
 func stopWatch(g *globals, root string) error {
-	path := filepath.Join(root, checkout.WatchSocket)
-	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err != nil {
-		fmt.Fprintf(g.stdout, "no watcher watches %s\n", root)
-		return nil
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := json.NewEncoder(conn).Encode(checkout.WatchRequest{Stop: true}); err != nil {
+	stopped, err := checkout.StopWatcher(root)
+	switch {
+	case err != nil:
 		return err
+	case !stopped:
+		fmt.Fprintf(g.stdout, "no watcher watches %s\n", root)
+	default:
+		fmt.Fprintf(g.stdout, "stopped the watcher of %s\n", root)
 	}
-	var ans checkout.WatchAnswer
-	if err := json.NewDecoder(conn).Decode(&ans); err != nil {
-		return fmt.Errorf("the watcher did not answer: %w", err)
-	}
-	fmt.Fprintf(g.stdout, "stopped the watcher of %s\n", root)
 	return nil
 }

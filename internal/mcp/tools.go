@@ -251,20 +251,12 @@ func (a *agent) heldLeases(ctx context.Context, ws *checkout.Workspace) ([]lease
 	if len(ws.Checkout.Leases) == 0 {
 		return out, nil
 	}
-	res, err := ws.Client.Leases.ListLeases(ctx, &agwpv1.ListLeasesRequest{
-		Repository: ws.Checkout.Repository, Holder: checkout.HeldBy(ctx, ws), IncludeEnded: true, PageSize: 1000,
-	})
+	held, err := ws.HeldLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	held := map[string]bool{}
-	for _, l := range ws.Checkout.Leases {
-		held[l.ID] = true
-	}
-	for _, l := range res.GetLeases() {
-		if held[l.GetId()] {
-			out = append(out, newLeaseView(l, true))
-		}
+	for _, l := range held {
+		out = append(out, newLeaseView(l, true))
 	}
 	return out, nil
 }
@@ -693,10 +685,8 @@ func (a *agent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*m
 	if opts.Ours, err = repoPaths("ours", in.Ours, true); err != nil {
 		return nil, out, err
 	}
-	for _, p := range opts.Theirs {
-		if checkout.UnderAny(p, opts.Ours) || checkout.UnderAny(strings.TrimSuffix(p, "/"), opts.Ours) {
-			return nil, out, fmt.Errorf("%s is in both theirs and ours: name each path in one of them", p)
-		}
+	if p := opts.BothSides(); p != "" {
+		return nil, out, fmt.Errorf("%s is in both theirs and ours: name each path in one of them", p)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -920,11 +910,11 @@ func (a *agent) jobList(ctx context.Context, _ *mcp.CallToolRequest, in jobListI
 	}
 	req := &agwpv1.ListJobsRequest{Kinds: in.Kinds, PageSize: int32(limit)}
 	for _, s := range in.States {
-		v, ok := agwpv1.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
-		if !ok || v == 0 {
+		v, ok := checkout.ParseJobState(s)
+		if !ok {
 			return nil, out, fmt.Errorf("states: %q is not a job state: use queued, claimed, completed, failed or cancelled", s)
 		}
-		req.States = append(req.States, agwpv1.JobState(v))
+		req.States = append(req.States, v)
 	}
 	res, err := a.c.Jobs.ListJobs(ctx, req)
 	if err != nil {

@@ -138,3 +138,19 @@ func Fprintf(w io.Writer, format string, args ...any) error {
 	_, err := fmt.Fprintf(w, format, escaped...)
 	return err
 }
+
+// FirstLine answers the first line of s cut to at most n bytes, "..." added when cut, for a
+// note in a table's cell. It cuts at the start of a character: a character cut in two would be
+// printed as the escapes of its bytes.
+func FirstLine(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -88,3 +88,23 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+// TestFirstLineKeepsCharactersWhole ensures a note cut short ends before a character it would
+// split, which would be printed as the escapes of its bytes.
+func TestFirstLineKeepsCharactersWhole(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"ééé", 3, "é..."},
+		{"ééé", 4, "éé..."},
+		{"abc\ndef", 10, "abc"},
+		{"abcdef", 3, "abc..."},
+		{"日本", 2, "..."},
+	} {
+		if got := FirstLine(c.in, c.n); got != c.want {
+			t.Errorf("FirstLine(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

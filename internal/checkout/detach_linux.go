@@ -1,4 +1,4 @@
-package cli
+package checkout
 
 import (
 	"os/exec"
