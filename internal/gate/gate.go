@@ -1,7 +1,11 @@
 // Package gate runs the integration queue: each repository with a validation policy validates
-// its changes in arrival order, several candidates at once, each on the one ahead of it
-// (RunQueue), and moves its mainline only on a passing, verified attestation for exactly
-// the candidate tree.
+// its changes in arrival order, several candidates at once, each on the one ahead of it, and
+// moves its mainline only on a passing, verified attestation for exactly the candidate tree. It
+// owns the queue's engine (RunQueue: candidates, speculation, batches and their bisection,
+// lanes, landing), the validation policy (Policy, Lane) it parses once per advance into Rules,
+// what a validate job's outcome means (Decide), and the loop that advances queues on every
+// replica (Gate). It reaches the data only through the store (store.RepoStore.InQueue and its
+// store.QueueTx), and never imports the SDK.
 //
 // The queue's state lives only in the store. Any replica may advance any repository's queue
 // (the store serializes them per repository), so a replica that dies leaves nothing behind

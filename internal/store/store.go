@@ -1,6 +1,9 @@
 // Package store defines the persistence contract of ag: one interface, implemented by the SQLite
 // backend (internal/store/sqlite) and the PostgreSQL backend (internal/store/postgres), and
-// checked by one conformance suite (internal/store/storetest) that both must pass.
+// checked by one conformance suite (internal/store/storetest) that both must pass. It owns data
+// operations only: the integration queue's decisions are the gate's (internal/gate), which acts
+// through the transaction InQueue hands it (QueueTx). It imports neither the wire contract
+// (agwp), the gate, the server nor the SDK.
 //
 // Every method is one transaction. Methods that change a claimed job check the claim inside the
 // same conditional UPDATE that applies the change (ADR-0012), so a refused request changes

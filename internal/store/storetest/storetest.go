@@ -1,5 +1,8 @@
 // Package storetest is the conformance suite of store.Store: every backend's test calls Run
-// with a factory of fresh stores, and passes all of it.
+// with a factory of fresh stores, and passes all of it. It also holds the tests of the gate's
+// queue engine over a store (RunGate), which internal/gate runs on every backend: they build
+// their fixtures with the suite's helpers, and drive the engine (gate.AdvanceWith) as the
+// suite's own queue tests do.
 //
 // The tests drive the store only through its interface and assert what a user of the store
 // would see. Time moves only when a test moves its clock.Fake; nothing sleeps. IDs and page
