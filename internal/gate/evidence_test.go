@@ -28,7 +28,7 @@ func TestDecideRefusesWeakerEvidenceThanThePolicyAsks(t *testing.T) {
 		})
 	}
 	job := func(payload string) store.Job {
-		return store.Job{ID: "job_7", State: store.JobCompleted, Attempts: 1, Payload: []byte(payload)}
+		return store.Job{ID: "job_7", State: store.JobCompleted, ClaimNumber: 1, Payload: []byte(payload)}
 	}
 	closed := job(`{"network":"none","isolation":"sandbox"}`)
 	egress := job(`{"network":"egress","isolation":"sandbox"}`)

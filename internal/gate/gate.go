@@ -151,7 +151,7 @@ func (g *Gate) Advance(ctx context.Context, repository string) ([]store.Change, 
 		return nil, err
 	}
 	for _, c := range changed {
-		g.log.Info("change "+string(c.State), "change", c.ID, "repository", c.Repository, "author", c.Author,
+		g.log.Info("change "+string(c.State), "change", c.ID, "repository", c.Repository, "author", c.Holder,
 			"candidate", c.CandidateRevision, "job", c.JobID, "reason", firstLine(c.Reason))
 		if g.OnChange != nil {
 			g.OnChange(c)
@@ -236,7 +236,7 @@ func validateJob(p Policy, c store.Change, candidate store.Revision, lane string
 		Payload:     payload,
 		MaxAttempts: ValidateMaxAttempts,
 		UniqueKey:   "validate:" + c.ID + ":" + candidate.ID,
-		EnqueuedBy:  store.PrincipalOf(c.Author),
+		EnqueuedBy:  store.PrincipalOf(c.Holder),
 	}
 }
 
@@ -279,9 +279,9 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 		return Verdict{Outcome: VerdictReject, Reason: err.Error()}
 	}
 	switch {
-	case v.JobID != job.ID || v.ClaimNumber != job.Attempts:
+	case v.JobID != job.ID || v.ClaimNumber != job.ClaimNumber:
 		return Verdict{Outcome: VerdictReject,
-			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.Attempts)}
+			Reason: fmt.Sprintf("the attestation is about job %s claim %d, not job %s claim %d", v.JobID, v.ClaimNumber, job.ID, job.ClaimNumber)}
 	case v.Passed():
 		if reason := weakerThanAsked(c.Repository, job.Payload, v); reason != "" {
 			return Verdict{Outcome: VerdictReject, Reason: reason, Attestation: att.Digest}

@@ -51,7 +51,7 @@ func TestDecideReadsBothStatementForms(t *testing.T) {
 	}
 	change := store.Change{ID: "chg_1", Repository: "shop"}
 	candidate := store.Revision{ID: "rev_42", TreeDigest: tree}
-	job := store.Job{ID: "job_7", State: store.JobCompleted, Attempts: 2}
+	job := store.Job{ID: "job_7", State: store.JobCompleted, ClaimNumber: 2}
 
 	for name, att := range map[string]*store.Attestation{
 		"signed now":    {Digest: "sha256:" + strings.Repeat("1", 64), Envelope: current},
@@ -61,13 +61,13 @@ func TestDecideReadsBothStatementForms(t *testing.T) {
 			t.Errorf("%s: verdict %+v, want a pass", name, got)
 		}
 		stale := job
-		stale.Attempts = 3
+		stale.ClaimNumber = 3
 		if got := gate.Decide(change, candidate, stale, att); got.Outcome != gate.VerdictReject || !strings.Contains(got.Reason, "claim 2") {
 			t.Errorf("%s, a later claim: verdict %+v, want a rejection naming claim 2", name, got)
 		}
 	}
 
-	failed := store.Job{ID: "job_8", State: store.JobCompleted, Attempts: 1}
+	failed := store.Job{ID: "job_8", State: store.JobCompleted, ClaimNumber: 1}
 	got := gate.Decide(change, store.Revision{ID: "rev_43", TreeDigest: "sha256:" + strings.Repeat("fedcba9876543210", 4)}, failed, stored(t, "legacy-failed-no-isolation.att.json"))
 	if got.Outcome != gate.VerdictReject || !strings.Contains(got.Reason, "`make check` timed out after 1m0s (worker ci|w2)") {
 		t.Errorf("a failed validation stored before: verdict %+v", got)
@@ -113,7 +113,7 @@ func TestDecideBindsTheGitTree(t *testing.T) {
 		})
 	}
 	change := store.Change{ID: "chg_1", Repository: "shop"}
-	job := store.Job{ID: "job_7", State: store.JobCompleted, Attempts: 1}
+	job := store.Job{ID: "job_7", State: store.JobCompleted, ClaimNumber: 1}
 	gitCandidate := store.Revision{ID: "rev_42", GitTree: gitTree} // its tree digest is not known in the queue's transaction
 	bothCandidate := store.Revision{ID: "rev_42", GitTree: gitTree, TreeDigest: tree}
 	oldCandidate := store.Revision{ID: "rev_42", TreeDigest: tree}

@@ -584,7 +584,7 @@ func (r *walk) settle(group []store.Change, i int, cand *store.Candidate) (int, 
 // the changes that arrive.
 func (r *walk) grows(group []store.Change, i int, cand *store.Candidate, rev store.Revision, job store.Job) bool {
 	n := len(group)
-	if r.batch <= 1 || job.State != store.JobQueued || job.Attempts > 0 || i+n >= len(r.pending) {
+	if r.batch <= 1 || job.State != store.JobQueued || job.ClaimNumber > 0 || i+n >= len(r.pending) {
 		return false
 	}
 	next := r.pending[i+n]
@@ -716,7 +716,7 @@ func (r *walk) landLane(cand *store.Candidate, rev store.Revision, group []store
 	}
 	last := group[len(group)-1]
 	info.Lane, info.LaneExcluded = r.lane, r.hidden
-	landed, err := r.tx.StoreRevision(r.mainline, tree, last.ID, last.Author, &info)
+	landed, err := r.tx.StoreRevision(r.mainline, tree, last.ID, last.Holder, &info)
 	if err != nil {
 		return store.Revision{}, fmt.Errorf("candidate %s: %w", cand.ID, err)
 	}
@@ -769,11 +769,11 @@ func (r *walk) commitInfo(group []store.Change) (store.CommitInfo, error) {
 		if subject == "" {
 			subject = "(no message)"
 		}
-		fmt.Fprintf(&b, "\n%s %s: %s", c.ID, c.Author, subject)
+		fmt.Fprintf(&b, "\n%s %s: %s", c.ID, c.Holder, subject)
 	}
 	info.Message = b.String()
 	for _, c := range group {
-		info.Batch = append(info.Batch, store.BatchedChange{ID: c.ID, Author: c.Author})
+		info.Batch = append(info.Batch, store.BatchedChange{ID: c.ID, Holder: c.Holder})
 	}
 	return info, nil
 }
@@ -874,7 +874,7 @@ func (r *walk) build(pending []store.Change, i int) (int, error) {
 		r.virtual = false
 	}
 	last := built[len(built)-1]
-	rev, err := r.tx.StoreRevision(r.tip, tree, last.ID, last.Author, nil)
+	rev, err := r.tx.StoreRevision(r.tip, tree, last.ID, last.Holder, nil)
 	if err != nil {
 		return 0, fmt.Errorf("change %s: %w", last.ID, err)
 	}
@@ -967,7 +967,7 @@ func (r *walk) integrateDirectly(c *store.Change) error {
 		c.State, c.Reason = store.ChangeRejected, err.Error()
 		return r.set(c, store.ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
 	}
-	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Author,
+	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Holder,
 		&store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
 	if err != nil {
 		return fmt.Errorf("change %s: %w", c.ID, err)

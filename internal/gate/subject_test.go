@@ -27,7 +27,7 @@ func TestDecideBindsTheSubjectName(t *testing.T) {
 	}
 	change := store.Change{ID: "chg_1", Repository: "shop"}
 	candidate := store.Revision{ID: "rev_42", GitTree: gitTree}
-	job := store.Job{ID: "job_7", State: store.JobCompleted, Attempts: 1}
+	job := store.Job{ID: "job_7", State: store.JobCompleted, ClaimNumber: 1}
 
 	for _, c := range []struct {
 		name       string

@@ -19,7 +19,7 @@ func TestValidateJobNamesTheCandidateTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	change := store.Change{ID: "chg_1", Repository: "shop", Author: "alice|w1"}
+	change := store.Change{ID: "chg_1", Repository: "shop", Holder: "alice|w1"}
 	for _, candidate := range []store.Revision{
 		{ID: "rev_42", GitTree: gitTree},
 		{ID: "rev_42", GitTree: gitTree, TreeDigest: tree},

@@ -163,14 +163,14 @@ func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *ag
 // jobProgress says where a validate job is, for people.
 func jobProgress(job store.Job) string {
 	switch {
-	case job.State == store.JobQueued && job.Attempts == 0:
+	case job.State == store.JobQueued && job.ClaimNumber == 0:
 		return "waiting for a worker"
 	case job.State == store.JobQueued:
-		return fmt.Sprintf("attempt %d failed (%s); waiting for a worker", job.Attempts, firstLine(job.LastError))
+		return fmt.Sprintf("attempt %d failed (%s); waiting for a worker", job.ClaimNumber, firstLine(job.LastError))
 	case job.State == store.JobClaimed && job.Progress == "":
-		return "claimed by " + job.ClaimedBy
+		return "claimed by " + job.Holder
 	case job.State == store.JobClaimed:
-		return job.ClaimedBy + ": " + job.Progress
+		return job.Holder + ": " + job.Progress
 	}
 	return "validation " + string(job.State) + "; settling"
 }
@@ -195,7 +195,7 @@ func (h repoService) liveCandidate(ctx context.Context, out *agwpv1.Candidate, j
 func candidateRun(job store.Job) (workers []string, progress string) {
 	switch job.State {
 	case store.JobClaimed:
-		return []string{job.ClaimedBy}, job.Progress
+		return []string{job.Holder}, job.Progress
 	case store.JobQueued:
 		return nil, jobProgress(job)
 	}
@@ -342,9 +342,9 @@ func (h jobService) verifyAttestation(ctx context.Context, c caller, req *agwpv1
 		return nil, 0, invalid("attestation", "it names worker %s, but %s is completing the job", v.Worker, c.holder(req.GetWorker()))
 	case token != 0 && v.ClaimNumber != token:
 		return nil, 0, invalid("attestation", "it names claim %d, but the request's fencing_token is %d", v.ClaimNumber, token)
-	case v.ClaimNumber != job.Attempts:
+	case v.ClaimNumber != job.ClaimNumber:
 		return nil, 0, connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("attestation of job %s names claim %d, but the current claim is %d: the claim was lost", job.ID, v.ClaimNumber, job.Attempts))
+			fmt.Errorf("attestation of job %s names claim %d, but the current claim is %d: the claim was lost", job.ID, v.ClaimNumber, job.ClaimNumber))
 	}
 	return stored, v.ClaimNumber, nil
 }
@@ -428,7 +428,7 @@ const maxCachedWorkerTrees = 64
 func (w *workerReads) held(ctx context.Context, principal string) ([]agwp.ValidatePayload, error) {
 	jobs, _, err := w.s.store.ListJobs(ctx, store.ListJobsParams{
 		States: []store.JobState{store.JobClaimed}, Kinds: []string{agwp.KindValidate},
-		ClaimedBy: principal + "|", Limit: 1000,
+		Holder: principal + "|", Limit: 1000,
 	})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)

@@ -41,7 +41,7 @@ func (h jobService) ClaimJob(ctx context.Context, req *agwpv1.ClaimJobRequest) (
 		return nil, err
 	}
 	jobs, err := h.claim(ctx, store.ClaimJobParams{
-		Worker: callerFrom(ctx).holder(req.GetWorker()),
+		Holder: callerFrom(ctx).holder(req.GetWorker()),
 		Kinds:  req.GetKinds(),
 		Lease:  lease,
 		Max:    1,
@@ -58,7 +58,7 @@ func (h jobService) ClaimJobs(ctx context.Context, req *agwpv1.ClaimJobsRequest)
 		return nil, err
 	}
 	jobs, err := h.claim(ctx, store.ClaimJobParams{
-		Worker: callerFrom(ctx).holder(req.GetWorker()),
+		Holder: callerFrom(ctx).holder(req.GetWorker()),
 		Kinds:  req.GetKinds(),
 		Lease:  lease,
 		Max:    most,
@@ -104,7 +104,7 @@ func (h jobService) claimWaiting(ctx context.Context, p store.ClaimJobParams, wa
 		if len(jobs) > 0 {
 			if ctx.Err() != nil {
 				for i := range jobs {
-					h.releaseUndelivered(p.Worker, &jobs[i])
+					h.releaseUndelivered(p.Holder, &jobs[i])
 				}
 				return nil, nil
 			}
@@ -145,7 +145,7 @@ func (h jobService) releaseUndelivered(worker string, job *store.Job) {
 	defer cancel()
 	zero := time.Duration(0)
 	_, err := h.s.store.FailJob(ctx, store.FailJobParams{
-		JobID: job.ID, Worker: worker, FencingToken: job.Attempts,
+		JobID: job.ID, Holder: worker, ClaimNumber: job.ClaimNumber,
 		Error: "claim not delivered: the claimer went away before the answer", RetryDelay: &zero,
 	})
 	if err != nil {
@@ -168,7 +168,7 @@ func (h jobService) requireToken(procedure string, token uint32) error {
 func (h jobService) claimRefusal(procedure string, err error, lostClaim connect.Code) error {
 	var lost *store.LostClaimError
 	switch {
-	case errors.As(err, &lost) && lost.State == store.JobClaimed && lost.ClaimedBy == lost.Worker:
+	case errors.As(err, &lost) && lost.State == store.JobClaimed && lost.CurrentHolder == lost.Holder:
 		h.s.metrics.refusal(procedure, "stale_claim")
 	case errors.As(err, &lost):
 		h.s.metrics.refusal(procedure, "lost_claim")
@@ -189,12 +189,12 @@ func (h jobService) HeartbeatJob(ctx context.Context, req *agwpv1.HeartbeatJobRe
 		return nil, err
 	}
 	job, err := h.s.store.HeartbeatJob(ctx, store.HeartbeatJobParams{
-		JobID:        req.GetJobId(),
-		Worker:       callerFrom(ctx).holder(req.GetWorker()),
-		FencingToken: token,
-		Lease:        lease,
-		Progress:     req.GetProgress(),
-		Output:       req.GetOutput(),
+		JobID:       req.GetJobId(),
+		Holder:      callerFrom(ctx).holder(req.GetWorker()),
+		ClaimNumber: token,
+		Lease:       lease,
+		Progress:    req.GetProgress(),
+		Output:      req.GetOutput(),
 	})
 	if err != nil {
 		return nil, h.claimRefusal("HeartbeatJob", err, connect.CodeNotFound)
@@ -282,8 +282,8 @@ func (h jobService) completion(ctx context.Context, procedure string, req *agwpv
 	c := callerFrom(ctx)
 	params := store.CompleteJobParams{
 		JobID:        req.GetJobId(),
-		Worker:       c.holder(req.GetWorker()),
-		FencingToken: token,
+		Holder:       c.holder(req.GetWorker()),
+		ClaimNumber:  token,
 		Result:       result,
 		Output:       req.GetOutput(),
 		OutputDigest: req.GetOutputDigest(),
@@ -296,7 +296,7 @@ func (h jobService) completion(ctx context.Context, procedure string, req *agwpv
 			h.s.metrics.refusal(procedure, "attestation")
 			return store.CompleteJobParams{}, err
 		}
-		params.Attestation, params.FencingToken = a, claim
+		params.Attestation, params.ClaimNumber = a, claim
 	}
 	return params, nil
 }
@@ -319,13 +319,13 @@ func (h jobService) FailJob(ctx context.Context, req *agwpv1.FailJobRequest) (*a
 		return nil, err
 	}
 	params := store.FailJobParams{
-		JobID:        req.GetJobId(),
-		Worker:       callerFrom(ctx).holder(req.GetWorker()),
-		FencingToken: token,
-		Error:        req.GetError(),
-		Output:       req.GetOutput(),
-		Final:        req.GetFinal(),
-		RetryDelay:   retryDelay,
+		JobID:       req.GetJobId(),
+		Holder:      callerFrom(ctx).holder(req.GetWorker()),
+		ClaimNumber: token,
+		Error:       req.GetError(),
+		Output:      req.GetOutput(),
+		Final:       req.GetFinal(),
+		RetryDelay:  retryDelay,
 	}
 	job, err := h.s.store.FailJob(ctx, params)
 	if err != nil {
@@ -389,7 +389,7 @@ func (h jobService) ListJobs(ctx context.Context, req *agwpv1.ListJobsRequest) (
 			return nil, invalid("claimed_by", "%q names no worker: use <principal>|<label> for one worker, or <principal>| for every label of the principal", c)
 		}
 	}
-	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken(), ClaimedBy: req.GetClaimedBy()}
+	params := store.ListJobsParams{Kinds: req.GetKinds(), Limit: limit, PageToken: req.GetPageToken(), Holder: req.GetClaimedBy()}
 	for i, st := range req.GetStates() {
 		s, ok := storeJobState(st)
 		if !ok {

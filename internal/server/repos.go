@@ -52,7 +52,7 @@ func changeProto(c store.Change) *agwpv1.Change {
 		BaseRevision:       c.BaseRevision,
 		CandidateRevision:  c.CandidateRevision,
 		IntegratedRevision: c.IntegratedRevision,
-		Author:             c.Author,
+		Author:             c.Holder,
 		Message:            c.Message,
 		Paths:              c.Paths,
 		JobId:              c.JobID,
@@ -309,7 +309,7 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	out := &agwpv1.GetTreeResponse{
-		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Author,
+		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Holder,
 		GitTree: rev.GitTree, GitCommit: rev.GitCommit, Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
 	}
 	for _, e := range rev.Tree {

@@ -42,28 +42,28 @@ func ExplainRefusedCompletion(job Job, worker string, fencingToken uint32, attes
 }
 
 // LostClaimError explains why a heartbeat, completion or failure was refused: the job is no
-// longer claimed by this worker, or the claim number is not the current one.
+// longer claimed by this holder, or the claim number is not the current one.
 type LostClaimError struct {
-	JobID        string
-	Worker       string   // the claimant that asked
-	FencingToken uint32   // the claim number it sent, 0 = none
-	State        JobState // the job as it is now
-	ClaimedBy    string
-	Attempts     uint32
+	JobID         string
+	Holder        string   // the holder that asked
+	ClaimNumber   uint32   // the claim number it sent, 0 = none
+	State         JobState // the job as it is now
+	CurrentHolder string   // the holder of the job's current or last claim
+	CurrentClaim  uint32   // the job's current claim number
 }
 
 func (e *LostClaimError) Error() string {
 	switch {
 	case e.State != JobClaimed:
-		return fmt.Sprintf("job %s is %s, not claimed: the claim of %s is over", e.JobID, e.State, e.Worker)
-	case e.ClaimedBy != e.Worker:
-		return fmt.Sprintf("job %s is claimed by %s (claim %d), not by %s", e.JobID, e.ClaimedBy, e.Attempts, e.Worker)
-	case e.FencingToken > e.Attempts:
+		return fmt.Sprintf("job %s is %s, not claimed: the claim of %s is over", e.JobID, e.State, e.Holder)
+	case e.CurrentHolder != e.Holder:
+		return fmt.Sprintf("job %s is claimed by %s (claim %d), not by %s", e.JobID, e.CurrentHolder, e.CurrentClaim, e.Holder)
+	case e.ClaimNumber > e.CurrentClaim:
 		// Not an old claim: a number no claim of this job has had, which a worker gets only by
-		// sending something other than the claimed job's attempts.
-		return fmt.Sprintf("job %s: claim %d was never made, the current claim is %d: send the attempts of the job as it was claimed", e.JobID, e.FencingToken, e.Attempts)
+		// sending something other than the claimed job's claim number (the API's attempts).
+		return fmt.Sprintf("job %s: claim %d was never made, the current claim is %d: send the attempts of the job as it was claimed", e.JobID, e.ClaimNumber, e.CurrentClaim)
 	default:
-		return fmt.Sprintf("job %s: claim %d is stale, the current claim is %d: stop working on it", e.JobID, e.FencingToken, e.Attempts)
+		return fmt.Sprintf("job %s: claim %d is stale, the current claim is %d: stop working on it", e.JobID, e.ClaimNumber, e.CurrentClaim)
 	}
 }
 
@@ -73,17 +73,17 @@ func (e *LostClaimError) Is(target error) bool { return target == ErrLostClaim }
 // ExplainLostClaim answers the refusal for a claim check that failed on job (as read in the
 // same transaction): a *LostClaimError, or nil when the claim is in fact current, which a
 // backend treats as an internal error.
-func ExplainLostClaim(job Job, worker string, fencingToken uint32) error {
-	if job.State == JobClaimed && job.ClaimedBy == worker && (fencingToken == 0 || fencingToken == job.Attempts) {
+func ExplainLostClaim(job Job, holder string, claimNumber uint32) error {
+	if job.State == JobClaimed && job.Holder == holder && (claimNumber == 0 || claimNumber == job.ClaimNumber) {
 		return nil
 	}
 	return &LostClaimError{
-		JobID:        job.ID,
-		Worker:       worker,
-		FencingToken: fencingToken,
-		State:        job.State,
-		ClaimedBy:    job.ClaimedBy,
-		Attempts:     job.Attempts,
+		JobID:         job.ID,
+		Holder:        holder,
+		ClaimNumber:   claimNumber,
+		State:         job.State,
+		CurrentHolder: job.Holder,
+		CurrentClaim:  job.ClaimNumber,
 	}
 }
 

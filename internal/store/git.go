@@ -667,7 +667,7 @@ type CommitInfo struct {
 	Repository    string
 	RevisionID    string
 	ChangeID      string // "" for a repository's first commit
-	Author        string // "<principal>|<label>"
+	Holder        string // "<principal>|<label>"
 	Message       string
 	FencingTokens []uint64
 	Attestation   string // digest of the attestation that validated the tree, if any
@@ -687,7 +687,7 @@ type CommitInfo struct {
 // BatchedChange is one change of a batch commit.
 type BatchedChange struct {
 	ID     string
-	Author string // "<principal>|<label>"
+	Holder string // "<principal>|<label>"
 }
 
 // WriteMainlineCommit stores the commit that makes tree the mainline after parent (zero for
@@ -699,7 +699,7 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 	if domain == "" {
 		domain = DefaultGitEmailDomain
 	}
-	author, _ := ParseHolder(c.Author)
+	author, _ := ParseHolder(c.Holder)
 	principal, label := author.Principal, author.Label
 	name := identName(principal)
 	local := emailLocal(principal)
@@ -727,12 +727,12 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 		}
 		add("Ag-Revision", c.RevisionID)
 		for _, b := range c.Batch {
-			add("Ag-Author", b.Author)
+			add("Ag-Author", b.Holder)
 		}
 	} else {
 		add("Ag-Change", c.ChangeID)
 		add("Ag-Revision", c.RevisionID)
-		add("Ag-Author", c.Author)
+		add("Ag-Author", c.Holder)
 	}
 	if len(c.FencingTokens) > 0 {
 		tokens := slices.Clone(c.FencingTokens)
@@ -776,7 +776,7 @@ func WriteRevisionCommit(s storer.EncodedObjectStorer, rev Revision, parent stri
 	if err != nil {
 		return "", fmt.Errorf("revision %s: parent commit: %w", rev.ID, err)
 	}
-	c.Repository, c.RevisionID, c.ChangeID, c.Author = rev.Repository, rev.ID, rev.ChangeID, rev.Author
+	c.Repository, c.RevisionID, c.ChangeID, c.Holder = rev.Repository, rev.ID, rev.ChangeID, rev.Holder
 	id, err := WriteMainlineCommit(s, tree, parentID, c)
 	if err != nil {
 		return "", fmt.Errorf("revision %s: commit: %w", rev.ID, err)
@@ -803,7 +803,7 @@ func FirstRevision(s storer.EncodedObjectStorer, p CreateRepositoryParams, revis
 		return tree, commit, "", err
 	}
 	commit, err = WriteMainlineCommit(s, tree, plumbing.ZeroHash, CommitInfo{
-		Repository: p.Name, RevisionID: revisionID, Author: p.CreatedBy,
+		Repository: p.Name, RevisionID: revisionID, Holder: p.CreatedBy,
 		AuthoredAt: now, CommittedAt: now, EmailDomain: emailDomain,
 	})
 	return tree, commit, repo.Tree{}.Digest(), err
@@ -921,7 +921,7 @@ func LegacyCommits(s storer.EncodedObjectStorer, repository string, chain []Lega
 			return nil, fmt.Errorf("revision %s: tree: %w", r.ID, err)
 		}
 		id, err := WriteMainlineCommit(s, tree, parent, CommitInfo{
-			Repository: repository, RevisionID: r.ID, ChangeID: r.ChangeID, Author: r.Author, Message: r.Message,
+			Repository: repository, RevisionID: r.ID, ChangeID: r.ChangeID, Holder: r.Author, Message: r.Message,
 			Attestation: r.Attestation, AuthoredAt: r.AuthoredAt, CommittedAt: r.CommittedAt, EmailDomain: emailDomain,
 		})
 		if err != nil {

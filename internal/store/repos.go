@@ -245,7 +245,7 @@ type Revision struct {
 	Repository string
 	Parent     string // "" for the first
 	ChangeID   string // "" for the first
-	Author     string
+	Holder     string
 	Tree       repo.Tree // GetRevision only
 	TreeDigest string    // sha256 of Tree's encoding; GetRevision only
 	GitTree    string    // the revision's git tree id (40 hex)
@@ -337,7 +337,7 @@ type Change struct {
 	BaseRevision       string
 	CandidateRevision  string
 	IntegratedRevision string
-	Author             string // "<principal>|<label>"
+	Holder             string // "<principal>|<label>"
 	Message            string
 	Paths              []string
 	JobID              string

@@ -176,9 +176,9 @@ type Job struct {
 	State             JobState
 	Payload           []byte // JSON object, or nil
 	Priority          int32
-	Attempts          uint32 // number of claims so far; the current claim's number
-	MaxAttempts       uint32
-	ClaimedBy         string        // "<principal>|<label>"; kept after COMPLETED/FAILED, cleared on retry
+	ClaimNumber       uint32        // the claims made so far, so the current claim's number (ADR-0012); the API's attempts
+	MaxAttempts       uint32        // the most claims the job gets
+	Holder            string        // the holder of the claim, "<principal>|<label>" (the API's claimed_by); kept after COMPLETED/FAILED, cleared on retry
 	Lease             time.Duration // lease length of the current claim
 	LeaseExpiresAt    time.Time     // zero unless CLAIMED
 	RunAfter          time.Time
@@ -209,7 +209,7 @@ type EnqueueJobParams struct {
 
 // ClaimJobParams are the inputs of ClaimJob and ClaimJobs.
 type ClaimJobParams struct {
-	Worker string // "<principal>|<label>"
+	Holder string // "<principal>|<label>"
 	Kinds  []string
 	Lease  time.Duration
 	Max    int // ClaimJobs: the most jobs to claim; 0 = 1. ClaimJob ignores it.
@@ -217,19 +217,19 @@ type ClaimJobParams struct {
 
 // HeartbeatJobParams are the inputs of HeartbeatJob.
 type HeartbeatJobParams struct {
-	JobID        string
-	Worker       string
-	FencingToken uint32 // 0 = not given
-	Lease        time.Duration
-	Progress     string
-	Output       string // "" = unchanged
+	JobID       string
+	Holder      string
+	ClaimNumber uint32 // 0 = not given
+	Lease       time.Duration
+	Progress    string
+	Output      string // "" = unchanged
 }
 
 // CompleteJobParams are the inputs of CompleteJob.
 type CompleteJobParams struct {
 	JobID        string
-	Worker       string
-	FencingToken uint32
+	Holder       string
+	ClaimNumber  uint32
 	Result       []byte
 	Output       string
 	OutputDigest string
@@ -246,20 +246,20 @@ type CompleteJobOutcome struct {
 
 // FailJobParams are the inputs of FailJob.
 type FailJobParams struct {
-	JobID        string
-	Worker       string
-	FencingToken uint32
-	Error        string
-	Output       string
-	RetryDelay   *time.Duration // nil: Backoff(attempts)
-	Final        bool
+	JobID       string
+	Holder      string
+	ClaimNumber uint32
+	Error       string
+	Output      string
+	RetryDelay  *time.Duration // nil: Backoff(attempts)
+	Final       bool
 }
 
 // ListJobsParams filter and page ListJobs.
 type ListJobsParams struct {
 	States    []JobState
 	Kinds     []string
-	ClaimedBy string // exact "<principal>|<label>", or "<principal>|" for every label; "" = any
+	Holder    string // exact "<principal>|<label>", or "<principal>|" for every label; "" = any
 	Limit     int    // 1..1000
 	PageToken string
 }

@@ -325,7 +325,7 @@ func TestReplicasOfTheOldSchemaKeepWorkingDuringARollout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "carol|w", Kinds: []string{"test"}, Lease: time.Minute, Max: 3}); err != nil || len(jobs) != 3 {
+	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: "carol|w", Kinds: []string{"test"}, Lease: time.Minute, Max: 3}); err != nil || len(jobs) != 3 {
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 3, written as one record", len(jobs), err)
 	}
 	sealAll(t, db, signer, 3)

@@ -85,7 +85,7 @@ func verify(t *testing.T, db *postgres.DB, signer *audit.Signer) error {
 // taken, while the one left for it is not committed yet when it looks: then it looks again.
 func claim(ctx context.Context, db *postgres.DB, worker, kind string) (*store.Job, error) {
 	for range 100 {
-		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{kind}, Lease: time.Minute})
+		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{kind}, Lease: time.Minute})
 		if err != nil || j != nil {
 			return j, err
 		}
@@ -112,10 +112,10 @@ func writeSome(ctx context.Context, db *postgres.DB, who string) error {
 			return fmt.Errorf("ClaimJob: %w", err)
 		}
 		if i == 1 {
-			_, err = db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+			_, err = db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 				Error: "it \"broke\"\n<&>", Final: true})
 		} else {
-			_, err = db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+			_, err = db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 				Output: "ok", OutputDigest: "sha256:00"})
 		}
 		if err != nil {
@@ -188,7 +188,7 @@ func TestTwoReplicasSealingAtOnceMakeOneChain(t *testing.T) {
 						t.Errorf("ClaimJob: %v", err)
 						return
 					}
-					if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts}); err != nil {
+					if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber}); err != nil {
 						t.Errorf("CompleteJob: %v", err)
 						return
 					}
@@ -316,11 +316,11 @@ func tamperLog(t *testing.T, db *postgres.DB, signer *audit.Signer, limit int) (
 			t.Fatal(err)
 		}
 	}
-	jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "alice|w", Kinds: []string{"batch"}, Lease: time.Minute, Max: 3})
+	jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: "alice|w", Kinds: []string{"batch"}, Lease: time.Minute, Max: 3})
 	if err != nil || len(jobs) != 3 {
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(jobs), err)
 	}
-	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: jobs[0].ID, Worker: "alice|w", FencingToken: jobs[0].Attempts}); err != nil {
+	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: jobs[0].ID, Holder: "alice|w", ClaimNumber: jobs[0].ClaimNumber}); err != nil {
 		t.Fatal(err)
 	}
 	size = uint64(sealAll(t, db, signer, limit))
@@ -592,12 +592,12 @@ func TestGroupCommitsRecordEachCall(t *testing.T) {
 		wg.Go(func() {
 			worker := fmt.Sprintf("p%d|w%d", w%3, w)
 			for range perWorker {
-				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"k"}, Lease: time.Minute})
+				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"k"}, Lease: time.Minute})
 				if err != nil || j == nil {
 					t.Errorf("ClaimJob = %v, %v", j, err)
 					return
 				}
-				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 					OutputDigest: "sha256:" + j.ID}); err != nil {
 					t.Errorf("CompleteJob: %v", err)
 					return
@@ -629,8 +629,8 @@ func TestGroupCommitsRecordEachCall(t *testing.T) {
 			t.Fatalf("job %s: events %v", j.ID, actions)
 		}
 		for _, e := range evs[1:] {
-			if e.Holder != j.ClaimedBy || e.Principal != store.PrincipalOf(j.ClaimedBy) {
-				t.Fatalf("job %s claimed by %s: %s by %q, holder %q", j.ID, j.ClaimedBy, e.Action, e.Principal, e.Holder)
+			if e.Holder != j.Holder || e.Principal != store.PrincipalOf(j.Holder) {
+				t.Fatalf("job %s claimed by %s: %s by %q, holder %q", j.ID, j.Holder, e.Action, e.Principal, e.Holder)
 			}
 		}
 		var claimed map[string]any
@@ -658,11 +658,11 @@ func TestDetailsBuiltInSQLAreCompactJSON(t *testing.T) {
 	if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: odd, Priority: -3, MaxAttempts: 4000000000, UniqueKey: odd, EnqueuedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
-	j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: "bob|b1", Lease: 90 * time.Second})
+	j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: "bob|b1", Lease: 90 * time.Second})
 	if err != nil || j == nil {
 		t.Fatalf("ClaimJob = %v, %v", j, err)
 	}
-	if _, err := db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Worker: "bob|b1", FencingToken: j.Attempts, Error: odd}); err != nil {
+	if _, err := db.FailJob(ctx, store.FailJobParams{JobID: j.ID, Holder: "bob|b1", ClaimNumber: j.ClaimNumber, Error: odd}); err != nil {
 		t.Fatal(err)
 	}
 	sealAll(t, db, newSigner(t), 1000)
@@ -721,7 +721,7 @@ func TestSealReadsPendingRecordsInPages(t *testing.T) {
 		}
 	}
 	enqueue(40)
-	claimed, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "ci|w", Kinds: []string{"build"}, Lease: time.Minute, Max: 40})
+	claimed, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: "ci|w", Kinds: []string{"build"}, Lease: time.Minute, Max: 40})
 	if err != nil || len(claimed) != 40 {
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 40", len(claimed), err)
 	}
@@ -948,7 +948,7 @@ func TestRecordsAreCompressedWithLZ4(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "alice|w", Kinds: []string{"big"}, Lease: time.Minute, Max: 64}); err != nil || len(jobs) != 64 {
+	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: "alice|w", Kinds: []string{"big"}, Lease: time.Minute, Max: 64}); err != nil || len(jobs) != 64 {
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 64, in one record", len(jobs), err)
 	}
 	conn := connect(t, url)

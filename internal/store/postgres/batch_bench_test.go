@@ -49,7 +49,7 @@ func benchmarkBatchClaimComplete(b *testing.B, workers, most int) {
 			worker := fmt.Sprintf("bench|w%d", w)
 			ps := make([]store.CompleteJobParams, 0, most)
 			for {
-				jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: most})
+				jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: most})
 				if err != nil {
 					b.Errorf("ClaimJobs: %v", err)
 					return
@@ -60,7 +60,7 @@ func benchmarkBatchClaimComplete(b *testing.B, workers, most int) {
 				claimed.Add(int64(len(jobs)))
 				ps = ps[:0]
 				for _, j := range jobs {
-					ps = append(ps, store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+					ps = append(ps, store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 						Result: []byte(`{"passed":true}`), Output: "ok"})
 				}
 				outcomes, err := db.CompleteJobs(ctx, ps)

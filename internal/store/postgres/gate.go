@@ -255,7 +255,7 @@ func (a *advance) Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, e
 
 func (a *advance) StoreRevision(parent store.Revision, tree plumbing.Hash, changeID, author string, commit *store.CommitInfo) (store.Revision, error) {
 	rev := store.Revision{ID: store.NewID("rev"), Repository: a.repository, Parent: parent.ID, ChangeID: changeID,
-		Author: author, GitTree: tree.String()}
+		Holder: author, GitTree: tree.String()}
 	if commit != nil {
 		id, err := a.writeCommit(rev, parent.GitCommit, *commit)
 		if err != nil {
@@ -267,7 +267,7 @@ func (a *advance) StoreRevision(parent store.Revision, tree plumbing.Hash, chang
 		return store.Revision{}, err
 	}
 	err := a.tx.QueryRow(a.ctx, storeRevisionSQL, a.db.now(), rev.ID, rev.Repository, rev.Parent,
-		rev.ChangeID, rev.Author, rev.GitTree, rev.GitCommit).Scan(&rev.CreatedAt)
+		rev.ChangeID, rev.Holder, rev.GitTree, rev.GitCommit).Scan(&rev.CreatedAt)
 	if err != nil {
 		return store.Revision{}, interpretError("store the revision of change "+changeID, err)
 	}

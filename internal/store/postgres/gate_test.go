@@ -175,7 +175,7 @@ func TestAdvanceQueueAcrossReplicas(t *testing.T) {
 		db := replicas[i]
 		wg.Go(func() {
 			for !done(db) && ctx.Err() == nil {
-				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: fmt.Sprintf("worker|%d", i), Kinds: []string{"validate"},
+				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: fmt.Sprintf("worker|%d", i), Kinds: []string{"validate"},
 					Lease: time.Minute})
 				if err != nil {
 					t.Errorf("ClaimJob: %v", err)
@@ -188,8 +188,8 @@ func TestAdvanceQueueAcrossReplicas(t *testing.T) {
 				env := []byte(`{"job":"` + j.ID + `"}`)
 				sum := sha256.Sum256(env)
 				att := &store.Attestation{Digest: "sha256:" + hex.EncodeToString(sum[:]), Envelope: env, JobID: j.ID}
-				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: j.ClaimedBy,
-					FencingToken: j.Attempts, Attestation: att}); err != nil {
+				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Holder: j.Holder,
+					ClaimNumber: j.ClaimNumber, Attestation: att}); err != nil {
 					t.Errorf("CompleteJob: %v", err)
 					return
 				}
@@ -253,9 +253,9 @@ func TestAdvanceQueueAcrossReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rev.Parent != parent || rev.ChangeID != c.ID || rev.Author != c.Author {
+		if rev.Parent != parent || rev.ChangeID != c.ID || rev.Holder != c.Holder {
 			t.Errorf("revision of change %s: parent %s, change %s, author %s; want parent %s (the change before in the queue), change %s, author %s",
-				c.ID, rev.Parent, rev.ChangeID, rev.Author, parent, c.ID, c.Author)
+				c.ID, rev.Parent, rev.ChangeID, rev.Holder, parent, c.ID, c.Holder)
 		}
 		parent = rev.ID
 	}
@@ -327,7 +327,7 @@ func TestAdvanceQueueOnAnotherReplica(t *testing.T) {
 	if wokenEarly {
 		t.Error("the job signal fired before AdvanceQueue committed")
 	}
-	j, err := a.ClaimJob(ctx, store.ClaimJobParams{Worker: "worker|1", Kinds: []string{"validate"}, Lease: time.Minute})
+	j, err := a.ClaimJob(ctx, store.ClaimJobParams{Holder: "worker|1", Kinds: []string{"validate"}, Lease: time.Minute})
 	if err != nil || j == nil || j.ID != changed[0].JobID {
 		t.Fatalf("ClaimJob on the first replica = %v, %v; want job %s", j, err, changed[0].JobID)
 	}
@@ -347,7 +347,7 @@ func TestListJobsByClaimerTakesNamesLiterally(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: w, Lease: time.Minute})
+		got, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: w, Lease: time.Minute})
 		if err != nil || got == nil || got.ID != j.ID {
 			t.Fatalf("ClaimJob = %v, %v; want %s", got, err, j.ID)
 		}
@@ -362,7 +362,7 @@ func TestListJobsByClaimerTakesNamesLiterally(t *testing.T) {
 		{"a_b|1", []string{"a_b|1"}},
 		{"a_", nil},
 	} {
-		jobs, _, err := db.ListJobs(ctx, store.ListJobsParams{ClaimedBy: tc.claimedBy, Limit: 10})
+		jobs, _, err := db.ListJobs(ctx, store.ListJobsParams{Holder: tc.claimedBy, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

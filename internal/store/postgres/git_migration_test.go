@@ -95,7 +95,7 @@ func writeLegacyContent(t *testing.T, conn *pgx.Conn, lc storetest.LegacyContent
 		exec(`INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author,
 			message, paths, job_id, attestation_digest, reason, edits, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15)`,
-			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Author,
+			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Holder,
 			c.Message, c.Paths, c.JobID, c.AttestationDigest, c.Reason, edits, c.CreatedAt, c.UpdatedAt)
 	}
 }

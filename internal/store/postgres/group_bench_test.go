@@ -38,12 +38,12 @@ func BenchmarkClaimCompleteConcurrently(b *testing.B) {
 		wg.Go(func() {
 			worker := fmt.Sprintf("bench|w%d", w)
 			for left.Add(-1) >= 0 {
-				job, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute})
+				job, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Minute})
 				if err != nil || job == nil {
 					b.Errorf("ClaimJob = %v, %v; want a job", job, err)
 					return
 				}
-				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: job.Attempts,
+				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: job.ClaimNumber,
 					Result: []byte(`{"passed":true}`), Output: "ok"}); err != nil {
 					b.Errorf("CompleteJob: %v", err)
 					return

@@ -194,7 +194,7 @@ func TestClaimGroupHandsOutJobsInClaimOrder(t *testing.T) {
 	calls := make([]*claimCall, 4)
 	for i := range calls {
 		calls[i] = &claimCall{ctx: ctx, p: store.ClaimJobParams{
-			Worker: fmt.Sprintf("p|w%d", i), Kinds: []string{"k"}, Lease: time.Duration(i+1) * time.Minute}}
+			Holder: fmt.Sprintf("p|w%d", i), Kinds: []string{"k"}, Lease: time.Duration(i+1) * time.Minute}}
 	}
 	if err := db.claimTogether(ctx, calls); err != nil {
 		t.Fatalf("claimTogether: %v", err)
@@ -210,9 +210,9 @@ func TestClaimGroupHandsOutJobsInClaimOrder(t *testing.T) {
 			t.Fatalf("claimer %d got %v, want job %s", i, c.r, want[i])
 		}
 		j := &c.r[0]
-		if j.State != store.JobClaimed || j.ClaimedBy != c.p.Worker || j.Attempts != 1 ||
+		if j.State != store.JobClaimed || j.Holder != c.p.Holder || j.ClaimNumber != 1 ||
 			j.Lease != c.p.Lease || !j.LeaseExpiresAt.Equal(clk.Now().Add(c.p.Lease)) {
-			t.Errorf("claimer %d: job %+v, want claimed by %s, attempt 1, lease %v", i, *j, c.p.Worker, c.p.Lease)
+			t.Errorf("claimer %d: job %+v, want claimed by %s, attempt 1, lease %v", i, *j, c.p.Holder, c.p.Lease)
 		}
 	}
 	if got, _ := db.GetJob(ctx, other.ID); got.State != store.JobQueued {
@@ -233,7 +233,7 @@ func TestCompleteGroupChecksEachClaim(t *testing.T) {
 		if _, _, err := db.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "k", MaxAttempts: 3}); err != nil {
 			t.Fatal(err)
 		}
-		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: fmt.Sprintf("p|w%d", i), Lease: time.Minute})
+		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: fmt.Sprintf("p|w%d", i), Lease: time.Minute})
 		if err != nil || j == nil {
 			t.Fatalf("ClaimJob = %v, %v", j, err)
 		}
@@ -243,11 +243,11 @@ func TestCompleteGroupChecksEachClaim(t *testing.T) {
 		return &store.Attestation{Digest: fmt.Sprintf("sha256:%064d", i), Envelope: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 	}
 	params := []store.CompleteJobParams{
-		{JobID: jobs[0].ID, Worker: jobs[0].ClaimedBy, FencingToken: 1, Result: []byte(`{"a":1}`), Output: "o0", Attestation: att(0)},
-		{JobID: jobs[1].ID, Worker: jobs[1].ClaimedBy, FencingToken: 2, Output: "stale", Attestation: att(1)},
-		{JobID: jobs[2].ID, Worker: "p|someone-else", Output: "not mine"},
-		{JobID: jobs[3].ID, Worker: jobs[3].ClaimedBy, Output: "o3", OutputDigest: "d3"},
-		{JobID: "job_unknown", Worker: "p|w0", Output: "none"},
+		{JobID: jobs[0].ID, Holder: jobs[0].Holder, ClaimNumber: 1, Result: []byte(`{"a":1}`), Output: "o0", Attestation: att(0)},
+		{JobID: jobs[1].ID, Holder: jobs[1].Holder, ClaimNumber: 2, Output: "stale", Attestation: att(1)},
+		{JobID: jobs[2].ID, Holder: "p|someone-else", Output: "not mine"},
+		{JobID: jobs[3].ID, Holder: jobs[3].Holder, Output: "o3", OutputDigest: "d3"},
+		{JobID: "job_unknown", Holder: "p|w0", Output: "none"},
 	}
 	calls := make([]*completeCall, len(params))
 	for i, p := range params {

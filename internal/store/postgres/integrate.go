@@ -33,7 +33,7 @@ type changeScan struct {
 func (s *changeScan) dest() []any {
 	c := &s.c
 	return []any{&c.ID, &c.Repository, &s.state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
-		&c.Author, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt,
+		&c.Holder, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt,
 		&c.CandidateID, &c.BatchLimit}
 }
 
@@ -421,7 +421,7 @@ func (db *DB) queueMainlineMove(final *pgx.Batch, objs *store.GitObjects, newTre
 	}
 	now := db.commitTime()
 	commit, err := store.WriteMainlineCommit(objs, newTree, parent, store.CommitInfo{
-		Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Author: p.Holder, Message: p.Message,
+		Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Holder: p.Holder, Message: p.Message,
 		FencingTokens: p.FencingTokens, AuthoredAt: now, CommittedAt: now, EmailDomain: db.emailDomain,
 	})
 	if err != nil {

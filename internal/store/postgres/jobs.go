@@ -46,7 +46,7 @@ type jobScan struct {
 func (s *jobScan) dest() []any {
 	return []any{
 		&s.seq, &s.j.ID, &s.j.Kind, &s.state, &s.payload, &s.j.Priority, &s.attempts, &s.maxAttempts,
-		&s.j.ClaimedBy, &s.leaseNS, &s.leaseExp, &s.j.RunAfter, &s.j.CreatedAt, &s.j.UpdatedAt,
+		&s.j.Holder, &s.leaseNS, &s.leaseExp, &s.j.RunAfter, &s.j.CreatedAt, &s.j.UpdatedAt,
 		&s.finished, &s.j.LastError, &s.result, &s.j.Output, &s.j.OutputDigest,
 		&s.j.AttestationDigest, &s.j.CancelRequested, &s.j.Progress, &s.j.EnqueuedBy, &s.j.UniqueKey,
 	}
@@ -57,7 +57,7 @@ func (s *jobScan) job() store.Job {
 	j.State = store.JobState(s.state)
 	j.Payload = bytesOrNil(s.payload)
 	j.Result = bytesOrNil(s.result)
-	j.Attempts = uint32(s.attempts)
+	j.ClaimNumber = uint32(s.attempts)
 	j.MaxAttempts = uint32(s.maxAttempts)
 	j.Lease = time.Duration(s.leaseNS)
 	j.LeaseExpiresAt = utcOrZero(s.leaseExp)
@@ -350,7 +350,7 @@ func (db *DB) claimTogether(ctx context.Context, calls []*claimCall) error {
 	leases := make([]int64, 0, total)
 	for _, c := range calls {
 		for range claimPlaces(c.p) {
-			workers, leases = append(workers, c.p.Worker), append(leases, int64(c.p.Lease))
+			workers, leases = append(workers, c.p.Holder), append(leases, int64(c.p.Lease))
 		}
 	}
 	var rows pgx.Rows
@@ -477,7 +477,7 @@ func lostClaim(worker string, token uint32) func(store.Job) error {
 // refusedCompletion explains a refused completion.
 func refusedCompletion(p store.CompleteJobParams) func(store.Job) error {
 	return func(j store.Job) error {
-		return store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, p.Attestation != nil)
+		return store.ExplainRefusedCompletion(j, p.Holder, p.ClaimNumber, p.Attestation != nil)
 	}
 }
 
@@ -493,8 +493,8 @@ RETURNING ` + jobCols(""))
 
 // HeartbeatJob extends the lease of a current claim.
 func (db *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (store.Job, error) {
-	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, lostClaim(p.Worker, p.FencingToken),
-		db.now(), p.JobID, p.Worker, int64(p.FencingToken), int64(p.Lease), p.Progress, claimedState, p.Output)
+	return db.guarded(ctx, "heartbeat job", heartbeatSQL, 0, p.JobID, lostClaim(p.Holder, p.ClaimNumber),
+		db.now(), p.JobID, p.Holder, int64(p.ClaimNumber), int64(p.Lease), p.Progress, claimedState, p.Output)
 }
 
 // completeUpdate completes the job, $5 result, $6 output, $7 output digest, $8 attestation
@@ -745,7 +745,7 @@ func (db *DB) completeTogether(ctx context.Context, calls []*completeCall) (map[
 	attested := false
 	for i, c := range calls {
 		p := c.p
-		ids[i], workers[i], tokens[i], outputs[i], digests[i] = p.JobID, p.Worker, int64(p.FencingToken), p.Output, p.OutputDigest
+		ids[i], workers[i], tokens[i], outputs[i], digests[i] = p.JobID, p.Holder, int64(p.ClaimNumber), p.Output, p.OutputDigest
 		heads[i], tails[i] = completedDetails(p)
 		if len(p.Result) > 0 {
 			r := string(p.Result)
@@ -783,11 +783,11 @@ func (db *DB) completeOne(ctx context.Context, p store.CompleteJobParams) (j sto
 	head, tail := completedDetails(p)
 	if p.Attestation == nil {
 		j, err = db.guarded(ctx, "complete job", completeSQL, 0, p.JobID, refusedCompletion(p),
-			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
+			db.now(), p.JobID, p.Holder, int64(p.ClaimNumber), textOrNil(p.Result), p.Output, p.OutputDigest,
 			nil, claimedState, head, tail)
 	} else {
 		j, err = db.guarded(ctx, "complete job", completeAttestedSQL, 0, p.JobID, refusedCompletion(p),
-			db.now(), p.JobID, p.Worker, int64(p.FencingToken), textOrNil(p.Result), p.Output, p.OutputDigest,
+			db.now(), p.JobID, p.Holder, int64(p.ClaimNumber), textOrNil(p.Result), p.Output, p.OutputDigest,
 			p.Attestation.Digest, p.Attestation.Envelope, claimedState, head, tail)
 	}
 	if err == nil {
@@ -841,8 +841,8 @@ func (db *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, er
 	if p.RetryDelay != nil {
 		delay = micros(*p.RetryDelay)
 	}
-	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, lostClaim(p.Worker, p.FencingToken),
-		db.now(), p.JobID, p.Worker, int64(p.FencingToken), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
+	j, err := db.guarded(ctx, "fail job", failSQL, 1, p.JobID, lostClaim(p.Holder, p.ClaimNumber),
+		db.now(), p.JobID, p.Holder, int64(p.ClaimNumber), p.Error, p.Output, p.Final, delay, backoffMicros, claimedState)
 	if err == nil {
 		db.audited()
 		if j.State == store.JobQueued {
@@ -941,7 +941,7 @@ func (db *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job
 		kinds = []string{}
 	}
 	// One row more than the page tells whether there is a next page.
-	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1, p.ClaimedBy)
+	rows, err := db.pool.Query(ctx, listJobsSQL, states, kinds, after, limit+1, p.Holder)
 	if err != nil {
 		return nil, "", interpretError("list jobs", err)
 	}

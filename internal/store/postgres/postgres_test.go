@@ -146,13 +146,13 @@ func TestJobSignalAcrossReplicas(t *testing.T) {
 	}
 	wantClosed(t, woken, "after an enqueue through the other replica")
 
-	claimed, err := b.ClaimJob(ctx, store.ClaimJobParams{Worker: "p|w", Lease: time.Minute})
+	claimed, err := b.ClaimJob(ctx, store.ClaimJobParams{Holder: "p|w", Lease: time.Minute})
 	if err != nil || claimed == nil || claimed.ID != job.ID {
 		t.Fatalf("ClaimJob = %v, %v; want job %s", claimed, err, job.ID)
 	}
 	woken = a.JobSignal()
 	retry := time.Duration(0)
-	if _, err := b.FailJob(ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w", FencingToken: claimed.Attempts,
+	if _, err := b.FailJob(ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w", ClaimNumber: claimed.ClaimNumber,
 		Error: "boom", RetryDelay: &retry}); err != nil {
 		t.Fatal(err)
 	}

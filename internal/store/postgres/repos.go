@@ -309,7 +309,7 @@ func getRevision(ctx context.Context, qr querier, repository, revisionID string)
 	var r store.Revision
 	err := qr.QueryRow(ctx, `SELECT id, repository, parent, change_id, author, git_tree, git_commit, created_at
 		FROM revisions WHERE id = $1 AND repository = $2`, revisionID, repository).
-		Scan(&r.ID, &r.Repository, &r.Parent, &r.ChangeID, &r.Author, &r.GitTree, &r.GitCommit, &r.CreatedAt)
+		Scan(&r.ID, &r.Repository, &r.Parent, &r.ChangeID, &r.Holder, &r.GitTree, &r.GitCommit, &r.CreatedAt)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.Revision{}, fmt.Errorf("revision %s of repository %s: %w", revisionID, repository, store.ErrNotFound)

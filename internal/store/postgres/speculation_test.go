@@ -247,7 +247,7 @@ func TestSpeculativeAdvanceAcrossReplicas(t *testing.T) {
 			<-speculating
 			worker := fmt.Sprintf("worker|%d", i)
 			for !done(db) && ctx.Err() == nil {
-				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"validate"}, Lease: time.Minute})
+				j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"validate"}, Lease: time.Minute})
 				if err != nil {
 					t.Errorf("ClaimJob: %v", err)
 					return
@@ -273,8 +273,8 @@ func TestSpeculativeAdvanceAcrossReplicas(t *testing.T) {
 				env := []byte(`{"job":"` + j.ID + `","result":` + result + `}`)
 				sum := sha256.Sum256(env)
 				att := &store.Attestation{Digest: "sha256:" + hex.EncodeToString(sum[:]), Envelope: env, JobID: j.ID}
-				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Worker: worker,
-					FencingToken: j.Attempts, Result: []byte(result), Attestation: att}); err != nil {
+				if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: j.ID, Holder: worker,
+					ClaimNumber: j.ClaimNumber, Result: []byte(result), Attestation: att}); err != nil {
 					t.Errorf("CompleteJob: %v", err)
 					return
 				}

@@ -67,10 +67,10 @@ func newTamperLog(t *testing.T) tamperLog {
 	}
 	seal()
 	clk.Advance(time.Second)
-	if _, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: "runner|w1", Lease: time.Minute}); err != nil { // 6
+	if _, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: "runner|w1", Lease: time.Minute}); err != nil { // 6
 		t.Fatalf("ClaimJob: %v", err)
 	}
-	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w1", OutputDigest: "sha256:0"}); err != nil { // 7
+	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Holder: "runner|w1", OutputDigest: "sha256:0"}); err != nil { // 7
 		t.Fatalf("CompleteJob: %v", err)
 	}
 	if _, err := db.CreateRepository(ctx, store.CreateRepositoryParams{Name: "web", CreatedBy: "admin"}); err != nil { // 8
@@ -94,7 +94,7 @@ func newTamperLog(t *testing.T) tamperLog {
 			t.Fatalf("EnqueueJob: %v", err)
 		}
 	}
-	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Worker: "runner|w2", Lease: time.Minute, Max: 3}); err != nil || len(jobs) != 3 { // 16-18
+	if jobs, err := db.ClaimJobs(ctx, store.ClaimJobParams{Holder: "runner|w2", Lease: time.Minute, Max: 3}); err != nil || len(jobs) != 3 { // 16-18
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(jobs), err)
 	}
 	seal()

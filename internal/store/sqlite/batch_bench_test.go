@@ -79,7 +79,7 @@ func benchmarkClaimCompleteBatch(b *testing.B, batch int) {
 
 // benchClaim takes up to batch jobs the way a worker of that batch size would.
 func benchClaim(b *testing.B, st store.Store, worker string, batch int) ([]store.Job, error) {
-	p := store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: batch}
+	p := store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: batch}
 	if batch > 1 {
 		return st.ClaimJobs(b.Context(), p)
 	}
@@ -94,7 +94,7 @@ func benchClaim(b *testing.B, st store.Store, worker string, batch int) ([]store
 func benchComplete(b *testing.B, st store.Store, worker string, jobs []store.Job) error {
 	ps := make([]store.CompleteJobParams, len(jobs))
 	for i, j := range jobs {
-		ps[i] = store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+		ps[i] = store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 			Result: []byte(`{"passed":true}`), Output: "ok"}
 	}
 	if len(ps) == 1 {

@@ -27,7 +27,7 @@ func scanJob(row scanner, before ...any) (store.Job, error) {
 		leaseExpires, finished              sql.NullInt64
 	)
 	dest := append(before,
-		&j.ID, &j.Kind, &state, &j.Payload, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.ClaimedBy, &leaseUS,
+		&j.ID, &j.Kind, &state, &j.Payload, &j.Priority, &j.ClaimNumber, &j.MaxAttempts, &j.Holder, &leaseUS,
 		&leaseExpires, &runAfter, &created, &updated, &finished, &j.LastError, &j.Result, &j.Output,
 		&j.OutputDigest, &j.AttestationDigest, &j.CancelRequested, &j.Progress, &j.EnqueuedBy, &j.UniqueKey)
 	if err := row.Scan(dest...); err != nil {
@@ -225,9 +225,9 @@ func (d *DB) ClaimJobs(ctx context.Context, p store.ClaimJobParams) ([]store.Job
 // claim order, never nil.
 func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n int) ([]store.Job, error) {
 	now := micros(d.now())
-	actor := holderActor(ctx, p.Worker)
+	actor := holderActor(ctx, p.Holder)
 	args := make([]any, 0, 4+len(p.Kinds))
-	args = append(args, p.Worker, p.Lease.Microseconds(), now, n)
+	args = append(args, p.Holder, p.Lease.Microseconds(), now, n)
 	for _, k := range p.Kinds {
 		args = append(args, k)
 	}
@@ -270,7 +270,7 @@ func (d *DB) claimJobs(ctx context.Context, op string, p store.ClaimJobParams, n
 			events := make([]event, len(jobs))
 			for i, j := range jobs {
 				var det details
-				det.int("claim", int64(j.Attempts)).time("lease_expires_at", j.LeaseExpiresAt)
+				det.int("claim", int64(j.ClaimNumber)).time("lease_expires_at", j.LeaseExpiresAt)
 				events[i] = event{actor: actor, action: "job.claimed", subject: "job/" + j.ID, details: det.done()}
 			}
 			d.recordAll(now, events)
@@ -350,9 +350,9 @@ func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (stor
 				output = CASE WHEN ?7 <> '' THEN ?7 ELSE output END,
 				updated_at = ?4
 			WHERE `+claimCheck+` RETURNING `+jobColumns,
-			p.JobID, p.Worker, p.FencingToken, now, p.Lease.Microseconds(), p.Progress, p.Output))
+			p.JobID, p.Holder, p.ClaimNumber, now, p.Lease.Microseconds(), p.Progress, p.Output))
 		if errors.Is(err, sql.ErrNoRows) {
-			return refusal(ctx, tx, "heartbeat job", p.JobID, p.Worker, p.FencingToken)
+			return refusal(ctx, tx, "heartbeat job", p.JobID, p.Holder, p.ClaimNumber)
 		}
 		if err != nil {
 			return interpretError("heartbeat job "+p.JobID, err)
@@ -366,7 +366,7 @@ func (d *DB) HeartbeatJob(ctx context.Context, p store.HeartbeatJobParams) (stor
 // CompleteJob finishes a claim's job and stores its attestation, only once the claim check passed.
 func (d *DB) CompleteJob(ctx context.Context, p store.CompleteJobParams) (store.Job, error) {
 	now := micros(d.now())
-	actor := holderActor(ctx, p.Worker)
+	actor := holderActor(ctx, p.Holder)
 	var job store.Job
 	err := d.write(ctx, "complete job", func(ctx context.Context, tx *sql.Tx) error {
 		j, refused, err := completeJob(ctx, tx, p, now)
@@ -395,7 +395,7 @@ func (d *DB) CompleteJobs(ctx context.Context, ps []store.CompleteJobParams) ([]
 	now := micros(d.now())
 	actors := make([]store.Actor, len(ps))
 	for i, p := range ps {
-		actors[i] = holderActor(ctx, p.Worker)
+		actors[i] = holderActor(ctx, p.Holder)
 	}
 	err := d.write(ctx, "complete jobs", func(ctx context.Context, tx *sql.Tx) error {
 		events := make([]event, 0, len(ps))
@@ -440,7 +440,7 @@ func completeJob(ctx context.Context, tx *sql.Tx, p store.CompleteJobParams, now
 			state = 'completed', finished_at = ?4, updated_at = ?4, lease_expires_at = NULL,
 			result = ?5, output = ?6, output_digest = ?7, attestation_digest = ?8
 		WHERE `+claimCheck+` AND (kind <> '`+store.KindValidate+`' OR ?8 <> '') RETURNING `+jobColumns,
-		p.JobID, p.Worker, p.FencingToken, now, result, p.Output, p.OutputDigest, attDigest))
+		p.JobID, p.Holder, p.ClaimNumber, now, result, p.Output, p.OutputDigest, attDigest))
 	if errors.Is(err, sql.ErrNoRows) {
 		j, err := getJob(ctx, tx, p.JobID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -449,7 +449,7 @@ func completeJob(ctx context.Context, tx *sql.Tx, p store.CompleteJobParams, now
 		if err != nil {
 			return store.Job{}, nil, fmt.Errorf("complete job: %w", err)
 		}
-		if err := store.ExplainRefusedCompletion(j, p.Worker, p.FencingToken, attDigest != ""); err != nil {
+		if err := store.ExplainRefusedCompletion(j, p.Holder, p.ClaimNumber, attDigest != ""); err != nil {
 			return store.Job{}, err, nil
 		}
 		// Not a rule's refusal but a contradiction: still this completion's answer only, since
@@ -472,14 +472,14 @@ func completeJob(ctx context.Context, tx *sql.Tx, p store.CompleteJobParams, now
 // completedEvent is the job.completed event of a completed job.
 func completedEvent(j store.Job, actor store.Actor) event {
 	var det details
-	det.strIf("attestation_digest", j.AttestationDigest).int("claim", int64(j.Attempts)).str("output_digest", j.OutputDigest)
+	det.strIf("attestation_digest", j.AttestationDigest).int("claim", int64(j.ClaimNumber)).str("output_digest", j.OutputDigest)
 	return event{actor: actor, action: "job.completed", subject: "job/" + j.ID, details: det.done()}
 }
 
 // FailJob records a failed attempt: the job is retried, failed for good, or cancelled.
 func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, error) {
 	nowT := d.now()
-	actor := holderActor(ctx, p.Worker)
+	actor := holderActor(ctx, p.Holder)
 	var (
 		job     store.Job
 		requeue bool
@@ -492,21 +492,21 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 		if err != nil {
 			return fmt.Errorf("fail job: %w", err)
 		}
-		if err := store.ExplainLostClaim(cur, p.Worker, p.FencingToken); err != nil {
+		if err := store.ExplainLostClaim(cur, p.Holder, p.ClaimNumber); err != nil {
 			return err
 		}
 		state := store.JobQueued
 		switch {
 		case cur.CancelRequested:
 			state = store.JobCancelled
-		case p.Final || cur.Attempts >= cur.MaxAttempts:
+		case p.Final || cur.ClaimNumber >= cur.MaxAttempts:
 			state = store.JobFailed
 		}
 		requeue = state == store.JobQueued
 		runAfter, finished := cur.RunAfter, nowT
-		claimedBy := cur.ClaimedBy
+		claimedBy := cur.Holder
 		if requeue {
-			delay := store.Backoff(cur.Attempts)
+			delay := store.Backoff(cur.ClaimNumber)
 			if p.RetryDelay != nil {
 				delay = *p.RetryDelay
 			}
@@ -516,16 +516,16 @@ func (d *DB) FailJob(ctx context.Context, p store.FailJobParams) (store.Job, err
 				state = ?4, updated_at = ?5, lease_expires_at = NULL, finished_at = ?6, run_after = ?7,
 				claimed_by = ?8, last_error = ?9, output = ?10
 			WHERE `+claimCheck+` RETURNING `+jobColumns,
-			p.JobID, p.Worker, p.FencingToken, string(state), micros(nowT), nullMicros(finished),
+			p.JobID, p.Holder, p.ClaimNumber, string(state), micros(nowT), nullMicros(finished),
 			micros(runAfter), claimedBy, p.Error, p.Output))
 		if errors.Is(err, sql.ErrNoRows) {
-			return refusal(ctx, tx, "fail job", p.JobID, p.Worker, p.FencingToken)
+			return refusal(ctx, tx, "fail job", p.JobID, p.Holder, p.ClaimNumber)
 		}
 		if err != nil {
 			return interpretError("fail job "+p.JobID, err)
 		}
 		var det details
-		det.int("claim", int64(j.Attempts)).str("error", p.Error).str("state", string(state))
+		det.int("claim", int64(j.ClaimNumber)).str("error", p.Error).str("state", string(state))
 		d.record(micros(nowT), actor, "job.failed", "job/"+j.ID, det.done())
 		job = j
 		return nil
@@ -619,15 +619,15 @@ func (d *DB) ListJobs(ctx context.Context, p store.ListJobsParams) ([]store.Job,
 		}
 	}
 	switch {
-	case strings.HasSuffix(p.ClaimedBy, "|"):
+	case strings.HasSuffix(p.Holder, "|"):
 		// Every label of a principal: the claimants in ["alice|", "alice}"), '}' following '|'.
 		// A range, not LIKE, which would read '%' and '_' in a name as wildcards. The literal
 		// condition lets SQLite use the partial index jobs_claimed_by.
 		q += ` AND claimed_by <> '' AND claimed_by >= ? AND claimed_by < ?`
-		args = append(args, p.ClaimedBy, p.ClaimedBy[:len(p.ClaimedBy)-1]+"}")
-	case p.ClaimedBy != "":
+		args = append(args, p.Holder, p.Holder[:len(p.Holder)-1]+"}")
+	case p.Holder != "":
 		q += ` AND claimed_by <> '' AND claimed_by = ?`
-		args = append(args, p.ClaimedBy)
+		args = append(args, p.Holder)
 	}
 	// One row more than the page tells whether another page follows.
 	q += ` ORDER BY seq DESC LIMIT ?`

@@ -46,14 +46,14 @@ func TestWritesReuseFreedMemory(t *testing.T) {
 	})
 	claimAndComplete := func(worker string, jobs int) {
 		for done := 0; done < jobs; {
-			claimed, err := d.ClaimJobs(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Hour, Max: min(batch, jobs-done)})
+			claimed, err := d.ClaimJobs(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Hour, Max: min(batch, jobs-done)})
 			if err != nil || len(claimed) == 0 {
 				t.Errorf("ClaimJobs: %d jobs, %v", len(claimed), err)
 				return
 			}
 			ps := make([]store.CompleteJobParams, len(claimed))
 			for i, j := range claimed {
-				ps[i] = store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts, Result: []byte(`{"passed":true}`)}
+				ps[i] = store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber, Result: []byte(`{"passed":true}`)}
 			}
 			outs, err := d.CompleteJobs(ctx, ps)
 			if err != nil {

@@ -84,12 +84,12 @@ func TestMigrationToCandidatesKeepsTheQueue(t *testing.T) {
 	}
 
 	// The job passes: the candidate lands, and the queued change is built on it.
-	job, err := db.ClaimJob(ctx, store.ClaimJobParams{Worker: "runner|w1", Kinds: []string{"validate"}, Lease: time.Minute})
+	job, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: "runner|w1", Kinds: []string{"validate"}, Lease: time.Minute})
 	if err != nil || job == nil || job.ID != q.jobID {
 		t.Fatalf("ClaimJob(validate) after the migration = %v, %v; want the candidate's job %s", job, err, q.jobID)
 	}
 	att := &store.Attestation{Digest: repo.Digest([]byte("passed " + job.ID)), Envelope: []byte("passed " + job.ID), JobID: job.ID}
-	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w1", FencingToken: job.Attempts,
+	if _, err := db.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Holder: "runner|w1", ClaimNumber: job.ClaimNumber,
 		Result: []byte(`{"exit_code": 0}`), Attestation: att}); err != nil {
 		t.Fatalf("CompleteJob(%s): %v", job.ID, err)
 	}
@@ -219,7 +219,7 @@ func newOldQueue(t *testing.T, start time.Time) oldQueue {
 		}
 		return id.String()
 	}
-	q.first = store.Revision{ID: store.NewID("rev"), Repository: q.name, Author: "admin", CreatedAt: at(0)}
+	q.first = store.Revision{ID: store.NewID("rev"), Repository: q.name, Holder: "admin", CreatedAt: at(0)}
 	tree, commit, _, err := store.FirstRevision(q.objs, store.CreateRepositoryParams{Name: q.name, CreatedBy: "admin"},
 		q.first.ID, at(0), "")
 	if err != nil {
@@ -228,7 +228,7 @@ func newOldQueue(t *testing.T, start time.Time) oldQueue {
 	q.first.GitTree, q.first.GitCommit = tree.String(), commit.String()
 
 	change := func(state store.ChangeState, base store.Revision, author string, files map[string]string, created, updated time.Time) store.Change {
-		c := store.Change{ID: store.NewID("chg"), Repository: q.name, State: state, BaseRevision: base.ID, Author: author,
+		c := store.Change{ID: store.NewID("chg"), Repository: q.name, State: state, BaseRevision: base.ID, Holder: author,
 			Message: "change of " + author, CreatedAt: created, UpdatedAt: updated}
 		for p, content := range files {
 			c.Paths = append(c.Paths, p)
@@ -242,7 +242,7 @@ func newOldQueue(t *testing.T, start time.Time) oldQueue {
 	}
 	q.integrated = change(store.ChangeIntegrated, q.first, "alice|w1", q.files, at(1), at(1))
 	q.mainline = store.Revision{ID: store.NewID("rev"), Repository: q.name, Parent: q.first.ID, ChangeID: q.integrated.ID,
-		Author: q.integrated.Author, GitTree: writeTree(q.files), CreatedAt: at(1)}
+		Holder: q.integrated.Holder, GitTree: writeTree(q.files), CreatedAt: at(1)}
 	if q.mainline.GitCommit, err = store.WriteRevisionCommit(q.objs, q.mainline, q.first.GitCommit,
 		store.CommitInfo{Message: q.integrated.Message, FencingTokens: []uint64{1}, AuthoredAt: at(1), CommittedAt: at(1)}); err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func newOldQueue(t *testing.T, start time.Time) oldQueue {
 
 	q.validating = change(store.ChangeValidating, q.first, "bob|w2", map[string]string{"src/a.go": q.validatedFiles["src/a.go"]}, at(2), at(3))
 	q.candidate = store.Revision{ID: store.NewID("rev"), Repository: q.name, Parent: q.mainline.ID, ChangeID: q.validating.ID,
-		Author: q.validating.Author, GitTree: writeTree(q.validatedFiles), CreatedAt: at(3)}
+		Holder: q.validating.Holder, GitTree: writeTree(q.validatedFiles), CreatedAt: at(3)}
 	q.jobID, q.jobCreated = store.NewID("job"), at(3)
 	q.validating.CandidateRevision, q.validating.JobID = q.candidate.ID, q.jobID
 
@@ -307,7 +307,7 @@ func (q oldQueue) write(t *testing.T, db *sql.DB) {
 			digest = repo.Tree{}.Digest()
 		}
 		exec(`INSERT INTO revisions (id, repository, parent, change_id, author, tree_digest, git_tree, git_commit, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Repository, r.Parent, r.ChangeID, r.Author, digest, r.GitTree, r.GitCommit,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Repository, r.Parent, r.ChangeID, r.Holder, digest, r.GitTree, r.GitCommit,
 			r.CreatedAt.UnixMicro())
 	}
 	payload, err := json.Marshal(map[string]string{"change_id": q.validating.ID, "revision": q.candidate.ID, "git_tree": q.candidate.GitTree})
@@ -333,7 +333,7 @@ func (q oldQueue) write(t *testing.T, db *sql.DB) {
 		exec(`INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author,
 			message, paths, job_id, edits, fencing_tokens, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Author,
+			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Holder,
 			c.Message, string(paths), c.JobID, edits, fmt.Sprintf("[%d]", i+1), c.CreatedAt.UnixMicro(), c.UpdatedAt.UnixMicro())
 	}
 }

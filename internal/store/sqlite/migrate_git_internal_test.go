@@ -116,7 +116,7 @@ func writeLegacyContent(t *testing.T, db *sql.DB, lc storetest.LegacyContent) {
 		exec(`INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author,
 			message, paths, job_id, attestation_digest, reason, edits, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Author,
+			c.ID, c.Repository, string(c.State), c.BaseRevision, c.CandidateRevision, c.IntegratedRevision, c.Holder,
 			c.Message, string(paths), c.JobID, c.AttestationDigest, c.Reason, edits, c.CreatedAt.UnixMicro(), c.UpdatedAt.UnixMicro())
 	}
 }

@@ -257,7 +257,7 @@ func scanRevision(row scanner) (store.Revision, error) {
 		rev     store.Revision
 		created int64
 	)
-	if err := row.Scan(&rev.ID, &rev.Repository, &rev.Parent, &rev.ChangeID, &rev.Author, &rev.TreeDigest,
+	if err := row.Scan(&rev.ID, &rev.Repository, &rev.Parent, &rev.ChangeID, &rev.Holder, &rev.TreeDigest,
 		&rev.GitTree, &rev.GitCommit, &created); err != nil {
 		return store.Revision{}, err
 	}
@@ -305,7 +305,7 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 		created, updated int64
 	)
 	dest := append(before, &c.ID, &c.Repository, &state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
-		&c.Author, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated, &c.CandidateID,
+		&c.Holder, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated, &c.CandidateID,
 		&c.BatchLimit)
 	if err := row.Scan(dest...); err != nil {
 		return store.Change{}, err
@@ -447,7 +447,7 @@ type revisionParams struct {
 // insertRevision stores the git objects written so far and a new revision of p.tree.
 func (d *DB) insertRevision(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, p revisionParams) (store.Revision, error) {
 	rev := store.Revision{ID: store.NewID("rev"), Repository: p.repository, Parent: p.parent.ID, ChangeID: p.changeID,
-		Author: p.author, GitTree: p.tree.String(), CreatedAt: fromMicros(p.now)}
+		Holder: p.author, GitTree: p.tree.String(), CreatedAt: fromMicros(p.now)}
 	if p.commit != nil {
 		commit, err := d.writeCommit(objs, rev, p.parent.GitCommit, *p.commit)
 		if err != nil {
@@ -459,7 +459,7 @@ func (d *DB) insertRevision(ctx context.Context, tx *sql.Tx, objs *store.GitObje
 		return store.Revision{}, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, rev.ID, rev.Repository, rev.Parent, rev.ChangeID, rev.Author, rev.GitTree,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, rev.ID, rev.Repository, rev.Parent, rev.ChangeID, rev.Holder, rev.GitTree,
 		rev.GitCommit, p.now); err != nil {
 		return store.Revision{}, interpretError("store revision", err)
 	}

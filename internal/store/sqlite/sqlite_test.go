@@ -165,13 +165,13 @@ func TestJobSignalWaitsForAClaimableJob(t *testing.T) {
 	if _, existing, err := st.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "validate", MaxAttempts: 3, UniqueKey: "k"}); err != nil || !existing {
 		t.Fatalf("EnqueueJob(same key) = existing %v, %v", existing, err)
 	}
-	if _, err := st.ClaimJob(ctx, store.ClaimJobParams{Worker: "p|w", Lease: time.Minute}); err != nil {
+	if _, err := st.ClaimJob(ctx, store.ClaimJobParams{Holder: "p|w", Lease: time.Minute}); err != nil {
 		t.Fatalf("ClaimJob: %v", err)
 	}
-	if _, err := st.HeartbeatJob(ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w", FencingToken: 1}); err != nil {
+	if _, err := st.HeartbeatJob(ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w", ClaimNumber: 1}); err != nil {
 		t.Fatalf("HeartbeatJob: %v", err)
 	}
-	if _, err := st.FailJob(ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w", FencingToken: 7, Error: "stale"}); !errors.Is(err, store.ErrLostClaim) {
+	if _, err := st.FailJob(ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w", ClaimNumber: 7, Error: "stale"}); !errors.Is(err, store.ErrLostClaim) {
 		t.Fatalf("FailJob with a stale number: %v", err)
 	}
 	if closed(ch) {
@@ -179,7 +179,7 @@ func TestJobSignalWaitsForAClaimableJob(t *testing.T) {
 	}
 
 	// A retry does.
-	if _, err := st.FailJob(ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w", FencingToken: 1, Error: "x"}); err != nil {
+	if _, err := st.FailJob(ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w", ClaimNumber: 1, Error: "x"}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	if !closed(ch) {

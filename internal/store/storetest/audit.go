@@ -550,7 +550,7 @@ var auditCases = []auditCase{
 		b.enqueue(t, store.EnqueueJobParams{})
 		job := b.mustClaim(t, "runner|w1", time.Minute)
 		b.markLog(t)
-		if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w1", FencingToken: 1,
+		if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "runner|w1", ClaimNumber: 1,
 			Result: []byte(`{"ok":true}`), Output: "done", OutputDigest: "sha256:out"}); err != nil {
 			t.Fatalf("CompleteJob: %v", err)
 		}
@@ -562,12 +562,12 @@ var auditCases = []auditCase{
 		first := b.mustClaim(t, "runner|w1", time.Minute)
 		b.clk.Advance(2 * time.Minute)
 		job := b.mustClaim(t, "runner|w2", time.Minute) // claim 2: the first expired
-		if job.ID != first.ID || job.Attempts != 2 {
-			t.Fatalf("the second claim is %s, claim %d; want %s, claim 2", job.ID, job.Attempts, first.ID)
+		if job.ID != first.ID || job.ClaimNumber != 2 {
+			t.Fatalf("the second claim is %s, claim %d; want %s, claim 2", job.ID, job.ClaimNumber, first.ID)
 		}
 		b.markLog(t)
 		att := attestation(job.ID, "passed")
-		if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w2", FencingToken: 2,
+		if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "runner|w2", ClaimNumber: 2,
 			OutputDigest: "sha256:out", Attestation: att}); err != nil {
 			t.Fatalf("CompleteJob: %v", err)
 		}
@@ -578,7 +578,7 @@ var auditCases = []auditCase{
 		b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 3})
 		job := b.mustClaim(t, "runner|w1", time.Minute)
 		b.markLog(t)
-		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "runner|w1", FencingToken: 1,
+		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "runner|w1", ClaimNumber: 1,
 			Error: `exit status 2: "make" <failed> & stopped`}); err != nil {
 			t.Fatalf("FailJob: %v", err)
 		}
@@ -589,7 +589,7 @@ var auditCases = []auditCase{
 		b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 3})
 		job := b.mustClaim(t, "runner|w1", time.Minute)
 		b.markLog(t)
-		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "runner|w1", Error: "bad input", Final: true}); err != nil {
+		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "runner|w1", Error: "bad input", Final: true}); err != nil {
 			t.Fatalf("FailJob: %v", err)
 		}
 		return []auditWant{{"job.failed", "job/" + job.ID, holderOf("runner|w1"),
@@ -602,7 +602,7 @@ var auditCases = []auditCase{
 			t.Fatalf("CancelJob: %v", err)
 		}
 		b.markLog(t)
-		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "runner|w1", Error: "stopped"}); err != nil {
+		if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "runner|w1", Error: "stopped"}); err != nil {
 			t.Fatalf("FailJob: %v", err)
 		}
 		return []auditWant{{"job.failed", "job/" + job.ID, holderOf("runner|w1"),
@@ -695,11 +695,11 @@ var auditCases = []auditCase{
 		b.markLog(t)
 		att := attestation(attested.ID, "passed")
 		outs := b.completeJobs(t, []store.CompleteJobParams{
-			{JobID: built.ID, Worker: "runner|w1", FencingToken: 1, Result: []byte(`{"ok":true}`), OutputDigest: "sha256:out1"},
-			{JobID: unattested.ID, Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out3"},
-			{JobID: others.ID, Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out4"},
-			{JobID: store.NewID("job"), Worker: "runner|w1", FencingToken: 1, OutputDigest: "sha256:out5"},
-			{JobID: attested.ID, Worker: "runner|w2", FencingToken: 1, OutputDigest: "sha256:out2", Attestation: att},
+			{JobID: built.ID, Holder: "runner|w1", ClaimNumber: 1, Result: []byte(`{"ok":true}`), OutputDigest: "sha256:out1"},
+			{JobID: unattested.ID, Holder: "runner|w1", ClaimNumber: 1, OutputDigest: "sha256:out3"},
+			{JobID: others.ID, Holder: "runner|w1", ClaimNumber: 1, OutputDigest: "sha256:out4"},
+			{JobID: store.NewID("job"), Holder: "runner|w1", ClaimNumber: 1, OutputDigest: "sha256:out5"},
+			{JobID: attested.ID, Holder: "runner|w2", ClaimNumber: 1, OutputDigest: "sha256:out2", Attestation: att},
 		})
 		for i, want := range []error{nil, store.ErrAttestationRequired, store.ErrLostClaim, store.ErrNotFound, nil} {
 			if want == nil && outs[i].Err != nil || want != nil && !errors.Is(outs[i].Err, want) {
@@ -1093,14 +1093,14 @@ func jobRefusals(b *abundle, f refusalFixture) []refusal {
 			return err
 		}},
 		{"ClaimJob with nothing claimable", func() error {
-			job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: "runner|w3", Kinds: []string{"nothing"}, Lease: time.Minute})
+			job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: "runner|w3", Kinds: []string{"nothing"}, Lease: time.Minute})
 			if err == nil && job != nil {
 				return fmt.Errorf("claimed %s", job.ID)
 			}
 			return err
 		}},
 		{"ClaimJobs with nothing claimable", func() error {
-			jobs, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: "runner|w3", Kinds: []string{"nothing"}, Lease: time.Minute, Max: 5})
+			jobs, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Holder: "runner|w3", Kinds: []string{"nothing"}, Lease: time.Minute, Max: 5})
 			if err == nil && len(jobs) != 0 {
 				return fmt.Errorf("claimed %d jobs, the first %s", len(jobs), jobs[0].ID)
 			}
@@ -1115,10 +1115,10 @@ func jobRefusals(b *abundle, f refusalFixture) []refusal {
 		}},
 		{"CompleteJobs whose every completion is refused", func() error {
 			ps := []store.CompleteJobParams{
-				{JobID: f.unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"},
-				{JobID: f.validate.ID, Worker: "runner|w2", FencingToken: 1},
-				{JobID: "job_unknown", Worker: "runner|w1", FencingToken: 1},
-				{JobID: f.done.ID, Worker: "runner|w1"},
+				{JobID: f.unique.ID, Holder: "runner|w9", OutputDigest: "sha256:x"},
+				{JobID: f.validate.ID, Holder: "runner|w2", ClaimNumber: 1},
+				{JobID: "job_unknown", Holder: "runner|w1", ClaimNumber: 1},
+				{JobID: f.done.ID, Holder: "runner|w1"},
 			}
 			outs, err := b.st.CompleteJobs(b.ctx, ps)
 			if err != nil {
@@ -1135,23 +1135,23 @@ func jobRefusals(b *abundle, f refusalFixture) []refusal {
 			return nil
 		}},
 		{"HeartbeatJob (heartbeats are not audited)", func() error {
-			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: f.unique.ID, Worker: "runner|w1", FencingToken: 1, Progress: "half"})
+			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: f.unique.ID, Holder: "runner|w1", ClaimNumber: 1, Progress: "half"})
 			return err
 		}},
 		{"CompleteJob by another worker", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Worker: "runner|w9", OutputDigest: "sha256:x"})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Holder: "runner|w9", OutputDigest: "sha256:x"})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CompleteJob with a stale claim number", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Worker: "runner|w1", FencingToken: 7})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.unique.ID, Holder: "runner|w1", ClaimNumber: 7})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CompleteJob of a validate job without an attestation", func() error {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.validate.ID, Worker: "runner|w2", FencingToken: 1})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: f.validate.ID, Holder: "runner|w2", ClaimNumber: 1})
 			return wantIs(err, store.ErrAttestationRequired)
 		}},
 		{"FailJob by another worker", func() error {
-			_, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: f.unique.ID, Worker: "runner|w9", Error: "x"})
+			_, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: f.unique.ID, Holder: "runner|w9", Error: "x"})
 			return wantIs(err, store.ErrLostClaim)
 		}},
 		{"CancelJob of a finished job", func() error {
@@ -1396,7 +1396,7 @@ func testAuditSealTakesWholeRecords(t *testing.T, newStore Factory) {
 	for range 3 {
 		jobs = append(jobs, "job/"+b.enqueue(t, store.EnqueueJobParams{}).ID)
 	}
-	claimed, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: "runner|w1", Lease: time.Minute, Max: 3})
+	claimed, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Holder: "runner|w1", Lease: time.Minute, Max: 3})
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("ClaimJobs = %d jobs, %v; want 3", len(claimed), err)
 	}
@@ -1465,12 +1465,12 @@ func testAuditConcurrentWritersAndSealers(t *testing.T, newStore Factory) {
 				mu.Lock()
 				jobs["job/"+job.ID] = w
 				mu.Unlock()
-				claimed, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{kind}, Lease: time.Hour})
+				claimed, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{kind}, Lease: time.Hour})
 				if err != nil || claimed == nil || claimed.ID != job.ID {
 					t.Errorf("ClaimJob(%s) = %v, %v; want %s", kind, claimed, err, job.ID)
 					return
 				}
-				if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: 1, OutputDigest: "sha256:o"}); err != nil {
+				if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 1, OutputDigest: "sha256:o"}); err != nil {
 					t.Errorf("CompleteJob: %v", err)
 					return
 				}

@@ -19,7 +19,7 @@ import (
 // answers an empty slice when nothing is claimable (where ClaimJob answers nil).
 func (b *bundle) claimJobs(t *testing.T, worker string, lease time.Duration, n int, kinds ...string) []store.Job {
 	t.Helper()
-	jobs, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: kinds, Lease: lease, Max: n})
+	jobs, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Holder: worker, Kinds: kinds, Lease: lease, Max: n})
 	if err != nil {
 		t.Fatalf("ClaimJobs(%s, max %d, kinds %v): %v", worker, n, kinds, err)
 	}
@@ -47,8 +47,8 @@ func (b *bundle) completeJobs(t *testing.T, ps []store.CompleteJobParams) []stor
 // the worker, the lease from now, and no progress (a new claim starts without one).
 func claimedBy(job store.Job, worker string, lease time.Duration, now time.Time) store.Job {
 	job.State = store.JobClaimed
-	job.Attempts++
-	job.ClaimedBy = worker
+	job.ClaimNumber++
+	job.Holder = worker
 	job.Lease = lease
 	job.LeaseExpiresAt = now.Add(lease)
 	job.UpdatedAt = now
@@ -64,7 +64,7 @@ func describeJobs(jobs []store.Job) string {
 	parts := make([]string, len(jobs))
 	for i, j := range jobs {
 		parts[i] = fmt.Sprintf("%s (%s, priority %d, run_after %s, attempts %d)", j.ID, j.Kind, j.Priority,
-			j.RunAfter.UTC().Format(time.RFC3339Nano), j.Attempts)
+			j.RunAfter.UTC().Format(time.RFC3339Nano), j.ClaimNumber)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -202,8 +202,8 @@ func testClaimJobsExpiredClaims(t *testing.T, newStore Factory) {
 		assertJob(t, fmt.Sprintf("GetJob of job %d of ClaimJobs(max 10)", i+1), b.get(t, j.ID), want)
 	}
 	for _, j := range []store.Job{hi, mid, c} {
-		if got := b.get(t, j.ID); got.Attempts != 2 {
-			t.Fatalf("expired claim %s claimed again: attempts %d, want 2", j.ID, got.Attempts)
+		if got := b.get(t, j.ID); got.ClaimNumber != 2 {
+			t.Fatalf("expired claim %s claimed again: attempts %d, want 2", j.ID, got.ClaimNumber)
 		}
 	}
 	wantJobIDs(t, "ClaimJobs(max 10) with every claim live", b.claimJobs(t, "p|w2", time.Minute, 10))
@@ -348,7 +348,7 @@ func testClaimJobsAsClaimJobCalls(t *testing.T, newStore Factory) {
 		}
 		for i := range got {
 			same(fmt.Sprintf("%s: job %d", what, i+1), got[i], want[i])
-			if got[i].Attempts > 1 {
+			if got[i].ClaimNumber > 1 {
 				reclaimed++
 			}
 		}
@@ -416,7 +416,7 @@ func testConcurrentClaimJobs(t *testing.T, newStore Factory) {
 		worker := fmt.Sprintf("p|w%d", w)
 		wg.Go(func() {
 			for !t.Failed() {
-				got, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: batch})
+				got, err := b.st.ClaimJobs(b.ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Minute, Max: batch})
 				if err != nil {
 					t.Errorf("ClaimJobs(%s): %v", worker, err)
 					return
@@ -432,16 +432,16 @@ func testConcurrentClaimJobs(t *testing.T, newStore Factory) {
 				ps := make([]store.CompleteJobParams, len(got))
 				mu.Lock()
 				for i, j := range got {
-					claims[j.ID] = append(claims[j.ID], fmt.Sprintf("%s#%d", worker, j.Attempts))
-					if j.State != store.JobClaimed || j.Attempts != 1 || j.ClaimedBy != worker {
+					claims[j.ID] = append(claims[j.ID], fmt.Sprintf("%s#%d", worker, j.ClaimNumber))
+					if j.State != store.JobClaimed || j.ClaimNumber != 1 || j.Holder != worker {
 						t.Errorf("ClaimJobs(%s) answered %s: %s, attempts %d, by %s; want a first claim by %s",
-							worker, j.ID, j.State, j.Attempts, j.ClaimedBy, worker)
+							worker, j.ID, j.State, j.ClaimNumber, j.Holder, worker)
 					}
 					if i > 0 && !better(got[i-1].ID, j.ID) {
 						t.Errorf("ClaimJobs(%s) answered %s before %s, not best first", worker,
 							describeJobs(got[i-1:i]), describeJobs(got[i:i+1]))
 					}
-					ps[i] = store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts,
+					ps[i] = store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber,
 						Result: fmt.Appendf(nil, `{"by":%q}`, worker), Output: "ok"}
 				}
 				mu.Unlock()
@@ -460,10 +460,10 @@ func testConcurrentClaimJobs(t *testing.T, newStore Factory) {
 					switch {
 					case o.Err != nil:
 						t.Errorf("CompleteJobs(%s): completion %d (%s): %v", worker, i, ps[i].JobID, o.Err)
-					case o.Job.ID != ps[i].JobID || o.Job.State != store.JobCompleted || o.Job.Attempts != 1 ||
+					case o.Job.ID != ps[i].JobID || o.Job.State != store.JobCompleted || o.Job.ClaimNumber != 1 ||
 						!jsonEqual(o.Job.Result, ps[i].Result):
 						t.Errorf("CompleteJobs(%s): outcome %d is job %s, %s, attempts %d, result %s; want %s completed by claim 1 with %s",
-							worker, i, o.Job.ID, o.Job.State, o.Job.Attempts, o.Job.Result, ps[i].JobID, ps[i].Result)
+							worker, i, o.Job.ID, o.Job.State, o.Job.ClaimNumber, o.Job.Result, ps[i].JobID, ps[i].Result)
 					default:
 						completed[o.Job.ID]++
 					}
@@ -479,8 +479,8 @@ func testConcurrentClaimJobs(t *testing.T, newStore Factory) {
 
 	wantEachJobClaimedAndCompletedOnce(t, b, func(id string) bool { _, ok := order[id]; return ok }, claims, completed, jobs)
 	for id := range order {
-		if j := b.get(t, id); j.State != store.JobCompleted || fmt.Sprintf("%s#%d", j.ClaimedBy, j.Attempts) != claims[id][0] {
-			t.Fatalf("job %s is %s by %s#%d; want completed by its one claim %s", id, j.State, j.ClaimedBy, j.Attempts, claims[id][0])
+		if j := b.get(t, id); j.State != store.JobCompleted || fmt.Sprintf("%s#%d", j.Holder, j.ClaimNumber) != claims[id][0] {
+			t.Fatalf("job %s is %s by %s#%d; want completed by its one claim %s", id, j.State, j.Holder, j.ClaimNumber, claims[id][0])
 		}
 	}
 }
@@ -495,8 +495,8 @@ func testCompleteJobsMixed(t *testing.T, newStore Factory) {
 	stale := b.enqueue(t, store.EnqueueJobParams{Kind: "build", Priority: 9, MaxAttempts: 5})
 	b.mustClaim(t, worker, 30*time.Second)
 	b.clk.Advance(time.Minute)
-	if got := b.mustClaim(t, worker, time.Hour); got.ID != stale.ID || got.Attempts != 2 {
-		t.Fatalf("second claim: %s attempts %d, want %s attempts 2", got.ID, got.Attempts, stale.ID)
+	if got := b.mustClaim(t, worker, time.Hour); got.ID != stale.ID || got.ClaimNumber != 2 {
+		t.Fatalf("second claim: %s attempts %d, want %s attempts 2", got.ID, got.ClaimNumber, stale.ID)
 	}
 	current := b.enqueue(t, store.EnqueueJobParams{Kind: "build", Priority: 4, Payload: []byte(`{"tree":"t1"}`)})
 	unattested := b.enqueue(t, store.EnqueueJobParams{Kind: store.KindValidate, Priority: 3})
@@ -524,15 +524,15 @@ func testCompleteJobsMixed(t *testing.T, newStore Factory) {
 	othersAtt := attestation(others.ID, "not mine")
 	att := attestation(attested.ID, "passed")
 	ps := []store.CompleteJobParams{
-		{JobID: stale.ID, Worker: worker, FencingToken: 1, Result: []byte(`{"passed":true}`), Output: "stale", Attestation: staleAtt},
-		{JobID: current.ID, Worker: worker, FencingToken: 1, Result: []byte(`{"passed":true,"exit_code":0}`),
+		{JobID: stale.ID, Holder: worker, ClaimNumber: 1, Result: []byte(`{"passed":true}`), Output: "stale", Attestation: staleAtt},
+		{JobID: current.ID, Holder: worker, ClaimNumber: 1, Result: []byte(`{"passed":true,"exit_code":0}`),
 			Output: "ok  \tgithub.com/x/y\t0.1s\n", OutputDigest: "sha256:" + strings.Repeat("ab", 32)},
-		{JobID: unknown, Worker: worker, FencingToken: 1, Attestation: unknownAtt},
-		{JobID: unattested.ID, Worker: worker, FencingToken: 1, Result: []byte(`{"passed":true}`), Output: "unattested"},
-		{JobID: attested.ID, Worker: worker, FencingToken: 1, Result: []byte(`{"passed":true}`), Output: "attested",
+		{JobID: unknown, Holder: worker, ClaimNumber: 1, Attestation: unknownAtt},
+		{JobID: unattested.ID, Holder: worker, ClaimNumber: 1, Result: []byte(`{"passed":true}`), Output: "unattested"},
+		{JobID: attested.ID, Holder: worker, ClaimNumber: 1, Result: []byte(`{"passed":true}`), Output: "attested",
 			OutputDigest: "sha256:" + strings.Repeat("cd", 32), Attestation: att},
-		{JobID: others.ID, Worker: worker, FencingToken: 1, Output: "not mine", Attestation: othersAtt},
-		{JobID: queued.ID, Worker: worker, Output: "not claimed"},
+		{JobID: others.ID, Holder: worker, ClaimNumber: 1, Output: "not mine", Attestation: othersAtt},
+		{JobID: queued.ID, Holder: worker, Output: "not claimed"},
 	}
 	outs := b.completeJobs(t, ps)
 
@@ -654,9 +654,9 @@ func testConcurrentCompleteJobsWithStaleItems(t *testing.T, newStore Factory) {
 		for i, j := range held[w] {
 			if i == each/2 {
 				foreign := held[(w+1)%workers][0]
-				batches[w] = append(batches[w], store.CompleteJobParams{JobID: foreign.ID, Worker: worker, FencingToken: foreign.Attempts, Output: "not mine"})
+				batches[w] = append(batches[w], store.CompleteJobParams{JobID: foreign.ID, Holder: worker, ClaimNumber: foreign.ClaimNumber, Output: "not mine"})
 			}
-			batches[w] = append(batches[w], store.CompleteJobParams{JobID: j.ID, Worker: worker, FencingToken: j.Attempts, Output: worker})
+			batches[w] = append(batches[w], store.CompleteJobParams{JobID: j.ID, Holder: worker, ClaimNumber: j.ClaimNumber, Output: worker})
 		}
 	}
 	outs := make([][]store.CompleteJobOutcome, workers)
@@ -698,8 +698,8 @@ func testConcurrentCompleteJobsWithStaleItems(t *testing.T, newStore Factory) {
 	}
 	for w := range workers {
 		for _, j := range held[w] {
-			if got := b.get(t, j.ID); got.State != store.JobCompleted || got.Output != j.ClaimedBy {
-				t.Errorf("job %s of %s is %s with output %q, want completed by its claimer", j.ID, j.ClaimedBy, got.State, got.Output)
+			if got := b.get(t, j.ID); got.State != store.JobCompleted || got.Output != j.Holder {
+				t.Errorf("job %s of %s is %s with output %q, want completed by its claimer", j.ID, j.Holder, got.State, got.Output)
 			}
 		}
 	}

@@ -25,7 +25,7 @@ func testHeartbeat(t *testing.T, newStore Factory) {
 	// No lease given: the claim's own lease, from now.
 	b.clk.Advance(20 * time.Second)
 	now := b.clk.Now()
-	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1, Progress: "compiling"})
+	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1, Progress: "compiling"})
 	if err != nil {
 		t.Fatalf("HeartbeatJob: %v", err)
 	}
@@ -42,23 +42,23 @@ func testHeartbeat(t *testing.T, newStore Factory) {
 
 	// A lease given: from now; no progress given: the last one stays.
 	now = b.clk.Now()
-	hb, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w1", Lease: 5 * time.Minute})
+	hb, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w1", Lease: 5 * time.Minute})
 	if err != nil {
 		t.Fatalf("HeartbeatJob with a lease: %v", err)
 	}
 	if !hb.LeaseExpiresAt.Equal(now.Add(5*time.Minute)) || hb.Progress != "compiling" || hb.CancelRequested ||
-		hb.State != store.JobClaimed || hb.Attempts != 1 || hb.ClaimedBy != "p|w1" || !hb.UpdatedAt.Equal(now) {
+		hb.State != store.JobClaimed || hb.ClaimNumber != 1 || hb.Holder != "p|w1" || !hb.UpdatedAt.Equal(now) {
 		t.Fatalf("HeartbeatJob with a 5m lease = expires %s, progress %q, cancel_requested %v, %s, attempts %d, by %s, updated %s;"+
 			" want expires %s, progress compiling, false, claimed, 1, p|w1, updated %s",
-			hb.LeaseExpiresAt, hb.Progress, hb.CancelRequested, hb.State, hb.Attempts, hb.ClaimedBy, hb.UpdatedAt,
+			hb.LeaseExpiresAt, hb.Progress, hb.CancelRequested, hb.State, hb.ClaimNumber, hb.Holder, hb.UpdatedAt,
 			now.Add(5*time.Minute), now)
 	}
 	b.clk.Advance(5*time.Minute - time.Microsecond)
 	b.noClaim(t, "p|w2")
 	b.clk.Advance(time.Microsecond)
-	if got := b.mustClaim(t, "p|w2", time.Minute); got.ID != job.ID || got.Attempts != 2 || got.Progress != "" {
+	if got := b.mustClaim(t, "p|w2", time.Minute); got.ID != job.ID || got.ClaimNumber != 2 || got.Progress != "" {
 		t.Fatalf("claim after the extended lease: %s attempts %d progress %q, want %s attempts 2 and no progress",
-			got.ID, got.Attempts, got.Progress, job.ID)
+			got.ID, got.ClaimNumber, got.Progress, job.ID)
 	}
 }
 
@@ -68,7 +68,7 @@ func testHeartbeatExpiredUnclaimed(t *testing.T, newStore Factory) {
 	claimed := b.mustClaim(t, "p|w1", 30*time.Second)
 	b.clk.Advance(10 * time.Minute)
 	now := b.clk.Now()
-	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1})
+	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1})
 	if err != nil {
 		t.Fatalf("HeartbeatJob of an expired lease nobody claimed: %v", err)
 	}
@@ -88,7 +88,7 @@ func testComplete(t *testing.T, newStore Factory) {
 
 	att := attestation(job.ID, "passed")
 	p := store.CompleteJobParams{
-		JobID: job.ID, Worker: "p|w1", FencingToken: 1,
+		JobID: job.ID, Holder: "p|w1", ClaimNumber: 1,
 		Result:       []byte(`{"passed":true,"exit_code":0}`),
 		Output:       "ok  \tgithub.com/x/y\t0.1s\n",
 		OutputDigest: "sha256:" + hex.EncodeToString(make([]byte, 32)),
@@ -127,7 +127,7 @@ func testCompleteWithoutAttestation(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
 	claimed := b.mustClaim(t, "p|w1", time.Minute)
-	done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "p|w1"})
+	done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "p|w1"})
 	if err != nil {
 		t.Fatalf("CompleteJob without token, result or attestation: %v", err)
 	}
@@ -143,7 +143,7 @@ func testSecondCompletion(t *testing.T, newStore Factory) {
 	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
 	b.mustClaim(t, "p|w1", time.Minute)
 	first := attestation(job.ID, "first")
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1,
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1,
 		Result: []byte(`{"passed":true}`), Attestation: first}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
@@ -152,7 +152,7 @@ func testSecondCompletion(t *testing.T, newStore Factory) {
 
 	for _, token := range []uint32{1, 0} {
 		second := attestation(job.ID, "second")
-		_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: token,
+		_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: token,
 			Result: []byte(`{"passed":false}`), Output: "again", Attestation: second})
 		wantLostClaim(t, "a second CompleteJob", err, "p|w1", token, before)
 		b.unchanged(t, before, "a second CompleteJob")
@@ -168,20 +168,20 @@ func testFailRetryDelay(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 3})
 	claimed := b.mustClaim(t, "p|w1", time.Minute)
-	if _, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w1", Progress: "step 2"}); err != nil {
+	if _, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w1", Progress: "step 2"}); err != nil {
 		t.Fatalf("HeartbeatJob: %v", err)
 	}
 	b.clk.Advance(5 * time.Second)
 	now := b.clk.Now()
 
-	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1,
+	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1,
 		Error: "exit status 2", Output: "FAIL x_test.go:12", RetryDelay: durationPtr(time.Minute)})
 	if err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	want := claimed
 	want.State = store.JobQueued
-	want.ClaimedBy = ""
+	want.Holder = ""
 	want.LeaseExpiresAt = time.Time{}
 	want.RunAfter = now.Add(time.Minute)
 	want.LastError = "exit status 2"
@@ -198,21 +198,21 @@ func testFailRetryDelay(t *testing.T, newStore Factory) {
 	b.clk.Advance(time.Microsecond)
 	now = b.clk.Now()
 	again := b.mustClaim(t, "p|w2", 2*time.Minute)
-	if again.ID != job.ID || again.Attempts != 2 || again.ClaimedBy != "p|w2" || again.Progress != "" ||
+	if again.ID != job.ID || again.ClaimNumber != 2 || again.Holder != "p|w2" || again.Progress != "" ||
 		!again.LeaseExpiresAt.Equal(now.Add(2*time.Minute)) || again.LastError != "exit status 2" {
 		t.Fatalf("claim after the retry delay: %s attempts %d by %s progress %q expires %s last_error %q;"+
 			" want %s attempts 2 by p|w2, no progress, expires %s, last_error kept",
-			again.ID, again.Attempts, again.ClaimedBy, again.Progress, again.LeaseExpiresAt, again.LastError, job.ID, now.Add(2*time.Minute))
+			again.ID, again.ClaimNumber, again.Holder, again.Progress, again.LeaseExpiresAt, again.LastError, job.ID, now.Add(2*time.Minute))
 	}
 
 	// A retry delay of zero is a retry at once.
-	failed, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w2", FencingToken: 2,
+	failed, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w2", ClaimNumber: 2,
 		Error: "flaky", RetryDelay: durationPtr(0)})
 	if err != nil || failed.State != store.JobQueued || !failed.RunAfter.Equal(now) {
 		t.Fatalf("FailJob with retry delay 0 = %s run_after %s, %v; want queued, run_after %s", failed.State, failed.RunAfter, err, now)
 	}
-	if got := b.mustClaim(t, "p|w1", time.Minute); got.ID != job.ID || got.Attempts != 3 {
-		t.Fatalf("claim after a zero retry delay: %s attempts %d, want %s attempts 3", got.ID, got.Attempts, job.ID)
+	if got := b.mustClaim(t, "p|w1", time.Minute); got.ID != job.ID || got.ClaimNumber != 3 {
+		t.Fatalf("claim after a zero retry delay: %s attempts %d, want %s attempts 3", got.ID, got.ClaimNumber, job.ID)
 	}
 }
 
@@ -221,19 +221,19 @@ func testFailBackoff(t *testing.T, newStore Factory) {
 	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 5})
 	for attempt := uint32(1); attempt <= 3; attempt++ {
 		claimed := b.mustClaim(t, "p|w1", time.Minute)
-		if claimed.Attempts != attempt {
-			t.Fatalf("claim %d: attempts %d", attempt, claimed.Attempts)
+		if claimed.ClaimNumber != attempt {
+			t.Fatalf("claim %d: attempts %d", attempt, claimed.ClaimNumber)
 		}
 		now := b.clk.Now()
 		// Without a token: the claim is checked by the worker's name alone.
-		failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", Error: "boom"})
+		failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", Error: "boom"})
 		if err != nil {
 			t.Fatalf("FailJob %d: %v", attempt, err)
 		}
 		wantRunAfter := now.Add(store.Backoff(attempt))
-		if failed.State != store.JobQueued || !failed.RunAfter.Equal(wantRunAfter) || failed.ClaimedBy != "" || failed.LastError != "boom" {
+		if failed.State != store.JobQueued || !failed.RunAfter.Equal(wantRunAfter) || failed.Holder != "" || failed.LastError != "boom" {
 			t.Fatalf("FailJob %d = %s run_after %s by %q last_error %q; want queued, run_after now+%s = %s, unclaimed, boom",
-				attempt, failed.State, failed.RunAfter, failed.ClaimedBy, failed.LastError, store.Backoff(attempt), wantRunAfter)
+				attempt, failed.State, failed.RunAfter, failed.Holder, failed.LastError, store.Backoff(attempt), wantRunAfter)
 		}
 		b.clk.Advance(store.Backoff(attempt) - time.Microsecond)
 		b.noClaim(t, "p|w1")
@@ -247,7 +247,7 @@ func testFailFinal(t *testing.T, newStore Factory) {
 	claimed := b.mustClaim(t, "p|w1", time.Minute)
 	b.clk.Advance(time.Second)
 	now := b.clk.Now()
-	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1,
+	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1,
 		Error: "invalid tree", Output: "no such blob", Final: true, RetryDelay: durationPtr(time.Second)})
 	if err != nil {
 		t.Fatalf("FailJob(final): %v", err)
@@ -269,14 +269,14 @@ func testFailLastAttempt(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 2})
 	b.mustClaim(t, "p|w1", time.Minute)
-	if j, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1, Error: "one",
+	if j, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1, Error: "one",
 		RetryDelay: durationPtr(0)}); err != nil || j.State != store.JobQueued {
 		t.Fatalf("FailJob of attempt 1 of 2 = %s, %v; want queued", j.State, err)
 	}
 	claimed := b.mustClaim(t, "p|w2", time.Minute)
 	b.clk.Advance(time.Second)
 	now := b.clk.Now()
-	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w2", FencingToken: 2, Error: "two",
+	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w2", ClaimNumber: 2, Error: "two",
 		RetryDelay: durationPtr(0)})
 	if err != nil {
 		t.Fatalf("FailJob of attempt 2 of 2: %v", err)
@@ -302,7 +302,7 @@ func testFailCancelRequested(t *testing.T, newStore Factory) {
 	}
 	b.clk.Advance(time.Second)
 	now := b.clk.Now()
-	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1, Error: "stopped: cancelled", Final: true})
+	failed, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1, Error: "stopped: cancelled", Final: true})
 	if err != nil {
 		t.Fatalf("FailJob of a cancel-requested job: %v", err)
 	}
@@ -324,35 +324,35 @@ func testFencing(t *testing.T, newStore Factory) {
 	const worker = "p|w1"
 	job := b.enqueue(t, store.EnqueueJobParams{Kind: "build", MaxAttempts: 5})
 	first := b.mustClaim(t, worker, 30*time.Second)
-	if first.Attempts != 1 {
-		t.Fatalf("first claim: attempts %d, want 1", first.Attempts)
+	if first.ClaimNumber != 1 {
+		t.Fatalf("first claim: attempts %d, want 1", first.ClaimNumber)
 	}
 	b.clk.Advance(31 * time.Second)
 	second := b.mustClaim(t, worker, 30*time.Second)
-	if second.ID != job.ID || second.Attempts != 2 || second.ClaimedBy != worker {
-		t.Fatalf("second claim: %s attempts %d by %s, want %s attempts 2 by %s", second.ID, second.Attempts, second.ClaimedBy, job.ID, worker)
+	if second.ID != job.ID || second.ClaimNumber != 2 || second.Holder != worker {
+		t.Fatalf("second claim: %s attempts %d by %s, want %s attempts 2 by %s", second.ID, second.ClaimNumber, second.Holder, job.ID, worker)
 	}
 	b.clk.Advance(time.Second)
 	current := b.get(t, job.ID)
 
 	// The stale claim number is refused on heartbeat, fail and complete, and changes nothing.
-	_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: 1,
+	_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 1,
 		Lease: time.Hour, Progress: "stale"})
 	wantLostClaim(t, "HeartbeatJob with claim 1", err, worker, 1, current)
 	b.unchanged(t, current, "HeartbeatJob with claim 1")
 
-	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: worker, FencingToken: 1,
+	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 1,
 		Error: "stale", Output: "stale", Final: true})
 	wantLostClaim(t, "FailJob with claim 1", err, worker, 1, current)
 	b.unchanged(t, current, "FailJob with claim 1")
 
-	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: worker, FencingToken: 1,
+	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 1,
 		Error: "stale", RetryDelay: durationPtr(0)})
 	wantLostClaim(t, "FailJob (retry) with claim 1", err, worker, 1, current)
 	b.unchanged(t, current, "FailJob (retry) with claim 1")
 
 	stale := attestation(job.ID, "stale")
-	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: 1,
+	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 1,
 		Result: []byte(`{"passed":true}`), Output: "stale", Attestation: stale})
 	wantLostClaim(t, "CompleteJob with claim 1", err, worker, 1, current)
 	b.unchanged(t, current, "CompleteJob with claim 1")
@@ -360,23 +360,23 @@ func testFencing(t *testing.T, newStore Factory) {
 	wantErr(t, "GetAttestation of the stale completion's envelope", err, store.ErrNotFound)
 
 	// A number the job has not reached is refused as well.
-	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: 3})
+	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 3})
 	wantLostClaim(t, "HeartbeatJob with claim 3", err, worker, 3, current)
 	b.unchanged(t, current, "HeartbeatJob with claim 3")
 
 	// The current number and no number are accepted.
 	now := b.clk.Now()
-	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: 2, Progress: "current"})
+	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 2, Progress: "current"})
 	if err != nil {
 		t.Fatalf("HeartbeatJob with claim 2: %v", err)
 	}
-	if hb.Progress != "current" || !hb.LeaseExpiresAt.Equal(now.Add(30*time.Second)) || hb.Attempts != 2 {
+	if hb.Progress != "current" || !hb.LeaseExpiresAt.Equal(now.Add(30*time.Second)) || hb.ClaimNumber != 2 {
 		t.Fatalf("HeartbeatJob with claim 2 = progress %q, expires %s, attempts %d; want current, %s, 2",
-			hb.Progress, hb.LeaseExpiresAt, hb.Attempts, now.Add(30*time.Second))
+			hb.Progress, hb.LeaseExpiresAt, hb.ClaimNumber, now.Add(30*time.Second))
 	}
 	b.clk.Advance(time.Second)
 	now = b.clk.Now()
-	hb, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: 0, Progress: "unnumbered"})
+	hb, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 0, Progress: "unnumbered"})
 	if err != nil {
 		t.Fatalf("HeartbeatJob without a claim number: %v", err)
 	}
@@ -388,24 +388,24 @@ func testFencing(t *testing.T, newStore Factory) {
 	// A claim number of another worker's claim is not this worker's.
 	otherJob := b.enqueue(t, store.EnqueueJobParams{Kind: "build"})
 	other := b.mustClaim(t, "p|w2", time.Minute, "build")
-	if other.ID != otherJob.ID || other.Attempts != 1 {
-		t.Fatalf("claim by p|w2: %s attempts %d, want %s attempts 1", other.ID, other.Attempts, otherJob.ID)
+	if other.ID != otherJob.ID || other.ClaimNumber != 1 {
+		t.Fatalf("claim by p|w2: %s attempts %d, want %s attempts 1", other.ID, other.ClaimNumber, otherJob.ID)
 	}
-	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: other.ID, Worker: worker, FencingToken: 1,
+	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: other.ID, Holder: worker, ClaimNumber: 1,
 		Attestation: attestation(other.ID, "not mine")})
 	wantLostClaim(t, "CompleteJob of p|w2's claim by "+worker, err, worker, 1, other)
 	b.unchanged(t, other, "CompleteJob of another worker's claim")
-	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w2", FencingToken: 2})
+	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w2", ClaimNumber: 2})
 	wantLostClaim(t, "HeartbeatJob of "+worker+"'s claim by p|w2", err, "p|w2", 2, b.get(t, job.ID))
 
 	// Unknown jobs are not found, whatever the number.
 	unknown := store.NewID("job")
-	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: unknown, Worker: worker, FencingToken: 1})
+	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: unknown, Holder: worker, ClaimNumber: 1})
 	wantErr(t, "HeartbeatJob of an unknown job", err, store.ErrNotFound)
-	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: unknown, Worker: worker, FencingToken: 1, Error: "x"})
+	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: unknown, Holder: worker, ClaimNumber: 1, Error: "x"})
 	wantErr(t, "FailJob of an unknown job", err, store.ErrNotFound)
 	unknownAtt := attestation(unknown, "unknown")
-	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: unknown, Worker: worker, FencingToken: 1, Attestation: unknownAtt})
+	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: unknown, Holder: worker, ClaimNumber: 1, Attestation: unknownAtt})
 	wantErr(t, "CompleteJob of an unknown job", err, store.ErrNotFound)
 	_, err = b.st.GetAttestation(b.ctx, unknownAtt.Digest)
 	wantErr(t, "GetAttestation of the unknown job's envelope", err, store.ErrNotFound)
@@ -415,7 +415,7 @@ func testFencing(t *testing.T, newStore Factory) {
 	now = b.clk.Now()
 	beforeComplete := b.get(t, job.ID)
 	att := attestation(job.ID, "current")
-	done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: 2,
+	done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 2,
 		Result: []byte(`{"passed":true}`), Output: "ok", Attestation: att})
 	if err != nil {
 		t.Fatalf("CompleteJob with claim 2: %v", err)
@@ -434,7 +434,7 @@ func testFencing(t *testing.T, newStore Factory) {
 	}
 
 	// Once completed, even the number that completed it is refused.
-	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: 2})
+	_, err = b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: 2})
 	wantLostClaim(t, "HeartbeatJob with claim 2 after completion", err, worker, 2, done)
 	b.unchanged(t, done, "HeartbeatJob after completion")
 }
@@ -452,29 +452,29 @@ func testOnlyClaimant(t *testing.T, newStore Factory) {
 	// same label.
 	for _, worker := range []string{"p|w2", "q|w1", "p"} {
 		for _, token := range []uint32{0, 1} {
-			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: worker, FencingToken: token})
+			_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: worker, ClaimNumber: token})
 			wantLostClaim(t, "HeartbeatJob by "+worker, err, worker, token, claimed)
-			_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: worker, FencingToken: token, Error: "x", Final: true})
+			_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: worker, ClaimNumber: token, Error: "x", Final: true})
 			wantLostClaim(t, "FailJob by "+worker, err, worker, token, claimed)
-			_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: token})
+			_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: token})
 			wantLostClaim(t, "CompleteJob by "+worker, err, worker, token, claimed)
 			b.unchanged(t, claimed, "requests by "+worker)
 		}
 	}
 
 	// A queued job has no claimant.
-	_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: queued.ID, Worker: "p|w1"})
+	_, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: queued.ID, Holder: "p|w1"})
 	wantLostClaim(t, "HeartbeatJob of a queued job", err, "p|w1", 0, queued)
-	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: queued.ID, Worker: "p|w1"})
+	_, err = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: queued.ID, Holder: "p|w1"})
 	wantLostClaim(t, "CompleteJob of a queued job", err, "p|w1", 0, queued)
 	b.unchanged(t, queued, "requests on a queued job")
 
 	// After a retry the old claimant no longer holds the job, with or without a number.
-	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", Error: "x", RetryDelay: durationPtr(0)}); err != nil {
+	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", Error: "x", RetryDelay: durationPtr(0)}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	retried := b.get(t, job.ID)
-	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", Error: "again"})
+	_, err = b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", Error: "again"})
 	wantLostClaim(t, "a second FailJob", err, "p|w1", 0, retried)
 	b.unchanged(t, retried, "a second FailJob")
 	if errors.Is(err, store.ErrNotFound) {
@@ -528,7 +528,7 @@ func testCancelClaimed(t *testing.T, newStore Factory) {
 	assertJob(t, "CancelJob again", again, want)
 	b.unchanged(t, want, "CancelJob again")
 
-	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Worker: "p|w1", FencingToken: 1})
+	hb, err := b.st.HeartbeatJob(b.ctx, store.HeartbeatJobParams{JobID: job.ID, Holder: "p|w1", ClaimNumber: 1})
 	if err != nil {
 		t.Fatalf("HeartbeatJob: %v", err)
 	}
@@ -546,10 +546,10 @@ func testCancelFinished(t *testing.T, newStore Factory) {
 	cancelled := b.enqueue(t, store.EnqueueJobParams{Delay: time.Hour})
 	b.mustClaim(t, "p|w1", time.Minute)
 	b.mustClaim(t, "p|w1", time.Minute)
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: completed.ID, Worker: "p|w1", FencingToken: 1}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: completed.ID, Holder: "p|w1", ClaimNumber: 1}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
-	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: failed.ID, Worker: "p|w1", FencingToken: 1, Error: "x", Final: true}); err != nil {
+	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: failed.ID, Holder: "p|w1", ClaimNumber: 1, Error: "x", Final: true}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	if _, err := b.st.CancelJob(b.ctx, cancelled.ID); err != nil {
@@ -598,7 +598,7 @@ func testValidateNeedsAttestation(t *testing.T, newStore Factory) {
 	answers := make(chan answer, n)
 	for id := range claimed {
 		go func() {
-			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "p|w1", FencingToken: 1, Output: "done"})
+			_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Holder: "p|w1", ClaimNumber: 1, Output: "done"})
 			answers <- answer{id, err}
 		}()
 	}
@@ -625,7 +625,7 @@ func testValidateNeedsAttestation(t *testing.T, newStore Factory) {
 			continue
 		}
 		att := attestation(id, "passed")
-		done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "p|w1", FencingToken: 1, Attestation: att})
+		done, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Holder: "p|w1", ClaimNumber: 1, Attestation: att})
 		if err != nil || done.State != store.JobCompleted || done.AttestationDigest != att.Digest {
 			t.Fatalf("validate job %s with an attestation: %s %q, %v", id, done.State, done.AttestationDigest, err)
 		}

@@ -38,7 +38,7 @@ func testJobSignal(t *testing.T, newStore Factory) {
 
 	b.mustClaim(t, "p|w1", time.Minute)
 	ch = b.st.JobSignal()
-	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Worker: "p|w1", Error: "x", RetryDelay: durationPtr(time.Second)}); err != nil {
+	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: job.ID, Holder: "p|w1", Error: "x", RetryDelay: durationPtr(time.Second)}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	waitClosed("a retry", ch)
@@ -68,7 +68,7 @@ func testConcurrentClaimers(t *testing.T, newStore Factory) {
 		worker := fmt.Sprintf("p|w%d", w)
 		wg.Go(func() {
 			for {
-				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Lease: time.Minute})
+				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: worker, Lease: time.Minute})
 				if err != nil {
 					t.Errorf("ClaimJob(%s): %v", worker, err)
 					return
@@ -78,12 +78,12 @@ func testConcurrentClaimers(t *testing.T, newStore Factory) {
 					return
 				}
 				mu.Lock()
-				claims[job.ID] = append(claims[job.ID], fmt.Sprintf("%s#%d", worker, job.Attempts))
+				claims[job.ID] = append(claims[job.ID], fmt.Sprintf("%s#%d", worker, job.ClaimNumber))
 				mu.Unlock()
-				if job.Attempts != 1 || job.ClaimedBy != worker || job.State != store.JobClaimed {
-					t.Errorf("ClaimJob(%s) = %s attempts %d by %s, want a first claim by %s", worker, job.State, job.Attempts, job.ClaimedBy, worker)
+				if job.ClaimNumber != 1 || job.Holder != worker || job.State != store.JobClaimed {
+					t.Errorf("ClaimJob(%s) = %s attempts %d by %s, want a first claim by %s", worker, job.State, job.ClaimNumber, job.Holder, worker)
 				}
-				if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: job.Attempts,
+				if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: job.ClaimNumber,
 					Result: []byte(`{"passed":true}`)}); err != nil {
 					t.Errorf("CompleteJob(%s, %s): %v", job.ID, worker, err)
 					return
@@ -168,7 +168,7 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 	tick, clockDone := nudgedClock(ctx, b.clk, step)
 
 	complete := func(worker string, c claim) {
-		_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: c.id, Worker: worker, FencingToken: c.token})
+		_, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: c.id, Holder: worker, ClaimNumber: c.token})
 		switch {
 		case err == nil:
 			mu.Lock()
@@ -192,7 +192,7 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 		wg.Go(func() {
 			var held *claim // a claim this goroutine sits on, as a paused worker would
 			for remaining.Load() > 0 && !t.Failed() {
-				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Lease: lease})
+				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: worker, Lease: lease})
 				tick()
 				if err != nil {
 					t.Errorf("ClaimJob: %v", err)
@@ -206,7 +206,7 @@ func testConcurrentExpiry(t *testing.T, newStore Factory) {
 					runtime.Gosched()
 					continue
 				}
-				c := claim{job.ID, job.Attempts}
+				c := claim{job.ID, job.ClaimNumber}
 				mu.Lock()
 				if other, ok := claimed[c]; ok {
 					t.Errorf("job %s: claim number %d handed out twice (goroutines %s and %d)", c.id, c.token, other, g)
@@ -274,8 +274,8 @@ func checkLatestClaimsCompleted(t *testing.T, b *bundle, accepted, latest map[st
 		if job.State != store.JobCompleted {
 			t.Fatalf("job %s is %s after its completion was accepted", id, job.State)
 		}
-		if token != latest[id] || job.Attempts != token {
-			t.Fatalf("job %s: completion by claim %d accepted, but its latest claim is %d (attempts %d)", id, token, latest[id], job.Attempts)
+		if token != latest[id] || job.ClaimNumber != token {
+			t.Fatalf("job %s: completion by claim %d accepted, but its latest claim is %d (attempts %d)", id, token, latest[id], job.ClaimNumber)
 		}
 	}
 	if len(accepted) != jobs {
@@ -307,12 +307,12 @@ func BenchmarkClaimComplete(b *testing.B, newStore Factory) {
 	b.RunParallel(func(pb *testing.PB) {
 		worker := fmt.Sprintf("bench|w%d", n.Add(1))
 		for pb.Next() {
-			job, err := st.ClaimJob(ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"build"}, Lease: time.Minute})
+			job, err := st.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"build"}, Lease: time.Minute})
 			if err != nil || job == nil {
 				b.Errorf("ClaimJob = %v, %v; want a job", job, err)
 				return
 			}
-			if _, err := st.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker, FencingToken: job.Attempts,
+			if _, err := st.CompleteJob(ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker, ClaimNumber: job.ClaimNumber,
 				Result: []byte(`{"passed":true}`), Output: "ok"}); err != nil {
 				b.Errorf("CompleteJob: %v", err)
 				return

@@ -207,8 +207,8 @@ func (b *rbundle) passJob(t *testing.T, jobID string) *store.Attestation {
 		t.Fatalf("ClaimJob(validate) claimed %s, want the candidate's job %s", job.ID, jobID)
 	}
 	att := attestation(job.ID, "passed "+job.ID)
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: "runner|w1",
-		FencingToken: job.Attempts, Result: []byte(`{"exit_code": 0}`), Attestation: att}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: "runner|w1",
+		ClaimNumber: job.ClaimNumber, Result: []byte(`{"exit_code": 0}`), Attestation: att}); err != nil {
 		t.Fatalf("CompleteJob(%s): %v", job.ID, err)
 	}
 	return att
@@ -233,7 +233,7 @@ func (b *rbundle) wantCandidate(t *testing.T, c store.Change, id, parent string,
 	rev := b.revision(t, c.Repository, id)
 	want := treeOf(files)
 	assertFields(t, "the candidate revision of "+c.ID, rev, store.Revision{ID: id, Repository: c.Repository,
-		Parent: parent, ChangeID: c.ID, Author: c.Author, Tree: want, TreeDigest: want.Digest(),
+		Parent: parent, ChangeID: c.ID, Holder: c.Holder, Tree: want, TreeDigest: want.Digest(),
 		GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: b.clk.Now()})
 	if rev.GitCommit != "" {
 		var trailers []string
@@ -264,7 +264,7 @@ func testGateIntegrateQueues(t *testing.T, newStore Factory) {
 	c1 := b.queue(t, p)
 	now := b.clk.Now()
 	want := store.Change{ID: c1.ID, Repository: "web", State: store.ChangeQueued, BaseRevision: m1.IntegratedRevision,
-		Author: alice, Message: "first queued", Paths: []string{"docs/x.md", "src/b.go"}, CreatedAt: now, UpdatedAt: now}
+		Holder: alice, Message: "first queued", Paths: []string{"docs/x.md", "src/b.go"}, CreatedAt: now, UpdatedAt: now}
 	assertFields(t, "Integrate with a policy", c1, want)
 	assertFields(t, "GetChange of the queued change", b.change(t, c1.ID), want)
 	if m := b.repository(t, "web").Mainline; m != m1.IntegratedRevision {
@@ -673,10 +673,10 @@ func testListJobsClaimedBy(t *testing.T, newStore Factory) {
 	}
 	// A completed job keeps its claimant; a job queued again has none.
 	done, retried := order[2], order[7]
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: done, Worker: "alice|w1"}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: done, Holder: "alice|w1"}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
-	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: retried, Worker: "alice|w2", Error: "x"}); err != nil {
+	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: retried, Holder: "alice|w2", Error: "x"}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	claimant[retried] = ""
@@ -700,12 +700,12 @@ func testListJobsClaimedBy(t *testing.T, newStore Factory) {
 				want = append(want, id)
 			}
 		}
-		got, _ := b.listAll(t, store.ListJobsParams{ClaimedBy: tc.claimedBy, Limit: 1})
+		got, _ := b.listAll(t, store.ListJobsParams{Holder: tc.claimedBy, Limit: 1})
 		if !slices.Equal(ids(got), want) {
 			t.Fatalf("ListJobs(ClaimedBy %q) = %v, want %v", tc.claimedBy, ids(got), want)
 		}
 	}
-	got, _, err := b.st.ListJobs(b.ctx, store.ListJobsParams{ClaimedBy: "alice|", States: []store.JobState{store.JobCompleted}})
+	got, _, err := b.st.ListJobs(b.ctx, store.ListJobsParams{Holder: "alice|", States: []store.JobState{store.JobCompleted}})
 	if err != nil || !slices.Equal(ids(got), []string{done}) {
 		t.Fatalf("ListJobs(ClaimedBy alice|, completed) = %v, %v; want [%s]", ids(got), err, done)
 	}
@@ -783,14 +783,14 @@ func testGateConcurrentOrder(t *testing.T, newStore Factory) {
 				if validating > 1 {
 					fail("AdvanceQueue set %d changes validating", validating)
 				}
-				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: []string{"validate"}, Lease: time.Hour})
+				job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{"validate"}, Lease: time.Hour})
 				if err != nil {
 					fail("ClaimJob: %v", err)
 					return
 				}
 				if job != nil {
-					if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Worker: worker,
-						FencingToken: job.Attempts, Attestation: attestation(job.ID, "passed "+job.ID)}); err != nil {
+					if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: job.ID, Holder: worker,
+						ClaimNumber: job.ClaimNumber, Attestation: attestation(job.ID, "passed "+job.ID)}); err != nil {
 						fail("CompleteJob(%s): %v", job.ID, err)
 						return
 					}
@@ -875,7 +875,7 @@ func checkIntegratedInQueueOrder(t *testing.T, b *rbundle, r store.Repository, i
 			t.Fatalf("change %s is %s and was answered integrated %d times, want integrated once", c.ID, c.State, integrated[c.ID])
 		}
 		queueOrder = append(queueOrder, c.ID)
-		files[c.Paths[0]] = c.Author
+		files[c.Paths[0]] = c.Holder
 	}
 	var history []string
 	for id := b.repository(t, "web").Mainline; id != r.Mainline; {

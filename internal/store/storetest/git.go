@@ -74,7 +74,7 @@ func (b *rbundle) wantCommit(t *testing.T, rev store.Revision, message string, t
 	if !slices.Equal(parents, wantParents) {
 		t.Fatalf("commit %s has parents %v, want %v", rev.GitCommit, parents, wantParents)
 	}
-	principal, label, _ := strings.Cut(rev.Author, "|")
+	principal, label, _ := strings.Cut(rev.Holder, "|")
 	wantEmail := principal
 	if label != "" {
 		wantEmail += "+" + label
@@ -87,7 +87,7 @@ func (b *rbundle) wantCommit(t *testing.T, rev store.Revision, message string, t
 	if !strings.HasPrefix(c.Message, message+"\n") {
 		t.Fatalf("commit %s: message %q, want it to start with %q", rev.GitCommit, c.Message, message)
 	}
-	want := append([]string{"Ag-Revision: " + rev.ID, "Ag-Author: " + rev.Author}, trailers...)
+	want := append([]string{"Ag-Revision: " + rev.ID, "Ag-Author: " + rev.Holder}, trailers...)
 	if rev.ChangeID != "" {
 		want = append(want, "Ag-Change: "+rev.ChangeID)
 	}

@@ -154,7 +154,7 @@ func testIntegrate(t *testing.T, newStore Factory) {
 	now := b.clk.Now()
 	assertFields(t, "Integrate", c, store.Change{
 		ID: c.ID, Repository: "web", State: store.ChangeIntegrated, BaseRevision: r.Mainline,
-		CandidateRevision: c.IntegratedRevision, IntegratedRevision: c.IntegratedRevision, Author: alice,
+		CandidateRevision: c.IntegratedRevision, IntegratedRevision: c.IntegratedRevision, Holder: alice,
 		Message: "first files", Paths: []string{"README.md", "src/a.go"}, CreatedAt: now, UpdatedAt: now,
 	})
 	got, err := b.rs.GetChange(b.ctx, c.ID)
@@ -169,7 +169,7 @@ func testIntegrate(t *testing.T, newStore Factory) {
 	want := treeOf(files)
 	rev := b.revision(t, "web", c.IntegratedRevision)
 	assertFields(t, "the integrated revision", rev, store.Revision{
-		ID: c.IntegratedRevision, Repository: "web", Parent: r.Mainline, ChangeID: c.ID, Author: alice,
+		ID: c.IntegratedRevision, Repository: "web", Parent: r.Mainline, ChangeID: c.ID, Holder: alice,
 		Tree: want, TreeDigest: want.Digest(), GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: now,
 	})
 	commit := b.wantCommit(t, rev, "first files", tokensTrailer(p.FencingTokens...))

@@ -119,7 +119,7 @@ func testUniqueKey(t *testing.T, newStore Factory) {
 	assertJob(t, "the existing claimed job", got, claimed)
 
 	// Finished: the key is free again.
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: first.ID, Worker: "p|w1", FencingToken: claimed.Attempts}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: first.ID, Holder: "p|w1", ClaimNumber: claimed.ClaimNumber}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
 	second := again("after completion", "", false)
@@ -150,8 +150,8 @@ func testClaimFields(t *testing.T, newStore Factory) {
 	claimed := b.mustClaim(t, "bob|w1", 45*time.Second)
 	want := job
 	want.State = store.JobClaimed
-	want.Attempts = 1
-	want.ClaimedBy = "bob|w1"
+	want.ClaimNumber = 1
+	want.Holder = "bob|w1"
 	want.Lease = 45 * time.Second
 	want.LeaseExpiresAt = now.Add(45 * time.Second)
 	want.UpdatedAt = now
@@ -206,7 +206,7 @@ func testClaimOrderWithExpiredClaims(t *testing.T, newStore Factory) {
 		got := b.mustClaim(t, "p|w2", time.Minute)
 		if got.ID != want.ID {
 			t.Fatalf("claim %d: took %s (priority %d, run_after %s, attempts %d), want %s (priority %d, run_after %s)",
-				i+1, got.ID, got.Priority, got.RunAfter, got.Attempts, want.ID, want.Priority, want.RunAfter)
+				i+1, got.ID, got.Priority, got.RunAfter, got.ClaimNumber, want.ID, want.Priority, want.RunAfter)
 		}
 	}
 	b.noClaim(t, "p|w2")
@@ -241,11 +241,11 @@ func testClaimKinds(t *testing.T, newStore Factory) {
 	// An expired claim is offered only to claimers of its kind too.
 	b.clk.Advance(2 * time.Minute)
 	b.noClaim(t, "p|w2", "deploy")
-	if got := b.mustClaim(t, "p|w2", time.Minute, "build"); got.ID != build.ID || got.Attempts != 2 {
-		t.Fatalf("claim of expired build job: %s attempts %d, want %s attempts 2", got.ID, got.Attempts, build.ID)
+	if got := b.mustClaim(t, "p|w2", time.Minute, "build"); got.ID != build.ID || got.ClaimNumber != 2 {
+		t.Fatalf("claim of expired build job: %s attempts %d, want %s attempts 2", got.ID, got.ClaimNumber, build.ID)
 	}
-	if got := b.mustClaim(t, "p|w2", time.Minute); got.ID != validate.ID || got.Attempts != 2 {
-		t.Fatalf("claim of any kind: %s attempts %d, want %s attempts 2", got.ID, got.Attempts, validate.ID)
+	if got := b.mustClaim(t, "p|w2", time.Minute); got.ID != validate.ID || got.ClaimNumber != 2 {
+		t.Fatalf("claim of any kind: %s attempts %d, want %s attempts 2", got.ID, got.ClaimNumber, validate.ID)
 	}
 }
 
@@ -264,8 +264,8 @@ func testExpiredClaimReclaimed(t *testing.T, newStore Factory) {
 	b := setup(t, newStore)
 	job := b.enqueue(t, store.EnqueueJobParams{MaxAttempts: 3})
 	first := b.mustClaim(t, "p|w1", 30*time.Second)
-	if first.Attempts != 1 {
-		t.Fatalf("first claim: attempts %d, want 1", first.Attempts)
+	if first.ClaimNumber != 1 {
+		t.Fatalf("first claim: attempts %d, want 1", first.ClaimNumber)
 	}
 	b.clk.Advance(30*time.Second - time.Microsecond)
 	b.noClaim(t, "p|w2")
@@ -274,8 +274,8 @@ func testExpiredClaimReclaimed(t *testing.T, newStore Factory) {
 	now := b.clk.Now()
 	second := b.mustClaim(t, "p|w2", 20*time.Second)
 	want := first
-	want.Attempts = 2
-	want.ClaimedBy = "p|w2"
+	want.ClaimNumber = 2
+	want.Holder = "p|w2"
 	want.Lease = 20 * time.Second
 	want.LeaseExpiresAt = now.Add(20 * time.Second)
 	want.UpdatedAt = now
@@ -289,8 +289,8 @@ func testExpiredLastAttemptClaim(t *testing.T, newStore Factory) {
 	b.mustClaim(t, "p|w1", 30*time.Second)
 	b.clk.Advance(time.Minute)
 	last := b.mustClaim(t, "p|w2", 30*time.Second)
-	if last.Attempts != 2 {
-		t.Fatalf("second claim: attempts %d, want 2", last.Attempts)
+	if last.ClaimNumber != 2 {
+		t.Fatalf("second claim: attempts %d, want 2", last.ClaimNumber)
 	}
 	b.clk.Advance(time.Minute)
 	now := b.clk.Now()

@@ -164,20 +164,20 @@ func NewLegacyContent(start time.Time) LegacyContent {
 	}
 	change := func(repository string, state store.ChangeState, base LegacyRevision, author, msg string, paths []string, created, updated time.Time) LegacyChange {
 		return LegacyChange{Change: store.Change{ID: store.NewID("chg"), Repository: repository, State: state,
-			BaseRevision: base.ID, Author: author, Message: msg, Paths: paths, CreatedAt: created, UpdatedAt: updated}}
+			BaseRevision: base.ID, Holder: author, Message: msg, Paths: paths, CreatedAt: created, UpdatedAt: updated}}
 	}
 
 	// plain: every change integrated directly, its revision written at the same instant.
 	p0 := rev("plain", nil, nil, "admin", nil, at(0))
 	c1 := change("plain", store.ChangeIntegrated, p0, "alice|w1", "Add the first files",
 		[]string{"README.md", "empty.txt", "old.txt", "src/main.go", "src/util/strings.go"}, at(1), at(1))
-	p1 := rev("plain", &p0, &c1, c1.Author, map[string]string{"README.md": readme, "empty.txt": "", "old.txt": oldTxt,
+	p1 := rev("plain", &p0, &c1, c1.Holder, map[string]string{"README.md": readme, "empty.txt": "", "old.txt": oldTxt,
 		"src/main.go": main1, "src/util/strings.go": strs}, at(1))
 	c2 := change("plain", store.ChangeIntegrated, p1, "bob|w2", message, []string{"old.txt", "src/main.go"}, at(2), at(2))
-	p2 := rev("plain", &p1, &c2, c2.Author, map[string]string{"README.md": readme, "empty.txt": "", "src/main.go": main2,
+	p2 := rev("plain", &p1, &c2, c2.Holder, map[string]string{"README.md": readme, "empty.txt": "", "src/main.go": main2,
 		"src/util/strings.go": strs}, at(2))
 	c3 := change("plain", store.ChangeIntegrated, p1, "alice|w1", "Add the guide", []string{"docs/guide/intro.md"}, at(3), at(3))
-	p3 := rev("plain", &p2, &c3, c3.Author, map[string]string{"README.md": readme, "docs/guide/intro.md": readme,
+	p3 := rev("plain", &p2, &c3, c3.Holder, map[string]string{"README.md": readme, "docs/guide/intro.md": readme,
 		"empty.txt": "", "src/main.go": main2, "src/util/strings.go": strs}, at(3))
 	c1.CandidateRevision, c1.IntegratedRevision = p1.ID, p1.ID
 	c2.CandidateRevision, c2.IntegratedRevision = p2.ID, p2.ID
@@ -190,13 +190,13 @@ func NewLegacyContent(start time.Time) LegacyContent {
 	gc1 := change("gated", store.ChangeIntegrated, g0, "carol|ci", "Configure the app",
 		[]string{"app/config.yaml", "app/main.go"}, at(5), at(7))
 	gc1.edits = []legacyEdit{{path: "app/config.yaml", content: config}, {path: "app/main.go", content: app1}}
-	g1 := rev("gated", &g0, &gc1, gc1.Author, map[string]string{"app/config.yaml": config, "app/main.go": app1}, at(6))
+	g1 := rev("gated", &g0, &gc1, gc1.Holder, map[string]string{"app/config.yaml": config, "app/main.go": app1}, at(6))
 	gc1.CandidateRevision, gc1.IntegratedRevision, gc1.JobID = g1.ID, g1.ID, store.NewID("job")
 	gc1.AttestationDigest = repo.Digest([]byte("the attestation of " + g1.ID))
 
 	gc2 := change("gated", store.ChangeRejected, g1, "dave|w3", "Break the build", []string{"app/main.go"}, at(8), at(10))
 	gc2.edits = []legacyEdit{{path: "app/main.go", content: broken}}
-	g2 := rev("gated", &g1, &gc2, gc2.Author, map[string]string{"app/config.yaml": config, "app/main.go": broken}, at(9))
+	g2 := rev("gated", &g1, &gc2, gc2.Holder, map[string]string{"app/config.yaml": config, "app/main.go": broken}, at(9))
 	gc2.CandidateRevision, gc2.JobID, gc2.Reason = g2.ID, store.NewID("job"), "validate job failed"
 
 	gc3 := change("gated", store.ChangeQueued, g1, "carol|w1", "Move the app on",
@@ -259,7 +259,7 @@ func CheckGitMigration(t *testing.T, s store.Store, lc LegacyContent) map[string
 func sameChange(got, want store.Change) bool {
 	return got.ID == want.ID && got.Repository == want.Repository && got.State == want.State &&
 		got.BaseRevision == want.BaseRevision && got.CandidateRevision == want.CandidateRevision &&
-		got.IntegratedRevision == want.IntegratedRevision && got.Author == want.Author && got.Message == want.Message &&
+		got.IntegratedRevision == want.IntegratedRevision && got.Holder == want.Holder && got.Message == want.Message &&
 		slices.Equal(got.Paths, want.Paths) && got.JobID == want.JobID && got.AttestationDigest == want.AttestationDigest &&
 		got.Reason == want.Reason && got.CreatedAt.Equal(want.CreatedAt) && got.UpdatedAt.Equal(want.UpdatedAt) &&
 		got.QueuePosition == want.QueuePosition
@@ -274,9 +274,9 @@ func checkRevision(t *testing.T, s store.Store, want LegacyRevision) store.Revis
 		t.Fatalf("GetRevision(%s, %s) after the migration: %v", want.Repository, want.ID, err)
 	}
 	if got.ID != want.ID || got.Repository != want.Repository || got.Parent != want.Parent ||
-		got.ChangeID != want.ChangeID || got.Author != want.Author || !got.CreatedAt.Equal(want.CreatedAt) {
+		got.ChangeID != want.ChangeID || got.Holder != want.Author || !got.CreatedAt.Equal(want.CreatedAt) {
 		t.Errorf("revision %s after the migration is %s %q parent %q change %q author %q at %s; want %s %q %q %q %q %s",
-			want.ID, got.ID, got.Repository, got.Parent, got.ChangeID, got.Author, got.CreatedAt,
+			want.ID, got.ID, got.Repository, got.Parent, got.ChangeID, got.Holder, got.CreatedAt,
 			want.ID, want.Repository, want.Parent, want.ChangeID, want.Author, want.CreatedAt)
 	}
 	if tree := want.Tree(); !slices.Equal(got.Tree, tree) || got.TreeDigest != tree.Digest() {
@@ -493,7 +493,7 @@ func AdvanceMigratedQueue(t *testing.T, s store.Store, lc LegacyContent) {
 		}
 	}
 	checkRevision(t, s, LegacyRevision{ID: changed[0].CandidateRevision, Repository: lc.gated.Name, Parent: head.ID,
-		ChangeID: lc.queued.ID, Author: lc.queued.Author, files: files, CreatedAt: changed[0].UpdatedAt})
+		ChangeID: lc.queued.ID, Author: lc.queued.Holder, files: files, CreatedAt: changed[0].UpdatedAt})
 	if c, err := s.GetChange(ctx, lc.queued.ID); err != nil || c.State != store.ChangeValidating {
 		t.Fatalf("GetChange(%s) after AdvanceQueue = %s, %v; want it VALIDATING", lc.queued.ID, c.State, err)
 	}

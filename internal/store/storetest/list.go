@@ -62,7 +62,7 @@ func testListJobs(t *testing.T, newStore Factory) {
 	// Claim the two newest (highest priority): all[5] validate, all[4] build; complete all[5].
 	b.mustClaim(t, "p|w1", time.Minute)
 	b.mustClaim(t, "p|w1", time.Minute)
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: all[5].ID, Worker: "p|w1", Attestation: attestation(all[5].ID, "passed")}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: all[5].ID, Holder: "p|w1", Attestation: attestation(all[5].ID, "passed")}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
 
@@ -159,10 +159,10 @@ func testCountJobs(t *testing.T, newStore Factory) {
 	for range 4 {
 		b.mustClaim(t, "p|w1", time.Minute)
 	}
-	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: jobs[0].ID, Worker: "p|w1"}); err != nil {
+	if _, err := b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: jobs[0].ID, Holder: "p|w1"}); err != nil {
 		t.Fatalf("CompleteJob: %v", err)
 	}
-	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: jobs[1].ID, Worker: "p|w1", Error: "x", Final: true}); err != nil {
+	if _, err := b.st.FailJob(b.ctx, store.FailJobParams{JobID: jobs[1].ID, Holder: "p|w1", Error: "x", Final: true}); err != nil {
 		t.Fatalf("FailJob: %v", err)
 	}
 	for _, id := range []string{jobs[2].ID, jobs[4].ID} {

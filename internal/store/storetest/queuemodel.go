@@ -130,7 +130,7 @@ func (q *queueModel) randomRound(round int) {
 	if rng.IntN(15) == 0 {
 		for id := range q.claimed {
 			_, _ = b.st.CancelJob(b.ctx, id)
-			_, _ = b.st.FailJob(b.ctx, store.FailJobParams{JobID: id, Worker: "runner|w1", FencingToken: q.claimed[id].Attempts, Error: "stopped", Final: true})
+			_, _ = b.st.FailJob(b.ctx, store.FailJobParams{JobID: id, Holder: "runner|w1", ClaimNumber: q.claimed[id].ClaimNumber, Error: "stopped", Final: true})
 			delete(q.claimed, id)
 			break
 		}
@@ -208,8 +208,8 @@ func (q *queueModel) finish(id string) {
 	if q.treeHasPoison(job) {
 		result = `{"exit_code": 1}`
 	}
-	_, _ = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Worker: "runner|w1",
-		FencingToken: job.Attempts, Result: []byte(result), Attestation: attestation(id, result+" "+id)})
+	_, _ = b.st.CompleteJob(b.ctx, store.CompleteJobParams{JobID: id, Holder: "runner|w1",
+		ClaimNumber: job.ClaimNumber, Result: []byte(result), Attestation: attestation(id, result+" "+id)})
 }
 
 func (q *queueModel) advance() {

@@ -144,7 +144,7 @@ func testCreateRepository(t *testing.T, newStore Factory) {
 
 	first := b.revision(t, "web", r.Mainline)
 	assertFields(t, "the first revision", first, store.Revision{
-		ID: r.Mainline, Repository: "web", Author: "admin", Tree: repo.Tree{}, TreeDigest: repo.Tree{}.Digest(),
+		ID: r.Mainline, Repository: "web", Holder: "admin", Tree: repo.Tree{}, TreeDigest: repo.Tree{}.Digest(),
 		GitTree: gitstore.EmptyTree.String(), GitCommit: r.MainlineCommit, CreatedAt: epoch,
 	})
 	b.wantCommit(t, first, "Create repository web")
@@ -334,7 +334,7 @@ func testRevisions(t *testing.T, newStore Factory) {
 		rev := b.revision(t, "web", c.IntegratedRevision)
 		want := treeOf(files)
 		assertFields(t, fmt.Sprintf("revision of step %d", i), rev, store.Revision{
-			ID: c.IntegratedRevision, Repository: "web", Parent: head, ChangeID: c.ID, Author: s.holder,
+			ID: c.IntegratedRevision, Repository: "web", Parent: head, ChangeID: c.ID, Holder: s.holder,
 			Tree: want, TreeDigest: want.Digest(), GitTree: gitTreeOf(t, files), GitCommit: rev.GitCommit, CreatedAt: b.clk.Now(),
 		})
 		b.wantCommit(t, rev, c.Message, tokensTrailer(s.token))

@@ -58,8 +58,8 @@ func (r *runner) finish(t *testing.T, jobID string, passed bool) {
 	if !passed {
 		result = `{"exit_code": 1}`
 	}
-	if _, err := r.b.st.CompleteJob(r.b.ctx, store.CompleteJobParams{JobID: jobID, Worker: "runner|w1",
-		FencingToken: job.Attempts, Result: []byte(result), Attestation: attestation(jobID, result+" "+jobID)}); err != nil {
+	if _, err := r.b.st.CompleteJob(r.b.ctx, store.CompleteJobParams{JobID: jobID, Holder: "runner|w1",
+		ClaimNumber: job.ClaimNumber, Result: []byte(result), Attestation: attestation(jobID, result+" "+jobID)}); err != nil {
 		t.Fatalf("CompleteJob(%s): %v", jobID, err)
 	}
 	delete(r.claimed, jobID)

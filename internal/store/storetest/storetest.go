@@ -282,7 +282,7 @@ func (b *bundle) enqueue(t *testing.T, p store.EnqueueJobParams) store.Job {
 
 func (b *bundle) claim(t *testing.T, worker string, lease time.Duration, kinds ...string) *store.Job {
 	t.Helper()
-	job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Worker: worker, Kinds: kinds, Lease: lease})
+	job, err := b.st.ClaimJob(b.ctx, store.ClaimJobParams{Holder: worker, Kinds: kinds, Lease: lease})
 	if err != nil {
 		t.Fatalf("ClaimJob(%s): %v", worker, err)
 	}
@@ -304,7 +304,7 @@ func (b *bundle) noClaim(t *testing.T, worker string, kinds ...string) {
 	t.Helper()
 	if job := b.claim(t, worker, 30*time.Second, kinds...); job != nil {
 		t.Fatalf("ClaimJob(%s, kinds %v) claimed job %s (%s, attempts %d), want nothing claimable",
-			worker, kinds, job.ID, job.Kind, job.Attempts)
+			worker, kinds, job.ID, job.Kind, job.ClaimNumber)
 	}
 }
 
@@ -388,8 +388,8 @@ func wantLostClaim(t *testing.T, what string, err error, worker string, token ui
 	if !errors.As(err, &lost) {
 		t.Fatalf("%s: err = %v (%T), want a *store.LostClaimError", what, err, err)
 	}
-	want := store.LostClaimError{JobID: now.ID, Worker: worker, FencingToken: token,
-		State: now.State, ClaimedBy: now.ClaimedBy, Attempts: now.Attempts}
+	want := store.LostClaimError{JobID: now.ID, Holder: worker, ClaimNumber: token,
+		State: now.State, CurrentHolder: now.Holder, CurrentClaim: now.ClaimNumber}
 	if *lost != want {
 		t.Fatalf("%s: LostClaimError = %+v, want %+v", what, *lost, want)
 	}
