@@ -93,12 +93,13 @@ type Job struct {
 	Payload *structpb.Struct `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Higher first.
 	Priority int32 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	// Number of claims so far; the number of the current claim, which is its fencing token.
+	// The claim number (ADR-0012): the claims made so far, so the current claim's number, which
+	// the holder sends as fencing_token with every heartbeat, completion and failure.
 	Attempts uint32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// Claims allowed before the job fails for good (default 5).
 	MaxAttempts uint32 `protobuf:"varint,7,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// "<principal>|<worker label>" of the current claim while CLAIMED; of the last claim once the
-	// job completed or failed for good.
+	// The holder ("<principal>|<worker label>") of the current claim while CLAIMED; of the last
+	// claim once the job completed or failed for good.
 	ClaimedBy      string                 `protobuf:"bytes,8,opt,name=claimed_by,json=claimedBy,proto3" json:"claimed_by,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	RunAfter       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=run_after,json=runAfter,proto3" json:"run_after,omitempty"`
@@ -452,7 +453,8 @@ func (x *EnqueueJobResponse) GetExisting() bool {
 
 type ClaimJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Worker label: 1-128 characters of [A-Za-z0-9._:@/-].
+	// The label of the claiming holder ("<principal>|<label>"): 1-128 characters of
+	// [A-Za-z0-9._:@/-].
 	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	// Kinds this worker runs; empty = any.
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
@@ -700,7 +702,7 @@ type HeartbeatJobRequest struct {
 	Lease *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
 	// Free text shown to people, <= 1 KiB.
 	Progress string `protobuf:"bytes,4,opt,name=progress,proto3" json:"progress,omitempty"`
-	// ADR-0012: the claim number; 0 = not given.
+	// The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
 	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// The tail of the log so far, <= 64 KiB: the job's output while it runs, for people to
 	// follow. Empty: unchanged. The completion's or failure's output replaces it.
@@ -844,7 +846,7 @@ type CompleteJobRequest struct {
 	Attestation *Envelope `protobuf:"bytes,5,opt,name=attestation,proto3" json:"attestation,omitempty"`
 	// sha256 of the whole log.
 	OutputDigest string `protobuf:"bytes,6,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
-	// ADR-0012: the claim number; 0 = not given.
+	// The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
 	FencingToken  uint64 `protobuf:"varint,7,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1146,7 +1148,7 @@ type FailJobRequest struct {
 	// attempts < max_attempts.
 	RetryDelay *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
 	Output     string               `protobuf:"bytes,5,opt,name=output,proto3" json:"output,omitempty"`
-	// ADR-0012: the claim number; 0 = not given.
+	// The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
 	FencingToken uint64 `protobuf:"varint,6,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// Do not retry: FAILED now.
 	Final         bool `protobuf:"varint,7,opt,name=final,proto3" json:"final,omitempty"`

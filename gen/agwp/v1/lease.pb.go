@@ -88,7 +88,9 @@ type Lease struct {
 	// "a/b.go" = one file; "a/" = everything under a/.
 	Paths []string `protobuf:"bytes,3,rep,name=paths,proto3" json:"paths,omitempty"`
 	// "<principal>|<label>"
-	Holder       string                 `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The lease token: the repository's next number at the grant, which Integrate sends for the
+	// paths it edits (not a job's claim number).
 	FencingToken uint64                 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	State        LeaseState             `protobuf:"varint,6,opt,name=state,proto3,enum=agwp.v1.LeaseState" json:"state,omitempty"`
 	AcquiredAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`

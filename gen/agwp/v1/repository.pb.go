@@ -1973,7 +1973,7 @@ type GetTreeResponse struct {
 	Entries  []*TreeEntry           `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
 	// sha256 of the tree's canonical encoding.
 	TreeDigest string `protobuf:"bytes,3,opt,name=tree_digest,json=treeDigest,proto3" json:"tree_digest,omitempty"`
-	// The revision's parent, change and author.
+	// The revision's parent, change and author (the holder, "<principal>|<label>", of the change).
 	Parent   string `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
 	ChangeId string `protobuf:"bytes,5,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
 	Author   string `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
@@ -2428,7 +2428,7 @@ type Change struct {
 	BaseRevision       string                 `protobuf:"bytes,4,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
 	CandidateRevision  string                 `protobuf:"bytes,5,opt,name=candidate_revision,json=candidateRevision,proto3" json:"candidate_revision,omitempty"`
 	IntegratedRevision string                 `protobuf:"bytes,6,opt,name=integrated_revision,json=integratedRevision,proto3" json:"integrated_revision,omitempty"`
-	// "<principal>|<label>"
+	// The holder ("<principal>|<label>") who integrated the change.
 	Author            string                 `protobuf:"bytes,7,opt,name=author,proto3" json:"author,omitempty"`
 	Message           string                 `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
 	Paths             []string               `protobuf:"bytes,9,rep,name=paths,proto3" json:"paths,omitempty"`
@@ -2621,7 +2621,7 @@ type Candidate struct {
 	// In queue order; more than one for a batch.
 	Changes []string `protobuf:"bytes,6,rep,name=changes,proto3" json:"changes,omitempty"`
 	JobId   string   `protobuf:"bytes,7,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// The workers holding its validate job ("<principal>|<label>"), while it runs.
+	// The holders ("<principal>|<label>") of its validate job's claim, while it runs.
 	Workers []string `protobuf:"bytes,8,rep,name=workers,proto3" json:"workers,omitempty"`
 	// Its validate job's latest progress line, while it runs.
 	Progress string `protobuf:"bytes,9,opt,name=progress,proto3" json:"progress,omitempty"`

@@ -51,7 +51,8 @@ export type Job = Message<"agwp.v1.Job"> & {
   priority: number;
 
   /**
-   * Number of claims so far; the number of the current claim, which is its fencing token.
+   * The claim number (ADR-0012): the claims made so far, so the current claim's number, which
+   * the holder sends as fencing_token with every heartbeat, completion and failure.
    *
    * @generated from field: uint32 attempts = 6;
    */
@@ -65,8 +66,8 @@ export type Job = Message<"agwp.v1.Job"> & {
   maxAttempts: number;
 
   /**
-   * "<principal>|<worker label>" of the current claim while CLAIMED; of the last claim once the
-   * job completed or failed for good.
+   * The holder ("<principal>|<worker label>") of the current claim while CLAIMED; of the last
+   * claim once the job completed or failed for good.
    *
    * @generated from field: string claimed_by = 8;
    */
@@ -241,7 +242,8 @@ export const EnqueueJobResponseSchema: GenMessage<EnqueueJobResponse> = /*@__PUR
  */
 export type ClaimJobRequest = Message<"agwp.v1.ClaimJobRequest"> & {
   /**
-   * Worker label: 1-128 characters of [A-Za-z0-9._:@/-].
+   * The label of the claiming holder ("<principal>|<label>"): 1-128 characters of
+   * [A-Za-z0-9._:@/-].
    *
    * @generated from field: string worker = 1;
    */
@@ -387,7 +389,7 @@ export type HeartbeatJobRequest = Message<"agwp.v1.HeartbeatJobRequest"> & {
   progress: string;
 
   /**
-   * ADR-0012: the claim number; 0 = not given.
+   * The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
    *
    * @generated from field: uint64 fencing_token = 5;
    */
@@ -472,7 +474,7 @@ export type CompleteJobRequest = Message<"agwp.v1.CompleteJobRequest"> & {
   outputDigest: string;
 
   /**
-   * ADR-0012: the claim number; 0 = not given.
+   * The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
    *
    * @generated from field: uint64 fencing_token = 7;
    */
@@ -615,7 +617,7 @@ export type FailJobRequest = Message<"agwp.v1.FailJobRequest"> & {
   output: string;
 
   /**
-   * ADR-0012: the claim number; 0 = not given.
+   * The claim number (ADR-0012, the job's attempts when claimed); 0 = not given.
    *
    * @generated from field: uint64 fencing_token = 6;
    */

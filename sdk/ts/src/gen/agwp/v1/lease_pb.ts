@@ -44,6 +44,9 @@ export type Lease = Message<"agwp.v1.Lease"> & {
   holder: string;
 
   /**
+   * The lease token: the repository's next number at the grant, which Integrate sends for the
+   * paths it edits (not a job's claim number).
+   *
    * @generated from field: uint64 fencing_token = 5;
    */
   fencingToken: bigint;

@@ -887,7 +887,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
   treeDigest: string;
 
   /**
-   * The revision's parent, change and author.
+   * The revision's parent, change and author (the holder, "<principal>|<label>", of the change).
    *
    * @generated from field: string parent = 4;
    */
@@ -1133,7 +1133,7 @@ export type Change = Message<"agwp.v1.Change"> & {
   integratedRevision: string;
 
   /**
-   * "<principal>|<label>"
+   * The holder ("<principal>|<label>") who integrated the change.
    *
    * @generated from field: string author = 7;
    */
@@ -1260,7 +1260,7 @@ export type Candidate = Message<"agwp.v1.Candidate"> & {
   jobId: string;
 
   /**
-   * The workers holding its validate job ("<principal>|<label>"), while it runs.
+   * The holders ("<principal>|<label>") of its validate job's claim, while it runs.
    *
    * @generated from field: repeated string workers = 8;
    */
