@@ -98,6 +98,20 @@ func (g *gitEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gitError(sw, r, http.StatusNotFound, "this server does not serve git: its store keeps no git objects")
 		return
 	}
+	switch {
+	case sub == "info/refs" && r.URL.Query().Get("service") == "git-receive-pack":
+		service = "git-receive-pack"
+		g.advertisePush(sw, r, c, name)
+		return
+	case sub == "git-receive-pack":
+		service = sub
+		if r.Method != http.MethodPost {
+			gitError(sw, r, http.StatusMethodNotAllowed, "git-receive-pack is called with POST")
+			return
+		}
+		g.receivePack(sw, r, c, name)
+		return
+	}
 	if r.Method == http.MethodPost {
 		if r.ContentLength > maxGitRequestBytes {
 			g.s.metrics.refusal(gitPathPrefix, "too_large")

@@ -268,8 +268,10 @@ func TestGitGateAuthenticatesFirst(t *testing.T) {
 		{"admin, Basic", "GET", refs, basic("ag", g.tokens["admin"]), 200, "refs/heads/main"},
 		{"without .git", "GET", "/git/app/info/refs?service=git-upload-pack", "Bearer " + g.tokens["reader"], 200, "refs/heads/main"},
 		{"worker", "GET", refs, "Bearer " + g.tokens["worker"], 403, "role worker"},
-		{"push", "GET", "/git/app.git/info/refs?service=git-receive-pack", "Bearer " + g.tokens["agent"], 403, "read-only"},
-		{"push's POST", "POST", "/git/app.git/git-receive-pack", "Bearer " + g.tokens["admin"], 403, "read-only"},
+		{"push", "GET", "/git/app.git/info/refs?service=git-receive-pack", "Bearer " + g.tokens["agent"], 200, "refs/heads/main\x00report-status"},
+		{"reader's push", "GET", "/git/app.git/info/refs?service=git-receive-pack", "Bearer " + g.tokens["reader"], 403, "role reader, which may not push"},
+		{"reader's push's POST", "POST", "/git/app.git/git-receive-pack", "Bearer " + g.tokens["reader"], 403, "may not push"},
+		{"push's POST without commands", "POST", "/git/app.git/git-receive-pack", "Bearer " + g.tokens["admin"], 400, "the push's commands"},
 		{"unknown repository", "GET", "/git/nosuch.git/info/refs?service=git-upload-pack", "Bearer " + g.tokens["reader"], 404, "not found"},
 		{"malformed repository", "GET", "/git/No%20Such.git/info/refs?service=git-upload-pack", "Bearer " + g.tokens["reader"], 404, "not a repository's git URL"},
 		{"no path in the repository", "GET", "/git/app.git", "Bearer " + g.tokens["reader"], 404, "not a repository's git URL"},
@@ -552,11 +554,11 @@ func TestGitCloneAndFetchThroughTheServer(t *testing.T) {
 		}
 	}
 
-	// A push is refused, with a message git shows, and the mainline stays.
+	// A reader's push is refused, with a message git shows, and the mainline stays.
 	git.must(dir, nil, "commit", "-q", "--allow-empty", "-m", "local")
-	_, stderr, err := git.run(dir, nil, append(bearer("agent"), "push", "origin", "HEAD:refs/heads/main")...)
-	if err == nil || !strings.Contains(stderr, "read-only") {
-		t.Errorf("git push: %v, want a refusal saying read-only:\n%s", err, stderr)
+	_, stderr, err := git.run(dir, nil, append(bearer("reader"), "push", "origin", "HEAD:refs/for/main")...)
+	if err == nil || !strings.Contains(stderr, "may not push") {
+		t.Errorf("git push: %v, want a refusal saying the reader may not push:\n%s", err, stderr)
 	}
 	if got := g.git.main("app"); got != third {
 		t.Errorf("the mainline after a refused push: %s, want %s", got, third)

@@ -33,7 +33,7 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	}
 	objects := make([]store.GitObject, 0, len(in))
 	inRequest := make(map[plumbing.Hash]plumbing.ObjectType, len(in))
-	var refs []gitRef
+	var refs []gitstore.Reference
 	total := 0
 	for i, o := range in {
 		total += len(o.GetData())
@@ -52,12 +52,9 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
 		id := mo.Hash()
-		r, err := objectRefs(mo, o.GetData())
+		r, err := gitstore.References(mo, o.GetData())
 		if err != nil {
 			return nil, invalid(field, "%s %s: %v", typ, id, err)
-		}
-		for j := range r {
-			r[j].from = id
 		}
 		refs = append(refs, r...)
 		inRequest[id] = typ
@@ -65,8 +62,8 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	}
 	var ask []plumbing.Hash
 	for _, r := range refs {
-		if _, ok := inRequest[r.id]; !ok {
-			ask = append(ask, r.id)
+		if _, ok := inRequest[r.ID]; !ok {
+			ask = append(ask, r.ID)
 		}
 	}
 	missing, err := h.s.store.MissingGitObjects(ctx, ask)
@@ -75,10 +72,10 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	}
 	if len(missing) > 0 {
 		for _, r := range refs {
-			if r.id == missing[0] {
+			if r.ID == missing[0] {
 				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 					"%s names %s %s, which the server does not hold: upload blobs first (UploadBlobs), then trees from the leaves up, then commits from the oldest",
-					r.from, r.what, r.id))
+					r.From, r.What, r.ID))
 			}
 		}
 	}
@@ -90,60 +87,6 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		out.Ids[i] = o.ID.String()
 	}
 	return out, nil
-}
-
-// gitRef is an object's reference to another: a commit's tree or parent, a tree's entry.
-type gitRef struct {
-	from plumbing.Hash
-	what string // "tree", "parent commit", "blob of NAME", ...
-	id   plumbing.Hash
-}
-
-// objectRefs decodes a tree or commit (o, whose content is data) and answers what it names. A
-// tree must be canonical, as git's fsck on every clone would require: in git's order, each name
-// once, modes as git writes them. Its entries must be ones ag takes (gitstore.EntryProblem:
-// names ag could write, modes git writes): the history is served to every clone.
-// A submodule (gitlink) names a commit of another repository, which ag does not hold and git
-// does not look for: it is no reference here, as it is none to git's connectivity check.
-func objectRefs(o plumbing.EncodedObject, data []byte) ([]gitRef, error) {
-	switch o.Type() {
-	case plumbing.TreeObject:
-		entries, err := gitstore.DecodeCanonicalTree(data)
-		if err != nil {
-			return nil, err
-		}
-		refs := make([]gitRef, 0, len(entries))
-		for _, e := range entries {
-			if problem := gitstore.EntryProblem(e.Name, e.Mode); problem != "" {
-				return nil, fmt.Errorf("entry %q: %s", truncate(e.Name, 80), problem)
-			}
-			switch e.Mode {
-			case filemode.Dir:
-				refs = append(refs, gitRef{what: "tree " + e.Name, id: e.Hash})
-			case filemode.Submodule:
-				if e.Hash.IsZero() { // nothing else would refuse it, and git's fsck does
-					return nil, fmt.Errorf("entry %q: a submodule of the null commit", truncate(e.Name, 80))
-				}
-			default:
-				refs = append(refs, gitRef{what: "blob of " + e.Name, id: e.Hash})
-			}
-		}
-		return refs, nil
-	case plumbing.CommitObject:
-		var c object.Commit
-		if err := c.Decode(o); err != nil {
-			return nil, err
-		}
-		if c.TreeHash.IsZero() {
-			return nil, errors.New("no tree")
-		}
-		refs := []gitRef{{what: "tree", id: c.TreeHash}}
-		for _, p := range c.ParentHashes {
-			refs = append(refs, gitRef{what: "parent commit", id: p})
-		}
-		return refs, nil
-	}
-	return nil, fmt.Errorf("a %s is not uploaded here", o.Type())
 }
 
 // FindMissingGitObjects answers which ids the server does not hold.

@@ -449,6 +449,12 @@ func editField(edits []*agwpv1.Edit, path string) string {
 }
 
 func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest) (*agwpv1.IntegrateResponse, error) {
+	return h.integrate(ctx, req, "")
+}
+
+// integrate is Integrate, for a change made by `git push` of pushedCommit too ("" for none):
+// a push is an Integrate of the pushed tree, by the same rules.
+func (h repoService) integrate(ctx context.Context, req *agwpv1.IntegrateRequest, pushedCommit string) (*agwpv1.IntegrateResponse, error) {
 	if err := validateName("repository", req.GetRepository()); err != nil {
 		return nil, err
 	}
@@ -478,6 +484,7 @@ func (h repoService) Integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		Message:       req.GetMessage(),
 		Blobs:         blobs,
 		Edits:         edits,
+		PushedCommit:  pushedCommit,
 	})
 	var invalidEdit *repo.InvalidEditError
 	switch {

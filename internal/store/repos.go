@@ -156,6 +156,14 @@ type RepoStore interface {
 	// repository or base revision: ErrNotFound.
 	Integrate(ctx context.Context, p IntegrateParams) (Change, error)
 
+	// PushedChange answers the newest change made from the pushed git commit commit (40 hex;
+	// IntegrateParams.PushedCommit) in repository, or ErrNotFound.
+	PushedChange(ctx context.Context, repository, commit string) (Change, error)
+
+	// RevisionByCommit answers the mainline revision of repository whose commit is commit (40
+	// hex), without its file list (Tree), or ErrNotFound.
+	RevisionByCommit(ctx context.Context, repository, commit string) (Revision, error)
+
 	// GetChange answers a change, or ErrNotFound. A QUEUED change's QueuePosition is the number
 	// of QUEUED or VALIDATING changes of its repository ahead of it.
 	GetChange(ctx context.Context, changeID string) (Change, error)
@@ -375,6 +383,9 @@ type IntegrateParams struct {
 	// Edits are the change's edits, kept with a QUEUED change (repository with a validation
 	// policy) so that the gate's advance can rebuild it on a later mainline.
 	Edits []repo.FileEdit
+	// PushedCommit, for a change made by `git push`, is the pushed commit (40 hex) it was made
+	// from: PushedChange finds the change by it, in the same transaction's write.
+	PushedCommit string
 }
 
 // ListChangesParams page ListChanges.

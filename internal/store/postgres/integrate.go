@@ -304,12 +304,22 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 			return store.Change{}, err
 		}
 	}
+	if p.PushedCommit != "" {
+		final.Queue(`INSERT INTO pushed_commits (repository, git_commit, change_id) VALUES ($1, $2, $3)
+			ON CONFLICT (repository, git_commit) DO UPDATE SET change_id = excluded.change_id`,
+			p.Repository, p.PushedCommit, changeID)
+	}
 	final.Queue("COMMIT")
 	fr := conn.SendBatch(ctx, &final)
 	defer fr.Close()
 	var s changeScan
 	if err := fr.QueryRow().Scan(s.dest()...); err != nil {
 		return store.Change{}, interpretError("integrate", err)
+	}
+	if p.PushedCommit != "" {
+		if _, err := fr.Exec(); err != nil {
+			return store.Change{}, interpretError("integrate: remember the pushed commit", err)
+		}
 	}
 	if _, err := fr.Exec(); err != nil {
 		return store.Change{}, interpretError("integrate: commit", err)

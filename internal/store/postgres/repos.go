@@ -303,6 +303,34 @@ func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (s
 	return r, nil
 }
 
+// RevisionByCommit answers the mainline revision whose commit is commit.
+func (db *DB) RevisionByCommit(ctx context.Context, repository, commit string) (store.Revision, error) {
+	var id string
+	err := db.pool.QueryRow(ctx, `SELECT id FROM revisions WHERE repository = $1 AND git_commit = $2 AND git_commit <> ''`,
+		repository, commit).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Revision{}, fmt.Errorf("the revision of commit %s of repository %s: %w", commit, repository, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Revision{}, interpretError("revision of commit "+commit, err)
+	}
+	return getRevision(ctx, db.pool, repository, id)
+}
+
+// PushedChange answers the newest change made from a pushed commit.
+func (db *DB) PushedChange(ctx context.Context, repository, commit string) (store.Change, error) {
+	var id string
+	err := db.pool.QueryRow(ctx, `SELECT change_id FROM pushed_commits WHERE repository = $1 AND git_commit = $2`,
+		repository, commit).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Change{}, fmt.Errorf("pushed commit %s of repository %s: %w", commit, repository, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Change{}, interpretError("pushed commit "+commit, err)
+	}
+	return db.GetChange(ctx, id)
+}
+
 // getRevision answers a revision without its file list (Tree and TreeDigest empty), on qr, a
 // transaction's or the pool's.
 func getRevision(ctx context.Context, qr querier, repository, revisionID string) (store.Revision, error) {

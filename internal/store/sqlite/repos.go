@@ -371,6 +371,13 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			return err // a conflict or collision, as it is
 		}
 		changeID := store.NewID("chg")
+		if p.PushedCommit != "" {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO pushed_commits (repository, git_commit, change_id) VALUES (?, ?, ?)
+				ON CONFLICT (repository, git_commit) DO UPDATE SET change_id = excluded.change_id`,
+				p.Repository, p.PushedCommit, changeID); err != nil {
+				return interpretError("integrate: remember the pushed commit", err)
+			}
+		}
 		if validation != nil {
 			// seq, taken here under the write lock, is the change's place in the queue.
 			change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
@@ -576,6 +583,27 @@ func (d *DB) GetChange(ctx context.Context, changeID string) (store.Change, erro
 	}
 	c.QueuePosition = pos
 	return c, nil
+}
+
+// PushedChange answers the newest change made from a pushed commit.
+func (d *DB) PushedChange(ctx context.Context, repository, commit string) (store.Change, error) {
+	var id string
+	if err := d.r.QueryRowContext(ctx, `SELECT change_id FROM pushed_commits WHERE repository = ? AND git_commit = ?`,
+		repository, commit).Scan(&id); err != nil {
+		return store.Change{}, interpretError(fmt.Sprintf("pushed commit %s of repository %q", commit, repository), err)
+	}
+	return d.GetChange(ctx, id)
+}
+
+// RevisionByCommit answers the mainline revision whose commit is commit.
+func (d *DB) RevisionByCommit(ctx context.Context, repository, commit string) (store.Revision, error) {
+	rev, err := scanRevision(d.r.QueryRowContext(ctx, `SELECT `+revisionColumns+`
+		FROM revisions WHERE repository = ? AND git_commit = ? AND git_commit != ''`, repository, commit))
+	if err != nil {
+		return store.Revision{}, interpretError(fmt.Sprintf("the revision of commit %s of repository %q", commit, repository), err)
+	}
+	rev.TreeDigest = ""
+	return rev, nil
 }
 
 // ListChanges answers a repository's changes newest first; the page token is the seq of the

@@ -688,3 +688,55 @@ func BenchmarkIntegrate(b *testing.B, newStore Factory) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "integrations/s")
 }
+
+// testPushedCommits checks what `git push` leans on: a change remembers the commit it was
+// pushed as, the newest change of a commit pushed twice is the one found, and a mainline
+// revision is found by its commit, a candidate's revision never.
+func testPushedCommits(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	r := b.createRepo(t, "web")
+	gated := b.createPolicyRepo(t, "gated")
+	l := b.acquire(t, "web", alice, time.Hour, "src/")
+	gl := b.acquire(t, "gated", alice, time.Hour, "src/")
+	const pushed = "0123456789abcdef0123456789abcdef01234567"
+
+	_, err := b.rs.PushedChange(b.ctx, "web", pushed)
+	wantErr(t, "PushedChange of a commit never pushed", err, store.ErrNotFound)
+	p := integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "a"))
+	p.PushedCommit = pushed
+	first := b.mustIntegrate(t, p)
+	if got, err := b.rs.PushedChange(b.ctx, "web", pushed); err != nil || got.ID != first.ID {
+		t.Fatalf("PushedChange(%s) = %s, %v; want the change %s", pushed, got.ID, err, first.ID)
+	}
+	_, err = b.rs.PushedChange(b.ctx, "gated", pushed)
+	wantErr(t, "PushedChange of another repository's pushed commit", err, store.ErrNotFound)
+
+	p = integrateParams("web", first.IntegratedRevision, alice, []uint64{l.FencingToken}, put("src/b.go", "b"))
+	p.PushedCommit = pushed
+	second := b.mustIntegrate(t, p)
+	got, err := b.rs.PushedChange(b.ctx, "web", pushed)
+	if err != nil || got.ID != second.ID {
+		t.Fatalf("PushedChange(%s) pushed twice = %s, %v; want the newer change %s", pushed, got.ID, err, second.ID)
+	}
+	assertFields(t, "PushedChange", got, b.change(t, second.ID))
+
+	head := b.revision(t, "web", second.IntegratedRevision)
+	rev, err := b.rs.RevisionByCommit(b.ctx, "web", head.GitCommit)
+	if err != nil {
+		t.Fatalf("RevisionByCommit(%s): %v", head.GitCommit, err)
+	}
+	want := head
+	want.Tree, want.TreeDigest = nil, ""
+	assertFields(t, "RevisionByCommit", rev, want)
+	_, err = b.rs.RevisionByCommit(b.ctx, "gated", head.GitCommit)
+	wantErr(t, "RevisionByCommit of another repository's commit", err, store.ErrNotFound)
+
+	// A candidate's revision has no commit of its own: no commit finds it.
+	queued := b.queue(t, integrateParams("gated", gated.Mainline, alice, []uint64{gl.FencingToken}, put("src/a.go", "a")))
+	v := b.advance(t, newGate(), "gated", step{queued.ID, store.ChangeValidating})[0]
+	if cand := b.revision(t, "gated", v.CandidateRevision); cand.GitCommit != "" {
+		t.Fatalf("the candidate revision %s has the commit %s, want none", cand.ID, cand.GitCommit)
+	}
+	_, err = b.rs.RevisionByCommit(b.ctx, "gated", "")
+	wantErr(t, "RevisionByCommit of no commit", err, store.ErrNotFound)
+}

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gitpush"
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+	"github.com/ag-coord/ag/internal/store"
+	"github.com/ag-coord/ag/internal/termsafe"
+)
+
+// maxListedCommits bounds the other commits' subjects a pushed change's message lists.
+const maxListedCommits = 50
+
+// integrateRequest answers the Integrate a push makes: the tip's edits against base, their
+// contents inline while they fit one request and stored beforehand past that (the leases were
+// checked first, so a push refused for them stores nothing).
+func (p *push) integrateRequest(objs *gitpush.Objects, pr pushRequest, base gitpush.Base, tokens []uint64,
+	tip *object.Commit, edits []gitpush.Edit) (*agwpv1.IntegrateRequest, *pushRefused) {
+	req := &agwpv1.IntegrateRequest{Repository: p.name, BaseRevision: base.Revision, FencingTokens: tokens,
+		Holder: pr.holder, Message: pushMessage(objs, tip, base.Commit)}
+	inline := 0
+	for _, e := range edits {
+		edit := &agwpv1.Edit{Path: e.Path}
+		switch {
+		case e.Delete:
+			edit.Action = &agwpv1.Edit_Delete{Delete: true}
+		case e.Mode == filemode.Submodule:
+			edit.Action = &agwpv1.Edit_GitlinkCommit{GitlinkCommit: e.ID.String()}
+		default:
+			mode, perr := pushedMode(e)
+			if perr != nil {
+				return nil, perr
+			}
+			content, err := blobContent(objs, e.ID)
+			if err != nil {
+				return nil, p.refusal("the pushed files cannot be read", err)
+			}
+			edit.Mode = mode
+			if inline+len(content) <= maxContentBytes {
+				inline += len(content)
+				edit.Action = &agwpv1.Edit_Content{Content: content}
+				break
+			}
+			digest := repo.Digest(content)
+			if err := p.g.s.store.PutBlobs(p.ctx, []store.Blob{{Digest: digest, Content: content}}); err != nil {
+				return nil, p.refusal("the pushed files cannot be stored", err)
+			}
+			edit.Action = &agwpv1.Edit_BlobDigest{BlobDigest: digest}
+		}
+		req.Edits = append(req.Edits, edit)
+	}
+	return req, nil
+}
+
+// pushedMode answers the mode an Integrate gives a pushed file: always said, so that a push
+// that makes an executable a plain file does so.
+func pushedMode(e gitpush.Edit) (string, *pushRefused) {
+	switch e.Mode {
+	case filemode.Regular:
+		return repo.ModeFile, nil
+	case filemode.Executable:
+		return repo.ModeExecutable, nil
+	case filemode.Symlink:
+		return repo.ModeSymlink, nil
+	case filemode.Deprecated:
+		return "", refusePush("a mode git no longer writes", e.Path+": mode 100664, which git wrote before 2005: "+
+			"`git update-index --chmod=-x "+e.Path+"`, commit, and push again")
+	}
+	return "", refusePush("a mode ag does not take", fmt.Sprintf("%s: mode %o: ag takes files, executable files, symbolic links and submodules", e.Path, uint32(e.Mode)))
+}
+
+func blobContent(objs *gitpush.Objects, id plumbing.Hash) ([]byte, error) {
+	o, err := objs.EncodedObject(plumbing.BlobObject, id)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", id, err)
+	}
+	return gitstore.ObjectData(o)
+}
+
+// pushMessage answers a pushed change's message: the tip's, with the subjects of the other
+// commits it brings (first parents, back to base) listed under it.
+func pushMessage(objs *gitpush.Objects, tip *object.Commit, base plumbing.Hash) string {
+	msg := strings.TrimRight(tip.Message, "\n")
+	var subjects []string
+	for c := tip; len(c.ParentHashes) > 0 && len(subjects) < maxListedCommits; {
+		parent, err := object.GetCommit(objs, c.ParentHashes[0])
+		if err != nil || parent.Hash == base {
+			break
+		}
+		subject, _, _ := strings.Cut(strings.TrimSpace(parent.Message), "\n")
+		subjects = append(subjects, "- "+subject)
+		c = parent
+	}
+	if len(subjects) > 0 {
+		msg += "\n\nPushed with:\n" + strings.Join(subjects, "\n")
+	}
+	return msg
+}
+
+// integrateRefusal words Integrate's refusal of a push.
+func (p *push) integrateRefusal(err error) *pushRefused {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return p.refusal("the change could not be made", err)
+	}
+	switch ce.Code() {
+	case connect.CodeAborted:
+		return refusePush("a conflict with the mainline", ce.Message(), "`git pull --rebase`, then push")
+	case connect.CodeFailedPrecondition:
+		return refusePush("refused under the leases", ce.Message(), "`ag lease list` shows your leases; `ag lease acquire PATH` takes one")
+	case connect.CodeInvalidArgument, connect.CodeResourceExhausted, connect.CodeNotFound:
+		return refusePush("the change was refused", ce.Message())
+	}
+	return p.refusal("the change could not be made", err)
+}
+
+// follow answers the pushed change's verdict, saying its progress meanwhile: "" once it landed
+// (or, without waiting, once queued), the ref's refusal otherwise.
+func (p *push) follow(pr pushRequest, change *agwpv1.Change) string {
+	id := change.GetId()
+	if change.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED && !pr.wait {
+		p.say(fmt.Sprintf("queued as %s at position %d: `ag change show %s --wait` follows it", id, change.GetQueuePosition(), id))
+		return ""
+	}
+	h := repoService{p.g.s}
+	var last *agwpv1.Change
+	quiet := time.Now()
+	for {
+		changed := p.g.s.gate.Changed()
+		c, err := p.g.s.store.GetChange(p.ctx, id)
+		if err != nil {
+			logGitStoreError(p.ctx, p.g.s.log, "push: follow the change", err, "change", id)
+			return "the server lost sight of " + id + ": `ag change show " + id + "`"
+		}
+		out := h.changeWithProgress(p.ctx, c)
+		if line := progressLine(last, out); line != "" {
+			p.say(line)
+			quiet = time.Now()
+		}
+		last = out
+		if c.State.Terminal() {
+			return p.verdict(c)
+		}
+		if time.Since(quiet) >= pushKeepAlive {
+			p.say(fmt.Sprintf("%s is still %s", id, strings.ToLower(strings.TrimPrefix(out.GetState().String(), "CHANGE_STATE_"))))
+			quiet = time.Now()
+		}
+		if !p.g.s.await(p.ctx, changed, min(pushKeepAlive, p.g.s.pollInterval)) {
+			return "the push's connection ended before the verdict: `ag change show " + id + "`"
+		}
+	}
+}
+
+// progressLine says what moved since last: the queue position, the state, the worker's line.
+func progressLine(last, now *agwpv1.Change) string {
+	state := strings.ToLower(strings.TrimPrefix(now.GetState().String(), "CHANGE_STATE_"))
+	switch {
+	case last == nil && now.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED:
+		return fmt.Sprintf("%s queued at position %d", now.GetId(), now.GetQueuePosition())
+	case last == nil || last.GetState() != now.GetState():
+		if now.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
+			return fmt.Sprintf("%s validating (job %s)", now.GetId(), now.GetJobId())
+		}
+		return now.GetId() + " " + state
+	case now.GetQueuePosition() != last.GetQueuePosition():
+		return fmt.Sprintf("%s at position %d", now.GetId(), now.GetQueuePosition())
+	case now.GetProgress() != "" && now.GetProgress() != last.GetProgress():
+		return now.GetId() + ": " + now.GetProgress()
+	}
+	return ""
+}
+
+// verdict says a settled change's outcome and answers the ref's refusal ("" for landed).
+func (p *push) verdict(c store.Change) string {
+	switch c.State {
+	case store.ChangeIntegrated:
+		commit := c.IntegratedRevision
+		if rev, err := p.g.s.store.GetRevision(p.ctx, p.name, c.IntegratedRevision); err == nil && rev.GitCommit != "" {
+			commit = rev.GitCommit
+		}
+		p.say(fmt.Sprintf("landed as %s (%s): `git pull --rebase` to have it", commit, c.ID))
+		return ""
+	case store.ChangeRejected:
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(c.Reason, "\n"), "\n") {
+			lines = append(lines, termsafe.Line(l))
+		}
+		if len(lines) > 60 {
+			lines = append([]string{"..."}, lines[len(lines)-60:]...)
+		}
+		p.say(lines...)
+		p.say(fmt.Sprintf("rejected by the gate: %s (`ag change show %s`)", c.ID, c.ID))
+		return "rejected by the gate (" + c.ID + ")"
+	}
+	p.say(fmt.Sprintf("%s was %s: %s", c.ID, c.State, termsafe.FirstLine(c.Reason, 200)))
+	return string(c.State) + " (" + c.ID + ")"
+}

@@ -1,0 +1,211 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/testutil/agtest"
+)
+
+// pushFixture is a server with a repository "app" holding a README and src/a.go, an agent ada
+// and a git working tree of ada's cloned from ag, pushing as holder "wt".
+type pushFixture struct {
+	t     *testing.T
+	srv   *agtest.Server
+	ada   *client.Client
+	token string
+	git   *gitRunner
+	dir   string
+}
+
+func newPushFixture(t *testing.T, backend string, validation *agwpv1.Validation) *pushFixture {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	ctx := context.Background()
+	srv := agtest.Start(t, agtest.Options{Backend: backend})
+	if _, err := srv.Admin.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.Admin.Admin.CreatePrincipal(ctx, &agwpv1.CreatePrincipalRequest{Name: "ada", Role: agwpv1.Role_ROLE_AGENT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &pushFixture{t: t, srv: srv, token: res.GetToken(), ada: client.New(srv.URL, res.GetToken(), client.WithRetries(0, 0)),
+		git: &gitRunner{t: t, env: gitEnv(t)}}
+	f.integrate("seed", map[string]string{"README.md": "# app\n", "src/a.go": "package a\n"})
+	if validation != nil {
+		if _, err := srv.Admin.Repos.SetValidation(ctx, &agwpv1.SetValidationRequest{Repository: "app", Validation: validation}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.dir = f.clone("wt")
+	return f
+}
+
+// integrate lands files as ada's holder label through the API.
+func (f *pushFixture) integrate(label string, files map[string]string) {
+	f.t.Helper()
+	ctx := context.Background()
+	var paths []string
+	var changes []client.FileChange
+	for p, c := range files {
+		paths = append(paths, p)
+		changes = append(changes, client.FileChange{Path: p, Content: []byte(c)})
+	}
+	l, err := f.ada.AcquireLease(ctx, client.AcquireLeaseOptions{Repository: "app", Paths: paths, Holder: label})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r, err := f.ada.Repos.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: "app"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.ada.IntegrateFiles(ctx, client.IntegrateOptions{Repository: "app", BaseRevision: r.GetRepository().GetMainline(),
+		Holder: label, FencingTokens: []uint64{l.GetFencingToken()}, Message: "integrate " + label, Changes: changes}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.ada.Leases.ReleaseLease(ctx, &agwpv1.ReleaseLeaseRequest{LeaseId: l.GetId(), FencingToken: l.GetFencingToken()}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// auth is the git option that sends ada's token.
+func (f *pushFixture) auth() []string {
+	return []string{"-c", "http.extraHeader=Authorization: Bearer " + f.token}
+}
+
+// clone clones the mainline into a new working tree that pushes to refs/for/main as label.
+func (f *pushFixture) clone(label string) string {
+	dir := filepath.Join(f.t.TempDir(), label)
+	f.git.must("", nil, append(f.auth(), "clone", "-q", f.srv.URL+"/git/app.git", dir)...)
+	f.git.must(dir, nil, "config", "remote.origin.push", "HEAD:refs/for/main")
+	f.git.must(dir, nil, "config", "push.pushOption", "ag.holder="+label)
+	return dir
+}
+
+func (f *pushFixture) lease(label string, paths ...string) *agwpv1.Lease {
+	f.t.Helper()
+	l, err := f.ada.AcquireLease(context.Background(), client.AcquireLeaseOptions{Repository: "app", Paths: paths, Holder: label, TTL: time.Hour})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return l
+}
+
+func (f *pushFixture) commit(dir, msg string, files map[string]string) {
+	f.t.Helper()
+	for p, c := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		f.git.must(dir, nil, "add", p)
+	}
+	f.git.must(dir, nil, "commit", "-q", "-m", msg)
+}
+
+// push runs `git push` in dir and answers what git printed and whether it succeeded.
+func (f *pushFixture) push(dir string, args ...string) (string, bool) {
+	out, errOut, err := f.git.run(dir, nil, append(append(f.auth(), "push"), args...)...)
+	return out + errOut, err == nil
+}
+
+func (f *pushFixture) mainline() (*agwpv1.Repository, string) {
+	f.t.Helper()
+	r, err := f.ada.Repos.GetRepository(context.Background(), &agwpv1.GetRepositoryRequest{Name: "app"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r.GetRepository(), r.GetRepository().GetMainlineCommit()
+}
+
+// TestGitPushLandsUnderLeases ensures a plain `git push` to refs/for/main of a commit whose
+// paths the pusher leases lands as a mainline commit holding the pushed tree and message, the
+// push printing where it landed and exiting 0; a second push from the same tree, made without
+// pulling, lands only its own edits on top; and a push of a path the pusher does not lease, of
+// a path another holder leases, or by a reader is refused with a line saying what to do,
+// storing nothing.
+func TestGitPushLandsUnderLeases(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			f := newPushFixture(t, backend, nil)
+			f.lease("wt", "src/")
+			f.commit(f.dir, "Make a better\n\nWith a body.", map[string]string{"src/a.go": "package a // better\n", "src/b.go": "package a\n"})
+			out, ok := f.push(f.dir)
+			if !ok || !strings.Contains(out, "remote: landed as ") || !strings.Contains(out, "git pull --rebase") {
+				t.Fatalf("git push = ok %v:\n%s\nwant it landed", ok, out)
+			}
+			_, first := f.mainline()
+			check := f.clone("check")
+			if got := f.git.must(check, nil, "show", "HEAD:src/a.go"); got != "package a // better\n" {
+				t.Fatalf("the mainline's src/a.go after the push is %q", got)
+			}
+			if got, want := f.git.must(check, nil, "rev-parse", "HEAD^{tree}"), f.git.must(f.dir, nil, "rev-parse", "HEAD^{tree}"); got != want {
+				t.Fatalf("the mainline's tree is %s, the pushed tree %s", got, want)
+			}
+			if msg := f.git.must(check, nil, "log", "-1", "--format=%B"); !strings.HasPrefix(msg, "Make a better\n\nWith a body.") ||
+				!strings.Contains(msg, "Ag-Author: ada|wt") {
+				t.Fatalf("the landed commit's message is %q", msg)
+			}
+
+			// A second commit pushed without pulling: only its edit is new.
+			f.integrate("other", map[string]string{"README.md": "# app, by another\n"})
+			f.commit(f.dir, "And b", map[string]string{"src/b.go": "package a // b\n"})
+			if out, ok := f.push(f.dir); !ok || !strings.Contains(out, "landed as") {
+				t.Fatalf("a second push without pulling = ok %v:\n%s", ok, out)
+			}
+			f.git.must(check, nil, append(f.auth(), "pull", "-q", "--rebase")...)
+			if got := f.git.must(check, nil, "show", "HEAD:README.md"); got != "# app, by another\n" {
+				t.Fatalf("README.md after the second push is %q: the push undid another's change", got)
+			}
+			if got := f.git.must(check, nil, "show", "HEAD:src/b.go"); got != "package a // b\n" {
+				t.Fatalf("src/b.go after the second push is %q", got)
+			}
+			_, second := f.mainline()
+
+			// A path the mainline changed since the pushed commit landed is a conflict.
+			f.commit(f.dir, "Touch the README", map[string]string{"README.md": "# mine\n"})
+			out, ok = f.push(f.dir)
+			if ok || !strings.Contains(out, "remote: README.md: changed on the mainline since your last pull; `git pull --rebase`, then push") {
+				t.Fatalf("a push over another's landed change = ok %v:\n%s", ok, out)
+			}
+			f.git.must(f.dir, nil, "reset", "-q", "--hard", "HEAD^")
+
+			// Refusals: a path outside the leases, a path another holds, a reader.
+			f.commit(f.dir, "Add docs", map[string]string{"docs/new.md": "# new\n"})
+			out, ok = f.push(f.dir)
+			if ok || !strings.Contains(out, "remote: docs/new.md: not under a current lease of yours; `ag lease acquire docs/new.md`") {
+				t.Fatalf("a push of an unleased path = ok %v:\n%s", ok, out)
+			}
+			f.lease("bob", "docs/")
+			out, ok = f.push(f.dir)
+			if ok || !strings.Contains(out, "remote: docs/new.md: leased by ada|bob until ") {
+				t.Fatalf("a push of a path another holds = ok %v:\n%s", ok, out)
+			}
+			if _, now := f.mainline(); now != second || now == first {
+				t.Fatalf("the mainline is %s after refused pushes, want %s", now, second)
+			}
+			reader, err := f.srv.Admin.Admin.CreatePrincipal(context.Background(), &agwpv1.CreatePrincipalRequest{Name: "rita", Role: agwpv1.Role_ROLE_READER})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errOut, err := f.git.run(f.dir, nil, "-c", "http.extraHeader=Authorization: Bearer "+reader.GetToken(), "push")
+			if err == nil || !strings.Contains(errOut, "403") && !strings.Contains(errOut, "may not push") {
+				t.Fatalf("a reader's push = %v:\n%s", err, errOut)
+			}
+		})
+	}
+}
