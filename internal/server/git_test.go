@@ -427,7 +427,17 @@ type gitRunner struct {
 }
 
 func (r *gitRunner) run(dir string, env []string, args ...string) (string, string, error) {
+	return r.runWith(dir, env, "", args...)
+}
+
+// runInput runs git with stdin as its standard input.
+func (r *gitRunner) runInput(dir, stdin string, args ...string) (string, string, error) {
+	return r.runWith(dir, nil, stdin, args...)
+}
+
+func (r *gitRunner) runWith(dir string, env []string, stdin string, args ...string) (string, string, error) {
 	cmd := exec.Command("git", args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Dir = dir
 	cmd.Env = append(append([]string{}, r.env...), env...)
 	var stdout, stderr bytes.Buffer

@@ -315,6 +315,10 @@ func (p *push) refusal(what string, err error) *pushRefused {
 		return pushErr
 	case errors.As(err, &refused):
 		return refusePush(what, refused.Msg)
+	case errors.Is(err, plumbing.ErrObjectNotFound):
+		// The push's own objects are all in hand: what is missing, it named without sending.
+		return refusePush("the push is incomplete", "the pushed commits name objects the push does not carry and the server does not hold: "+
+			"push from a complete clone (`git fsck`), without --thin tricks")
 	}
 	logGitStoreError(p.ctx, p.g.s.log, "push: "+what, err, "repository", p.name)
 	return refusePush(what + ": the server could not finish the push; try again")

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
 
@@ -205,6 +209,63 @@ func TestGitPushLandsUnderLeases(t *testing.T) {
 			_, errOut, err := f.git.run(f.dir, nil, "-c", "http.extraHeader=Authorization: Bearer "+reader.GetToken(), "push")
 			if err == nil || !strings.Contains(errOut, "403") && !strings.Contains(errOut, "may not push") {
 				t.Fatalf("a reader's push = %v:\n%s", err, errOut)
+			}
+		})
+	}
+}
+
+// TestGitPushWaitsForTheGate ensures a push into a repository with a validation policy prints
+// the change's way through the queue as "remote:" lines and ends with its verdict: exit 0 once
+// a worker's attested pass landed it, non-zero with the failing run's output when the gate
+// rejected it, and at once with -o ag.wait=false.
+func TestGitPushWaitsForTheGate(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			f := newPushFixture(t, backend, &agwpv1.Validation{Command: []string{"make", "test"}, Timeout: durationpb.New(time.Minute)})
+			ci := newValidator(t, f.srv, "ci")
+			f.lease("wt", "src/")
+
+			pushed := func() <-chan string {
+				done := make(chan string, 1)
+				go func() {
+					out, ok := f.push(f.dir)
+					done <- fmt.Sprintf("ok=%v\n%s", ok, out)
+				}()
+				return done
+			}
+			f.commit(f.dir, "Pass", map[string]string{"src/a.go": "package a // passes\n"})
+			done := pushed()
+			cl, p := ci.claim()
+			if _, err := ci.complete(cl, ci.statement(cl, p, attest.ResultPassed), "ok\n"); err != nil {
+				t.Fatal(err)
+			}
+			out := <-done
+			if !strings.HasPrefix(out, "ok=true") || !strings.Contains(out, "remote: chg_") || !strings.Contains(out, "validating (job "+cl.Job.GetId()+")") ||
+				!strings.Contains(out, "remote: landed as ") {
+				t.Fatalf("a push that passes the gate printed:\n%s", out)
+			}
+			if _, main := f.mainline(); !strings.Contains(out, main) {
+				t.Fatalf("the push did not name the mainline commit %s it landed as:\n%s", main, out)
+			}
+
+			f.commit(f.dir, "Break", map[string]string{"src/a.go": "package a // broken\n"})
+			done = pushed()
+			cl, p = ci.claim()
+			if _, err := ci.complete(cl, ci.statement(cl, p, attest.ResultFailed), "--- FAIL: TestBroken\n\x1b[31mbroken\x1b[0m\n"); err != nil {
+				t.Fatal(err)
+			}
+			out = <-done
+			if !strings.HasPrefix(out, "ok=false") || !strings.Contains(out, "remote: --- FAIL: TestBroken") ||
+				!strings.Contains(out, "rejected by the gate") || strings.Contains(out, "\x1b[31m") {
+				t.Fatalf("a push the gate rejects printed:\n%q", out)
+			}
+
+			f.git.must(f.dir, nil, "reset", "-q", "--hard", "HEAD^")
+			f.commit(f.dir, "Later", map[string]string{"src/c.go": "package a\n"})
+			out, ok := f.push(f.dir, "-o", "ag.holder=wt", "-o", "ag.wait=false") // -o replaces push.pushOption
+			if !ok || !strings.Contains(out, "remote: queued as chg_") {
+				t.Fatalf("a push with -o ag.wait=false = ok %v:\n%s", ok, out)
 			}
 		})
 	}
