@@ -37,6 +37,8 @@ var rules = []struct {
 	{dir: "internal/gate", forbidden: []string{"client"}},
 	{dir: "internal/server", forbidden: []string{"client"}},
 	{dir: "internal/gitstore", forbidden: []string{"internal/store", "internal/server"}},
+	// What a push carries is read and diffed free of the database and the wire.
+	{dir: "internal/gitpush", forbidden: []string{"internal/store", "internal/server", "client", "internal/cli"}},
 	{dir: "internal/worker", forbidden: []string{"internal/store", "internal/server"}},
 	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
 		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store
