@@ -185,3 +185,47 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	l.left -= int64(n)
 	return n, err
 }
+
+// Closure answers the objects of the pack that tip reaches through objects of the pack, in no
+// order: what the server must keep to hold tip whole, given that it holds the rest. held
+// answers which of the other ids tip reaches the server does not hold; ok is false when it holds
+// not all of them, and then nothing should be kept.
+func (o *Objects) Closure(tip plumbing.Hash, missing func([]plumbing.Hash) ([]plumbing.Hash, error)) (objs []plumbing.EncodedObject, ok bool, err error) {
+	seen := map[plumbing.Hash]bool{tip: true}
+	stack := []plumbing.Hash{tip}
+	var outside []plumbing.Hash
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		obj, carried := o.mem[id]
+		if !carried {
+			outside = append(outside, id)
+			continue
+		}
+		objs = append(objs, obj)
+		if obj.Type() != plumbing.TreeObject && obj.Type() != plumbing.CommitObject {
+			continue
+		}
+		data, err := gitstore.ObjectData(obj)
+		if err != nil {
+			return nil, false, err
+		}
+		refs, err := gitstore.References(obj, data)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range refs {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				stack = append(stack, r.ID)
+			}
+		}
+	}
+	if len(outside) > 0 {
+		lost, err := missing(outside)
+		if err != nil || len(lost) > 0 {
+			return nil, false, err
+		}
+	}
+	return objs, true, nil
+}

@@ -85,7 +85,7 @@ func (g *gitEndpoint) advertisePush(w http.ResponseWriter, r *http.Request, c ca
 	}
 	w.Header().Set("Content-Type", "application/x-git-receive-pack-advertisement")
 	w.Header().Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
-	_ = gitstore.AdvertiseReceiveRefs(w, main, nil)
+	_ = gitstore.AdvertiseReceiveRefs(w, main, g.pushedHaves(r.Context(), name))
 }
 
 // mayPush reports whether the caller may push: agents and admins, who may integrate.
@@ -198,6 +198,7 @@ func (p *push) run(req *gitstore.ReceiveRequest, pack io.Reader, packRead func()
 		p.say(perr.lines...)
 		return "", perr.refusal
 	}
+	p.keep(objs, pr.update.New)
 	return "", p.follow(pr, change)
 }
 

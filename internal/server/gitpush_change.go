@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -205,4 +207,79 @@ func (p *push) verdict(c store.Change) string {
 	}
 	p.say(fmt.Sprintf("%s was %s: %s", c.ID, c.State, termsafe.FirstLine(c.Reason, 200)))
 	return string(c.State) + " (" + c.ID + ")"
+}
+
+// maxAdvertisedPushes bounds the commits of earlier pushes a push's advertisement offers as
+// ".have": a working tree that pushed without pulling builds on its own last few.
+const maxAdvertisedPushes = 32
+
+// keep stores what the push carried that its tip reaches, so that the server holds the pushed
+// commit whole and can offer it to the next push as one git need not send again. It is an
+// economy, not a promise: a push whose objects are not kept is taken all the same, and sends
+// them again next time.
+func (p *push) keep(objs *gitpush.Objects, tip plumbing.Hash) {
+	closure, ok, err := objs.Closure(tip, func(ids []plumbing.Hash) ([]plumbing.Hash, error) {
+		return p.g.s.store.MissingGitObjects(p.ctx, ids)
+	})
+	if err != nil || !ok {
+		if err != nil {
+			logGitStoreError(p.ctx, p.g.s.log, "push: keep the pushed objects", err, "repository", p.name)
+		}
+		return
+	}
+	var blobs []store.Blob
+	var others []store.GitObject
+	size := 0
+	flush := func() error {
+		err := p.g.s.store.PutBlobs(p.ctx, blobs)
+		blobs, size = nil, 0
+		return err
+	}
+	for _, o := range closure {
+		data, err := gitstore.ObjectData(o)
+		if err != nil {
+			return
+		}
+		if o.Type() != plumbing.BlobObject {
+			others = append(others, store.GitObject{ID: o.Hash(), Type: o.Type(), Data: data})
+			continue
+		}
+		if size+len(data) > maxContentBytes && len(blobs) > 0 {
+			if err := flush(); err != nil {
+				logGitStoreError(p.ctx, p.g.s.log, "push: keep the pushed blobs", err, "repository", p.name)
+				return
+			}
+		}
+		blobs = append(blobs, store.Blob{Digest: repo.Digest(data), Content: data})
+		size += len(data)
+	}
+	if err := flush(); err != nil {
+		logGitStoreError(p.ctx, p.g.s.log, "push: keep the pushed blobs", err, "repository", p.name)
+		return
+	}
+	// Trees and commits after the blobs they name, all in one call: the store then never holds
+	// one whose references it lacks.
+	if err := p.g.s.store.PutGitObjects(p.ctx, others); err != nil {
+		logGitStoreError(p.ctx, p.g.s.log, "push: keep the pushed trees and commits", err, "repository", p.name)
+	}
+}
+
+// pushedHaves answers the commits of earlier pushes the server holds whole, for a push's
+// advertisement.
+func (g *gitEndpoint) pushedHaves(ctx context.Context, name string) []plumbing.Hash {
+	commits, err := g.s.store.PushedCommits(ctx, name, maxAdvertisedPushes)
+	if err != nil || len(commits) == 0 {
+		return nil
+	}
+	ids := make([]plumbing.Hash, 0, len(commits))
+	for _, c := range commits {
+		if id, err := store.ParseGitID(c); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	missing, err := g.s.store.MissingGitObjects(ctx, ids)
+	if err != nil {
+		return nil
+	}
+	return slices.DeleteFunc(ids, func(id plumbing.Hash) bool { return slices.Contains(missing, id) })
 }

@@ -138,7 +138,7 @@ func (f *pushFixture) mainline() (*agwpv1.Repository, string) {
 // TestGitPushLandsUnderLeases ensures a plain `git push` to refs/for/main of a commit whose
 // paths the pusher leases lands as a mainline commit holding the pushed tree and message, the
 // push printing where it landed and exiting 0; a second push from the same tree, made without
-// pulling, lands only its own edits on top; and a push of a path the pusher does not lease, of
+// pulling, sends and lands only its own edits on top; and a push of a path the pusher does not lease, of
 // a path another holder leases, or by a reader is refused with a line saying what to do,
 // storing nothing.
 func TestGitPushLandsUnderLeases(t *testing.T) {
@@ -168,8 +168,14 @@ func TestGitPushLandsUnderLeases(t *testing.T) {
 			// A second commit pushed without pulling: only its edit is new.
 			f.integrate("other", map[string]string{"README.md": "# app, by another\n"})
 			f.commit(f.dir, "And b", map[string]string{"src/b.go": "package a // b\n"})
-			if out, ok := f.push(f.dir); !ok || !strings.Contains(out, "landed as") {
+			out, ok = f.push(f.dir, "--progress")
+			if !ok || !strings.Contains(out, "landed as") {
 				t.Fatalf("a second push without pulling = ok %v:\n%s", ok, out)
+			}
+			// The server offered the first pushed commit: git sent the new commit, its two
+			// trees and its one blob, nothing of the first.
+			if !strings.Contains(out, "Writing objects: 100% (4/4)") {
+				t.Fatalf("the second push sent more than its own objects:\n%s", out)
 			}
 			f.git.must(check, nil, append(f.auth(), "pull", "-q", "--rebase")...)
 			if got := f.git.must(check, nil, "show", "HEAD:README.md"); got != "# app, by another\n" {

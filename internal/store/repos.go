@@ -160,6 +160,10 @@ type RepoStore interface {
 	// IntegrateParams.PushedCommit) in repository, or ErrNotFound.
 	PushedChange(ctx context.Context, repository, commit string) (Change, error)
 
+	// PushedCommits answers the commits (40 hex) of repository's newest limit changes made by
+	// `git push`, newest first.
+	PushedCommits(ctx context.Context, repository string, limit int) ([]string, error)
+
 	// RevisionByCommit answers the mainline revision of repository whose commit is commit (40
 	// hex), without its file list (Tree), or ErrNotFound.
 	RevisionByCommit(ctx context.Context, repository, commit string) (Revision, error)

@@ -317,6 +317,20 @@ func (db *DB) RevisionByCommit(ctx context.Context, repository, commit string) (
 	return getRevision(ctx, db.pool, repository, id)
 }
 
+// PushedCommits answers the commits of the newest pushed changes.
+func (db *DB) PushedCommits(ctx context.Context, repository string, limit int) ([]string, error) {
+	rows, err := db.pool.Query(ctx, `SELECT p.git_commit FROM pushed_commits p JOIN changes c ON c.id = p.change_id
+		WHERE p.repository = $1 ORDER BY c.seq DESC LIMIT $2`, repository, limit)
+	if err != nil {
+		return nil, interpretError("pushed commits", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, interpretError("pushed commits", err)
+	}
+	return out, nil
+}
+
 // PushedChange answers the newest change made from a pushed commit.
 func (db *DB) PushedChange(ctx context.Context, repository, commit string) (store.Change, error) {
 	var id string

@@ -595,6 +595,28 @@ func (d *DB) PushedChange(ctx context.Context, repository, commit string) (store
 	return d.GetChange(ctx, id)
 }
 
+// PushedCommits answers the commits of the newest pushed changes.
+func (d *DB) PushedCommits(ctx context.Context, repository string, limit int) ([]string, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT p.git_commit FROM pushed_commits p JOIN changes c ON c.id = p.change_id
+		WHERE p.repository = ? ORDER BY c.seq DESC LIMIT ?`, repository, limit)
+	if err != nil {
+		return nil, interpretError("pushed commits", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, interpretError("pushed commits", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("pushed commits", err)
+	}
+	return out, nil
+}
+
 // RevisionByCommit answers the mainline revision whose commit is commit.
 func (d *DB) RevisionByCommit(ctx context.Context, repository, commit string) (store.Revision, error) {
 	rev, err := scanRevision(d.r.QueryRowContext(ctx, `SELECT `+revisionColumns+`

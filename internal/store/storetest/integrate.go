@@ -720,7 +720,20 @@ func testPushedCommits(t *testing.T, newStore Factory) {
 	}
 	assertFields(t, "PushedChange", got, b.change(t, second.ID))
 
-	head := b.revision(t, "web", second.IntegratedRevision)
+	other := integrateParams("web", second.IntegratedRevision, alice, []uint64{l.FencingToken}, put("src/c.go", "c"))
+	other.PushedCommit = strings.Repeat("ab", 20)
+	third := b.mustIntegrate(t, other)
+	if got, err := b.rs.PushedCommits(b.ctx, "web", 10); err != nil || !slices.Equal(got, []string{other.PushedCommit, pushed}) {
+		t.Fatalf("PushedCommits = %v, %v; want the newest pushed commit first, each once", got, err)
+	}
+	if got, err := b.rs.PushedCommits(b.ctx, "web", 1); err != nil || len(got) != 1 {
+		t.Fatalf("PushedCommits(limit 1) = %v, %v", got, err)
+	}
+	if got, err := b.rs.PushedCommits(b.ctx, "gated", 10); err != nil || len(got) != 0 {
+		t.Fatalf("PushedCommits of a repository without pushes = %v, %v", got, err)
+	}
+
+	head := b.revision(t, "web", third.IntegratedRevision)
 	rev, err := b.rs.RevisionByCommit(b.ctx, "web", head.GitCommit)
 	if err != nil {
 		t.Fatalf("RevisionByCommit(%s): %v", head.GitCommit, err)
