@@ -96,7 +96,11 @@ func (h repoService) GetRepository(ctx context.Context, req *agwpv1.GetRepositor
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	return &agwpv1.GetRepositoryResponse{Repository: repositoryProto(r)}, nil
+	out, err := h.repositoryWithMirror(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return &agwpv1.GetRepositoryResponse{Repository: out}, nil
 }
 
 func (h repoService) ListRepositories(ctx context.Context, req *agwpv1.ListRepositoriesRequest) (*agwpv1.ListRepositoriesResponse, error) {
@@ -511,6 +515,7 @@ func (h repoService) integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		}
 		return &agwpv1.IntegrateResponse{Change: out}, nil
 	} else {
+		h.s.landed(change)
 		h.s.log.Info("change integrated", "change", change.ID, "repository", change.Repository, "author", holder,
 			"revision", change.IntegratedRevision, "paths", len(paths))
 	}

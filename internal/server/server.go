@@ -25,6 +25,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/console"
 	"github.com/ag-coord/ag/internal/gate"
+	"github.com/ag-coord/ag/internal/mirror"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	// GateSweep is how often the server looks at every integration queue with pending changes,
 	// besides advancing a queue at once when a request moves it. Default 2s.
 	GateSweep time.Duration
+	// MirrorSweep is how often the server looks at every forge mirror that is behind (default
+	// 10s): a forge that was unreachable is tried again so often.
+	MirrorSweep time.Duration
 	// GateMaxDepth bounds how many candidates of a repository whose policy names no depth
 	// validate at once; the depth follows the validate workers seen. Default gate.DefaultMaxDepth.
 	GateMaxDepth int
@@ -85,6 +89,7 @@ type Server struct {
 	maxBlobBytes           uint64
 	waiting                atomic.Int64 // long-polling requests now waiting
 	gate                   *gate.Gate
+	mirrors                *mirror.Mirrors
 	workerReads            *workerReads
 	auditSigner            *audit.Signer
 	sealed                 store.Signal // fired after this server sealed events
@@ -122,7 +127,11 @@ func New(cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.gate = gate.New(cfg.Store, s.log, cfg.GateSweep)
-	s.gate.OnChange = s.metrics.changeSettled
+	s.mirrors = s.newMirrors()
+	s.gate.OnChange = func(c store.Change) {
+		s.metrics.changeSettled(c)
+		s.landed(c)
+	}
 	s.gate.MaxDepth = cfg.GateMaxDepth
 	s.gate.Capacity = gate.NewCapacity(nil, s.gate.KickAll)
 	s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -229,6 +238,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) Run(ctx context.Context) {
 	var background sync.WaitGroup
 	background.Go(func() { s.gate.Run(ctx) })
+	background.Go(func() { s.mirrors.Run(ctx) })
 	background.Go(func() { s.sealLoop(ctx) })
 	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)

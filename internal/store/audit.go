@@ -30,6 +30,8 @@ import (
 //	BreakLease                     lease.broken        lease/<id>         token
 //	CreateRepository               repository.created  repository/<name>  validation (the policy object, when set)
 //	SetValidation                  repository.validation_set repository/<name> validation (object or null)
+//	SetMirror                      repository.mirror_set repository/<name>  url (or null: removed), branch; never the credential
+//	RecordMirrorPush               repository.mirror_diverged repository/<name> url, reason (once, as the mirror diverges)
 //	Integrate, gate advance        change.integrated   change/<id>        repository, revision, paths, attestation_digest (when validated)
 //	Integrate                      change.queued       change/<id>        repository, paths
 //	gate advance                   change.validating   change/<id>        candidate_revision, job

@@ -160,6 +160,22 @@ type RepoStore interface {
 	// IntegrateParams.PushedCommit) in repository, or ErrNotFound.
 	PushedChange(ctx context.Context, repository, commit string) (Change, error)
 
+	// SetMirror sets repository's forge mirror (state MirrorPending), or removes it when p.URL is
+	// empty, and records repository.mirror_set (the URL and branch, never the credential).
+	// Unknown repository: ErrNotFound.
+	SetMirror(ctx context.Context, p SetMirrorParams) (Mirror, error)
+
+	// GetMirror answers repository's forge mirror, or ErrNotFound when it has none.
+	GetMirror(ctx context.Context, repository string) (Mirror, error)
+
+	// ListMirrors answers every repository's forge mirror, by repository.
+	ListMirrors(ctx context.Context) ([]Mirror, error)
+
+	// RecordMirrorPush records the outcome of a push to a forge mirror, unless the mirror's URL
+	// is no longer p.URL (it was set again meanwhile). A mirror that becomes MirrorDiverged
+	// records repository.mirror_diverged (the URL and why).
+	RecordMirrorPush(ctx context.Context, p MirrorPushParams) error
+
 	// PushedCommits answers the commits (40 hex) of repository's newest limit changes made by
 	// `git push`, newest first.
 	PushedCommits(ctx context.Context, repository string, limit int) ([]string, error)

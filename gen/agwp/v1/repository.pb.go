@@ -24,6 +24,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type MirrorState int32
+
+const (
+	MirrorState_MIRROR_STATE_UNSPECIFIED MirrorState = 0
+	// Set; the mainline not pushed to it yet.
+	MirrorState_MIRROR_STATE_PENDING MirrorState = 1
+	// The forge's branch is the mainline commit pushed last.
+	MirrorState_MIRROR_STATE_CURRENT MirrorState = 2
+	// The forge's branch holds a commit the mainline does not: ag does not overwrite it.
+	MirrorState_MIRROR_STATE_DIVERGED MirrorState = 3
+	// The last push did not reach the forge (unreachable, the credential refused); tried again.
+	MirrorState_MIRROR_STATE_FAILING MirrorState = 4
+)
+
+// Enum value maps for MirrorState.
+var (
+	MirrorState_name = map[int32]string{
+		0: "MIRROR_STATE_UNSPECIFIED",
+		1: "MIRROR_STATE_PENDING",
+		2: "MIRROR_STATE_CURRENT",
+		3: "MIRROR_STATE_DIVERGED",
+		4: "MIRROR_STATE_FAILING",
+	}
+	MirrorState_value = map[string]int32{
+		"MIRROR_STATE_UNSPECIFIED": 0,
+		"MIRROR_STATE_PENDING":     1,
+		"MIRROR_STATE_CURRENT":     2,
+		"MIRROR_STATE_DIVERGED":    3,
+		"MIRROR_STATE_FAILING":     4,
+	}
+)
+
+func (x MirrorState) Enum() *MirrorState {
+	p := new(MirrorState)
+	*p = x
+	return p
+}
+
+func (x MirrorState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MirrorState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agwp_v1_repository_proto_enumTypes[0].Descriptor()
+}
+
+func (MirrorState) Type() protoreflect.EnumType {
+	return &file_agwp_v1_repository_proto_enumTypes[0]
+}
+
+func (x MirrorState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MirrorState.Descriptor instead.
+func (MirrorState) EnumDescriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{0}
+}
+
 // ChangeState is where a change is in its life.
 type ChangeState int32
 
@@ -67,11 +126,11 @@ func (x ChangeState) String() string {
 }
 
 func (ChangeState) Descriptor() protoreflect.EnumDescriptor {
-	return file_agwp_v1_repository_proto_enumTypes[0].Descriptor()
+	return file_agwp_v1_repository_proto_enumTypes[1].Descriptor()
 }
 
 func (ChangeState) Type() protoreflect.EnumType {
-	return &file_agwp_v1_repository_proto_enumTypes[0]
+	return &file_agwp_v1_repository_proto_enumTypes[1]
 }
 
 func (x ChangeState) Number() protoreflect.EnumNumber {
@@ -80,7 +139,7 @@ func (x ChangeState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeState.Descriptor instead.
 func (ChangeState) EnumDescriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{0}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{1}
 }
 
 type CandidateState int32
@@ -144,11 +203,11 @@ func (x CandidateState) String() string {
 }
 
 func (CandidateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_agwp_v1_repository_proto_enumTypes[1].Descriptor()
+	return file_agwp_v1_repository_proto_enumTypes[2].Descriptor()
 }
 
 func (CandidateState) Type() protoreflect.EnumType {
-	return &file_agwp_v1_repository_proto_enumTypes[1]
+	return &file_agwp_v1_repository_proto_enumTypes[2]
 }
 
 func (x CandidateState) Number() protoreflect.EnumNumber {
@@ -157,7 +216,7 @@ func (x CandidateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CandidateState.Descriptor instead.
 func (CandidateState) EnumDescriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{1}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
 }
 
 type Repository struct {
@@ -172,8 +231,10 @@ type Repository struct {
 	// The mainline head's git commit (40 hex): `git fetch` from /git/<name>.git gets it as
 	// refs/heads/main.
 	MainlineCommit string `protobuf:"bytes,5,opt,name=mainline_commit,json=mainlineCommit,proto3" json:"mainline_commit,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The forge mirror, when set (SetMirror).
+	Mirror        *Mirror `protobuf:"bytes,6,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Repository) Reset() {
@@ -241,6 +302,111 @@ func (x *Repository) GetMainlineCommit() string {
 	return ""
 }
 
+func (x *Repository) GetMirror() *Mirror {
+	if x != nil {
+		return x.Mirror
+	}
+	return nil
+}
+
+// Mirror is where the server pushes a repository's mainline after every landing.
+type Mirror struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The forge repository's URL: http:// or https://, without credentials.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The forge's branch pushed to (default "main").
+	Branch string      `protobuf:"bytes,2,opt,name=branch,proto3" json:"branch,omitempty"`
+	State  MirrorState `protobuf:"varint,3,opt,name=state,proto3,enum=agwp.v1.MirrorState" json:"state,omitempty"`
+	// The mainline commit (40 hex) the forge's branch last got from ag; empty before the first.
+	PushedCommit string `protobuf:"bytes,4,opt,name=pushed_commit,json=pushedCommit,proto3" json:"pushed_commit,omitempty"`
+	// Why the last push did not make the forge current (DIVERGED, FAILING).
+	LastError string                 `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Whether the server holds a credential for the forge (never the credential itself).
+	HasCredential bool `protobuf:"varint,7,opt,name=has_credential,json=hasCredential,proto3" json:"has_credential,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mirror) Reset() {
+	*x = Mirror{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mirror) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mirror) ProtoMessage() {}
+
+func (x *Mirror) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mirror.ProtoReflect.Descriptor instead.
+func (*Mirror) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Mirror) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Mirror) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *Mirror) GetState() MirrorState {
+	if x != nil {
+		return x.State
+	}
+	return MirrorState_MIRROR_STATE_UNSPECIFIED
+}
+
+func (x *Mirror) GetPushedCommit() string {
+	if x != nil {
+		return x.PushedCommit
+	}
+	return ""
+}
+
+func (x *Mirror) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Mirror) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Mirror) GetHasCredential() bool {
+	if x != nil {
+		return x.HasCredential
+	}
+	return false
+}
+
 // Validation is a repository's policy: the command a worker runs on each candidate tree, in a
 // fresh directory holding exactly that tree; exit status 0 passes.
 type Validation struct {
@@ -283,7 +449,7 @@ type Validation struct {
 
 func (x *Validation) Reset() {
 	*x = Validation{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[1]
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +461,7 @@ func (x *Validation) String() string {
 func (*Validation) ProtoMessage() {}
 
 func (x *Validation) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[1]
+	mi := &file_agwp_v1_repository_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +474,7 @@ func (x *Validation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Validation.ProtoReflect.Descriptor instead.
 func (*Validation) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{1}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Validation) GetCommand() []string {
@@ -390,7 +556,7 @@ type ValidationLimits struct {
 
 func (x *ValidationLimits) Reset() {
 	*x = ValidationLimits{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +568,7 @@ func (x *ValidationLimits) String() string {
 func (*ValidationLimits) ProtoMessage() {}
 
 func (x *ValidationLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[2]
+	mi := &file_agwp_v1_repository_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +581,7 @@ func (x *ValidationLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationLimits.ProtoReflect.Descriptor instead.
 func (*ValidationLimits) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{2}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ValidationLimits) GetMemoryBytes() uint64 {
@@ -464,7 +630,7 @@ type ValidationLane struct {
 
 func (x *ValidationLane) Reset() {
 	*x = ValidationLane{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +642,7 @@ func (x *ValidationLane) String() string {
 func (*ValidationLane) ProtoMessage() {}
 
 func (x *ValidationLane) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[3]
+	mi := &file_agwp_v1_repository_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +655,7 @@ func (x *ValidationLane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationLane.ProtoReflect.Descriptor instead.
 func (*ValidationLane) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{3}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ValidationLane) GetName() string {
@@ -538,7 +704,7 @@ type SetValidationRequest struct {
 
 func (x *SetValidationRequest) Reset() {
 	*x = SetValidationRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +716,7 @@ func (x *SetValidationRequest) String() string {
 func (*SetValidationRequest) ProtoMessage() {}
 
 func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[4]
+	mi := &file_agwp_v1_repository_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +729,7 @@ func (x *SetValidationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationRequest.ProtoReflect.Descriptor instead.
 func (*SetValidationRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{4}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetValidationRequest) GetRepository() string {
@@ -589,7 +755,7 @@ type SetValidationResponse struct {
 
 func (x *SetValidationResponse) Reset() {
 	*x = SetValidationResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +767,7 @@ func (x *SetValidationResponse) String() string {
 func (*SetValidationResponse) ProtoMessage() {}
 
 func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[5]
+	mi := &file_agwp_v1_repository_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,10 +780,126 @@ func (x *SetValidationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidationResponse.ProtoReflect.Descriptor instead.
 func (*SetValidationResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{5}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetValidationResponse) GetRepository() *Repository {
+	if x != nil {
+		return x.Repository
+	}
+	return nil
+}
+
+type SetMirrorRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// http:// or https://, without user or password; empty: remove the mirror.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// What the server authenticates to the forge with: "user:token", or a token alone. At most
+	// 4 KiB; never answered, logged or audited.
+	Credential string `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	// The forge's branch; default "main".
+	Branch        string `protobuf:"bytes,4,opt,name=branch,proto3" json:"branch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMirrorRequest) Reset() {
+	*x = SetMirrorRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMirrorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMirrorRequest) ProtoMessage() {}
+
+func (x *SetMirrorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMirrorRequest.ProtoReflect.Descriptor instead.
+func (*SetMirrorRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetMirrorRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *SetMirrorRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *SetMirrorRequest) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *SetMirrorRequest) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+type SetMirrorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repository    *Repository            `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMirrorResponse) Reset() {
+	*x = SetMirrorResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMirrorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMirrorResponse) ProtoMessage() {}
+
+func (x *SetMirrorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMirrorResponse.ProtoReflect.Descriptor instead.
+func (*SetMirrorResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetMirrorResponse) GetRepository() *Repository {
 	if x != nil {
 		return x.Repository
 	}
@@ -638,7 +920,7 @@ type CreateRepositoryRequest struct {
 
 func (x *CreateRepositoryRequest) Reset() {
 	*x = CreateRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +932,7 @@ func (x *CreateRepositoryRequest) String() string {
 func (*CreateRepositoryRequest) ProtoMessage() {}
 
 func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[6]
+	mi := &file_agwp_v1_repository_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +945,7 @@ func (x *CreateRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{6}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateRepositoryRequest) GetName() string {
@@ -699,7 +981,7 @@ type GitObject struct {
 
 func (x *GitObject) Reset() {
 	*x = GitObject{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +993,7 @@ func (x *GitObject) String() string {
 func (*GitObject) ProtoMessage() {}
 
 func (x *GitObject) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[7]
+	mi := &file_agwp_v1_repository_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +1006,7 @@ func (x *GitObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitObject.ProtoReflect.Descriptor instead.
 func (*GitObject) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{7}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GitObject) GetType() string {
@@ -751,7 +1033,7 @@ type UploadGitObjectsRequest struct {
 
 func (x *UploadGitObjectsRequest) Reset() {
 	*x = UploadGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1045,7 @@ func (x *UploadGitObjectsRequest) String() string {
 func (*UploadGitObjectsRequest) ProtoMessage() {}
 
 func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[8]
+	mi := &file_agwp_v1_repository_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1058,7 @@ func (x *UploadGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{8}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadGitObjectsRequest) GetObjects() []*GitObject {
@@ -796,7 +1078,7 @@ type UploadGitObjectsResponse struct {
 
 func (x *UploadGitObjectsResponse) Reset() {
 	*x = UploadGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1090,7 @@ func (x *UploadGitObjectsResponse) String() string {
 func (*UploadGitObjectsResponse) ProtoMessage() {}
 
 func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[9]
+	mi := &file_agwp_v1_repository_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1103,7 @@ func (x *UploadGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*UploadGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{9}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadGitObjectsResponse) GetIds() []string {
@@ -841,7 +1123,7 @@ type FindMissingGitObjectsRequest struct {
 
 func (x *FindMissingGitObjectsRequest) Reset() {
 	*x = FindMissingGitObjectsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1135,7 @@ func (x *FindMissingGitObjectsRequest) String() string {
 func (*FindMissingGitObjectsRequest) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[10]
+	mi := &file_agwp_v1_repository_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1148,7 @@ func (x *FindMissingGitObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{10}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FindMissingGitObjectsRequest) GetIds() []string {
@@ -885,7 +1167,7 @@ type FindMissingGitObjectsResponse struct {
 
 func (x *FindMissingGitObjectsResponse) Reset() {
 	*x = FindMissingGitObjectsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1179,7 @@ func (x *FindMissingGitObjectsResponse) String() string {
 func (*FindMissingGitObjectsResponse) ProtoMessage() {}
 
 func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[11]
+	mi := &file_agwp_v1_repository_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1192,7 @@ func (x *FindMissingGitObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingGitObjectsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingGitObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{11}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FindMissingGitObjectsResponse) GetMissingIds() []string {
@@ -929,7 +1211,7 @@ type CreateRepositoryResponse struct {
 
 func (x *CreateRepositoryResponse) Reset() {
 	*x = CreateRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1223,7 @@ func (x *CreateRepositoryResponse) String() string {
 func (*CreateRepositoryResponse) ProtoMessage() {}
 
 func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[12]
+	mi := &file_agwp_v1_repository_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1236,7 @@ func (x *CreateRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{12}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateRepositoryResponse) GetRepository() *Repository {
@@ -973,7 +1255,7 @@ type GetRepositoryRequest struct {
 
 func (x *GetRepositoryRequest) Reset() {
 	*x = GetRepositoryRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1267,7 @@ func (x *GetRepositoryRequest) String() string {
 func (*GetRepositoryRequest) ProtoMessage() {}
 
 func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[13]
+	mi := &file_agwp_v1_repository_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1280,7 @@ func (x *GetRepositoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRepositoryRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{13}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRepositoryRequest) GetName() string {
@@ -1017,7 +1299,7 @@ type GetRepositoryResponse struct {
 
 func (x *GetRepositoryResponse) Reset() {
 	*x = GetRepositoryResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1311,7 @@ func (x *GetRepositoryResponse) String() string {
 func (*GetRepositoryResponse) ProtoMessage() {}
 
 func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[14]
+	mi := &file_agwp_v1_repository_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1324,7 @@ func (x *GetRepositoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRepositoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRepositoryResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{14}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetRepositoryResponse) GetRepository() *Repository {
@@ -1062,7 +1344,7 @@ type ListRepositoriesRequest struct {
 
 func (x *ListRepositoriesRequest) Reset() {
 	*x = ListRepositoriesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1356,7 @@ func (x *ListRepositoriesRequest) String() string {
 func (*ListRepositoriesRequest) ProtoMessage() {}
 
 func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[15]
+	mi := &file_agwp_v1_repository_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1369,7 @@ func (x *ListRepositoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{15}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRepositoriesRequest) GetPageSize() int32 {
@@ -1114,7 +1396,7 @@ type ListRepositoriesResponse struct {
 
 func (x *ListRepositoriesResponse) Reset() {
 	*x = ListRepositoriesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1408,7 @@ func (x *ListRepositoriesResponse) String() string {
 func (*ListRepositoriesResponse) ProtoMessage() {}
 
 func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[16]
+	mi := &file_agwp_v1_repository_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1421,7 @@ func (x *ListRepositoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepositoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRepositoriesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{16}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRepositoriesResponse) GetRepositories() []*Repository {
@@ -1165,7 +1447,7 @@ type UploadBlobsRequest struct {
 
 func (x *UploadBlobsRequest) Reset() {
 	*x = UploadBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1459,7 @@ func (x *UploadBlobsRequest) String() string {
 func (*UploadBlobsRequest) ProtoMessage() {}
 
 func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[17]
+	mi := &file_agwp_v1_repository_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1472,7 @@ func (x *UploadBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{17}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UploadBlobsRequest) GetBlobs() [][]byte {
@@ -1210,7 +1492,7 @@ type UploadBlobsResponse struct {
 
 func (x *UploadBlobsResponse) Reset() {
 	*x = UploadBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1504,7 @@ func (x *UploadBlobsResponse) String() string {
 func (*UploadBlobsResponse) ProtoMessage() {}
 
 func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[18]
+	mi := &file_agwp_v1_repository_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1517,7 @@ func (x *UploadBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobsResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{18}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UploadBlobsResponse) GetDigests() []string {
@@ -1254,7 +1536,7 @@ type FindMissingBlobsRequest struct {
 
 func (x *FindMissingBlobsRequest) Reset() {
 	*x = FindMissingBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1548,7 @@ func (x *FindMissingBlobsRequest) String() string {
 func (*FindMissingBlobsRequest) ProtoMessage() {}
 
 func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[19]
+	mi := &file_agwp_v1_repository_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1561,7 @@ func (x *FindMissingBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsRequest.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{19}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FindMissingBlobsRequest) GetDigests() []string {
@@ -1298,7 +1580,7 @@ type FindMissingBlobsResponse struct {
 
 func (x *FindMissingBlobsResponse) Reset() {
 	*x = FindMissingBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1592,7 @@ func (x *FindMissingBlobsResponse) String() string {
 func (*FindMissingBlobsResponse) ProtoMessage() {}
 
 func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[20]
+	mi := &file_agwp_v1_repository_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1605,7 @@ func (x *FindMissingBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindMissingBlobsResponse.ProtoReflect.Descriptor instead.
 func (*FindMissingBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{20}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FindMissingBlobsResponse) GetMissing() []string {
@@ -1342,7 +1624,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1636,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[21]
+	mi := &file_agwp_v1_repository_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1649,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{21}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetBlobRequest) GetDigest() string {
@@ -1387,7 +1669,7 @@ type GetBlobResponse struct {
 
 func (x *GetBlobResponse) Reset() {
 	*x = GetBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1681,7 @@ func (x *GetBlobResponse) String() string {
 func (*GetBlobResponse) ProtoMessage() {}
 
 func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[22]
+	mi := &file_agwp_v1_repository_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1694,7 @@ func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{22}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetBlobResponse) GetContent() []byte {
@@ -1438,7 +1720,7 @@ type GetBlobsRequest struct {
 
 func (x *GetBlobsRequest) Reset() {
 	*x = GetBlobsRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1732,7 @@ func (x *GetBlobsRequest) String() string {
 func (*GetBlobsRequest) ProtoMessage() {}
 
 func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[23]
+	mi := &file_agwp_v1_repository_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1745,7 @@ func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{23}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetBlobsRequest) GetDigests() []string {
@@ -1482,7 +1764,7 @@ type GetBlobsResponse struct {
 
 func (x *GetBlobsResponse) Reset() {
 	*x = GetBlobsResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1776,7 @@ func (x *GetBlobsResponse) String() string {
 func (*GetBlobsResponse) ProtoMessage() {}
 
 func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[24]
+	mi := &file_agwp_v1_repository_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1789,7 @@ func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{24}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBlobsResponse) GetBlobs() []*BlobContent {
@@ -1527,7 +1809,7 @@ type BlobContent struct {
 
 func (x *BlobContent) Reset() {
 	*x = BlobContent{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1821,7 @@ func (x *BlobContent) String() string {
 func (*BlobContent) ProtoMessage() {}
 
 func (x *BlobContent) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[25]
+	mi := &file_agwp_v1_repository_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1834,7 @@ func (x *BlobContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobContent.ProtoReflect.Descriptor instead.
 func (*BlobContent) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{25}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BlobContent) GetDigest() string {
@@ -1581,7 +1863,7 @@ type StartBlobUploadRequest struct {
 
 func (x *StartBlobUploadRequest) Reset() {
 	*x = StartBlobUploadRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1875,7 @@ func (x *StartBlobUploadRequest) String() string {
 func (*StartBlobUploadRequest) ProtoMessage() {}
 
 func (x *StartBlobUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[26]
+	mi := &file_agwp_v1_repository_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1888,7 @@ func (x *StartBlobUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBlobUploadRequest.ProtoReflect.Descriptor instead.
 func (*StartBlobUploadRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{26}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StartBlobUploadRequest) GetDigest() string {
@@ -1638,7 +1920,7 @@ type StartBlobUploadResponse struct {
 
 func (x *StartBlobUploadResponse) Reset() {
 	*x = StartBlobUploadResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1932,7 @@ func (x *StartBlobUploadResponse) String() string {
 func (*StartBlobUploadResponse) ProtoMessage() {}
 
 func (x *StartBlobUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[27]
+	mi := &file_agwp_v1_repository_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1945,7 @@ func (x *StartBlobUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBlobUploadResponse.ProtoReflect.Descriptor instead.
 func (*StartBlobUploadResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{27}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StartBlobUploadResponse) GetUploadId() string {
@@ -1705,7 +1987,7 @@ type UploadBlobPartRequest struct {
 
 func (x *UploadBlobPartRequest) Reset() {
 	*x = UploadBlobPartRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1999,7 @@ func (x *UploadBlobPartRequest) String() string {
 func (*UploadBlobPartRequest) ProtoMessage() {}
 
 func (x *UploadBlobPartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[28]
+	mi := &file_agwp_v1_repository_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2012,7 @@ func (x *UploadBlobPartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobPartRequest.ProtoReflect.Descriptor instead.
 func (*UploadBlobPartRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{28}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UploadBlobPartRequest) GetUploadId() string {
@@ -1766,7 +2048,7 @@ type UploadBlobPartResponse struct {
 
 func (x *UploadBlobPartResponse) Reset() {
 	*x = UploadBlobPartResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +2060,7 @@ func (x *UploadBlobPartResponse) String() string {
 func (*UploadBlobPartResponse) ProtoMessage() {}
 
 func (x *UploadBlobPartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[29]
+	mi := &file_agwp_v1_repository_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2073,7 @@ func (x *UploadBlobPartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadBlobPartResponse.ProtoReflect.Descriptor instead.
 func (*UploadBlobPartResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{29}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UploadBlobPartResponse) GetReceived() uint64 {
@@ -1819,7 +2101,7 @@ type ReadBlobRequest struct {
 
 func (x *ReadBlobRequest) Reset() {
 	*x = ReadBlobRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2113,7 @@ func (x *ReadBlobRequest) String() string {
 func (*ReadBlobRequest) ProtoMessage() {}
 
 func (x *ReadBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[30]
+	mi := &file_agwp_v1_repository_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2126,7 @@ func (x *ReadBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBlobRequest.ProtoReflect.Descriptor instead.
 func (*ReadBlobRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{30}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadBlobRequest) GetDigest() string {
@@ -1872,7 +2154,7 @@ type ReadBlobResponse struct {
 
 func (x *ReadBlobResponse) Reset() {
 	*x = ReadBlobResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2166,7 @@ func (x *ReadBlobResponse) String() string {
 func (*ReadBlobResponse) ProtoMessage() {}
 
 func (x *ReadBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[31]
+	mi := &file_agwp_v1_repository_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2179,7 @@ func (x *ReadBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBlobResponse.ProtoReflect.Descriptor instead.
 func (*ReadBlobResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{31}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadBlobResponse) GetContent() []byte {
@@ -1925,7 +2207,7 @@ type GetTreeRequest struct {
 
 func (x *GetTreeRequest) Reset() {
 	*x = GetTreeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2219,7 @@ func (x *GetTreeRequest) String() string {
 func (*GetTreeRequest) ProtoMessage() {}
 
 func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[32]
+	mi := &file_agwp_v1_repository_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2232,7 @@ func (x *GetTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetTreeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{32}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetTreeRequest) GetRepository() string {
@@ -1987,7 +2269,7 @@ type GetTreeResponse struct {
 
 func (x *GetTreeResponse) Reset() {
 	*x = GetTreeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2281,7 @@ func (x *GetTreeResponse) String() string {
 func (*GetTreeResponse) ProtoMessage() {}
 
 func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[33]
+	mi := &file_agwp_v1_repository_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2294,7 @@ func (x *GetTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetTreeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{33}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetTreeResponse) GetRevision() string {
@@ -2089,7 +2371,7 @@ type TreeEntry struct {
 
 func (x *TreeEntry) Reset() {
 	*x = TreeEntry{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2383,7 @@ func (x *TreeEntry) String() string {
 func (*TreeEntry) ProtoMessage() {}
 
 func (x *TreeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[34]
+	mi := &file_agwp_v1_repository_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2396,7 @@ func (x *TreeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeEntry.ProtoReflect.Descriptor instead.
 func (*TreeEntry) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{34}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TreeEntry) GetPath() string {
@@ -2172,7 +2454,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2466,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[35]
+	mi := &file_agwp_v1_repository_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2479,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{35}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Edit) GetPath() string {
@@ -2306,7 +2588,7 @@ type IntegrateRequest struct {
 
 func (x *IntegrateRequest) Reset() {
 	*x = IntegrateRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2600,7 @@ func (x *IntegrateRequest) String() string {
 func (*IntegrateRequest) ProtoMessage() {}
 
 func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[36]
+	mi := &file_agwp_v1_repository_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2613,7 @@ func (x *IntegrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateRequest.ProtoReflect.Descriptor instead.
 func (*IntegrateRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{36}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *IntegrateRequest) GetRepository() string {
@@ -2385,7 +2667,7 @@ type IntegrateResponse struct {
 
 func (x *IntegrateResponse) Reset() {
 	*x = IntegrateResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2679,7 @@ func (x *IntegrateResponse) String() string {
 func (*IntegrateResponse) ProtoMessage() {}
 
 func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[37]
+	mi := &file_agwp_v1_repository_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2692,7 @@ func (x *IntegrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntegrateResponse.ProtoReflect.Descriptor instead.
 func (*IntegrateResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{37}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *IntegrateResponse) GetChange() *Change {
@@ -2454,7 +2736,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2748,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[38]
+	mi := &file_agwp_v1_repository_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2761,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{38}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Change) GetId() string {
@@ -2642,7 +2924,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2936,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[39]
+	mi := &file_agwp_v1_repository_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2949,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{39}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Candidate) GetId() string {
@@ -2784,7 +3066,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +3078,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[40]
+	mi := &file_agwp_v1_repository_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +3091,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{40}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetQueueRequest) GetRepository() string {
@@ -2837,7 +3119,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[41]
+	mi := &file_agwp_v1_repository_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3131,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[41]
+	mi := &file_agwp_v1_repository_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3144,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{41}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetQueueResponse) GetMainline() string {
@@ -2911,7 +3193,7 @@ type GetChangeRequest struct {
 
 func (x *GetChangeRequest) Reset() {
 	*x = GetChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[42]
+	mi := &file_agwp_v1_repository_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3205,7 @@ func (x *GetChangeRequest) String() string {
 func (*GetChangeRequest) ProtoMessage() {}
 
 func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[42]
+	mi := &file_agwp_v1_repository_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3218,7 @@ func (x *GetChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeRequest.ProtoReflect.Descriptor instead.
 func (*GetChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{42}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetChangeRequest) GetChangeId() string {
@@ -2962,7 +3244,7 @@ type GetChangeResponse struct {
 
 func (x *GetChangeResponse) Reset() {
 	*x = GetChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[43]
+	mi := &file_agwp_v1_repository_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3256,7 @@ func (x *GetChangeResponse) String() string {
 func (*GetChangeResponse) ProtoMessage() {}
 
 func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[43]
+	mi := &file_agwp_v1_repository_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3269,7 @@ func (x *GetChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChangeResponse.ProtoReflect.Descriptor instead.
 func (*GetChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{43}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetChangeResponse) GetChange() *Change {
@@ -3008,7 +3290,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[44]
+	mi := &file_agwp_v1_repository_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3302,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[44]
+	mi := &file_agwp_v1_repository_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3315,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{44}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListChangesRequest) GetRepository() string {
@@ -3067,7 +3349,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[45]
+	mi := &file_agwp_v1_repository_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3361,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[45]
+	mi := &file_agwp_v1_repository_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3374,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{45}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -3118,7 +3400,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[46]
+	mi := &file_agwp_v1_repository_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3412,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[46]
+	mi := &file_agwp_v1_repository_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3425,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{46}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -3162,7 +3444,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[47]
+	mi := &file_agwp_v1_repository_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3456,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[47]
+	mi := &file_agwp_v1_repository_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3469,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{47}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -3201,7 +3483,7 @@ var File_agwp_v1_repository_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
-	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x01\n" +
+	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x01\n" +
 	"\n" +
 	"Repository\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -3211,7 +3493,18 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\"\x89\x03\n" +
+	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\x12'\n" +
+	"\x06mirror\x18\x06 \x01(\v2\x0f.agwp.v1.MirrorR\x06mirror\"\x84\x02\n" +
+	"\x06Mirror\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06branch\x18\x02 \x01(\tR\x06branch\x12*\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x14.agwp.v1.MirrorStateR\x05state\x12#\n" +
+	"\rpushed_commit\x18\x04 \x01(\tR\fpushedCommit\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
+	"\x0ehas_credential\x18\a \x01(\bR\rhasCredential\"\x89\x03\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -3248,6 +3541,19 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x18\x02 \x01(\v2\x13.agwp.v1.ValidationR\n" +
 	"validation\"L\n" +
 	"\x15SetValidationResponse\x123\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
+	"repository\"|\n" +
+	"\x10SetMirrorRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\x12\x16\n" +
+	"\x06branch\x18\x04 \x01(\tR\x06branch\"H\n" +
+	"\x11SetMirrorResponse\x123\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
 	"repository\"\x81\x01\n" +
@@ -3446,7 +3752,13 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x12WatchChangeRequest\x12\x1b\n" +
 	"\tchange_id\x18\x01 \x01(\tR\bchangeId\">\n" +
 	"\x13WatchChangeResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change*\xb5\x01\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change*\x94\x01\n" +
+	"\vMirrorState\x12\x1c\n" +
+	"\x18MIRROR_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14MIRROR_STATE_PENDING\x10\x01\x12\x18\n" +
+	"\x14MIRROR_STATE_CURRENT\x10\x02\x12\x19\n" +
+	"\x15MIRROR_STATE_DIVERGED\x10\x03\x12\x18\n" +
+	"\x14MIRROR_STATE_FAILING\x10\x04*\xb5\x01\n" +
 	"\vChangeState\x12\x1c\n" +
 	"\x18CHANGE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CHANGE_STATE_QUEUED\x10\x01\x12\x1b\n" +
@@ -3463,10 +3775,11 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x18CANDIDATE_STATE_REJECTED\x10\x05\x12\x19\n" +
 	"\x15CANDIDATE_STATE_SPLIT\x10\x06\x12\x1e\n" +
 	"\x1aCANDIDATE_STATE_SUPERSEDED\x10\a\x12\x1d\n" +
-	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xb9\x13\n" +
+	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xae\x14\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
-	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12\x83\x01\n" +
+	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12s\n" +
+	"\tSetMirror\x12\x19.agwp.v1.SetMirrorRequest\x1a\x1a.agwp.v1.SetMirrorResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/SetMirror\x12\x83\x01\n" +
 	"\rGetRepository\x12\x1d.agwp.v1.GetRepositoryRequest\x1a\x1e.agwp.v1.GetRepositoryResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/GetRepository\x12\x8f\x01\n" +
 	"\x10ListRepositories\x12 .agwp.v1.ListRepositoriesRequest\x1a!.agwp.v1.ListRepositoriesResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/ListRepositories\x12{\n" +
 	"\vUploadBlobs\x12\x1b.agwp.v1.UploadBlobsRequest\x1a\x1c.agwp.v1.UploadBlobsResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/UploadBlobs\x12\x8f\x01\n" +
@@ -3497,141 +3810,151 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 	return file_agwp_v1_repository_proto_rawDescData
 }
 
-var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_agwp_v1_repository_proto_goTypes = []any{
-	(ChangeState)(0),                      // 0: agwp.v1.ChangeState
-	(CandidateState)(0),                   // 1: agwp.v1.CandidateState
-	(*Repository)(nil),                    // 2: agwp.v1.Repository
-	(*Validation)(nil),                    // 3: agwp.v1.Validation
-	(*ValidationLimits)(nil),              // 4: agwp.v1.ValidationLimits
-	(*ValidationLane)(nil),                // 5: agwp.v1.ValidationLane
-	(*SetValidationRequest)(nil),          // 6: agwp.v1.SetValidationRequest
-	(*SetValidationResponse)(nil),         // 7: agwp.v1.SetValidationResponse
-	(*CreateRepositoryRequest)(nil),       // 8: agwp.v1.CreateRepositoryRequest
-	(*GitObject)(nil),                     // 9: agwp.v1.GitObject
-	(*UploadGitObjectsRequest)(nil),       // 10: agwp.v1.UploadGitObjectsRequest
-	(*UploadGitObjectsResponse)(nil),      // 11: agwp.v1.UploadGitObjectsResponse
-	(*FindMissingGitObjectsRequest)(nil),  // 12: agwp.v1.FindMissingGitObjectsRequest
-	(*FindMissingGitObjectsResponse)(nil), // 13: agwp.v1.FindMissingGitObjectsResponse
-	(*CreateRepositoryResponse)(nil),      // 14: agwp.v1.CreateRepositoryResponse
-	(*GetRepositoryRequest)(nil),          // 15: agwp.v1.GetRepositoryRequest
-	(*GetRepositoryResponse)(nil),         // 16: agwp.v1.GetRepositoryResponse
-	(*ListRepositoriesRequest)(nil),       // 17: agwp.v1.ListRepositoriesRequest
-	(*ListRepositoriesResponse)(nil),      // 18: agwp.v1.ListRepositoriesResponse
-	(*UploadBlobsRequest)(nil),            // 19: agwp.v1.UploadBlobsRequest
-	(*UploadBlobsResponse)(nil),           // 20: agwp.v1.UploadBlobsResponse
-	(*FindMissingBlobsRequest)(nil),       // 21: agwp.v1.FindMissingBlobsRequest
-	(*FindMissingBlobsResponse)(nil),      // 22: agwp.v1.FindMissingBlobsResponse
-	(*GetBlobRequest)(nil),                // 23: agwp.v1.GetBlobRequest
-	(*GetBlobResponse)(nil),               // 24: agwp.v1.GetBlobResponse
-	(*GetBlobsRequest)(nil),               // 25: agwp.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),              // 26: agwp.v1.GetBlobsResponse
-	(*BlobContent)(nil),                   // 27: agwp.v1.BlobContent
-	(*StartBlobUploadRequest)(nil),        // 28: agwp.v1.StartBlobUploadRequest
-	(*StartBlobUploadResponse)(nil),       // 29: agwp.v1.StartBlobUploadResponse
-	(*UploadBlobPartRequest)(nil),         // 30: agwp.v1.UploadBlobPartRequest
-	(*UploadBlobPartResponse)(nil),        // 31: agwp.v1.UploadBlobPartResponse
-	(*ReadBlobRequest)(nil),               // 32: agwp.v1.ReadBlobRequest
-	(*ReadBlobResponse)(nil),              // 33: agwp.v1.ReadBlobResponse
-	(*GetTreeRequest)(nil),                // 34: agwp.v1.GetTreeRequest
-	(*GetTreeResponse)(nil),               // 35: agwp.v1.GetTreeResponse
-	(*TreeEntry)(nil),                     // 36: agwp.v1.TreeEntry
-	(*Edit)(nil),                          // 37: agwp.v1.Edit
-	(*IntegrateRequest)(nil),              // 38: agwp.v1.IntegrateRequest
-	(*IntegrateResponse)(nil),             // 39: agwp.v1.IntegrateResponse
-	(*Change)(nil),                        // 40: agwp.v1.Change
-	(*Candidate)(nil),                     // 41: agwp.v1.Candidate
-	(*GetQueueRequest)(nil),               // 42: agwp.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),              // 43: agwp.v1.GetQueueResponse
-	(*GetChangeRequest)(nil),              // 44: agwp.v1.GetChangeRequest
-	(*GetChangeResponse)(nil),             // 45: agwp.v1.GetChangeResponse
-	(*ListChangesRequest)(nil),            // 46: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 47: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 48: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 49: agwp.v1.WatchChangeResponse
-	nil,                                   // 50: agwp.v1.Validation.EnvEntry
-	nil,                                   // 51: agwp.v1.ValidationLane.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 53: google.protobuf.Duration
+	(MirrorState)(0),                      // 0: agwp.v1.MirrorState
+	(ChangeState)(0),                      // 1: agwp.v1.ChangeState
+	(CandidateState)(0),                   // 2: agwp.v1.CandidateState
+	(*Repository)(nil),                    // 3: agwp.v1.Repository
+	(*Mirror)(nil),                        // 4: agwp.v1.Mirror
+	(*Validation)(nil),                    // 5: agwp.v1.Validation
+	(*ValidationLimits)(nil),              // 6: agwp.v1.ValidationLimits
+	(*ValidationLane)(nil),                // 7: agwp.v1.ValidationLane
+	(*SetValidationRequest)(nil),          // 8: agwp.v1.SetValidationRequest
+	(*SetValidationResponse)(nil),         // 9: agwp.v1.SetValidationResponse
+	(*SetMirrorRequest)(nil),              // 10: agwp.v1.SetMirrorRequest
+	(*SetMirrorResponse)(nil),             // 11: agwp.v1.SetMirrorResponse
+	(*CreateRepositoryRequest)(nil),       // 12: agwp.v1.CreateRepositoryRequest
+	(*GitObject)(nil),                     // 13: agwp.v1.GitObject
+	(*UploadGitObjectsRequest)(nil),       // 14: agwp.v1.UploadGitObjectsRequest
+	(*UploadGitObjectsResponse)(nil),      // 15: agwp.v1.UploadGitObjectsResponse
+	(*FindMissingGitObjectsRequest)(nil),  // 16: agwp.v1.FindMissingGitObjectsRequest
+	(*FindMissingGitObjectsResponse)(nil), // 17: agwp.v1.FindMissingGitObjectsResponse
+	(*CreateRepositoryResponse)(nil),      // 18: agwp.v1.CreateRepositoryResponse
+	(*GetRepositoryRequest)(nil),          // 19: agwp.v1.GetRepositoryRequest
+	(*GetRepositoryResponse)(nil),         // 20: agwp.v1.GetRepositoryResponse
+	(*ListRepositoriesRequest)(nil),       // 21: agwp.v1.ListRepositoriesRequest
+	(*ListRepositoriesResponse)(nil),      // 22: agwp.v1.ListRepositoriesResponse
+	(*UploadBlobsRequest)(nil),            // 23: agwp.v1.UploadBlobsRequest
+	(*UploadBlobsResponse)(nil),           // 24: agwp.v1.UploadBlobsResponse
+	(*FindMissingBlobsRequest)(nil),       // 25: agwp.v1.FindMissingBlobsRequest
+	(*FindMissingBlobsResponse)(nil),      // 26: agwp.v1.FindMissingBlobsResponse
+	(*GetBlobRequest)(nil),                // 27: agwp.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),               // 28: agwp.v1.GetBlobResponse
+	(*GetBlobsRequest)(nil),               // 29: agwp.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),              // 30: agwp.v1.GetBlobsResponse
+	(*BlobContent)(nil),                   // 31: agwp.v1.BlobContent
+	(*StartBlobUploadRequest)(nil),        // 32: agwp.v1.StartBlobUploadRequest
+	(*StartBlobUploadResponse)(nil),       // 33: agwp.v1.StartBlobUploadResponse
+	(*UploadBlobPartRequest)(nil),         // 34: agwp.v1.UploadBlobPartRequest
+	(*UploadBlobPartResponse)(nil),        // 35: agwp.v1.UploadBlobPartResponse
+	(*ReadBlobRequest)(nil),               // 36: agwp.v1.ReadBlobRequest
+	(*ReadBlobResponse)(nil),              // 37: agwp.v1.ReadBlobResponse
+	(*GetTreeRequest)(nil),                // 38: agwp.v1.GetTreeRequest
+	(*GetTreeResponse)(nil),               // 39: agwp.v1.GetTreeResponse
+	(*TreeEntry)(nil),                     // 40: agwp.v1.TreeEntry
+	(*Edit)(nil),                          // 41: agwp.v1.Edit
+	(*IntegrateRequest)(nil),              // 42: agwp.v1.IntegrateRequest
+	(*IntegrateResponse)(nil),             // 43: agwp.v1.IntegrateResponse
+	(*Change)(nil),                        // 44: agwp.v1.Change
+	(*Candidate)(nil),                     // 45: agwp.v1.Candidate
+	(*GetQueueRequest)(nil),               // 46: agwp.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),              // 47: agwp.v1.GetQueueResponse
+	(*GetChangeRequest)(nil),              // 48: agwp.v1.GetChangeRequest
+	(*GetChangeResponse)(nil),             // 49: agwp.v1.GetChangeResponse
+	(*ListChangesRequest)(nil),            // 50: agwp.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),           // 51: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 52: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 53: agwp.v1.WatchChangeResponse
+	nil,                                   // 54: agwp.v1.Validation.EnvEntry
+	nil,                                   // 55: agwp.v1.ValidationLane.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 57: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
-	3,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	52, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
-	53, // 2: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	50, // 3: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
-	5,  // 4: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
-	4,  // 5: agwp.v1.Validation.limits:type_name -> agwp.v1.ValidationLimits
-	53, // 6: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
-	51, // 7: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
-	3,  // 8: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
-	2,  // 9: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
-	3,  // 10: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
-	9,  // 11: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
-	2,  // 12: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 13: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
-	2,  // 14: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
-	27, // 15: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
-	36, // 16: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
-	37, // 17: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
-	40, // 18: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
-	0,  // 19: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	52, // 20: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	52, // 21: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 22: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
-	41, // 23: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
-	1,  // 24: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
-	52, // 25: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
-	52, // 26: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 27: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
-	40, // 28: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
-	53, // 29: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	40, // 30: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	40, // 31: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	40, // 32: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	8,  // 33: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	6,  // 34: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	15, // 35: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	17, // 36: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	19, // 37: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	21, // 38: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	10, // 39: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
-	12, // 40: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
-	23, // 41: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	25, // 42: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	28, // 43: agwp.v1.RepositoryService.StartBlobUpload:input_type -> agwp.v1.StartBlobUploadRequest
-	30, // 44: agwp.v1.RepositoryService.UploadBlobPart:input_type -> agwp.v1.UploadBlobPartRequest
-	32, // 45: agwp.v1.RepositoryService.ReadBlob:input_type -> agwp.v1.ReadBlobRequest
-	34, // 46: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	38, // 47: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	44, // 48: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	46, // 49: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	48, // 50: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	42, // 51: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
-	14, // 52: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	7,  // 53: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	16, // 54: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	18, // 55: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	20, // 56: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	22, // 57: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	11, // 58: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	13, // 59: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	24, // 60: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	26, // 61: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	29, // 62: agwp.v1.RepositoryService.StartBlobUpload:output_type -> agwp.v1.StartBlobUploadResponse
-	31, // 63: agwp.v1.RepositoryService.UploadBlobPart:output_type -> agwp.v1.UploadBlobPartResponse
-	33, // 64: agwp.v1.RepositoryService.ReadBlob:output_type -> agwp.v1.ReadBlobResponse
-	35, // 65: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	39, // 66: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	45, // 67: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	47, // 68: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	49, // 69: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	43, // 70: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
-	52, // [52:71] is the sub-list for method output_type
-	33, // [33:52] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	5,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
+	56, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 2: agwp.v1.Repository.mirror:type_name -> agwp.v1.Mirror
+	0,  // 3: agwp.v1.Mirror.state:type_name -> agwp.v1.MirrorState
+	56, // 4: agwp.v1.Mirror.updated_at:type_name -> google.protobuf.Timestamp
+	57, // 5: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	54, // 6: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	7,  // 7: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
+	6,  // 8: agwp.v1.Validation.limits:type_name -> agwp.v1.ValidationLimits
+	57, // 9: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
+	55, // 10: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
+	5,  // 11: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
+	3,  // 12: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 13: agwp.v1.SetMirrorResponse.repository:type_name -> agwp.v1.Repository
+	5,  // 14: agwp.v1.CreateRepositoryRequest.validation:type_name -> agwp.v1.Validation
+	13, // 15: agwp.v1.UploadGitObjectsRequest.objects:type_name -> agwp.v1.GitObject
+	3,  // 16: agwp.v1.CreateRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 17: agwp.v1.GetRepositoryResponse.repository:type_name -> agwp.v1.Repository
+	3,  // 18: agwp.v1.ListRepositoriesResponse.repositories:type_name -> agwp.v1.Repository
+	31, // 19: agwp.v1.GetBlobsResponse.blobs:type_name -> agwp.v1.BlobContent
+	40, // 20: agwp.v1.GetTreeResponse.entries:type_name -> agwp.v1.TreeEntry
+	41, // 21: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
+	44, // 22: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
+	1,  // 23: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
+	56, // 24: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	56, // 25: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 26: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
+	45, // 27: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
+	2,  // 28: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
+	56, // 29: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	56, // 30: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 31: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	44, // 32: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	57, // 33: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	44, // 34: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	44, // 35: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	44, // 36: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	12, // 37: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	8,  // 38: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	10, // 39: agwp.v1.RepositoryService.SetMirror:input_type -> agwp.v1.SetMirrorRequest
+	19, // 40: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	21, // 41: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	23, // 42: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	25, // 43: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	14, // 44: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	16, // 45: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	27, // 46: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	29, // 47: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	32, // 48: agwp.v1.RepositoryService.StartBlobUpload:input_type -> agwp.v1.StartBlobUploadRequest
+	34, // 49: agwp.v1.RepositoryService.UploadBlobPart:input_type -> agwp.v1.UploadBlobPartRequest
+	36, // 50: agwp.v1.RepositoryService.ReadBlob:input_type -> agwp.v1.ReadBlobRequest
+	38, // 51: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	42, // 52: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	48, // 53: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	50, // 54: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	52, // 55: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	46, // 56: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	18, // 57: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	9,  // 58: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	11, // 59: agwp.v1.RepositoryService.SetMirror:output_type -> agwp.v1.SetMirrorResponse
+	20, // 60: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	22, // 61: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	24, // 62: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	26, // 63: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	15, // 64: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	17, // 65: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	28, // 66: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	30, // 67: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	33, // 68: agwp.v1.RepositoryService.StartBlobUpload:output_type -> agwp.v1.StartBlobUploadResponse
+	35, // 69: agwp.v1.RepositoryService.UploadBlobPart:output_type -> agwp.v1.UploadBlobPartResponse
+	37, // 70: agwp.v1.RepositoryService.ReadBlob:output_type -> agwp.v1.ReadBlobResponse
+	39, // 71: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	43, // 72: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	49, // 73: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	51, // 74: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	53, // 75: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	47, // 76: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	57, // [57:77] is the sub-list for method output_type
+	37, // [37:57] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -3639,7 +3962,7 @@ func file_agwp_v1_repository_proto_init() {
 	if File_agwp_v1_repository_proto != nil {
 		return
 	}
-	file_agwp_v1_repository_proto_msgTypes[35].OneofWrappers = []any{
+	file_agwp_v1_repository_proto_msgTypes[38].OneofWrappers = []any{
 		(*Edit_BlobDigest)(nil),
 		(*Edit_Content)(nil),
 		(*Edit_Delete)(nil),
@@ -3650,8 +3973,8 @@ func file_agwp_v1_repository_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   50,
+			NumEnums:      3,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -143,6 +143,7 @@ var tests = []conformanceTest{
 	{"integrate_rebases_path_by_path_onto_a_mainline_that_moved_on", testIntegrateRebase},
 	{"get_change_and_list_changes", testChanges},
 	{"a_pushed_commit_finds_its_newest_change_and_a_mainline_commit_its_revision", testPushedCommits},
+	{"a_forge_mirror_is_set_records_its_pushes_and_is_removed", testMirrors},
 	{"sixteen_agents_on_disjoint_leases_integrate_concurrently", testConcurrentDisjointIntegrates},
 	// names that a case-insensitive, normalization-insensitive file system holds as one
 	{"leases_on_spellings_of_one_name_in_case_or_normalization_conflict", testFoldedLeasesConflict},

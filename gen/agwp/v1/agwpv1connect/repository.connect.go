@@ -39,6 +39,9 @@ const (
 	// RepositoryServiceSetValidationProcedure is the fully-qualified name of the RepositoryService's
 	// SetValidation RPC.
 	RepositoryServiceSetValidationProcedure = "/agwp.v1.RepositoryService/SetValidation"
+	// RepositoryServiceSetMirrorProcedure is the fully-qualified name of the RepositoryService's
+	// SetMirror RPC.
+	RepositoryServiceSetMirrorProcedure = "/agwp.v1.RepositoryService/SetMirror"
 	// RepositoryServiceGetRepositoryProcedure is the fully-qualified name of the RepositoryService's
 	// GetRepository RPC.
 	RepositoryServiceGetRepositoryProcedure = "/agwp.v1.RepositoryService/GetRepository"
@@ -101,6 +104,12 @@ type RepositoryServiceClient interface {
 	// Changes already queued are validated under the policy in force when their turn comes.
 	// Role: admin.
 	SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error)
+	// SetMirror makes the team's forge a mirror of the repository's mainline: after every landing,
+	// and at once, the server pushes the mainline commit to the forge's branch over git's smart
+	// HTTP protocol, never forcing; a branch that holds a commit the mainline does not is left as
+	// it is (the mirror's state says so). An empty url removes the mirror. The credential is kept
+	// by the server and never answered. Role: admin.
+	SetMirror(context.Context, *v1.SetMirrorRequest) (*v1.SetMirrorResponse, error)
 	// GetRepository answers one repository. Any role.
 	GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error)
 	// ListRepositories answers repositories by name. Any role.
@@ -180,6 +189,12 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			httpClient,
 			baseURL+RepositoryServiceSetValidationProcedure,
 			connect.WithSchema(repositoryServiceMethods.ByName("SetValidation")),
+			connect.WithClientOptions(opts...),
+		),
+		setMirror: connect.NewClient[v1.SetMirrorRequest, v1.SetMirrorResponse](
+			httpClient,
+			baseURL+RepositoryServiceSetMirrorProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("SetMirror")),
 			connect.WithClientOptions(opts...),
 		),
 		getRepository: connect.NewClient[v1.GetRepositoryRequest, v1.GetRepositoryResponse](
@@ -291,6 +306,7 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 type repositoryServiceClient struct {
 	createRepository      *connect.Client[v1.CreateRepositoryRequest, v1.CreateRepositoryResponse]
 	setValidation         *connect.Client[v1.SetValidationRequest, v1.SetValidationResponse]
+	setMirror             *connect.Client[v1.SetMirrorRequest, v1.SetMirrorResponse]
 	getRepository         *connect.Client[v1.GetRepositoryRequest, v1.GetRepositoryResponse]
 	listRepositories      *connect.Client[v1.ListRepositoriesRequest, v1.ListRepositoriesResponse]
 	uploadBlobs           *connect.Client[v1.UploadBlobsRequest, v1.UploadBlobsResponse]
@@ -322,6 +338,15 @@ func (c *repositoryServiceClient) CreateRepository(ctx context.Context, req *v1.
 // SetValidation calls agwp.v1.RepositoryService.SetValidation.
 func (c *repositoryServiceClient) SetValidation(ctx context.Context, req *v1.SetValidationRequest) (*v1.SetValidationResponse, error) {
 	response, err := c.setValidation.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetMirror calls agwp.v1.RepositoryService.SetMirror.
+func (c *repositoryServiceClient) SetMirror(ctx context.Context, req *v1.SetMirrorRequest) (*v1.SetMirrorResponse, error) {
+	response, err := c.setMirror.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -478,6 +503,12 @@ type RepositoryServiceHandler interface {
 	// Changes already queued are validated under the policy in force when their turn comes.
 	// Role: admin.
 	SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error)
+	// SetMirror makes the team's forge a mirror of the repository's mainline: after every landing,
+	// and at once, the server pushes the mainline commit to the forge's branch over git's smart
+	// HTTP protocol, never forcing; a branch that holds a commit the mainline does not is left as
+	// it is (the mirror's state says so). An empty url removes the mirror. The credential is kept
+	// by the server and never answered. Role: admin.
+	SetMirror(context.Context, *v1.SetMirrorRequest) (*v1.SetMirrorResponse, error)
 	// GetRepository answers one repository. Any role.
 	GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error)
 	// ListRepositories answers repositories by name. Any role.
@@ -553,6 +584,12 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		RepositoryServiceSetValidationProcedure,
 		svc.SetValidation,
 		connect.WithSchema(repositoryServiceMethods.ByName("SetValidation")),
+		connect.WithHandlerOptions(opts...),
+	)
+	repositoryServiceSetMirrorHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceSetMirrorProcedure,
+		svc.SetMirror,
+		connect.WithSchema(repositoryServiceMethods.ByName("SetMirror")),
 		connect.WithHandlerOptions(opts...),
 	)
 	repositoryServiceGetRepositoryHandler := connect.NewUnaryHandlerSimple(
@@ -663,6 +700,8 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 			repositoryServiceCreateRepositoryHandler.ServeHTTP(w, r)
 		case RepositoryServiceSetValidationProcedure:
 			repositoryServiceSetValidationHandler.ServeHTTP(w, r)
+		case RepositoryServiceSetMirrorProcedure:
+			repositoryServiceSetMirrorHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetRepositoryProcedure:
 			repositoryServiceGetRepositoryHandler.ServeHTTP(w, r)
 		case RepositoryServiceListRepositoriesProcedure:
@@ -712,6 +751,10 @@ func (UnimplementedRepositoryServiceHandler) CreateRepository(context.Context, *
 
 func (UnimplementedRepositoryServiceHandler) SetValidation(context.Context, *v1.SetValidationRequest) (*v1.SetValidationResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.SetValidation is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) SetMirror(context.Context, *v1.SetMirrorRequest) (*v1.SetMirrorResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.SetMirror is not implemented"))
 }
 
 func (UnimplementedRepositoryServiceHandler) GetRepository(context.Context, *v1.GetRepositoryRequest) (*v1.GetRepositoryResponse, error) {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agwp/v1/repository.proto.
  */
 export const file_agwp_v1_repository: GenFile = /*@__PURE__*/
-  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEingEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCSK1AgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5hZ3dwLnYxLlZhbGlkYXRpb25MaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJKChBWYWxpZGF0aW9uTGltaXRzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhIKCmRpc2tfYnl0ZXMYAyABKAQiyAEKDlZhbGlkYXRpb25MYW5lEgwKBG5hbWUYASABKAkSEAoIcHJlZml4ZXMYAiADKAkSDwoHY29tbWFuZBgDIAMoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KA2VudhgFIAMoCzIgLmFnd3AudjEuVmFsaWRhdGlvbkxhbmUuRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiZAoXQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRInCgp2YWxpZGF0aW9uGAIgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEhIKCmdpdF9jb21taXQYAyABKAkiJwoJR2l0T2JqZWN0EgwKBHR5cGUYASABKAkSDAoEZGF0YRgCIAEoDCI+ChdVcGxvYWRHaXRPYmplY3RzUmVxdWVzdBIjCgdvYmplY3RzGAEgAygLMhIuYWd3cC52MS5HaXRPYmplY3QiJwoYVXBsb2FkR2l0T2JqZWN0c1Jlc3BvbnNlEgsKA2lkcxgBIAMoCSIrChxGaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0EgsKA2lkcxgBIAMoCSI0Ch1GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZRITCgttaXNzaW5nX2lkcxgBIAMoCSJDChhDcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSIkChRHZXRSZXBvc2l0b3J5UmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKFUdldFJlcG9zaXRvcnlSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5IkAKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIl4KGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIpCgxyZXBvc2l0b3JpZXMYASADKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiMKElVwbG9hZEJsb2JzUmVxdWVzdBINCgVibG9icxgBIAMoDCImChNVcGxvYWRCbG9ic1Jlc3BvbnNlEg8KB2RpZ2VzdHMYASADKAkiKgoXRmluZE1pc3NpbmdCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSIrChhGaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2USDwoHbWlzc2luZxgBIAMoCSIgCg5HZXRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkiMgoPR2V0QmxvYlJlc3BvbnNlEg8KB2NvbnRlbnQYASABKAwSDgoGZGlnZXN0GAIgASgJIiIKD0dldEJsb2JzUmVxdWVzdBIPCgdkaWdlc3RzGAEgAygJIjcKEEdldEJsb2JzUmVzcG9uc2USIwoFYmxvYnMYASADKAsyFC5hZ3dwLnYxLkJsb2JDb250ZW50Ii4KC0Jsb2JDb250ZW50Eg4KBmRpZ2VzdBgBIAEoCRIPCgdjb250ZW50GAIgASgMIjYKFlN0YXJ0QmxvYlVwbG9hZFJlcXVlc3QSDgoGZGlnZXN0GAEgASgJEgwKBHNpemUYAiABKAQiYgoXU3RhcnRCbG9iVXBsb2FkUmVzcG9uc2USEQoJdXBsb2FkX2lkGAEgASgJEhAKCHJlY2VpdmVkGAIgASgEEg4KBnN0b3JlZBgDIAEoCBISCgpwYXJ0X2J5dGVzGAQgASgEIksKFVVwbG9hZEJsb2JQYXJ0UmVxdWVzdBIRCgl1cGxvYWRfaWQYASABKAkSDgoGb2Zmc2V0GAIgASgEEg8KB2NvbnRlbnQYAyABKAwiOgoWVXBsb2FkQmxvYlBhcnRSZXNwb25zZRIQCghyZWNlaXZlZBgBIAEoBBIOCgZkaWdlc3QYAiABKAkiMQoPUmVhZEJsb2JSZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCRIOCgZvZmZzZXQYAiABKAQiMQoQUmVhZEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEgwKBHNpemUYAiABKAQiNgoOR2V0VHJlZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCSK2AQoPR2V0VHJlZVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgJEiMKB2VudHJpZXMYAiADKAsyEi5hZ3dwLnYxLlRyZWVFbnRyeRITCgt0cmVlX2RpZ2VzdBgDIAEoCRIOCgZwYXJlbnQYBCABKAkSEQoJY2hhbmdlX2lkGAUgASgJEg4KBmF1dGhvchgGIAEoCRIQCghnaXRfdHJlZRgHIAEoCRISCgpnaXRfY29tbWl0GAggASgJIl0KCVRyZWVFbnRyeRIMCgRwYXRoGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgEEgwKBG1vZGUYBCABKAkSFgoOZ2l0bGlua19jb21taXQYBSABKAkiggEKBEVkaXQSDAoEcGF0aBgBIAEoCRIVCgtibG9iX2RpZ2VzdBgCIAEoCUgAEhEKB2NvbnRlbnQYAyABKAxIABIQCgZkZWxldGUYBCABKAhIABIYCg5naXRsaW5rX2NvbW1pdBgGIAEoCUgAEgwKBG1vZGUYBSABKAlCCAoGYWN0aW9uIpQBChBJbnRlZ3JhdGVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSFQoNYmFzZV9yZXZpc2lvbhgCIAEoCRIcCgVlZGl0cxgDIAMoCzINLmFnd3AudjEuRWRpdBIWCg5mZW5jaW5nX3Rva2VucxgEIAMoBBIPCgdtZXNzYWdlGAUgASgJEg4KBmhvbGRlchgGIAEoCSI0ChFJbnRlZ3JhdGVSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSLfAwoGQ2hhbmdlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSIwoFc3RhdGUYAyABKA4yFC5hZ3dwLnYxLkNoYW5nZVN0YXRlEhUKDWJhc2VfcmV2aXNpb24YBCABKAkSGgoSY2FuZGlkYXRlX3JldmlzaW9uGAUgASgJEhsKE2ludGVncmF0ZWRfcmV2aXNpb24YBiABKAkSDgoGYXV0aG9yGAcgASgJEg8KB21lc3NhZ2UYCCABKAkSDQoFcGF0aHMYCSADKAkSDgoGam9iX2lkGAogASgJEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcHJvZ3Jlc3MYDyABKAkSFgoOcXVldWVfcG9zaXRpb24YECABKA0SJQoJY2FuZGlkYXRlGBEgASgLMhIuYWd3cC52MS5DYW5kaWRhdGUSIwoHaGlzdG9yeRgSIAMoCzISLmFnd3AudjEuQ2FuZGlkYXRlIu4CCglDYW5kaWRhdGUSCgoCaWQYASABKAkSEgoKcmVwb3NpdG9yeRgCIAEoCRImCgVzdGF0ZRgDIAEoDjIXLmFnd3AudjEuQ2FuZGlkYXRlU3RhdGUSEAoIcmV2aXNpb24YBCABKAkSFwoPcGFyZW50X3JldmlzaW9uGAUgASgJEg8KB2NoYW5nZXMYBiADKAkSDgoGam9iX2lkGAcgASgJEg8KB3dvcmtlcnMYCCADKAkSEAoIcHJvZ3Jlc3MYCSABKAkSEAoIcG9zaXRpb24YCiABKA0SGgoSYXR0ZXN0YXRpb25fZGlnZXN0GAsgASgJEg4KBnJlYXNvbhgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRsYW5lGA8gASgJIiUKD0dldFF1ZXVlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJIowBChBHZXRRdWV1ZVJlc3BvbnNlEhAKCG1haW5saW5lGAEgASgJEiYKCmNhbmRpZGF0ZXMYAiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZRIgCgd3YWl0aW5nGAMgAygLMg8uYWd3cC52MS5DaGFuZ2USDQoFZGVwdGgYBCABKA0SDQoFYmF0Y2gYBSABKA0iTgoQR2V0Q2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkSJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI0ChFHZXRDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSJPChJMaXN0Q2hhbmdlc1JlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJQChNMaXN0Q2hhbmdlc1Jlc3BvbnNlEiAKB2NoYW5nZXMYASADKAsyDy5hZ3dwLnYxLkNoYW5nZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJwoSV2F0Y2hDaGFuZ2VSZXF1ZXN0EhEKCWNoYW5nZV9pZBgBIAEoCSI2ChNXYXRjaENoYW5nZVJlc3BvbnNlEh8KBmNoYW5nZRgBIAEoCzIPLmFnd3AudjEuQ2hhbmdlKrUBCgtDaGFuZ2VTdGF0ZRIcChhDSEFOR0VfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNDSEFOR0VfU1RBVEVfUVVFVUVEEAESGwoXQ0hBTkdFX1NUQVRFX1ZBTElEQVRJTkcQAhIbChdDSEFOR0VfU1RBVEVfSU5URUdSQVRFRBADEhkKFUNIQU5HRV9TVEFURV9SRUpFQ1RFRBAEEhoKFkNIQU5HRV9TVEFURV9DQU5DRUxMRUQQBSqdAgoOQ2FuZGlkYXRlU3RhdGUSHwobQ0FORElEQVRFX1NUQVRFX1VOU1BFQ0lGSUVEEAASHgoaQ0FORElEQVRFX1NUQVRFX1ZBTElEQVRJTkcQARIaChZDQU5ESURBVEVfU1RBVEVfUEFTU0VEEAISGgoWQ0FORElEQVRFX1NUQVRFX0ZBSUxFRBADEhoKFkNBTkRJREFURV9TVEFURV9MQU5ERUQQBBIcChhDQU5ESURBVEVfU1RBVEVfUkVKRUNURUQQBRIZChVDQU5ESURBVEVfU1RBVEVfU1BMSVQQBhIeChpDQU5ESURBVEVfU1RBVEVfU1VQRVJTRURFRBAHEh0KGUNBTkRJREFURV9TVEFURV9DQU5DRUxMRUQQCDK5EwoRUmVwb3NpdG9yeVNlcnZpY2USjwEKEENyZWF0ZVJlcG9zaXRvcnkSIC5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0GiEuYWd3cC52MS5DcmVhdGVSZXBvc2l0b3J5UmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvQ3JlYXRlUmVwb3NpdG9yeRKDAQoNU2V0VmFsaWRhdGlvbhIdLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlcXVlc3QaHi5hZ3dwLnYxLlNldFZhbGlkYXRpb25SZXNwb25zZSIzgtPkkwItOgEqIigvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TZXRWYWxpZGF0aW9uEoMBCg1HZXRSZXBvc2l0b3J5Eh0uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVxdWVzdBoeLmFnd3AudjEuR2V0UmVwb3NpdG9yeVJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFJlcG9zaXRvcnkSjwEKEExpc3RSZXBvc2l0b3JpZXMSIC5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0GiEuYWd3cC52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdFJlcG9zaXRvcmllcxJ7CgtVcGxvYWRCbG9icxIbLmFnd3AudjEuVXBsb2FkQmxvYnNSZXF1ZXN0GhwuYWd3cC52MS5VcGxvYWRCbG9ic1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1VwbG9hZEJsb2JzEo8BChBGaW5kTWlzc2luZ0Jsb2JzEiAuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVxdWVzdBohLmFnd3AudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlIjaC0+STAjA6ASoiKy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nQmxvYnMSjwEKEFVwbG9hZEdpdE9iamVjdHMSIC5hZ3dwLnYxLlVwbG9hZEdpdE9iamVjdHNSZXF1ZXN0GiEuYWd3cC52MS5VcGxvYWRHaXRPYmplY3RzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkR2l0T2JqZWN0cxKjAQoVRmluZE1pc3NpbmdHaXRPYmplY3RzEiUuYWd3cC52MS5GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXF1ZXN0GiYuYWd3cC52MS5GaW5kTWlzc2luZ0dpdE9iamVjdHNSZXNwb25zZSI7gtPkkwI1OgEqIjAvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9GaW5kTWlzc2luZ0dpdE9iamVjdHMSawoHR2V0QmxvYhIXLmFnd3AudjEuR2V0QmxvYlJlcXVlc3QaGC5hZ3dwLnYxLkdldEJsb2JSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iEnEKCEdldEJsb2JzEhguYWd3cC52MS5HZXRCbG9ic1JlcXVlc3QaGS5hZ3dwLnYxLkdldEJsb2JzUmVzcG9uc2UiLoLT5JMCKDoBKiIjL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0QmxvYnMwARKLAQoPU3RhcnRCbG9iVXBsb2FkEh8uYWd3cC52MS5TdGFydEJsb2JVcGxvYWRSZXF1ZXN0GiAuYWd3cC52MS5TdGFydEJsb2JVcGxvYWRSZXNwb25zZSI1gtPkkwIvOgEqIiovYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TdGFydEJsb2JVcGxvYWQShwEKDlVwbG9hZEJsb2JQYXJ0Eh4uYWd3cC52MS5VcGxvYWRCbG9iUGFydFJlcXVlc3QaHy5hZ3dwLnYxLlVwbG9hZEJsb2JQYXJ0UmVzcG9uc2UiNILT5JMCLjoBKiIpL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkQmxvYlBhcnQScQoIUmVhZEJsb2ISGC5hZ3dwLnYxLlJlYWRCbG9iUmVxdWVzdBoZLmFnd3AudjEuUmVhZEJsb2JSZXNwb25zZSIugtPkkwIoOgEqIiMvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9SZWFkQmxvYjABEmsKB0dldFRyZWUSFy5hZ3dwLnYxLkdldFRyZWVSZXF1ZXN0GhguYWd3cC52MS5HZXRUcmVlUmVzcG9uc2UiLYLT5JMCJzoBKiIiL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0VHJlZRJzCglJbnRlZ3JhdGUSGS5hZ3dwLnYxLkludGVncmF0ZVJlcXVlc3QaGi5hZ3dwLnYxLkludGVncmF0ZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ludGVncmF0ZRJzCglHZXRDaGFuZ2USGS5hZ3dwLnYxLkdldENoYW5nZVJlcXVlc3QaGi5hZ3dwLnYxLkdldENoYW5nZVJlc3BvbnNlIi+C0+STAik6ASoiJC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldENoYW5nZRJ7CgtMaXN0Q2hhbmdlcxIbLmFnd3AudjEuTGlzdENoYW5nZXNSZXF1ZXN0GhwuYWd3cC52MS5MaXN0Q2hhbmdlc1Jlc3BvbnNlIjGC0+STAis6ASoiJi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0xpc3RDaGFuZ2VzEn0KC1dhdGNoQ2hhbmdlEhsuYWd3cC52MS5XYXRjaENoYW5nZVJlcXVlc3QaHC5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvV2F0Y2hDaGFuZ2UwARJvCghHZXRRdWV1ZRIYLmFnd3AudjEuR2V0UXVldWVSZXF1ZXN0GhkuYWd3cC52MS5HZXRRdWV1ZVJlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldFF1ZXVlQitaKWdpdGh1Yi5jb20vYWctY29vcmQvYWcvZ2VuL2Fnd3AvdjE7YWd3cHYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhhZ3dwL3YxL3JlcG9zaXRvcnkucHJvdG8SB2Fnd3AudjEivwEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRIQCghtYWlubGluZRgCIAEoCRInCgp2YWxpZGF0aW9uGAMgASgLMhMuYWd3cC52MS5WYWxpZGF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD21haW5saW5lX2NvbW1pdBgFIAEoCRIfCgZtaXJyb3IYBiABKAsyDy5hZ3dwLnYxLk1pcnJvciK9AQoGTWlycm9yEgsKA3VybBgBIAEoCRIOCgZicmFuY2gYAiABKAkSIwoFc3RhdGUYAyABKA4yFC5hZ3dwLnYxLk1pcnJvclN0YXRlEhUKDXB1c2hlZF9jb21taXQYBCABKAkSEgoKbGFzdF9lcnJvchgFIAEoCRIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5oYXNfY3JlZGVudGlhbBgHIAEoCCK1AgoKVmFsaWRhdGlvbhIPCgdjb21tYW5kGAEgAygJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKQoDZW52GAMgAygLMhwuYWd3cC52MS5WYWxpZGF0aW9uLkVudkVudHJ5Eg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNEiYKBWxhbmVzGAYgAygLMhcuYWd3cC52MS5WYWxpZGF0aW9uTGFuZRIPCgduZXR3b3JrGAcgASgJEhEKCWlzb2xhdGlvbhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5hZ3dwLnYxLlZhbGlkYXRpb25MaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJKChBWYWxpZGF0aW9uTGltaXRzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhIKCmRpc2tfYnl0ZXMYAyABKAQiyAEKDlZhbGlkYXRpb25MYW5lEgwKBG5hbWUYASABKAkSEAoIcHJlZml4ZXMYAiADKAkSDwoHY29tbWFuZBgDIAMoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KA2VudhgFIAMoCzIgLmFnd3AudjEuVmFsaWRhdGlvbkxhbmUuRW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJTChRTZXRWYWxpZGF0aW9uUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEicKCnZhbGlkYXRpb24YAiABKAsyEy5hZ3dwLnYxLlZhbGlkYXRpb24iQAoVU2V0VmFsaWRhdGlvblJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiVwoQU2V0TWlycm9yUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEgsKA3VybBgCIAEoCRISCgpjcmVkZW50aWFsGAMgASgJEg4KBmJyYW5jaBgEIAEoCSI8ChFTZXRNaXJyb3JSZXNwb25zZRInCgpyZXBvc2l0b3J5GAEgASgLMhMuYWd3cC52MS5SZXBvc2l0b3J5ImQKF0NyZWF0ZVJlcG9zaXRvcnlSZXF1ZXN0EgwKBG5hbWUYASABKAkSJwoKdmFsaWRhdGlvbhgCIAEoCzITLmFnd3AudjEuVmFsaWRhdGlvbhISCgpnaXRfY29tbWl0GAMgASgJIicKCUdpdE9iamVjdBIMCgR0eXBlGAEgASgJEgwKBGRhdGEYAiABKAwiPgoXVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QSIwoHb2JqZWN0cxgBIAMoCzISLmFnd3AudjEuR2l0T2JqZWN0IicKGFVwbG9hZEdpdE9iamVjdHNSZXNwb25zZRILCgNpZHMYASADKAkiKwocRmluZE1pc3NpbmdHaXRPYmplY3RzUmVxdWVzdBILCgNpZHMYASADKAkiNAodRmluZE1pc3NpbmdHaXRPYmplY3RzUmVzcG9uc2USEwoLbWlzc2luZ19pZHMYASADKAkiQwoYQ3JlYXRlUmVwb3NpdG9yeVJlc3BvbnNlEicKCnJlcG9zaXRvcnkYASABKAsyEy5hZ3dwLnYxLlJlcG9zaXRvcnkiJAoUR2V0UmVwb3NpdG9yeVJlcXVlc3QSDAoEbmFtZRgBIAEoCSJAChVHZXRSZXBvc2l0b3J5UmVzcG9uc2USJwoKcmVwb3NpdG9yeRgBIAEoCzITLmFnd3AudjEuUmVwb3NpdG9yeSJAChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USKQoMcmVwb3NpdG9yaWVzGAEgAygLMhMuYWd3cC52MS5SZXBvc2l0b3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIjChJVcGxvYWRCbG9ic1JlcXVlc3QSDQoFYmxvYnMYASADKAwiJgoTVXBsb2FkQmxvYnNSZXNwb25zZRIPCgdkaWdlc3RzGAEgAygJIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiKwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEg8KB21pc3NpbmcYASADKAkiIAoOR2V0QmxvYlJlcXVlc3QSDgoGZGlnZXN0GAEgASgJIjIKD0dldEJsb2JSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBmRpZ2VzdBgCIAEoCSIiCg9HZXRCbG9ic1JlcXVlc3QSDwoHZGlnZXN0cxgBIAMoCSI3ChBHZXRCbG9ic1Jlc3BvbnNlEiMKBWJsb2JzGAEgAygLMhQuYWd3cC52MS5CbG9iQ29udGVudCIuCgtCbG9iQ29udGVudBIOCgZkaWdlc3QYASABKAkSDwoHY29udGVudBgCIAEoDCI2ChZTdGFydEJsb2JVcGxvYWRSZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCRIMCgRzaXplGAIgASgEImIKF1N0YXJ0QmxvYlVwbG9hZFJlc3BvbnNlEhEKCXVwbG9hZF9pZBgBIAEoCRIQCghyZWNlaXZlZBgCIAEoBBIOCgZzdG9yZWQYAyABKAgSEgoKcGFydF9ieXRlcxgEIAEoBCJLChVVcGxvYWRCbG9iUGFydFJlcXVlc3QSEQoJdXBsb2FkX2lkGAEgASgJEg4KBm9mZnNldBgCIAEoBBIPCgdjb250ZW50GAMgASgMIjoKFlVwbG9hZEJsb2JQYXJ0UmVzcG9uc2USEAoIcmVjZWl2ZWQYASABKAQSDgoGZGlnZXN0GAIgASgJIjEKD1JlYWRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkSDgoGb2Zmc2V0GAIgASgEIjEKEFJlYWRCbG9iUmVzcG9uc2USDwoHY29udGVudBgBIAEoDBIMCgRzaXplGAIgASgEIjYKDkdldFRyZWVSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEAoIcmV2aXNpb24YAiABKAkitgEKD0dldFRyZWVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoCRIjCgdlbnRyaWVzGAIgAygLMhIuYWd3cC52MS5UcmVlRW50cnkSEwoLdHJlZV9kaWdlc3QYAyABKAkSDgoGcGFyZW50GAQgASgJEhEKCWNoYW5nZV9pZBgFIAEoCRIOCgZhdXRob3IYBiABKAkSEAoIZ2l0X3RyZWUYByABKAkSEgoKZ2l0X2NvbW1pdBgIIAEoCSJdCglUcmVlRW50cnkSDAoEcGF0aBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoBBIMCgRtb2RlGAQgASgJEhYKDmdpdGxpbmtfY29tbWl0GAUgASgJIoIBCgRFZGl0EgwKBHBhdGgYASABKAkSFQoLYmxvYl9kaWdlc3QYAiABKAlIABIRCgdjb250ZW50GAMgASgMSAASEAoGZGVsZXRlGAQgASgISAASGAoOZ2l0bGlua19jb21taXQYBiABKAlIABIMCgRtb2RlGAUgASgJQggKBmFjdGlvbiKUAQoQSW50ZWdyYXRlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEhUKDWJhc2VfcmV2aXNpb24YAiABKAkSHAoFZWRpdHMYAyADKAsyDS5hZ3dwLnYxLkVkaXQSFgoOZmVuY2luZ190b2tlbnMYBCADKAQSDwoHbWVzc2FnZRgFIAEoCRIOCgZob2xkZXIYBiABKAkiNAoRSW50ZWdyYXRlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2Ui3wMKBkNoYW5nZRIKCgJpZBgBIAEoCRISCgpyZXBvc2l0b3J5GAIgASgJEiMKBXN0YXRlGAMgASgOMhQuYWd3cC52MS5DaGFuZ2VTdGF0ZRIVCg1iYXNlX3JldmlzaW9uGAQgASgJEhoKEmNhbmRpZGF0ZV9yZXZpc2lvbhgFIAEoCRIbChNpbnRlZ3JhdGVkX3JldmlzaW9uGAYgASgJEg4KBmF1dGhvchgHIAEoCRIPCgdtZXNzYWdlGAggASgJEg0KBXBhdGhzGAkgAygJEg4KBmpvYl9pZBgKIAEoCRIaChJhdHRlc3RhdGlvbl9kaWdlc3QYCyABKAkSDgoGcmVhc29uGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHByb2dyZXNzGA8gASgJEhYKDnF1ZXVlX3Bvc2l0aW9uGBAgASgNEiUKCWNhbmRpZGF0ZRgRIAEoCzISLmFnd3AudjEuQ2FuZGlkYXRlEiMKB2hpc3RvcnkYEiADKAsyEi5hZ3dwLnYxLkNhbmRpZGF0ZSLuAgoJQ2FuZGlkYXRlEgoKAmlkGAEgASgJEhIKCnJlcG9zaXRvcnkYAiABKAkSJgoFc3RhdGUYAyABKA4yFy5hZ3dwLnYxLkNhbmRpZGF0ZVN0YXRlEhAKCHJldmlzaW9uGAQgASgJEhcKD3BhcmVudF9yZXZpc2lvbhgFIAEoCRIPCgdjaGFuZ2VzGAYgAygJEg4KBmpvYl9pZBgHIAEoCRIPCgd3b3JrZXJzGAggAygJEhAKCHByb2dyZXNzGAkgASgJEhAKCHBvc2l0aW9uGAogASgNEhoKEmF0dGVzdGF0aW9uX2RpZ2VzdBgLIAEoCRIOCgZyZWFzb24YDCABKAkSLgoKY3JlYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbGFuZRgPIAEoCSIlCg9HZXRRdWV1ZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCSKMAQoQR2V0UXVldWVSZXNwb25zZRIQCghtYWlubGluZRgBIAEoCRImCgpjYW5kaWRhdGVzGAIgAygLMhIuYWd3cC52MS5DYW5kaWRhdGUSIAoHd2FpdGluZxgDIAMoCzIPLmFnd3AudjEuQ2hhbmdlEg0KBWRlcHRoGAQgASgNEg0KBWJhdGNoGAUgASgNIk4KEEdldENoYW5nZVJlcXVlc3QSEQoJY2hhbmdlX2lkGAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iNAoRR2V0Q2hhbmdlUmVzcG9uc2USHwoGY2hhbmdlGAEgASgLMg8uYWd3cC52MS5DaGFuZ2UiTwoSTGlzdENoYW5nZXNSZXF1ZXN0EhIKCnJlcG9zaXRvcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUAoTTGlzdENoYW5nZXNSZXNwb25zZRIgCgdjaGFuZ2VzGAEgAygLMg8uYWd3cC52MS5DaGFuZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIicKEldhdGNoQ2hhbmdlUmVxdWVzdBIRCgljaGFuZ2VfaWQYASABKAkiNgoTV2F0Y2hDaGFuZ2VSZXNwb25zZRIfCgZjaGFuZ2UYASABKAsyDy5hZ3dwLnYxLkNoYW5nZSqUAQoLTWlycm9yU3RhdGUSHAoYTUlSUk9SX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUTUlSUk9SX1NUQVRFX1BFTkRJTkcQARIYChRNSVJST1JfU1RBVEVfQ1VSUkVOVBACEhkKFU1JUlJPUl9TVEFURV9ESVZFUkdFRBADEhgKFE1JUlJPUl9TVEFURV9GQUlMSU5HEAQqtQEKC0NoYW5nZVN0YXRlEhwKGENIQU5HRV9TVEFURV9VTlNQRUNJRklFRBAAEhcKE0NIQU5HRV9TVEFURV9RVUVVRUQQARIbChdDSEFOR0VfU1RBVEVfVkFMSURBVElORxACEhsKF0NIQU5HRV9TVEFURV9JTlRFR1JBVEVEEAMSGQoVQ0hBTkdFX1NUQVRFX1JFSkVDVEVEEAQSGgoWQ0hBTkdFX1NUQVRFX0NBTkNFTExFRBAFKp0CCg5DYW5kaWRhdGVTdGF0ZRIfChtDQU5ESURBVEVfU1RBVEVfVU5TUEVDSUZJRUQQABIeChpDQU5ESURBVEVfU1RBVEVfVkFMSURBVElORxABEhoKFkNBTkRJREFURV9TVEFURV9QQVNTRUQQAhIaChZDQU5ESURBVEVfU1RBVEVfRkFJTEVEEAMSGgoWQ0FORElEQVRFX1NUQVRFX0xBTkRFRBAEEhwKGENBTkRJREFURV9TVEFURV9SRUpFQ1RFRBAFEhkKFUNBTkRJREFURV9TVEFURV9TUExJVBAGEh4KGkNBTkRJREFURV9TVEFURV9TVVBFUlNFREVEEAcSHQoZQ0FORElEQVRFX1NUQVRFX0NBTkNFTExFRBAIMq4UChFSZXBvc2l0b3J5U2VydmljZRKPAQoQQ3JlYXRlUmVwb3NpdG9yeRIgLmFnd3AudjEuQ3JlYXRlUmVwb3NpdG9yeVJlcXVlc3QaIS5hZ3dwLnYxLkNyZWF0ZVJlcG9zaXRvcnlSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9DcmVhdGVSZXBvc2l0b3J5EoMBCg1TZXRWYWxpZGF0aW9uEh0uYWd3cC52MS5TZXRWYWxpZGF0aW9uUmVxdWVzdBoeLmFnd3AudjEuU2V0VmFsaWRhdGlvblJlc3BvbnNlIjOC0+STAi06ASoiKC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1NldFZhbGlkYXRpb24ScwoJU2V0TWlycm9yEhkuYWd3cC52MS5TZXRNaXJyb3JSZXF1ZXN0GhouYWd3cC52MS5TZXRNaXJyb3JSZXNwb25zZSIvgtPkkwIpOgEqIiQvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9TZXRNaXJyb3ISgwEKDUdldFJlcG9zaXRvcnkSHS5hZ3dwLnYxLkdldFJlcG9zaXRvcnlSZXF1ZXN0Gh4uYWd3cC52MS5HZXRSZXBvc2l0b3J5UmVzcG9uc2UiM4LT5JMCLToBKiIoL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UmVwb3NpdG9yeRKPAQoQTGlzdFJlcG9zaXRvcmllcxIgLmFnd3AudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaIS5hZ3dwLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9MaXN0UmVwb3NpdG9yaWVzEnsKC1VwbG9hZEJsb2JzEhsuYWd3cC52MS5VcGxvYWRCbG9ic1JlcXVlc3QaHC5hZ3dwLnYxLlVwbG9hZEJsb2JzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvVXBsb2FkQmxvYnMSjwEKEEZpbmRNaXNzaW5nQmxvYnMSIC5hZ3dwLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0GiEuYWd3cC52MS5GaW5kTWlzc2luZ0Jsb2JzUmVzcG9uc2UiNoLT5JMCMDoBKiIrL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvRmluZE1pc3NpbmdCbG9icxKPAQoQVXBsb2FkR2l0T2JqZWN0cxIgLmFnd3AudjEuVXBsb2FkR2l0T2JqZWN0c1JlcXVlc3QaIS5hZ3dwLnYxLlVwbG9hZEdpdE9iamVjdHNSZXNwb25zZSI2gtPkkwIwOgEqIisvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRHaXRPYmplY3RzEqMBChVGaW5kTWlzc2luZ0dpdE9iamVjdHMSJS5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1JlcXVlc3QaJi5hZ3dwLnYxLkZpbmRNaXNzaW5nR2l0T2JqZWN0c1Jlc3BvbnNlIjuC0+STAjU6ASoiMC9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0ZpbmRNaXNzaW5nR2l0T2JqZWN0cxJrCgdHZXRCbG9iEhcuYWd3cC52MS5HZXRCbG9iUmVxdWVzdBoYLmFnd3AudjEuR2V0QmxvYlJlc3BvbnNlIi2C0+STAic6ASoiIi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL0dldEJsb2IScQoIR2V0QmxvYnMSGC5hZ3dwLnYxLkdldEJsb2JzUmVxdWVzdBoZLmFnd3AudjEuR2V0QmxvYnNSZXNwb25zZSIugtPkkwIoOgEqIiMvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRCbG9iczABEosBCg9TdGFydEJsb2JVcGxvYWQSHy5hZ3dwLnYxLlN0YXJ0QmxvYlVwbG9hZFJlcXVlc3QaIC5hZ3dwLnYxLlN0YXJ0QmxvYlVwbG9hZFJlc3BvbnNlIjWC0+STAi86ASoiKi9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1N0YXJ0QmxvYlVwbG9hZBKHAQoOVXBsb2FkQmxvYlBhcnQSHi5hZ3dwLnYxLlVwbG9hZEJsb2JQYXJ0UmVxdWVzdBofLmFnd3AudjEuVXBsb2FkQmxvYlBhcnRSZXNwb25zZSI0gtPkkwIuOgEqIikvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9VcGxvYWRCbG9iUGFydBJxCghSZWFkQmxvYhIYLmFnd3AudjEuUmVhZEJsb2JSZXF1ZXN0GhkuYWd3cC52MS5SZWFkQmxvYlJlc3BvbnNlIi6C0+STAig6ASoiIy9hZ3dwLnYxLlJlcG9zaXRvcnlTZXJ2aWNlL1JlYWRCbG9iMAESawoHR2V0VHJlZRIXLmFnd3AudjEuR2V0VHJlZVJlcXVlc3QaGC5hZ3dwLnYxLkdldFRyZWVSZXNwb25zZSItgtPkkwInOgEqIiIvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9HZXRUcmVlEnMKCUludGVncmF0ZRIZLmFnd3AudjEuSW50ZWdyYXRlUmVxdWVzdBoaLmFnd3AudjEuSW50ZWdyYXRlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvSW50ZWdyYXRlEnMKCUdldENoYW5nZRIZLmFnd3AudjEuR2V0Q2hhbmdlUmVxdWVzdBoaLmFnd3AudjEuR2V0Q2hhbmdlUmVzcG9uc2UiL4LT5JMCKToBKiIkL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0Q2hhbmdlEnsKC0xpc3RDaGFuZ2VzEhsuYWd3cC52MS5MaXN0Q2hhbmdlc1JlcXVlc3QaHC5hZ3dwLnYxLkxpc3RDaGFuZ2VzUmVzcG9uc2UiMYLT5JMCKzoBKiImL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvTGlzdENoYW5nZXMSfQoLV2F0Y2hDaGFuZ2USGy5hZ3dwLnYxLldhdGNoQ2hhbmdlUmVxdWVzdBocLmFnd3AudjEuV2F0Y2hDaGFuZ2VSZXNwb25zZSIxgtPkkwIrOgEqIiYvYWd3cC52MS5SZXBvc2l0b3J5U2VydmljZS9XYXRjaENoYW5nZTABEm8KCEdldFF1ZXVlEhguYWd3cC52MS5HZXRRdWV1ZVJlcXVlc3QaGS5hZ3dwLnYxLkdldFF1ZXVlUmVzcG9uc2UiLoLT5JMCKDoBKiIjL2Fnd3AudjEuUmVwb3NpdG9yeVNlcnZpY2UvR2V0UXVldWVCK1opZ2l0aHViLmNvbS9hZy1jb29yZC9hZy9nZW4vYWd3cC92MTthZ3dwdjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message agwp.v1.Repository
@@ -52,6 +52,13 @@ export type Repository = Message<"agwp.v1.Repository"> & {
    * @generated from field: string mainline_commit = 5;
    */
   mainlineCommit: string;
+
+  /**
+   * The forge mirror, when set (SetMirror).
+   *
+   * @generated from field: agwp.v1.Mirror mirror = 6;
+   */
+  mirror?: Mirror | undefined;
 };
 
 /**
@@ -60,6 +67,65 @@ export type Repository = Message<"agwp.v1.Repository"> & {
  */
 export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
   messageDesc(file_agwp_v1_repository, 0);
+
+/**
+ * Mirror is where the server pushes a repository's mainline after every landing.
+ *
+ * @generated from message agwp.v1.Mirror
+ */
+export type Mirror = Message<"agwp.v1.Mirror"> & {
+  /**
+   * The forge repository's URL: http:// or https://, without credentials.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * The forge's branch pushed to (default "main").
+   *
+   * @generated from field: string branch = 2;
+   */
+  branch: string;
+
+  /**
+   * @generated from field: agwp.v1.MirrorState state = 3;
+   */
+  state: MirrorState;
+
+  /**
+   * The mainline commit (40 hex) the forge's branch last got from ag; empty before the first.
+   *
+   * @generated from field: string pushed_commit = 4;
+   */
+  pushedCommit: string;
+
+  /**
+   * Why the last push did not make the forge current (DIVERGED, FAILING).
+   *
+   * @generated from field: string last_error = 5;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 6;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * Whether the server holds a credential for the forge (never the credential itself).
+   *
+   * @generated from field: bool has_credential = 7;
+   */
+  hasCredential: boolean;
+};
+
+/**
+ * Describes the message agwp.v1.Mirror.
+ * Use `create(MirrorSchema)` to create a new message.
+ */
+export const MirrorSchema: GenMessage<Mirror> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 1);
 
 /**
  * Validation is a repository's policy: the command a worker runs on each candidate tree, in a
@@ -151,7 +217,7 @@ export type Validation = Message<"agwp.v1.Validation"> & {
  * Use `create(ValidationSchema)` to create a new message.
  */
 export const ValidationSchema: GenMessage<Validation> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 1);
+  messageDesc(file_agwp_v1_repository, 2);
 
 /**
  * ValidationLimits bound one validation run. A run that reaches one is rejected with the
@@ -187,7 +253,7 @@ export type ValidationLimits = Message<"agwp.v1.ValidationLimits"> & {
  * Use `create(ValidationLimitsSchema)` to create a new message.
  */
 export const ValidationLimitsSchema: GenMessage<ValidationLimits> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 2);
+  messageDesc(file_agwp_v1_repository, 3);
 
 /**
  * ValidationLane is a part of a repository validated on its own.
@@ -242,7 +308,7 @@ export type ValidationLane = Message<"agwp.v1.ValidationLane"> & {
  * Use `create(ValidationLaneSchema)` to create a new message.
  */
 export const ValidationLaneSchema: GenMessage<ValidationLane> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 3);
+  messageDesc(file_agwp_v1_repository, 4);
 
 /**
  * @generated from message agwp.v1.SetValidationRequest
@@ -266,7 +332,7 @@ export type SetValidationRequest = Message<"agwp.v1.SetValidationRequest"> & {
  * Use `create(SetValidationRequestSchema)` to create a new message.
  */
 export const SetValidationRequestSchema: GenMessage<SetValidationRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 4);
+  messageDesc(file_agwp_v1_repository, 5);
 
 /**
  * @generated from message agwp.v1.SetValidationResponse
@@ -283,7 +349,63 @@ export type SetValidationResponse = Message<"agwp.v1.SetValidationResponse"> & {
  * Use `create(SetValidationResponseSchema)` to create a new message.
  */
 export const SetValidationResponseSchema: GenMessage<SetValidationResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 5);
+  messageDesc(file_agwp_v1_repository, 6);
+
+/**
+ * @generated from message agwp.v1.SetMirrorRequest
+ */
+export type SetMirrorRequest = Message<"agwp.v1.SetMirrorRequest"> & {
+  /**
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * http:// or https://, without user or password; empty: remove the mirror.
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * What the server authenticates to the forge with: "user:token", or a token alone. At most
+   * 4 KiB; never answered, logged or audited.
+   *
+   * @generated from field: string credential = 3;
+   */
+  credential: string;
+
+  /**
+   * The forge's branch; default "main".
+   *
+   * @generated from field: string branch = 4;
+   */
+  branch: string;
+};
+
+/**
+ * Describes the message agwp.v1.SetMirrorRequest.
+ * Use `create(SetMirrorRequestSchema)` to create a new message.
+ */
+export const SetMirrorRequestSchema: GenMessage<SetMirrorRequest> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 7);
+
+/**
+ * @generated from message agwp.v1.SetMirrorResponse
+ */
+export type SetMirrorResponse = Message<"agwp.v1.SetMirrorResponse"> & {
+  /**
+   * @generated from field: agwp.v1.Repository repository = 1;
+   */
+  repository?: Repository | undefined;
+};
+
+/**
+ * Describes the message agwp.v1.SetMirrorResponse.
+ * Use `create(SetMirrorResponseSchema)` to create a new message.
+ */
+export const SetMirrorResponseSchema: GenMessage<SetMirrorResponse> = /*@__PURE__*/
+  messageDesc(file_agwp_v1_repository, 8);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryRequest
@@ -314,7 +436,7 @@ export type CreateRepositoryRequest = Message<"agwp.v1.CreateRepositoryRequest">
  * Use `create(CreateRepositoryRequestSchema)` to create a new message.
  */
 export const CreateRepositoryRequestSchema: GenMessage<CreateRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 6);
+  messageDesc(file_agwp_v1_repository, 9);
 
 /**
  * GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
@@ -340,7 +462,7 @@ export type GitObject = Message<"agwp.v1.GitObject"> & {
  * Use `create(GitObjectSchema)` to create a new message.
  */
 export const GitObjectSchema: GenMessage<GitObject> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 7);
+  messageDesc(file_agwp_v1_repository, 10);
 
 /**
  * @generated from message agwp.v1.UploadGitObjectsRequest
@@ -359,7 +481,7 @@ export type UploadGitObjectsRequest = Message<"agwp.v1.UploadGitObjectsRequest">
  * Use `create(UploadGitObjectsRequestSchema)` to create a new message.
  */
 export const UploadGitObjectsRequestSchema: GenMessage<UploadGitObjectsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 8);
+  messageDesc(file_agwp_v1_repository, 11);
 
 /**
  * @generated from message agwp.v1.UploadGitObjectsResponse
@@ -378,7 +500,7 @@ export type UploadGitObjectsResponse = Message<"agwp.v1.UploadGitObjectsResponse
  * Use `create(UploadGitObjectsResponseSchema)` to create a new message.
  */
 export const UploadGitObjectsResponseSchema: GenMessage<UploadGitObjectsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 9);
+  messageDesc(file_agwp_v1_repository, 12);
 
 /**
  * @generated from message agwp.v1.FindMissingGitObjectsRequest
@@ -397,7 +519,7 @@ export type FindMissingGitObjectsRequest = Message<"agwp.v1.FindMissingGitObject
  * Use `create(FindMissingGitObjectsRequestSchema)` to create a new message.
  */
 export const FindMissingGitObjectsRequestSchema: GenMessage<FindMissingGitObjectsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 10);
+  messageDesc(file_agwp_v1_repository, 13);
 
 /**
  * @generated from message agwp.v1.FindMissingGitObjectsResponse
@@ -414,7 +536,7 @@ export type FindMissingGitObjectsResponse = Message<"agwp.v1.FindMissingGitObjec
  * Use `create(FindMissingGitObjectsResponseSchema)` to create a new message.
  */
 export const FindMissingGitObjectsResponseSchema: GenMessage<FindMissingGitObjectsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 11);
+  messageDesc(file_agwp_v1_repository, 14);
 
 /**
  * @generated from message agwp.v1.CreateRepositoryResponse
@@ -431,7 +553,7 @@ export type CreateRepositoryResponse = Message<"agwp.v1.CreateRepositoryResponse
  * Use `create(CreateRepositoryResponseSchema)` to create a new message.
  */
 export const CreateRepositoryResponseSchema: GenMessage<CreateRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 12);
+  messageDesc(file_agwp_v1_repository, 15);
 
 /**
  * @generated from message agwp.v1.GetRepositoryRequest
@@ -448,7 +570,7 @@ export type GetRepositoryRequest = Message<"agwp.v1.GetRepositoryRequest"> & {
  * Use `create(GetRepositoryRequestSchema)` to create a new message.
  */
 export const GetRepositoryRequestSchema: GenMessage<GetRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 13);
+  messageDesc(file_agwp_v1_repository, 16);
 
 /**
  * @generated from message agwp.v1.GetRepositoryResponse
@@ -465,7 +587,7 @@ export type GetRepositoryResponse = Message<"agwp.v1.GetRepositoryResponse"> & {
  * Use `create(GetRepositoryResponseSchema)` to create a new message.
  */
 export const GetRepositoryResponseSchema: GenMessage<GetRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 14);
+  messageDesc(file_agwp_v1_repository, 17);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesRequest
@@ -487,7 +609,7 @@ export type ListRepositoriesRequest = Message<"agwp.v1.ListRepositoriesRequest">
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 15);
+  messageDesc(file_agwp_v1_repository, 18);
 
 /**
  * @generated from message agwp.v1.ListRepositoriesResponse
@@ -509,7 +631,7 @@ export type ListRepositoriesResponse = Message<"agwp.v1.ListRepositoriesResponse
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 16);
+  messageDesc(file_agwp_v1_repository, 19);
 
 /**
  * @generated from message agwp.v1.UploadBlobsRequest
@@ -526,7 +648,7 @@ export type UploadBlobsRequest = Message<"agwp.v1.UploadBlobsRequest"> & {
  * Use `create(UploadBlobsRequestSchema)` to create a new message.
  */
 export const UploadBlobsRequestSchema: GenMessage<UploadBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 17);
+  messageDesc(file_agwp_v1_repository, 20);
 
 /**
  * @generated from message agwp.v1.UploadBlobsResponse
@@ -545,7 +667,7 @@ export type UploadBlobsResponse = Message<"agwp.v1.UploadBlobsResponse"> & {
  * Use `create(UploadBlobsResponseSchema)` to create a new message.
  */
 export const UploadBlobsResponseSchema: GenMessage<UploadBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 18);
+  messageDesc(file_agwp_v1_repository, 21);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsRequest
@@ -562,7 +684,7 @@ export type FindMissingBlobsRequest = Message<"agwp.v1.FindMissingBlobsRequest">
  * Use `create(FindMissingBlobsRequestSchema)` to create a new message.
  */
 export const FindMissingBlobsRequestSchema: GenMessage<FindMissingBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 19);
+  messageDesc(file_agwp_v1_repository, 22);
 
 /**
  * @generated from message agwp.v1.FindMissingBlobsResponse
@@ -579,7 +701,7 @@ export type FindMissingBlobsResponse = Message<"agwp.v1.FindMissingBlobsResponse
  * Use `create(FindMissingBlobsResponseSchema)` to create a new message.
  */
 export const FindMissingBlobsResponseSchema: GenMessage<FindMissingBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 20);
+  messageDesc(file_agwp_v1_repository, 23);
 
 /**
  * @generated from message agwp.v1.GetBlobRequest
@@ -596,7 +718,7 @@ export type GetBlobRequest = Message<"agwp.v1.GetBlobRequest"> & {
  * Use `create(GetBlobRequestSchema)` to create a new message.
  */
 export const GetBlobRequestSchema: GenMessage<GetBlobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 21);
+  messageDesc(file_agwp_v1_repository, 24);
 
 /**
  * @generated from message agwp.v1.GetBlobResponse
@@ -618,7 +740,7 @@ export type GetBlobResponse = Message<"agwp.v1.GetBlobResponse"> & {
  * Use `create(GetBlobResponseSchema)` to create a new message.
  */
 export const GetBlobResponseSchema: GenMessage<GetBlobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 22);
+  messageDesc(file_agwp_v1_repository, 25);
 
 /**
  * @generated from message agwp.v1.GetBlobsRequest
@@ -635,7 +757,7 @@ export type GetBlobsRequest = Message<"agwp.v1.GetBlobsRequest"> & {
  * Use `create(GetBlobsRequestSchema)` to create a new message.
  */
 export const GetBlobsRequestSchema: GenMessage<GetBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 23);
+  messageDesc(file_agwp_v1_repository, 26);
 
 /**
  * @generated from message agwp.v1.GetBlobsResponse
@@ -652,7 +774,7 @@ export type GetBlobsResponse = Message<"agwp.v1.GetBlobsResponse"> & {
  * Use `create(GetBlobsResponseSchema)` to create a new message.
  */
 export const GetBlobsResponseSchema: GenMessage<GetBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 24);
+  messageDesc(file_agwp_v1_repository, 27);
 
 /**
  * @generated from message agwp.v1.BlobContent
@@ -674,7 +796,7 @@ export type BlobContent = Message<"agwp.v1.BlobContent"> & {
  * Use `create(BlobContentSchema)` to create a new message.
  */
 export const BlobContentSchema: GenMessage<BlobContent> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 25);
+  messageDesc(file_agwp_v1_repository, 28);
 
 /**
  * @generated from message agwp.v1.StartBlobUploadRequest
@@ -700,7 +822,7 @@ export type StartBlobUploadRequest = Message<"agwp.v1.StartBlobUploadRequest"> &
  * Use `create(StartBlobUploadRequestSchema)` to create a new message.
  */
 export const StartBlobUploadRequestSchema: GenMessage<StartBlobUploadRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 26);
+  messageDesc(file_agwp_v1_repository, 29);
 
 /**
  * @generated from message agwp.v1.StartBlobUploadResponse
@@ -738,7 +860,7 @@ export type StartBlobUploadResponse = Message<"agwp.v1.StartBlobUploadResponse">
  * Use `create(StartBlobUploadResponseSchema)` to create a new message.
  */
 export const StartBlobUploadResponseSchema: GenMessage<StartBlobUploadResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 27);
+  messageDesc(file_agwp_v1_repository, 30);
 
 /**
  * @generated from message agwp.v1.UploadBlobPartRequest
@@ -765,7 +887,7 @@ export type UploadBlobPartRequest = Message<"agwp.v1.UploadBlobPartRequest"> & {
  * Use `create(UploadBlobPartRequestSchema)` to create a new message.
  */
 export const UploadBlobPartRequestSchema: GenMessage<UploadBlobPartRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 28);
+  messageDesc(file_agwp_v1_repository, 31);
 
 /**
  * @generated from message agwp.v1.UploadBlobPartResponse
@@ -791,7 +913,7 @@ export type UploadBlobPartResponse = Message<"agwp.v1.UploadBlobPartResponse"> &
  * Use `create(UploadBlobPartResponseSchema)` to create a new message.
  */
 export const UploadBlobPartResponseSchema: GenMessage<UploadBlobPartResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 29);
+  messageDesc(file_agwp_v1_repository, 32);
 
 /**
  * @generated from message agwp.v1.ReadBlobRequest
@@ -815,7 +937,7 @@ export type ReadBlobRequest = Message<"agwp.v1.ReadBlobRequest"> & {
  * Use `create(ReadBlobRequestSchema)` to create a new message.
  */
 export const ReadBlobRequestSchema: GenMessage<ReadBlobRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 30);
+  messageDesc(file_agwp_v1_repository, 33);
 
 /**
  * @generated from message agwp.v1.ReadBlobResponse
@@ -839,7 +961,7 @@ export type ReadBlobResponse = Message<"agwp.v1.ReadBlobResponse"> & {
  * Use `create(ReadBlobResponseSchema)` to create a new message.
  */
 export const ReadBlobResponseSchema: GenMessage<ReadBlobResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 31);
+  messageDesc(file_agwp_v1_repository, 34);
 
 /**
  * @generated from message agwp.v1.GetTreeRequest
@@ -863,7 +985,7 @@ export type GetTreeRequest = Message<"agwp.v1.GetTreeRequest"> & {
  * Use `create(GetTreeRequestSchema)` to create a new message.
  */
 export const GetTreeRequestSchema: GenMessage<GetTreeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 32);
+  messageDesc(file_agwp_v1_repository, 35);
 
 /**
  * @generated from message agwp.v1.GetTreeResponse
@@ -923,7 +1045,7 @@ export type GetTreeResponse = Message<"agwp.v1.GetTreeResponse"> & {
  * Use `create(GetTreeResponseSchema)` to create a new message.
  */
 export const GetTreeResponseSchema: GenMessage<GetTreeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 33);
+  messageDesc(file_agwp_v1_repository, 36);
 
 /**
  * @generated from message agwp.v1.TreeEntry
@@ -968,7 +1090,7 @@ export type TreeEntry = Message<"agwp.v1.TreeEntry"> & {
  * Use `create(TreeEntrySchema)` to create a new message.
  */
 export const TreeEntrySchema: GenMessage<TreeEntry> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 34);
+  messageDesc(file_agwp_v1_repository, 37);
 
 /**
  * Edit writes or deletes one path.
@@ -1031,7 +1153,7 @@ export type Edit = Message<"agwp.v1.Edit"> & {
  * Use `create(EditSchema)` to create a new message.
  */
 export const EditSchema: GenMessage<Edit> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 35);
+  messageDesc(file_agwp_v1_repository, 38);
 
 /**
  * @generated from message agwp.v1.IntegrateRequest
@@ -1079,7 +1201,7 @@ export type IntegrateRequest = Message<"agwp.v1.IntegrateRequest"> & {
  * Use `create(IntegrateRequestSchema)` to create a new message.
  */
 export const IntegrateRequestSchema: GenMessage<IntegrateRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 36);
+  messageDesc(file_agwp_v1_repository, 39);
 
 /**
  * @generated from message agwp.v1.IntegrateResponse
@@ -1096,7 +1218,7 @@ export type IntegrateResponse = Message<"agwp.v1.IntegrateResponse"> & {
  * Use `create(IntegrateResponseSchema)` to create a new message.
  */
 export const IntegrateResponseSchema: GenMessage<IntegrateResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 37);
+  messageDesc(file_agwp_v1_repository, 40);
 
 /**
  * @generated from message agwp.v1.Change
@@ -1211,7 +1333,7 @@ export type Change = Message<"agwp.v1.Change"> & {
  * Use `create(ChangeSchema)` to create a new message.
  */
 export const ChangeSchema: GenMessage<Change> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 38);
+  messageDesc(file_agwp_v1_repository, 41);
 
 /**
  * Candidate is one tree the integration queue asked a worker to validate: its parent revision
@@ -1318,7 +1440,7 @@ export type Candidate = Message<"agwp.v1.Candidate"> & {
  * Use `create(CandidateSchema)` to create a new message.
  */
 export const CandidateSchema: GenMessage<Candidate> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 39);
+  messageDesc(file_agwp_v1_repository, 42);
 
 /**
  * @generated from message agwp.v1.GetQueueRequest
@@ -1335,7 +1457,7 @@ export type GetQueueRequest = Message<"agwp.v1.GetQueueRequest"> & {
  * Use `create(GetQueueRequestSchema)` to create a new message.
  */
 export const GetQueueRequestSchema: GenMessage<GetQueueRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 40);
+  messageDesc(file_agwp_v1_repository, 43);
 
 /**
  * @generated from message agwp.v1.GetQueueResponse
@@ -1381,7 +1503,7 @@ export type GetQueueResponse = Message<"agwp.v1.GetQueueResponse"> & {
  * Use `create(GetQueueResponseSchema)` to create a new message.
  */
 export const GetQueueResponseSchema: GenMessage<GetQueueResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 41);
+  messageDesc(file_agwp_v1_repository, 44);
 
 /**
  * @generated from message agwp.v1.GetChangeRequest
@@ -1405,7 +1527,7 @@ export type GetChangeRequest = Message<"agwp.v1.GetChangeRequest"> & {
  * Use `create(GetChangeRequestSchema)` to create a new message.
  */
 export const GetChangeRequestSchema: GenMessage<GetChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 42);
+  messageDesc(file_agwp_v1_repository, 45);
 
 /**
  * @generated from message agwp.v1.GetChangeResponse
@@ -1422,7 +1544,7 @@ export type GetChangeResponse = Message<"agwp.v1.GetChangeResponse"> & {
  * Use `create(GetChangeResponseSchema)` to create a new message.
  */
 export const GetChangeResponseSchema: GenMessage<GetChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 43);
+  messageDesc(file_agwp_v1_repository, 46);
 
 /**
  * @generated from message agwp.v1.ListChangesRequest
@@ -1449,7 +1571,7 @@ export type ListChangesRequest = Message<"agwp.v1.ListChangesRequest"> & {
  * Use `create(ListChangesRequestSchema)` to create a new message.
  */
 export const ListChangesRequestSchema: GenMessage<ListChangesRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 44);
+  messageDesc(file_agwp_v1_repository, 47);
 
 /**
  * @generated from message agwp.v1.ListChangesResponse
@@ -1471,7 +1593,7 @@ export type ListChangesResponse = Message<"agwp.v1.ListChangesResponse"> & {
  * Use `create(ListChangesResponseSchema)` to create a new message.
  */
 export const ListChangesResponseSchema: GenMessage<ListChangesResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 45);
+  messageDesc(file_agwp_v1_repository, 48);
 
 /**
  * @generated from message agwp.v1.WatchChangeRequest
@@ -1488,7 +1610,7 @@ export type WatchChangeRequest = Message<"agwp.v1.WatchChangeRequest"> & {
  * Use `create(WatchChangeRequestSchema)` to create a new message.
  */
 export const WatchChangeRequestSchema: GenMessage<WatchChangeRequest> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 46);
+  messageDesc(file_agwp_v1_repository, 49);
 
 /**
  * @generated from message agwp.v1.WatchChangeResponse
@@ -1505,7 +1627,51 @@ export type WatchChangeResponse = Message<"agwp.v1.WatchChangeResponse"> & {
  * Use `create(WatchChangeResponseSchema)` to create a new message.
  */
 export const WatchChangeResponseSchema: GenMessage<WatchChangeResponse> = /*@__PURE__*/
-  messageDesc(file_agwp_v1_repository, 47);
+  messageDesc(file_agwp_v1_repository, 50);
+
+/**
+ * @generated from enum agwp.v1.MirrorState
+ */
+export enum MirrorState {
+  /**
+   * @generated from enum value: MIRROR_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Set; the mainline not pushed to it yet.
+   *
+   * @generated from enum value: MIRROR_STATE_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * The forge's branch is the mainline commit pushed last.
+   *
+   * @generated from enum value: MIRROR_STATE_CURRENT = 2;
+   */
+  CURRENT = 2,
+
+  /**
+   * The forge's branch holds a commit the mainline does not: ag does not overwrite it.
+   *
+   * @generated from enum value: MIRROR_STATE_DIVERGED = 3;
+   */
+  DIVERGED = 3,
+
+  /**
+   * The last push did not reach the forge (unreachable, the credential refused); tried again.
+   *
+   * @generated from enum value: MIRROR_STATE_FAILING = 4;
+   */
+  FAILING = 4,
+}
+
+/**
+ * Describes the enum agwp.v1.MirrorState.
+ */
+export const MirrorStateSchema: GenEnum<MirrorState> = /*@__PURE__*/
+  enumDesc(file_agwp_v1_repository, 0);
 
 /**
  * ChangeState is where a change is in its life.
@@ -1548,7 +1714,7 @@ export enum ChangeState {
  * Describes the enum agwp.v1.ChangeState.
  */
 export const ChangeStateSchema: GenEnum<ChangeState> = /*@__PURE__*/
-  enumDesc(file_agwp_v1_repository, 0);
+  enumDesc(file_agwp_v1_repository, 1);
 
 /**
  * @generated from enum agwp.v1.CandidateState
@@ -1622,7 +1788,7 @@ export enum CandidateState {
  * Describes the enum agwp.v1.CandidateState.
  */
 export const CandidateStateSchema: GenEnum<CandidateState> = /*@__PURE__*/
-  enumDesc(file_agwp_v1_repository, 1);
+  enumDesc(file_agwp_v1_repository, 2);
 
 /**
  * RepositoryService keeps repositories' content (blobs by digest, revisions as trees) and moves
@@ -1653,6 +1819,20 @@ export const RepositoryService: GenService<{
     methodKind: "unary";
     input: typeof SetValidationRequestSchema;
     output: typeof SetValidationResponseSchema;
+  },
+  /**
+   * SetMirror makes the team's forge a mirror of the repository's mainline: after every landing,
+   * and at once, the server pushes the mainline commit to the forge's branch over git's smart
+   * HTTP protocol, never forcing; a branch that holds a commit the mainline does not is left as
+   * it is (the mirror's state says so). An empty url removes the mirror. The credential is kept
+   * by the server and never answered. Role: admin.
+   *
+   * @generated from rpc agwp.v1.RepositoryService.SetMirror
+   */
+  setMirror: {
+    methodKind: "unary";
+    input: typeof SetMirrorRequestSchema;
+    output: typeof SetMirrorResponseSchema;
   },
   /**
    * GetRepository answers one repository. Any role.
