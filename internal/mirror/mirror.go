@@ -21,9 +21,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/ag-coord/ag/internal/gitcredential"
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -143,7 +143,7 @@ func (m *Mirrors) push(ctx context.Context, mr store.Mirror, r store.Repository)
 	branch := plumbing.NewBranchReferenceName(mr.Branch)
 	st := &pushStorage{Storage: memory.NewStorage(), objects: m.objects(ctx)}
 	remote := git.NewRemote(st, &config.RemoteConfig{Name: "forge", URLs: []string{mr.URL}})
-	auth := Auth(mr.Credential)
+	auth := gitcredential.ForgeAuth(mr.Credential)
 	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
 		out.State, out.LastError = store.MirrorFailing, forgeError("read the forge's branches", err)
@@ -197,20 +197,6 @@ func (m *Mirrors) push(ctx context.Context, mr store.Mirror, r store.Repository)
 		out.State, out.LastError = store.MirrorFailing, forgeError("push", err)
 	}
 	return out
-}
-
-// Auth answers the HTTP authentication of a credential file's content: "user:token", or a token
-// alone (sent with the user name "ag", which GitHub, GitLab and Gitea ignore for tokens).
-func Auth(credential []byte) transport.AuthMethod {
-	c := strings.TrimSpace(string(credential))
-	if c == "" {
-		return nil
-	}
-	user, token, ok := strings.Cut(c, ":")
-	if !ok {
-		user, token = "ag", c
-	}
-	return &githttp.BasicAuth{Username: user, Password: token}
 }
 
 // forgeError words a forge's failure for the mirror's state: never the credential (go-git's
