@@ -8,7 +8,9 @@ import type { Lease } from "../../sdk/ts/src/gen/agwp/v1/lease_pb.js";
 import {
   CandidateState,
   ChangeState,
+  MirrorState,
   type Change,
+  type Mirror,
   type GetQueueResponse,
   type Repository,
 } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
@@ -72,6 +74,12 @@ export function RepositoryPage({ session, name }: { session: Session; name: stri
               <span key={l.name} className="lane">lane {l.name}: {l.prefixes.join(", ")} → {l.command.join(" ")}</span>
             ))}
           </dd>
+          {r.mirror && (
+            <>
+              <dt>forge mirror</dt>
+              <dd data-testid="mirror">{mirrorLine(r.mirror)}</dd>
+            </>
+          )}
         </dl>
       )}
       <Leases session={session} repository={name} />
@@ -79,6 +87,22 @@ export function RepositoryPage({ session, name }: { session: Session; name: stri
       <Changes session={session} repository={name} />
     </section>
   );
+}
+
+// mirrorLine says where the forge mirror stands, as `ag repo show` does: a diverged or failing
+// mirror with its reason, which is the forge's text, shown as text.
+function mirrorLine(m: Mirror): string {
+  const at = `${m.url} (${m.branch})`;
+  switch (m.state) {
+    case MirrorState.CURRENT:
+      return `${at}: current at ${short(m.pushedCommit)}`;
+    case MirrorState.DIVERGED:
+      return `${at}: diverged — ${m.lastError}`;
+    case MirrorState.FAILING:
+      return `${at}: failing — ${m.lastError}`;
+    default:
+      return `${at}: pending`;
+  }
 }
 
 function Leases({ session, repository }: { session: Session; repository: string }) {
