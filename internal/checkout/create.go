@@ -17,7 +17,7 @@ type CreateOptions struct {
 	Repository string
 	Dir        string // a new or empty directory, as the caller named it
 	Server     string // the server the checkout's commands talk to
-	Holder     string // the label its leases are held under; "": defaultHolder of Dir
+	Holder     string // the label its leases are held under; "": DefaultHolder of Dir
 	// Progress (nil: none) answers the line that counts the files and bytes fetched, which
 	// only the caller knows whether to draw.
 	Progress func(files int, bytes int64) *Progress
@@ -37,9 +37,9 @@ func Create(ctx context.Context, c *client.Client, o CreateOptions) (*agwpv1.Get
 	}
 	holder := o.Holder
 	if holder == "" {
-		holder = defaultHolder(abs)
+		holder = DefaultHolder(abs)
 	}
-	if err := checkHolder(holder); err != nil {
+	if err := CheckHolder(holder); err != nil {
 		return nil, "", err
 	}
 	tree, err := c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: o.Repository})
@@ -75,9 +75,10 @@ func holderByte(ch byte) bool {
 	return ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("._:@/-", ch) >= 0
 }
 
-// defaultHolder derives a holder label from the name of the directory abs, so that two
-// checkouts of one principal are told apart in leases without being named.
-func defaultHolder(abs string) string {
+// DefaultHolder derives a holder label from the name of the directory abs, so that two
+// checkouts (or git working trees) of one principal are told apart in leases without being
+// named.
+func DefaultHolder(abs string) string {
 	b := []byte(filepath.Base(abs))
 	for i, ch := range b {
 		if !holderByte(ch) {
@@ -90,9 +91,9 @@ func defaultHolder(abs string) string {
 	return string(b)
 }
 
-// checkHolder refuses a --holder label the server would refuse, before a checkout is written
-// under it.
-func checkHolder(h string) error {
+// CheckHolder refuses a --holder label the server would refuse, before a checkout or a git
+// working tree is set up under it.
+func CheckHolder(h string) error {
 	if h == "" || len(h) > 128 {
 		return errors.New("--holder: use 1-128 characters of [A-Za-z0-9._:@/-]")
 	}

@@ -29,6 +29,36 @@ type LeaseRefusedError struct {
 func (e *LeaseRefusedError) Error() string { return "lease refused: " + e.Err.Error() }
 func (e *LeaseRefusedError) Unwrap() error { return e.Err }
 
+// Explain words the refusal by what is actually leased: the active leases of others that
+// overlap the paths asked for, each by the path it holds, its holder and its expiry, and how
+// long the caller waited. When those leases went meanwhile, it says the server's own words,
+// as serverWords puts them. Text the server sent is escaped for a terminal (termsafe.Line):
+// the error is printed whole, newlines kept.
+func (e *LeaseRefusedError) Explain(serverWords func(error) string) string {
+	var held []string
+	for _, o := range e.Overlaps {
+		l := o.Lease
+		line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", termsafe.Line(o.Path), termsafe.Line(l.GetHolder()),
+			termsafe.Line(l.GetId()), l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+		switch {
+		case o.Path == o.Asked:
+		case strings.HasSuffix(o.Asked, "/") && strings.HasPrefix(o.Path, o.Asked):
+			line += ", under " + termsafe.Line(o.Asked) + " which you asked for"
+		default:
+			line += ", which covers " + termsafe.Line(o.Asked)
+		}
+		held = append(held, line)
+	}
+	msg := strings.Join(held, "; ")
+	if msg == "" {
+		msg = serverWords(e.Err)
+	}
+	if e.Wait > 0 {
+		return msg + fmt.Sprintf("; waited %s", e.Waited.Round(100*time.Millisecond))
+	}
+	return msg + "; retry later, or wait for it with --wait 60s"
+}
+
 // LeaseOverlap is another holder's active lease on a path that overlaps one asked for.
 type LeaseOverlap struct {
 	Lease *agwpv1.Lease

@@ -2,11 +2,18 @@ package checkout
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
+
+// ReleaseJSON is what `ag lease release --json` prints.
+type ReleaseJSON struct {
+	Released []json.RawMessage `json:"released"` // the leases released, as the server answered them
+	Dropped  []ReleaseDropped  `json:"dropped"`  // leases that were no longer the checkout's
+}
 
 // ReleaseDropped is a lease release found broken, or expired and granted to someone else.
 type ReleaseDropped struct {

@@ -57,12 +57,27 @@ type Checkout struct {
 	// blobSizes are the sizes of base's blobs as the server told them, digest → size, while
 	// `ag checkout` writes them: a large one is streamed.
 	blobSizes map[string]uint64
+	// stateless is a git working tree's (Stateless): nothing is kept under .ag.
+	stateless bool
 }
 
 // New answers the state of a checkout about to be written at root, of repository on
 // server, its leases held as holder.
 func New(root, repository, server, holder string) *Checkout {
 	return &Checkout{Repository: repository, Server: server, Holder: holder, root: root}
+}
+
+// Stateless answers a git working tree at root as a checkout whose leases are the ones its
+// holder holds, for the lease commands to act on as in a checkout (internal/gitwork). git keeps
+// its files, its base and its index, so ag keeps nothing: Save writes nothing, and what needs a
+// checkout's index (local edits, sync, integrate) refuses. gitlinks are the tree's submodules,
+// leased as one entry each as in a checkout.
+func Stateless(root, repository, server, holder string, leases []HeldLease, gitlinks []string) *Checkout {
+	base := make(map[string]treeFile, len(gitlinks))
+	for _, p := range gitlinks {
+		base[p] = treeFile{Mode: repo.ModeGitlink}
+	}
+	return &Checkout{Repository: repository, Server: server, Holder: holder, Leases: leases, root: root, base: base, stateless: true}
 }
 
 // Root is the checkout's directory.
@@ -214,13 +229,24 @@ func Find(dir string) (*Checkout, error) {
 			return nil, err
 		}
 		if d == filepath.Dir(d) {
-			return nil, fmt.Errorf("%s is not in a checkout: run `ag checkout REPO DIR` first", abs)
+			return nil, &NotFoundError{Dir: abs}
 		}
 	}
 }
 
+// NotFoundError is Find's answer for a directory in no checkout, which may still be a git
+// working tree set up for ag (internal/gitwork): the command line then looks there.
+type NotFoundError struct{ Dir string }
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%s is not in a checkout: run `ag checkout REPO DIR` first", e.Dir)
+}
+
 // Save writes the state atomically, so a crash leaves the old or the new state.
 func (c *Checkout) Save() error {
+	if c.stateless {
+		return nil
+	}
 	root, err := os.OpenRoot(c.root)
 	if err != nil {
 		return err
@@ -313,6 +339,9 @@ func localMode(mode string) string {
 
 // loadIndex answers the checkout's index, reading it the first time.
 func (c *Checkout) loadIndex(root *os.Root) (*index, error) {
+	if c.stateless {
+		return nil, &UsageError{fmt.Errorf("%s is a git working tree: git keeps its files, so use git (git status, git commit, git push) where an ag checkout needs its index", c.root)}
+	}
 	if c.idx != nil && !c.baseChanged {
 		return c.idx, nil
 	}

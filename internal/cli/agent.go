@@ -20,7 +20,9 @@ import (
 
 func (g *globals) workspace(ctx context.Context) (*checkout.Workspace, error) {
 	co, err := checkout.Find(g.dir)
-	if err != nil {
+	if _, none := err.(*checkout.NotFoundError); none {
+		return g.gitWorkspace(ctx, err)
+	} else if err != nil {
 		return nil, err
 	}
 	if !g.serverSet && co.Server != "" {
@@ -118,7 +120,7 @@ func newLeaseReleaseCmd(g *globals) *cobra.Command {
 				return err
 			}
 			results, firstErr := ws.ReleaseLeases(cmd.Context(), func(l checkout.HeldLease) bool { return checkout.Selected(l.ID, args) })
-			out := releaseJSON{Released: []json.RawMessage{}, Dropped: []checkout.ReleaseDropped{}}
+			out := checkout.ReleaseJSON{Released: []json.RawMessage{}, Dropped: []checkout.ReleaseDropped{}}
 			for _, r := range results {
 				if r.Lost != nil {
 					out.Dropped = append(out.Dropped, checkout.ReleaseDropped{ID: r.Held.ID, Paths: r.Held.Paths, Reason: Explain(r.Lost)})
@@ -169,46 +171,14 @@ func newLeaseListCmd(g *globals) *cobra.Command {
 	return list
 }
 
-// releaseJSON is what `ag lease release --json` prints.
-type releaseJSON struct {
-	Released []json.RawMessage         `json:"released"` // the leases released, as the server answered them
-	Dropped  []checkout.ReleaseDropped `json:"dropped"`  // leases that were no longer the checkout's
-}
-
-// leaseRefusal words an AcquireLease refused for a conflict by what is actually leased: the
-// active leases of others that overlap the paths asked for, each by the path it holds, its
-// holder and its expiry, and how long the command waited. Other errors pass unchanged.
+// leaseRefusal words an AcquireLease refused for a conflict by what is actually leased
+// (checkout.LeaseRefusedError.Explain). Other errors pass unchanged.
 func leaseRefusal(err error) error {
 	var refused *checkout.LeaseRefusedError
 	if !errors.As(err, &refused) {
 		return err
 	}
-	var held []string
-	for _, o := range refused.Overlaps {
-		l := o.Lease
-		// The error is printed whole, newlines kept: the server's fields are escaped here.
-		line := fmt.Sprintf("%s is leased to %s (lease %s, token %d) until %s", termsafe.Line(o.Path), termsafe.Line(l.GetHolder()),
-			termsafe.Line(l.GetId()), l.GetFencingToken(), l.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
-		switch {
-		case o.Path == o.Asked:
-		case strings.HasSuffix(o.Asked, "/") && strings.HasPrefix(o.Path, o.Asked):
-			line += ", under " + termsafe.Line(o.Asked) + " which you asked for"
-		default:
-			line += ", which covers " + termsafe.Line(o.Asked)
-		}
-		held = append(held, line)
-	}
-	msg := strings.Join(held, "; ")
-	if msg == "" {
-		// Gone since the refusal: the server's own words.
-		msg = Explain(refused.Err)
-	}
-	if refused.Wait > 0 {
-		msg += fmt.Sprintf("; waited %s", refused.Waited.Round(100*time.Millisecond))
-	} else {
-		msg += "; retry later, or wait for it with --wait 60s"
-	}
-	return withExit(ExitLease, errors.New("lease refused: "+msg))
+	return withExit(ExitLease, errors.New("lease refused: "+refused.Explain(Explain)))
 }
 
 func printLeases(g *globals, leases []*agwpv1.Lease) {
@@ -336,6 +306,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
+			} else if g.tree != nil {
+				return g.gitStatus(cmd.Context(), ws)
 			}
 			st, err := ws.Status(cmd.Context())
 			if err != nil {
@@ -343,15 +315,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			head := st.Mainline
 			if g.json {
-				out := statusJSON{
-					Repository: ws.Checkout.Repository, Holder: ws.Checkout.Holder, BaseRevision: ws.Checkout.BaseRevision,
-					Mainline: head, UpToDate: head == ws.Checkout.BaseRevision, Edits: checkout.EditsJSON(st.Edits, st.Conflicted, st.Targets),
-					Submodules: st.Submodules, Leases: []json.RawMessage{},
-				}
-				for _, l := range st.Leases {
-					out.Leases = append(out.Leases, protoRaw(l))
-				}
-				return g.printValue(out)
+				return g.printValue(st.JSON(ws.Checkout))
 			}
 			w := g.stdout
 			termPrintf(w, "repository %s, checkout of %s as %s\n", ws.Checkout.Repository, ws.Checkout.BaseRevision, ws.Checkout.Holder)
@@ -378,25 +342,18 @@ func newStatusCmd(g *globals) *cobra.Command {
 					termPrintf(w, "  %s: submodule at %s\n", m.Path, m.Commit)
 				}
 			}
-			if len(st.Leases) == 0 {
-				fmt.Fprintln(w, "no leases held")
-				return nil
-			}
-			fmt.Fprintln(w, "leases:")
-			printLeases(g, st.Leases)
-			return nil
+			return printHeld(g, st.Leases)
 		},
 	}
 }
 
-// statusJSON is what `ag status --json` prints.
-type statusJSON struct {
-	Repository   string               `json:"repository"`
-	Holder       string               `json:"holder"`       // the checkout's holder label
-	BaseRevision string               `json:"baseRevision"` // the revision the local edits are based on
-	Mainline     string               `json:"mainline"`     // the mainline head now
-	UpToDate     bool                 `json:"upToDate"`     // baseRevision is the mainline
-	Edits        []checkout.EditJSON  `json:"edits"`
-	Submodules   []checkout.Submodule `json:"submodules"` // the base revision's, which ag does not fetch
-	Leases       []json.RawMessage    `json:"leases"`     // the checkout's leases as the server knows them, any state
+// printHeld prints the leases a checkout or a git working tree holds, for ag status.
+func printHeld(g *globals, leases []*agwpv1.Lease) error {
+	if len(leases) == 0 {
+		_, err := fmt.Fprintln(g.stdout, "no leases held")
+		return err
+	}
+	fmt.Fprintln(g.stdout, "leases:")
+	printLeases(g, leases)
+	return nil
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -116,12 +115,7 @@ attestation: check the printed result.`,
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			if g.json {
-				b, err := json.MarshalIndent(report, "", "  ")
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(g.stdout, string(b))
-				return err
+				return g.printValue(report)
 			}
 			printVerified(g, report)
 			return nil

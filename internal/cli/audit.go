@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -176,12 +175,7 @@ It exits 0 only when everything verifies; otherwise it names the first event tha
 
 func printAuditVerified(g *globals, r auditclient.Report) error {
 	if g.json {
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(g.stdout, string(b))
-		return err
+		return g.printValue(r)
 	}
 	termPrintf(g.stdout, "verified: %d events of %s, checkpoint of %d events signed by %s\n", r.Events, r.Source, r.CheckpointSize, r.KeyID)
 	termPrintf(g.stdout, "  root hash %s, head hash %s\n", r.RootHash, r.HeadHash)

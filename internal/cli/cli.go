@@ -20,6 +20,7 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/gitwork"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -79,6 +80,7 @@ type globals struct {
 	dir       string
 	token     string
 	json      bool
+	tree      *gitwork.Tree // the git working tree workspace found, when it found no checkout
 	stdout    io.Writer
 	stderr    io.Writer
 }
@@ -111,7 +113,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(newServeCmd(g), newPrincipalCmd(g), newTokenCmd(g), newWhoAmICmd(g), newJobCmd(g),
 		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newDiffCmd(g), newRevertCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
-	root.AddCommand(newMCPCmd(g), newGitCredentialCmd(g), newWatchCmd(g))
+	root.AddCommand(newMCPCmd(g), newGitCredentialCmd(g), newWatchCmd(g), newHookCmd(g))
+	root.AddCommand(newSetupCmds(g)...)
 	strictCommands(root)
 	return root
 }

@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/structjson"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -39,13 +39,9 @@ func newJobEnqueueCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &agwpv1.EnqueueJobRequest{Kind: args[0], Priority: priority, MaxAttempts: maxAttempts, UniqueKey: uniqueKey}
 			if payload != "" {
-				var m map[string]any
-				if err := json.Unmarshal([]byte(payload), &m); err != nil {
-					return fmt.Errorf("--payload: not a JSON object: %v", err)
-				}
-				s, err := structpb.NewStruct(m)
+				s, err := structjson.Unmarshal([]byte(payload))
 				if err != nil {
-					return fmt.Errorf("--payload: %v", err)
+					return fmt.Errorf("--payload: not a JSON object: %v", err)
 				}
 				req.Payload = s
 			}

@@ -77,19 +77,6 @@ and each request at DEBUG (--log-level debug).`,
 	return cmd
 }
 
-// serveProcs answers how many Go processors ag serve runs st with, given the runtime's
-// default and the GOMAXPROCS variable. On SQLite one more than the default: the one writer
-// makes many short calls into SQLite, each holding a processor that nothing else can use
-// meanwhile, and the whole queue waits on the writer. On 2 cores, 3 processors made batched
-// claim+complete about 19% faster with the audit log and 6% without it (docs/benchmarks.md).
-// A GOMAXPROCS the operator set is kept as it is.
-func serveProcs(st store.Store, procs int, env string) int {
-	if _, ok := st.(*sqlite.DB); ok && env == "" {
-		return procs + 1
-	}
-	return procs
-}
-
 // OpenStore opens the store a --db value names: "sqlite:PATH", "postgres://..." or
 // "postgresql://...".
 func OpenStore(ctx context.Context, db string, opts store.Options) (store.Store, error) {
@@ -162,7 +149,7 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 		return fmt.Errorf("open store %s: %w", serveconfig.RedactDSN(o.db), err)
 	}
 	defer st.Close()
-	if procs := serveProcs(st, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); procs != runtime.GOMAXPROCS(0) {
+	if procs := serveconfig.Procs(o.db, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); procs != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(procs)
 	}
 

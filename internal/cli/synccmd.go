@@ -32,6 +32,8 @@ changes nothing (exit code 4) unless told how to go on:
 			ws, err := g.workspace(cmd.Context())
 			if err != nil {
 				return err
+			} else if g.tree != nil {
+				return g.gitSync(cmd.Context(), opts.Merge || len(theirs)+len(ours) > 0)
 			}
 			if opts.Theirs, err = ws.Checkout.RepoPaths(g.dir, theirs); err != nil {
 				return err

@@ -37,12 +37,16 @@ var rules = []struct {
 	{dir: "internal/gate", forbidden: []string{"client"}},
 	{dir: "internal/server", forbidden: []string{"client"}},
 	{dir: "internal/gitstore", forbidden: []string{"internal/store", "internal/server"}},
+	// The forge mirror pushes from the store's objects; the server wires it, the SDK is not its.
+	{dir: "internal/mirror", forbidden: []string{"internal/server", "client", "internal/cli", "agwp"}},
 	// What a push carries is read and diffed free of the database and the wire.
 	{dir: "internal/gitpush", forbidden: []string{"internal/store", "internal/server", "client", "internal/cli"}},
 	{dir: "internal/worker", forbidden: []string{"internal/store", "internal/server"}},
 	{dir: "internal/cli", forbidden: []string{"internal/store", "internal/server"},
 		exceptions: []string{"serve.go"}}, // ag serve runs the server over a store
 	{dir: "internal/checkout", forbidden: []string{"internal/server", "internal/store", "internal/cli", "internal/mcp"}},
+	// A git working tree is a workspace through git and the SDK, as a checkout is.
+	{dir: "internal/gitwork", forbidden: []string{"internal/server", "internal/store", "internal/cli", "internal/mcp"}},
 	// MCP acts through the checkout and the SDK, as the command line does, not through it.
 	{dir: "internal/mcp", forbidden: []string{"internal/cli", "internal/server", "internal/store"}},
 	// The engines of ag repo import and ag audit talk to the server through the SDK alone.

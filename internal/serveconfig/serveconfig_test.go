@@ -31,3 +31,24 @@ func TestChecks(t *testing.T) {
 		t.Errorf("RedactDSN = %q, want %q", got, want)
 	}
 }
+
+// TestProcs ensures ag serve runs a SQLite store with one Go processor more than the
+// runtime's default, a PostgreSQL store with the default, and either with the GOMAXPROCS an
+// operator set.
+func TestProcs(t *testing.T) {
+	for _, c := range []struct {
+		db    string
+		procs int
+		env   string
+		want  int
+	}{
+		{"sqlite:./ag-data/ag.db", 2, "", 3},
+		{"sqlite:./ag-data/ag.db", 2, "2", 2},
+		{"postgres://ag@db/ag", 2, "", 2},
+		{"postgresql://ag@db/ag", 4, "4", 4},
+	} {
+		if got := serveconfig.Procs(c.db, c.procs, c.env); got != c.want {
+			t.Errorf("Procs(%q) with %d processors and GOMAXPROCS=%q = %d, want %d", c.db, c.procs, c.env, got, c.want)
+		}
+	}
+}
