@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -55,32 +54,7 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 	if g.json {
 		return g.printJSON(shown.Repository)
 	}
-	repo, tree, change := shown.Repository.GetRepository(), shown.Tree, shown.LastChange
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	termPrintf(tw, "repository\t%s\n", repo.GetName())
-	termPrintf(tw, "mainline\t%s\n", repo.GetMainline())
-	termPrintf(tw, "tree\t%s (%s)\n", tree.GetTreeDigest(), repoview.DescribeEntries(tree.GetEntries()))
-	for _, e := range tree.GetEntries() {
-		if e.GetMode() == "160000" {
-			// Another repository's commit, which ag neither holds nor checks out: name it,
-			// as git's own `git submodule status` would.
-			termPrintf(tw, "submodule\t%s at %s\n", e.GetPath(), e.GetGitlinkCommit())
-		}
-	}
-	if change != nil {
-		termPrintf(tw, "last change\t%s by %s: %s\n", change.GetId(), change.GetAuthor(), checkout.FirstLineOf(change.GetMessage()))
-		if d := change.GetAttestationDigest(); d != "" {
-			termPrintf(tw, "attestation\t%s (ag attestation get %s)\n", d, d)
-		} else {
-			fmt.Fprintf(tw, "attestation\tnone: integrated without validation\n")
-		}
-	}
-	if v := repo.GetValidation(); v != nil {
-		termPrintf(tw, "validation\t%s\n", repoview.DescribePolicy(v))
-	} else {
-		fmt.Fprintf(tw, "validation\tnone: changes integrate at once\n")
-	}
-	if err := tw.Flush(); err != nil {
+	if err := repoview.WriteSummary(g.stdout, shown); err != nil {
 		return err
 	}
 	q, err := repoview.Queue(ctx, c, name)
@@ -89,49 +63,9 @@ func showRepository(ctx context.Context, g *globals, c *client.Client, name stri
 	}
 	if len(q.GetCandidates()) > 0 || len(q.GetWaiting()) > 0 {
 		fmt.Fprintln(g.stdout)
-		printQueue(g.stdout, q)
+		repoview.WriteQueue(g.stdout, q)
 	}
 	return nil
-}
-
-// printQueue shows a repository's integration queue: the candidates in flight, then the
-// changes waiting to be built.
-func printQueue(w io.Writer, q *agwpv1.GetQueueResponse) {
-	termPrintf(w, "queue: %s in flight, %s waiting (depth %d, batch %d)\n",
-		plural(len(q.GetCandidates()), "candidate"), plural(len(q.GetWaiting()), "change"), q.GetDepth(), max(q.GetBatch(), 1))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if len(q.GetCandidates()) > 0 {
-		// A LANE column only for a queue with lanes: "-" is the whole tree.
-		lanes := slices.ContainsFunc(q.GetCandidates(), func(c *agwpv1.Candidate) bool { return c.GetLane() != "" })
-		header, row := "  #\tCANDIDATE\tSTATE\t", "  %d\t%s\t%s\t"
-		if lanes {
-			header, row = header+"LANE\t", row+"%s\t"
-		}
-		fmt.Fprintln(tw, header+"CHANGES\tON\tWORKER\tPROGRESS")
-		for _, c := range q.GetCandidates() {
-			cells := []any{c.GetPosition(), c.GetId(), checkout.CandidateStateName(c.GetState())}
-			if lanes {
-				cells = append(cells, dash(c.GetLane()))
-			}
-			cells = append(cells, strings.Join(c.GetChanges(), ","), c.GetParentRevision(), dash(strings.Join(c.GetWorkers(), ",")), dash(c.GetProgress()))
-			termPrintf(tw, row+"%s\t%s\t%s\t%s\n", cells...)
-		}
-	}
-	if len(q.GetWaiting()) > 0 {
-		fmt.Fprintln(tw, "  \tWAITING\tAUTHOR\tPATHS\tCREATED\tMESSAGE\t")
-		for _, ch := range q.GetWaiting() {
-			termPrintf(tw, "  \t%s\t%s\t%d\t%s\t%s\t\n", ch.GetId(), ch.GetAuthor(), len(ch.GetPaths()), formatTime(ch.GetCreatedAt()),
-				checkout.FirstLineOf(ch.GetMessage()))
-		}
-	}
-	_ = tw.Flush()
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func newChangeCmd(g *globals) *cobra.Command {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -21,6 +20,7 @@ import (
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/gitwork"
+	"github.com/ag-coord/ag/internal/suggest"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -326,7 +326,7 @@ func unknownSubcommand(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	return withExit(ExitUsage, fmt.Errorf("unknown command %q for %q%s (%s --help lists them)",
-		args[0], cmd.CommandPath(), didYouMean(cmd.SuggestionsFor(args[0])), cmd.CommandPath()))
+		args[0], cmd.CommandPath(), suggest.DidYouMean(cmd.SuggestionsFor(args[0])), cmd.CommandPath()))
 }
 
 // flagError is every command's answer to a flag it cannot parse. On a command that groups
@@ -343,47 +343,11 @@ func flagError(cmd *cobra.Command, err error) error {
 	if ok {
 		var close []string
 		cmd.Flags().VisitAll(func(f *pflag.Flag) {
-			if !f.Hidden && (levenshtein(name, f.Name) <= 2 || strings.HasPrefix(f.Name, name)) {
+			if !f.Hidden && (suggest.Distance(name, f.Name) <= 2 || strings.HasPrefix(f.Name, name)) {
 				close = append(close, "--"+f.Name)
 			}
 		})
-		msg += didYouMean(close)
+		msg += suggest.DidYouMean(close)
 	}
 	return withExit(ExitUsage, fmt.Errorf("%s (%s --help lists the flags)", msg, cmd.CommandPath()))
-}
-
-// didYouMean phrases suggestions for the end of an error message.
-func didYouMean(suggestions []string) string {
-	switch len(suggestions) {
-	case 0:
-		return ""
-	case 1:
-		return fmt.Sprintf(". Did you mean %q?", suggestions[0])
-	}
-	quoted := make([]string, len(suggestions))
-	for i, s := range suggestions {
-		quoted[i] = strconv.Quote(s)
-	}
-	return ". Did you mean " + strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1] + "?"
-}
-
-// levenshtein answers the edit distance of two short strings.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

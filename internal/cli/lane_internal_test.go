@@ -7,6 +7,7 @@ import (
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/repoview"
 )
 
 // TestCandidateLaneShown ensures a candidate of a policy lane says so wherever the command line
@@ -21,7 +22,7 @@ func TestCandidateLaneShown(t *testing.T) {
 		Changes: []string{"chg_2", "chg_3"}, ParentRevision: "rev_m", Position: 2}
 
 	var out bytes.Buffer
-	printQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{web, root}, Depth: 2, Batch: 2})
+	repoview.WriteQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{web, root}, Depth: 2, Batch: 2})
 	lines := strings.Split(out.String(), "\n")
 	if len(lines) < 4 || strings.Fields(lines[1])[3] != "LANE" ||
 		strings.Join(strings.Fields(lines[2])[:5], " ") != "1 cnd_w validating web chg_1" ||
@@ -29,7 +30,7 @@ func TestCandidateLaneShown(t *testing.T) {
 		t.Errorf("queue with a lane's candidate:\n%s\nwant a LANE column, web for cnd_w and - for cnd_r", out.String())
 	}
 	out.Reset()
-	printQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{root}, Depth: 2, Batch: 2})
+	repoview.WriteQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{root}, Depth: 2, Batch: 2})
 	if strings.Contains(out.String(), "LANE") || !strings.Contains(out.String(), "  #  CANDIDATE  STATE   CHANGES      ON") {
 		t.Errorf("queue without lanes:\n%s\nwant the columns as before lanes", out.String())
 	}

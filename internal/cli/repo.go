@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,7 @@ import (
 
 func newRepoCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "repo", Short: "create, list and import repositories"}
-	cmd.AddCommand(newRepoCreateCmd(g), newRepoSetValidationCmd(g), newRepoShowCmd(g), newRepoQueueCmd(g), newRepoListCmd(g), newRepoImportCmd(g))
+	cmd.AddCommand(newRepoCreateCmd(g), newRepoSetValidationCmd(g), newRepoShowCmd(g), newRepoQueueCmd(g), newRepoListCmd(g), newRepoImportCmd(g), newRepoSetMirrorCmd(g))
 	return cmd
 }
 
@@ -168,10 +169,10 @@ func newRepoListCmd(g *globals) *cobra.Command {
 }
 
 func newRepoImportCmd(g *globals) *cobra.Command {
-	var holder, message string
+	var holder, message, credentialFile string
 	var filesOnly, dryRun bool
 	importCmd := &cobra.Command{
-		Use:   "import NAME DIR",
+		Use:   "import NAME DIR|URL",
 		Short: "start a repository from a git history, or load a folder's files into a repository's mainline",
 		Long: `When DIR is a git repository (it holds .git), creates the repository NAME from the history
 its HEAD reaches, keeping every commit's id: the mainline is HEAD, agents' changes become
@@ -182,7 +183,9 @@ executable files, symbolic links and submodules are kept as git has them. Before
 uploaded, every tree of the history is checked: when some name is one ag refuses (not UTF-8, a
 control character, .git or .ag, too long), the import lists every such path with its rule and
 the commit that brings it in, and writes nothing. --dry-run does the same checks and says what
-the import would upload, uploading nothing.
+the import would upload, uploading nothing. A URL (https://, http://, git://) is fetched over
+git's protocol first, its default branch's history, with --credential-file for a forge that
+asks for one.
 
 Otherwise, or with --files, loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
@@ -198,6 +201,18 @@ files: import first, then set the policy.`,
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			if importer.IsRemote(args[1]) {
+				credential, err := readCredential(credentialFile)
+				if err != nil {
+					return err
+				}
+				dir, remove, err := importer.FetchRemote(cmd.Context(), args[1], credential, g.stderr)
+				if err != nil {
+					return err
+				}
+				defer remove()
+				return importGit(cmd.Context(), g, c, args[0], dir, dryRun)
 			}
 			if !filesOnly && importer.IsGitRepository(args[1]) {
 				if cmd.Flags().Changed("message") || cmd.Flags().Changed("holder") {
@@ -215,6 +230,7 @@ files: import first, then set the policy.`,
 	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "check what the import would refuse (every name, with its rule) or send, sending nothing")
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
+	importCmd.Flags().StringVar(&credentialFile, "credential-file", "", "a file holding the forge's credential for a URL: user:token, or a token")
 	return importCmd
 }
 
@@ -236,7 +252,7 @@ func newRepoQueueCmd(g *globals) *cobra.Command {
 				return g.printJSON(q)
 			}
 			termPrintf(g.stdout, "mainline %s\n", q.GetMainline())
-			printQueue(g.stdout, q)
+			repoview.WriteQueue(g.stdout, q)
 			return nil
 		},
 	}
@@ -341,5 +357,66 @@ func newCheckoutCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&holder, "holder", "", "your holder label in this checkout (default: the directory's name)")
+	return cmd
+}
+
+// readCredential reads a forge's credential from file, none for "".
+func readCredential(file string) ([]byte, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, withExit(ExitUsage, err)
+	}
+	return b, nil
+}
+
+func newRepoSetMirrorCmd(g *globals) *cobra.Command {
+	var credentialFile, branch string
+	var remove bool
+	cmd := &cobra.Command{
+		Use:   "set-mirror NAME [URL]",
+		Short: "push the repository's mainline to the team's forge after every landing, never forcing",
+		Long: `After every landing, and at once, the server pushes the mainline to URL's branch (--branch,
+default main) over git's smart HTTP protocol. A forge branch holding a commit the mainline does
+not is never overwritten: the mirror is said to have diverged (ag repo show, the console, the
+ag_mirror_state metric, an audit event) and ag keeps landing. --credential-file names a file
+holding user:token (or a token alone), which the server keeps and never shows. --remove
+removes the mirror. Admins only.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &agwpv1.SetMirrorRequest{Repository: args[0], Branch: branch}
+			switch {
+			case remove == (len(args) == 2):
+				return withExit(ExitUsage, errors.New("give the forge's URL, or --remove"))
+			case len(args) == 2:
+				req.Url = args[1]
+			}
+			credential, err := readCredential(credentialFile)
+			if err != nil {
+				return err
+			}
+			req.Credential = string(credential)
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Repos.SetMirror(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.GetRepository())
+			}
+			if m := res.GetRepository().GetMirror(); m != nil {
+				return termPrintf(g.stdout, "%s mirrors to %s\n", args[0], repoview.DescribeMirror(m))
+			}
+			return termPrintf(g.stdout, "%s has no forge mirror now\n", args[0])
+		},
+	}
+	cmd.Flags().StringVar(&credentialFile, "credential-file", "", "a file holding the forge's credential: user:token, or a token")
+	cmd.Flags().StringVar(&branch, "branch", "main", "the forge's branch")
+	cmd.Flags().BoolVar(&remove, "remove", false, "remove the mirror")
 	return cmd
 }

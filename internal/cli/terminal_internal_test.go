@@ -14,6 +14,7 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/repoview"
 )
 
 // hostile is what an agent writes wherever it may: it clears the screen, writes the clipboard
@@ -97,7 +98,7 @@ func TestPrintersEscapeAgentText(t *testing.T) {
 	}
 
 	out.Reset()
-	printQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{candidate}, Waiting: []*agwpv1.Change{change}, Depth: 1})
+	repoview.WriteQueue(&out, &agwpv1.GetQueueResponse{Candidates: []*agwpv1.Candidate{candidate}, Waiting: []*agwpv1.Change{change}, Depth: 1})
 	shown = checkPrinted(t, "ag repo queue", out.String())
 	if strings.Count(shown, "\n") != 5 || !strings.Contains(shown, hostileShown) || !strings.Contains(shown, hostileFirstLineShown+"  \n") {
 		t.Errorf("ag repo queue printed:\n%s\nwant one line per candidate and per change, the progress, workers and message escaped", shown)

