@@ -276,3 +276,29 @@ func TestGitPushWaitsForTheGate(t *testing.T) {
 		})
 	}
 }
+
+// TestGitPushToMainWhenItFastForwards ensures a push to main itself is taken when it
+// fast-forwards from the mainline's commit, and refused, saying to fetch, when main moved on
+// since; a push to another branch is refused naming what is allowed.
+func TestGitPushToMainWhenItFastForwards(t *testing.T) {
+	t.Parallel()
+	f := newPushFixture(t, "sqlite", nil)
+	f.lease("wt", "src/")
+	f.commit(f.dir, "Straight to main", map[string]string{"src/a.go": "package a // main\n"})
+	if out, ok := f.push(f.dir, "origin", "HEAD:main"); !ok || !strings.Contains(out, "remote: landed as ") {
+		t.Fatalf("a fast-forward push to main = ok %v:\n%s", ok, out)
+	}
+	out, ok := f.push(f.dir, "origin", "HEAD:refs/heads/topic")
+	if ok || !strings.Contains(out, "ag takes pushes to refs/for/main (or main when it fast-forwards), not refs/heads/topic") {
+		t.Fatalf("a push to another branch = ok %v:\n%s", ok, out)
+	}
+	// main moved on (ag wrote its own commit): a push to main from the old one is not a
+	// fast-forward, and git, told main's new commit, refuses it itself.
+	f.commit(f.dir, "More", map[string]string{"src/b.go": "package a\n"})
+	if out, ok := f.push(f.dir, "origin", "HEAD:main"); ok || !strings.Contains(out, "rejected") {
+		t.Fatalf("a push to main that does not fast-forward = ok %v:\n%s", ok, out)
+	}
+	if out, ok := f.push(f.dir); !ok || !strings.Contains(out, "landed as") {
+		t.Fatalf("the same commits pushed to refs/for/main = ok %v:\n%s", ok, out)
+	}
+}
