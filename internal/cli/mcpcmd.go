@@ -11,10 +11,11 @@ func newMCPCmd(g *globals) *cobra.Command {
 	var insecureListen bool
 	cmd := &cobra.Command{
 		Use:   "mcp",
-		Short: "an MCP server on stdio for the agent whose token is AG_TOKEN, in the checkout that is its working directory",
-		Long: `Serves the Model Context Protocol for one agent in one checkout (made by ag checkout): tools to
-see where the checkout stands, lease files, integrate the edits, sync, and follow changes and
-jobs, and the repository's mainline as resources. It speaks on stdin and stdout; with --http
+		Short: "an MCP server on stdio for the agent whose token is AG_TOKEN, in the working copy that is its working directory",
+		Long: `Serves the Model Context Protocol for one agent in one working copy (made by ag checkout, or a git
+working tree made by ag clone or ag init, where integrate commits and pushes to refs/for/main):
+tools to see where the working copy stands, lease files, integrate the edits, sync, and follow
+changes and jobs, and the repository's mainline as resources. It speaks on stdin and stdout; with --http
 ADDR, streamable HTTP on ADDR at /mcp instead, where every request must carry
 "Authorization: Bearer <token>" with the token of --http-token or $` + mcp.HTTPTokenEnv + ` (a random
 one, printed once to stderr, when neither is set). docs/agents.md shows an MCP host's

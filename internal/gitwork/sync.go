@@ -99,13 +99,24 @@ type SyncResult struct {
 // *checkout.ConflictError saying what to do; git's other refusals (uncommitted changes among
 // them) answer git's own words. token is given to git's credential helper as Clone gives it.
 func (t *Tree) Sync(ctx context.Context, token string) (*SyncResult, error) {
+	return t.pull(ctx, token, false)
+}
+
+// pull is Sync; with autostash, the local changes are set aside for the rebase and put back
+// after it, as after a push of some of them, when the rest must not keep the tree from the
+// mainline the push landed on. git words it when they do not go back cleanly.
+func (t *Tree) pull(ctx context.Context, token string, autostash bool) (*SyncResult, error) {
 	remote, err := t.Remote()
 	if err != nil {
 		return nil, err
 	}
 	res := &SyncResult{Remote: remote, Conflicts: []string{}}
 	res.From = t.head(ctx)
-	_, pullErr := gitCtx(ctx, t.Root, helperEnv(token), "pull", "--rebase", remote, MainBranch)
+	args := []string{"pull", "--rebase"}
+	if autostash {
+		args = append(t.identity(ctx), append(args, "--autostash")...)
+	}
+	_, pullErr := gitCtx(ctx, t.Root, helperEnv(token), append(args, remote, MainBranch)...)
 	if out, err := gitCtx(ctx, t.Root, nil, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}"); err == nil {
 		res.Mainline = strings.TrimSpace(out)
 	}

@@ -21,14 +21,16 @@ import (
 
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/gitwork"
 )
 
 // HTTPTokenEnv holds the bearer an MCP host must send to `ag mcp --http`.
 const HTTPTokenEnv = "AG_MCP_HTTP_TOKEN"
 
-// Config is what `ag mcp` serves: the agent with Token in the checkout at Dir, on Server.
+// Config is what `ag mcp` serves: the agent with Token in the working copy at Dir (an ag
+// checkout, or a git working tree from ag clone or ag init), on Server.
 type Config struct {
-	Dir    string // the checkout's root
+	Dir    string // the working copy's root
 	Server string
 	Token  string // default $AG_TOKEN
 	// HTTPAddr, when set, serves streamable HTTP there instead of stdio, to requests carrying
@@ -62,9 +64,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	return serveHTTP(ctx, srv, cfg.HTTPAddr, httpToken, cfg.InsecureListen, cfg.Stderr)
 }
 
-// agent is what the MCP tools act for: one agent, with its token, in one checkout.
+// agent is what the MCP tools act for: one agent, with its token, in one working copy: an ag
+// checkout, or a git working tree set up for ag by ag clone or ag init.
 type agent struct {
-	dir   string // the checkout's root
+	dir   string // the working copy's root
 	c     *client.Client
 	token string // kept only to scrub it from whatever the tools answer
 
@@ -81,9 +84,38 @@ func newAgent(dir, server, token string) *agent {
 }
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands
-// in the same checkout between two tool calls.
+// in the same checkout between two tool calls. In a git working tree it is the tree's, whose
+// leases are those the server lists as its holder's.
 func (a *agent) workspace(ctx context.Context) (*checkout.Workspace, error) {
-	return checkout.Open(ctx, a.dir, a.c)
+	co, t, err := a.find()
+	switch {
+	case err != nil:
+		return nil, err
+	case t != nil:
+		return t.Workspace(ctx, a.c)
+	}
+	return checkout.NewWorkspace(ctx, co, a.c)
+}
+
+// find finds the working copy at the agent's directory as the command line does: an ag
+// checkout, else the git working tree set up for ag there (t), else the checkout's refusal.
+func (a *agent) find() (co *checkout.Checkout, t *gitwork.Tree, err error) {
+	co, err = checkout.Find(a.dir)
+	var none *checkout.NotFoundError
+	if !errors.As(err, &none) {
+		return co, nil, err
+	}
+	t, gitErr := gitwork.Find(a.dir)
+	if errors.Is(gitErr, gitwork.ErrNotGit) {
+		return nil, nil, err
+	}
+	return nil, t, gitErr
+}
+
+// gitTree answers the git working tree the agent works in, nil in an ag checkout.
+func (a *agent) gitTree() (*gitwork.Tree, error) {
+	_, t, err := a.find()
+	return t, err
 }
 
 // scrub removes the agent's token from a text an MCP host will see. No tool puts it there on

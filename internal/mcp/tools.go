@@ -22,38 +22,45 @@ import (
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
+	"github.com/ag-coord/ag/internal/gitwork"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
 // instructions is what an MCP host may put before its model: the loop the tools serve.
-const instructions = "ag coordinates many agents editing one repository. You work in a checkout on disk (your " +
-	"working directory); other agents work in theirs. Before editing a file, lease it (lease_acquire): " +
-	"a lease is exclusive and expires. Edit the files on disk, then integrate: the server accepts " +
-	"your edits only while your leases are current. Release leases you no longer need. Call sync to " +
-	"bring in the others' changes (it never overwrites your edits), and status to see your edits, " +
-	"leases and whether the mainline moved on."
+const instructions = "ag coordinates many agents editing one repository. You work in a working copy on disk " +
+	"(your working directory: an ag checkout, or a git working tree set up by ag clone); other agents work in " +
+	"theirs. Before editing a file, lease it (lease_acquire): a lease is exclusive and expires. Edit the files " +
+	"on disk, then integrate: the server accepts your edits only while your leases are current. Release " +
+	"leases you no longer need. Call sync to bring in the others' changes (it never overwrites your edits), " +
+	"and status to see your edits, leases and whether the mainline moved on."
 
 // newServer answers the MCP server of agent a: its tools and resources.
 func newServer(a *agent) (*mcp.Server, error) {
-	co, err := checkout.Find(a.dir)
+	co, t, err := a.find()
 	if err != nil {
 		return nil, err
 	}
+	var repository string
+	if co != nil {
+		repository = co.Repository
+	} else {
+		repository = t.Repository
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "ag", Title: "ag: leases and integration for coding agents", Version: "1"},
 		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{}})
-	addTool(s, a, &mcp.Tool{Name: "status", Description: "Where this checkout stands: local edits against its base revision, the leases it holds with the time left, the mainline revision, and whether the checkout is behind it."}, a.status)
-	addTool(s, a, &mcp.Tool{Name: "lease_acquire", Description: "Lease files (src/a.go) or directories (src/, everything under it) of the repository for exclusive editing. Paths are relative to the checkout's root. Refused when another holder's lease overlaps, naming it, unless it goes within wait."}, a.leaseAcquire)
-	addTool(s, a, &mcp.Tool{Name: "lease_renew", Description: "Extend this checkout's leases (all, or the ones named) before they expire. A lease that was lost (expired and granted to another, or broken) is dropped and reported."}, a.leaseRenew)
-	addTool(s, a, &mcp.Tool{Name: "lease_release", Description: "Release this checkout's leases: all, or those named by id or covering the given paths. Release what you no longer edit, so others can lease it."}, a.leaseRelease)
-	addTool(s, a, &mcp.Tool{Name: "lease_list", Description: "The active leases of this checkout, or with all=true every active lease in the repository with its holder: who works on what, until when.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.leaseList)
-	addTool(s, a, &mcp.Tool{Name: "integrate", Description: "Send the checkout's local edits (all, or those under paths) to the mainline under the leases this checkout holds. Answers the change: integrated (the checkout is then synced to it), queued or validating (when the repository validates changes: follow it with change_show, or pass wait=true), or rejected with the failing output's tail."}, a.integrate)
-	addTool(s, a, &mcp.Tool{Name: "sync", Description: "Bring the checkout to the mainline: the files others changed are written, deleted or added. A text file you edited that the mainline changed too is merged three ways; a clean merge stays your local edit on the new mainline. When a file does not merge, nothing is changed and the conflicts are listed, unless you say how to go on: theirs (take the mainline's version), ours (keep yours), or merge=true (conflict markers in the file)."}, a.sync)
-	addTool(s, a, &mcp.Tool{Name: "diff", Description: "Your local edits (all, or under paths) as unified diffs against the checkout's base revision.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.diff)
-	addTool(s, a, &mcp.Tool{Name: "revert", Description: "Drop the local edits of files or directories (a/): a modified or deleted file goes back to the base revision, an added one is removed."}, a.revert)
+	addTool(s, a, &mcp.Tool{Name: "status", Description: "Where your working copy stands: local edits against its base revision (HEAD in a git working tree), the leases you hold with the time left, the mainline, and whether the working copy is behind it."}, a.status)
+	addTool(s, a, &mcp.Tool{Name: "lease_acquire", Description: "Lease files (src/a.go) or directories (src/, everything under it) of the repository for exclusive editing. Paths are relative to the working copy's root. Refused when another holder's lease overlaps, naming it, unless it goes within wait."}, a.leaseAcquire)
+	addTool(s, a, &mcp.Tool{Name: "lease_renew", Description: "Extend your leases (all, or the ones named) before they expire. A lease that was lost (expired and granted to another, or broken) is dropped and reported."}, a.leaseRenew)
+	addTool(s, a, &mcp.Tool{Name: "lease_release", Description: "Release your leases: all, or those named by id or covering the given paths. Release what you no longer edit, so others can lease it."}, a.leaseRelease)
+	addTool(s, a, &mcp.Tool{Name: "lease_list", Description: "Your active leases, or with all=true every active lease in the repository with its holder: who works on what, until when.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.leaseList)
+	addTool(s, a, &mcp.Tool{Name: "integrate", Description: "Send your local edits (all, or those under paths) to the mainline under your leases; in a git working tree, commit them and push to refs/for/main. Answers the change: integrated (the working copy is then brought to it), queued or validating (when the repository validates changes: follow it with change_show, or pass wait=true), or rejected with the failing output's tail."}, a.integrate)
+	addTool(s, a, &mcp.Tool{Name: "sync", Description: "Bring the working copy to the mainline (in a git working tree: git pull --rebase, without theirs, ours or merge). In a checkout, the files others changed are written, deleted or added. A text file you edited that the mainline changed too is merged three ways; a clean merge stays your local edit on the new mainline. When a file does not merge, nothing is changed and the conflicts are listed, unless you say how to go on: theirs (take the mainline's version), ours (keep yours), or merge=true (conflict markers in the file)."}, a.sync)
+	addTool(s, a, &mcp.Tool{Name: "diff", Description: "Your local edits (all, or under paths) as unified diffs against the base revision (HEAD in a git working tree, new files as additions).", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.diff)
+	addTool(s, a, &mcp.Tool{Name: "revert", Description: "Drop the local edits of files or directories (a/): a modified or deleted file goes back to the base revision (HEAD in a git working tree), an added one is removed."}, a.revert)
 	addTool(s, a, &mcp.Tool{Name: "change_show", Description: "A change by id: its state (queued, validating, integrated, rejected, cancelled), place in the queue, revisions and, when rejected, the reason with the failing output's tail. wait=true waits up to 60 s for it to be final.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.changeShow)
 	addTool(s, a, &mcp.Tool{Name: "job_list", Description: "Jobs of the server's queue, newest first (validate jobs among them): for operators following validation runs.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobList)
 	addTool(s, a, &mcp.Tool{Name: "job_show", Description: "One job by id, with its payload, result and the tail of its output.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobShow)
-	addResources(s, a, co.Repository)
+	addResources(s, a, repository)
 	return s, nil
 }
 
@@ -204,10 +211,19 @@ type statusOut struct {
 	Submodules   []checkout.Submodule `json:"submodules" jsonschema:"the base revision's submodules, each at its commit: ag does not fetch them, their directories stay empty, and nothing in them is integrated"`
 	Leases       []leaseView          `json:"leases" jsonschema:"the leases this checkout holds, with the time left"`
 	Unleased     []string             `json:"unleased" jsonschema:"edited paths no active lease of this checkout covers: lease them before integrate"`
+	// A git working tree's: its base_revision is HEAD's commit.
+	MainlineCommit string           `json:"mainline_commit,omitempty" jsonschema:"in a git working tree: the mainline's git commit"`
+	Unpushed       []string         `json:"unpushed,omitempty" jsonschema:"in a git working tree: commits of HEAD the mainline lacks (id and subject), which integrate pushes"`
+	GitStatus      []gitwork.Change `json:"git_status,omitempty" jsonschema:"in a git working tree: git status --short's entries, status XY (index, then working tree)"`
 }
 
 func (a *agent) status(ctx context.Context, _ *mcp.CallToolRequest, _ statusIn) (*mcp.CallToolResult, statusOut, error) {
 	var out statusOut
+	if t, err := a.gitTree(); err != nil {
+		return nil, out, err
+	} else if t != nil {
+		return a.gitStatus(ctx, t)
+	}
 	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
@@ -552,6 +568,7 @@ type integrateOut struct {
 	Change changeView `json:"change"`
 	Synced bool       `json:"synced" jsonschema:"the checkout was brought to the integrated revision"`
 	Next   string     `json:"next" jsonschema:"what to do now"`
+	Commit string     `json:"commit,omitempty" jsonschema:"in a git working tree: the commit pushed"`
 }
 
 func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in integrateIn) (*mcp.CallToolResult, integrateOut, error) {
@@ -562,6 +579,11 @@ func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in inte
 	only, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
 		return nil, out, err
+	}
+	if t, err := a.gitTree(); err != nil {
+		return nil, out, err
+	} else if t != nil {
+		return a.gitIntegrate(ctx, req, t, in.Message, only, in.Wait)
 	}
 	ws, err := a.workspace(ctx)
 	if err != nil {
@@ -688,6 +710,11 @@ func (a *agent) sync(ctx context.Context, _ *mcp.CallToolRequest, in syncIn) (*m
 	if p := opts.BothSides(); p != "" {
 		return nil, out, fmt.Errorf("%s is in both theirs and ours: name each path in one of them", p)
 	}
+	if t, err := a.gitTree(); err != nil {
+		return nil, out, err
+	} else if t != nil {
+		return a.gitSync(ctx, t, opts)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ws, err := a.workspace(ctx)
@@ -783,6 +810,11 @@ func (a *agent) diff(ctx context.Context, _ *mcp.CallToolRequest, in diffIn) (*m
 	if len(sel) == 0 {
 		sel = nil
 	}
+	if t, err := a.gitTree(); err != nil {
+		return nil, out, err
+	} else if t != nil {
+		return a.gitDiff(ctx, t, sel)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ws, err := a.workspace(ctx)
@@ -818,6 +850,11 @@ func (a *agent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revertIn)
 	sel, err := repoPaths("paths", in.Paths, true)
 	if err != nil {
 		return nil, out, err
+	}
+	if t, err := a.gitTree(); err != nil {
+		return nil, out, err
+	} else if t != nil {
+		return a.gitRevert(ctx, t, sel)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
