@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // gitAgent is an agent that knows git and `ag lease` only: a working tree from `ag clone`,
@@ -37,6 +40,23 @@ func (a *gitAgent) git(args ...string) (string, bool) {
 	cmd.Env = append(cmd.Env, "AG_TOKEN="+a.token, "AG_SERVER="+a.url, "GIT_AUTHOR_NAME="+a.name)
 	out, err := cmd.CombinedOutput()
 	return string(out), err == nil
+}
+
+// mcp starts `ag mcp` in the agent's tree, as an MCP host would, with its token in the
+// environment: the agent then reaches ag only through MCP tools.
+func (a *gitAgent) mcp(t *testing.T) *mcpAgent {
+	t.Helper()
+	cmd := exec.Command(agBin, "mcp")
+	cmd.Dir = a.dir
+	cmd.Env = cleanEnv("AG_TOKEN="+a.token, "AG_SERVER="+a.url, "HOME="+a.home, "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME="+a.name, "GIT_AUTHOR_EMAIL="+a.name+"@example.com", "GIT_COMMITTER_NAME="+a.name, "GIT_COMMITTER_EMAIL="+a.name+"@example.com")
+	cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "e2e-host", Version: "1"}, nil).
+		Connect(context.Background(), &mcpsdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to ag mcp for %s: %v", a.name, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return &mcpAgent{name: a.name, dir: a.dir, cs: cs}
 }
 
 func (a *gitAgent) must(t *testing.T, args ...string) string {
@@ -85,9 +105,9 @@ func forgeServer(t *testing.T, run func(dir string, args ...string) string) stri
 	return srv.URL + "/app.git"
 }
 
-// TestAgentsThatKnowGit is the "done when" of git push into the gate: three agents change one
-// repository at once, two through git alone (clone, commit, push, pull --rebase) and `ag
-// lease`, one over `ag mcp`: a push of a path another holds is refused saying who holds it, a
+// TestAgentsThatKnowGit is the "done when" of git push into the gate: three agents in three git
+// working trees from `ag clone` change one repository at once, two through git alone (commit,
+// push, pull --rebase) and `ag lease`, one over `ag mcp`: a push of a path another holds is refused saying who holds it, a
 // push the gate rejects prints the failing test's output as remote: lines and exits non-zero,
 // the other changes land, and the team's forge, mirrored on loopback, holds exactly the commits
 // a clone from ag shows.
@@ -111,7 +131,7 @@ func TestAgentsThatKnowGit(t *testing.T) {
 		mustAG(t, g.admin("repo", "set-mirror", "app", forge, "--credential-file", cred)...)
 
 		alice, bob := g.gitAgent(t, "alice"), g.gitAgent(t, "bob")
-		carol := g.mcpAgent(t, "carol")
+		carol := g.gitAgent(t, "carol").mcp(t)
 		alice.ag(t, "lease", "acquire", "a.txt")
 		carol.ok(t, "lease_acquire", map[string]any{"paths": []string{"c.txt"}}, nil)
 
