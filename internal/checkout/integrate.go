@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
@@ -24,6 +25,9 @@ type IntegrateRequest struct {
 	// nowhere).
 	Follow   bool
 	FollowTo io.Writer
+	// FollowFor, when not 0, bounds the follow: the change is then answered as it stands, not
+	// final, so that a caller with a timeout of its own (an MCP host's) keeps track of it.
+	FollowFor time.Duration
 	// Lock, when set, is held while the checkout is synced to the integrated revision: the MCP
 	// server serializes the calls that rewrite the checkout's state.
 	Lock sync.Locker
@@ -104,7 +108,7 @@ func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*Inte
 		return nil, err
 	}
 	if req.Follow && !FinalChange(change.GetState()) {
-		followed, err := FollowChange(ctx, req.FollowTo, ws.Client, change)
+		followed, err := ws.follow(ctx, req, change)
 		if err != nil {
 			return nil, &FollowError{Change: change, Err: err}
 		}
@@ -115,6 +119,25 @@ func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*Inte
 		res.SyncErr = ws.syncAfter(ctx, req.Lock, change.GetIntegratedRevision())
 	}
 	return res, nil
+}
+
+// follow follows change until it is final, or for req.FollowFor when set: then it answers the
+// change as it stands.
+func (ws *Workspace) follow(ctx context.Context, req IntegrateRequest, change *agwpv1.Change) (*agwpv1.Change, error) {
+	if req.FollowFor <= 0 {
+		return FollowChange(ctx, req.FollowTo, ws.Client, change)
+	}
+	bounded, cancel := context.WithTimeout(ctx, req.FollowFor)
+	followed, err := FollowChange(bounded, req.FollowTo, ws.Client, change)
+	cancel()
+	if err == nil || ctx.Err() != nil || bounded.Err() == nil {
+		return followed, err
+	}
+	got, err := ws.Client.Repos.GetChange(ctx, &agwpv1.GetChangeRequest{ChangeId: change.GetId()})
+	if err != nil {
+		return nil, err
+	}
+	return got.GetChange(), nil
 }
 
 // syncAfter brings the checkout, read afresh, to revision under lock (when set).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ag-coord/ag/internal/checkout"
 )
@@ -24,6 +25,9 @@ type PushRequest struct {
 	// Wait follows the change to its verdict; otherwise the push answers once the change is
 	// queued (-o ag.wait=false).
 	Wait bool
+	// WaitFor, when not 0, bounds that wait (-o ag.wait=DURATION): the push then answers the
+	// change as it stands, not final.
+	WaitFor time.Duration
 	// Progress gets the server's lines as they come, "remote: " cut off (nil: nowhere).
 	Progress io.Writer
 	// Lock, when set, is held while Push changes the tree (staging and committing, taking its
@@ -103,8 +107,11 @@ func (t *Tree) Push(ctx context.Context, token string, req PushRequest) (*PushRe
 		return nil, err
 	}
 	args := []string{"push", "--porcelain", "--no-verify", "--no-progress", "-o", "ag.holder=" + t.Holder}
-	if !req.Wait {
+	switch {
+	case !req.Wait:
 		args = append(args, "-o", "ag.wait=false")
+	case req.WaitFor > 0:
+		args = append(args, "-o", "ag.wait="+req.WaitFor.String())
 	}
 	lines := &remoteLines{to: req.Progress}
 	var stdout bytes.Buffer

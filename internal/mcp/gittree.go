@@ -63,7 +63,8 @@ func (a *agent) gitStatus(ctx context.Context, t *gitwork.Tree) (*mcp.CallToolRe
 // change the push made is answered as integrate answers it in a checkout.
 func (a *agent) gitIntegrate(ctx context.Context, req *mcp.CallToolRequest, t *gitwork.Tree, message string, only []string, wait bool) (*mcp.CallToolResult, integrateOut, error) {
 	var out integrateOut
-	res, err := t.Push(ctx, a.token, gitwork.PushRequest{Message: message, Paths: only, Wait: wait, Progress: progressWriter(ctx, req), Lock: &a.mu})
+	res, err := t.Push(ctx, a.token, gitwork.PushRequest{Message: message, Paths: only, Wait: wait, WaitFor: a.toolWait,
+		Progress: progressWriter(ctx, req), Lock: &a.mu})
 	var nothing *checkout.NothingError
 	switch {
 	case errors.As(err, &nothing) && len(nothing.Only) > 0:
@@ -104,7 +105,7 @@ func (a *agent) gitIntegrate(ctx context.Context, req *mcp.CallToolRequest, t *g
 		}
 		return toolFailure(text), out, nil
 	default:
-		out.Next = "the change waits for validation: follow it with change_show (wait=true); keep your leases until it is integrated, then sync"
+		out.Next = stillWaiting(wait, a.toolWait, "keep your leases until it is integrated, then sync")
 	}
 	return nil, out, nil
 }

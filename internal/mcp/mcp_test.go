@@ -613,3 +613,44 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestMCPWaitsEndBeforeTheHostsTimeout ensures no tool call waits past the agent's bound (45 s
+// in ag mcp, a second here): integrate with wait=true on a validation nobody runs answers the
+// change still waiting, with what to do next, not an error; change_show with wait=true answers
+// it as it stands; a lease_acquire asking to wait longer is refused saying how long it may.
+func TestMCPWaitsEndBeforeTheHostsTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newMCPFixture(t, "sqlite")
+	agRun(t, f.srv.URL, f.srv.AdminToken, "repo", "set-validation", "app", "--", "go", "test", "./...")
+	srv, err := agmcp.NewServerWaiting(f.alice.dir, f.srv.URL, f.alice.token, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "ag-test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	alice := &mcpAgentSession{t: t, cs: cs, dir: f.alice.dir, token: f.alice.token}
+
+	alice.refused("lease_acquire", map[string]any{"paths": []string{"src/"}, "wait": "50s"}, "longer than the 1s a tool call may take")
+	alice.ok("lease_acquire", map[string]any{"paths": []string{"src/"}}, &agmcp.LeaseAcquireOut{})
+	writeTestFile(t, filepath.Join(alice.dir, "src", "a.go"), "package a // waits\n")
+	var waited agmcp.IntegrateOut
+	alice.ok("integrate", map[string]any{"message": "waits", "wait": true}, &waited)
+	if waited.Change.State != "queued" && waited.Change.State != "validating" ||
+		!strings.Contains(waited.Next, "still being validated after 1s: call change_show with wait=true again") {
+		t.Fatalf("integrate with wait on a validation nobody runs answered %+v", waited)
+	}
+	var shown agmcp.ChangeView
+	alice.ok("change_show", map[string]any{"id": waited.Change.ID, "wait": true}, &shown)
+	if shown.ID != waited.Change.ID || shown.State != "queued" && shown.State != "validating" {
+		t.Fatalf("change_show with wait answered %+v", shown)
+	}
+}

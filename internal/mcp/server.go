@@ -64,12 +64,20 @@ func Serve(ctx context.Context, cfg Config) error {
 	return serveHTTP(ctx, srv, cfg.HTTPAddr, httpToken, cfg.InsecureListen, cfg.Stderr)
 }
 
+// maxToolWait is the longest a tool call waits: under the 60 s an MCP host's client times a
+// request out after by default.
+const maxToolWait = 45 * time.Second
+
 // agent is what the MCP tools act for: one agent, with its token, in one working copy: an ag
 // checkout, or a git working tree set up for ag by ag clone or ag init.
 type agent struct {
 	dir   string // the working copy's root
 	c     *client.Client
 	token string // kept only to scrub it from whatever the tools answer
+
+	// toolWait bounds every wait of a tool call (maxToolWait): an MCP host times a call out on
+	// its own (the TypeScript client after 60 s), and an agent whose call died loses track.
+	toolWait time.Duration
 
 	// mu serializes the tools that rewrite .ag/checkout.json, so that two calls of one host
 	// (hosts call tools concurrently) do not each save a state missing the other's lease.
@@ -80,7 +88,7 @@ func newAgent(dir, server, token string) *agent {
 	if token == "" {
 		token = os.Getenv("AG_TOKEN")
 	}
-	return &agent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token}
+	return &agent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token, toolWait: maxToolWait}
 }
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands

@@ -53,11 +53,11 @@ func newServer(a *agent) (*mcp.Server, error) {
 	addTool(s, a, &mcp.Tool{Name: "lease_renew", Description: "Extend your leases (all, or the ones named) before they expire. A lease that was lost (expired and granted to another, or broken) is dropped and reported."}, a.leaseRenew)
 	addTool(s, a, &mcp.Tool{Name: "lease_release", Description: "Release your leases: all, or those named by id or covering the given paths. Release what you no longer edit, so others can lease it."}, a.leaseRelease)
 	addTool(s, a, &mcp.Tool{Name: "lease_list", Description: "Your active leases, or with all=true every active lease in the repository with its holder: who works on what, until when.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.leaseList)
-	addTool(s, a, &mcp.Tool{Name: "integrate", Description: "Send your local edits (all, or those under paths) to the mainline under your leases; in a git working tree, commit them and push to refs/for/main. Answers the change: integrated (the working copy is then brought to it), queued or validating (when the repository validates changes: follow it with change_show, or pass wait=true), or rejected with the failing output's tail."}, a.integrate)
+	addTool(s, a, &mcp.Tool{Name: "integrate", Description: "Send your local edits (all, or those under paths) to the mainline under your leases; in a git working tree, commit them and push to refs/for/main. Answers the change: integrated (the working copy is then brought to it), queued or validating (when the repository validates changes: follow it with change_show, or pass wait=true, which waits up to 45 s), or rejected with the failing output's tail."}, a.integrate)
 	addTool(s, a, &mcp.Tool{Name: "sync", Description: "Bring the working copy to the mainline (in a git working tree: git pull --rebase, without theirs, ours or merge). In a checkout, the files others changed are written, deleted or added. A text file you edited that the mainline changed too is merged three ways; a clean merge stays your local edit on the new mainline. When a file does not merge, nothing is changed and the conflicts are listed, unless you say how to go on: theirs (take the mainline's version), ours (keep yours), or merge=true (conflict markers in the file)."}, a.sync)
 	addTool(s, a, &mcp.Tool{Name: "diff", Description: "Your local edits (all, or under paths) as unified diffs against the base revision (HEAD in a git working tree, new files as additions).", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.diff)
 	addTool(s, a, &mcp.Tool{Name: "revert", Description: "Drop the local edits of files or directories (a/): a modified or deleted file goes back to the base revision (HEAD in a git working tree), an added one is removed."}, a.revert)
-	addTool(s, a, &mcp.Tool{Name: "change_show", Description: "A change by id: its state (queued, validating, integrated, rejected, cancelled), place in the queue, revisions and, when rejected, the reason with the failing output's tail. wait=true waits up to 60 s for it to be final.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.changeShow)
+	addTool(s, a, &mcp.Tool{Name: "change_show", Description: "A change by id: its state (queued, validating, integrated, rejected, cancelled), place in the queue, revisions and, when rejected, the reason with the failing output's tail. wait=true waits up to 45 s for it to be final: call again while it is not.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.changeShow)
 	addTool(s, a, &mcp.Tool{Name: "job_list", Description: "Jobs of the server's queue, newest first (validate jobs among them): for operators following validation runs.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobList)
 	addTool(s, a, &mcp.Tool{Name: "job_show", Description: "One job by id, with its payload, result and the tail of its output.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.jobShow)
 	addResources(s, a, repository)
@@ -296,7 +296,7 @@ func coveredBy(path string, leases []leaseView) bool {
 type leaseAcquireIn struct {
 	Paths []string `json:"paths" jsonschema:"repository paths relative to the checkout's root: files (src/a.go) or directories with a trailing slash (src/)"`
 	TTL   string   `json:"ttl,omitempty" jsonschema:"how long the lease holds, such as 90s or 10m (default 5m, at most 24h); renew it with lease_renew"`
-	Wait  string   `json:"wait,omitempty" jsonschema:"wait up to this long (at most 60s, such as 30s) for another holder's overlapping lease to go, instead of being refused at once"`
+	Wait  string   `json:"wait,omitempty" jsonschema:"wait up to this long (at most 45s, such as 30s) for another holder's overlapping lease to go, instead of being refused at once"`
 }
 
 type leaseAcquireOut struct {
@@ -320,6 +320,9 @@ func (a *agent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in lea
 	if err != nil {
 		return nil, out, err
 	}
+	if wait > a.toolWait {
+		return nil, out, fmt.Errorf("wait: %s is longer than the %s a tool call may take (an MCP host's own timeout is often 60s): wait up to %s, and call again", wait, a.toolWait, a.toolWait)
+	}
 	ws, err := a.workspace(ctx)
 	if err != nil {
 		return nil, out, err
@@ -328,7 +331,7 @@ func (a *agent) leaseAcquire(ctx context.Context, _ *mcp.CallToolRequest, in lea
 	if client.IsCode(err, connect.CodeAborted) {
 		// The server's advice is the CLI's ("acquire with a wait"); the agent's is in tool terms.
 		held, _, _ := strings.Cut(connectMessage(err), "; retry later")
-		return nil, out, fmt.Errorf("not leased: %s. Wait for it (lease_acquire with wait, up to 60s), or work on another file", held)
+		return nil, out, fmt.Errorf("not leased: %s. Wait for it (lease_acquire with wait, up to 45s), or work on another file", held)
 	}
 	if err != nil {
 		return nil, out, err
@@ -561,7 +564,7 @@ func (a *agent) leaseList(ctx context.Context, _ *mcp.CallToolRequest, in leaseL
 type integrateIn struct {
 	Message string   `json:"message" jsonschema:"what the change does"`
 	Paths   []string `json:"paths,omitempty" jsonschema:"integrate only the local edits of these files or under these directories (src/); default: every local edit"`
-	Wait    bool     `json:"wait,omitempty" jsonschema:"when the repository validates changes, wait for the outcome (minutes, with progress notifications) instead of answering the queued change at once"`
+	Wait    bool     `json:"wait,omitempty" jsonschema:"when the repository validates changes, wait up to 45 s for the outcome (with progress notifications) instead of answering the queued change at once; follow a change still validating with change_show"`
 }
 
 type integrateOut struct {
@@ -590,7 +593,7 @@ func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in inte
 		return nil, out, err
 	}
 	res, err := ws.Integrate(ctx, checkout.IntegrateRequest{
-		Message: in.Message, Only: only, Follow: in.Wait, FollowTo: progressWriter(ctx, req), Lock: &a.mu,
+		Message: in.Message, Only: only, Follow: in.Wait, FollowTo: progressWriter(ctx, req), FollowFor: a.toolWait, Lock: &a.mu,
 	})
 	if err != nil {
 		return nil, out, integrateAdvice(err)
@@ -613,9 +616,19 @@ func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in inte
 		}
 		return toolFailure(text), out, nil
 	default:
-		out.Next = "the change waits for validation: follow it with change_show (wait=true); keep your leases until it is integrated"
+		out.Next = stillWaiting(in.Wait, a.toolWait, "keep your leases until it is integrated")
 	}
 	return nil, out, nil
+}
+
+// stillWaiting says what to do with a change not final when integrate answers: follow it with
+// change_show, whose wait, like integrate's, ends after toolWait so that no call outlives an MCP
+// host's own timeout.
+func stillWaiting(waited bool, toolWait time.Duration, keep string) string {
+	if waited {
+		return fmt.Sprintf("the change is still being validated after %s: call change_show with wait=true again (each call waits up to %s) until it is final; %s", toolWait, toolWait, keep)
+	}
+	return "the change waits for validation: follow it with change_show (wait=true); " + keep
 }
 
 // integrateAdvice words for an agent what Integrate refused, and what to do next.
@@ -873,13 +886,13 @@ func (a *agent) revert(ctx context.Context, _ *mcp.CallToolRequest, in revertIn)
 
 type changeShowIn struct {
 	ID   string `json:"id" jsonschema:"the change's id (chg_...)"`
-	Wait bool   `json:"wait,omitempty" jsonschema:"wait up to 60 s for the change to be integrated, rejected or cancelled"`
+	Wait bool   `json:"wait,omitempty" jsonschema:"wait up to 45 s for the change to be integrated, rejected or cancelled; call again while it is not"`
 }
 
 func (a *agent) changeShow(ctx context.Context, _ *mcp.CallToolRequest, in changeShowIn) (*mcp.CallToolResult, changeView, error) {
 	req := &agwpv1.GetChangeRequest{ChangeId: in.ID}
 	if in.Wait {
-		req.Wait = durationpb.New(60 * time.Second)
+		req.Wait = durationpb.New(a.toolWait)
 	}
 	res, err := a.c.Repos.GetChange(ctx, req)
 	if err != nil {

@@ -46,6 +46,9 @@ type pushRequest struct {
 	holder string   // the label of the pusher's holder (-o ag.holder=L)
 	tokens []uint64 // -o ag.lease-token=N; none: the holder's current leases
 	wait   bool     // -o ag.wait=false answers once queued
+	// waitFor, from -o ag.wait=DURATION, bounds the wait for the verdict: the push then answers
+	// the change as it stands, taken, so that a client with a timeout of its own keeps track.
+	waitFor time.Duration
 }
 
 // pushRefused is a push refused before a change was made: lines say why, one per reason,
@@ -238,11 +241,15 @@ func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused)
 			}
 			pr.tokens = append(pr.tokens, n)
 		case "ag.wait":
-			w, err := strconv.ParseBool(value)
-			if err != nil {
-				return pr, refusePush("a bad wait", "-o ag.wait="+truncate(value, 30)+": true or false")
+			if w, err := strconv.ParseBool(value); err == nil {
+				pr.wait = w
+				break
 			}
-			pr.wait = w
+			d, err := time.ParseDuration(value)
+			if err != nil || d < time.Second || d > 24*time.Hour {
+				return pr, refusePush("a bad wait", "-o ag.wait="+truncate(value, 30)+": true, false, or how long to wait for the verdict (1s to 24h, such as 45s)")
+			}
+			pr.wait, pr.waitFor = true, d
 		default:
 			if strings.HasPrefix(key, "ag.") {
 				return pr, refusePush("an unknown push option", "-o "+truncate(o, 60)+": ag takes ag.holder, ag.lease-token and ag.wait")

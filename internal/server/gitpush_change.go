@@ -137,7 +137,8 @@ func (p *push) follow(pr pushRequest, change *agwpv1.Change) string {
 	}
 	h := repoService{p.g.s}
 	var last *agwpv1.Change
-	quiet := time.Now()
+	start := time.Now()
+	quiet := start
 	for {
 		changed := p.g.s.gate.Changed()
 		c, err := p.g.s.store.GetChange(p.ctx, id)
@@ -154,11 +155,20 @@ func (p *push) follow(pr pushRequest, change *agwpv1.Change) string {
 		if c.State.Terminal() {
 			return p.verdict(c)
 		}
+		if pr.waitFor > 0 && time.Since(start) >= pr.waitFor {
+			state := strings.ToLower(strings.TrimPrefix(out.GetState().String(), "CHANGE_STATE_"))
+			p.say(fmt.Sprintf("%s is still %s after %s: `ag change show %s --wait` follows it", id, state, pr.waitFor, id))
+			return ""
+		}
 		if time.Since(quiet) >= pushKeepAlive {
 			p.say(fmt.Sprintf("%s is still %s", id, strings.ToLower(strings.TrimPrefix(out.GetState().String(), "CHANGE_STATE_"))))
 			quiet = time.Now()
 		}
-		if !p.g.s.await(p.ctx, changed, min(pushKeepAlive, p.g.s.pollInterval)) {
+		next := min(pushKeepAlive, p.g.s.pollInterval)
+		if pr.waitFor > 0 {
+			next = max(min(next, pr.waitFor-time.Since(start)), time.Millisecond)
+		}
+		if !p.g.s.await(p.ctx, changed, next) {
 			return "the push's connection ended before the verdict: `ag change show " + id + "`"
 		}
 	}

@@ -223,7 +223,7 @@ func TestGitPushLandsUnderLeases(t *testing.T) {
 // TestGitPushWaitsForTheGate ensures a push into a repository with a validation policy prints
 // the change's way through the queue as "remote:" lines and ends with its verdict: exit 0 once
 // a worker's attested pass landed it, non-zero with the failing run's output when the gate
-// rejected it, and at once with -o ag.wait=false.
+// rejected it, at once with -o ag.wait=false, and after the wait with -o ag.wait=DURATION.
 func TestGitPushWaitsForTheGate(t *testing.T) {
 	for _, backend := range agtest.Backends {
 		t.Run(backend, func(t *testing.T) {
@@ -272,6 +272,15 @@ func TestGitPushWaitsForTheGate(t *testing.T) {
 			out, ok := f.push(f.dir, "-o", "ag.holder=wt", "-o", "ag.wait=false") // -o replaces push.pushOption
 			if !ok || !strings.Contains(out, "remote: queued as chg_") {
 				t.Fatalf("a push with -o ag.wait=false = ok %v:\n%s", ok, out)
+			}
+
+			// A bounded wait answers the change as it stands: nobody validates it now. (It is
+			// not built on the queued commit, which would be refused while that one waits.)
+			f.git.must(f.dir, nil, "reset", "-q", "--hard", "HEAD^")
+			f.commit(f.dir, "Bounded", map[string]string{"src/d.go": "package a\n"})
+			out, ok = f.push(f.dir, "-o", "ag.holder=wt", "-o", "ag.wait=1s")
+			if !ok || !strings.Contains(out, "after 1s: `ag change show chg_") {
+				t.Fatalf("a push with -o ag.wait=1s = ok %v:\n%s", ok, out)
 			}
 		})
 	}
