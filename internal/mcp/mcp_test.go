@@ -654,3 +654,46 @@ func TestMCPWaitsEndBeforeTheHostsTimeout(t *testing.T) {
 		t.Fatalf("change_show with wait answered %+v", shown)
 	}
 }
+
+// TestMCPHTTPRefusesRebindingAndCrossOrigin ensures ag mcp --http, with the right bearer,
+// refuses a request whose Host is not a loopback name (a page that rebound its own name to
+// 127.0.0.1) and a browser's cross-site request, and serves the same request from the loopback.
+func TestMCPHTTPRefusesRebindingAndCrossOrigin(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "ag", Version: "1"}, nil)
+	hs := httptest.NewServer(agmcp.HTTPHandler(srv, "s3cret"))
+	t.Cleanup(hs.Close)
+	ping := func(header map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer s3cret")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if code, body := ping(map[string]string{"Host": "attacker.example"}); code != http.StatusForbidden || !strings.Contains(body, "Host") {
+		t.Errorf("a request for Host attacker.example: %d %s, want 403 naming the Host", code, body)
+	}
+	if code, body := ping(map[string]string{"Origin": "https://attacker.example", "Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
+		t.Errorf("a cross-site browser request: %d %s, want 403", code, body)
+	}
+	if code, body := ping(nil); code == http.StatusForbidden || code == http.StatusUnauthorized {
+		t.Errorf("the same request from the loopback, same-origin: %d %s, want it served", code, body)
+	}
+}

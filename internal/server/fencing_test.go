@@ -87,7 +87,14 @@ func Test_a_stale_claim_of_the_same_worker_is_fenced_off(t *testing.T) {
 			wantCode(t, "fail with claim 1", err, connect.CodeNotFound)
 			_, err = w.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{JobId: job.GetId(), Worker: "w1", FencingToken: 1, Output: "stale"})
 			wantCode(t, "complete with claim 1", err, connect.CodeFailedPrecondition)
-			_, err = w.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{JobId: job.GetId(), Worker: "w1", FencingToken: math.MaxUint32 + 1})
+			// 2^32+2 is claim 2, the current one, to a server that casts instead of checking:
+			// each method must refuse it as out of range (ADR-0012), not take it as claim 2.
+			const wrapsToCurrent = math.MaxUint32 + 1 + 2
+			_, err = w.Jobs.HeartbeatJob(ctx, &agwpv1.HeartbeatJobRequest{JobId: job.GetId(), Worker: "w1", FencingToken: wrapsToCurrent, Progress: "wrapped"})
+			wantCode(t, "heartbeat with a token above u32", err, connect.CodeInvalidArgument)
+			_, err = w.Jobs.FailJob(ctx, &agwpv1.FailJobRequest{JobId: job.GetId(), Worker: "w1", FencingToken: wrapsToCurrent, Error: "wrapped"})
+			wantCode(t, "fail with a token above u32", err, connect.CodeInvalidArgument)
+			_, err = w.Jobs.CompleteJob(ctx, &agwpv1.CompleteJobRequest{JobId: job.GetId(), Worker: "w1", FencingToken: wrapsToCurrent})
 			wantCode(t, "complete with a token above u32", err, connect.CodeInvalidArgument)
 
 			if after := getJob(t, srv.Admin, job.GetId()); !proto.Equal(before, after) {
