@@ -83,13 +83,18 @@ func (d *drain) run(tb testing.TB, jobs int) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	start := time.Now()
+	var runErr error
 	go func() {
 		defer close(done)
-		_ = d.w.Run(ctx)
+		runErr = d.w.Run(ctx)
 	}()
 	defer func() {
 		cancel()
 		<-done
+		// A worker stopped by its context answers nil: anything else went wrong on the way.
+		if runErr != nil {
+			tb.Errorf("the worker's Run: %v", runErr)
+		}
 	}()
 	// Counting jobs by state reads the whole table: only once the handler ran them all, so that
 	// the count does not take the cores the drain is measured on.

@@ -51,13 +51,18 @@ func startProgressWorker(t *testing.T, handler worker.Handler) *progressEnv {
 	}
 	var ctx context.Context
 	ctx, e.cancel = context.WithCancel(context.Background())
+	var runErr error
 	go func() {
 		defer close(e.done)
-		_ = w.Run(ctx)
+		runErr = w.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		e.cancel()
 		<-e.done
+		// A worker stopped by its context answers nil: anything else went wrong on the way.
+		if runErr != nil {
+			t.Errorf("the worker's Run: %v", runErr)
+		}
 	})
 	return e
 }
