@@ -325,12 +325,8 @@ func (c *Checkout) LinkTargets(edits []Edit) (map[string]string, error) {
 			continue
 		}
 		if r == nil {
-			root, err := os.OpenRoot(c.root)
-			if err != nil {
-				return nil, err
-			}
-			defer root.Close()
-			if r, err = newCheckoutReader(root); err != nil {
+			var err error
+			if r, err = openCheckoutReader(c.root); err != nil {
 				return nil, err
 			}
 			defer r.close()

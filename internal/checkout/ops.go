@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -46,12 +45,7 @@ func NewWorkspace(ctx context.Context, co *Checkout, c *client.Client) (*Workspa
 // leads out of the checkout or to another file in it, .git's among them.
 // moves are submodules moved to other commits, path → commit, in the same change.
 func (ws *Workspace) send(ctx context.Context, edits []Edit, moves map[string]string, message string) (*agwpv1.Change, error) {
-	root, err := os.OpenRoot(ws.Checkout.root)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	reader, err := newCheckoutReader(root)
+	reader, err := openCheckoutReader(ws.Checkout.root)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,8 @@ type checkoutReader struct {
 	root *os.Root
 	dir  *os.File // the checkout's directory, kept open for fd
 	fd   int      // dir's descriptor, for openat2; -1 without openat2
+	// ownsRoot: the reader opened root itself (openCheckoutReader) and closes it.
+	ownsRoot bool
 }
 
 // errNotTracked says a path holds neither a regular file nor a link.
@@ -39,9 +41,28 @@ func newCheckoutReader(root *os.Root) (*checkoutReader, error) {
 	return r, nil
 }
 
+// openCheckoutReader opens the checkout at dir and a reader beneath it, for a caller that
+// reads and writes nothing else; close releases both.
+func openCheckoutReader(dir string) (*checkoutReader, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newCheckoutReader(root)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	r.ownsRoot = true
+	return r, nil
+}
+
 func (r *checkoutReader) close() {
 	if r.dir != nil {
 		r.dir.Close()
+	}
+	if r.ownsRoot {
+		r.root.Close()
 	}
 }
 

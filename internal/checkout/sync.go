@@ -341,12 +341,7 @@ func Diff(ctx context.Context, ws *Workspace, sel []string) (DiffJSON, error) {
 	if err != nil {
 		return out, err
 	}
-	root, err := os.OpenRoot(ws.Checkout.root)
-	if err != nil {
-		return out, err
-	}
-	defer root.Close()
-	reader, err := newCheckoutReader(root)
+	reader, err := openCheckoutReader(ws.Checkout.root)
 	if err != nil {
 		return out, err
 	}

@@ -104,12 +104,7 @@ func (c *Checkout) Conflicted(edits []Edit) (map[string]bool, error) {
 	if len(c.Conflicts) == 0 {
 		return out, nil
 	}
-	root, err := os.OpenRoot(c.root)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	r, err := newCheckoutReader(root)
+	r, err := openCheckoutReader(c.root)
 	if err != nil {
 		return nil, err
 	}

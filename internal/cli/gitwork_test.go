@@ -143,7 +143,7 @@ func TestGitClone(t *testing.T) {
 			// An unleased path, then a leased one.
 			mkfile(t, filepath.Join(dir, "a.txt"), "a by alice\n")
 			alice.must(dir, "git", "add", "a.txt")
-			alice.refused(dir, repo.LeaseRefusal("a.txt", "", time.Time{}, 0))
+			alice.refused(dir, repo.LeaseRefusal("a.txt", "", time.Time{}))
 			alice.acquire(dir, "a.txt")
 			alice.must(dir, "git", "commit", "-q", "-m", "a by alice")
 
@@ -154,10 +154,10 @@ func TestGitClone(t *testing.T) {
 			mkfile(t, filepath.Join(dir, "d", "b.txt"), "b by alice\n")
 			alice.must(dir, "git", "mv", "a.txt", "e.txt")
 			alice.must(dir, "git", "add", "d/b.txt")
-			alice.refused(dir, repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime(), 0),
-				repo.LeaseRefusal("e.txt", "", time.Time{}, 0))
+			alice.refused(dir, repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime()),
+				repo.LeaseRefusal("e.txt", "", time.Time{}))
 			alice.acquire(dir, "e.txt")
-			alice.refused(dir, repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime(), 0))
+			alice.refused(dir, repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime()))
 			alice.must(dir, "git", "reset", "-q", "d/b.txt")
 			alice.must(dir, "git", "checkout", "d/b.txt")
 			alice.must(dir, "git", "commit", "-q", "-m", "rename a")
@@ -260,8 +260,8 @@ func checkPrePush(t *testing.T, u *gitUser, dir, server string, held *agwpv1.Lea
 	line := "refs/heads/main " + head + " refs/for/main 0000000000000000000000000000000000000000\n"
 	_, errOut, code := u.run(dir, line, os.Args[0], "hook", "pre-push", "origin", server+"/git/app.git")
 	for _, want := range []string{
-		repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime(), 0),
-		repo.LeaseRefusal("a.txt", "", time.Time{}, 0), repo.LeaseRefusal("e.txt", "", time.Time{}, 0),
+		repo.LeaseRefusal("d/b.txt", "bob|b1", held.GetExpiresAt().AsTime()),
+		repo.LeaseRefusal("a.txt", "", time.Time{}), repo.LeaseRefusal("e.txt", "", time.Time{}),
 	} {
 		if code != 1 || !strings.Contains(errOut, want+"\n") {
 			t.Errorf("ag hook pre-push: exit %d, want 1 and %q:\n%s", code, want, errOut)
@@ -330,7 +330,7 @@ func TestGitInitAndWorktrees(t *testing.T) {
 			u.must(plain, "ag", "init") // again: the same settings, ag's hooks rewritten
 			mkfile(t, filepath.Join(plain, "x.txt"), "x\n")
 			u.must(plain, "git", "add", "x.txt")
-			u.refused(plain, repo.LeaseRefusal("x.txt", "", time.Time{}, 0))
+			u.refused(plain, repo.LeaseRefusal("x.txt", "", time.Time{}))
 
 			mine := t.TempDir()
 			u.must(mine, "git", "init", "-q")
@@ -362,7 +362,7 @@ func checkWorktree(t *testing.T, u *gitUser) {
 	mkfile(t, filepath.Join(wt, "a.txt"), "a in wt\n")
 	mkfile(t, filepath.Join(wt, "d", "b.txt"), "b in wt\n")
 	u.must(wt, "git", "add", "a.txt", "d/b.txt")
-	u.refused(wt, repo.LeaseRefusal("a.txt", "alice|main", held.GetExpiresAt().AsTime(), 0))
+	u.refused(wt, repo.LeaseRefusal("a.txt", "alice|main", held.GetExpiresAt().AsTime()))
 	u.must(wt, "git", "reset", "-q", "a.txt")
 	u.must(wt, "git", "commit", "-q", "-m", "b in wt")
 

@@ -106,12 +106,6 @@ func (o *Objects) check() error {
 	return nil
 }
 
-// Len answers how many objects the pack carried.
-func (o *Objects) Len() int { return len(o.mem) }
-
-// Carried reports whether the pack carried id.
-func (o *Objects) Carried(id plumbing.Hash) bool { _, ok := o.mem[id]; return ok }
-
 // NewEncodedObject answers an object to fill, as a storer does.
 func (o *Objects) NewEncodedObject() plumbing.EncodedObject { return &plumbing.MemoryObject{} }
 

@@ -120,16 +120,16 @@ func TestRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []string{
-				repo.LeaseRefusal("Makefile", "bob|b1", bobs.GetExpiresAt().AsTime(), 0),
-				repo.LeaseRefusal("docs/guide.md", "alice|a2", other.GetExpiresAt().AsTime(), 0),
-				repo.LeaseRefusal("new.txt", "", time.Time{}, 0),
+				repo.LeaseRefusal("Makefile", "bob|b1", bobs.GetExpiresAt().AsTime()),
+				repo.LeaseRefusal("docs/guide.md", "alice|a2", other.GetExpiresAt().AsTime()),
+				repo.LeaseRefusal("new.txt", "", time.Time{}),
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("Refusals =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 			// Past the leases' expiry none is current, though none was given away.
 			got, err = tr.Refusals(ctx, alice, []string{"src/x.go"}, time.Now().Add(time.Hour))
-			if err != nil || !slices.Equal(got, []string{repo.LeaseRefusal("src/x.go", "", time.Time{}, 0)}) {
+			if err != nil || !slices.Equal(got, []string{repo.LeaseRefusal("src/x.go", "", time.Time{})}) {
 				t.Errorf("Refusals past the expiry = %q, %v", got, err)
 			}
 		})

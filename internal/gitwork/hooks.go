@@ -188,9 +188,9 @@ func (t *Tree) Refusals(ctx context.Context, c *client.Client, paths []string, n
 			continue
 		}
 		if other != nil {
-			refused = append(refused, repo.LeaseRefusal(p, other.GetHolder(), other.GetExpiresAt().AsTime(), 0))
+			refused = append(refused, repo.LeaseRefusal(p, other.GetHolder(), other.GetExpiresAt().AsTime()))
 		} else {
-			refused = append(refused, repo.LeaseRefusal(p, "", time.Time{}, 0))
+			refused = append(refused, repo.LeaseRefusal(p, "", time.Time{}))
 		}
 	}
 	return refused, nil

@@ -77,7 +77,7 @@ func TestPush(t *testing.T) {
 			write(t, filepath.Join(dir, "notes.txt"), "mine\n")
 			_, err = tr.Push(ctx, token, PushRequest{Message: "unleased", Paths: []string{"src/"}, Wait: true})
 			var refused *PushRefusedError
-			want := repo.LeaseRefusal("src/a.go", "", time.Time{}, 0)
+			want := repo.LeaseRefusal("src/a.go", "", time.Time{})
 			if !errors.As(err, &refused) || !slices.Contains(refused.Lines, want) {
 				t.Fatalf("Push of an unleased path: %v, want it refused with %q", err, want)
 			}

@@ -74,7 +74,7 @@ func TestMCPGitTree(t *testing.T) {
 			}
 			writeTestFile(t, filepath.Join(alice.dir, "src", "a.go"), "package a\n\n// A is alice's.\nconst A = 1\n")
 			// The server's line alone, not git's words around it.
-			refusal := repo.LeaseRefusal("src/a.go", "", time.Time{}, 0)
+			refusal := repo.LeaseRefusal("src/a.go", "", time.Time{})
 			if text := alice.refused("integrate", map[string]any{"message": "unleased"}, refusal); text != refusal {
 				t.Errorf("integrate of an unleased path: %q, want the server's refusal %q alone", text, refusal)
 			}

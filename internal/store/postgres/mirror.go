@@ -89,20 +89,20 @@ func (db *DB) ListMirrors(ctx context.Context) ([]store.Mirror, error) {
 }
 
 // recordMirrorPushSQL records a push's outcome on the mirror it was made to, and
-// repository.mirror_diverged when it became diverged; it answers whether it found the mirror.
+// repository.mirror_diverged when it became diverged; it answers whether it did.
 var recordMirrorPushSQL = q(`WITH old AS (SELECT state FROM mirrors WHERE repository = $2 AND url = $3 FOR UPDATE),
 m AS (UPDATE mirrors SET state = $4, last_error = $6, updated_at = {now},
 		pushed_commit = CASE WHEN $5 = '' THEN pushed_commit ELSE $5 END
 	WHERE repository = $2 AND url = $3 RETURNING repository),
 ev AS (` + auditRecord(`SELECT $7::text, ''::text, 'repository.mirror_diverged', 'repository/' || $2, $8::text
 	FROM old WHERE $4 = 'diverged' AND old.state <> 'diverged'`) + `)
-SELECT count(*) > 0, coalesce(bool_or(old.state <> 'diverged' AND $4 = 'diverged'), false) FROM old`)
+SELECT coalesce(bool_or(old.state <> 'diverged' AND $4 = 'diverged'), false) FROM old`)
 
 // RecordMirrorPush records a push's outcome on the mirror it was made to.
 func (db *DB) RecordMirrorPush(ctx context.Context, p store.MirrorPushParams) error {
-	var found, diverged bool
+	var diverged bool
 	err := db.pool.QueryRow(ctx, recordMirrorPushSQL, db.now(), p.Repository, p.URL, string(p.State), p.PushedCommit, p.LastError,
-		systemActor.Principal, details(map[string]any{"url": p.URL, "reason": p.LastError})).Scan(&found, &diverged)
+		systemActor.Principal, details(map[string]any{"url": p.URL, "reason": p.LastError})).Scan(&diverged)
 	if err != nil {
 		return interpretError("record a mirror push", err)
 	}
