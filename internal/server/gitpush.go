@@ -146,9 +146,6 @@ func (g *gitEndpoint) receivePack(w http.ResponseWriter, r *http.Request, c call
 	})
 	for i := range statuses {
 		statuses[i].Refusal = refusal
-		if i > 0 && refusal == "" {
-			statuses[i].Refusal = "ag takes one ref per push"
-		}
 	}
 	_ = rep.Report(unpack, statuses)
 }
@@ -210,6 +207,10 @@ func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused)
 	pr := pushRequest{update: req.Updates[0], wait: true}
 	u := pr.update
 	switch {
+	case len(req.Updates) > 1:
+		// One push is one change: taking one ref of several would land part of what was meant.
+		return pr, refusePush("ag takes one ref per push",
+			fmt.Sprintf("the push names %d refs; ag takes one per push: `git push origin HEAD:%s`", len(req.Updates), forMain))
 	case u.New.IsZero():
 		return pr, refusePush("ag deletes no ref", "ag takes pushes to "+forMain+" (or main when it fast-forwards): `git push origin HEAD:"+forMain+"`")
 	case u.Name == forMain:
@@ -432,9 +433,9 @@ func (p *push) leases(pr pushRequest, edits []gitpush.Edit) ([]uint64, *pushRefu
 				tokens = append(tokens, mine.FencingToken)
 			}
 		case other != nil:
-			lines = append(lines, repo.LeaseRefusal(e.Path, other.Holder, other.ExpiresAt, 0))
+			lines = append(lines, repo.LeaseRefusal(e.Path, other.Holder, other.ExpiresAt))
 		default:
-			lines = append(lines, repo.LeaseRefusal(e.Path, "", time.Time{}, 0))
+			lines = append(lines, repo.LeaseRefusal(e.Path, "", time.Time{}))
 		}
 	}
 	if len(lines) > 0 {

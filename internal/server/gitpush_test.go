@@ -311,3 +311,20 @@ func TestGitPushToMainWhenItFastForwards(t *testing.T) {
 		t.Fatalf("the same commits pushed to refs/for/main = ok %v:\n%s", ok, out)
 	}
 }
+
+// TestGitPushOfSeveralRefsIsRefusedWhole ensures a push naming two refs lands neither: one push
+// is one change, and taking one of two would land part of what the pusher meant.
+func TestGitPushOfSeveralRefsIsRefusedWhole(t *testing.T) {
+	t.Parallel()
+	f := newPushFixture(t, "sqlite", nil)
+	f.lease("wt", "src/")
+	f.commit(f.dir, "Two refs", map[string]string{"src/a.go": "package a // two\n"})
+	_, before := f.mainline()
+	out, ok := f.push(f.dir, "origin", "HEAD:refs/for/main", "HEAD:main")
+	if ok || strings.Count(out, "(ag takes one ref per push)") != 2 || !strings.Contains(out, "remote: the push names 2 refs") {
+		t.Fatalf("a push of two refs = ok %v:\n%s", ok, out)
+	}
+	if _, after := f.mainline(); after != before {
+		t.Fatalf("the mainline moved to %s on a refused push of two refs", after)
+	}
+}
