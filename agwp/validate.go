@@ -42,6 +42,17 @@ type ValidatePayload struct {
 	// Limits are the policy's bounds of one run, each 0 (or absent) for the worker's own; a
 	// worker holds a run to the lower of these and its own.
 	Limits *PayloadLimits `json:"limits,omitempty"`
+	// Protected names the policy's protected paths and the mainline revision whose copy of them
+	// the worker validates with, in place of the candidate's (ADR-0031); nil: none.
+	Protected *ProtectedFrom `json:"protected,omitempty"`
+}
+
+// ProtectedFrom is where a validation takes its protected paths from: the entries of Revision
+// under Paths (lease paths) replace the candidate's; a path under which Revision holds nothing
+// keeps the candidate's.
+type ProtectedFrom struct {
+	Revision string   `json:"revision"`
+	Paths    []string `json:"paths"`
 }
 
 // PayloadLimits are the policy's limits as a validate payload carries them.
@@ -103,6 +114,8 @@ func ParseValidatePayloadJSON(data []byte) (ValidatePayload, error) {
 		return p, fmt.Errorf("validate payload: network %q is none of \"none\" and \"egress\": this worker is older than the server", p.Network)
 	case p.Isolation != "" && p.Isolation != "sandbox" && p.Isolation != "none":
 		return p, fmt.Errorf("validate payload: isolation %q is none of \"sandbox\" and \"none\"", p.Isolation)
+	case p.Protected != nil && (p.Protected.Revision == "" || len(p.Protected.Paths) == 0):
+		return p, errors.New("validate payload: protected names a revision and its paths")
 	}
 	if _, err := p.TimeoutDuration(); err != nil {
 		return p, err

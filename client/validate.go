@@ -13,6 +13,9 @@ const KindValidate = agwp.KindValidate
 // ValidatePayload is the payload of a validate job.
 type ValidatePayload = agwp.ValidatePayload
 
+// ProtectedFrom names the mainline revision whose copy of the protected paths a validation runs.
+type ProtectedFrom = agwp.ProtectedFrom
+
 // ParseValidatePayload reads a validate job's payload and checks that it names everything a
 // worker needs.
 func ParseValidatePayload(payload *structpb.Struct) (ValidatePayload, error) {

@@ -34,6 +34,17 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
             <dt>candidate</dt><dd className="mono">{c.candidateRevision || "—"}</dd>
             <dt>integrated</dt><dd className="mono">{c.integratedRevision || "—"}</dd>
             <dt>attestation</dt><dd className="mono" data-testid="change-attestation">{c.attestationDigest || "—"}</dd>
+            {c.protectedPaths.length > 0 && (
+              <>
+                <dt>protected</dt><dd className="mono" data-testid="change-protected">{c.protectedPaths.join(", ")}</dd>
+              </>
+            )}
+            {(c.approvedBy || c.protectedPaths.length > 0) && (
+              <>
+                <dt>approved by</dt>
+                <dd data-testid="change-approved-by">{c.approvedBy ? `${c.approvedBy}, ${when(c.approvedAt)}` : "nobody yet: a reviewer approves it"}</dd>
+              </>
+            )}
             <dt>updated</dt><dd>{when(c.updatedAt)}</dd>
             {c.candidate && (
               <>
@@ -45,6 +56,12 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
           {/* A batch's job was enqueued for its last change: cancelling it cancels that one only. */}
           {c.state === ChangeState.VALIDATING && c.jobId && c.candidate?.changes.at(-1) === c.id && (
             <CancelChange session={session} jobId={c.jobId} />
+          )}
+          {/* A change to protected paths lands only once a reviewer or an admin approves it; the
+              server refuses anyone else. */}
+          {!c.approvedBy && c.protectedPaths.length > 0 &&
+            (c.state === ChangeState.QUEUED || c.state === ChangeState.VALIDATING || c.state === ChangeState.AWAITING_APPROVAL) && (
+            <ApproveChange session={session} changeId={c.id} />
           )}
           {c.reason && (
             <>
@@ -163,6 +180,24 @@ function Edits({ session, change }: { session: Session; change: Change }) {
 
 // CancelChange cancels a validating change through its validate job, which its author or an
 // admin may cancel; the server decides, and the page shows its refusal.
+function ApproveChange({ session, changeId }: { session: Session; changeId: string }) {
+  const [error, setError] = useState("");
+  const approve = async () => {
+    try {
+      await session.api.repos.approveChange({ changeId });
+      setError("");
+    } catch (err) {
+      setError("approve: " + refusal(err));
+    }
+  };
+  return (
+    <div className="actions">
+      <button onClick={() => void approve()} data-testid="approve-change">Approve this change</button>
+      {error && <span className="error" data-testid="error">{error}</span>}
+    </div>
+  );
+}
+
 function CancelChange({ session, jobId }: { session: Session; jobId: string }) {
   const [error, setError] = useState("");
   const cancel = async () => {

@@ -237,7 +237,7 @@ function validationResult(c: Change): string {
 }
 
 export function changeStateName(s: ChangeState): string {
-  return ChangeState[s]?.replace("CHANGE_STATE_", "").toLowerCase() ?? String(s);
+  return ChangeState[s]?.replace("CHANGE_STATE_", "").toLowerCase().replaceAll("_", " ") ?? String(s);
 }
 
 // VirtualTable renders only the rows in view, so that thousands of leases or changes scroll

@@ -78,6 +78,16 @@ type Validation struct {
 	Reason      string // why it failed, when it did not exit non-zero by itself ("timed out after 5m0s")
 	Isolation   string // IsolationBubblewrap or IsolationNone; empty in attestations that predate it
 	Network     string // NetworkNone, NetworkEgress or NetworkShared; empty in attestations that predate it
+	// Protected, when the policy protects paths (ADR-0031), says whose copy of them the run had:
+	// the mainline revision's, in place of the candidate's. The subject stays the candidate.
+	Protected *Protected
+}
+
+// Protected is where a validation took its protected paths from: Revision's entries under
+// Paths (lease paths) replaced the candidate's, except under a path where Revision has none.
+type Protected struct {
+	Revision string   `json:"revision"`
+	Paths    []string `json:"paths"`
 }
 
 // Passed reports whether the validation attests a pass.
@@ -88,8 +98,9 @@ func (v Validation) Subject() string { return v.Repository + "@" + v.Revision }
 
 // The names of the predicate's configuration entries.
 const (
-	configCommand = "command" // content: commandConfig
-	configRun     = "run"     // annotations: runFields
+	configCommand   = "command"   // content: commandConfig
+	configRun       = "run"       // annotations: runFields
+	configProtected = "protected" // content: Protected
 )
 
 // runFields are the annotations of the "run" configuration entry: what ties the run to its
@@ -190,13 +201,24 @@ func StatementJSON(v Validation) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	config := []*intoto.ResourceDescriptor{
+		{Name: configCommand, MediaType: "application/json", Content: cmdJSON},
+		{Name: configRun, Annotations: run},
+	}
+	if v.Protected != nil {
+		if v.Protected.Revision == "" || len(v.Protected.Paths) == 0 {
+			return nil, errors.New("a validation's protected paths name their revision and paths")
+		}
+		protJSON, err := json.Marshal(v.Protected)
+		if err != nil {
+			return nil, err
+		}
+		config = append(config, &intoto.ResourceDescriptor{Name: configProtected, MediaType: "application/json", Content: protJSON})
+	}
 	predicate, err := messageStruct(&testresult.TestResult{
-		Result: v.Result,
-		Configuration: []*intoto.ResourceDescriptor{
-			{Name: configCommand, MediaType: "application/json", Content: cmdJSON},
-			{Name: configRun, Annotations: run},
-		},
-		Url: "ag:job/" + v.JobID,
+		Result:        v.Result,
+		Configuration: config,
+		Url:           "ag:job/" + v.JobID,
 	})
 	if err != nil {
 		return nil, err
@@ -283,8 +305,22 @@ func ParseStatement(payload []byte) (Validation, error) {
 	if v.Result != ResultPassed && v.Result != ResultFailed {
 		return Validation{}, fmt.Errorf("%w: result %q is neither %s nor %s", ErrNotAValidation, v.Result, ResultPassed, ResultFailed)
 	}
-	commands := 0
+	commands, protected := 0, 0
 	for _, c := range tr.GetConfiguration() {
+		if c.GetName() == configProtected {
+			if protected++; protected > 1 {
+				return Validation{}, fmt.Errorf("%w: more than one protected configuration", ErrNotAValidation)
+			}
+			var p Protected
+			if err := json.Unmarshal(c.GetContent(), &p); err != nil {
+				return Validation{}, fmt.Errorf("%w: protected configuration: %v", ErrNotAValidation, err)
+			}
+			if p.Revision == "" || len(p.Paths) == 0 {
+				return Validation{}, fmt.Errorf("%w: the protected configuration names no revision or no paths", ErrNotAValidation)
+			}
+			v.Protected = &p
+			continue
+		}
 		if c.GetName() != configCommand {
 			continue
 		}

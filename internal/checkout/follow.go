@@ -76,6 +76,8 @@ func FollowChange(ctx context.Context, w io.Writer, c *client.Client, change *ag
 			if p := ch.GetProgress(); p != "" {
 				line += ": " + p
 			}
+		case agwpv1.ChangeState_CHANGE_STATE_AWAITING_APPROVAL:
+			line += ": " + ch.GetReason()
 		}
 		termsafe.Fprintf(w, "%s\n", line)
 		shown = ch

@@ -14,7 +14,7 @@ import (
 func parseRole(s string) (agwpv1.Role, error) {
 	v, ok := agwpv1.Role_value["ROLE_"+strings.ToUpper(s)]
 	if !ok || v == 0 {
-		return 0, fmt.Errorf("--role %q: use admin, agent, worker or reader", s)
+		return 0, fmt.Errorf("--role %q: use admin, agent, worker, reader or reviewer", s)
 	}
 	return agwpv1.Role(v), nil
 }
@@ -51,7 +51,7 @@ func newPrincipalCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVar(&role, "role", "", "admin, agent, worker or reader (required)")
+	create.Flags().StringVar(&role, "role", "", "admin, agent, worker, reader or reviewer (a reader who approves changes to protected paths) (required)")
 	_ = create.MarkFlagRequired("role")
 
 	list := &cobra.Command{

@@ -261,6 +261,10 @@ never fetches a submodule: this is the one change of one there is); its lease is
 				termPrintf(g.stdout, "change %s %s%s: %d paths (follow it: ag change show --wait %s)\n", change.GetId(), checkout.ChangeStateName(change.GetState()),
 					checkout.QueuePlace(change), len(change.GetPaths()), change.GetId())
 			}
+			if p := change.GetProtectedPaths(); len(p) > 0 && change.GetApprovedBy() == "" && !checkout.FinalChange(change.GetState()) {
+				termPrintf(g.stdout, "it changes the protected %s: validated with the mainline's copy, it lands once a reviewer approves it (ag change approve %s)\n",
+					strings.Join(p, ", "), change.GetId())
+			}
 			return nil
 		},
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -13,7 +12,6 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/repoview"
-	"github.com/ag-coord/ag/internal/termsafe"
 )
 
 // validationFlags are the policy flags of `ag repo create` and `ag repo set-validation`; the
@@ -35,6 +33,8 @@ func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.MaxMemory, "max-memory", "", "memory one run may use, below its worker's --max-memory (512MiB, 2GiB; default: the worker's)")
 	cmd.Flags().Uint32Var(&f.MaxPids, "max-pids", 0, "processes and threads one run may have at once, below its worker's --max-pids (default: the worker's)")
 	cmd.Flags().StringVar(&f.MaxDisk, "max-disk", "", "what one run may write (its checkout, home, /tmp, output), below its worker's --max-disk (default: the worker's)")
+	cmd.Flags().StringArrayVar(&f.Protect, "protect", nil, "a path (\"ci/\" for a directory, or a file) validated with the mainline's copy, whose changes land only approved by a reviewer "+
+		"(repeatable; the file the command runs is protected anyway)")
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).
@@ -99,6 +99,7 @@ func newChangeCmd(g *globals) *cobra.Command {
 	}
 	show.Flags().BoolVar(&wait, "wait", false, "follow the change until it is final")
 	var limit int
+	var awaiting bool
 	list := &cobra.Command{
 		Use:   "list REPOSITORY",
 		Short: "list a repository's changes, newest first",
@@ -108,7 +109,8 @@ func newChangeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.Repos.ListChanges(cmd.Context(), &agwpv1.ListChangesRequest{Repository: args[0], PageSize: int32(limit)})
+			res, err := c.Repos.ListChanges(cmd.Context(), &agwpv1.ListChangesRequest{Repository: args[0], PageSize: int32(limit),
+				AwaitingApproval: awaiting})
 			if err != nil {
 				return err
 			}
@@ -125,57 +127,29 @@ func newChangeCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 50, "at most this many changes")
-	cmd.AddCommand(show, list)
+	list.Flags().BoolVar(&awaiting, "awaiting-approval", false, "only the changes to protected paths that wait for a reviewer, oldest first")
+	approve := &cobra.Command{
+		Use:   "approve CHANGE_ID",
+		Short: "approve a change to a repository's protected paths, so that it lands once validated (reviewer, admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Repos.ApproveChange(cmd.Context(), &agwpv1.ApproveChangeRequest{ChangeId: args[0]})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.GetChange())
+			}
+			ch := res.GetChange()
+			return termPrintf(g.stdout, "change %s: approved by %s; %s\n", ch.GetId(), ch.GetApprovedBy(), checkout.ChangeStateName(ch.GetState()))
+		},
+	}
+	cmd.AddCommand(show, list, approve)
 	return cmd
 }
 
-func printChange(w io.Writer, ch *agwpv1.Change) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	termPrintf(tw, "change\t%s\n", ch.GetId())
-	termPrintf(tw, "repository\t%s\n", ch.GetRepository())
-	termPrintf(tw, "state\t%s\n", checkout.ChangeStateName(ch.GetState()))
-	termPrintf(tw, "author\t%s\n", ch.GetAuthor())
-	termPrintf(tw, "message\t%s\n", checkout.FirstLineOf(ch.GetMessage()))
-	termPrintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
-	termPrintf(tw, "base\t%s\n", ch.GetBaseRevision())
-	termPrintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
-	termPrintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
-	if h := ch.GetHistory(); len(h) > 0 && h[len(h)-1].GetLane() != "" {
-		// Its candidate is the lane's view of the tree, which is what the attestation is about.
-		termPrintf(tw, "lane\t%s\n", h[len(h)-1].GetLane())
-	}
-	termPrintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
-	termPrintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
-	termPrintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
-	termPrintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
-	if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED {
-		termPrintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(checkout.QueuePlace(ch), " ()")))
-	}
-	if c := ch.GetCandidate(); c != nil && ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
-		termPrintf(tw, "in candidate\t%s\n", checkout.DescribeCandidate(c))
-	}
-	_ = tw.Flush()
-	if ch.GetReason() != "" {
-		fmt.Fprintf(w, "reason: %s\n", termsafe.Text(ch.GetReason()))
-	}
-	if h := ch.GetHistory(); len(h) > 1 || (len(h) == 1 && len(h[0].GetChanges()) > 1) {
-		fmt.Fprintf(w, "validated %d times:\n", len(h))
-		for _, c := range h {
-			line := fmt.Sprintf("  %s  %s", c.GetId(), checkout.CandidateStateName(c.GetState()))
-			var about []string
-			if l := c.GetLane(); l != "" {
-				about = append(about, "lane "+l)
-			}
-			if n := len(c.GetChanges()); n > 1 {
-				about = append(about, fmt.Sprintf("a batch of %d", n))
-			}
-			if len(about) > 0 {
-				line += " (" + strings.Join(about, ", ") + ")"
-			}
-			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
-				line += ": " + checkout.FirstLineOf(r)
-			}
-			termPrintf(w, "%s\n", line)
-		}
-	}
-}
+func printChange(w io.Writer, ch *agwpv1.Change) { repoview.WriteChange(w, ch) }

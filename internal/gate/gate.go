@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,15 +176,20 @@ func (g *Gate) rules(validation []byte) Rules {
 		p = Policy{}
 	}
 	depth, batch := g.shape(p)
-	return Rules{
+	protected := p.Protected()
+	r := Rules{
 		Decide: Decide,
-		Job: func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
-			return validateJob(p, c, candidate, lane)
+		Job: func(c store.Change, candidate store.Revision, lane string, mainline store.Revision) store.EnqueueJobParams {
+			return validateJob(p, protected, c, candidate, lane, mainline)
 		},
 		Lanes: p.Lanes,
 		Depth: depth,
 		Batch: batch,
 	}
+	if len(protected) > 0 {
+		r.Protected = func(c store.Change) []string { return ProtectedTouched(protected, c.Paths) }
+	}
+	return r
 }
 
 // Shape answers how deep a queue speculates and how many changes a candidate takes, from its
@@ -211,11 +217,20 @@ func (g *Gate) shape(p Policy) (depth, batch int) {
 // validateJob answers the validate job of a candidate under the repository's stored policy.
 // The payload names the candidate's git tree id and, when the candidate has one, its tree
 // digest (a candidate built in the queue's transaction has none: computing it reads the whole
-// tree).
-func validateJob(p Policy, c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
+// tree). With protected paths, it names the mainline whose copy of them the worker validates
+// with.
+func validateJob(p Policy, protected []string, c store.Change, candidate store.Revision, lane string, mainline store.Revision) store.EnqueueJobParams {
 	l, ok := p.Lane(lane)
 	if !ok {
 		l = Lane{} // as above: the queue only builds candidates for the policy's lanes
+	}
+	var from *agwp.ProtectedFrom
+	var hidden []string
+	if lane != RootLane {
+		hidden = LaneHidden(p.Lanes, lane)
+	}
+	if paths := protectedFor(protected, hidden); len(paths) > 0 {
+		from = &agwp.ProtectedFrom{Revision: mainline.ID, Paths: paths}
 	}
 	payload, _ := json.Marshal(agwp.ValidatePayload{
 		Repository:        c.Repository,
@@ -230,6 +245,7 @@ func validateJob(p Policy, c store.Change, candidate store.Revision, lane string
 		Network:           cmp.Or(p.Network, NetworkNone),
 		Isolation:         cmp.Or(p.Isolation, IsolationSandbox),
 		Limits:            payloadLimits(p.Limits),
+		Protected:         from,
 	})
 	return store.EnqueueJobParams{
 		Kind:        agwp.KindValidate,
@@ -298,7 +314,13 @@ func Decide(c store.Change, candidate store.Revision, job store.Job, att *store.
 // network in their payload) keep the rule they were enqueued under.
 func weakerThanAsked(repository string, payload []byte, v attest.Validation) string {
 	var p agwp.ValidatePayload
-	if err := json.Unmarshal(payload, &p); err != nil || p.Network == "" || p.Isolation == IsolationAny {
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return ""
+	}
+	if reason := protectedNotAsAsked(p.Protected, v); reason != "" {
+		return reason
+	}
+	if p.Network == "" || p.Isolation == IsolationAny {
 		return ""
 	}
 	asked := "no network"
@@ -326,6 +348,26 @@ func weakerThanAsked(repository string, payload []byte, v attest.Validation) str
 		return why("it does not say which network its run had", "upgrade that ag-worker")
 	default:
 		return why("its run had network "+v.Network+", and the policy gives "+asked, "run it on another worker")
+	}
+	return ""
+}
+
+// protectedNotAsAsked says why a pass was not run with the protected paths the job asked for,
+// or answers "": the attestation must say it took exactly those paths from exactly that
+// revision. A worker that ignored them ran the candidate's own copy, which any change can
+// rewrite (ADR-0031), whatever its isolation.
+func protectedNotAsAsked(asked *agwp.ProtectedFrom, v attest.Validation) string {
+	if asked == nil {
+		return ""
+	}
+	got := v.Protected
+	switch {
+	case got == nil:
+		return fmt.Sprintf("the pass of worker %s ran the candidate's own copy of the protected paths %s, not the mainline's: upgrade that ag-worker",
+			v.Worker, strings.Join(asked.Paths, ", "))
+	case got.Revision != asked.Revision || !slices.Equal(got.Paths, asked.Paths):
+		return fmt.Sprintf("the pass of worker %s took the protected paths %s from revision %s, not %s from revision %s as asked",
+			v.Worker, strings.Join(got.Paths, ", "), got.Revision, strings.Join(asked.Paths, ", "), asked.Revision)
 	}
 	return ""
 }

@@ -49,6 +49,9 @@ type Policy struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Limits bound each run below its worker's own limits; nil: the worker's.
 	Limits *Limits `json:"limits,omitempty"`
+	// Protect are the paths validated with the mainline's copy, whose changes land only
+	// approved (ADR-0031), besides the commands' entry files (Protected).
+	Protect []string `json:"protect,omitempty"`
 }
 
 // Limits are what a policy lets one run use, each 0 for the worker's own. They travel in the

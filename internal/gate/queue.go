@@ -50,8 +50,12 @@ type Rules struct {
 	// holds no attestation.
 	Decide func(c store.Change, candidate store.Revision, job store.Job, att *store.Attestation) Verdict
 	// Job answers the validate job to enqueue for a candidate: c is its last change, lane the
-	// policy lane it validates.
-	Job func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams
+	// policy lane it validates, mainline the mainline it is built for (whose copy of the
+	// protected paths it is validated with).
+	Job func(c store.Change, candidate store.Revision, lane string, mainline store.Revision) store.EnqueueJobParams
+	// Protected answers the protected paths c touches: c lands only once approved (ADR-0031).
+	// nil: nothing is protected.
+	Protected func(c store.Change) []string
 	// Lanes are the policy's lanes (ADR-0024); only their names and prefixes count here.
 	Lanes []Lane
 	// Depth bounds the candidates validating at once (0 or 1: one at a time).
@@ -331,8 +335,8 @@ func (r *walk) run() error {
 	}()
 	for i := 0; i < len(pending); {
 		c := pending[i]
-		if c.State.Terminal() {
-			i++ // settled earlier in this walk
+		if c.State.Terminal() || c.State == store.ChangeAwaitingApproval {
+			i++ // settled earlier in this walk, or out of the queue until approved
 			continue
 		}
 		if c.State == store.ChangeValidating {
@@ -622,6 +626,9 @@ func (r *walk) land(cand *store.Candidate, rev store.Revision, group []store.Cha
 	if v := r.p.Decide(group[len(group)-1], rev, job, att); v.Outcome != VerdictPass || job.AttestationDigest != cand.AttestationDigest {
 		return false, fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
 	}
+	if parked, err := r.parkUnapproved(cand, group); err != nil || parked {
+		return false, err
+	}
 	info, err := r.commitInfo(group)
 	if err != nil {
 		return false, err
@@ -660,6 +667,63 @@ func (r *walk) land(cand *store.Candidate, rev store.Revision, group []store.Cha
 	}
 	r.why = ""
 	return true, nil
+}
+
+// parkUnapproved takes the changes of a passed candidate that touch a protected path without
+// an approval out of the queue, into ChangeAwaitingApproval, before the mainline moves: the
+// candidate is superseded, and the others of its batch are built again without them. It
+// reports whether it parked any.
+func (r *walk) parkUnapproved(cand *store.Candidate, group []store.Change) (bool, error) {
+	if r.p.Protected == nil {
+		return false, nil
+	}
+	waiting := map[string][]string{}
+	for _, c := range group {
+		if touched := r.p.Protected(c); len(touched) > 0 && c.ApprovedBy == "" {
+			waiting[c.ID] = touched
+		}
+	}
+	if len(waiting) == 0 {
+		return false, nil
+	}
+	changes := make([]*store.Change, len(group))
+	for j := range group {
+		changes[j] = &group[j]
+	}
+	var ids []string
+	for _, c := range group {
+		if waiting[c.ID] != nil {
+			ids = append(ids, c.ID)
+		}
+	}
+	why := "it passed, but " + strings.Join(ids, ", ") + " touches protected paths and waits for an approval"
+	if err := r.supersede(*cand, changes, why); err != nil {
+		return false, err
+	}
+	for j := range group {
+		c := &group[j]
+		touched := waiting[c.ID]
+		if touched == nil {
+			continue
+		}
+		c.State = store.ChangeAwaitingApproval
+		c.Reason = fmt.Sprintf("validated; it changes the protected %s %s, so it lands once a reviewer approves it: ag change approve %s",
+			plural(len(touched), "path", "paths"), strings.Join(touched, ", "), c.ID)
+		if err := r.set(c, store.ChangeQueued, "change.awaiting_approval", map[string]any{
+			"attestation_digest": cand.AttestationDigest, "candidate": cand.ID, "protected_paths": touched,
+		}); err != nil {
+			return false, err
+		}
+	}
+	r.why = "a change ahead of it waits for an approval"
+	return true, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // landLane moves the mainline on by a passed lane candidate rev (of its changes group): the
@@ -758,6 +822,7 @@ func (r *walk) commitInfo(group []store.Change) (store.CommitInfo, error) {
 			info.AuthoredAt = c.CreatedAt
 		}
 	}
+	info.ApprovedBy = approvers(group)
 	if len(group) == 1 {
 		info.Message = group[0].Message
 		return info, nil
@@ -776,6 +841,17 @@ func (r *walk) commitInfo(group []store.Change) (store.CommitInfo, error) {
 		info.Batch = append(info.Batch, store.BatchedChange{ID: c.ID, Holder: c.Holder})
 	}
 	return info, nil
+}
+
+// approvers answers the principals who approved the changes of group, each once, in order.
+func approvers(group []store.Change) []string {
+	var out []string
+	for _, c := range group {
+		if c.ApprovedBy != "" && !slices.Contains(out, c.ApprovedBy) {
+			out = append(out, c.ApprovedBy)
+		}
+	}
+	return out
 }
 
 // split ends a failed batch and queues its changes again, each half to be validated apart.
@@ -878,7 +954,7 @@ func (r *walk) build(pending []store.Change, i int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("change %s: %w", last.ID, err)
 	}
-	job, err := r.tx.Enqueue(r.p.Job(*last, rev, r.lane))
+	job, err := r.tx.Enqueue(r.p.Job(*last, rev, r.lane, r.mainline))
 	if err != nil {
 		return 0, fmt.Errorf("change %s: enqueue its validation: %w", last.ID, err)
 	}

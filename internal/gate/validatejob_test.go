@@ -25,7 +25,7 @@ func TestValidateJobNamesTheCandidateTree(t *testing.T) {
 		{ID: "rev_42", GitTree: gitTree, TreeDigest: tree},
 		{ID: "rev_42", TreeDigest: tree}, // a store that does not know git trees
 	} {
-		job := validateJob(policy, change, candidate, "")
+		job := validateJob(policy, nil, change, candidate, "", store.Revision{ID: "rev_41"})
 		if job.Kind != agwp.KindValidate || job.UniqueKey != "validate:chg_1:rev_42" {
 			t.Errorf("job = %+v", job)
 		}

@@ -142,7 +142,7 @@ type fileView struct {
 type changeView struct {
 	ID                 string   `json:"id"`
 	Repository         string   `json:"repository"`
-	State              string   `json:"state" jsonschema:"queued, validating, integrated, rejected or cancelled"`
+	State              string   `json:"state" jsonschema:"queued, validating, awaiting_approval (it touches a protected path: a reviewer approves it, then it lands), integrated, rejected or cancelled"`
 	QueuePosition      uint32   `json:"queue_position" jsonschema:"changes ahead of this one while queued"`
 	Progress           string   `json:"progress,omitempty" jsonschema:"while validating: the worker's latest output line"`
 	Author             string   `json:"author"`
@@ -155,6 +155,8 @@ type changeView struct {
 	AttestationDigest  string   `json:"attestation_digest,omitempty"`
 	Reason             string   `json:"reason,omitempty" jsonschema:"why it was rejected or cancelled"`
 	OutputTail         string   `json:"output_tail,omitempty" jsonschema:"the tail of the failing validation's output"`
+	ProtectedPaths     []string `json:"protected_paths,omitempty" jsonschema:"the protected paths of the policy it changes: validated with the mainline's copy, it lands only once a reviewer approves it; no agent can approve"`
+	ApprovedBy         string   `json:"approved_by,omitempty" jsonschema:"the reviewer who approved it"`
 	CreatedAt          string   `json:"created_at"`
 	UpdatedAt          string   `json:"updated_at"`
 	// Candidate and History say where a validating change is and why it was validated again.
@@ -184,6 +186,7 @@ func newChangeView(c *agwpv1.Change) changeView {
 		Progress: c.GetProgress(), Author: c.GetAuthor(), Message: c.GetMessage(), Paths: nonNil(c.GetPaths()),
 		BaseRevision: c.GetBaseRevision(), CandidateRevision: c.GetCandidateRevision(), IntegratedRevision: c.GetIntegratedRevision(),
 		JobID: c.GetJobId(), AttestationDigest: c.GetAttestationDigest(), Reason: reason, OutputTail: tail,
+		ProtectedPaths: c.GetProtectedPaths(), ApprovedBy: c.GetApprovedBy(),
 		CreatedAt: rfc3339(c.GetCreatedAt()), UpdatedAt: rfc3339(c.GetUpdatedAt())}
 	if cand := c.GetCandidate(); cand != nil {
 		cv := newCandidateView(cand)
@@ -615,6 +618,8 @@ func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in inte
 			text += "\n\n" + out.Change.OutputTail
 		}
 		return toolFailure(text), out, nil
+	case agwpv1.ChangeState_CHANGE_STATE_AWAITING_APPROVAL:
+		out.Next = "it passed validation but changes protected paths: it lands once a reviewer approves it, which you cannot do. Keep your leases; follow it with change_show (wait=true)"
 	default:
 		out.Next = stillWaiting(in.Wait, a.toolWait, "keep your leases until it is integrated")
 	}

@@ -26,13 +26,14 @@ type PolicyFlags struct {
 	MaxMemory string // a size, as internal/size parses it
 	MaxPids   uint32
 	MaxDisk   string // a size, as internal/size parses it
+	Protect   []string
 }
 
 // Given reports whether a policy flag was given: without a command they would set nothing,
 // and a command that says to remove the policy takes none.
 func (f *PolicyFlags) Given() bool {
 	return f.Timeout != 0 || len(f.Env) > 0 || f.Depth != 0 || f.Batch != 0 || len(f.Lanes) > 0 || f.Network != "" || f.Isolation != "" ||
-		f.MaxMemory != "" || f.MaxPids != 0 || f.MaxDisk != ""
+		f.MaxMemory != "" || f.MaxPids != 0 || f.MaxDisk != "" || len(f.Protect) > 0
 }
 
 // Policy answers the policy for command, nil when command is empty and no flag was given. It
@@ -41,11 +42,11 @@ func (f *PolicyFlags) Given() bool {
 func (f *PolicyFlags) Policy(command []string) (*agwpv1.Validation, error) {
 	if len(command) == 0 {
 		if f.Given() {
-			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation, --max-* and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
+			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation, --max-*, --protect and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
-	v := &agwpv1.Validation{Command: command, Depth: f.Depth, Batch: f.Batch, Network: f.Network, Isolation: f.Isolation}
+	v := &agwpv1.Validation{Command: command, Depth: f.Depth, Batch: f.Batch, Network: f.Network, Isolation: f.Isolation, Protect: f.Protect}
 	if f.Timeout != 0 {
 		v.Timeout = durationpb.New(f.Timeout)
 	}
@@ -141,6 +142,9 @@ func DescribePolicy(v *agwpv1.Validation) string {
 		if d := l.GetDiskBytes(); d > 0 {
 			s += ", disk " + size.Format(int64(d))
 		}
+	}
+	if p := v.GetProtect(); len(p) > 0 {
+		s += ", protecting " + strings.Join(p, ", ")
 	}
 	for i, l := range v.GetLanes() {
 		if i == 0 {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/termsafe"
@@ -111,4 +113,72 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// WriteChange writes what `ag change show` says of a change, one fact a line, every string an
+// agent or the server wrote made safe for a terminal.
+func WriteChange(w io.Writer, ch *agwpv1.Change) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	termsafe.Fprintf(tw, "change\t%s\n", ch.GetId())
+	termsafe.Fprintf(tw, "repository\t%s\n", ch.GetRepository())
+	termsafe.Fprintf(tw, "state\t%s\n", checkout.ChangeStateName(ch.GetState()))
+	termsafe.Fprintf(tw, "author\t%s\n", ch.GetAuthor())
+	termsafe.Fprintf(tw, "message\t%s\n", checkout.FirstLineOf(ch.GetMessage()))
+	termsafe.Fprintf(tw, "paths\t%s\n", strings.Join(ch.GetPaths(), ", "))
+	termsafe.Fprintf(tw, "base\t%s\n", ch.GetBaseRevision())
+	termsafe.Fprintf(tw, "candidate\t%s\n", dash(ch.GetCandidateRevision()))
+	termsafe.Fprintf(tw, "integrated\t%s\n", dash(ch.GetIntegratedRevision()))
+	if h := ch.GetHistory(); len(h) > 0 && h[len(h)-1].GetLane() != "" {
+		// Its candidate is the lane's view of the tree, which is what the attestation is about.
+		termsafe.Fprintf(tw, "lane\t%s\n", h[len(h)-1].GetLane())
+	}
+	termsafe.Fprintf(tw, "validate job\t%s\n", dash(ch.GetJobId()))
+	termsafe.Fprintf(tw, "attestation\t%s\n", dash(ch.GetAttestationDigest()))
+	if p := ch.GetProtectedPaths(); len(p) > 0 {
+		termsafe.Fprintf(tw, "protected\t%s\n", strings.Join(p, ", "))
+	}
+	if by := ch.GetApprovedBy(); by != "" {
+		termsafe.Fprintf(tw, "approved by\t%s, %s\n", by, formatTime(ch.GetApprovedAt()))
+	} else if len(ch.GetProtectedPaths()) > 0 && !checkout.FinalChange(ch.GetState()) {
+		termsafe.Fprintf(tw, "approved by\t- (a reviewer approves it: ag change approve %s)\n", ch.GetId())
+	}
+	termsafe.Fprintf(tw, "created\t%s\n", formatTime(ch.GetCreatedAt()))
+	termsafe.Fprintf(tw, "updated\t%s\n", formatTime(ch.GetUpdatedAt()))
+	if ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED {
+		termsafe.Fprintf(tw, "queue\t%s\n", strings.TrimSpace(strings.Trim(checkout.QueuePlace(ch), " ()")))
+	}
+	if c := ch.GetCandidate(); c != nil && ch.GetState() == agwpv1.ChangeState_CHANGE_STATE_VALIDATING {
+		termsafe.Fprintf(tw, "in candidate\t%s\n", checkout.DescribeCandidate(c))
+	}
+	_ = tw.Flush()
+	if ch.GetReason() != "" {
+		fmt.Fprintf(w, "reason: %s\n", termsafe.Text(ch.GetReason()))
+	}
+	if h := ch.GetHistory(); len(h) > 1 || (len(h) == 1 && len(h[0].GetChanges()) > 1) {
+		fmt.Fprintf(w, "validated %d times:\n", len(h))
+		for _, c := range h {
+			line := fmt.Sprintf("  %s  %s", c.GetId(), checkout.CandidateStateName(c.GetState()))
+			var about []string
+			if l := c.GetLane(); l != "" {
+				about = append(about, "lane "+l)
+			}
+			if n := len(c.GetChanges()); n > 1 {
+				about = append(about, fmt.Sprintf("a batch of %d", n))
+			}
+			if len(about) > 0 {
+				line += " (" + strings.Join(about, ", ") + ")"
+			}
+			if r := c.GetReason(); r != "" && c.GetState() != agwpv1.CandidateState_CANDIDATE_STATE_REJECTED {
+				line += ": " + checkout.FirstLineOf(r)
+			}
+			termsafe.Fprintf(w, "%s\n", line)
+		}
+	}
+}
+
+func formatTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().Local().Format("2006-01-02 15:04:05")
 }

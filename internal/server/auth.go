@@ -180,6 +180,9 @@ var allowed = map[string][]store.Role{
 	"/agwp.v1.RepositoryService/ListChanges": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/WatchChange": {store.RoleAgent, store.RoleWorker, store.RoleReader},
 	"/agwp.v1.RepositoryService/GetQueue":    {store.RoleAgent, store.RoleWorker, store.RoleReader},
+	// Approving a change to protected paths is the one thing a reviewer may do beyond reading;
+	// an agent may not approve, its own changes least of all.
+	"/agwp.v1.RepositoryService/ApproveChange": {store.RoleReviewer},
 
 	// Fetching a repository's mainline with git (git.go). Not a worker: it reads only the
 	// candidate of a validate job it holds (workerReads), never a whole history.
@@ -191,7 +194,8 @@ func mayCall(role store.Role, procedure string) bool {
 		return true
 	}
 	for _, r := range allowed[procedure] {
-		if r == role {
+		// A reviewer reads what a reader reads.
+		if r == role || role == store.RoleReviewer && r == store.RoleReader {
 			return true
 		}
 	}

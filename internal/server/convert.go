@@ -20,10 +20,11 @@ var jobStates = map[store.JobState]agwpv1.JobState{
 }
 
 var roles = map[store.Role]agwpv1.Role{
-	store.RoleAdmin:  agwpv1.Role_ROLE_ADMIN,
-	store.RoleAgent:  agwpv1.Role_ROLE_AGENT,
-	store.RoleWorker: agwpv1.Role_ROLE_WORKER,
-	store.RoleReader: agwpv1.Role_ROLE_READER,
+	store.RoleAdmin:    agwpv1.Role_ROLE_ADMIN,
+	store.RoleAgent:    agwpv1.Role_ROLE_AGENT,
+	store.RoleWorker:   agwpv1.Role_ROLE_WORKER,
+	store.RoleReader:   agwpv1.Role_ROLE_READER,
+	store.RoleReviewer: agwpv1.Role_ROLE_REVIEWER,
 }
 
 func storeJobState(s agwpv1.JobState) (store.JobState, bool) {

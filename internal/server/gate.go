@@ -44,6 +44,9 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	if l := v.GetLimits(); err == nil && l != nil {
 		p, err = p.WithLimits(gate.Limits{MemoryBytes: l.GetMemoryBytes(), Pids: l.GetPids(), DiskBytes: l.GetDiskBytes()})
 	}
+	if err == nil {
+		p, err = p.WithProtect(v.GetProtect())
+	}
 	if err != nil {
 		return nil, policyError(field, err)
 	}
@@ -105,6 +108,7 @@ func validationProto(stored []byte) *agwpv1.Validation {
 		v.Lanes = append(v.Lanes, &agwpv1.ValidationLane{Name: l.Name, Prefixes: l.Prefixes, Command: l.Command,
 			Timeout: durationpb.New(time.Duration(l.Timeout)), Env: l.Env})
 	}
+	v.Protect = p.Protect
 	return v
 }
 
@@ -131,6 +135,7 @@ func (h repoService) SetValidation(ctx context.Context, req *agwpv1.SetValidatio
 // queue), while QUEUED with its place in the queue, and always with every candidate it was in.
 func (h repoService) changeWithProgress(ctx context.Context, c store.Change) *agwpv1.Change {
 	out := changeProto(c)
+	out.ProtectedPaths = gate.ProtectedTouched(h.protectedPaths(ctx, c.Repository), c.Paths)
 	if c.State == store.ChangeQueued {
 		out.QueuePosition = uint32(c.QueuePosition)
 	}
@@ -414,7 +419,7 @@ func (h jobService) GetAttestation(ctx context.Context, req *agwpv1.GetAttestati
 }
 
 // workerReads decides what a worker may read: only the candidate tree of a validate job it
-// holds now, and that tree's blobs. Trees are immutable, so they are cached by revision.
+// holds now (and the mainline tree it takes protected paths from), and those trees' blobs. Trees are immutable, so they are cached by revision.
 type workerReads struct {
 	s  *Server
 	mu sync.Mutex
@@ -442,13 +447,22 @@ func (w *workerReads) held(ctx context.Context, principal string) ([]agwp.Valida
 	return out, nil
 }
 
+// readableRevisions answers the revisions a validate job lets its worker read: its candidate,
+// and the mainline whose protected paths it validates with (ADR-0031).
+func readableRevisions(p agwp.ValidatePayload) []string {
+	if p.Protected != nil {
+		return []string{p.CandidateRevision, p.Protected.Revision}
+	}
+	return []string{p.CandidateRevision}
+}
+
 func (w *workerReads) mayReadTree(ctx context.Context, principal, repository, revision string) error {
 	held, err := w.held(ctx, principal)
 	if err != nil {
 		return err
 	}
 	if slices.ContainsFunc(held, func(p agwp.ValidatePayload) bool {
-		return p.Repository == repository && p.CandidateRevision == revision
+		return p.Repository == repository && slices.Contains(readableRevisions(p), revision)
 	}) {
 		return nil
 	}
@@ -462,12 +476,14 @@ func (w *workerReads) mayReadBlob(ctx context.Context, principal, digest string)
 		return err
 	}
 	for _, p := range held {
-		digests, err := w.treeDigests(ctx, p.Repository, p.CandidateRevision)
-		if err != nil {
-			return err
-		}
-		if digests[digest] {
-			return nil
+		for _, revision := range readableRevisions(p) {
+			digests, err := w.treeDigests(ctx, p.Repository, revision)
+			if err != nil {
+				return err
+			}
+			if digests[digest] {
+				return nil
+			}
 		}
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(

@@ -74,12 +74,17 @@ func (v *validator) statement(cl *client.Claim, p client.ValidatePayload, result
 	if result == attest.ResultFailed {
 		exit = 1
 	}
-	return attest.Validation{
+	st := attest.Validation{
 		Repository: p.Repository, Revision: p.CandidateRevision, TreeDigest: p.TreeDigest, GitTree: p.GitTree, Result: result,
 		Command: p.Command, JobID: cl.Job.GetId(), ClaimNumber: cl.Job.GetAttempts(), Worker: cl.Job.GetClaimedBy(),
 		StartedAt: now.Add(-time.Second), FinishedAt: now, ExitCode: exit, LogDigest: "sha256:" + strings.Repeat("0", 64),
 		Isolation: attest.IsolationBubblewrap, Network: attest.NetworkNone,
 	}
+	if p.Protected != nil {
+		// An honest worker ran the mainline's copy of the protected paths, as asked.
+		st.Protected = &attest.Protected{Revision: p.Protected.Revision, Paths: p.Protected.Paths}
+	}
+	return st
 }
 
 func (v *validator) envelope(signer *attest.Signer, st attest.Validation) *agwpv1.Envelope {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/gate"
 	"github.com/ag-coord/ag/internal/repo"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -32,11 +33,12 @@ type repoService struct {
 }
 
 var changeStates = map[store.ChangeState]agwpv1.ChangeState{
-	store.ChangeQueued:     agwpv1.ChangeState_CHANGE_STATE_QUEUED,
-	store.ChangeValidating: agwpv1.ChangeState_CHANGE_STATE_VALIDATING,
-	store.ChangeIntegrated: agwpv1.ChangeState_CHANGE_STATE_INTEGRATED,
-	store.ChangeRejected:   agwpv1.ChangeState_CHANGE_STATE_REJECTED,
-	store.ChangeCancelled:  agwpv1.ChangeState_CHANGE_STATE_CANCELLED,
+	store.ChangeQueued:           agwpv1.ChangeState_CHANGE_STATE_QUEUED,
+	store.ChangeValidating:       agwpv1.ChangeState_CHANGE_STATE_VALIDATING,
+	store.ChangeIntegrated:       agwpv1.ChangeState_CHANGE_STATE_INTEGRATED,
+	store.ChangeRejected:         agwpv1.ChangeState_CHANGE_STATE_REJECTED,
+	store.ChangeCancelled:        agwpv1.ChangeState_CHANGE_STATE_CANCELLED,
+	store.ChangeAwaitingApproval: agwpv1.ChangeState_CHANGE_STATE_AWAITING_APPROVAL,
 }
 
 func repositoryProto(r store.Repository) *agwpv1.Repository {
@@ -60,6 +62,8 @@ func changeProto(c store.Change) *agwpv1.Change {
 		Reason:             c.Reason,
 		CreatedAt:          timestamp(c.CreatedAt),
 		UpdatedAt:          timestamp(c.UpdatedAt),
+		ApprovedBy:         c.ApprovedBy,
+		ApprovedAt:         timestamp(c.ApprovedAt),
 	}
 }
 
@@ -513,6 +517,7 @@ func (h repoService) integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 		if c, err := h.s.store.GetChange(ctx, change.ID); err == nil && c.State == store.ChangeQueued {
 			out.QueuePosition = uint32(c.QueuePosition)
 		}
+		out.ProtectedPaths = gate.ProtectedTouched(h.protectedPaths(ctx, change.Repository), change.Paths)
 		return &agwpv1.IntegrateResponse{Change: out}, nil
 	} else {
 		h.s.landed(change)
@@ -555,15 +560,47 @@ func (h repoService) ListChanges(ctx context.Context, req *agwpv1.ListChangesReq
 	if err != nil {
 		return nil, err
 	}
-	cs, next, err := h.s.store.ListChanges(ctx, store.ListChangesParams{Repository: req.GetRepository(), Limit: limit, PageToken: req.GetPageToken()})
+	cs, next, err := h.s.store.ListChanges(ctx, store.ListChangesParams{Repository: req.GetRepository(), Limit: limit,
+		PageToken: req.GetPageToken(), AwaitingApproval: req.GetAwaitingApproval()})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	out := &agwpv1.ListChangesResponse{NextPageToken: next}
+	protected := h.protectedPaths(ctx, req.GetRepository())
 	for _, c := range cs {
-		out.Changes = append(out.Changes, changeProto(c))
+		pc := changeProto(c)
+		pc.ProtectedPaths = gate.ProtectedTouched(protected, c.Paths)
+		out.Changes = append(out.Changes, pc)
 	}
 	return out, nil
+}
+
+// protectedPaths answers what the policy of repository protects now, nil when it cannot tell.
+func (h repoService) protectedPaths(ctx context.Context, repository string) []string {
+	r, err := h.s.store.GetRepository(ctx, repository)
+	if err != nil {
+		return nil
+	}
+	p, _, err := gate.ParsePolicy(r.Validation)
+	if err != nil {
+		return nil
+	}
+	return p.Protected()
+}
+
+// ApproveChange records a reviewer's approval of a change to protected paths; one that waited
+// for it goes back to the queue.
+func (h repoService) ApproveChange(ctx context.Context, req *agwpv1.ApproveChangeRequest) (*agwpv1.ApproveChangeResponse, error) {
+	if err := validateID("change_id", req.GetChangeId()); err != nil {
+		return nil, err
+	}
+	c, err := h.s.store.ApproveChange(ctx, req.GetChangeId(), callerFrom(ctx).principal.Name)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	h.s.log.Info("change approved", "change", c.ID, "repository", c.Repository, "by", c.ApprovedBy, "state", string(c.State))
+	h.s.gate.Kick(c.Repository)
+	return &agwpv1.ApproveChangeResponse{Change: h.changeWithProgress(ctx, c)}, nil
 }
 
 func (h repoService) WatchChange(ctx context.Context, req *agwpv1.WatchChangeRequest, stream *connect.ServerStream[agwpv1.WatchChangeResponse]) error {

@@ -38,6 +38,8 @@ import (
 //	gate advance                   change.rejected     change/<id>        reason, attestation_digest (of a signed FAILED run)
 //	gate advance                   change.cancelled    change/<id>        reason
 //	gate advance                   change.requeued     change/<id>        reason (its candidate was superseded or split)
+//	gate advance                   change.awaiting_approval change/<id>   attestation_digest, candidate, protected_paths
+//	ApproveChange                  change.approved     change/<id>        approved_by, state (queued when it waited; only the first approval)
 //	gate advance                   candidate.built     candidate/<id>     changes, job, parent_revision, revision
 //	gate advance                   candidate.passed    candidate/<id>     attestation_digest, job
 //	gate advance                   candidate.failed    candidate/<id>     job, reason, attestation_digest (of a signed FAILED run)

@@ -682,6 +682,9 @@ type CommitInfo struct {
 	// without them. The commit has an Ag-Lane trailer and an Ag-Lane-Excluded one per path.
 	Lane         string
 	LaneExcluded []string
+	// ApprovedBy names the principals who approved the commit's changes (a change to a protected
+	// path lands only approved), one Ag-Approved-By trailer each.
+	ApprovedBy []string
 }
 
 // BatchedChange is one change of a batch commit.
@@ -744,6 +747,9 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 		add("Ag-Lease-Tokens", strings.Join(strs, ", "))
 	}
 	add("Ag-Attestation", c.Attestation)
+	for _, p := range slices.Compact(slices.Clone(c.ApprovedBy)) {
+		add("Ag-Approved-By", p)
+	}
 	if c.Lane != "" {
 		add("Ag-Lane", c.Lane)
 		for _, p := range c.LaneExcluded {

@@ -205,6 +205,13 @@ type RepoStore interface {
 
 	// ListChanges answers a repository's changes, newest first.
 	ListChanges(ctx context.Context, p ListChangesParams) (changes []Change, nextPageToken string, err error)
+
+	// ApproveChange records that principal approves the change changeID, at the store's now,
+	// unless an approval is recorded already (the first one stays), and records change.approved.
+	// A change in ChangeAwaitingApproval goes back to ChangeQueued in its place in the queue. It
+	// holds the change's queue (as InQueue does), so that an advance never parks a change whose
+	// approval it did not see. A final change: ErrFailedPrecondition; unknown: ErrNotFound.
+	ApproveChange(ctx context.Context, changeID, principal string) (Change, error)
 }
 
 // Repository is a repository as stored.
@@ -350,6 +357,9 @@ const (
 	ChangeIntegrated ChangeState = "integrated"
 	ChangeRejected   ChangeState = "rejected"
 	ChangeCancelled  ChangeState = "cancelled"
+	// ChangeAwaitingApproval: validated, but it touches a protected path and no reviewer
+	// approved it; out of the queue until ApproveChange queues it again.
+	ChangeAwaitingApproval ChangeState = "awaiting_approval"
 )
 
 // Terminal reports whether a change in this state is final.
@@ -379,6 +389,10 @@ type Change struct {
 	// BatchLimit, when not 0, bounds the batch the change may be validated in: a batch it was
 	// in failed, and the queue is looking for the changes that broke it.
 	BatchLimit int
+	// ApprovedBy is the principal who approved the change (ApproveChange), "" for none, and
+	// ApprovedAt when.
+	ApprovedBy string
+	ApprovedAt time.Time
 }
 
 // IntegrateParams are the inputs of Integrate.
@@ -415,6 +429,8 @@ type ListChangesParams struct {
 	PageToken  string
 	// Queued answers only the QUEUED changes, oldest first (the queue's waiting ones), one page.
 	Queued bool
+	// AwaitingApproval answers only the AWAITING_APPROVAL changes, oldest first, one page.
+	AwaitingApproval bool
 }
 
 // ErrLeaseConflict: a lease of another holder overlaps.

@@ -281,6 +281,8 @@ const (
 	RoleAgent  Role = "agent"
 	RoleWorker Role = "worker"
 	RoleReader Role = "reader"
+	// RoleReviewer reads, and approves changes to a policy's protected paths.
+	RoleReviewer Role = "reviewer"
 )
 
 // Principal is an authenticated identity.

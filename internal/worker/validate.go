@@ -134,9 +134,13 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if err := v.fetchBlobs(ctx, tree); err != nil {
 		return Outcome{}, orCause(ctx, err)
 	}
+	protected, err := v.protectedOverlay(ctx, p, tree)
+	if err != nil {
+		return Outcome{}, orCause(ctx, err)
+	}
 	run := func(alone bool) (runResult, string, error) {
 		leave := v.runs.enter(alone)
-		res, gitTree, err := v.runOnce(ctx, job, p, tree, env, network, timeout, askedLimits, log)
+		res, gitTree, err := v.runOnce(ctx, job, p, tree, protected, env, network, timeout, askedLimits, log)
 		if overlapped := leave(); !alone && overlapped && err == nil && !res.passed() {
 			return res, gitTree, errRanBeside
 		}
@@ -182,6 +186,9 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 		Isolation:   isolation,
 		Network:     network,
 	}
+	if protected != nil {
+		val.Protected = &protected.from
+	}
 	return v.attestedOutcome(ctx, val, res, log)
 }
 
@@ -218,8 +225,8 @@ func (v *Validator) attestedOutcome(ctx context.Context, val attest.Validation, 
 // runOnce checks the candidate out in a run directory of its own and runs its command there,
 // held to its limits, and answers what the run did and the git tree it checked out. The run's
 // directory, cgroup, file system and egress proxy go with it.
-func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayload, tree repo.Tree, env []string,
-	network string, timeout time.Duration, askedLimits Limits, log *slog.Logger) (runResult, string, error) {
+func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayload, tree repo.Tree, protected *protectedOverlay,
+	env []string, network string, timeout time.Duration, askedLimits Limits, log *slog.Logger) (runResult, string, error) {
 	rd, err := newRunDir(v.workDir())
 	if err != nil {
 		return runResult{}, "", fmt.Errorf("create work directory: %w", err)
@@ -260,6 +267,13 @@ func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayl
 	}
 	var box boxDirs
 	runLog := []any{"command", p.Command, "files", len(tree), "git_tree", gitTree, "timeout", timeout, "network", network}
+	if protected != nil {
+		// The candidate was checked whole above; the run sees the mainline's protected paths.
+		if err := protected.apply(v, checkout); err != nil {
+			return runResult{}, "", orCause(ctx, limits.explain(err))
+		}
+		runLog = append(runLog, "protected_from", protected.from.Revision, "protected", protected.from.Paths)
+	}
 	if v.Sandbox != nil {
 		if box, err = makeBoxDirs(boxRoot, checkout); err != nil {
 			return runResult{}, "", fmt.Errorf("create work directory: %w", err)
@@ -371,37 +385,43 @@ func commandEnv(base []string, extra map[string]string) ([]string, error) {
 // themselves is the server's, and the job's when the job names one (a job may name the git tree
 // alone: materialize computes that one from the files).
 func (v *Validator) fetchTree(ctx context.Context, p client.ValidatePayload) (repo.Tree, error) {
-	res, err := v.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: p.Repository, Revision: p.CandidateRevision})
+	return v.fetchRevisionTree(ctx, p.Repository, p.CandidateRevision, p.TreeDigest)
+}
+
+// fetchRevisionTree answers the files of repository@revision, checked as fetchTree says;
+// want is the tree digest the job names, or "".
+func (v *Validator) fetchRevisionTree(ctx context.Context, repository, revision, want string) (repo.Tree, error) {
+	res, err := v.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: repository, Revision: revision})
 	if err != nil {
-		return nil, fmt.Errorf("get the tree of %s@%s: %w", p.Repository, p.CandidateRevision, err)
+		return nil, fmt.Errorf("get the tree of %s@%s: %w", repository, revision, err)
 	}
-	if res.GetRevision() != p.CandidateRevision {
-		return nil, fmt.Errorf("asked for the tree of revision %s, the server answered revision %s", p.CandidateRevision, res.GetRevision())
+	if res.GetRevision() != revision {
+		return nil, fmt.Errorf("asked for the tree of revision %s, the server answered revision %s", revision, res.GetRevision())
 	}
-	if p.TreeDigest != "" && res.GetTreeDigest() != p.TreeDigest {
+	if want != "" && res.GetTreeDigest() != want {
 		return nil, Permanent(fmt.Errorf("the tree of %s@%s is %s, but the job validates tree %s",
-			p.Repository, p.CandidateRevision, res.GetTreeDigest(), p.TreeDigest))
+			repository, revision, res.GetTreeDigest(), want))
 	}
 	tree := make(repo.Tree, 0, len(res.GetEntries()))
 	for _, e := range res.GetEntries() {
 		if err := repo.ValidatePath(e.GetPath(), false); err != nil {
-			return nil, Permanent(fmt.Errorf("the tree of %s@%s holds path %q, which %v", p.Repository, p.CandidateRevision, e.GetPath(), err))
+			return nil, Permanent(fmt.Errorf("the tree of %s@%s holds path %q, which %v", repository, revision, e.GetPath(), err))
 		}
 		entry, err := treeEntry(e)
 		if err != nil {
-			return nil, Permanent(fmt.Errorf("the tree of %s@%s: %w", p.Repository, p.CandidateRevision, err))
+			return nil, Permanent(fmt.Errorf("the tree of %s@%s: %w", repository, revision, err))
 		}
 		tree = append(tree, entry)
 	}
 	sort.Slice(tree, func(i, j int) bool { return tree[i].Path < tree[j].Path })
 	got := tree.Digest()
-	if p.TreeDigest != "" && got != p.TreeDigest {
+	if want != "" && got != want {
 		return nil, Permanent(fmt.Errorf("the entries the server answered for %s@%s hash to %s, not to the job's tree %s",
-			p.Repository, p.CandidateRevision, got, p.TreeDigest))
+			repository, revision, got, want))
 	}
 	if res.GetTreeDigest() != "" && got != res.GetTreeDigest() {
 		return nil, Permanent(fmt.Errorf("the entries the server answered for %s@%s hash to %s, not to the tree %s it named",
-			p.Repository, p.CandidateRevision, got, res.GetTreeDigest()))
+			repository, revision, got, res.GetTreeDigest()))
 	}
 	return tree, nil
 }

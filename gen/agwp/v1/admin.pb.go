@@ -36,6 +36,8 @@ const (
 	Role_ROLE_WORKER Role = 3
 	// Read only.
 	Role_ROLE_READER Role = 4
+	// Read, and approve changes to protected paths (ApproveChange).
+	Role_ROLE_REVIEWER Role = 5
 )
 
 // Enum value maps for Role.
@@ -46,6 +48,7 @@ var (
 		2: "ROLE_AGENT",
 		3: "ROLE_WORKER",
 		4: "ROLE_READER",
+		5: "ROLE_REVIEWER",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED": 0,
@@ -53,6 +56,7 @@ var (
 		"ROLE_AGENT":       2,
 		"ROLE_WORKER":      3,
 		"ROLE_READER":      4,
+		"ROLE_REVIEWER":    5,
 	}
 )
 
@@ -1116,7 +1120,7 @@ const file_agwp_v1_admin_proto_rawDesc = "" +
 	"\x15ListWorkerKeysRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\"@\n" +
 	"\x16ListWorkerKeysResponse\x12&\n" +
-	"\x04keys\x18\x01 \x03(\v2\x12.agwp.v1.WorkerKeyR\x04keys*^\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.agwp.v1.WorkerKeyR\x04keys*q\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1124,7 +1128,8 @@ const file_agwp_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ROLE_AGENT\x10\x02\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x03\x12\x0f\n" +
-	"\vROLE_READER\x10\x042\x93\b\n" +
+	"\vROLE_READER\x10\x04\x12\x11\n" +
+	"\rROLE_REVIEWER\x10\x052\x93\b\n" +
 	"\fAdminService\x12\x86\x01\n" +
 	"\x0fCreatePrincipal\x12\x1f.agwp.v1.CreatePrincipalRequest\x1a .agwp.v1.CreatePrincipalResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/agwp.v1.AdminService/CreatePrincipal\x12\x82\x01\n" +
 	"\x0eListPrincipals\x12\x1e.agwp.v1.ListPrincipalsRequest\x1a\x1f.agwp.v1.ListPrincipalsResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.AdminService/ListPrincipals\x12\x8a\x01\n" +

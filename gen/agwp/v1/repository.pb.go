@@ -93,6 +93,9 @@ const (
 	ChangeState_CHANGE_STATE_INTEGRATED  ChangeState = 3
 	ChangeState_CHANGE_STATE_REJECTED    ChangeState = 4
 	ChangeState_CHANGE_STATE_CANCELLED   ChangeState = 5
+	// Validated, but it touches a protected path (Validation.protect) and no reviewer approved it
+	// yet: out of the queue until ApproveChange, then validated again in its place.
+	ChangeState_CHANGE_STATE_AWAITING_APPROVAL ChangeState = 6
 )
 
 // Enum value maps for ChangeState.
@@ -104,14 +107,16 @@ var (
 		3: "CHANGE_STATE_INTEGRATED",
 		4: "CHANGE_STATE_REJECTED",
 		5: "CHANGE_STATE_CANCELLED",
+		6: "CHANGE_STATE_AWAITING_APPROVAL",
 	}
 	ChangeState_value = map[string]int32{
-		"CHANGE_STATE_UNSPECIFIED": 0,
-		"CHANGE_STATE_QUEUED":      1,
-		"CHANGE_STATE_VALIDATING":  2,
-		"CHANGE_STATE_INTEGRATED":  3,
-		"CHANGE_STATE_REJECTED":    4,
-		"CHANGE_STATE_CANCELLED":   5,
+		"CHANGE_STATE_UNSPECIFIED":       0,
+		"CHANGE_STATE_QUEUED":            1,
+		"CHANGE_STATE_VALIDATING":        2,
+		"CHANGE_STATE_INTEGRATED":        3,
+		"CHANGE_STATE_REJECTED":          4,
+		"CHANGE_STATE_CANCELLED":         5,
+		"CHANGE_STATE_AWAITING_APPROVAL": 6,
 	}
 )
 
@@ -442,7 +447,13 @@ type Validation struct {
 	// What one run may use of its worker's machine, lower than the worker's own limits
 	// (ag-worker --max-memory, --max-pids, --max-disk); a worker never raises its limits for a
 	// policy. Absent, or 0: the worker's.
-	Limits        *ValidationLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *ValidationLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Protected paths (lease paths: "ci/" for a directory, or a file), at most 64. Every candidate
+	// is validated with the mainline's copy of them (the candidate's own where the mainline has
+	// none), and a change that touches one lands only once a reviewer or an admin approved it
+	// (ApproveChange). The file the command runs (command[0] when it is a path, the script an
+	// interpreter such as sh or python is given, a make file) is protected without being listed.
+	Protect       []string `protobuf:"bytes,10,rep,name=protect,proto3" json:"protect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +547,13 @@ func (x *Validation) GetIsolation() string {
 func (x *Validation) GetLimits() *ValidationLimits {
 	if x != nil {
 		return x.Limits
+	}
+	return nil
+}
+
+func (x *Validation) GetProtect() []string {
+	if x != nil {
+		return x.Protect
 	}
 	return nil
 }
@@ -2729,9 +2747,15 @@ type Change struct {
 	Candidate *Candidate `protobuf:"bytes,17,opt,name=candidate,proto3" json:"candidate,omitempty"`
 	// Every candidate the change was in, oldest first: why it was validated more than once.
 	// GetChange and WatchChange fill it in.
-	History       []*Candidate `protobuf:"bytes,18,rep,name=history,proto3" json:"history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	History []*Candidate `protobuf:"bytes,18,rep,name=history,proto3" json:"history,omitempty"`
+	// The principal who approved the change (ApproveChange), and when; empty when none did.
+	ApprovedBy string                 `protobuf:"bytes,19,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	ApprovedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=approved_at,json=approvedAt,proto3" json:"approved_at,omitempty"`
+	// The protected paths of its repository's policy that the change touches: it lands only once
+	// approved.
+	ProtectedPaths []string `protobuf:"bytes,21,rep,name=protected_paths,json=protectedPaths,proto3" json:"protected_paths,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
@@ -2886,6 +2910,27 @@ func (x *Change) GetCandidate() *Candidate {
 func (x *Change) GetHistory() []*Candidate {
 	if x != nil {
 		return x.History
+	}
+	return nil
+}
+
+func (x *Change) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
+}
+
+func (x *Change) GetApprovedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovedAt
+	}
+	return nil
+}
+
+func (x *Change) GetProtectedPaths() []string {
+	if x != nil {
+		return x.ProtectedPaths
 	}
 	return nil
 }
@@ -3280,12 +3325,14 @@ func (x *GetChangeResponse) GetChange() *Change {
 }
 
 type ListChangesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Repository    string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	PageSize   int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken  string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the changes in AWAITING_APPROVAL, oldest first.
+	AwaitingApproval bool `protobuf:"varint,4,opt,name=awaiting_approval,json=awaitingApproval,proto3" json:"awaiting_approval,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListChangesRequest) Reset() {
@@ -3339,6 +3386,101 @@ func (x *ListChangesRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListChangesRequest) GetAwaitingApproval() bool {
+	if x != nil {
+		return x.AwaitingApproval
+	}
+	return false
+}
+
+type ApproveChangeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ChangeId      string                 `protobuf:"bytes,1,opt,name=change_id,json=changeId,proto3" json:"change_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveChangeRequest) Reset() {
+	*x = ApproveChangeRequest{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveChangeRequest) ProtoMessage() {}
+
+func (x *ApproveChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveChangeRequest.ProtoReflect.Descriptor instead.
+func (*ApproveChangeRequest) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ApproveChangeRequest) GetChangeId() string {
+	if x != nil {
+		return x.ChangeId
+	}
+	return ""
+}
+
+type ApproveChangeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Change        *Change                `protobuf:"bytes,1,opt,name=change,proto3" json:"change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveChangeResponse) Reset() {
+	*x = ApproveChangeResponse{}
+	mi := &file_agwp_v1_repository_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveChangeResponse) ProtoMessage() {}
+
+func (x *ApproveChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agwp_v1_repository_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveChangeResponse.ProtoReflect.Descriptor instead.
+func (*ApproveChangeResponse) Descriptor() ([]byte, []int) {
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ApproveChangeResponse) GetChange() *Change {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
 type ListChangesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Changes       []*Change              `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
@@ -3349,7 +3491,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[48]
+	mi := &file_agwp_v1_repository_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3503,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[48]
+	mi := &file_agwp_v1_repository_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3516,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{48}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -3400,7 +3542,7 @@ type WatchChangeRequest struct {
 
 func (x *WatchChangeRequest) Reset() {
 	*x = WatchChangeRequest{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[49]
+	mi := &file_agwp_v1_repository_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3554,7 @@ func (x *WatchChangeRequest) String() string {
 func (*WatchChangeRequest) ProtoMessage() {}
 
 func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[49]
+	mi := &file_agwp_v1_repository_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3567,7 @@ func (x *WatchChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeRequest.ProtoReflect.Descriptor instead.
 func (*WatchChangeRequest) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{49}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchChangeRequest) GetChangeId() string {
@@ -3444,7 +3586,7 @@ type WatchChangeResponse struct {
 
 func (x *WatchChangeResponse) Reset() {
 	*x = WatchChangeResponse{}
-	mi := &file_agwp_v1_repository_proto_msgTypes[50]
+	mi := &file_agwp_v1_repository_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3598,7 @@ func (x *WatchChangeResponse) String() string {
 func (*WatchChangeResponse) ProtoMessage() {}
 
 func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agwp_v1_repository_proto_msgTypes[50]
+	mi := &file_agwp_v1_repository_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3611,7 @@ func (x *WatchChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChangeResponse.ProtoReflect.Descriptor instead.
 func (*WatchChangeResponse) Descriptor() ([]byte, []int) {
-	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{50}
+	return file_agwp_v1_repository_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchChangeResponse) GetChange() *Change {
@@ -3504,7 +3646,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x129\n" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
-	"\x0ehas_credential\x18\a \x01(\bR\rhasCredential\"\x89\x03\n" +
+	"\x0ehas_credential\x18\a \x01(\bR\rhasCredential\"\xa3\x03\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -3515,7 +3657,9 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x05lanes\x18\x06 \x03(\v2\x17.agwp.v1.ValidationLaneR\x05lanes\x12\x18\n" +
 	"\anetwork\x18\a \x01(\tR\anetwork\x12\x1c\n" +
 	"\tisolation\x18\b \x01(\tR\tisolation\x121\n" +
-	"\x06limits\x18\t \x01(\v2\x19.agwp.v1.ValidationLimitsR\x06limits\x1a6\n" +
+	"\x06limits\x18\t \x01(\v2\x19.agwp.v1.ValidationLimitsR\x06limits\x12\x18\n" +
+	"\aprotect\x18\n" +
+	" \x03(\tR\aprotect\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
@@ -3676,7 +3820,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
 	"\x06holder\x18\x06 \x01(\tR\x06holder\"<\n" +
 	"\x11IntegrateResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xa8\x05\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xaf\x06\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -3700,7 +3844,12 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\bprogress\x18\x0f \x01(\tR\bprogress\x12%\n" +
 	"\x0equeue_position\x18\x10 \x01(\rR\rqueuePosition\x120\n" +
 	"\tcandidate\x18\x11 \x01(\v2\x12.agwp.v1.CandidateR\tcandidate\x12,\n" +
-	"\ahistory\x18\x12 \x03(\v2\x12.agwp.v1.CandidateR\ahistory\"\x83\x04\n" +
+	"\ahistory\x18\x12 \x03(\v2\x12.agwp.v1.CandidateR\ahistory\x12\x1f\n" +
+	"\vapproved_by\x18\x13 \x01(\tR\n" +
+	"approvedBy\x12;\n" +
+	"\vapproved_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"approvedAt\x12'\n" +
+	"\x0fprotected_paths\x18\x15 \x03(\tR\x0eprotectedPaths\"\x83\x04\n" +
 	"\tCandidate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -3738,14 +3887,19 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\tchange_id\x18\x01 \x01(\tR\bchangeId\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"<\n" +
 	"\x11GetChangeResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"p\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\x9d\x01\n" +
 	"\x12ListChangesRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
 	"repository\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"h\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
+	"\x11awaiting_approval\x18\x04 \x01(\bR\x10awaitingApproval\"3\n" +
+	"\x14ApproveChangeRequest\x12\x1b\n" +
+	"\tchange_id\x18\x01 \x01(\tR\bchangeId\"@\n" +
+	"\x15ApproveChangeResponse\x12'\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"h\n" +
 	"\x13ListChangesResponse\x12)\n" +
 	"\achanges\x18\x01 \x03(\v2\x0f.agwp.v1.ChangeR\achanges\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"1\n" +
@@ -3758,14 +3912,15 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x14MIRROR_STATE_PENDING\x10\x01\x12\x18\n" +
 	"\x14MIRROR_STATE_CURRENT\x10\x02\x12\x19\n" +
 	"\x15MIRROR_STATE_DIVERGED\x10\x03\x12\x18\n" +
-	"\x14MIRROR_STATE_FAILING\x10\x04*\xb5\x01\n" +
+	"\x14MIRROR_STATE_FAILING\x10\x04*\xd9\x01\n" +
 	"\vChangeState\x12\x1c\n" +
 	"\x18CHANGE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CHANGE_STATE_QUEUED\x10\x01\x12\x1b\n" +
 	"\x17CHANGE_STATE_VALIDATING\x10\x02\x12\x1b\n" +
 	"\x17CHANGE_STATE_INTEGRATED\x10\x03\x12\x19\n" +
 	"\x15CHANGE_STATE_REJECTED\x10\x04\x12\x1a\n" +
-	"\x16CHANGE_STATE_CANCELLED\x10\x05*\x9d\x02\n" +
+	"\x16CHANGE_STATE_CANCELLED\x10\x05\x12\"\n" +
+	"\x1eCHANGE_STATE_AWAITING_APPROVAL\x10\x06*\x9d\x02\n" +
 	"\x0eCandidateState\x12\x1f\n" +
 	"\x1bCANDIDATE_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCANDIDATE_STATE_VALIDATING\x10\x01\x12\x1a\n" +
@@ -3775,7 +3930,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x18CANDIDATE_STATE_REJECTED\x10\x05\x12\x19\n" +
 	"\x15CANDIDATE_STATE_SPLIT\x10\x06\x12\x1e\n" +
 	"\x1aCANDIDATE_STATE_SUPERSEDED\x10\a\x12\x1d\n" +
-	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xae\x14\n" +
+	"\x19CANDIDATE_STATE_CANCELLED\x10\b2\xb4\x15\n" +
 	"\x11RepositoryService\x12\x8f\x01\n" +
 	"\x10CreateRepository\x12 .agwp.v1.CreateRepositoryRequest\x1a!.agwp.v1.CreateRepositoryResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/agwp.v1.RepositoryService/CreateRepository\x12\x83\x01\n" +
 	"\rSetValidation\x12\x1d.agwp.v1.SetValidationRequest\x1a\x1e.agwp.v1.SetValidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/SetValidation\x12s\n" +
@@ -3794,7 +3949,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\aGetTree\x12\x17.agwp.v1.GetTreeRequest\x1a\x18.agwp.v1.GetTreeResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/agwp.v1.RepositoryService/GetTree\x12s\n" +
 	"\tIntegrate\x12\x19.agwp.v1.IntegrateRequest\x1a\x1a.agwp.v1.IntegrateResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/Integrate\x12s\n" +
 	"\tGetChange\x12\x19.agwp.v1.GetChangeRequest\x1a\x1a.agwp.v1.GetChangeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/agwp.v1.RepositoryService/GetChange\x12{\n" +
-	"\vListChanges\x12\x1b.agwp.v1.ListChangesRequest\x1a\x1c.agwp.v1.ListChangesResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/ListChanges\x12}\n" +
+	"\vListChanges\x12\x1b.agwp.v1.ListChangesRequest\x1a\x1c.agwp.v1.ListChangesResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/ListChanges\x12\x83\x01\n" +
+	"\rApproveChange\x12\x1d.agwp.v1.ApproveChangeRequest\x1a\x1e.agwp.v1.ApproveChangeResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/agwp.v1.RepositoryService/ApproveChange\x12}\n" +
 	"\vWatchChange\x12\x1b.agwp.v1.WatchChangeRequest\x1a\x1c.agwp.v1.WatchChangeResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/agwp.v1.RepositoryService/WatchChange0\x01\x12o\n" +
 	"\bGetQueue\x12\x18.agwp.v1.GetQueueRequest\x1a\x19.agwp.v1.GetQueueResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/agwp.v1.RepositoryService/GetQueueB+Z)github.com/ag-coord/ag/gen/agwp/v1;agwpv1b\x06proto3"
 
@@ -3811,7 +3967,7 @@ func file_agwp_v1_repository_proto_rawDescGZIP() []byte {
 }
 
 var file_agwp_v1_repository_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_agwp_v1_repository_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_agwp_v1_repository_proto_goTypes = []any{
 	(MirrorState)(0),                      // 0: agwp.v1.MirrorState
 	(ChangeState)(0),                      // 1: agwp.v1.ChangeState
@@ -3864,26 +4020,28 @@ var file_agwp_v1_repository_proto_goTypes = []any{
 	(*GetChangeRequest)(nil),              // 48: agwp.v1.GetChangeRequest
 	(*GetChangeResponse)(nil),             // 49: agwp.v1.GetChangeResponse
 	(*ListChangesRequest)(nil),            // 50: agwp.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),           // 51: agwp.v1.ListChangesResponse
-	(*WatchChangeRequest)(nil),            // 52: agwp.v1.WatchChangeRequest
-	(*WatchChangeResponse)(nil),           // 53: agwp.v1.WatchChangeResponse
-	nil,                                   // 54: agwp.v1.Validation.EnvEntry
-	nil,                                   // 55: agwp.v1.ValidationLane.EnvEntry
-	(*timestamppb.Timestamp)(nil),         // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 57: google.protobuf.Duration
+	(*ApproveChangeRequest)(nil),          // 51: agwp.v1.ApproveChangeRequest
+	(*ApproveChangeResponse)(nil),         // 52: agwp.v1.ApproveChangeResponse
+	(*ListChangesResponse)(nil),           // 53: agwp.v1.ListChangesResponse
+	(*WatchChangeRequest)(nil),            // 54: agwp.v1.WatchChangeRequest
+	(*WatchChangeResponse)(nil),           // 55: agwp.v1.WatchChangeResponse
+	nil,                                   // 56: agwp.v1.Validation.EnvEntry
+	nil,                                   // 57: agwp.v1.ValidationLane.EnvEntry
+	(*timestamppb.Timestamp)(nil),         // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 59: google.protobuf.Duration
 }
 var file_agwp_v1_repository_proto_depIdxs = []int32{
 	5,  // 0: agwp.v1.Repository.validation:type_name -> agwp.v1.Validation
-	56, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
+	58, // 1: agwp.v1.Repository.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 2: agwp.v1.Repository.mirror:type_name -> agwp.v1.Mirror
 	0,  // 3: agwp.v1.Mirror.state:type_name -> agwp.v1.MirrorState
-	56, // 4: agwp.v1.Mirror.updated_at:type_name -> google.protobuf.Timestamp
-	57, // 5: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
-	54, // 6: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
+	58, // 4: agwp.v1.Mirror.updated_at:type_name -> google.protobuf.Timestamp
+	59, // 5: agwp.v1.Validation.timeout:type_name -> google.protobuf.Duration
+	56, // 6: agwp.v1.Validation.env:type_name -> agwp.v1.Validation.EnvEntry
 	7,  // 7: agwp.v1.Validation.lanes:type_name -> agwp.v1.ValidationLane
 	6,  // 8: agwp.v1.Validation.limits:type_name -> agwp.v1.ValidationLimits
-	57, // 9: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
-	55, // 10: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
+	59, // 9: agwp.v1.ValidationLane.timeout:type_name -> google.protobuf.Duration
+	57, // 10: agwp.v1.ValidationLane.env:type_name -> agwp.v1.ValidationLane.EnvEntry
 	5,  // 11: agwp.v1.SetValidationRequest.validation:type_name -> agwp.v1.Validation
 	3,  // 12: agwp.v1.SetValidationResponse.repository:type_name -> agwp.v1.Repository
 	3,  // 13: agwp.v1.SetMirrorResponse.repository:type_name -> agwp.v1.Repository
@@ -3897,64 +4055,68 @@ var file_agwp_v1_repository_proto_depIdxs = []int32{
 	41, // 21: agwp.v1.IntegrateRequest.edits:type_name -> agwp.v1.Edit
 	44, // 22: agwp.v1.IntegrateResponse.change:type_name -> agwp.v1.Change
 	1,  // 23: agwp.v1.Change.state:type_name -> agwp.v1.ChangeState
-	56, // 24: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
-	56, // 25: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 24: agwp.v1.Change.created_at:type_name -> google.protobuf.Timestamp
+	58, // 25: agwp.v1.Change.updated_at:type_name -> google.protobuf.Timestamp
 	45, // 26: agwp.v1.Change.candidate:type_name -> agwp.v1.Candidate
 	45, // 27: agwp.v1.Change.history:type_name -> agwp.v1.Candidate
-	2,  // 28: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
-	56, // 29: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
-	56, // 30: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
-	45, // 31: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
-	44, // 32: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
-	57, // 33: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
-	44, // 34: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
-	44, // 35: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
-	44, // 36: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
-	12, // 37: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
-	8,  // 38: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
-	10, // 39: agwp.v1.RepositoryService.SetMirror:input_type -> agwp.v1.SetMirrorRequest
-	19, // 40: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
-	21, // 41: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
-	23, // 42: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
-	25, // 43: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
-	14, // 44: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
-	16, // 45: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
-	27, // 46: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
-	29, // 47: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
-	32, // 48: agwp.v1.RepositoryService.StartBlobUpload:input_type -> agwp.v1.StartBlobUploadRequest
-	34, // 49: agwp.v1.RepositoryService.UploadBlobPart:input_type -> agwp.v1.UploadBlobPartRequest
-	36, // 50: agwp.v1.RepositoryService.ReadBlob:input_type -> agwp.v1.ReadBlobRequest
-	38, // 51: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
-	42, // 52: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
-	48, // 53: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
-	50, // 54: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
-	52, // 55: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
-	46, // 56: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
-	18, // 57: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
-	9,  // 58: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
-	11, // 59: agwp.v1.RepositoryService.SetMirror:output_type -> agwp.v1.SetMirrorResponse
-	20, // 60: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
-	22, // 61: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
-	24, // 62: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
-	26, // 63: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
-	15, // 64: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
-	17, // 65: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
-	28, // 66: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
-	30, // 67: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
-	33, // 68: agwp.v1.RepositoryService.StartBlobUpload:output_type -> agwp.v1.StartBlobUploadResponse
-	35, // 69: agwp.v1.RepositoryService.UploadBlobPart:output_type -> agwp.v1.UploadBlobPartResponse
-	37, // 70: agwp.v1.RepositoryService.ReadBlob:output_type -> agwp.v1.ReadBlobResponse
-	39, // 71: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
-	43, // 72: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
-	49, // 73: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
-	51, // 74: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
-	53, // 75: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
-	47, // 76: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
-	57, // [57:77] is the sub-list for method output_type
-	37, // [37:57] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	58, // 28: agwp.v1.Change.approved_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: agwp.v1.Candidate.state:type_name -> agwp.v1.CandidateState
+	58, // 30: agwp.v1.Candidate.created_at:type_name -> google.protobuf.Timestamp
+	58, // 31: agwp.v1.Candidate.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 32: agwp.v1.GetQueueResponse.candidates:type_name -> agwp.v1.Candidate
+	44, // 33: agwp.v1.GetQueueResponse.waiting:type_name -> agwp.v1.Change
+	59, // 34: agwp.v1.GetChangeRequest.wait:type_name -> google.protobuf.Duration
+	44, // 35: agwp.v1.GetChangeResponse.change:type_name -> agwp.v1.Change
+	44, // 36: agwp.v1.ApproveChangeResponse.change:type_name -> agwp.v1.Change
+	44, // 37: agwp.v1.ListChangesResponse.changes:type_name -> agwp.v1.Change
+	44, // 38: agwp.v1.WatchChangeResponse.change:type_name -> agwp.v1.Change
+	12, // 39: agwp.v1.RepositoryService.CreateRepository:input_type -> agwp.v1.CreateRepositoryRequest
+	8,  // 40: agwp.v1.RepositoryService.SetValidation:input_type -> agwp.v1.SetValidationRequest
+	10, // 41: agwp.v1.RepositoryService.SetMirror:input_type -> agwp.v1.SetMirrorRequest
+	19, // 42: agwp.v1.RepositoryService.GetRepository:input_type -> agwp.v1.GetRepositoryRequest
+	21, // 43: agwp.v1.RepositoryService.ListRepositories:input_type -> agwp.v1.ListRepositoriesRequest
+	23, // 44: agwp.v1.RepositoryService.UploadBlobs:input_type -> agwp.v1.UploadBlobsRequest
+	25, // 45: agwp.v1.RepositoryService.FindMissingBlobs:input_type -> agwp.v1.FindMissingBlobsRequest
+	14, // 46: agwp.v1.RepositoryService.UploadGitObjects:input_type -> agwp.v1.UploadGitObjectsRequest
+	16, // 47: agwp.v1.RepositoryService.FindMissingGitObjects:input_type -> agwp.v1.FindMissingGitObjectsRequest
+	27, // 48: agwp.v1.RepositoryService.GetBlob:input_type -> agwp.v1.GetBlobRequest
+	29, // 49: agwp.v1.RepositoryService.GetBlobs:input_type -> agwp.v1.GetBlobsRequest
+	32, // 50: agwp.v1.RepositoryService.StartBlobUpload:input_type -> agwp.v1.StartBlobUploadRequest
+	34, // 51: agwp.v1.RepositoryService.UploadBlobPart:input_type -> agwp.v1.UploadBlobPartRequest
+	36, // 52: agwp.v1.RepositoryService.ReadBlob:input_type -> agwp.v1.ReadBlobRequest
+	38, // 53: agwp.v1.RepositoryService.GetTree:input_type -> agwp.v1.GetTreeRequest
+	42, // 54: agwp.v1.RepositoryService.Integrate:input_type -> agwp.v1.IntegrateRequest
+	48, // 55: agwp.v1.RepositoryService.GetChange:input_type -> agwp.v1.GetChangeRequest
+	50, // 56: agwp.v1.RepositoryService.ListChanges:input_type -> agwp.v1.ListChangesRequest
+	51, // 57: agwp.v1.RepositoryService.ApproveChange:input_type -> agwp.v1.ApproveChangeRequest
+	54, // 58: agwp.v1.RepositoryService.WatchChange:input_type -> agwp.v1.WatchChangeRequest
+	46, // 59: agwp.v1.RepositoryService.GetQueue:input_type -> agwp.v1.GetQueueRequest
+	18, // 60: agwp.v1.RepositoryService.CreateRepository:output_type -> agwp.v1.CreateRepositoryResponse
+	9,  // 61: agwp.v1.RepositoryService.SetValidation:output_type -> agwp.v1.SetValidationResponse
+	11, // 62: agwp.v1.RepositoryService.SetMirror:output_type -> agwp.v1.SetMirrorResponse
+	20, // 63: agwp.v1.RepositoryService.GetRepository:output_type -> agwp.v1.GetRepositoryResponse
+	22, // 64: agwp.v1.RepositoryService.ListRepositories:output_type -> agwp.v1.ListRepositoriesResponse
+	24, // 65: agwp.v1.RepositoryService.UploadBlobs:output_type -> agwp.v1.UploadBlobsResponse
+	26, // 66: agwp.v1.RepositoryService.FindMissingBlobs:output_type -> agwp.v1.FindMissingBlobsResponse
+	15, // 67: agwp.v1.RepositoryService.UploadGitObjects:output_type -> agwp.v1.UploadGitObjectsResponse
+	17, // 68: agwp.v1.RepositoryService.FindMissingGitObjects:output_type -> agwp.v1.FindMissingGitObjectsResponse
+	28, // 69: agwp.v1.RepositoryService.GetBlob:output_type -> agwp.v1.GetBlobResponse
+	30, // 70: agwp.v1.RepositoryService.GetBlobs:output_type -> agwp.v1.GetBlobsResponse
+	33, // 71: agwp.v1.RepositoryService.StartBlobUpload:output_type -> agwp.v1.StartBlobUploadResponse
+	35, // 72: agwp.v1.RepositoryService.UploadBlobPart:output_type -> agwp.v1.UploadBlobPartResponse
+	37, // 73: agwp.v1.RepositoryService.ReadBlob:output_type -> agwp.v1.ReadBlobResponse
+	39, // 74: agwp.v1.RepositoryService.GetTree:output_type -> agwp.v1.GetTreeResponse
+	43, // 75: agwp.v1.RepositoryService.Integrate:output_type -> agwp.v1.IntegrateResponse
+	49, // 76: agwp.v1.RepositoryService.GetChange:output_type -> agwp.v1.GetChangeResponse
+	53, // 77: agwp.v1.RepositoryService.ListChanges:output_type -> agwp.v1.ListChangesResponse
+	52, // 78: agwp.v1.RepositoryService.ApproveChange:output_type -> agwp.v1.ApproveChangeResponse
+	55, // 79: agwp.v1.RepositoryService.WatchChange:output_type -> agwp.v1.WatchChangeResponse
+	47, // 80: agwp.v1.RepositoryService.GetQueue:output_type -> agwp.v1.GetQueueResponse
+	60, // [60:81] is the sub-list for method output_type
+	39, // [39:60] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_agwp_v1_repository_proto_init() }
@@ -3974,7 +4136,7 @@ func file_agwp_v1_repository_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agwp_v1_repository_proto_rawDesc), len(file_agwp_v1_repository_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,7 +44,7 @@ func gateRules() gate.Rules {
 			}
 			return gate.Verdict{Outcome: gate.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ string, _ store.Revision) store.EnqueueJobParams {
 			payload, _ := json.Marshal(validatePayload{Change: c.ID, Candidate: candidate.ID})
 			return store.EnqueueJobParams{Kind: "validate", Payload: payload, MaxAttempts: 1, EnqueuedBy: "gate"}
 		},
@@ -307,14 +307,14 @@ func TestAdvanceQueueOnAnotherReplica(t *testing.T) {
 	var wokenEarly bool
 	rules := gateRules()
 	job := rules.Job
-	rules.Job = func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
+	rules.Job = func(c store.Change, candidate store.Revision, lane string, mainline store.Revision) store.EnqueueJobParams {
 		// Still inside b's transaction: nobody may be told of a job that is not committed.
 		select {
 		case <-woken:
 			wokenEarly = true
 		default:
 		}
-		return job(c, candidate, lane)
+		return job(c, candidate, lane, mainline)
 	}
 	changed, err := gate.AdvanceWith(ctx, b, "r", func([]byte) gate.Rules { return rules })
 	if err != nil {

@@ -20,21 +20,22 @@ import (
 var changeFields = []string{
 	"id", "repository", "state", "base_revision", "candidate_revision", "integrated_revision",
 	"author", "message", "paths", "job_id", "attestation_digest", "reason", "created_at", "updated_at",
-	"candidate_id", "batch_limit",
+	"candidate_id", "batch_limit", "approved_by", "approved_at",
 }
 
 var changeCols = strings.Join(changeFields, ", ")
 
 type changeScan struct {
-	c     store.Change
-	state string
+	c          store.Change
+	state      string
+	approvedAt *time.Time
 }
 
 func (s *changeScan) dest() []any {
 	c := &s.c
 	return []any{&c.ID, &c.Repository, &s.state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
 		&c.Holder, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt,
-		&c.CandidateID, &c.BatchLimit}
+		&c.CandidateID, &c.BatchLimit, &c.ApprovedBy, &s.approvedAt}
 }
 
 func (s *changeScan) change() store.Change {
@@ -45,6 +46,9 @@ func (s *changeScan) change() store.Change {
 	}
 	c.CreatedAt = c.CreatedAt.UTC()
 	c.UpdatedAt = c.UpdatedAt.UTC()
+	if s.approvedAt != nil {
+		c.ApprovedAt = s.approvedAt.UTC()
+	}
 	return c
 }
 
@@ -92,6 +96,15 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 		changes, err := collectChanges(rows)
 		return changes, "", err
 	}
+	if p.AwaitingApproval {
+		rows, err := db.pool.Query(ctx, `SELECT `+changeCols+` FROM changes
+			WHERE repository = $1 AND state = 'awaiting_approval' ORDER BY seq LIMIT $2`, p.Repository, limit)
+		if err != nil {
+			return nil, "", interpretError("list changes", err)
+		}
+		changes, err := collectChanges(rows)
+		return changes, "", err
+	}
 	rows, err := db.pool.Query(ctx, `SELECT seq, `+changeCols+` FROM changes
 		WHERE repository = $1 AND ($2::bigint = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, p.Repository, before, limit+1)
 	if err != nil {
@@ -114,6 +127,57 @@ func (db *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]sto
 		return out[:limit], store.EncodeSeqPageToken(seqs[limit-1]), nil
 	}
 	return out, "", nil
+}
+
+// approveChangeSQL records an approval ($2 the change, $3 the principal) and queues again a
+// change that waited for it.
+var approveChangeSQL = q(`UPDATE changes SET approved_by = $3, approved_at = {now},
+	state = CASE WHEN state = 'awaiting_approval' THEN 'queued' ELSE state END, updated_at = {now}
+WHERE id = $2 RETURNING ` + changeCols)
+
+// ApproveChange records an approval under the lock of the change's repository, the one an
+// advance holds, so that no advance parks a change it saw unapproved after this approval.
+func (db *DB) ApproveChange(ctx context.Context, changeID, principal string) (store.Change, error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return store.Change{}, interpretError("approve change", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	var repository string
+	if err := tx.QueryRow(ctx, `SELECT repository FROM changes WHERE id = $1`, changeID).Scan(&repository); err != nil {
+		return store.Change{}, interpretError("change "+changeID, err)
+	}
+	var mainline string
+	var validation []byte
+	if err := tx.QueryRow(ctx, advanceLockSQL, repository).Scan(&mainline, &validation); err != nil {
+		return store.Change{}, interpretError("repository "+repository, err)
+	}
+	var s changeScan
+	if err := tx.QueryRow(ctx, `SELECT `+changeCols+` FROM changes WHERE id = $1`, changeID).Scan(s.dest()...); err != nil {
+		return store.Change{}, interpretError("change "+changeID, err)
+	}
+	c := s.change()
+	if c.State.Terminal() {
+		return store.Change{}, fmt.Errorf("change %s is %s: %w", changeID, c.State, store.ErrFailedPrecondition)
+	}
+	if c.ApprovedBy != "" {
+		return c, nil // the first approval stays; approving again changes nothing
+	}
+	s = changeScan{}
+	if err := tx.QueryRow(ctx, approveChangeSQL, db.now(), changeID, principal).Scan(s.dest()...); err != nil {
+		return store.Change{}, interpretError("approve change "+changeID, err)
+	}
+	c = s.change()
+	actor := store.ActorOf(ctx)
+	if _, err := tx.Exec(ctx, recordSQL, db.now(), actor.Principal, actor.Holder, "change.approved", "change/"+c.ID,
+		string(details(map[string]any{"approved_by": principal, "state": string(c.State)}))); err != nil {
+		return store.Change{}, interpretError("record change.approved", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Change{}, interpretError("approve change: commit", err)
+	}
+	db.audited()
+	return c, nil
 }
 
 // collectChanges answers the changes of rows that select changeCols.

@@ -102,7 +102,7 @@ func TestMigrationToCandidatesKeepsTheQueue(t *testing.T) {
 				}
 				return gate.Verdict{Outcome: gate.VerdictPending}
 			},
-			Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+			Job: func(c store.Change, candidate store.Revision, _ string, _ store.Revision) store.EnqueueJobParams {
 				return store.EnqueueJobParams{Kind: "validate", Payload: []byte(`{"revision":"` + candidate.ID + `"}`),
 					MaxAttempts: 1, UniqueKey: "validate:" + candidate.ID, EnqueuedBy: "gate"}
 			},

@@ -54,7 +54,7 @@ func TestABatchAnOldReplicaLandedForItsFirstChangeIsIntegratedWhole(t *testing.T
 		Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) gate.Verdict {
 			return gate.Verdict{Outcome: gate.VerdictPending}
 		},
-		Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, _ string, _ store.Revision) store.EnqueueJobParams {
 			return store.EnqueueJobParams{Kind: "validate", MaxAttempts: 1, EnqueuedBy: "alice"}
 		},
 	}

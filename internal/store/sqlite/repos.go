@@ -295,7 +295,7 @@ func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (st
 }
 
 const changeColumns = `id, repository, state, base_revision, candidate_revision, integrated_revision, author, message,
-	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit`
+	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit, approved_by, approved_at`
 
 // scanChange reads the changeColumns of a row; before are columns selected ahead of them.
 func scanChange(row scanner, before ...any) (store.Change, error) {
@@ -303,10 +303,11 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 		c                store.Change
 		state, paths     string
 		created, updated int64
+		approved         sql.NullInt64
 	)
 	dest := append(before, &c.ID, &c.Repository, &state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
 		&c.Holder, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated, &c.CandidateID,
-		&c.BatchLimit)
+		&c.BatchLimit, &c.ApprovedBy, &approved)
 	if err := row.Scan(dest...); err != nil {
 		return store.Change{}, err
 	}
@@ -316,6 +317,9 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 	c.State = store.ChangeState(state)
 	c.CreatedAt = fromMicros(created)
 	c.UpdatedAt = fromMicros(updated)
+	if approved.Valid {
+		c.ApprovedAt = fromMicros(approved.Int64)
+	}
 	return c, nil
 }
 
@@ -644,6 +648,10 @@ func (d *DB) ListChanges(ctx context.Context, p store.ListChangesParams) ([]stor
 			ORDER BY seq LIMIT ?`, p.Repository, limit)
 		return changes, "", err
 	}
+	if p.AwaitingApproval {
+		changes, err := queryChanges(ctx, d.r, q+` AND state = 'awaiting_approval' ORDER BY seq LIMIT ?`, p.Repository, limit)
+		return changes, "", err
+	}
 	if before > 0 {
 		q += ` AND seq < ?`
 		args = append(args, before)
@@ -699,4 +707,35 @@ func queryChanges(ctx context.Context, db querier, query string, args ...any) ([
 		return nil, interpretError("list changes", err)
 	}
 	return changes, nil
+}
+
+// ApproveChange records an approval of a change in one write, which holds every queue (SQLite
+// has one writer), and queues again a change that waited for it.
+func (d *DB) ApproveChange(ctx context.Context, changeID, principal string) (store.Change, error) {
+	now := micros(d.now())
+	actor := store.ActorOf(ctx)
+	var c store.Change
+	err := d.write(ctx, "approve change", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		if c, err = scanChange(tx.QueryRowContext(ctx, `SELECT `+changeColumns+` FROM changes WHERE id = ?`, changeID)); err != nil {
+			return interpretError("change "+changeID, err)
+		}
+		if c.State.Terminal() {
+			return fmt.Errorf("change %s is %s: %w", changeID, c.State, store.ErrFailedPrecondition)
+		}
+		if c.ApprovedBy != "" {
+			return nil // the first approval stays; approving again changes nothing
+		}
+		if c, err = scanChange(tx.QueryRowContext(ctx, `UPDATE changes SET approved_by = ?, approved_at = ?,
+				state = CASE WHEN state = 'awaiting_approval' THEN 'queued' ELSE state END, updated_at = ?
+			WHERE id = ? RETURNING `+changeColumns, principal, now, now, changeID)); err != nil {
+			return interpretError("approve change "+changeID, err)
+		}
+		var det details
+		det.str("approved_by", principal)
+		det.str("state", string(c.State))
+		d.record(now, actor, "change.approved", "change/"+c.ID, det.done())
+		return nil
+	})
+	return c, err
 }

@@ -455,6 +455,7 @@ var auditActions = []string{
 	"lease.granted", "lease.renewed", "lease.released", "lease.broken",
 	"repository.created", "repository.validation_set",
 	"change.integrated", "change.queued", "change.validating", "change.rejected", "change.cancelled", "change.requeued",
+	"change.awaiting_approval", "change.approved",
 	"candidate.built", "candidate.passed", "candidate.failed", "candidate.superseded", "candidate.split",
 }
 
@@ -841,6 +842,47 @@ var auditCases = []auditCase{
 				"parent_revision": b.repository(t, "web").Mainline, "revision": v2.CandidateRevision}},
 			{"change.validating", "change/" + c.ID, system, map[string]any{"candidate_revision": v2.CandidateRevision, "job": v2.JobID}},
 		}
+	}},
+	{"advance_queue_parks_a_pass_that_touches_a_protected_path", func(t *testing.T, b *abundle) []auditWant {
+		c := b.queuedChange(t)
+		g := newGate()
+		g.protected = []string{"src/a.go"}
+		v := b.advance(t, g, "web", step{c.ID, store.ChangeValidating})[0]
+		att := b.passJob(t, v.JobID)
+		g.setVerdict(passWhenAttested)
+		b.markLog(t)
+		parked := b.advance(t, g, "web", step{c.ID, store.ChangeQueued}, step{c.ID, store.ChangeAwaitingApproval})[1]
+		why := "it passed, but " + c.ID + " touches protected paths and waits for an approval"
+		if !strings.Contains(parked.Reason, "ag change approve "+c.ID) {
+			t.Fatalf("the parked change's reason %q does not say how to approve it", parked.Reason)
+		}
+		return []auditWant{
+			{"candidate.passed", "candidate/" + v.CandidateID, system, map[string]any{"attestation_digest": att.Digest, "job": v.JobID}},
+			{"candidate.superseded", "candidate/" + v.CandidateID, system, map[string]any{"job": v.JobID, "reason": why}},
+			{"change.requeued", "change/" + c.ID, system, map[string]any{"reason": why}},
+			{"change.awaiting_approval", "change/" + c.ID, system, map[string]any{"attestation_digest": att.Digest,
+				"candidate": v.CandidateID, "protected_paths": []string{"src/a.go"}}},
+		}
+	}},
+	{"approve_change_queues_a_change_that_waited", func(t *testing.T, b *abundle) []auditWant {
+		c := b.queuedChange(t)
+		g := newGate()
+		g.protected = []string{"src/"}
+		v := b.advance(t, g, "web", step{c.ID, store.ChangeValidating})[0]
+		b.passJob(t, v.JobID)
+		g.setVerdict(passWhenAttested)
+		b.advance(t, g, "web", step{c.ID, store.ChangeQueued}, step{c.ID, store.ChangeAwaitingApproval})
+		b.markLog(t)
+		approved, err := b.rs.ApproveChange(b.as(store.Actor{Principal: "carol", Holder: "carol|console"}), c.ID, "carol")
+		if err != nil || approved.State != store.ChangeQueued || approved.ApprovedBy != "carol" {
+			t.Fatalf("ApproveChange = %s approved by %q, %v; want queued, approved by carol", approved.State, approved.ApprovedBy, err)
+		}
+		// A second approval changes nothing, and writes nothing.
+		if again, err := b.rs.ApproveChange(b.ctx, c.ID, "ops"); err != nil || again.ApprovedBy != "carol" {
+			t.Fatalf("ApproveChange again = approved by %q, %v; want carol's approval kept", again.ApprovedBy, err)
+		}
+		return []auditWant{{"change.approved", "change/" + c.ID, store.Actor{Principal: "carol", Holder: "carol|console"},
+			map[string]any{"approved_by": "carol", "state": "queued"}}}
 	}},
 	{"advance_queue_rejects_a_change", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)

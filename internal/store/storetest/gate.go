@@ -37,6 +37,8 @@ type testGate struct {
 	depth, batch int
 	// lanes answers the rules' Lanes from the policy stored.
 	lanes func(validation []byte) []gate.Lane
+	// protected are the protected paths whose changes land only approved.
+	protected []string
 }
 
 type decision struct {
@@ -66,7 +68,7 @@ func (g *testGate) rules(validation []byte) gate.Rules {
 			}
 			return g.verdict(job, att)
 		},
-		Job: func(c store.Change, candidate store.Revision, lane string) store.EnqueueJobParams {
+		Job: func(c store.Change, candidate store.Revision, lane string, _ store.Revision) store.EnqueueJobParams {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.jobs = append(g.jobs, jobCall{c, candidate, validation})
@@ -77,6 +79,9 @@ func (g *testGate) rules(validation []byte) gate.Rules {
 	}
 	if g.lanes != nil {
 		r.Lanes = g.lanes(validation)
+	}
+	if g.protected != nil {
+		r.Protected = func(c store.Change) []string { return gate.ProtectedTouched(g.protected, c.Paths) }
 	}
 	return r
 }

@@ -461,7 +461,7 @@ func AdvanceMigratedQueue(t *testing.T, s store.Store, lc LegacyContent) {
 			Decide: func(store.Change, store.Revision, store.Job, *store.Attestation) gate.Verdict {
 				return gate.Verdict{Outcome: gate.VerdictPending}
 			},
-			Job: func(c store.Change, candidate store.Revision, _ string) store.EnqueueJobParams {
+			Job: func(c store.Change, candidate store.Revision, _ string, _ store.Revision) store.EnqueueJobParams {
 				validation = bytes.Clone(v)
 				payload, err := json.Marshal(map[string]string{"change_id": c.ID, "revision": candidate.ID, "git_tree": candidate.GitTree})
 				if err != nil {

@@ -259,7 +259,7 @@ func testListPrincipals(t *testing.T, newStore Factory) {
 	// Lowercase letters and digits only, which every collation orders alike.
 	names := []string{"mallory", "alice", "zed", "bob", "carol", "bob2", "dave", "alice2", "eve"}
 	for i, n := range names {
-		b.createPrincipal(t, n, []store.Role{store.RoleAdmin, store.RoleAgent, store.RoleWorker, store.RoleReader}[i%4])
+		b.createPrincipal(t, n, []store.Role{store.RoleAdmin, store.RoleAgent, store.RoleWorker, store.RoleReader, store.RoleReviewer}[i%5])
 	}
 	want := slices.Sorted(slices.Values(names))
 

@@ -200,6 +200,7 @@ var gateTests = []conformanceTest{
 	{"a_lane_change_that_no_longer_applies_to_the_mainline_is_rejected", testLaneChangeThatNoLongerAppliesIsRejected},
 	{"lane_candidates_stack_on_live_ones_across_advances", testLaneCandidatesStackOnLiveOnesAcrossAdvances},
 	{"random_queues_keep_every_promise_of_the_gate", testQueueModel},
+	{"a_change_to_a_protected_path_lands_only_once_approved", testProtectedLandsOnlyApproved},
 }
 
 // RunGate runs the tests of the gate's queue engine against the stores newStore makes, each as

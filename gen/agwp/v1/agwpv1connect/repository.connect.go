@@ -87,6 +87,9 @@ const (
 	// RepositoryServiceListChangesProcedure is the fully-qualified name of the RepositoryService's
 	// ListChanges RPC.
 	RepositoryServiceListChangesProcedure = "/agwp.v1.RepositoryService/ListChanges"
+	// RepositoryServiceApproveChangeProcedure is the fully-qualified name of the RepositoryService's
+	// ApproveChange RPC.
+	RepositoryServiceApproveChangeProcedure = "/agwp.v1.RepositoryService/ApproveChange"
 	// RepositoryServiceWatchChangeProcedure is the fully-qualified name of the RepositoryService's
 	// WatchChange RPC.
 	RepositoryServiceWatchChangeProcedure = "/agwp.v1.RepositoryService/WatchChange"
@@ -161,6 +164,11 @@ type RepositoryServiceClient interface {
 	GetChange(context.Context, *v1.GetChangeRequest) (*v1.GetChangeResponse, error)
 	// ListChanges answers a repository's changes, newest first. Any role.
 	ListChanges(context.Context, *v1.ListChangesRequest) (*v1.ListChangesResponse, error)
+	// ApproveChange records that a reviewer or an admin approves a change to the protected paths
+	// of its repository's policy (Validation.protect); a change that waits for it in
+	// AWAITING_APPROVAL goes back to the queue, and lands once validated. A final change is
+	// failed_precondition. Roles: reviewer, admin.
+	ApproveChange(context.Context, *v1.ApproveChangeRequest) (*v1.ApproveChangeResponse, error)
 	// WatchChange streams a change's state transitions until it is final. Any role.
 	WatchChange(context.Context, *v1.WatchChangeRequest) (*connect.ServerStreamForClient[v1.WatchChangeResponse], error)
 	// GetQueue answers a repository's integration queue: the candidates validating or waiting
@@ -287,6 +295,12 @@ func NewRepositoryServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(repositoryServiceMethods.ByName("ListChanges")),
 			connect.WithClientOptions(opts...),
 		),
+		approveChange: connect.NewClient[v1.ApproveChangeRequest, v1.ApproveChangeResponse](
+			httpClient,
+			baseURL+RepositoryServiceApproveChangeProcedure,
+			connect.WithSchema(repositoryServiceMethods.ByName("ApproveChange")),
+			connect.WithClientOptions(opts...),
+		),
 		watchChange: connect.NewClient[v1.WatchChangeRequest, v1.WatchChangeResponse](
 			httpClient,
 			baseURL+RepositoryServiceWatchChangeProcedure,
@@ -322,6 +336,7 @@ type repositoryServiceClient struct {
 	integrate             *connect.Client[v1.IntegrateRequest, v1.IntegrateResponse]
 	getChange             *connect.Client[v1.GetChangeRequest, v1.GetChangeResponse]
 	listChanges           *connect.Client[v1.ListChangesRequest, v1.ListChangesResponse]
+	approveChange         *connect.Client[v1.ApproveChangeRequest, v1.ApproveChangeResponse]
 	watchChange           *connect.Client[v1.WatchChangeRequest, v1.WatchChangeResponse]
 	getQueue              *connect.Client[v1.GetQueueRequest, v1.GetQueueResponse]
 }
@@ -480,6 +495,15 @@ func (c *repositoryServiceClient) ListChanges(ctx context.Context, req *v1.ListC
 	return nil, err
 }
 
+// ApproveChange calls agwp.v1.RepositoryService.ApproveChange.
+func (c *repositoryServiceClient) ApproveChange(ctx context.Context, req *v1.ApproveChangeRequest) (*v1.ApproveChangeResponse, error) {
+	response, err := c.approveChange.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // WatchChange calls agwp.v1.RepositoryService.WatchChange.
 func (c *repositoryServiceClient) WatchChange(ctx context.Context, req *v1.WatchChangeRequest) (*connect.ServerStreamForClient[v1.WatchChangeResponse], error) {
 	return c.watchChange.CallServerStream(ctx, connect.NewRequest(req))
@@ -560,6 +584,11 @@ type RepositoryServiceHandler interface {
 	GetChange(context.Context, *v1.GetChangeRequest) (*v1.GetChangeResponse, error)
 	// ListChanges answers a repository's changes, newest first. Any role.
 	ListChanges(context.Context, *v1.ListChangesRequest) (*v1.ListChangesResponse, error)
+	// ApproveChange records that a reviewer or an admin approves a change to the protected paths
+	// of its repository's policy (Validation.protect); a change that waits for it in
+	// AWAITING_APPROVAL goes back to the queue, and lands once validated. A final change is
+	// failed_precondition. Roles: reviewer, admin.
+	ApproveChange(context.Context, *v1.ApproveChangeRequest) (*v1.ApproveChangeResponse, error)
 	// WatchChange streams a change's state transitions until it is final. Any role.
 	WatchChange(context.Context, *v1.WatchChangeRequest, *connect.ServerStream[v1.WatchChangeResponse]) error
 	// GetQueue answers a repository's integration queue: the candidates validating or waiting
@@ -682,6 +711,12 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 		connect.WithSchema(repositoryServiceMethods.ByName("ListChanges")),
 		connect.WithHandlerOptions(opts...),
 	)
+	repositoryServiceApproveChangeHandler := connect.NewUnaryHandlerSimple(
+		RepositoryServiceApproveChangeProcedure,
+		svc.ApproveChange,
+		connect.WithSchema(repositoryServiceMethods.ByName("ApproveChange")),
+		connect.WithHandlerOptions(opts...),
+	)
 	repositoryServiceWatchChangeHandler := connect.NewServerStreamHandlerSimple(
 		RepositoryServiceWatchChangeProcedure,
 		svc.WatchChange,
@@ -732,6 +767,8 @@ func NewRepositoryServiceHandler(svc RepositoryServiceHandler, opts ...connect.H
 			repositoryServiceGetChangeHandler.ServeHTTP(w, r)
 		case RepositoryServiceListChangesProcedure:
 			repositoryServiceListChangesHandler.ServeHTTP(w, r)
+		case RepositoryServiceApproveChangeProcedure:
+			repositoryServiceApproveChangeHandler.ServeHTTP(w, r)
 		case RepositoryServiceWatchChangeProcedure:
 			repositoryServiceWatchChangeHandler.ServeHTTP(w, r)
 		case RepositoryServiceGetQueueProcedure:
@@ -815,6 +852,10 @@ func (UnimplementedRepositoryServiceHandler) GetChange(context.Context, *v1.GetC
 
 func (UnimplementedRepositoryServiceHandler) ListChanges(context.Context, *v1.ListChangesRequest) (*v1.ListChangesResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.ListChanges is not implemented"))
+}
+
+func (UnimplementedRepositoryServiceHandler) ApproveChange(context.Context, *v1.ApproveChangeRequest) (*v1.ApproveChangeResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("agwp.v1.RepositoryService.ApproveChange is not implemented"))
 }
 
 func (UnimplementedRepositoryServiceHandler) WatchChange(context.Context, *v1.WatchChangeRequest, *connect.ServerStream[v1.WatchChangeResponse]) error {

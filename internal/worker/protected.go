@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+
+	"github.com/ag-coord/ag/client"
+	"github.com/ag-coord/ag/internal/attest"
+	"github.com/ag-coord/ag/internal/gitstore"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// protectedOverlay is what a validation changes in its checkout so that it runs the mainline's
+// copy of the policy's protected paths, not the candidate's (ADR-0031): the candidate's entries
+// it removes, the mainline's it writes in their place.
+type protectedOverlay struct {
+	from   attest.Protected
+	remove []repo.Entry
+	add    repo.Tree
+}
+
+// overlayFor answers the overlay of the protected paths of p onto the candidate tree, taking
+// them from the mainline tree. Under a protected path where the mainline holds nothing (a
+// script not yet landed), the candidate's entries stay. The candidate's entries in the way of
+// the mainline's go too: a file or link where the mainline has a directory that holds them
+// ("ci" a link where "ci/test.sh" is protected), and what lies under a mainline file ("test.sh/x"
+// where the mainline's test.sh is a file), so that nothing is written through a link.
+func overlayFor(p *client.ProtectedFrom, candidate, mainline repo.Tree) (protectedOverlay, error) {
+	o := protectedOverlay{from: attest.Protected{Revision: p.Revision, Paths: p.Paths}}
+	removed := map[string]bool{}
+	for _, pp := range p.Paths {
+		var theirs repo.Tree
+		for _, e := range mainline {
+			if repo.Covers(pp, e.Path) {
+				theirs = append(theirs, e)
+			}
+		}
+		if len(theirs) == 0 {
+			continue
+		}
+		for _, e := range candidate {
+			if removed[e.Path] {
+				continue
+			}
+			inTheWay := false
+			for _, m := range theirs {
+				if strings.HasPrefix(m.Path, e.Path+"/") || strings.HasPrefix(e.Path, m.Path+"/") {
+					inTheWay = true
+					break
+				}
+			}
+			if repo.Covers(pp, e.Path) || inTheWay {
+				removed[e.Path] = true
+				o.remove = append(o.remove, e)
+			}
+		}
+		o.add = append(o.add, theirs...)
+	}
+	// What the run sees must itself be a tree git could hold: nothing under a link or a file.
+	var seen repo.Tree
+	for _, e := range candidate {
+		if !removed[e.Path] {
+			seen = append(seen, e)
+		}
+	}
+	if err := checkNothingUnder(append(seen, o.add...)); err != nil {
+		return protectedOverlay{}, fmt.Errorf("the mainline's protected paths over the candidate: %w", err)
+	}
+	return o, nil
+}
+
+// apply makes the checkout at root hold the mainline's protected entries in place of the
+// candidate's, writing through root (os.Root) as materialize does.
+func (o protectedOverlay) apply(v *Validator, root string) error {
+	dir, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("protected paths: %w", err)
+	}
+	defer dir.Close()
+	for _, e := range o.remove {
+		name, err := checkoutName(e.Path)
+		if err != nil {
+			return err
+		}
+		if err := dir.RemoveAll(name); err != nil {
+			return fmt.Errorf("protected paths: remove the candidate's %s: %w", e.Path, err)
+		}
+	}
+	for _, e := range o.add {
+		name, err := checkoutName(e.Path)
+		if err != nil {
+			return err
+		}
+		if parent := filepath.Dir(name); parent != "." {
+			if err := dir.MkdirAll(parent, 0o755); err != nil {
+				return fmt.Errorf("protected paths: write the mainline's %s: %w", e.Path, err)
+			}
+		}
+		// A directory the candidate's removed entries left where the mainline has a file.
+		if err := dir.RemoveAll(name); err != nil {
+			return fmt.Errorf("protected paths: clear %s: %w", e.Path, err)
+		}
+		mode, err := gitstore.FileMode(e.Mode)
+		if err != nil {
+			return fmt.Errorf("protected paths: %s: %w", e.Path, err)
+		}
+		if mode == filemode.Submodule {
+			err = dir.Mkdir(name, 0o755)
+		} else {
+			_, err = v.copyBlob(dir, name, e, mode)
+		}
+		if err != nil {
+			return fmt.Errorf("protected paths: write the mainline's %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+// protectedOverlay fetches what a job with protected paths needs beside its candidate: the
+// mainline revision's tree and the blobs of the entries the overlay writes.
+func (v *Validator) protectedOverlay(ctx context.Context, p client.ValidatePayload, candidate repo.Tree) (*protectedOverlay, error) {
+	if p.Protected == nil {
+		return nil, nil
+	}
+	mainline, err := v.fetchRevisionTree(ctx, p.Repository, p.Protected.Revision, "")
+	if err != nil {
+		return nil, err
+	}
+	o, err := overlayFor(p.Protected, candidate, mainline)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	if err := v.fetchBlobs(ctx, o.add); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
