@@ -82,9 +82,11 @@ func TestKeepAliveEveryWaitsForASlowServer(t *testing.T) {
 		t.Fatalf("Claim = %v, %v", claim, err)
 	}
 	alive, stop := claim.KeepAliveEvery(context.Background(), 50*time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.answered.Load() < 2 && time.Now().Before(deadline) && alive.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 	stop()
 	if n := s.answered.Load(); n < 2 {

@@ -104,7 +104,9 @@ func TestDefaultKindsWithoutASandbox(t *testing.T) {
 	go func() { done <- run(ctx, args, &out, &out) }()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); <-tick.C {
 			if time.Now().After(deadline) {
 				t.Fatalf("waited for %s; the worker's log:\n%s", what, out.String())
 			}
@@ -179,7 +181,9 @@ func TestGoSeedFillFailureIsAWarning(t *testing.T) {
 		done <- run(ctx, []string{"--server", s.URL, "--token", token, "--label", "w1", "--key", filepath.Join(dir, "w1.key"),
 			"--work-dir", dir, "--cache-dir", filepath.Join(dir, "cache"), "--kinds", "validate", "--sandbox-go-seed", "--wait", "1s"}, &out, &out)
 	}()
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), `msg="ag-worker started"`); time.Sleep(20 * time.Millisecond) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), `msg="ag-worker started"`); <-tick.C {
 		if time.Now().After(deadline) {
 			t.Fatalf("the worker did not start:\n%s", out.String())
 		}

@@ -29,7 +29,9 @@ func startTestWatch(t *testing.T, root string) (stop func(), log *syncbuf.Buffer
 		}
 	}
 	// Waiting for a server to come up, not timing anything.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
 		if _, ok := AskWatcher(root, WatchToken{}); ok {
 			return stop, log
 		}
@@ -41,7 +43,6 @@ func startTestWatch(t *testing.T, root string) (stop func(), log *syncbuf.Buffer
 		if time.Now().After(deadline) {
 			t.Fatalf("ag watch did not answer\n%s", log)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -194,13 +194,28 @@ type fakeAudit struct {
 	agwpv1connect.UnimplementedAuditServiceHandler
 	mu         sync.Mutex
 	log        *auditLog
-	checkpoint int // index in log.checkpoints
+	checkpoint int           // index in log.checkpoints
+	changed    chan struct{} // closed by the next set; nil until a long poll waits for it
 }
 
 func (f *fakeAudit) set(l *auditLog, checkpoint int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log, f.checkpoint = l, checkpoint
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
+}
+
+// next answers a channel closed by the next set.
+func (f *fakeAudit) next() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
 }
 
 func (f *fakeAudit) snapshot() (*auditLog, []audit.Event, audit.StoredCheckpoint) {
@@ -210,8 +225,11 @@ func (f *fakeAudit) snapshot() (*auditLog, []audit.Event, audit.StoredCheckpoint
 }
 
 func (f *fakeAudit) ListAuditEvents(ctx context.Context, req *agwpv1.ListAuditEventsRequest) (*agwpv1.ListAuditEventsResponse, error) {
-	deadline := time.Now().Add(req.GetWait().AsDuration())
+	wait := time.NewTimer(req.GetWait().AsDuration())
+	defer wait.Stop()
 	for {
+		// Taken before the events are read, so that a set in between still ends the wait.
+		next := f.next()
 		_, events, _ := f.snapshot()
 		out := &agwpv1.ListAuditEventsResponse{}
 		for _, e := range events {
@@ -230,10 +248,16 @@ func (f *fakeAudit) ListAuditEvents(ctx context.Context, req *agwpv1.ListAuditEv
 			}
 			out.Events = append(out.Events, pe)
 		}
-		if len(out.Events) > 0 || time.Now().After(deadline) || ctx.Err() != nil {
+		if len(out.Events) > 0 {
 			return out, nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-next:
+		case <-wait.C:
+			return out, nil
+		case <-ctx.Done():
+			return out, nil
+		}
 	}
 }
 
@@ -400,7 +424,9 @@ func TestAuditAgainstServer(t *testing.T) {
 	}()
 	waitUntil := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); <-tick.C {
 			if time.Now().After(deadline) {
 				t.Fatalf("waited for %s:\n%s", what, buf.String())
 			}

@@ -21,14 +21,20 @@ import (
 )
 
 // countingRepos is a fake server that counts the blobs its GetBlobs calls ask for, per digest,
-// and the calls in flight at most at once. Each call takes a moment, so that calls made at once
-// overlap.
+// and the calls in flight at most at once. A call waits until another is in flight beside it,
+// so that calls made at once are seen to overlap however the machine schedules them; a client
+// that makes one call at a time has its first wait 10 s, and then none.
 type countingRepos struct {
 	*fakeRepos
 	mu       sync.Mutex
 	calls    map[string]int
 	inFlight int
 	most     int
+	overlap  chan struct{} // closed once two calls were in flight at once, or one gave up waiting
+}
+
+func newCountingRepos() *countingRepos {
+	return &countingRepos{fakeRepos: &fakeRepos{}, calls: map[string]int{}, overlap: make(chan struct{})}
 }
 
 func (f *countingRepos) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsRequest, stream *connect.ServerStream[agwpv1.GetBlobsResponse]) error {
@@ -38,14 +44,40 @@ func (f *countingRepos) GetBlobs(ctx context.Context, req *agwpv1.GetBlobsReques
 	}
 	f.inFlight++
 	f.most = max(f.most, f.inFlight)
+	if f.inFlight > 1 {
+		f.overlapped()
+	}
+	overlap := f.overlap
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
 		f.inFlight--
 		f.mu.Unlock()
 	}()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-overlap:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		f.mu.Lock()
+		f.overlapped()
+		f.mu.Unlock()
+	}
 	return f.fakeRepos.GetBlobs(ctx, req, stream)
+}
+
+// overlapped lets every call that waits for another go on; f.mu is held.
+func (f *countingRepos) overlapped() {
+	select {
+	case <-f.overlap:
+	default:
+		close(f.overlap)
+	}
+}
+
+// reset forgets the calls so far, for the next command to be counted alone.
+func (f *countingRepos) reset() {
+	f.calls, f.most, f.overlap = map[string]int{}, 0, make(chan struct{})
 }
 
 // TestCheckoutFetchesInParallel ensures `ag checkout` and `ag sync` fetch blobs by a few
@@ -58,7 +90,7 @@ func TestCheckoutFetchesInParallel(t *testing.T) {
 	for i := range distinct + 300 {
 		files[fmt.Sprintf("d%d/f%d.txt", i%7, i)] = fmt.Sprintf("content %d\n", i%distinct)
 	}
-	f := &countingRepos{fakeRepos: &fakeRepos{}, calls: map[string]int{}}
+	f := newCountingRepos()
 	f.set("rev_1", files)
 	mux := http.NewServeMux()
 	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(f))
@@ -89,7 +121,7 @@ func TestCheckoutFetchesInParallel(t *testing.T) {
 		if f.most < 2 || f.most > 4 {
 			t.Errorf("%s had at most %d GetBlobs calls in flight, want several and at most 4", what, f.most)
 		}
-		f.calls, f.most = map[string]int{}, 0
+		f.reset()
 	}
 	check("checkout", distinct)
 

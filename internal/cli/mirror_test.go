@@ -31,8 +31,9 @@ func TestSetMirror(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "app mirrors to http://127.0.0.1:1/app.git (main)") || strings.Contains(out+errOut, "forge-secret") {
 		t.Fatalf("set-mirror: exit %d\n%s%s", code, out, errOut)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
 		out, _, _ = run("repo", "show", "app")
 		if strings.Contains(out, "forge mirror  http://127.0.0.1:1/app.git (main): failing: read the forge's branches") {
 			break
@@ -40,7 +41,6 @@ func TestSetMirror(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("ag repo show never said the mirror fails:\n%s", out)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	if json, _, _ := run("repo", "show", "app", "--json"); strings.Contains(json, "forge-secret") || !strings.Contains(strings.Join(strings.Fields(json), ""), `"hasCredential":true`) {
 		t.Fatalf("ag repo show --json:\n%s", json)

@@ -86,7 +86,9 @@ func TestAuditKeyBesideTheDatabase(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- serve(ctx, &globals{stdout: &out, stderr: &out}, o) }()
 			want := c.want(dir)
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for deadline := time.Now().Add(20 * time.Second); ; <-tick.C {
 				if _, err := os.Stat(want + ".pub"); err == nil {
 					break
 				}

@@ -216,12 +216,14 @@ func claimedChange(t *testing.T, e *cliEnv, jobID string) string {
 // waitFor waits up to 30s for cond, failing the test with what out holds.
 func waitFor(t *testing.T, what string, cond func() bool, out *syncbuf.Buffer) {
 	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited 30s for %s; it printed:\n%s", what, out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -146,6 +146,8 @@ func (p *proc) wait(t *testing.T, d time.Duration) *os.ProcessState {
 // and what it saw, for the failure message.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
 	deadline := time.Now().Add(waitFor)
 	for {
 		ok, saw := cond()
@@ -155,7 +157,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s; last saw: %s", waitFor, what, saw)
 		}
-		time.Sleep(pollEvery)
+		<-tick.C
 	}
 }
 
@@ -224,6 +226,8 @@ func freeAddr(t *testing.T) string {
 // waitReady polls GET /readyz until it answers 200, the process exits, or waitFor passes.
 func waitReady(s *server) error {
 	hc := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
 	deadline := time.Now().Add(waitFor)
 	last := "no answer yet"
 	for {
@@ -244,7 +248,7 @@ func waitReady(s *server) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("GET /readyz not 200 after %v; last: %s", waitFor, last)
 		}
-		time.Sleep(pollEvery)
+		<-tick.C
 	}
 }
 

@@ -247,12 +247,14 @@ func TestLongPollClaimIsWokenByEnqueue(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 20s")
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 }
 

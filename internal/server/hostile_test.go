@@ -277,12 +277,14 @@ func answerWithin(t *testing.T, what string, answered <-chan string) string {
 // waitUntil waits for cond, failing the test after 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited 10 s for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -70,9 +70,10 @@ func (f *forge) head() string {
 // (any commit when ""), and answers the mirror.
 func waitMirror(t *testing.T, srv *agtest.Server, want agwpv1.MirrorState, commit string) *agwpv1.Mirror {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	var last *agwpv1.Mirror
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); <-tick.C {
 		r, err := srv.Admin.Repos.GetRepository(context.Background(), &agwpv1.GetRepositoryRequest{Name: "app"})
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +82,6 @@ func waitMirror(t *testing.T, srv *agtest.Server, want agwpv1.MirrorState, commi
 		if last.GetState() == want && (commit == "" || last.GetPushedCommit() == commit) {
 			return last
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("the mirror is %v, want %v at %q", last, want, commit)
 	return nil
@@ -152,8 +152,10 @@ func TestForgeMirrorKeepsTheForgeCurrent(t *testing.T) {
 				t.Fatalf("the forge's main is %s (want %s kept), the mirror says %q", fg.head(), foreign, m.GetLastError())
 			}
 			// The audit log says so once it is sealed (in the background), the metric at once.
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
 			deadline := time.Now().Add(30 * time.Second)
-			for said := false; !said; {
+			for said := false; !said; <-tick.C {
 				if time.Now().After(deadline) {
 					t.Fatal("no repository.mirror_diverged event in the audit log")
 				}
@@ -167,7 +169,6 @@ func TestForgeMirrorKeepsTheForgeCurrent(t *testing.T) {
 						t.Fatalf("an audit event names the credential: %v", e)
 					}
 				}
-				time.Sleep(50 * time.Millisecond)
 			}
 			metrics, err := http.Get(f.srv.URL + "/metrics")
 			if err != nil {

@@ -57,13 +57,14 @@ func TestSealerPriorityIsItsThreadsAlone(t *testing.T) {
 		t.Fatalf("another thread went from nice %d to %d", before, after)
 	}
 	task := fmt.Sprintf("/proc/self/task/%d", r.tid)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
 		if _, err := os.Stat(task); os.IsNotExist(err) {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("thread %d, at nice %d, outlived the goroutine that lowered it", r.tid, sealerNice)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -104,14 +104,15 @@ echo "FAIL: broken"; exit 1`, attest.ResultFailed, 2},
 			var wg sync.WaitGroup
 			var holder string
 			wg.Go(func() { holder = e.validate(t, "job_holder", holderScript) })
-			for deadline := time.Now().Add(30 * time.Second); ; {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
 				if _, err := os.Stat(filepath.Join(e.dir, "busy")); err == nil {
 					break
 				}
 				if time.Now().After(deadline) {
 					t.Fatal("the holder's run never took the port")
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
 			got := e.validate(t, "job_"+c.name, c.script)
 			wg.Wait()

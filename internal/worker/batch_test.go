@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -98,9 +100,12 @@ func (d *drain) run(tb testing.TB, jobs int) time.Duration {
 	}()
 	// Counting jobs by state reads the whole table: only once the handler ran them all, so that
 	// the count does not take the cores the drain is measured on.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for d.ran.Load() < int64(jobs) {
-		time.Sleep(time.Millisecond)
+		<-tick.C
 	}
+	tick.Reset(5 * time.Millisecond)
 	for {
 		n, err := d.srv.Store.CountJobs(context.Background())
 		if err != nil {
@@ -112,7 +117,7 @@ func (d *drain) run(tb testing.TB, jobs int) time.Duration {
 		if n[store.JobFailed] > 0 {
 			tb.Fatalf("jobs failed: %v", n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 }
 
@@ -135,80 +140,43 @@ func TestAWorkerOfManySlotsClaimsAndCompletesInBatches(t *testing.T) {
 	}
 }
 
-// heldFirstCompletion holds the first completion call until release is closed.
-type heldFirstCompletion struct {
-	calls   atomic.Int64
-	release chan struct{}
-}
-
-func (h *heldFirstCompletion) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/CompleteJob") || strings.HasSuffix(r.URL.Path, "/CompleteJobs") {
-		if h.calls.Add(1) == 1 {
-			<-h.release
-		}
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // TestCompletionsWaitForTheCallInFlight ensures that completions made while a completion call
 // is in flight go together in the next call, not each in a call of its own: with the first call
-// held, the rest of a burst of sixteen go in one more call.
+// held, the fifteen jobs that end meanwhile make no call until it returns, and then one.
 func TestCompletionsWaitForTheCallInFlight(t *testing.T) {
 	t.Parallel()
-	srv := agtest.Start(t, agtest.Options{})
-	held := &heldFirstCompletion{release: make(chan struct{})}
-	c := srv.Principal(t, "w", agwpv1.Role_ROLE_WORKER, client.WithHTTPClient(&http.Client{Transport: held}))
-	var ran atomic.Int64
-	w, err := worker.New(worker.Config{Client: c, Label: "w1", Concurrency: 16, Lease: time.Minute, Wait: time.Second,
-		Handlers: map[string]worker.Handler{"test.noop": func(context.Context, *worker.Job) (worker.Outcome, error) {
-			ran.Add(1)
-			return worker.Outcome{}, nil
-		}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for range 16 {
-		if _, _, err := srv.Store.EnqueueJob(ctx, store.EnqueueJobParams{Kind: "test.noop", MaxAttempts: 3, EnqueuedBy: "admin"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wctx, stop := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Run(wctx) }()
-	for ran.Load() < 16 || held.calls.Load() < 1 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // room for completions that would go on their own
-	if n := held.calls.Load(); n != 1 {
-		t.Fatalf("%d completion calls while the first is in flight, want none: each completion went alone", n-1)
-	}
-	close(held.release)
-	for {
-		res, err := srv.Admin.Jobs.CountJobs(ctx, &agwpv1.CountJobsRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		completed := uint64(0)
-		for _, sc := range res.GetCounts() {
-			if sc.GetState() == agwpv1.JobState_JOB_STATE_COMPLETED {
-				completed = sc.GetCount()
+	synctest.Test(t, func(t *testing.T) {
+		const jobs = 16
+		f := newFakeJobs("test.noop", jobs)
+		release := f.holdFirstCompletion()
+		rest := make(chan struct{})
+		f.startWorker(t, jobs, time.Minute, map[string]worker.Handler{"test.noop": func(ctx context.Context, j *worker.Job) (worker.Outcome, error) {
+			if j.GetId() != "job_1" {
+				select {
+				case <-rest:
+				case <-ctx.Done():
+				}
 			}
+			return worker.Outcome{}, nil
+		}})
+		// A second on the bubble's clock is far longer than a lone completion waits for others.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if calls := f.completionCalls(); !reflect.DeepEqual(calls, [][]string{{"job_1"}}) {
+			t.Fatalf("with one job done, the completion calls are %v, want job_1's alone", calls)
 		}
-		if completed == 16 {
-			break
+		close(rest)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if calls := f.completionCalls(); len(calls) != 1 {
+			t.Fatalf("%d completion calls while the first is in flight, want none: they did not wait for it (%v)", len(calls)-1, calls[1:])
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	stop()
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	// The first call may carry several (a lone completion waits a moment for others), so the
-	// rest go in at most one more.
-	if n := held.calls.Load(); n > 2 {
-		t.Errorf("16 jobs completed in %d calls with the first held, want at most 2", n)
-	}
+		release()
+		synctest.Wait()
+		if calls := f.completionCalls(); len(calls) != 2 || len(calls[1]) != jobs-1 {
+			t.Errorf("once the first call returned, the other %d completions went in the calls %v, want one", jobs-1, calls[1:])
+		}
+	})
 }
 
 // BenchmarkWorkerDrain measures a worker of 1 and 64 slots working down a queue of no-op jobs:
@@ -323,8 +291,10 @@ func TestABatchOfStaleCompletionsIsRefusedAndNotRetried(t *testing.T) {
 				t.Fatalf("the other worker claimed %d jobs (%v), want %d", len(taken.GetJobs()), err, jobs)
 			}
 			close(release)
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
 			for len(logs.Lines(`msg="completed refused: the claim was lost"`)) < jobs {
-				time.Sleep(5 * time.Millisecond)
+				<-tick.C
 			}
 			stop()
 			if err := <-stopped; err != nil {

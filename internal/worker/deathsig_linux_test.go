@@ -137,12 +137,14 @@ func processAlive(pid int) bool {
 
 // eventually polls cond until it holds or the deadline passes, and answers whether it held.
 func eventually(deadline time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	end := time.Now().Add(deadline)
 	for !cond() {
 		if time.Now().After(end) {
 			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 	return true
 }

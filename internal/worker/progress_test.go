@@ -3,13 +3,13 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 	"github.com/ag-coord/ag/internal/worker"
@@ -19,31 +19,17 @@ import (
 // progress the server has sooner came with the heartbeats sent for progress.
 const progressLease = time.Minute
 
-// heartbeatCounter counts the HeartbeatJob calls that go through it.
-type heartbeatCounter struct {
-	n    atomic.Int64
-	next http.RoundTripper
-}
-
-func (c *heartbeatCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/HeartbeatJob") {
-		c.n.Add(1)
-	}
-	return c.next.RoundTrip(r)
-}
-
 type progressEnv struct {
-	srv        *agtest.Server
-	heartbeats *heartbeatCounter
-	cancel     context.CancelFunc
-	done       chan struct{}
+	srv    *agtest.Server
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // startProgressWorker runs a worker of the kind test.progress with handler until t ends.
 func startProgressWorker(t *testing.T, handler worker.Handler) *progressEnv {
 	t.Helper()
-	e := &progressEnv{srv: agtest.Start(t, agtest.Options{}), heartbeats: &heartbeatCounter{next: http.DefaultTransport}, done: make(chan struct{})}
-	c := e.srv.Principal(t, "w", agwpv1.Role_ROLE_WORKER, client.WithHTTPClient(&http.Client{Transport: e.heartbeats}))
+	e := &progressEnv{srv: agtest.Start(t, agtest.Options{}), done: make(chan struct{})}
+	c := e.srv.Principal(t, "w", agwpv1.Role_ROLE_WORKER)
 	w, err := worker.New(worker.Config{Client: c, Label: "w1", Handlers: map[string]worker.Handler{"test.progress": handler},
 		Lease: progressLease, Wait: time.Second})
 	if err != nil {
@@ -80,6 +66,8 @@ func (e *progressEnv) enqueue(t *testing.T) string {
 // ok, and answers it.
 func (e *progressEnv) waitJob(t *testing.T, id, what string, ok func(*agwpv1.Job) bool) *agwpv1.Job {
 	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		res, err := e.srv.Admin.Jobs.GetJob(context.Background(), &agwpv1.GetJobRequest{JobId: id})
@@ -92,7 +80,7 @@ func (e *progressEnv) waitJob(t *testing.T, id, what string, ok func(*agwpv1.Job
 		if time.Now().After(deadline) {
 			t.Fatalf("waited for the job %s: it is %s with progress %q", what, res.GetJob().GetState(), res.GetJob().GetProgress())
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 
@@ -129,39 +117,60 @@ func TestProgressReachesTheServerAsItIsWritten(t *testing.T) {
 }
 
 // TestProgressIsPaced ensures a job that writes many lines costs at most a heartbeat a second,
-// that its last line still arrives, and that a quiet job costs no heartbeat for progress.
+// that its last line still arrives, and that a quiet job costs no heartbeat for progress. On the
+// bubble's clock, the quiet is many times the pace, and synctest.Wait returns once every heartbeat
+// the worker would send by then was sent: none coming is none sent, not one late.
 func TestProgressIsPaced(t *testing.T) {
 	t.Parallel()
-	const lines = 150
-	wroteIn := make(chan time.Duration, 1)
-	release := make(chan struct{})
-	e := startProgressWorker(t, func(ctx context.Context, job *worker.Job) (worker.Outcome, error) {
-		start := time.Now()
-		for i := 1; i <= lines; i++ {
-			job.Progress(fmt.Sprintf("line %d", i))
-			time.Sleep(5 * time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		const lines = 150
+		wroteIn := make(chan time.Duration, 1)
+		release := make(chan struct{})
+		f := newFakeJobs("test.progress", 1)
+		f.startWorker(t, 1, progressLease, map[string]worker.Handler{"test.progress": func(ctx context.Context, job *worker.Job) (worker.Outcome, error) {
+			start := time.Now()
+			for i := 1; i <= lines; i++ {
+				job.Progress(fmt.Sprintf("line %d", i))
+				time.Sleep(5 * time.Millisecond)
+			}
+			wroteIn <- time.Since(start)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return worker.Outcome{}, nil
+		}})
+		wrote := <-wroteIn
+		// The last line goes within the pace of a second.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		sent := f.heartbeats()
+		if len(sent) == 0 || sent[len(sent)-1] != fmt.Sprintf("line %d", lines) {
+			t.Fatalf("a second after the last of %d lines, the heartbeats carried %q, want the last line last", lines, sent)
 		}
-		wroteIn <- time.Since(start)
-		select {
-		case <-release:
-		case <-ctx.Done():
+		// One at once, then at most one per second while the lines came, and one for the last.
+		if limit := 2 + int(wrote/time.Second); len(sent) > limit {
+			t.Errorf("%d lines written in %v went in %d heartbeats, want 1 to %d", lines, wrote, len(sent), limit)
 		}
-		return worker.Outcome{}, nil
+		// Quiet: no new line, for fifteen times the pace and short of the claim's own heartbeat.
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		if n := len(f.heartbeats()); n != len(sent) {
+			t.Errorf("a quiet job sent %d heartbeats after its last line", n-len(sent))
+		}
+		// The claim's own heartbeat, at a third of its lease, carries no line: the clock that
+		// brought nothing for progress does bring it.
+		time.Sleep(progressLease / 3)
+		synctest.Wait()
+		if got := f.heartbeats()[len(sent):]; !reflect.DeepEqual(got, []string{""}) {
+			t.Errorf("after a third of the lease, the quiet job sent the heartbeats %q, want the claim's own alone", got)
+		}
+		close(release)
+		synctest.Wait()
+		if calls := f.completionCalls(); !reflect.DeepEqual(calls, [][]string{{"job_1"}}) {
+			t.Errorf("the job's completion calls are %v, want job_1's", calls)
+		}
 	})
-	id := e.enqueue(t)
-	e.waitJob(t, id, "to show the last line", claimedWith(fmt.Sprintf("line %d", lines)))
-	wrote := <-wroteIn
-	sent := e.heartbeats.n.Load()
-	// One at once, then at most one per second while the lines came, and one for the last.
-	if limit := 2 + int64(wrote/time.Second); sent < 1 || sent > limit {
-		t.Errorf("%d lines written in %v went in %d heartbeats, want 1 to %d", lines, wrote.Round(time.Millisecond), sent, limit)
-	}
-	time.Sleep(1500 * time.Millisecond) // quiet: no new line
-	if n := e.heartbeats.n.Load(); n != sent {
-		t.Errorf("a quiet job sent %d heartbeats after its last line", n-sent)
-	}
-	close(release)
-	e.waitJob(t, id, "to complete", func(j *agwpv1.Job) bool { return j.GetState() == agwpv1.JobState_JOB_STATE_COMPLETED })
 }
 
 // TestProgressHeartbeatSeesACancellation ensures a job that writes output learns of a requested

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,21 +68,26 @@ func TestWaitForServer(t *testing.T) {
 		t.Errorf("WaitForServer of a refused call = %v after %d calls, want the refusal after 1", err, calls)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		time.Sleep(50 * time.Millisecond)
+	// In a bubble, synctest.Wait returns once WaitForServer waits out its backoff, and again
+	// once it did all it would on the end of its context, the bubble's clock still: a wait that
+	// ignored the context would still be waiting.
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- WaitForServer(ctx, log, "x", func(context.Context) error { return errDown }) }()
+		synctest.Wait()
 		cancel()
-	}()
-	done := make(chan error, 1)
-	go func() { done <- WaitForServer(ctx, log, "x", func(context.Context) error { return errDown }) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("WaitForServer when its context ended = %v, want context.Canceled", err)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("WaitForServer when its context ended = %v, want context.Canceled", err)
+			}
+		default:
+			t.Error("WaitForServer did not stop when its context ended: it waits out its backoff")
+			<-done
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitForServer did not stop when its context ended")
-	}
+	})
 }
 
 // TestOutageDoesNotFlood ensures a burst of failed calls, as the loops of a worker with a high

@@ -84,12 +84,14 @@ func verify(t *testing.T, db *postgres.DB, signer *audit.Signer) error {
 // claim claims a job of kind for worker. Another claimer may take the job this one would have
 // taken, while the one left for it is not committed yet when it looks: then it looks again.
 func claim(ctx context.Context, db *postgres.DB, worker, kind string) (*store.Job, error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for range 100 {
 		j, err := db.ClaimJob(ctx, store.ClaimJobParams{Holder: worker, Kinds: []string{kind}, Lease: time.Minute})
 		if err != nil || j != nil {
 			return j, err
 		}
-		time.Sleep(time.Millisecond)
+		<-tick.C
 	}
 	return nil, errors.New("no job to claim")
 }

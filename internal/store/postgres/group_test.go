@@ -150,12 +150,14 @@ func TestGroupCallLeavesTheQueueWhenCancelled(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
+		<-tick.C
 	}
 }
 

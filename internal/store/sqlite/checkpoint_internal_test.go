@@ -38,11 +38,13 @@ func TestCheckpointerCopiesTheWALIntoTheDatabase(t *testing.T) {
 		}
 	}
 	// The checkpointer runs every checkpointEvery; a slow machine may take many more.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for size() < before+1_000_000 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the database file grew from %d to %d bytes after a megabyte of jobs: the WAL was not checkpointed", before, size())
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
 }

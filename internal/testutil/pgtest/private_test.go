@@ -65,12 +65,14 @@ func TestSweepRemovesAbandonedClusters(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("abandoned cluster directory %s still exists (stat: %v)", dir, err)
 	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the abandoned postmaster %d still runs", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
 	if _, err := os.Stat(server.dir); err != nil {
 		t.Errorf("the sweep removed this binary's own cluster: %v", err)
