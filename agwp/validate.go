@@ -45,7 +45,15 @@ type ValidatePayload struct {
 	// Protected names the policy's protected paths and the mainline revision whose copy of them
 	// the worker validates with, in place of the candidate's (ADR-0031); nil: none.
 	Protected *ProtectedFrom `json:"protected,omitempty"`
+	// Preset names the validation recipe whose prepare phase the worker runs first, filling
+	// its caches for the repository, which the command then sees read-only; "" for none. A
+	// worker that does not know it runs the command without.
+	Preset string `json:"preset,omitempty"`
 }
+
+// PresetGo is the Go preset: its prepare phase downloads the modules and compiles the packages
+// and their tests into the repository's caches.
+const PresetGo = "go"
 
 // ProtectedFrom is where a validation takes its protected paths from: the entries of Revision
 // under Paths (lease paths) replace the candidate's; a path under which Revision holds nothing

@@ -13,6 +13,9 @@ const KindValidate = agwp.KindValidate
 // ValidatePayload is the payload of a validate job.
 type ValidatePayload = agwp.ValidatePayload
 
+// PresetGo is the Go preset of a validation policy.
+const PresetGo = agwp.PresetGo
+
 // ProtectedFrom names the mainline revision whose copy of the protected paths a validation runs.
 type ProtectedFrom = agwp.ProtectedFrom
 

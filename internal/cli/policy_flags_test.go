@@ -40,3 +40,35 @@ func TestSetValidationClosedRunFlags(t *testing.T) {
 		t.Errorf("ag repo set-validation --network shared: exit %d, stdout %q, stderr %q; want the server's refusal", code, out, errOut)
 	}
 }
+
+// TestSetValidationPresetAndProtect ensures --preset needs no command (the preset's is taken),
+// --protect paths are said back, and a preset or a path the server does not take is refused
+// naming the field.
+func TestSetValidationPresetAndProtect(t *testing.T) {
+	t.Parallel()
+	srv := agtest.Start(t, agtest.Options{})
+	conn := []string{"--server", srv.URL, "--token", srv.AdminToken}
+	run := func(args ...string) (string, string, int) {
+		at := slices.Index(args, "--")
+		if at < 0 {
+			at = len(args)
+		}
+		return runCLI(slices.Concat(args[:at], conn, args[at:])...)
+	}
+	if out, errOut, code := run("repo", "create", "app"); code != 0 {
+		t.Fatalf("ag repo create: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := run("repo", "set-validation", "app", "--preset", "go", "--protect", "go.sum", "--protect", "ci/")
+	want := "repository app: validation `go test ./...` (timeout 10m0s), preset go, protecting ci/, go.sum\n"
+	if code != 0 || out != want {
+		t.Fatalf("ag repo set-validation --preset go: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	out, errOut, code = run("repo", "set-validation", "app", "--preset", "cobol")
+	if code != 2 || !strings.Contains(errOut, `validation.preset: "cobol" is not a preset this server knows ("go")`) {
+		t.Errorf("ag repo set-validation --preset cobol: exit %d, stdout %q, stderr %q; want exit 2 naming the preset", code, out, errOut)
+	}
+	out, errOut, code = run("repo", "set-validation", "app", "--protect", "../x", "--", "true")
+	if code != 2 || !strings.Contains(errOut, `validation.protect[0]`) {
+		t.Errorf("ag repo set-validation --protect ../x: exit %d, stdout %q, stderr %q; want exit 2 naming protect[0]", code, out, errOut)
+	}
+}

@@ -84,8 +84,8 @@ each time.`,
 			switch {
 			case none && (len(args) > 1 || setPolicy.Given()):
 				return withExit(ExitUsage, errors.New("--none takes no command, and none of --timeout, --env, --depth, --batch and --lane"))
-			case !none && len(args) == 1:
-				return errors.New("name the command after --, e.g. `ag repo set-validation app -- go test ./...`, or pass --none")
+			case !none && len(args) == 1 && setPolicy.Preset == "":
+				return errors.New("name the command after --, e.g. `ag repo set-validation app -- go test ./...`, or a --preset, or pass --none")
 			case !none:
 				var err error
 				if validation, err = setPolicy.validation(args[1:]); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,7 +99,7 @@ func startGate(t *testing.T, backend string, files map[string]string, policy ...
 	g.imported = m[1]
 	// The flags go before --: what follows it is the command.
 	out = mustAG(t, append(g.admin("repo", "set-validation", "app"), policy...)...)
-	cmd := policy[len(policy)-2:] // every policy here is `sh SCRIPT`
+	cmd := policy[slices.Index(policy, "--")+1:]
 	if !strings.HasPrefix(out, "repository app: validation `"+strings.Join(cmd, " ")+"`") {
 		t.Fatalf("ag repo set-validation printed %q, want \"repository app: validation `%s` ...\"", out, strings.Join(cmd, " "))
 	}

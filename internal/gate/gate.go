@@ -246,6 +246,7 @@ func validateJob(p Policy, protected []string, c store.Change, candidate store.R
 		Isolation:         cmp.Or(p.Isolation, IsolationSandbox),
 		Limits:            payloadLimits(p.Limits),
 		Protected:         from,
+		Preset:            p.Preset,
 	})
 	return store.EnqueueJobParams{
 		Kind:        agwp.KindValidate,

@@ -52,6 +52,9 @@ type Policy struct {
 	// Protect are the paths validated with the mainline's copy, whose changes land only
 	// approved (ADR-0031), besides the commands' entry files (Protected).
 	Protect []string `json:"protect,omitempty"`
+	// Preset names the recipe (PresetGo) whose prepare phase fills the worker's caches before
+	// each run; "" for none.
+	Preset string `json:"preset,omitempty"`
 }
 
 // Limits are what a policy lets one run use, each 0 for the worker's own. They travel in the

@@ -27,26 +27,27 @@ type PolicyFlags struct {
 	MaxPids   uint32
 	MaxDisk   string // a size, as internal/size parses it
 	Protect   []string
+	Preset    string
 }
 
 // Given reports whether a policy flag was given: without a command they would set nothing,
 // and a command that says to remove the policy takes none.
 func (f *PolicyFlags) Given() bool {
 	return f.Timeout != 0 || len(f.Env) > 0 || f.Depth != 0 || f.Batch != 0 || len(f.Lanes) > 0 || f.Network != "" || f.Isolation != "" ||
-		f.MaxMemory != "" || f.MaxPids != 0 || f.MaxDisk != "" || len(f.Protect) > 0
+		f.MaxMemory != "" || f.MaxPids != 0 || f.MaxDisk != "" || len(f.Protect) > 0 || f.Preset != ""
 }
 
 // Policy answers the policy for command, nil when command is empty and no flag was given. It
 // checks only what the flags' own syntax says (sizes, NAME=VALUE, lanes), leaving what the
 // policy means to the server, which checks it for every client alike.
 func (f *PolicyFlags) Policy(command []string) (*agwpv1.Validation, error) {
-	if len(command) == 0 {
+	if len(command) == 0 && f.Preset == "" {
 		if f.Given() {
 			return nil, errors.New("--timeout, --env, --depth, --batch, --network, --isolation, --max-*, --protect and --lane belong to a validation command: name it after --, e.g. `-- go test ./...`")
 		}
 		return nil, nil
 	}
-	v := &agwpv1.Validation{Command: command, Depth: f.Depth, Batch: f.Batch, Network: f.Network, Isolation: f.Isolation, Protect: f.Protect}
+	v := &agwpv1.Validation{Command: command, Depth: f.Depth, Batch: f.Batch, Network: f.Network, Isolation: f.Isolation, Protect: f.Protect, Preset: f.Preset}
 	if f.Timeout != 0 {
 		v.Timeout = durationpb.New(f.Timeout)
 	}
@@ -142,6 +143,9 @@ func DescribePolicy(v *agwpv1.Validation) string {
 		if d := l.GetDiskBytes(); d > 0 {
 			s += ", disk " + size.Format(int64(d))
 		}
+	}
+	if p := v.GetPreset(); p != "" {
+		s += ", preset " + p
 	}
 	if p := v.GetProtect(); len(p) > 0 {
 		s += ", protecting " + strings.Join(p, ", ")

@@ -31,7 +31,17 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := gate.NewPolicy(v.GetCommand(), timeout, v.GetEnv())
+	command := v.GetCommand()
+	if v.GetPreset() != "" {
+		// Before the command, which an unknown preset does not give.
+		if _, err := (gate.Policy{}).WithPreset(v.GetPreset()); err != nil {
+			return nil, policyError(field, err)
+		}
+		if preset, _ := gate.PresetCommand(v.GetPreset()); len(command) == 0 {
+			command = preset
+		}
+	}
+	p, err := gate.NewPolicy(command, timeout, v.GetEnv())
 	if err == nil {
 		p, err = p.WithQueue(v.GetDepth(), v.GetBatch())
 	}
@@ -46,6 +56,9 @@ func validationPolicy(field string, v *agwpv1.Validation) ([]byte, error) {
 	}
 	if err == nil {
 		p, err = p.WithProtect(v.GetProtect())
+	}
+	if err == nil {
+		p, err = p.WithPreset(v.GetPreset())
 	}
 	if err != nil {
 		return nil, policyError(field, err)
@@ -108,7 +121,7 @@ func validationProto(stored []byte) *agwpv1.Validation {
 		v.Lanes = append(v.Lanes, &agwpv1.ValidationLane{Name: l.Name, Prefixes: l.Prefixes, Command: l.Command,
 			Timeout: durationpb.New(time.Duration(l.Timeout)), Env: l.Env})
 	}
-	v.Protect = p.Protect
+	v.Protect, v.Preset = p.Protect, p.Preset
 	return v
 }
 

@@ -50,6 +50,9 @@ type runSpec struct {
 	// are on it): bwrap joins the cgroup before it has its arguments, so before anything of
 	// the sandbox runs, and a run that reaches a limit is stopped.
 	Limits *runLimit
+	// KeepFileSystem keeps the run's file system mounted in the worker once the sandbox
+	// started, for a run that another follows on the same file system (the prepare phase).
+	KeepFileSystem bool
 }
 
 // runResult is what a run did.
@@ -125,7 +128,7 @@ func runCommand(ctx context.Context, s runSpec) (runResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("start %s: %w", s.Argv[0], err)
 	}
-	if err := releaseSandbox(cmd, exited, s.Limits, box); err != nil {
+	if err := releaseSandbox(cmd, exited, s.Limits, box, s.KeepFileSystem); err != nil {
 		return res, err
 	}
 	res.Pgid = cmd.Process.Pid
@@ -213,7 +216,7 @@ func commandPath(s runSpec) (string, error) {
 
 // releaseSandbox lets bwrap, started and waiting for its arguments, go on, once it is in the
 // run's cgroup (with limits). When it cannot join the cgroup, it is killed, and that is the error.
-func releaseSandbox(cmd *exec.Cmd, exited <-chan error, limits *runLimit, box *boxRun) error {
+func releaseSandbox(cmd *exec.Cmd, exited <-chan error, limits *runLimit, box *boxRun, keep bool) error {
 	if limits != nil {
 		// bwrap reads its arguments (box.started hands them over) before it does anything
 		// else: until then it has started nothing, so everything of the sandbox is born in
@@ -225,7 +228,7 @@ func releaseSandbox(cmd *exec.Cmd, exited <-chan error, limits *runLimit, box *b
 		}
 	}
 	if box != nil {
-		if limits != nil {
+		if limits != nil && !keep {
 			box.onStart = limits.detach
 		}
 		box.started()

@@ -14,7 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The forwarder is this program, run by bwrap in the sandbox as sandboxForwarder. A program
+// The forwarder is this program, run by bwrap in the sandbox as sandboxForwarder (and so is the
+// Go preset's GOCACHEPROG, as sandboxGoCacheProg). A program
 // that links this package (ag-worker, and its tests) becomes the forwarder when started under
 // one of these names, before its main runs: bwrap starts the sandbox's first process by path,
 // with no way to name a function in it.
@@ -34,7 +35,24 @@ func init() {
 		spawnForwarder(os.Args[1:])
 	case forwarderServeName:
 		serveForwarder(os.Args[1:])
+	case sandboxGoCacheProg:
+		runGoCacheProg(os.Args[1:])
 	}
+}
+
+// runGoCacheProg is GOCACHEPROG for a run of the Go preset: this program, shown in the sandbox
+// as sandboxGoCacheProg and started by the run's go with the prepared cache and the run's own
+// directory (gocacheprog.go).
+func runGoCacheProg(args []string) {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "ag-worker go cache: want the prepared cache and the run's own directory")
+		os.Exit(2)
+	}
+	if err := serveGoCache(os.Stdin, os.Stdout, args[0], args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "ag-worker go cache:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // forwarderFail says why the forwarder stopped, in the run's output, and ends the run's start:

@@ -175,6 +175,11 @@ func (r *runLimit) detach() {
 func (r *runLimit) join(pid int) error {
 	r.sys.mu.Lock()
 	defer r.sys.mu.Unlock()
+	if len(r.sys.cgroups) > 0 {
+		// A second sandbox of the run (the command after the prepare phase) joins the
+		// cgroups the first made, and is held to the same limits.
+		return r.sys.joinCgroups(pid)
+	}
 	byDir := map[string]*runCgroup{}
 	for _, c := range r.sys.controllers {
 		dir := filepath.Join(c.parent, r.sys.name)
@@ -193,7 +198,12 @@ func (r *runLimit) join(pid int) error {
 		}
 		cg.controllers = append(cg.controllers, c.name)
 	}
-	for _, cg := range r.sys.cgroups {
+	return r.sys.joinCgroups(pid)
+}
+
+// joinCgroups puts the process pid in the run's cgroups.
+func (s *runSys) joinCgroups(pid int) error {
+	for _, cg := range s.cgroups {
 		if err := writeCgroupFile(cg.dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("join the run's cgroup: %w", err)
 		}

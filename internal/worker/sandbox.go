@@ -88,6 +88,8 @@ type Sandbox struct {
 	// forwarder is this program's executable, which a run with egress starts in its sandbox
 	// to carry its loopback connections to the proxy (egress_linux.go).
 	forwarder string
+	// self is this program's executable, the Go preset's GOCACHEPROG in the sandbox.
+	self string
 	// goSeedDir is SandboxConfig.GoSeed, absolute; goSeed is the same once FillGoSeed has
 	// filled it. Both are set before runs start, and not changed while they run.
 	goSeedDir string
@@ -128,10 +130,11 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		"--proc", "/proc", "--dev", "/dev",
 	}
 	sb.shared = cfg.SharedNetwork
+	if sb.self, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("the egress forwarder is this program, and its executable is not found: %w", err)
+	}
 	if !sb.shared {
-		if sb.forwarder, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("the egress forwarder is this program, and its executable is not found: %w", err)
-		}
+		sb.forwarder = sb.self
 	}
 	usr := false
 	for _, dir := range systemDirs {
@@ -281,6 +284,19 @@ type boxDirs struct {
 	// EgressSocket the host path of the proxy's socket, or NetworkShared.
 	Network      string
 	EgressSocket string
+	// TreeReadOnly shows Tree read-only: the prepare phase writes nothing of the tree.
+	TreeReadOnly bool
+	// Mounts are the repository's prepared caches (prepare.go), writable in the prepare phase
+	// and read-only to the command.
+	Mounts []boxMount
+	// GoCacheProg shows this program as sandboxGoCacheProg, the command's GOCACHEPROG.
+	GoCacheProg bool
+}
+
+// boxMount is a host directory the sandbox shows at Inner.
+type boxMount struct {
+	Host, Inner string
+	ReadOnly    bool
 }
 
 // makeBoxDirs creates the private home, temporary and shared memory directories of a run in
@@ -395,11 +411,28 @@ type sandboxInfo struct {
 // command line, which every process in the sandbox could read from /proc/1/cmdline.
 func (sb *Sandbox) command(argv []string, dirs boxDirs, env []string, out *os.File) (*exec.Cmd, *boxRun, error) {
 	args := append([]string(nil), sb.fixed...)
+	treeBind := "--bind"
+	if dirs.TreeReadOnly {
+		treeBind = "--ro-bind"
+	}
 	args = append(args,
-		"--bind", dirs.Tree, sandboxTree,
+		treeBind, dirs.Tree, sandboxTree,
 		"--bind", dirs.Home, sandboxHome,
 		"--bind", dirs.Tmp, sandboxTmp,
 	)
+	for _, m := range dirs.Mounts {
+		bind := "--bind"
+		if m.ReadOnly {
+			bind = "--ro-bind"
+		}
+		args = append(args, bind, m.Host, m.Inner)
+	}
+	if dirs.GoCacheProg {
+		if sb.self == "" {
+			return nil, nil, errors.New("sandbox: the Go preset's cache program is this program, and its executable is not found")
+		}
+		args = append(args, "--ro-bind", sb.self, sandboxGoCacheProg)
+	}
 	if dirs.Shm != "" {
 		args = append(args, "--bind", dirs.Shm, "/dev/shm", "--remount-ro", "/dev")
 	}

@@ -306,6 +306,12 @@ func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayl
 	if limits != nil {
 		runLog = append(runLog, "limits", limits.String())
 	}
+	if p.Preset == client.PresetGo && v.Sandbox != nil {
+		if env, err = v.prepare(ctx, job, p, dir, boxRoot, rd.groupFile(), &box, env, timeout, limits, log); err != nil {
+			return runResult{}, "", orCause(ctx, limits.explain(err))
+		}
+		runLog = append(runLog, "preset", p.Preset)
+	}
 	job.Progress(progressLine("running " + strings.Join(p.Command, " ")))
 	log.Info("running", runLog...)
 	res, err := runCommand(ctx, runSpec{

@@ -453,7 +453,13 @@ type Validation struct {
 	// none), and a change that touches one lands only once a reviewer or an admin approved it
 	// (ApproveChange). The file the command runs (command[0] when it is a path, the script an
 	// interpreter such as sh or python is given, a make file) is protected without being listed.
-	Protect       []string `protobuf:"bytes,10,rep,name=protect,proto3" json:"protect,omitempty"`
+	Protect []string `protobuf:"bytes,10,rep,name=protect,proto3" json:"protect,omitempty"`
+	// A validation recipe the workers know: "go" (the only one yet). Before each run, a prepare
+	// phase that runs none of the candidate's code (for Go: downloading the modules through the
+	// worker's egress proxy, compiling the packages and their tests) fills the worker's caches
+	// for the repository; the command then sees them read-only, so no run can change what a later
+	// one reads. Without a command, the preset's own: `go test ./...`.
+	Preset        string `protobuf:"bytes,11,opt,name=preset,proto3" json:"preset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +562,13 @@ func (x *Validation) GetProtect() []string {
 		return x.Protect
 	}
 	return nil
+}
+
+func (x *Validation) GetPreset() string {
+	if x != nil {
+		return x.Preset
+	}
+	return ""
 }
 
 // ValidationLimits bound one validation run. A run that reaches one is rejected with the
@@ -3646,7 +3659,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x129\n" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
-	"\x0ehas_credential\x18\a \x01(\bR\rhasCredential\"\xa3\x03\n" +
+	"\x0ehas_credential\x18\a \x01(\bR\rhasCredential\"\xbb\x03\n" +
 	"\n" +
 	"Validation\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
@@ -3659,7 +3672,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\tisolation\x18\b \x01(\tR\tisolation\x121\n" +
 	"\x06limits\x18\t \x01(\v2\x19.agwp.v1.ValidationLimitsR\x06limits\x12\x18\n" +
 	"\aprotect\x18\n" +
-	" \x03(\tR\aprotect\x1a6\n" +
+	" \x03(\tR\aprotect\x12\x16\n" +
+	"\x06preset\x18\v \x01(\tR\x06preset\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
