@@ -13,7 +13,7 @@ import (
 // then sees those caches read-only.
 const (
 	// PresetGo: the prepare phase downloads the modules (through the worker's egress proxy) and
-	// compiles the packages and their tests (`go list -export -test -deps ./...`) into the
+	// compiles and vets the packages and their tests (`go test -c`, running nothing) into the
 	// repository's Go build cache; the command's go reads that cache and keeps what it builds
 	// in the run's own directory (GOCACHEPROG).
 	PresetGo = agwp.PresetGo

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,13 +16,15 @@ import (
 	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/egress"
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // The presets' prepare phase (docs/validation.md, "Presets"). Before a run's command, the
 // worker runs a phase of its own in the same sandbox, with the candidate's tree read-only,
-// that runs none of the candidate's code: for Go, `go list -export -test -deps`, which downloads
-// the modules and compiles every package and its tests without linking them (the compiler and
-// the module downloader read the code; nothing executes it). That phase may write
+// that runs none of the candidate's code: for Go, `go test -c`, which downloads the modules,
+// compiles and vets every package and its tests, and links the test binaries without running
+// them (the compiler, vet and the module downloader read the code; nothing executes it). The
+// command's `go test` then finds its compiles and its vet in the cache. That phase may write
 // the repository's caches, shown at sandboxCaches. The command then sees them read-only, so
 // nothing a run does can change what a later run reads: its go stores what it builds through
 // GOCACHEPROG in the run's own directory (gocacheprog.go).
@@ -34,37 +37,86 @@ const (
 	// -mod=readonly keeps go from writing go.mod or go.sum, the only files of the tree it
 	// would write (and which a link could point elsewhere). Its failures are not the
 	// candidate's verdict: the command meets them again and says so.
-	goPrepareScript = `go list -e -export -test -deps ./... >/dev/null`
+	goPrepareScript = `go test -c -o "$TMPDIR/ag-prepare/" ./...`
 )
+
+// repoCaches are the host directories of one repository's prepared caches.
+type repoCaches struct {
+	dir, goBuild, goMod string
+}
 
 // preparedCaches answers the host directories of repository's caches under the worker's
 // cache directory, created: the Go build cache and module cache. The name is a digest of the
 // repository's: no repository's code reads another's compiled code.
-func (v *Validator) preparedCaches(repository string) (goBuild, goMod string, err error) {
+func (v *Validator) preparedCaches(repository string) (repoCaches, error) {
 	sum := sha256.Sum256([]byte(repository))
 	dir := filepath.Join(v.CacheDir, "prepared", hex.EncodeToString(sum[:12]))
-	goBuild, goMod = filepath.Join(dir, "go-build"), filepath.Join(dir, "go-mod")
-	for _, d := range []string{goBuild, goMod} {
+	c := repoCaches{dir: dir, goBuild: filepath.Join(dir, "go-build"), goMod: filepath.Join(dir, "go-mod")}
+	for _, d := range []string{c.goBuild, c.goMod, filepath.Join(dir, "modules")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", "", fmt.Errorf("prepared caches: %w", err)
+			return repoCaches{}, fmt.Errorf("prepared caches: %w", err)
 		}
 	}
-	return goBuild, goMod, nil
+	return c, nil
 }
 
-// prepare runs the Go preset's prepare phase of a run whose box is box (in the run directory
-// dir), with the repository's caches writable and the network of the worker's egress proxy,
-// then shows the caches read-only to the command and answers the command's environment with
-// them. A prepare phase that fails is logged; the command runs anyway.
-func (v *Validator) prepare(ctx context.Context, job *Job, p client.ValidatePayload, dir, boxRoot, groupFile string, box *boxDirs,
-	env []string, timeout time.Duration, limits *runLimit, log *slog.Logger) ([]string, error) {
-	goBuild, goMod, err := v.preparedCaches(p.Repository)
-	if err != nil {
-		return nil, err
+// modulesDigest answers a digest of the files of tree that decide which modules a Go build
+// needs (every go.mod, go.sum, go.work and go.work.sum).
+func modulesDigest(tree repo.Tree) string {
+	h := sha256.New()
+	for _, e := range tree {
+		switch path.Base(e.Path) {
+		case "go.mod", "go.sum", "go.work", "go.work.sum":
+			fmt.Fprintf(h, "%s %s %s\n", e.Path, e.GitMode(), e.Digest)
+		}
 	}
-	prep := *box
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hasModules reports whether a prepare phase finished for a tree of these module files: the
+// module cache then holds every module such a tree needs, and the command, which has no
+// network, needs no prepare phase before it. The marks are the worker's, beside the caches the
+// sandbox shows.
+func (c repoCaches) hasModules(digest string) bool {
+	_, err := os.Stat(filepath.Join(c.dir, "modules", digest))
+	return err == nil
+}
+
+func (c repoCaches) markModules(digest string) error {
+	return os.WriteFile(filepath.Join(c.dir, "modules", digest), nil, 0o644)
+}
+
+// commandSetup shows the caches read-only to the command of box and answers its environment
+// with them: go reads the build cache through GOCACHEPROG (gocacheprog.go).
+func (c repoCaches) commandSetup(box *boxDirs, env []string) []string {
+	box.Mounts = []boxMount{{Host: c.goBuild, Inner: sandboxGoBuild, ReadOnly: true}, {Host: c.goMod, Inner: sandboxGoMod, ReadOnly: true}}
+	box.GoCacheProg = true
+	return append(env,
+		"GOMODCACHE="+sandboxGoMod,
+		"GOCACHEPROG="+sandboxGoCacheProg+" "+sandboxGoBuild+" "+sandboxHome+"/.cache/go-run",
+		"GOPROXY=off",
+		"GOTOOLCHAIN=local",
+	)
+}
+
+// prepareRun is where a prepare phase runs: a run's directory, the root of its file system,
+// its process group file, its box and limits.
+type prepareRun struct {
+	dir, boxRoot, groupFile string
+	box                     boxDirs
+	limits                  *runLimit
+	// keep: a command runs on the same file system after it.
+	keep bool
+}
+
+// prepare runs the Go preset's prepare phase of p in r, with the repository's caches c
+// writable and the network of the worker's egress proxy, and reports whether it finished. One
+// that does not finish is logged: it is not the candidate's verdict.
+func (v *Validator) prepare(ctx context.Context, progress func(string), p client.ValidatePayload, c repoCaches, r prepareRun,
+	timeout time.Duration, log *slog.Logger) (bool, error) {
+	prep := r.box
 	prep.TreeReadOnly = true
-	prep.Mounts = []boxMount{{Host: goBuild, Inner: sandboxGoBuild}, {Host: goMod, Inner: sandboxGoMod}}
+	prep.Mounts = []boxMount{{Host: c.goBuild, Inner: sandboxGoBuild}, {Host: c.goMod, Inner: sandboxGoMod}}
 	vars := map[string]string{}
 	maps.Copy(vars, p.Env)
 	if v.Sandbox.shared {
@@ -72,17 +124,18 @@ func (v *Validator) prepare(ctx context.Context, job *Job, p client.ValidatePayl
 	} else {
 		proxy := v.Egress
 		if proxy == nil {
+			var err error
 			if proxy, err = egress.New(nil, log); err != nil {
-				return nil, err
+				return false, err
 			}
 		}
-		sockDir := filepath.Join(dir, "prepare")
+		sockDir := filepath.Join(r.dir, "prepare")
 		if err := os.Mkdir(sockDir, 0o700); err != nil {
-			return nil, fmt.Errorf("prepare: %w", err)
+			return false, fmt.Errorf("prepare: %w", err)
 		}
 		sock, session, err := serveEgress(proxy, sockDir)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		defer session.Close()
 		prep.Network, prep.EgressSocket = attest.NetworkEgress, sock
@@ -97,30 +150,116 @@ func (v *Validator) prepare(ctx context.Context, job *Job, p client.ValidatePayl
 	vars["GOFLAGS"] = strings.TrimSpace(p.Env["GOFLAGS"] + " -mod=readonly")
 	prepEnv, err := v.Sandbox.Env(vars)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	job.Progress("preparing: " + goPrepareScript)
+	progress("preparing: " + goPrepareScript)
 	started := time.Now()
 	res, err := runCommand(ctx, runSpec{
-		Argv: []string{"/bin/sh", "-c", goPrepareScript}, Dir: box.Tree, Env: prepEnv, Timeout: timeout,
-		LogPath: filepath.Join(boxRoot, "prepare.log"), Grace: v.killGrace(), GroupFile: groupFile,
-		Sandbox: v.Sandbox, Box: prep, Limits: limits, KeepFileSystem: true, // the command runs on it next
+		Argv: []string{"/bin/sh", "-c", goPrepareScript}, Dir: r.box.Tree, Env: prepEnv, Timeout: timeout,
+		LogPath: filepath.Join(r.boxRoot, "prepare.log"), Grace: v.killGrace(), GroupFile: r.groupFile,
+		Sandbox: v.Sandbox, Box: prep, Limits: r.limits, KeepFileSystem: r.keep,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
+		return false, fmt.Errorf("prepare: %w", err)
 	}
 	if res.ExitCode != 0 || res.TimedOut || res.OverLimit != "" {
-		log.Info("the prepare phase did not finish; the command runs with what it prepared", "exit_code", res.ExitCode,
-			"timed_out", res.TimedOut, "over_limit", res.OverLimit, "output", strings.TrimSpace(res.Tail))
-	} else {
-		log.Info("prepared", "preset", p.Preset, "took", time.Since(started).Round(time.Millisecond))
+		log.Info("the prepare phase did not finish", "exit_code", res.ExitCode, "timed_out", res.TimedOut,
+			"over_limit", res.OverLimit, "output", strings.TrimSpace(res.Tail))
+		return false, nil
 	}
-	box.Mounts = []boxMount{{Host: goBuild, Inner: sandboxGoBuild, ReadOnly: true}, {Host: goMod, Inner: sandboxGoMod, ReadOnly: true}}
-	box.GoCacheProg = true
-	return append(env,
-		"GOMODCACHE="+sandboxGoMod,
-		"GOCACHEPROG="+sandboxGoCacheProg+" "+sandboxGoBuild+" "+sandboxHome+"/.cache/go-run",
-		"GOPROXY=off",
-		"GOTOOLCHAIN=local",
-	), nil
+	log.Info("prepared", "preset", p.Preset, "took", time.Since(started).Round(time.Millisecond))
+	return true, nil
+}
+
+// presetBeforeCommand sets a run of the Go preset up: when the repository's caches have not
+// been prepared for the modules of the tree the run sees (the first run, or a change of go.mod
+// or go.sum), the prepare phase runs first, since the command has no network to fetch them;
+// then the caches are shown read-only to the command, whose environment it answers.
+func (v *Validator) presetBeforeCommand(ctx context.Context, job *Job, p client.ValidatePayload, seen repo.Tree, r prepareRun,
+	box *boxDirs, env []string, timeout time.Duration, log *slog.Logger) ([]string, error) {
+	c, err := v.preparedCaches(p.Repository)
+	if err != nil {
+		return nil, err
+	}
+	digest := modulesDigest(seen)
+	if !c.hasModules(digest) {
+		r.box, r.keep = *box, true
+		done, err := v.prepare(ctx, job.Progress, p, c, r, timeout, log)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			if err := c.markModules(digest); err != nil {
+				return nil, fmt.Errorf("prepared caches: %w", err)
+			}
+		}
+	}
+	return c.commandSetup(box, env), nil
+}
+
+// warmLater runs the Go preset's prepare phase on a fresh checkout of tree (the candidate
+// as its run saw it) once the job's outcome is known, off its way: the next candidates, which
+// hold most of it, find it compiled. One at a time a repository; a repository being warmed is
+// not warmed again. Nothing of it is a verdict.
+func (v *Validator) warmLater(p client.ValidatePayload, seen repo.Tree, timeout time.Duration, asked Limits, log *slog.Logger) {
+	if _, busy := v.warming.LoadOrStore(p.Repository, true); busy {
+		return
+	}
+	go func() {
+		defer v.warming.Delete(p.Repository)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := v.warm(ctx, p, seen, timeout, asked, log); err != nil {
+			log.Warn("could not prepare the caches after the run", "err", err)
+		}
+	}()
+}
+
+// warm checks seen out in a run directory of its own, held to the run's limits, and runs the
+// prepare phase on it.
+func (v *Validator) warm(ctx context.Context, p client.ValidatePayload, seen repo.Tree, timeout time.Duration, asked Limits, log *slog.Logger) error {
+	c, err := v.preparedCaches(p.Repository)
+	if err != nil {
+		return err
+	}
+	rd, err := newRunDir(v.workDir())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := rd.remove(); err != nil {
+			log.Warn("could not remove the work directory", "dir", rd.path, "err", err)
+		}
+	}()
+	boxRoot := rd.path
+	var limits *runLimit
+	if v.Limits != nil {
+		limits, err = v.Limits.prepare(rd.path, asked)
+		defer func() {
+			if err := limits.release(); err != nil {
+				log.Warn("could not release the run's cgroup or file system", "err", err)
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		boxRoot = limits.root
+	}
+	checkout := filepath.Join(boxRoot, "tree")
+	if err := os.Mkdir(checkout, 0o755); err != nil {
+		return err
+	}
+	if _, err := v.materialize(ctx, checkout, seen); err != nil {
+		return err
+	}
+	box, err := makeBoxDirs(boxRoot, checkout)
+	if err != nil {
+		return err
+	}
+	done, err := v.prepare(ctx, func(string) {}, p, c, prepareRun{dir: rd.path, boxRoot: boxRoot, groupFile: rd.groupFile(),
+		box: box, limits: limits}, timeout, log)
+	if err == nil && done {
+		err = c.markModules(modulesDigest(seen))
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -139,4 +140,25 @@ func (v *Validator) protectedOverlay(ctx context.Context, p client.ValidatePaylo
 		return nil, err
 	}
 	return &o, nil
+}
+
+// over answers the tree a run sees: tree (the candidate) with the overlay's entries in place of
+// those it removes, sorted by path.
+func (o *protectedOverlay) over(tree repo.Tree) repo.Tree {
+	if o == nil {
+		return tree
+	}
+	removed := make(map[string]bool, len(o.remove))
+	for _, e := range o.remove {
+		removed[e.Path] = true
+	}
+	out := make(repo.Tree, 0, len(tree)+len(o.add))
+	for _, e := range tree {
+		if !removed[e.Path] {
+			out = append(out, e)
+		}
+	}
+	out = append(out, o.add...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }

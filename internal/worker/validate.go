@@ -67,6 +67,9 @@ type Validator struct {
 	// Limits holds each sandboxed run to the worker's limits, or less when the job's policy
 	// asks (NewLimiter). Without it, runs are held by their timeout only.
 	Limits *Limiter
+	// warming holds the repositories whose caches a prepare phase fills after a run
+	// (warmLater), so that one at a time does.
+	warming sync.Map
 }
 
 // errNoSandbox: the validator has neither a sandbox nor the operator's word to run without.
@@ -189,6 +192,9 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if protected != nil {
 		val.Protected = &protected.from
 	}
+	if p.Preset == client.PresetGo && v.Sandbox != nil {
+		v.warmLater(p, protected.over(tree), timeout, askedLimits, log)
+	}
 	return v.attestedOutcome(ctx, val, res, log)
 }
 
@@ -307,7 +313,9 @@ func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayl
 		runLog = append(runLog, "limits", limits.String())
 	}
 	if p.Preset == client.PresetGo && v.Sandbox != nil {
-		if env, err = v.prepare(ctx, job, p, dir, boxRoot, rd.groupFile(), &box, env, timeout, limits, log); err != nil {
+		env, err = v.presetBeforeCommand(ctx, job, p, protected.over(tree),
+			prepareRun{dir: dir, boxRoot: boxRoot, groupFile: rd.groupFile(), limits: limits}, &box, env, timeout, log)
+		if err != nil {
 			return runResult{}, "", orCause(ctx, limits.explain(err))
 		}
 		runLog = append(runLog, "preset", p.Preset)
