@@ -28,6 +28,8 @@ func storeError(err error, lostClaim connect.Code) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, store.ErrFailedPrecondition):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, store.ErrResourceExhausted):
+		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, store.ErrAttestationRequired):
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("attestation: is required: %w (a DSSE envelope of an in-toto statement signed with a registered worker key)", err))
 	case errors.Is(err, store.ErrInvalidPageToken):

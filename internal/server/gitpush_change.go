@@ -147,6 +147,11 @@ func (p *push) follow(pr pushRequest, change *agwpv1.Change) string {
 			return "the server lost sight of " + id + ": `ag change show " + id + "`"
 		}
 		out := h.changeWithProgress(p.ctx, c)
+		if last.GetState() == agwpv1.ChangeState_CHANGE_STATE_QUEUED && out.GetState() != agwpv1.ChangeState_CHANGE_STATE_VALIDATING &&
+			out.GetState() != agwpv1.ChangeState_CHANGE_STATE_QUEUED && out.GetJobId() != "" {
+			// It was validated between two looks: the pusher still learns which job judged it.
+			p.say(fmt.Sprintf("%s validating (job %s)", id, out.GetJobId()))
+		}
 		if line := progressLine(last, out); line != "" {
 			p.say(line)
 			quiet = time.Now()

@@ -70,6 +70,23 @@ func leasePaths(paths []string) ([]string, error) {
 	return out, nil
 }
 
+// DefaultMaxLeasedPaths is how many paths a principal may hold in live leases of one
+// repository unless the server is told otherwise: far more than an agent's task needs (a
+// directory is one path), far fewer than it takes to hold a code base hostage file by file.
+const DefaultMaxLeasedPaths = 1000
+
+// maxLeasedPaths answers the cap of a grant, 0 for none.
+func (s *Server) maxLeasedPaths() int {
+	switch n := s.cfg.MaxLeasedPaths; {
+	case n < 0:
+		return 0
+	case n == 0:
+		return DefaultMaxLeasedPaths
+	default:
+		return n
+	}
+}
+
 func (h leaseService) AcquireLease(ctx context.Context, req *agwpv1.AcquireLeaseRequest) (*agwpv1.AcquireLeaseResponse, error) {
 	if err := validateName("repository", req.GetRepository()); err != nil {
 		return nil, err
@@ -90,10 +107,11 @@ func (h leaseService) AcquireLease(ctx context.Context, req *agwpv1.AcquireLease
 		return nil, err
 	}
 	params := store.AcquireLeaseParams{
-		Repository: req.GetRepository(),
-		Paths:      paths,
-		Holder:     callerFrom(ctx).holder(req.GetHolder()),
-		TTL:        ttl,
+		Repository:   req.GetRepository(),
+		Paths:        paths,
+		Holder:       callerFrom(ctx).holder(req.GetHolder()),
+		TTL:          ttl,
+		MaxLivePaths: h.s.maxLeasedPaths(),
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -140,6 +158,7 @@ func (h leaseService) RenewLease(ctx context.Context, req *agwpv1.RenewLeaseRequ
 	}
 	lease, err := h.s.store.RenewLease(ctx, store.RenewLeaseParams{
 		LeaseID: p.LeaseID, Principal: p.Principal, Admin: p.Admin, FencingToken: p.FencingToken, TTL: ttl,
+		MaxAge: h.s.cfg.MaxLeaseAge,
 	})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)

@@ -68,6 +68,11 @@ type Config struct {
 	// MaxBlobBytes the largest such blob. Defaults DefaultBlobPartBytes and DefaultMaxBlobBytes.
 	BlobPartBytes uint64
 	MaxBlobBytes  uint64
+	// MaxLeasedPaths bounds the paths one principal holds in live leases of a repository
+	// (default DefaultMaxLeasedPaths; negative: no cap), and MaxLeaseAge the age past which a
+	// lease is not renewed (0: none).
+	MaxLeasedPaths int
+	MaxLeaseAge    time.Duration
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer

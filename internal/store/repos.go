@@ -319,6 +319,10 @@ type AcquireLeaseParams struct {
 	Paths      []string // clean, deduplicated
 	Holder     string
 	TTL        time.Duration
+	// MaxLivePaths, when not 0, bounds the paths the holder's principal holds in live leases
+	// (active, not expired) of the repository, these included: a grant past it is a
+	// *LeaseCapError, checked under the repository's lock.
+	MaxLivePaths int
 }
 
 // RenewLeaseParams are the inputs of RenewLease.
@@ -328,6 +332,9 @@ type RenewLeaseParams struct {
 	Admin        bool
 	FencingToken uint64
 	TTL          time.Duration
+	// MaxAge, when not 0, is the age (since its grant) past which a lease is not renewed
+	// (*LeaseAgeError), and which a renewal does not take it beyond (RenewedExpiry).
+	MaxAge time.Duration
 }
 
 // ReleaseLeaseParams are the inputs of ReleaseLease.
@@ -438,16 +445,74 @@ var ErrLeaseConflict = errors.New("lease conflict")
 
 // LeaseConflictError names the lease that stands in the way of a grant.
 type LeaseConflictError struct {
-	Path      string // the requested path
-	LeaseID   string
-	LeasePath string // the conflicting lease's path
-	Holder    string
-	ExpiresAt time.Time
+	Path       string // the requested path
+	LeaseID    string
+	LeasePath  string // the conflicting lease's path
+	Holder     string
+	AcquiredAt time.Time // zero when the store did not say
+	ExpiresAt  time.Time
 }
 
 func (e *LeaseConflictError) Error() string {
-	return fmt.Sprintf("%s is leased to %s (lease %s on %s) until %s", e.Path, e.Holder, e.LeaseID, e.LeasePath,
-		e.ExpiresAt.UTC().Format(time.RFC3339))
+	since := ""
+	if !e.AcquiredAt.IsZero() {
+		since = " since " + e.AcquiredAt.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s is leased to %s (lease %s on %s)%s until %s", e.Path, e.Holder, e.LeaseID, e.LeasePath,
+		since, e.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// ErrResourceExhausted: a principal asked for more than its share.
+var ErrResourceExhausted = errors.New("resource exhausted")
+
+// LeaseCapError refuses a grant that would take a principal past the live leased paths it may
+// hold in a repository (AcquireLeaseParams.MaxLivePaths).
+type LeaseCapError struct {
+	Principal  string
+	Repository string
+	Held       int // paths its live leases of the repository hold now
+	Asked      int
+	Max        int
+}
+
+func (e *LeaseCapError) Error() string {
+	return fmt.Sprintf("%s holds %d leased paths of %s, and %d more would pass the %d a principal may hold at once: "+
+		"release what you no longer need (ag lease release) first", e.Principal, e.Held, e.Repository, e.Asked, e.Max)
+}
+
+// Is makes errors.Is(err, ErrResourceExhausted) true.
+func (e *LeaseCapError) Is(target error) bool { return target == ErrResourceExhausted }
+
+// LeaseAgeError refuses to renew a lease older than RenewLeaseParams.MaxAge.
+type LeaseAgeError struct {
+	LeaseID    string
+	AcquiredAt time.Time
+	MaxAge     time.Duration
+}
+
+func (e *LeaseAgeError) Error() string {
+	return fmt.Sprintf("lease %s was granted at %s, %s ago or more: a lease is renewed for at most %s, so that others get their turn; "+
+		"release it, and acquire again when you must", e.LeaseID, e.AcquiredAt.UTC().Format(time.RFC3339), e.MaxAge, e.MaxAge)
+}
+
+// Is makes errors.Is(err, ErrFailedPrecondition) true.
+func (e *LeaseAgeError) Is(target error) bool { return target == ErrFailedPrecondition }
+
+// RenewedExpiry answers when lease l expires once renewed at now for ttl, or why it may not be:
+// past maxAge (not 0) since its grant it is not renewed, and a renewal ends at that age.
+func RenewedExpiry(l Lease, now time.Time, ttl, maxAge time.Duration) (time.Time, error) {
+	expires := now.Add(ttl)
+	if maxAge <= 0 {
+		return expires, nil
+	}
+	end := l.AcquiredAt.Add(maxAge)
+	if !now.Before(end) {
+		return time.Time{}, &LeaseAgeError{LeaseID: l.ID, AcquiredAt: l.AcquiredAt, MaxAge: maxAge}
+	}
+	if expires.After(end) {
+		expires = end
+	}
+	return expires, nil
 }
 
 // Is makes errors.Is(err, ErrLeaseConflict) true.

@@ -163,14 +163,20 @@ const lockRepositorySQL = `SELECT true FROM repositories WHERE name = $1 FOR NO 
 // A grant records its lease.granted event, by the holder $3.
 var acquireSQL = q(`WITH o AS (` + overlapSQL(2, 4, "lp.active") + `),
 conflict AS (
-	SELECT o.i, l.id, o.path, l.holder, l.expires_at
+	SELECT o.i, l.id, o.path, l.holder, l.acquired_at, l.expires_at
 	FROM o JOIN leases l ON l.id = o.lease_id
 	WHERE l.state = 'active' AND l.expires_at > {now} AND l.holder <> $3
 	ORDER BY o.i, l.token
 	LIMIT 1),
+held AS (
+	SELECT coalesce(sum(cardinality(l.paths)), 0)::bigint AS n FROM leases l
+	WHERE $13::bigint > 0 AND l.repository = $2 AND l.state = 'active' AND l.expires_at > {now}
+		AND split_part(l.holder, '|', 1) = split_part($3, '|', 1)),
+over AS (
+	SELECT held.n FROM held WHERE $13::bigint > 0 AND held.n + cardinality($10::text[]) > $13::bigint),
 tok AS (
 	UPDATE repositories SET lease_counter = lease_counter + 1
-	WHERE name = $2 AND NOT EXISTS (SELECT 1 FROM conflict)
+	WHERE name = $2 AND NOT EXISTS (SELECT 1 FROM conflict) AND NOT EXISTS (SELECT 1 FROM over)
 	RETURNING lease_counter),
 ins AS (
 	INSERT INTO leases (id, repository, holder, token, paths, state, acquired_at, expires_at)
@@ -185,7 +191,7 @@ ev AS (` + auditRecord(`SELECT split_part($3, '|', 1), $3, 'lease.granted', 'lea
 	mem("paths", jsonTexts("ins.paths")),
 	mem("repository", jsonText("ins.repository")),
 	mem("token", jsonInt("ins.token")))+` FROM ins`) + `)
-SELECT c.i, c.id, c.path, c.holder, c.expires_at, ` + leaseCols("ins") + `
+SELECT c.i, c.id, c.path, c.holder, c.acquired_at, c.expires_at, (SELECT n FROM over), ` + leaseCols("ins") + `
 FROM (SELECT 1) AS one LEFT JOIN conflict c ON true LEFT JOIN ins ON true`)
 
 // AcquireLease grants a lease on p.Paths to p.Holder unless another holder's live lease
@@ -193,7 +199,7 @@ FROM (SELECT 1) AS one LEFT JOIN conflict c ON true LEFT JOIN ins ON true`)
 func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (store.Lease, error) {
 	oa := newOverlapArgs(p.Paths)
 	args := append([]any{db.now(), p.Repository, p.Holder}, oa.args()...)
-	args = append(args, store.NewID("lse"), p.Paths, micros(p.TTL), foldAll(p.Paths))
+	args = append(args, store.NewID("lse"), p.Paths, micros(p.TTL), foldAll(p.Paths), int64(p.MaxLivePaths))
 
 	// One round trip, one implicit transaction: the lock, then the check and the grant.
 	var batch pgx.Batch
@@ -212,13 +218,14 @@ func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (sto
 	var (
 		ci                       *int32
 		cID, cPath, cHolder      *string
-		cExpires                 *time.Time
+		cAcquired, cExpires      *time.Time
+		held                     *int64
 		lID, lRepo, lHolder, lSt *string
 		lPaths                   []string
 		lToken                   *int64
 		lAcq, lExp, lEnded       *time.Time
 	)
-	err := br.QueryRow().Scan(&ci, &cID, &cPath, &cHolder, &cExpires,
+	err := br.QueryRow().Scan(&ci, &cID, &cPath, &cHolder, &cAcquired, &cExpires, &held,
 		&lID, &lRepo, &lPaths, &lHolder, &lToken, &lSt, &lAcq, &lExp, &lEnded)
 	if err != nil {
 		return store.Lease{}, interpretError("acquire lease", err)
@@ -228,12 +235,17 @@ func (db *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (sto
 	}
 	if ci != nil {
 		return store.Lease{}, &store.LeaseConflictError{
-			Path:      p.Paths[*ci],
-			LeaseID:   *cID,
-			LeasePath: *cPath,
-			Holder:    *cHolder,
-			ExpiresAt: cExpires.UTC(),
+			Path:       p.Paths[*ci],
+			LeaseID:    *cID,
+			LeasePath:  *cPath,
+			Holder:     *cHolder,
+			AcquiredAt: cAcquired.UTC(),
+			ExpiresAt:  cExpires.UTC(),
 		}
+	}
+	if held != nil {
+		return store.Lease{}, &store.LeaseCapError{Principal: store.PrincipalOf(p.Holder), Repository: p.Repository,
+			Held: int(*held), Asked: len(p.Paths), Max: p.MaxLivePaths}
 	}
 	if lID == nil {
 		return store.Lease{}, fmt.Errorf("postgres: acquire lease: neither a grant nor a conflict")
@@ -297,7 +309,7 @@ var (
 // refusals and runs update ($1 now, $2 the lease id, then more), which answers leaseCols.
 // Every path that takes both locks takes the repository's first.
 func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockRepository bool, principal string, admin bool,
-	token uint64, update string, more ...any) (store.Lease, error) {
+	token uint64, check func(l store.Lease, now time.Time) error, update string, more ...any) (store.Lease, error) {
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return store.Lease{}, interpretError(what, err)
@@ -321,6 +333,15 @@ func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockReposit
 	if err := db.checkLeaseChange(ctx, tx, s.lease(), principal, admin, token); err != nil {
 		return store.Lease{}, err
 	}
+	if check != nil {
+		var now time.Time
+		if err := tx.QueryRow(ctx, q(`SELECT {now}`), db.now()).Scan(&now); err != nil {
+			return store.Lease{}, interpretError(what, err)
+		}
+		if err := check(s.lease(), now); err != nil {
+			return store.Lease{}, err
+		}
+	}
 	if err := tx.QueryRow(ctx, update, append([]any{db.now(), leaseID}, more...)...).Scan(s.dest()...); err != nil {
 		return store.Lease{}, interpretError(what, err)
 	}
@@ -332,7 +353,7 @@ func (db *DB) changeLease(ctx context.Context, what, leaseID string, lockReposit
 
 // renewSQL renews a lease that changeLease read and locked; $4 and $5 are the actor.
 var renewSQL = q(`WITH u AS (
-	UPDATE leases l SET expires_at = {now} + $3::bigint * interval '1 microsecond'
+	UPDATE leases l SET expires_at = ` + renewedExpiry("$3", "$6") + `
 	WHERE l.id = $2 RETURNING ` + leaseCols("l") + `),
 ev AS (` + leaseEvents("lease.renewed", 4, leaseObjectRenewed) + `)
 SELECT ` + leaseCols("u") + ` FROM u`)
@@ -352,10 +373,20 @@ const liveAndCallers = `l.id = $2 AND l.state = 'active' AND l.expires_at > coal
 const lockLeaseRepositorySQL = `SELECT true FROM repositories
 WHERE name = (SELECT repository FROM leases WHERE id = $1) FOR NO KEY UPDATE`
 
-// renewFastSQL renews a live lease of the caller's; $7 and $8 are the actor.
+// renewedExpiry is store.RenewedExpiry's expiry in SQL, of the lease l: now and the TTL ttl (in
+// microseconds), at most its grant and maxAge (microseconds, 0 for none).
+func renewedExpiry(ttl, maxAge string) string {
+	return `CASE WHEN ` + maxAge + `::bigint > 0
+		THEN least({now} + ` + ttl + `::bigint * interval '1 microsecond', l.acquired_at + ` + maxAge + `::bigint * interval '1 microsecond')
+		ELSE {now} + ` + ttl + `::bigint * interval '1 microsecond' END`
+}
+
+// renewFastSQL renews a live lease of the caller's younger than its maximum age ($9); $7 and
+// $8 are the actor.
 var renewFastSQL = q(`WITH u AS (
-	UPDATE leases l SET expires_at = {now} + $6::bigint * interval '1 microsecond'
-	WHERE ` + liveAndCallers + ` RETURNING ` + leaseCols("l") + `),
+	UPDATE leases l SET expires_at = ` + renewedExpiry("$6", "$9") + `
+	WHERE ` + liveAndCallers + ` AND ($9::bigint = 0 OR {now} < l.acquired_at + $9::bigint * interval '1 microsecond')
+	RETURNING ` + leaseCols("l") + `),
 ev AS (` + leaseEvents("lease.renewed", 7, leaseObjectRenewed) + `)
 SELECT ` + leaseCols("u") + ` FROM u`)
 
@@ -397,10 +428,14 @@ func (db *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.L
 	// the slow path.
 	actor := store.ActorOf(ctx)
 	l, ok, err := db.fastLeaseChange(ctx, "renew lease", lockLeaseRepositorySQL, renewFastSQL, p.LeaseID, p.Admin,
-		p.Principal, p.FencingToken, micros(p.TTL), actor.Principal, actor.Holder)
+		p.Principal, p.FencingToken, micros(p.TTL), actor.Principal, actor.Holder, micros(p.MaxAge))
 	if err == nil && !ok {
-		l, err = db.changeLease(ctx, "renew lease", p.LeaseID, true, p.Principal, p.Admin, p.FencingToken, renewSQL,
-			micros(p.TTL), actor.Principal, actor.Holder)
+		tooOld := func(l store.Lease, now time.Time) error {
+			_, err := store.RenewedExpiry(l, now, p.TTL, p.MaxAge)
+			return err
+		}
+		l, err = db.changeLease(ctx, "renew lease", p.LeaseID, true, p.Principal, p.Admin, p.FencingToken, tooOld, renewSQL,
+			micros(p.TTL), actor.Principal, actor.Holder, micros(p.MaxAge))
 	}
 	if err != nil {
 		return store.Lease{}, err
@@ -453,7 +488,7 @@ func (db *DB) ReleaseLease(ctx context.Context, p store.ReleaseLeaseParams) (sto
 	l, ok, err := db.fastLeaseChange(ctx, "release lease", "", releaseFastSQL, p.LeaseID, p.Admin, p.Principal, p.FencingToken,
 		actor.Principal, actor.Holder)
 	if err == nil && !ok {
-		l, err = db.changeLease(ctx, "release lease", p.LeaseID, false, p.Principal, p.Admin, p.FencingToken, releaseSQL,
+		l, err = db.changeLease(ctx, "release lease", p.LeaseID, false, p.Principal, p.Admin, p.FencingToken, nil, releaseSQL,
 			actor.Principal, actor.Holder)
 	}
 	if err != nil {

@@ -63,11 +63,12 @@ func getLease(ctx context.Context, q interface {
 
 // overlapping is a lease path of another lease that overlaps a path asked about.
 type overlapping struct {
-	path    string
-	leaseID string
-	holder  string
-	token   uint64
-	expires time.Time
+	path     string
+	leaseID  string
+	holder   string
+	token    uint64
+	acquired time.Time
+	expires  time.Time
 }
 
 // findOverlap answers the lease path of repository that overlaps p (repo.Overlap) and meets
@@ -76,11 +77,11 @@ type overlapping struct {
 func findOverlap(ctx context.Context, tx *sql.Tx, repository, p, cond string, condArgs []any, first bool) (overlapping, bool, error) {
 	q, args := overlapQuery(repository, p, cond, condArgs, first)
 	var (
-		o       overlapping
-		token   int64
-		expires int64
+		o                 overlapping
+		token             int64
+		acquired, expires int64
 	)
-	err := tx.QueryRowContext(ctx, q, args...).Scan(&o.path, &o.leaseID, &o.holder, &token, &expires)
+	err := tx.QueryRowContext(ctx, q, args...).Scan(&o.path, &o.leaseID, &o.holder, &token, &acquired, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return overlapping{}, false, nil
 	}
@@ -88,7 +89,7 @@ func findOverlap(ctx context.Context, tx *sql.Tx, repository, p, cond string, co
 		return overlapping{}, false, err
 	}
 	o.token = uint64(token)
-	o.expires = fromMicros(expires)
+	o.acquired, o.expires = fromMicros(acquired), fromMicros(expires)
 	return o, true, nil
 }
 
@@ -103,7 +104,8 @@ func overlapQuery(repository, p, cond string, condArgs []any, first bool) (strin
 	if strings.HasPrefix(cond, liveOnly) {
 		index = "lease_paths_live"
 	}
-	sel := `SELECT lp.path AS path, l.id AS id, l.holder AS holder, lp.token AS token, l.expires_at AS expires_at
+	sel := `SELECT lp.path AS path, l.id AS id, l.holder AS holder, lp.token AS token, l.acquired_at AS acquired_at,
+		l.expires_at AS expires_at
 		FROM lease_paths lp INDEXED BY ` + index + ` JOIN leases l ON l.id = lp.lease_id
 		WHERE lp.repository = ? AND `
 	var (
@@ -158,7 +160,20 @@ func (d *DB) AcquireLease(ctx context.Context, p store.AcquireLeaseParams) (stor
 				return interpretError("acquire lease: look for conflicting leases", err)
 			}
 			if found {
-				return &store.LeaseConflictError{Path: path, LeaseID: o.leaseID, LeasePath: o.path, Holder: o.holder, ExpiresAt: o.expires}
+				return &store.LeaseConflictError{Path: path, LeaseID: o.leaseID, LeasePath: o.path, Holder: o.holder,
+					AcquiredAt: o.acquired, ExpiresAt: o.expires}
+			}
+		}
+		if p.MaxLivePaths > 0 {
+			principal := store.PrincipalOf(p.Holder)
+			var held int
+			if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(json_array_length(paths)), 0) FROM leases
+				WHERE repository = ? AND state = 'active' AND expires_at > ? AND substr(holder, 1, ?) = ?`,
+				p.Repository, micros(now), len(principal)+1, principal+"|").Scan(&held); err != nil {
+				return interpretError("acquire lease: count the principal's leased paths", err)
+			}
+			if held+len(p.Paths) > p.MaxLivePaths {
+				return &store.LeaseCapError{Principal: principal, Repository: p.Repository, Held: held, Asked: len(p.Paths), Max: p.MaxLivePaths}
 			}
 		}
 		var token int64
@@ -220,8 +235,12 @@ func (d *DB) RenewLease(ctx context.Context, p store.RenewLeaseParams) (store.Le
 		if err := changeRefusal(ctx, tx, cur, p.Principal, p.Admin, p.FencingToken, now); err != nil {
 			return err
 		}
+		expires, err := store.RenewedExpiry(cur, now, p.TTL, p.MaxAge)
+		if err != nil {
+			return err
+		}
 		l, err := scanLease(tx.QueryRowContext(ctx, `UPDATE leases SET expires_at = ? WHERE id = ? AND state = 'active'
-			RETURNING `+leaseColumns, micros(now.Add(p.TTL)), p.LeaseID))
+			RETURNING `+leaseColumns, micros(expires), p.LeaseID))
 		if err != nil {
 			return interpretError("renew lease "+p.LeaseID, err)
 		}

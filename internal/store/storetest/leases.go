@@ -49,7 +49,8 @@ func wantConflict(t *testing.T, what string, err error, path string, held store.
 	if !errors.As(err, &ce) {
 		t.Fatalf("%s: err = %v (%T), want a *store.LeaseConflictError", what, err, err)
 	}
-	want := store.LeaseConflictError{Path: path, LeaseID: held.ID, LeasePath: heldPath, Holder: held.Holder, ExpiresAt: held.ExpiresAt}
+	want := store.LeaseConflictError{Path: path, LeaseID: held.ID, LeasePath: heldPath, Holder: held.Holder,
+		AcquiredAt: held.AcquiredAt, ExpiresAt: held.ExpiresAt}
 	assertFields(t, what+": the conflict", *ce, want)
 }
 

@@ -131,6 +131,8 @@ var tests = []conformanceTest{
 	{"break_lease_ends_a_live_or_expired_lease_once", testBreakLease},
 	{"lease_signal_fires_after_a_release_and_a_break", testLeaseSignal},
 	{"list_leases_answers_newest_first_with_filters_and_pages", testListLeases},
+	{"a_principal_holds_at_most_its_share_of_live_leased_paths", testLeaseCap},
+	{"a_lease_renews_until_its_maximum_age_and_a_conflict_says_since_when", testLeaseMaxAge},
 	// integrate
 	{"integrate_applies_the_edits_and_moves_the_mainline", testIntegrate},
 	{"integrate_is_refused_for_an_uncovered_path", testIntegrateUncovered},

@@ -37,6 +37,9 @@ type Options struct {
 	UploadsPerPrincipal int
 	// BlobPartBytes is the part size of blobs sent in parts; zero: the server's default.
 	BlobPartBytes uint64
+	// MaxLeasedPaths and MaxLeaseAge are server.Config's; zero: the server's defaults.
+	MaxLeasedPaths int
+	MaxLeaseAge    time.Duration
 }
 
 // Server is a running test server.
@@ -103,7 +106,7 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	}
 	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer,
 		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal,
-		BlobPartBytes: o.BlobPartBytes})
+		BlobPartBytes: o.BlobPartBytes, MaxLeasedPaths: o.MaxLeasedPaths, MaxLeaseAge: o.MaxLeaseAge})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
