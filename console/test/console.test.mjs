@@ -1,6 +1,7 @@
 // The web console as a person sees it in a browser, against a real ag serve: signing in, leases
 // appearing and expiring without a reload, breaking a lease (refused to a reader), and a change
-// going through validation on a real worker to the mainline, or rejected with its output.
+// going through validation on a real worker to the mainline, or rejected with its output, and a
+// change to a protected path waiting for a reviewer who approves it.
 // Run with scripts/test-console.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -258,5 +259,38 @@ test("a rejected change shows its failing output", async (t) => {
   const done = await integrate.wait();
   assert.equal(done.code, 5, `ag integrate: exit ${done.code}\n${done.stdout}\n${done.stderr}`);
   assert.match(done.stdout, new RegExp(`^change ${id} rejected: 1 paths; the mainline did not move\n`));
+  noPageErrors(page);
+});
+
+test("a change to a protected path waits for a reviewer, who approves it on its page", async (t) => {
+  // The policy runs check.sh, which is protected without being named: a change that adds it is
+  // validated (the mainline has none yet, so with its own), then waits for an approval.
+  const repo = await env.repo("guarded", ["sh", "check.sh"]);
+  const agent = await env.agent("gus", repo);
+  const reviewer = await env.principal("riva", "reviewer");
+  const worker = await env.worker("w-guarded");
+  t.after(() => worker.stop());
+  await agent.must(["lease", "acquire", "check.sh"]);
+  agent.write("check.sh", "echo checked\n");
+  const { p: integrate, id } = await integrateStarted(agent, "add the check");
+
+  const mine = await env.signedIn(`/#/change/${id}`, agent.token);
+  await until(mine, "change-state awaiting approval", () =>
+    document.querySelector('[data-testid="change-state"]')?.textContent === "awaiting approval");
+  assert.equal(await mine.getByTestId("change-protected").textContent(), "check.sh");
+  assert.match(await mine.getByTestId("change-approved-by").textContent(), /^nobody yet/);
+  await mine.getByTestId("approve-change").click();
+  const refusal = await until(mine, "the refusal of the agent's own approval", () =>
+    document.querySelector('[data-testid="error"]')?.textContent);
+  assert.match(refusal, /^approve: permission denied: principal gus has role agent/, "an agent may not approve a change");
+
+  const page = await env.signedIn(`/#/change/${id}`, reviewer.token);
+  await page.getByTestId("approve-change").click();
+  await until(page, "change-state integrated, approved by riva", () =>
+    document.querySelector('[data-testid="change-state"]')?.textContent === "integrated" &&
+    document.querySelector('[data-testid="change-approved-by"]')?.textContent.startsWith("riva, "));
+  const done = await integrate.wait();
+  assert.equal(done.code, 0, `ag integrate: exit ${done.code}\n${done.stdout}\n${done.stderr}`);
+  assert.match(done.stdout, new RegExp(`^change ${id} integrated: 1 paths`));
   noPageErrors(page);
 });
