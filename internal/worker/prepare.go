@@ -165,6 +165,13 @@ func (v *Validator) prepare(ctx context.Context, progress func(string), p client
 	if res.ExitCode != 0 || res.TimedOut || res.OverLimit != "" {
 		log.Info("the prepare phase did not finish", "exit_code", res.ExitCode, "timed_out", res.TimedOut,
 			"over_limit", res.OverLimit, "output", strings.TrimSpace(res.Tail))
+		// Said where the pusher reads progress: a module the proxy does not serve, or a host
+		// --egress-allow does not name, fails the command later with a message about no network.
+		tail := strings.TrimSpace(res.Tail)
+		if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+			tail = tail[i+1:]
+		}
+		progress(progressLine("the prepare phase failed, the command runs anyway: " + tail))
 		return false, nil
 	}
 	log.Info("prepared", "preset", p.Preset, "took", time.Since(started).Round(time.Millisecond))
