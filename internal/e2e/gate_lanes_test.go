@@ -31,10 +31,12 @@ echo "root: saw the whole tree"
 `
 
 // laneWebCheck is the web lane's command: its view holds web/ and the files of no lane, not the
-// api lane's api/ and cmd/api.go. It waits until the file $GATE_DIR/go-web exists (at most
+// api lane's api/ and cmd/api.go. It runs web/spec.sh first when there is one: the check is
+// protected (the mainline's copy runs), what it runs is the agents'. It waits until the file $GATE_DIR/go-web exists (at most
 // about 30s, so that a command whose worker was killed does not linger); its progress line is
 // then "web: waiting for go-web".
-const laneWebCheck = `echo "web: view: $(find . -type f | LC_ALL=C sort | tr '\n' ' ')"
+const laneWebCheck = `[ -f web/spec.sh ] && . web/spec.sh
+echo "web: view: $(find . -type f | LC_ALL=C sort | tr '\n' ' ')"
 test ! -e api || { echo "web: saw api/"; exit 1; }
 test ! -e cmd/api.go || { echo "web: saw cmd/api.go"; exit 1; }
 test -e go.mod && test -e cmd/tool.go || { echo "web: the files of no lane are missing"; exit 1; }
@@ -301,18 +303,20 @@ func TestLaneSandboxSeesOnlyItsView(t *testing.T) {
 			t.Errorf("the api change's candidate %s is of lane %q, want api", l.GetId(), l.GetLane())
 		}
 
-		// A web change whose command tries to read the api lane's files.
+		// A web change whose check (run by the lane's protected command) tries to read the api
+		// lane's files.
 		const spy = `echo "web: view: $(find . -type f | LC_ALL=C sort | tr '\n' ' ')"
 cat api/main.go cmd/api.go 2>&1
 grep -rn 'API-SECRET-[0-9a-f]' . 2>&1 || echo "web: no secret found"
 echo "web: spied"
 `
-		mallory := g.laneChange(t, "mallory", "web/check.sh", spy)
+		mallory := g.laneChange(t, "mallory", "web/spec.sh", spy)
 		stdout, stderr, code = mallory.agent.ag(t, "integrate", "-m", "mallory: a web check that reads api/")
 		mallory.id, _, _ = integrated(t, "mallory", stdout, stderr, code)
 		out := g.jobOutput(t, mallory.id)
-		if !strings.Contains(out, "web: view: "+webView+"\n") || !strings.Contains(out, "web: spied") {
-			t.Errorf("the spying web change's validation printed:\n%s\nwant the web lane's command to see exactly %q", out, webView)
+		spyView := webView + "./web/spec.sh "
+		if !strings.Contains(out, "web: view: "+spyView+"\n") || !strings.Contains(out, "web: spied") {
+			t.Errorf("the spying web change's validation printed:\n%s\nwant the web lane's command to see exactly %q", out, spyView)
 		}
 		if strings.Contains(out, apiSecret) || !strings.Contains(out, "api/main.go: No such file") || !strings.Contains(out, "web: no secret found") {
 			t.Errorf("the web lane's command read the api lane's files:\n%s", out)
@@ -325,8 +329,10 @@ echo "web: spied"
 		root := g.laneChange(t, "a2", "go.mod", "module app\n\ngo 1.22\n")
 		stdout, stderr, code = root.agent.ag(t, "integrate", "-m", "a2: go.mod")
 		root.id, _, _ = integrated(t, "a2", stdout, stderr, code)
-		if out := g.jobOutput(t, root.id); !strings.Contains(out, "root: view: "+rootView+"\n") || !strings.Contains(out, "root: saw the whole tree") {
-			t.Errorf("the go.mod change's validation printed:\n%s\nwant the policy's command to see the whole tree %q", out, rootView)
+		// The whole tree holds mallory's web/spec.sh, landed above.
+		wholeTree := rootView + "./web/spec.sh "
+		if out := g.jobOutput(t, root.id); !strings.Contains(out, "root: view: "+wholeTree+"\n") || !strings.Contains(out, "root: saw the whole tree") {
+			t.Errorf("the go.mod change's validation printed:\n%s\nwant the policy's command to see the whole tree %q", out, wholeTree)
 		}
 		if l := g.lastCandidate(t, root.id); l.GetLane() != "" {
 			t.Errorf("the go.mod change's candidate %s is of lane %q, want the root lane (\"\")", l.GetId(), l.GetLane())

@@ -20,8 +20,8 @@ fi
 ` + checkScript
 
 // TestModesAnAgentsChmodAndLinkThroughTheGate: an agent's checkout of a project whose check
-// `./check.sh` is not executable yet cannot get an edit through the gate (the sandbox cannot
-// run it); the agent does `chmod +x check.sh` and `ln -s a.txt current` in its checkout, and
+// `./check.sh` (which the policy's command, the protected gate.sh, runs) is not executable yet
+// cannot get an edit through the gate (the sandbox cannot run it); the agent does `chmod +x check.sh` and `ln -s a.txt current` in its checkout, and
 // ag status, ag diff and ag integrate carry them: the change is validated (the worker runs the
 // script and finds the link a link), lands with check.sh 100755 and current 120000, another
 // agent's checkout and a sync have them, and a `git clone` from ag shows the mode and the link,
@@ -36,13 +36,13 @@ func TestModesAnAgentsChmodAndLinkThroughTheGate(t *testing.T) {
 		git := gitRunner(t)
 		history := filepath.Join(t.TempDir(), "app")
 		git(filepath.Dir(history), "init", "-q", history)
-		files := map[string]string{"check.sh": linkCheck, "a.txt": "a is fine\n", "b.txt": "b is fine\n"}
+		files := map[string]string{"gate.sh": "exec ./check.sh\n", "check.sh": linkCheck, "a.txt": "a is fine\n", "b.txt": "b is fine\n"}
 		writeTree(t, history, files)
 		git(history, "add", "-A")
 		git(history, "commit", "-q", "-m", "A project whose check is not executable yet")
 		admin := []string{"--server", s.URL, "--token", s.AdminToken}
 		mustAG(t, append([]string{"repo", "import", "app", history}, admin...)...)
-		mustAG(t, append(append([]string{"repo", "set-validation", "app"}, admin...), "--timeout", "30s", "--", "./check.sh")...)
+		mustAG(t, append(append([]string{"repo", "set-validation", "app"}, admin...), "--timeout", "30s", "--", "sh", "gate.sh")...)
 		g := &gateEnv{server: s, files: files, imported: s.mainline(t), workerToken: s.principal(t, "ci", roleWorker)}
 		g.sandboxWorker(t, "w1")
 		bob := g.agent(t, "bob")
@@ -50,7 +50,7 @@ func TestModesAnAgentsChmodAndLinkThroughTheGate(t *testing.T) {
 		alice := g.agent(t, "alice")
 		edit(t, alice, "a.txt", "a is better\n")
 		stdout, stderr, code := alice.ag(t, "integrate", "-m", "alice: a is better")
-		rejected(t, "alice", stdout, stderr, code, `validation could not run: command "./check.sh"`, "permission denied")
+		rejected(t, "alice", stdout, stderr, code, "validation failed: `sh gate.sh` exited with status 126", "Permission denied")
 
 		// chmod +x and ln -s in the checkout, as a person or an agent's shell does them.
 		if err := os.Chmod(filepath.Join(alice.dir, "check.sh"), 0o755); err != nil {

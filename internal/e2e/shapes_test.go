@@ -27,7 +27,7 @@ const (
 // shape is there as git has it, and on any .txt saying broken.
 const shapesCheck = "#!/bin/sh\n" + `fail() { echo "FAIL: $*"; exit 1; }
 [ -x run.sh ] || fail "run.sh is not executable"
-[ -L docs/README.md ] && [ "$(cat docs/README.md)" = "the project" ] || fail "docs/README.md is no link to the readme"
+[ -L docs/README.md ] && { [ "$(cat docs/README.md)" = "the project" ] || [ "$(cat docs/README.md)" = "a is fine" ]; } || fail "docs/README.md is no link to the readme, or to a.txt"
 [ -L escape ] && [ "$(readlink escape)" = "../../outside" ] || fail "escape is no link to ../../outside"
 [ -d vendor/lib ] && [ -z "$(ls -A vendor/lib)" ] || fail "the submodule is no empty directory"
 [ "$(wc -c < big.bin)" -eq ` + "20971520" + ` ] || fail "big.bin is not 20 MiB"
@@ -139,11 +139,9 @@ func everyShape(t *testing.T, backend string) {
 		}
 		writeFile(t, dir, deepDir()+"/added.txt", "added\n")
 	}
-	// The check reads docs/README.md as the readme; the edit points it at a.txt: say so there.
-	shapesNow := strings.Replace(shapesCheck, `[ "$(cat docs/README.md)" = "the project" ]`, `[ "$(cat docs/README.md)" = "a is fine" ]`, 1)
-	writeFile(t, alice.dir, "run.sh", shapesNow)
-	writeFile(t, history, "run.sh", shapesNow)
-	alice.must(t, "lease", "acquire", "tool.sh", "docs/", "empty.txt", "d1/", "run.sh")
+	// run.sh is the policy's command, protected: the change leaves it, and the mainline's copy
+	// takes docs/README.md pointing at the readme or at a.txt.
+	alice.must(t, "lease", "acquire", "tool.sh", "docs/", "empty.txt", "d1/")
 	stdout, stderr, code := alice.ag(t, "integrate", "-m", "alice: an edit of each shape")
 	m := integratedOut.FindStringSubmatch(stdout)
 	if code != 0 || m == nil {

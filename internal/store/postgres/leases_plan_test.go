@@ -53,7 +53,7 @@ ANALYZE`)
 		sql  string
 		args []any
 	}{
-		{"acquire", acquireSQL, append(append([]any{nil, "r", "x|y"}, oa.args()...), "lse_new", paths, int64(60e6), foldAll(paths))},
+		{"acquire", acquireSQL, append(append([]any{nil, "r", "x|y"}, oa.args()...), "lse_new", paths, int64(60e6), foldAll(paths), int64(1000))},
 		{"superseded", supersededSQL, append([]any{"r", int64(5)}, oa.args()...)},
 		{"lease check", leaseCheckSQL, []any{"r", []int64{3, 7}, []string{"d7/", "d7/f7.go", "d9/", "d9/f9.go"}}},
 		{"list live leases", listLiveLeasesSQL, []any{nil, "r", int64(0), "", 101}},
