@@ -13,18 +13,7 @@ import (
 // parse is refused before the server is asked, with the usage exit code.
 func TestSetValidationClosedRunFlags(t *testing.T) {
 	t.Parallel()
-	srv := agtest.Start(t, agtest.Options{})
-	conn := []string{"--server", srv.URL, "--token", srv.AdminToken}
-	run := func(args ...string) (string, string, int) {
-		at := slices.Index(args, "--")
-		if at < 0 {
-			at = len(args)
-		}
-		return runCLI(slices.Concat(args[:at], conn, args[at:])...)
-	}
-	if out, errOut, code := run("repo", "create", "app"); code != 0 {
-		t.Fatalf("ag repo create: exit %d\n%s%s", code, out, errOut)
-	}
+	run := adminWithRepo(t)
 	out, errOut, code := run("repo", "set-validation", "app", "--network", "egress", "--isolation", "none",
 		"--max-memory", "512MiB", "--max-pids", "256", "--max-disk", "2G", "--", "go", "test", "./...")
 	want := "repository app: validation `go test ./...` (timeout 10m0s), network egress, any run accepted (no sandbox required), memory 512 MiB, 256 processes, disk 2 GiB\n"
@@ -46,18 +35,7 @@ func TestSetValidationClosedRunFlags(t *testing.T) {
 // naming the field.
 func TestSetValidationPresetAndProtect(t *testing.T) {
 	t.Parallel()
-	srv := agtest.Start(t, agtest.Options{})
-	conn := []string{"--server", srv.URL, "--token", srv.AdminToken}
-	run := func(args ...string) (string, string, int) {
-		at := slices.Index(args, "--")
-		if at < 0 {
-			at = len(args)
-		}
-		return runCLI(slices.Concat(args[:at], conn, args[at:])...)
-	}
-	if out, errOut, code := run("repo", "create", "app"); code != 0 {
-		t.Fatalf("ag repo create: exit %d\n%s%s", code, out, errOut)
-	}
+	run := adminWithRepo(t)
 	out, errOut, code := run("repo", "set-validation", "app", "--preset", "go", "--protect", "go.sum", "--protect", "ci/")
 	want := "repository app: validation `go test ./...` (timeout 10m0s), preset go, protecting ci/, go.sum\n"
 	if code != 0 || out != want {
@@ -71,4 +49,23 @@ func TestSetValidationPresetAndProtect(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, `validation.protect[0]`) {
 		t.Errorf("ag repo set-validation --protect ../x: exit %d, stdout %q, stderr %q; want exit 2 naming protect[0]", code, out, errOut)
 	}
+}
+
+// adminWithRepo starts a server with the repository app and answers a function that runs the
+// command line as its admin (the connection flags before any --).
+func adminWithRepo(t *testing.T) func(args ...string) (string, string, int) {
+	t.Helper()
+	srv := agtest.Start(t, agtest.Options{})
+	conn := []string{"--server", srv.URL, "--token", srv.AdminToken}
+	run := func(args ...string) (string, string, int) {
+		at := slices.Index(args, "--")
+		if at < 0 {
+			at = len(args)
+		}
+		return runCLI(slices.Concat(args[:at], conn, args[at:])...)
+	}
+	if out, errOut, code := run("repo", "create", "app"); code != 0 {
+		t.Fatalf("ag repo create: exit %d\n%s%s", code, out, errOut)
+	}
+	return run
 }
