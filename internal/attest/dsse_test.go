@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -189,6 +190,85 @@ func TestVerifyIgnoresTheKeyIDHint(t *testing.T) {
 		}
 		if _, err := attest.Verify(ctx, &e, [][]byte{otherPub}); !errors.Is(err, attest.ErrNotVerified) {
 			t.Errorf("key id %q with another key: err = %v, want ErrNotVerified", keyID, err)
+		}
+	}
+}
+
+// TestVerifyRefusesAnEnvelopeWithoutSignature ensures an envelope with no signature, or none
+// at all, is refused as unverified and says why, rather than reaching the signature loop (or a
+// nil envelope's payload).
+func TestVerifyRefusesAnEnvelopeWithoutSignature(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pub, signer := newKey(t)
+	env, err := signer.SignValidation(ctx, sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned := *env
+	unsigned.Signatures = nil
+	for name, e := range map[string]*dsse.Envelope{"no envelope": nil, "no signature": &unsigned} {
+		_, err := attest.Verify(ctx, e, [][]byte{pub})
+		if !errors.Is(err, attest.ErrNotVerified) || !strings.Contains(err.Error(), "the envelope has no signature") {
+			t.Errorf("%s: err = %v, want ErrNotVerified saying the envelope has no signature", name, err)
+		}
+	}
+}
+
+// TestVerifyRefusesASignatureThatIsNotBase64 ensures a signature is read only when all of it
+// is base64: the right signature followed by a byte that is not base64 does not verify, so one
+// signed statement has one stored form and not as many as there are ways to pad it.
+func TestVerifyRefusesASignatureThatIsNotBase64(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pub, signer := newKey(t)
+	env, err := signer.SignValidation(ctx, sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]string{
+		"the standard alphabet": base64.StdEncoding.EncodeToString(sig) + "!",
+		// Verify also reads the URL alphabet, whose decoder answers the 64 bytes of the
+		// signature along with its error here
+		"the URL alphabet": base64.URLEncoding.EncodeToString(sig) + "!",
+	} {
+		bad := *env
+		bad.Signatures = []dsse.Signature{{Sig: s}}
+		if _, err := attest.Verify(ctx, &bad, [][]byte{pub}); !errors.Is(err, attest.ErrNotVerified) {
+			t.Errorf("%s, a '!' after the signature: err = %v, want ErrNotVerified", name, err)
+		}
+		// and the same signature without the '!' verifies
+		bad.Signatures = []dsse.Signature{{Sig: strings.TrimSuffix(s, "!")}}
+		if _, err := attest.Verify(ctx, &bad, [][]byte{pub}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestVerifyReadsEverySignature ensures a signature that cannot be read (not base64, or not
+// the size of an Ed25519 signature) does not hide a valid one after it: whoever adds a
+// signature to an envelope cannot make it unverifiable by putting junk first.
+func TestVerifyReadsEverySignature(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pub, signer := newKey(t)
+	env, err := signer.SignValidation(ctx, sampleValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, junk := range map[string]string{
+		"not base64":    "%%%",
+		"a short one":   base64.StdEncoding.EncodeToString([]byte("short")),
+		"another's one": base64.StdEncoding.EncodeToString(make([]byte, ed25519.SignatureSize)),
+	} {
+		e := *env
+		e.Signatures = []dsse.Signature{{Sig: junk}, env.Signatures[0]}
+		if got, err := attest.Verify(ctx, &e, [][]byte{pub}); err != nil || got != attest.KeyID(pub) {
+			t.Errorf("%s before the valid signature: %q, %v", name, got, err)
 		}
 	}
 }

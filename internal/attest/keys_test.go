@@ -112,3 +112,56 @@ func TestParsePublicKey(t *testing.T) {
 		}
 	}
 }
+
+// TestWritePublicKeyPEM ensures the .pub file auditors are handed is readable by them
+// (0644, where the private key is 0600), replaces a file holding another key, and leaves a file
+// that already holds this key as it is: a worker writes it at every start.
+func TestWritePublicKeyPEM(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.key.pub")
+	oldPriv, err := attest.LoadOrCreatePrivateKey(filepath.Join(dir, "old.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := attest.LoadOrCreatePrivateKey(filepath.Join(dir, "w.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := priv.Public().(ed25519.PublicKey)
+
+	if err := attest.WritePublicKeyPEM(path, oldPriv.Public().(ed25519.PublicKey)); err != nil {
+		t.Fatal(err)
+	}
+	if err := attest.WritePublicKeyPEM(path, pub); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := attest.ParsePublicKey(data); err != nil || !got.Equal(pub) {
+		t.Fatalf("the .pub file holds %x (%v), want the new key %x", got, err, pub)
+	}
+	written, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := written.Mode().Perm(); got != 0o644 {
+		t.Errorf(".pub file mode = %v, want 0644", got)
+	}
+
+	if err := attest.WritePublicKeyPEM(path, pub); err != nil {
+		t.Fatal(err)
+	}
+	again, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(written, again) {
+		t.Error("writing the key a file already holds replaced the file")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Errorf("the directory holds %d files, want the two keys and the .pub (no temporary files left)", len(entries))
+	}
+}

@@ -92,6 +92,11 @@ func TestStatementRoundTrips(t *testing.T) {
 			v.TreeDigest = "" // the git tree id alone
 			return v
 		}(),
+		func() attest.Validation {
+			v := sampleValidation()
+			v.Protected = &attest.Protected{Revision: "rev_00", Paths: []string{"test.sh", "ci/"}}
+			return v
+		}(),
 	} {
 		data, err := attest.StatementJSON(v)
 		if err != nil {
@@ -213,6 +218,12 @@ func TestStatementJSONRefusesWhatCannotBeReadBack(t *testing.T) {
 		"no job":                func(v *attest.Validation) { v.JobID = "" },
 		"no claim":              func(v *attest.Validation) { v.ClaimNumber = 0 },
 		"no command":            func(v *attest.Validation) { v.Command = nil },
+		"protected paths without their revision": func(v *attest.Validation) {
+			v.Protected = &attest.Protected{Paths: []string{"test.sh"}}
+		},
+		"protected paths, none named": func(v *attest.Validation) {
+			v.Protected = &attest.Protected{Revision: "rev_00"}
+		},
 	} {
 		v := sampleValidation()
 		edit(&v)
@@ -247,6 +258,21 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 	pred := func(st map[string]any) map[string]any { return st["predicate"].(map[string]any) }
 	run := func(st map[string]any) map[string]any { return runAnnotations(t, pred(st)) }
 	configuration := func(st map[string]any) []any { return pred(st)["configuration"].([]any) }
+	// protected adds "protected" configuration entries of the given JSON contents.
+	protected := func(contents ...string) func(st map[string]any) {
+		return func(st map[string]any) {
+			for _, c := range contents {
+				pred(st)["configuration"] = append(configuration(st), map[string]any{
+					"name": "protected", "mediaType": "application/json",
+					"content": base64.StdEncoding.EncodeToString([]byte(c)),
+				})
+			}
+		}
+	}
+	const protectedOK = `{"revision":"rev_00","paths":["test.sh"]}`
+	if _, err := attest.ParseStatement(edit(protected(protectedOK))); err != nil {
+		t.Fatalf("a statement with a protected entry: %v", err)
+	}
 	for name, payload := range map[string][]byte{
 		"not JSON":              []byte("{"),
 		"another predicate":     edit(func(st map[string]any) { st["predicateType"] = "https://slsa.dev/provenance/v1" }),
@@ -293,7 +319,11 @@ func TestParseStatementRefusesOtherStatements(t *testing.T) {
 		"two runs": edit(func(st map[string]any) {
 			pred(st)["configuration"] = append(configuration(st), configuration(st)[1])
 		}),
-		"bad start time": edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
+		"bad start time":                         edit(func(st map[string]any) { run(st)["startedOn"] = "yesterday" }),
+		"two protected entries":                  edit(protected(protectedOK, protectedOK)),
+		"a protected entry that is not JSON":     edit(protected(`{"revision":`)),
+		"protected paths without their revision": edit(protected(`{"paths":["test.sh"]}`)),
+		"protected paths, none named":            edit(protected(`{"revision":"rev_00","paths":[]}`)),
 		// encoding/json would take "jobid" for jobId; a reader of exact names would not.
 		"a run field in another case":   edit(func(st map[string]any) { run(st)["jobid"] = "job_other" }),
 		"an isolation of its own words": edit(func(st map[string]any) { run(st)["isolation"] = "bubblewrap (trust me)" }),
@@ -446,5 +476,73 @@ func TestEnvelopeStoredFormRoundTrips(t *testing.T) {
 	}
 	if _, err := attest.Decode([]byte(`{"payloadType":"x","payload":"","signatures":[]}`)); err == nil {
 		t.Error("Decode accepted an envelope without payload and signatures")
+	}
+}
+
+// TestStatementSaysATimeoutOnlyWhenThereIsOne ensures the command entry of a validation that
+// ran without a timeout names none, where "0s" would read as a run stopped at once.
+func TestStatementSaysATimeoutOnlyWhenThereIsOne(t *testing.T) {
+	t.Parallel()
+	for timeout, want := range map[time.Duration]string{
+		0:                `{"argv":["go","test","./..."]}`,
+		90 * time.Second: `{"argv":["go","test","./..."],"timeout":"1m30s"}`,
+	} {
+		v := sampleValidation()
+		v.Timeout = timeout
+		data, err := attest.StatementJSON(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Predicate struct {
+				Configuration []struct {
+					Name    string `json:"name"`
+					Content []byte `json:"content"`
+				} `json:"configuration"`
+			} `json:"predicate"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		var command string
+		for _, c := range st.Predicate.Configuration {
+			if c.Name == "command" {
+				command = string(c.Content)
+			}
+		}
+		if command != want {
+			t.Errorf("timeout %v: the command entry is %s, want %s", timeout, command, want)
+		}
+	}
+}
+
+// TestDecodeRefusesAnIncompleteEnvelope ensures a stored envelope missing any one of its
+// payload type, payload and signatures is refused when read, before anything verifies it.
+func TestDecodeRefusesAnIncompleteEnvelope(t *testing.T) {
+	t.Parallel()
+	for name, data := range map[string]string{
+		"no payload type": `{"payloadType":"","payload":"e30=","signatures":[{"keyid":"","sig":"c2ln"}]}`,
+		"no payload":      `{"payloadType":"application/vnd.in-toto+json","payload":"","signatures":[{"keyid":"","sig":"c2ln"}]}`,
+		"no signature":    `{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[]}`,
+	} {
+		if _, err := attest.Decode([]byte(data)); err == nil {
+			t.Errorf("%s: Decode accepted %s", name, data)
+		}
+	}
+	if _, err := attest.Decode([]byte(`{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[{"keyid":"","sig":"c2ln"}]}`)); err != nil {
+		t.Errorf("Decode of a whole envelope: %v", err)
+	}
+}
+
+// TestPassed ensures only a PASSED result reads as a pass, which is what lets the gate land a
+// change.
+func TestPassed(t *testing.T) {
+	t.Parallel()
+	for result, want := range map[string]bool{attest.ResultPassed: true, attest.ResultFailed: false, "": false, "passed": false} {
+		v := sampleValidation()
+		v.Result = result
+		if got := v.Passed(); got != want {
+			t.Errorf("result %q: Passed() = %v, want %v", result, got, want)
+		}
 	}
 }

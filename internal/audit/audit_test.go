@@ -441,6 +441,8 @@ func TestOpenCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := strings.Repeat("A", 43) + "="
+	// 32 bytes in another spelling (the last character's unused bits set), and no base64
+	otherSpelling, notBase64 := strings.Repeat("A", 42)+"B=", strings.Repeat("!", 43)+"="
 	for _, text := range []string{
 		"ag-test\n3\n" + root + "\n",                                       // no head
 		"ag-test\n3\n" + root + "\nhead " + root + "\nextra\n",             // extension line
@@ -451,6 +453,8 @@ func TestOpenCheckpoint(t *testing.T) {
 		"ag-test\n3\n" + root + "\nhead:" + root + "\n",                    // not "head "
 		"ag-test\n3\n" + strings.Repeat("A", 44) + "\nhead " + root + "\n", // not base64 of 32 bytes
 		"other\n3\n" + root + "\nhead " + root + "\n",                      // another origin
+		"ag-test\n3\n" + otherSpelling + "\nhead " + root + "\n",
+		"ag-test\n3\n" + notBase64 + "\nhead " + root + "\n",
 	} {
 		msg, err := note.Sign(&note.Note{Text: text}, signer)
 		if err != nil {
@@ -469,5 +473,127 @@ func TestOpenCheckpoint(t *testing.T) {
 	}
 	if _, err := s.SignCheckpoint(audit.Checkpoint{Origin: "other", Size: 1, Head: make([]byte, 32)}); err == nil {
 		t.Error("signed a checkpoint of another origin")
+	}
+}
+
+// TestParseCheckpointRefusesAnOriginThatIsNoName ensures the origin line is read strictly
+// before any key is asked about it: present, and without control characters (a terminal
+// escape would reach whoever reads the verification's report).
+func TestParseCheckpointRefusesAnOriginThatIsNoName(t *testing.T) {
+	t.Parallel()
+	root := strings.Repeat("A", 43) + "="
+	for _, origin := range []string{"", "ag\x1b[2Jtest", "ag\ttest", "ag\rtest"} {
+		if cp, err := audit.ParseCheckpoint([]byte(origin + "\n3\n" + root + "\nhead " + root + "\n")); err == nil {
+			t.Errorf("origin %q parsed: %+v", origin, cp)
+		}
+	}
+	if _, err := audit.ParseCheckpoint([]byte("ag.example/log\n3\n" + root + "\nhead " + root + "\n")); err != nil {
+		t.Errorf("origin ag.example/log: %v", err)
+	}
+}
+
+// TestSignCheckpointRefusesNoEventsAndAShortHead ensures the server signs no checkpoint that
+// verifiers would refuse to read: none of zero events, none whose head is not a hash.
+func TestSignCheckpointRefusesNoEventsAndAShortHead(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	for name, c := range map[string]audit.Checkpoint{
+		"no event":     {Size: 0, Head: make([]byte, audit.HashSize)},
+		"a short head": {Size: 1, Head: make([]byte, audit.HashSize-1)},
+	} {
+		if msg, err := s.SignCheckpoint(c); err == nil {
+			t.Errorf("%s: signed %q", name, msg)
+		}
+	}
+	if _, err := s.SignCheckpoint(audit.Checkpoint{Size: 1, Head: make([]byte, audit.HashSize)}); err != nil {
+		t.Errorf("one event: %v", err)
+	}
+}
+
+// TestLoadOrCreateKeyRewritesAStaleVerifierKey ensures the .pub beside the key, which auditors
+// are handed, is replaced when it holds another key (a key file restored from a backup, say),
+// and left as it is when it holds this one: a server writes it at every start.
+func TestLoadOrCreateKeyRewritesAStaleVerifierKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.key")
+	other := newSigner(t)
+	if err := os.WriteFile(path+".pub", []byte(other.VerifierKey()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := audit.LoadOrCreateKey(path, "ag-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, err := os.ReadFile(path + ".pub"); err != nil || string(pub) != s.VerifierKey()+"\n" {
+		t.Fatalf(".pub = %q, %v; want this key's %q", pub, err, s.VerifierKey())
+	}
+	written, err := os.Stat(path + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := written.Mode().Perm(); got != 0o644 {
+		t.Errorf(".pub mode %v, want 0644", got)
+	}
+	if _, err := audit.LoadOrCreateKey(path, "ag-test"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := os.Stat(path + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(written, again) {
+		t.Error("loading the key again replaced a .pub that already held it")
+	}
+}
+
+// TestSealHoldsItsHashesAtTheirSize ensures a seal's chain hashes and tree hashes, which the
+// store keeps until it has written them, are allocated at their exact size, whatever the head
+// and the batch: grown by append instead, a seal of 1,000 events held three times the memory.
+func TestSealHoldsItsHashesAtTheirSize(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	l := newMemLog()
+	seal := s.SealFunc(func() time.Time { return baseTime })
+	for _, n := range []int{1, 1, 2, 5, 8, 64, 3} {
+		got := l.seal(t, seal, pendingEvents(len(l.events), n))
+		if len(got.Hashes) != n*audit.HashSize || cap(got.Hashes) != len(got.Hashes) {
+			t.Errorf("a seal of %d events after %d: chain hashes of %d bytes in %d", n, len(l.events)-n, len(got.Hashes), cap(got.Hashes))
+		}
+		if cap(got.TreeHashes) != len(got.TreeHashes) {
+			t.Errorf("a seal of %d events after %d: tree hashes of %d bytes in %d", n, len(l.events)-n, len(got.TreeHashes), cap(got.TreeHashes))
+		}
+	}
+}
+
+// TestNoteSignature ensures the key id and signature shown beside a checkpoint are those of its
+// signer: the id names the key, and the signature verifies the note's text with it; a note
+// without a signature has none to show.
+func TestNoteSignature(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	msg, err := s.SignCheckpoint(audit.Checkpoint{Size: 1, Head: make([]byte, audit.HashSize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, sig, err := audit.NoteSignature(msg)
+	if err != nil || id != s.KeyID() || len(sig) != 64 {
+		t.Fatalf("NoteSignature = %q, %d bytes, %v; want %q and 64 bytes", id, len(sig), err, s.KeyID())
+	}
+	v, err := note.NewVerifier(s.VerifierKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, _ := bytes.Cut(msg, []byte("\n\n"))
+	if !v.Verify(append(text, '\n'), sig) {
+		t.Error("the signature shown does not verify the checkpoint's text")
+	}
+	for name, bad := range map[string][]byte{
+		"no signature":          append(bytes.Clone(text), "\n\n"...),
+		"a signature too short": append(append(bytes.Clone(text), "\n\n— ag-test "...), "AAAA\n"...),
+	} {
+		if id, sig, err := audit.NoteSignature(bad); err == nil {
+			t.Errorf("%s: %q, %x", name, id, sig)
+		}
 	}
 }

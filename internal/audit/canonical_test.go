@@ -84,6 +84,8 @@ var trickyStrings = []string{
 	"\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf", `\ud83d\ude00`, `\uD83D\uDE00`, "😀",
 	`\ud83d`, `\ud83dx`, `\ud83d\u0041`, `\ude00\ud83d`, `\ud83d\ud83d\ude00`, `\udfff`,
 	`\ud800\udc00`, `\udbff\udfff`, `\uffff`, `\uFFFE`, `\u0000`, `\ud83d\`, `\ud83d\n`,
+	// a lone continuation byte; an escape in capitals A to F; a pair with text after it
+	"\x80", "a\x80b", `\u00A9\u00AB`, `\ud83d\ude00ab`,
 }
 
 // badStrings are string contents encoding/json refuses.
@@ -115,7 +117,9 @@ var trickyDetails = []string{
 	`{"n":12345678901234567890123}`, `{"n":0.0000}`, `{"n":[0,-0,1,-1,1.0,1e0,0e0]}`,
 	`{"n":01}`, `{"n":-}`, `{"n":1.}`, `{"n":.5}`, `{"n":+1}`, `{"n":1e}`, `{"n":1e+}`,
 	`{"n":0x1}`, `{"n":1_0}`, `{"n":NaN}`, `{"n":Infinity}`, `{"n":-01}`, `{"n":1.e2}`,
-	`{"n":00}`, `{"n":1 2}`, `{"n":1,}`, `{"n":-0.0e+00}`,
+	`{"n":00}`, `{"n":1 2}`, `{"n":1,}`, `{"n":-0.0e+00}`, `{"n":9}`, `{"n":[98,-9.9e9]}`,
+	// cut short right after a sign, an exponent, an array's bracket or value, a backslash
+	`{"n":-`, `{"n":1e`, `{"n":1e+`, `{"a":[`, `{"a":[1`, `{"a":[1,`, `{"k":"\`, `{"k":"\u00`,
 	// literals
 	`{"t":true,"f":false,"n":null}`, `{"t":tru}`, `{"t":truee}`, `{"t":True}`, `{"n":nul}`,
 	// arrays
@@ -175,6 +179,38 @@ func checkSame(t *testing.T, e Event, details []byte) {
 	if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
 		t.Errorf("CanonicalDetails(%+q):\n got %s, %v\nwant %s, %v", details, got, err, want, wantErr)
 	}
+	// The same bytes from the slow path would pass the comparisons above: a transcoder that
+	// gives up too soon is caught here, where it would only make sealing slower.
+	if wantErr == nil && transcoderMustTake(details) {
+		if _, ok := transcodeDetails(nil, details); !ok {
+			t.Errorf("transcodeDetails(%+q) gave up on details encoding/json takes: sealing them takes the slow path", details)
+		}
+	}
+}
+
+// transcoderMustTake reports whether transcodeDetails has to take details when encoding/json
+// does: all but those nested deeper than maxTranscodeDepth and those that bytes.TrimSpace
+// (the slow path's test for no details) finds empty but JSON does not (U+00A0, U+0085).
+func transcoderMustTake(details []byte) bool {
+	if len(bytes.TrimSpace(details)) == 0 {
+		return len(bytes.Trim(details, " \t\r\n")) == 0
+	}
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(details); i++ {
+		switch c := details[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest <= maxTranscodeDepth
 }
 
 // TestCanonicalMatchesReference ensures that Canonical and CanonicalDetails answer, for tricky
@@ -431,5 +467,26 @@ func TestCanonicalRandomDetails(t *testing.T) {
 		if t.Failed() {
 			return
 		}
+	}
+}
+
+// TestCanonicalAllocatesOnce ensures Canonical sizes its buffer for the whole event at once,
+// as its comment promises and sealing (which runs it for every event) relies on: fields and
+// details that need no escaping cost one allocation however long they are.
+func TestCanonicalAllocatesOnce(t *testing.T) {
+	long := strings.Repeat("x", 40)
+	e := Event{
+		Seq: 1, Time: time.Date(2026, 11, 30, 18, 0, 0, 123456000, time.UTC),
+		Principal: "p" + long, Holder: "h" + long, Action: "a" + long, Subject: "s" + long,
+		// Text beyond ASCII, U+FFFD written as itself among it, needs no escaping either.
+		Details: []byte(`{"a":"` + long + `","b":[1,2,3],"é€😀":"ü` + "\ufffd" + `"}`),
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := Canonical(e); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("Canonical allocates %v times for an event, want 1", allocs)
 	}
 }

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -71,7 +72,11 @@ func TestVerify(t *testing.T) {
 			es[k-1].Time = es[k-1].Time.Add(time.Microsecond)
 			return es
 		}, k, "hash does not match"},
-		{"principal", func(es []audit.Event) []audit.Event { es[k-1].Principal = "mallory"; return es }, k, "hash does not match"},
+		// The report names the event as it was signed: its holder, the principal without one.
+		{"principal", func(es []audit.Event) []audit.Event { es[k-1].Principal = "mallory"; return es }, k,
+			"hash does not match the event's content: the event was changed (job.claimed job/job_8 by ci|w1)"},
+		{"an event without holder", func(es []audit.Event) []audit.Event { es[12].Subject = "job/other"; return es }, 13,
+			"the event was changed (job.enqueued job/other by alice)"},
 		{"holder", func(es []audit.Event) []audit.Event { es[k-1].Holder = "ci|w2"; return es }, k, "hash does not match"},
 		{"action", func(es []audit.Event) []audit.Event { es[k-1].Action = "job.failed"; return es }, k, "hash does not match"},
 		{"subject", func(es []audit.Event) []audit.Event { es[k-1].Subject = "job/other"; return es }, k, "hash does not match"},
@@ -83,6 +88,7 @@ func TestVerify(t *testing.T) {
 		{"hash", func(es []audit.Event) []audit.Event { es[k-1].Hash[0] ^= 1; return es }, k, "hash does not match"},
 		{"prev hash", func(es []audit.Event) []audit.Event { es[k-1].PrevHash[0] ^= 1; return es }, k, "prev_hash is not the hash of event 9"},
 		{"first prev hash", func(es []audit.Event) []audit.Event { es[0].PrevHash[31] = 1; return es }, 1, "not zero"},
+		{"a short prev hash", func(es []audit.Event) []audit.Event { es[k-1].PrevHash = es[k-1].PrevHash[:31]; return es }, k, "prev_hash has 31 bytes, want 32"},
 		{"an event and its hash", func(es []audit.Event) []audit.Event {
 			es[k-1].Principal = "mallory"
 			canonical, _ := audit.Canonical(es[k-1])
@@ -90,6 +96,7 @@ func TestVerify(t *testing.T) {
 			return es
 		}, k + 1, "prev_hash is not the hash of event 10"},
 		{"deleted", func(es []audit.Event) []audit.Event { return slices.Delete(es, k-1, k) }, k, "missing: the log goes on with event 11, so this event was deleted"},
+		{"the first deleted", func(es []audit.Event) []audit.Event { return es[1:] }, 1, "missing: the log goes on with event 2, so this event was deleted"},
 		{"deleted two", func(es []audit.Event) []audit.Event { return slices.Delete(es, k-1, k+1) }, k, "events 10 to 11 were deleted"},
 		{"deleted and renumbered", func(es []audit.Event) []audit.Event {
 			es = slices.Delete(es, k-1, k)
@@ -322,6 +329,10 @@ func TestExport(t *testing.T) {
 		if !bytes.Equal(got, want) || !bytes.Equal(e.Hash, l.events[i].Hash) || !bytes.Equal(e.PrevHash, l.events[i].PrevHash) {
 			t.Errorf("event %d read back as %s", i+1, got)
 		}
+		// "details":null is an event without details, as the store holds it, not the text null.
+		if (e.Details == nil) != (l.events[i].Details == nil) {
+			t.Errorf("event %d read back with details %q, want %q", i+1, e.Details, l.events[i].Details)
+		}
 	}
 	cp, err := audit.OpenCheckpoint(note, s.VerifierKey())
 	if err != nil {
@@ -372,4 +383,39 @@ func BenchmarkSeal(b *testing.B) {
 		l.events = l.events[:0] // the log's growth is the store's cost, not the seal's
 	}
 	b.ReportMetric(float64(sealed)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestProofsRefuseSizesThatAreNoTree ensures a proof is asked for, and checked, only for an
+// event of the tree and a tree that extends the other: the answer then says which event or
+// sizes are wrong, and is never ErrProof, which says that a proof did not check (a log that
+// was changed), not that the question named no event.
+func TestProofsRefuseSizesThatAreNoTree(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	l := sealedLog(t, s, 5, 5)
+	root, err := audit.RootAt(l.events, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonical, err := audit.Canonical(l.events[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []uint64{0, 6} {
+		want := fmt.Sprintf("event %d is not in a tree of 5 events", seq)
+		if _, err := audit.InclusionProof(seq, 5, l.readHashes); err == nil || err.Error() != want {
+			t.Errorf("InclusionProof(%d, 5): %v, want %q", seq, err, want)
+		}
+		if err := audit.CheckInclusion(nil, 5, root, seq, canonical); err == nil || errors.Is(err, audit.ErrProof) || err.Error() != want {
+			t.Errorf("CheckInclusion of event %d in 5: %v, want %q", seq, err, want)
+		}
+	}
+	for _, old := range []uint64{0, 6} {
+		if _, err := audit.ConsistencyProof(old, 5, l.readHashes); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no consistency proof from %d to 5 events", old)) {
+			t.Errorf("ConsistencyProof(%d, 5): %v", old, err)
+		}
+		if err := audit.CheckConsistency(nil, old, root, 5, root); err == nil || errors.Is(err, audit.ErrProof) || !strings.Contains(err.Error(), fmt.Sprintf("no consistency from %d to 5 events", old)) {
+			t.Errorf("CheckConsistency from %d to 5: %v", old, err)
+		}
+	}
 }

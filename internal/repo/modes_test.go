@@ -71,7 +71,7 @@ func TestCheckSymlinkTarget(t *testing.T) {
 			t.Errorf("CheckSymlinkTarget(%.40q) = %v, want ok", ok, err)
 		}
 	}
-	for bad, says := range map[string]string{"": "empty", "a\x00b": "NUL", strings.Repeat("x", MaxSymlinkTarget+1): "more than 4096"} {
+	for bad, says := range map[string]string{"": "empty", "a\x00b": "NUL", "\x00/etc/passwd": "NUL", strings.Repeat("x", MaxSymlinkTarget+1): "more than 4096"} {
 		if err := CheckSymlinkTarget([]byte(bad)); err == nil || !strings.Contains(err.Error(), says) {
 			t.Errorf("CheckSymlinkTarget(%.40q) = %v, want a refusal saying %q", bad, err, says)
 		}

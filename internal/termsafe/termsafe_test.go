@@ -29,6 +29,13 @@ func TestEscapes(t *testing.T) {
 		{"col\tumn", "col\tumn", `col\tumn`},
 		{`already \x1b escaped`, `already \x1b escaped`, `already \x1b escaped`},
 		{"", "", ""},
+		// What follows an escape is read as carefully as what precedes it: the lines and tabs
+		// of a block, a line end, a literal U+FFFD, a byte that is no character.
+		{"\x1b[1mbold\n\tnext", `\x1b[1mbold` + "\n\tnext", `\x1b[1mbold\n\tnext`},
+		{"\x1b\r\nnext line", `\x1b` + "\r\nnext line", `\x1b\r\nnext line`},
+		{"\x1b \ufffd", `\x1b` + " \ufffd", `\x1b` + " \ufffd"},
+		{"lone \x80 byte", `lone \x80 byte`, `lone \x80 byte`},
+		{"del\x7f", `del\x7f`, `del\x7f`},
 	}
 	for _, c := range cases {
 		if got := Text(c.in); got != c.text {
@@ -42,9 +49,10 @@ func TestEscapes(t *testing.T) {
 
 // TestSafeTextIsNotCopied ensures text without anything to escape is answered as it is.
 func TestSafeTextIsNotCopied(t *testing.T) {
-	s := strings.Repeat("go test ./... ok\n", 100)
-	if allocs := testing.AllocsPerRun(100, func() { _ = Text(s) }); allocs != 0 {
-		t.Errorf("Text of plain text allocates %v times, want none", allocs)
+	for _, s := range []string{strings.Repeat("go test ./... ok\n", 100), "ünïcode, 日本, \ufffd\r\n"} {
+		if allocs := testing.AllocsPerRun(100, func() { _ = Text(s) }); allocs != 0 {
+			t.Errorf("Text(%q) allocates %v times, want none", s, allocs)
+		}
 	}
 }
 
@@ -102,6 +110,10 @@ func TestFirstLineKeepsCharactersWhole(t *testing.T) {
 		{"abc\ndef", 10, "abc"},
 		{"abcdef", 3, "abc..."},
 		{"日本", 2, "..."},
+		{"abc", 3, "abc"},
+		{"\nsecond line", 10, ""},
+		// bytes that are no character are cut anywhere, and never before the start
+		{"\x80\x80\x80abc", 2, "..."},
 	} {
 		if got := FirstLine(c.in, c.n); got != c.want {
 			t.Errorf("FirstLine(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
