@@ -36,9 +36,15 @@ func overlayFor(p *client.ProtectedFrom, candidate, mainline repo.Tree) (protect
 	removed := map[string]bool{}
 	for _, pp := range p.Paths {
 		var theirs repo.Tree
+		files := map[string]bool{} // the mainline's paths under pp
+		dirs := map[string]bool{}  // the directories that hold them
 		for _, e := range mainline {
 			if repo.Covers(pp, e.Path) {
 				theirs = append(theirs, e)
+				files[e.Path] = true
+				for _, d := range repo.Ancestors(e.Path) {
+					dirs[strings.TrimSuffix(d, "/")] = true
+				}
 			}
 		}
 		if len(theirs) == 0 {
@@ -48,14 +54,7 @@ func overlayFor(p *client.ProtectedFrom, candidate, mainline repo.Tree) (protect
 			if removed[e.Path] {
 				continue
 			}
-			inTheWay := false
-			for _, m := range theirs {
-				if strings.HasPrefix(m.Path, e.Path+"/") || strings.HasPrefix(e.Path, m.Path+"/") {
-					inTheWay = true
-					break
-				}
-			}
-			if repo.Covers(pp, e.Path) || inTheWay {
+			if repo.Covers(pp, e.Path) || dirs[e.Path] || underAny(files, e.Path) {
 				removed[e.Path] = true
 				o.remove = append(o.remove, e)
 			}
@@ -63,16 +62,20 @@ func overlayFor(p *client.ProtectedFrom, candidate, mainline repo.Tree) (protect
 		o.add = append(o.add, theirs...)
 	}
 	// What the run sees must itself be a tree git could hold: nothing under a link or a file.
-	var seen repo.Tree
-	for _, e := range candidate {
-		if !removed[e.Path] {
-			seen = append(seen, e)
-		}
-	}
-	if err := checkNothingUnder(append(seen, o.add...)); err != nil {
+	if err := checkNothingUnder(o.over(candidate)); err != nil {
 		return protectedOverlay{}, fmt.Errorf("the mainline's protected paths over the candidate: %w", err)
 	}
 	return o, nil
+}
+
+// underAny reports whether one of the directories that hold path is among files.
+func underAny(files map[string]bool, path string) bool {
+	for _, d := range repo.Ancestors(path) {
+		if files[strings.TrimSuffix(d, "/")] {
+			return true
+		}
+	}
+	return false
 }
 
 // apply makes the checkout at root hold the mainline's protected entries in place of the
@@ -128,7 +131,7 @@ func (v *Validator) protectedOverlay(ctx context.Context, p client.ValidatePaylo
 	if p.Protected == nil {
 		return nil, nil
 	}
-	mainline, err := v.fetchRevisionTree(ctx, p.Repository, p.Protected.Revision, "")
+	mainline, err := v.mainlineTree(ctx, p.Repository, p.Protected.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -161,4 +164,31 @@ func (o *protectedOverlay) over(tree repo.Tree) repo.Tree {
 	out = append(out, o.add...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
+}
+
+// mainlineTrees bounds the mainline trees a validator keeps: the candidates of a queue are built
+// for the same mainline, and each would fetch its whole tree again.
+const mainlineTrees = 4
+
+// mainlineTree answers the tree of repository@revision, a mainline the protected paths come
+// from, fetched once: a revision's tree never changes.
+func (v *Validator) mainlineTree(ctx context.Context, repository, revision string) (repo.Tree, error) {
+	key := repository + "@" + revision
+	v.treesMu.Lock()
+	tree, ok := v.trees[key]
+	v.treesMu.Unlock()
+	if ok {
+		return tree, nil
+	}
+	tree, err := v.fetchRevisionTree(ctx, repository, revision, "")
+	if err != nil {
+		return nil, err
+	}
+	v.treesMu.Lock()
+	if v.trees == nil || len(v.trees) >= mainlineTrees {
+		v.trees = map[string]repo.Tree{}
+	}
+	v.trees[key] = tree
+	v.treesMu.Unlock()
+	return tree, nil
 }

@@ -2,12 +2,17 @@ package worker
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/gen/agwp/v1/agwpv1connect"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -81,5 +86,38 @@ func TestProtectedPathsAreTheMainlines(t *testing.T) {
 	}
 	if got := strings.Join(o.from.Paths, ","); o.from.Revision != "rev_1" || got != "ci/,new.sh,test.sh,tools/" {
 		t.Errorf("the overlay says it took %q from %s, want every protected path from rev_1", got, o.from.Revision)
+	}
+}
+
+// countingRepos counts the GetTree calls fakeRepos answers.
+type countingRepos struct {
+	*fakeRepos
+	calls atomic.Int32
+}
+
+func (c *countingRepos) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {
+	c.calls.Add(1)
+	return c.fakeRepos.GetTree(ctx, req)
+}
+
+// TestAMainlineTreeIsFetchedOnce ensures the candidates validated for one mainline fetch its
+// tree, which their protected paths come from, once: a revision's tree never changes.
+func TestAMainlineTreeIsFetchedOnce(t *testing.T) {
+	t.Parallel()
+	repos := &countingRepos{fakeRepos: &fakeRepos{revision: "rev_1", tree: repo.Tree{{Path: "test.sh", Digest: digestOf([]byte("exit 0\n")), Size: 7}}}}
+	repos.treeDigest = repos.tree.Digest()
+	mux := http.NewServeMux()
+	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repos))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	v := &Validator{Client: client.New(srv.URL, "t"), CacheDir: t.TempDir()}
+	for range 3 {
+		tree, err := v.mainlineTree(context.Background(), "app", "rev_1")
+		if err != nil || len(tree) != 1 || tree[0].Path != "test.sh" {
+			t.Fatalf("mainlineTree = %v, %v; want the one file", tree, err)
+		}
+	}
+	if n := repos.calls.Load(); n != 1 {
+		t.Errorf("three validations of one mainline fetched its tree %d times, want once", n)
 	}
 }

@@ -70,6 +70,9 @@ type Validator struct {
 	// warming holds the repositories whose caches a prepare phase fills after a run
 	// (warmLater), so that one at a time does.
 	warming sync.Map
+	// trees holds the mainline trees protected paths came from (mainlineTree).
+	treesMu sync.Mutex
+	trees   map[string]repo.Tree
 }
 
 // errNoSandbox: the validator has neither a sandbox nor the operator's word to run without.
