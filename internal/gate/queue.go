@@ -626,6 +626,9 @@ func (r *walk) land(cand *store.Candidate, rev store.Revision, group []store.Cha
 	if v := r.p.Decide(group[len(group)-1], rev, job, att); v.Outcome != VerdictPass || job.AttestationDigest != cand.AttestationDigest {
 		return false, fmt.Errorf("candidate %s: passed, but its job %s no longer reads as a pass of it", cand.ID, job.ID)
 	}
+	if rejected, err := r.rejectStaleClaims(cand, group); err != nil || rejected {
+		return false, err
+	}
 	if parked, err := r.parkUnapproved(cand, group); err != nil || parked {
 		return false, err
 	}
@@ -659,6 +662,9 @@ func (r *walk) land(cand *store.Candidate, rev store.Revision, group []store.Cha
 		if err := r.set(c, store.ChangeValidating, "change.integrated", integratedDetails(*c)); err != nil {
 			return false, err
 		}
+	}
+	if err := r.finishTasks(group); err != nil {
+		return false, err
 	}
 	// A lane's tip stays its view, which the candidate is; the root's is the mainline.
 	r.mainline, r.tip, r.virtual = moved, rev, false
@@ -823,6 +829,7 @@ func (r *walk) commitInfo(group []store.Change) (store.CommitInfo, error) {
 		}
 	}
 	info.ApprovedBy = approvers(group)
+	info.Tasks = taskClaims(group)
 	if len(group) == 1 {
 		info.Message = group[0].Message
 		return info, nil
@@ -1031,6 +1038,12 @@ func (r *walk) rebase(c *store.Change, onto plumbing.Hash) (plumbing.Hash, []uin
 // integrateDirectly integrates a queued change of a repository whose policy was removed while
 // it waited, as Integrate would have without one.
 func (r *walk) integrateDirectly(c *store.Change) error {
+	if why, err := r.taskRefusal(*c); err != nil || why != "" {
+		if err != nil {
+			return err
+		}
+		return r.rejectForTask(c, store.ChangeQueued, why)
+	}
 	tree, err := store.ParseGitID(r.mainline.GitTree)
 	if err != nil {
 		return fmt.Errorf("revision %s: git tree: %w", r.mainline.ID, err)
@@ -1044,7 +1057,7 @@ func (r *walk) integrateDirectly(c *store.Change) error {
 		return r.set(c, store.ChangeQueued, "change.rejected", map[string]any{"reason": c.Reason})
 	}
 	rev, err := r.tx.StoreRevision(r.mainline, t, c.ID, c.Holder,
-		&store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt})
+		&store.CommitInfo{Message: c.Message, FencingTokens: tokens, AuthoredAt: c.CreatedAt, Tasks: taskClaims([]store.Change{*c})})
 	if err != nil {
 		return fmt.Errorf("change %s: %w", c.ID, err)
 	}
@@ -1053,7 +1066,10 @@ func (r *walk) integrateDirectly(c *store.Change) error {
 	}
 	r.mainline, r.tip = rev, rev
 	c.State, c.CandidateRevision, c.IntegratedRevision = store.ChangeIntegrated, rev.ID, rev.ID
-	return r.set(c, store.ChangeQueued, "change.integrated", integratedDetails(*c))
+	if err := r.set(c, store.ChangeQueued, "change.integrated", integratedDetails(*c)); err != nil {
+		return err
+	}
+	return r.finishTasks([]store.Change{*c})
 }
 
 // integratedDetails are the details of the change.integrated event of c.

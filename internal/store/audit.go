@@ -45,6 +45,14 @@ import (
 //	gate advance                   candidate.failed    candidate/<id>     job, reason, attestation_digest (of a signed FAILED run)
 //	gate advance                   candidate.superseded candidate/<id>    job, reason (its job is cancelled: job.cancelled or job.cancel_requested)
 //	gate advance                   candidate.split     candidate/<id>     changes, into (the largest part)
+//	CreateTask                     task.created        task/<id>          repository, priority, depends_on (when any)
+//	ClaimTask                      task.claimed        task/<id>          claim (the claim number), holder, expires_at
+//	RenewTaskClaim                 task.renewed        task/<id>          claim, expires_at
+//	ReleaseTaskClaim               task.released       task/<id>          claim
+//	ReleaseTaskClaim (done)        task.done           task/<id>          claim
+//	Integrate, gate (FinishTask)   task.done           task/<id>          claim, change (the change that finished it)
+//	CancelTask                     task.cancelled      task/<id>          reason
+//	SendMessage                    message.sent        message/<id>       repository, address (holder/<h>, task/<id>, change/<id> or all), recipient, size (bytes); never the text
 //
 // Heartbeats are not audited. A refused request writes nothing. The principal and holder of an
 // event are the worker or holder the method was given when it has one ("<principal>|<label>":

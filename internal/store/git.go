@@ -685,6 +685,9 @@ type CommitInfo struct {
 	// ApprovedBy names the principals who approved the commit's changes (a change to a protected
 	// path lands only approved), one Ag-Approved-By trailer each.
 	ApprovedBy []string
+	// Tasks names the task claims the commit's changes finish ("tsk_…#3"), one Ag-Task trailer
+	// each.
+	Tasks []string
 }
 
 // BatchedChange is one change of a batch commit.
@@ -749,6 +752,9 @@ func WriteMainlineCommit(s storer.EncodedObjectStorer, tree, parent plumbing.Has
 	add("Ag-Attestation", c.Attestation)
 	for _, p := range slices.Compact(slices.Clone(c.ApprovedBy)) {
 		add("Ag-Approved-By", p)
+	}
+	for _, t := range c.Tasks {
+		add("Ag-Task", t)
 	}
 	if c.Lane != "" {
 		add("Ag-Lane", c.Lane)

@@ -53,6 +53,12 @@ type QueueTx interface {
 	// SetChange writes c's state, revisions, job, attestation, reason, candidate and batch
 	// limit; it must still be in state from. It answers the change as stored.
 	SetChange(c Change, from ChangeState) (Change, error)
+	// Task answers a task as of now (GetTask), for the claim check of a change that would land.
+	Task(id string) (Task, error)
+	// FinishTask marks the task done by the change changeID (state done, change_id, done_at;
+	// the claim stays its last one) and records task.done; a task that is not current for the
+	// change is refused by the caller first, with CheckTaskClaim.
+	FinishTask(id, changeID string) error
 	// Record records an event of the server's own.
 	Record(action, subject string, details map[string]any)
 }

@@ -400,6 +400,18 @@ type Change struct {
 	// ApprovedAt when.
 	ApprovedBy string
 	ApprovedAt time.Time
+	// TaskID and TaskClaimNumber name the task claim the change carries (IntegrateParams), ""
+	// and 0 for none.
+	TaskID          string
+	TaskClaimNumber uint64
+}
+
+// TaskClaim answers the trailer form of the change's task claim, "tsk_…#3", or "".
+func (c Change) TaskClaim() string {
+	if c.TaskID == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s#%d", c.TaskID, c.TaskClaimNumber)
 }
 
 // IntegrateParams are the inputs of Integrate.
@@ -427,6 +439,12 @@ type IntegrateParams struct {
 	// PushedCommit, for a change made by `git push`, is the pushed commit (40 hex) it was made
 	// from: PushedChange finds the change by it, in the same transaction's write.
 	PushedCommit string
+	// TaskID and TaskClaimNumber, when TaskID is set, name a task claim of Holder that must be
+	// current (CheckTaskClaim) in the same transaction, else a *TaskStateError; the change keeps
+	// it, and landing it (here, without a policy; by the gate otherwise) finishes the task
+	// (FinishTask's rule). A task of another repository: ErrNotFound.
+	TaskID          string
+	TaskClaimNumber uint64
 }
 
 // ListChangesParams page ListChanges.

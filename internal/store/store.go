@@ -21,6 +21,7 @@ import (
 type Store interface {
 	RepoStore
 	AuditStore
+	TaskStore
 
 	// EnqueueJob inserts a QUEUED job with run_after = now + Delay. When UniqueKey is set and a
 	// job with that key is QUEUED or CLAIMED, that job is answered instead and existing is true.

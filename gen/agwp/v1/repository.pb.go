@@ -2612,9 +2612,14 @@ type IntegrateRequest struct {
 	FencingTokens []uint64 `protobuf:"varint,4,rep,packed,name=fencing_tokens,json=fencingTokens,proto3" json:"fencing_tokens,omitempty"`
 	Message       string   `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// Holder label; the leases' holder must be "<principal>|<label>".
-	Holder        string `protobuf:"bytes,6,opt,name=holder,proto3" json:"holder,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holder string `protobuf:"bytes,6,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The task claim the change finishes (TaskService): the change is refused, now and when it
+	// would land, unless that claim is current and the holder's; the task is done when it lands.
+	TaskId string `protobuf:"bytes,7,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The claim's number; required with task_id.
+	TaskClaimNumber uint64 `protobuf:"varint,8,opt,name=task_claim_number,json=taskClaimNumber,proto3" json:"task_claim_number,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *IntegrateRequest) Reset() {
@@ -2687,6 +2692,20 @@ func (x *IntegrateRequest) GetHolder() string {
 		return x.Holder
 	}
 	return ""
+}
+
+func (x *IntegrateRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *IntegrateRequest) GetTaskClaimNumber() uint64 {
+	if x != nil {
+		return x.TaskClaimNumber
+	}
+	return 0
 }
 
 type IntegrateResponse struct {
@@ -2767,8 +2786,11 @@ type Change struct {
 	// The protected paths of its repository's policy that the change touches: it lands only once
 	// approved.
 	ProtectedPaths []string `protobuf:"bytes,21,rep,name=protected_paths,json=protectedPaths,proto3" json:"protected_paths,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The task claim it carries (IntegrateRequest.task_id), if any.
+	TaskId          string `protobuf:"bytes,22,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskClaimNumber uint64 `protobuf:"varint,23,opt,name=task_claim_number,json=taskClaimNumber,proto3" json:"task_claim_number,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
@@ -2946,6 +2968,20 @@ func (x *Change) GetProtectedPaths() []string {
 		return x.ProtectedPaths
 	}
 	return nil
+}
+
+func (x *Change) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Change) GetTaskClaimNumber() uint64 {
+	if x != nil {
+		return x.TaskClaimNumber
+	}
+	return 0
 }
 
 // Candidate is one tree the integration queue asked a worker to validate: its parent revision
@@ -3823,7 +3859,7 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x06delete\x18\x04 \x01(\bH\x00R\x06delete\x12'\n" +
 	"\x0egitlink_commit\x18\x06 \x01(\tH\x00R\rgitlinkCommit\x12\x12\n" +
 	"\x04mode\x18\x05 \x01(\tR\x04modeB\b\n" +
-	"\x06action\"\xd5\x01\n" +
+	"\x06action\"\x9a\x02\n" +
 	"\x10IntegrateRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
@@ -3832,9 +3868,11 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x05edits\x18\x03 \x03(\v2\r.agwp.v1.EditR\x05edits\x12%\n" +
 	"\x0efencing_tokens\x18\x04 \x03(\x04R\rfencingTokens\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x16\n" +
-	"\x06holder\x18\x06 \x01(\tR\x06holder\"<\n" +
+	"\x06holder\x18\x06 \x01(\tR\x06holder\x12\x17\n" +
+	"\atask_id\x18\a \x01(\tR\x06taskId\x12*\n" +
+	"\x11task_claim_number\x18\b \x01(\x04R\x0ftaskClaimNumber\"<\n" +
 	"\x11IntegrateResponse\x12'\n" +
-	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xaf\x06\n" +
+	"\x06change\x18\x01 \x01(\v2\x0f.agwp.v1.ChangeR\x06change\"\xf4\x06\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -3863,7 +3901,9 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"approvedBy\x12;\n" +
 	"\vapproved_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"approvedAt\x12'\n" +
-	"\x0fprotected_paths\x18\x15 \x03(\tR\x0eprotectedPaths\"\x83\x04\n" +
+	"\x0fprotected_paths\x18\x15 \x03(\tR\x0eprotectedPaths\x12\x17\n" +
+	"\atask_id\x18\x16 \x01(\tR\x06taskId\x12*\n" +
+	"\x11task_claim_number\x18\x17 \x01(\x04R\x0ftaskClaimNumber\"\x83\x04\n" +
 	"\tCandidate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +

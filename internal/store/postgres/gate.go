@@ -364,6 +364,19 @@ func (a *advance) SetChange(c store.Change, from store.ChangeState) (store.Chang
 	return s.change(), nil
 }
 
+func (a *advance) Task(id string) (store.Task, error) {
+	// Locked: FinishTask may follow, and no claim may change it meanwhile.
+	return a.db.readTask(a.ctx, a.tx, lockTaskSQL, "", id)
+}
+
+func (a *advance) FinishTask(id, changeID string) error {
+	if err := a.db.finishTask(a.ctx, a.tx, id, changeID, systemActor); err != nil {
+		return err
+	}
+	a.recorded = true
+	return nil
+}
+
 func (a *advance) Record(action, subject string, det map[string]any) {
 	if a.err != nil {
 		return

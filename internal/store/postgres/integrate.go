@@ -20,7 +20,7 @@ import (
 var changeFields = []string{
 	"id", "repository", "state", "base_revision", "candidate_revision", "integrated_revision",
 	"author", "message", "paths", "job_id", "attestation_digest", "reason", "created_at", "updated_at",
-	"candidate_id", "batch_limit", "approved_by", "approved_at",
+	"candidate_id", "batch_limit", "approved_by", "approved_at", "task_id", "task_claim_number",
 }
 
 var changeCols = strings.Join(changeFields, ", ")
@@ -29,18 +29,20 @@ type changeScan struct {
 	c          store.Change
 	state      string
 	approvedAt *time.Time
+	taskClaim  int64
 }
 
 func (s *changeScan) dest() []any {
 	c := &s.c
 	return []any{&c.ID, &c.Repository, &s.state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
 		&c.Holder, &c.Message, &c.Paths, &c.JobID, &c.AttestationDigest, &c.Reason, &c.CreatedAt, &c.UpdatedAt,
-		&c.CandidateID, &c.BatchLimit, &c.ApprovedBy, &s.approvedAt}
+		&c.CandidateID, &c.BatchLimit, &c.ApprovedBy, &s.approvedAt, &c.TaskID, &s.taskClaim}
 }
 
 func (s *changeScan) change() store.Change {
 	c := s.c
 	c.State = store.ChangeState(s.state)
+	c.TaskClaimNumber = uint64(s.taskClaim)
 	if len(c.Paths) == 0 {
 		c.Paths = nil
 	}
@@ -237,7 +239,8 @@ const baseSQL = `SELECT git_tree FROM revisions WHERE id = $1 AND repository = $
 const blobIDsSQL = `SELECT digest, git_id FROM blobs WHERE digest = ANY($1::text[])`
 
 // integrateSQL stores the new trees and commit ($12-$14), the revision, moves the mainline,
-// records the change.integrated event (by the holder $8) and answers the change, INTEGRATED.
+// records the change.integrated event (by the holder $8) and answers the change, INTEGRATED,
+// with its task claim ($16, $17).
 var integrateSQL = q(`WITH g AS (` + putGitObjectsArgs(12) + `),
 rv AS (
 	INSERT INTO revisions (id, repository, parent, change_id, author, git_tree, git_commit, created_at)
@@ -246,8 +249,8 @@ u AS (
 	UPDATE repositories SET mainline = $4 WHERE name = $5),
 c AS (
 	INSERT INTO changes (id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
-		fencing_tokens, created_at, updated_at)
-	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, $15, {now}, {now})
+		fencing_tokens, created_at, updated_at, task_id, task_claim_number)
+	VALUES ($7, $5, 'integrated', $9, $4, $4, $8, $10, $11, $15, {now}, {now}, $16, $17)
 	RETURNING ` + changeCols + `),
 ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.integrated', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
@@ -255,12 +258,13 @@ ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.i
 	mem("revision", jsonText("c.integrated_revision")))+` FROM c`) + `)
 SELECT ` + changeCols + ` FROM c`)
 
-// queueChangeSQL answers the change, QUEUED with its edits, and records the change.queued
-// event (by the holder $5). It runs under the repository's lock, so its seq, its place in the
-// queue, follows that of every change queued before it commits.
+// queueChangeSQL answers the change, QUEUED with its edits and its task claim ($10, $11), and
+// records the change.queued event (by the holder $5). It runs under the repository's lock, so
+// its seq, its place in the queue, follows that of every change queued before it commits.
 var queueChangeSQL = q(`WITH c AS (
-	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at)
-	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, $9, {now}, {now})
+	INSERT INTO changes (id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at,
+		task_id, task_claim_number)
+	VALUES ($2, $3, 'queued', $4, $5, $6, $7, $8, $9, {now}, {now}, $10, $11)
 	RETURNING ` + changeCols + `),
 ev AS (` + auditRecord(`SELECT split_part(c.author, '|', 1), c.author, 'change.queued', 'change/' || c.id, `+jsonObject(
 	mem("paths", jsonTexts("c.paths")),
@@ -319,6 +323,10 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	batch.Queue(leaseCheckSQL, p.Repository, tokens, candidates)
 	batch.Queue(baseSQL, p.BaseRevision, p.Repository)
 	batch.Queue(blobIDsSQL, editDigests)
+	if p.TaskID != "" {
+		// The task's row after the repository's, as InQueue takes them.
+		batch.Queue(lockTaskSQL, db.now(), p.TaskID)
+	}
 	br := conn.SendBatch(ctx, &batch)
 	defer br.Close()
 
@@ -362,7 +370,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 			return store.Change{}, err
 		}
 		final.Queue(queueChangeSQL, db.now(), changeID, p.Repository, p.BaseRevision, p.Holder,
-			p.Message, paths, edits, string(tokensJSON))
+			p.Message, paths, edits, string(tokensJSON), p.TaskID, int64(p.TaskClaimNumber))
 	} else {
 		if written, err = db.queueMainlineMove(&final, objs, newTree, p, st, changeID, paths, tokensJSON); err != nil {
 			return store.Change{}, err
@@ -372,6 +380,11 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 		final.Queue(`INSERT INTO pushed_commits (repository, git_commit, change_id) VALUES ($1, $2, $3)
 			ON CONFLICT (repository, git_commit) DO UPDATE SET change_id = excluded.change_id`,
 			p.Repository, p.PushedCommit, changeID)
+	}
+	finishing := p.TaskID != "" && !st.gated
+	if finishing {
+		// The change lands: it finishes its task, which the first round trip locked and checked.
+		final.Queue(finishTaskSQL, db.now(), p.TaskID, changeID, store.PrincipalOf(p.Holder), p.Holder)
 	}
 	final.Queue("COMMIT")
 	fr := conn.SendBatch(ctx, &final)
@@ -383,6 +396,15 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	if p.PushedCommit != "" {
 		if _, err := fr.Exec(); err != nil {
 			return store.Change{}, interpretError("integrate: remember the pushed commit", err)
+		}
+	}
+	if finishing {
+		var n int64
+		if err := fr.QueryRow().Scan(&n); err != nil {
+			return store.Change{}, interpretError("integrate: finish task "+p.TaskID, err)
+		}
+		if n != 1 {
+			return store.Change{}, fmt.Errorf("postgres: integrate: finish task %s: %w", p.TaskID, store.ErrNotFound)
 		}
 	}
 	if _, err := fr.Exec(); err != nil {
@@ -402,6 +424,7 @@ type integrateRead struct {
 	gated                          bool // the repository has a validation policy
 	baseTree                       string
 	blobIDs                        map[string]plumbing.Hash // by digest, of the edits' blobs
+	task                           store.Task               // p.TaskID's, locked, its claim checked
 }
 
 // readIntegrateBatch reads the answers to the first round trip of Integrate, in the order they
@@ -441,6 +464,18 @@ func readIntegrateBatch(br pgx.BatchResults, p store.IntegrateParams, editBlobs 
 	}
 	if r.blobIDs, err = readBlobIDs(br, editBlobs); err != nil {
 		return integrateRead{}, err
+	}
+	if p.TaskID != "" {
+		var s taskScan
+		if err := br.QueryRow().Scan(s.dest()...); err != nil {
+			return integrateRead{}, interpretError("integrate: task "+p.TaskID, err)
+		}
+		if r.task = s.task(); r.task.Repository != p.Repository {
+			return integrateRead{}, fmt.Errorf("integrate: task %s of repository %q: %w", p.TaskID, p.Repository, store.ErrNotFound)
+		}
+		if err := store.CheckTaskClaim(r.task, p.Holder, p.TaskClaimNumber); err != nil {
+			return integrateRead{}, err
+		}
 	}
 	return r, nil
 }
@@ -494,10 +529,14 @@ func (db *DB) queueMainlineMove(final *pgx.Batch, objs *store.GitObjects, newTre
 		return nil, fmt.Errorf("postgres: integrate: mainline %s: commit: %w", st.mainline, err)
 	}
 	now := db.commitTime()
-	commit, err := store.WriteMainlineCommit(objs, newTree, parent, store.CommitInfo{
+	info := store.CommitInfo{
 		Repository: p.Repository, RevisionID: revID, ChangeID: changeID, Holder: p.Holder, Message: p.Message,
 		FencingTokens: p.FencingTokens, AuthoredAt: now, CommittedAt: now, EmailDomain: db.emailDomain,
-	})
+	}
+	if claim := (store.Change{TaskID: p.TaskID, TaskClaimNumber: p.TaskClaimNumber}).TaskClaim(); claim != "" {
+		info.Tasks = []string{claim}
+	}
+	commit, err := store.WriteMainlineCommit(objs, newTree, parent, info)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: integrate: %w", err)
 	}
@@ -506,7 +545,7 @@ func (db *DB) queueMainlineMove(final *pgx.Batch, objs *store.GitObjects, newTre
 		return nil, fmt.Errorf("postgres: integrate: %w", err)
 	}
 	final.Queue(integrateSQL, db.now(), newTree.String(), commit.String(), revID, p.Repository, st.mainline,
-		changeID, p.Holder, p.BaseRevision, p.Message, paths, ids, types, data, string(tokensJSON))
+		changeID, p.Holder, p.BaseRevision, p.Message, paths, ids, types, data, string(tokensJSON), p.TaskID, int64(p.TaskClaimNumber))
 	return written, nil
 }
 

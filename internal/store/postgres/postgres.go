@@ -48,6 +48,8 @@ type DB struct {
 	leaseSignal store.Signal
 	// auditSignal is fired after a commit of this store that wrote audit events.
 	auditSignal store.Signal
+	// messageSignal is fired after this store stored a message.
+	messageSignal store.Signal
 	// sealPerRecord16 is 16 times the events per record the last seal took (sealPage).
 	sealPerRecord16 atomic.Int64
 	// sealFinal is an audit record id up to which every record has committed or never will

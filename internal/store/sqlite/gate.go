@@ -288,6 +288,14 @@ func (q *queue) SetChange(c store.Change, from store.ChangeState) (store.Change,
 	return stored, nil
 }
 
+func (q *queue) Task(id string) (store.Task, error) {
+	return getTask(q.ctx, q.tx, id, fromMicros(q.now))
+}
+
+func (q *queue) FinishTask(id, changeID string) error {
+	return q.d.finishTask(q.ctx, q.tx, id, changeID, q.now, systemActor)
+}
+
 func (q *queue) Record(action, subject string, det map[string]any) {
 	var b []byte
 	if det != nil {

@@ -295,7 +295,8 @@ func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (st
 }
 
 const changeColumns = `id, repository, state, base_revision, candidate_revision, integrated_revision, author, message,
-	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit, approved_by, approved_at`
+	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit, approved_by, approved_at,
+	task_id, task_claim_number`
 
 // scanChange reads the changeColumns of a row; before are columns selected ahead of them.
 func scanChange(row scanner, before ...any) (store.Change, error) {
@@ -304,13 +305,15 @@ func scanChange(row scanner, before ...any) (store.Change, error) {
 		state, paths     string
 		created, updated int64
 		approved         sql.NullInt64
+		taskClaim        int64
 	)
 	dest := append(before, &c.ID, &c.Repository, &state, &c.BaseRevision, &c.CandidateRevision, &c.IntegratedRevision,
 		&c.Holder, &c.Message, &paths, &c.JobID, &c.AttestationDigest, &c.Reason, &created, &updated, &c.CandidateID,
-		&c.BatchLimit, &c.ApprovedBy, &approved)
+		&c.BatchLimit, &c.ApprovedBy, &approved, &c.TaskID, &taskClaim)
 	if err := row.Scan(dest...); err != nil {
 		return store.Change{}, err
 	}
+	c.TaskClaimNumber = uint64(taskClaim)
 	if err := json.Unmarshal([]byte(paths), &c.Paths); err != nil {
 		return store.Change{}, fmt.Errorf("change %s: paths: %w", c.ID, err)
 	}
@@ -354,6 +357,16 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 		if err := checkIntegrateLeases(ctx, tx, p); err != nil {
 			return err
 		}
+		if p.TaskID != "" {
+			// The task claim is checked where the change is made, as the leases are.
+			t, err := repositoryTask(ctx, tx, p.Repository, p.TaskID, fromMicros(now))
+			if err != nil {
+				return fmt.Errorf("integrate: %w", err)
+			}
+			if err := store.CheckTaskClaim(t, p.Holder, p.TaskClaimNumber); err != nil {
+				return err
+			}
+		}
 		base, err := getRevision(ctx, tx, p.Repository, p.BaseRevision)
 		if err != nil {
 			return fmt.Errorf("integrate: base %w", err)
@@ -385,9 +398,11 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 		if validation != nil {
 			// seq, taken here under the write lock, is the change's place in the queue.
 			change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
-				(id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at)
-				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
-				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), string(tokens), now, now))
+				(id, repository, state, base_revision, author, message, paths, edits, fencing_tokens, created_at, updated_at,
+				 task_id, task_claim_number)
+				VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+				changeID, p.Repository, p.BaseRevision, p.Holder, p.Message, string(paths), string(edits), string(tokens), now, now,
+				p.TaskID, int64(p.TaskClaimNumber)))
 			if err != nil {
 				return interpretError("integrate: store change", err)
 			}
@@ -396,18 +411,22 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			d.record(now, actor, "change.queued", "change/"+change.ID, det.done())
 			return nil
 		}
+		commit := &store.CommitInfo{Message: p.Message, FencingTokens: p.FencingTokens, AuthoredAt: fromMicros(now)}
+		if claim := (store.Change{TaskID: p.TaskID, TaskClaimNumber: p.TaskClaimNumber}).TaskClaim(); claim != "" {
+			commit.Tasks = []string{claim}
+		}
 		rev, err := d.insertRevision(ctx, tx, objs, revisionParams{
-			repository: p.Repository, parent: head, changeID: changeID, author: p.Holder, tree: tree, now: now,
-			commit: &store.CommitInfo{Message: p.Message, FencingTokens: p.FencingTokens, AuthoredAt: fromMicros(now)},
+			repository: p.Repository, parent: head, changeID: changeID, author: p.Holder, tree: tree, now: now, commit: commit,
 		})
 		if err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
 		change, err = scanChange(tx.QueryRowContext(ctx, `INSERT INTO changes
 			(id, repository, state, base_revision, candidate_revision, integrated_revision, author, message, paths,
-			 fencing_tokens, created_at, updated_at)
-			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
-			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), string(tokens), now, now))
+			 fencing_tokens, created_at, updated_at, task_id, task_claim_number)
+			VALUES (?, ?, 'integrated', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+changeColumns,
+			changeID, p.Repository, p.BaseRevision, rev.ID, rev.ID, p.Holder, p.Message, string(paths), string(tokens), now, now,
+			p.TaskID, int64(p.TaskClaimNumber)))
 		if err != nil {
 			return interpretError("integrate: store change", err)
 		}
@@ -415,6 +434,12 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 			return fmt.Errorf("integrate: %w", err)
 		}
 		d.recordIntegrated(now, actor, change)
+		if change.TaskID != "" {
+			// The change landed: it finishes its task, in the same write.
+			if err := d.finishTask(ctx, tx, change.TaskID, change.ID, now, actor); err != nil {
+				return fmt.Errorf("integrate: %w", err)
+			}
+		}
 		return nil
 	})
 	return change, err

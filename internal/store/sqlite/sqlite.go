@@ -57,8 +57,9 @@ type DB struct {
 
 	emailDomain string // of the commits' authors and committer
 
-	leaseSignal store.Signal // leases released or broken
-	auditSignal store.Signal // commits that wrote audit events
+	leaseSignal   store.Signal // leases released or broken
+	messageSignal store.Signal // messages stored
+	auditSignal   store.Signal // commits that wrote audit events
 
 	// events gathers the audit events of the batch the writer is committing: they are stored
 	// as one record just before the commit (storeRecord). Only the writer goroutine touches it.

@@ -457,6 +457,7 @@ var auditActions = []string{
 	"change.integrated", "change.queued", "change.validating", "change.rejected", "change.cancelled", "change.requeued",
 	"change.awaiting_approval", "change.approved",
 	"candidate.built", "candidate.passed", "candidate.failed", "candidate.superseded", "candidate.split",
+	"task.created", "task.claimed", "task.renewed", "task.released", "task.done", "task.cancelled", "message.sent",
 }
 
 // auditCase is one state change of the contract's table: act arranges what it needs, calls
@@ -792,6 +793,109 @@ var auditCases = []auditCase{
 		c := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{l.FencingToken}, put("src/a.go", "a")))
 		return []auditWant{{"change.queued", "change/" + c.ID, holderOf(alice),
 			map[string]any{"repository": "web", "paths": []string{"src/a.go"}}}}
+	}},
+	// tasks and messages
+	{"create_task", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		dep := b.createTask(t, "web", "first", 0)
+		b.markLog(t)
+		task := b.createTask(t, "web", "second", 4, dep.ID)
+		return []auditWant{{"task.created", "task/" + task.ID, store.Actor{Principal: "alice"},
+			map[string]any{"depends_on": []string{dep.ID}, "priority": 4, "repository": "web"}}}
+	}},
+	{"claim_task", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		b.markLog(t)
+		b.claimTask(t, "web", "", alice, 5*time.Minute)
+		return []auditWant{{"task.claimed", "task/" + task.ID, holderOf(alice),
+			map[string]any{"claim": 1, "expires_at": b.clk.Now().Add(5 * time.Minute), "holder": alice}}}
+	}},
+	{"renew_task_claim", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		b.claimTask(t, "web", task.ID, bob, time.Minute)
+		b.clk.Advance(2 * time.Minute)
+		c := b.claimTask(t, "web", task.ID, alice, time.Minute)
+		b.markLog(t)
+		if _, err := b.st.RenewTaskClaim(b.as(holderOf(alice)), store.TaskClaimParams{TaskID: task.ID, ClaimNumber: c.ClaimNumber(),
+			Principal: "alice", TTL: 10 * time.Minute}); err != nil {
+			t.Fatalf("RenewTaskClaim: %v", err)
+		}
+		return []auditWant{{"task.renewed", "task/" + task.ID, holderOf(alice),
+			map[string]any{"claim": 2, "expires_at": b.clk.Now().Add(10 * time.Minute)}}}
+	}},
+	{"release_task_claim", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		c := b.claimTask(t, "web", task.ID, alice, time.Minute)
+		b.markLog(t)
+		if _, err := b.st.ReleaseTaskClaim(b.as(holderOf(alice)), store.TaskClaimParams{TaskID: task.ID, ClaimNumber: c.ClaimNumber(),
+			Principal: "alice"}); err != nil {
+			t.Fatalf("ReleaseTaskClaim: %v", err)
+		}
+		return []auditWant{{"task.released", "task/" + task.ID, holderOf(alice), map[string]any{"claim": 1}}}
+	}},
+	{"release_task_claim_as_done", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		c := b.claimTask(t, "web", task.ID, alice, time.Minute)
+		b.markLog(t)
+		if _, err := b.st.ReleaseTaskClaim(b.ctx, store.TaskClaimParams{TaskID: task.ID, ClaimNumber: c.ClaimNumber(),
+			Principal: "ops", Admin: true, Done: true}); err != nil {
+			t.Fatalf("ReleaseTaskClaim(done): %v", err)
+		}
+		return []auditWant{{"task.done", "task/" + task.ID, ops, map[string]any{"claim": 1}}}
+	}},
+	{"cancel_task", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		b.markLog(t)
+		if _, err := b.st.CancelTask(b.ctx, task.ID, "ops", true, "not needed"); err != nil {
+			t.Fatalf("CancelTask: %v", err)
+		}
+		return []auditWant{{"task.cancelled", "task/" + task.ID, ops, map[string]any{"reason": "not needed"}}}
+	}},
+	{"integrate_finishes_a_task", func(t *testing.T, b *abundle) []auditWant {
+		r := b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		l := b.acquire(t, "web", alice, time.Hour, "src/")
+		c := b.claimTask(t, "web", task.ID, alice, time.Hour)
+		b.markLog(t)
+		change := b.mustIntegrate(t, taskIntegrate(r, alice, l, "a.go", task, c.ClaimNumber()))
+		return []auditWant{
+			{"change.integrated", "change/" + change.ID, holderOf(alice),
+				map[string]any{"repository": "web", "revision": change.IntegratedRevision, "paths": []string{"src/a.go"}}},
+			{"task.done", "task/" + task.ID, holderOf(alice), map[string]any{"change": change.ID, "claim": 1}},
+		}
+	}},
+	{"queue_finishes_a_task", func(t *testing.T, b *abundle) []auditWant {
+		g := b.createPolicyRepo(t, "gated")
+		task := b.createTask(t, "gated", "work", 0)
+		l := b.acquire(t, "gated", alice, time.Hour, "src/")
+		c := b.claimTask(t, "gated", task.ID, alice, time.Hour)
+		queued := b.queue(t, taskIntegrate(g, alice, l, "a.go", task, c.ClaimNumber()))
+		b.markLog(t)
+		if err := b.rs.InQueue(b.ctx, "gated", func(q store.QueueTx) error { return q.FinishTask(task.ID, queued.ID) }); err != nil {
+			t.Fatalf("InQueue: %v", err)
+		}
+		return []auditWant{{"task.done", "task/" + task.ID, system, map[string]any{"change": queued.ID, "claim": 1}}}
+	}},
+	{"send_message", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		task := b.createTask(t, "web", "work", 0)
+		b.claimTask(t, "web", task.ID, bob, time.Hour)
+		b.markLog(t)
+		m := b.send(t, store.SendMessageParams{Repository: "web", Author: alice, Text: "Are you on it? ünïcode", TaskID: task.ID})
+		return []auditWant{{"message.sent", "message/" + m.ID, holderOf(alice), map[string]any{
+			"address": "task/" + task.ID, "recipient": bob, "repository": "web", "size": len("Are you on it? ünïcode")}}}
+	}},
+	{"send_message_without_a_label", func(t *testing.T, b *abundle) []auditWant {
+		b.createRepo(t, "web")
+		b.markLog(t)
+		m := b.send(t, store.SendMessageParams{Repository: "web", Author: "carol", Text: "Freeze at noon.", ToAll: true})
+		return []auditWant{{"message.sent", "message/" + m.ID, store.Actor{Principal: "carol"}, map[string]any{
+			"address": "all", "recipient": "", "repository": "web", "size": len("Freeze at noon.")}}}
 	}},
 	// the integration queue
 	{"advance_queue_validates_a_change", func(t *testing.T, b *abundle) []auditWant {
