@@ -33,6 +33,7 @@ type Client struct {
 	Leases agwpv1connect.LeaseServiceClient
 	Repos  agwpv1connect.RepositoryServiceClient
 	Audit  agwpv1connect.AuditServiceClient
+	Tasks  agwpv1connect.TaskServiceClient
 
 	baseURL string
 }
@@ -103,6 +104,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 		Leases:  agwpv1connect.NewLeaseServiceClient(o.httpClient, baseURL, copts...),
 		Repos:   agwpv1connect.NewRepositoryServiceClient(o.httpClient, baseURL, copts...),
 		Audit:   agwpv1connect.NewAuditServiceClient(o.httpClient, baseURL, copts...),
+		Tasks:   agwpv1connect.NewTaskServiceClient(o.httpClient, baseURL, copts...),
 		baseURL: baseURL,
 	}
 }

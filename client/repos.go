@@ -78,6 +78,10 @@ type IntegrateOptions struct {
 	FencingTokens []uint64
 	Message       string
 	Changes       []FileChange
+	// TaskID and TaskClaimNumber name the task claim the change carries and finishes
+	// (TaskService): refused unless it is current and the holder's.
+	TaskID          string
+	TaskClaimNumber uint64
 }
 
 // IntegrateFiles uploads the contents the server lacks and integrates the changes by digest, in
@@ -119,7 +123,7 @@ func (c *Client) IntegrateFiles(ctx context.Context, o IntegrateOptions) (*agwpv
 	}
 	res, err := c.Repos.Integrate(ctx, &agwpv1.IntegrateRequest{
 		Repository: o.Repository, BaseRevision: o.BaseRevision, Holder: o.Holder,
-		FencingTokens: o.FencingTokens, Message: o.Message, Edits: edits,
+		FencingTokens: o.FencingTokens, Message: o.Message, Edits: edits, TaskId: o.TaskID, TaskClaimNumber: o.TaskClaimNumber,
 	})
 	if err != nil {
 		return nil, err

@@ -540,6 +540,8 @@ var variableFields = map[string]bool{
 	"candidateRevision": true, "integratedRevision": true,
 	// commits name their revision and change and are dated (a tree is content: gitTree is compared)
 	"mainlineCommit": true, "gitCommit": true,
+	// tasks and messages
+	"claimedAt": true, "claimExpiresAt": true, "doneAt": true, "taskId": true,
 }
 
 // compareJSON answers how got differs from want: every field of one must be in the other with

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -35,6 +36,7 @@ type serveOptions struct {
 	logFormat      string
 	gateMaxDepth   int
 	maxLeasedPaths int
+	maxMessages    int
 	maxLeaseAge    time.Duration
 	pollInterval   time.Duration
 	auditKey       string
@@ -73,6 +75,7 @@ and each request at DEBUG (--log-level debug).`,
 	f.DurationVar(&o.pollInterval, "poll-interval", time.Second, "how often a long-polling claimer looks again without a wake-up")
 	f.IntVar(&o.gateMaxDepth, "gate-max-depth", gate.DefaultMaxDepth, "at most this many candidates of a repository validate at once when its policy names no depth (it follows the validate workers seen)")
 	f.IntVar(&o.maxLeasedPaths, "max-leased-paths", server.DefaultMaxLeasedPaths, "at most this many paths a principal holds in live leases of one repository; a grant past it is refused (0: no cap)")
+	f.IntVar(&o.maxMessages, "max-messages-per-minute", server.DefaultMaxMessagesPerMinute, "at most this many messages a principal sends in a minute, across replicas; past it, sending is refused (resource exhausted; 0: no cap)")
 	f.DurationVar(&o.maxLeaseAge, "max-lease-age", 0, "a lease older than this is not renewed, and no renewal takes it past this age, so that others get their turn (0: leases renew for ever)")
 	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+serveconfig.DefaultAuditKey+")")
 	f.StringVar(&o.gitEmailDomain, "git-email-domain", envOr("AG_GIT_EMAIL_DOMAIN", store.DefaultGitEmailDomain),
@@ -98,8 +101,8 @@ func OpenStore(ctx context.Context, db string, opts store.Options) (store.Store,
 }
 
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
-	if o.maxLeasedPaths < 0 || o.maxLeaseAge < 0 {
-		return withExit(ExitUsage, errors.New("--max-leased-paths and --max-lease-age are 0 (none) or more"))
+	if o.maxLeasedPaths < 0 || o.maxLeaseAge < 0 || o.maxMessages < 0 {
+		return withExit(ExitUsage, errors.New("--max-leased-paths, --max-lease-age and --max-messages-per-minute are 0 (none) or more"))
 	}
 	if o.gateMaxDepth < 0 || o.gateMaxDepth > gate.MaxDepth {
 		return withExit(ExitUsage, fmt.Errorf("--gate-max-depth %d is out of range (1 to %d; 0: the default, %d)", o.gateMaxDepth, gate.MaxDepth, gate.DefaultMaxDepth))
@@ -180,12 +183,10 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 
-	maxLeasedPaths := o.maxLeasedPaths
-	if maxLeasedPaths == 0 {
-		maxLeasedPaths = -1 // the flag's 0 is no cap; the server's is its default
-	}
+	// The flags' 0 is no cap; the server's is its default.
+	maxLeasedPaths, maxMessages := cmp.Or(o.maxLeasedPaths, -1), cmp.Or(o.maxMessages, -1)
 	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer,
-		GateMaxDepth: o.gateMaxDepth, MaxLeasedPaths: maxLeasedPaths, MaxLeaseAge: o.maxLeaseAge})
+		GateMaxDepth: o.gateMaxDepth, MaxLeasedPaths: maxLeasedPaths, MaxLeaseAge: o.maxLeaseAge, MaxMessagesPerMinute: maxMessages})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)

@@ -184,6 +184,19 @@ var allowed = map[string][]store.Role{
 	// an agent may not approve, its own changes least of all.
 	"/agwp.v1.RepositoryService/ApproveChange": {store.RoleReviewer},
 
+	// Tasks and messages: agents create, claim and post; a reviewer posts too (it reads as a
+	// reader); renewing, releasing and cancelling are checked against the claimant or the
+	// creator by the store.
+	"/agwp.v1.TaskService/CreateTask":       {store.RoleAgent},
+	"/agwp.v1.TaskService/GetTask":          {store.RoleAgent, store.RoleReader},
+	"/agwp.v1.TaskService/ListTasks":        {store.RoleAgent, store.RoleReader},
+	"/agwp.v1.TaskService/ClaimTask":        {store.RoleAgent},
+	"/agwp.v1.TaskService/RenewTaskClaim":   {store.RoleAgent},
+	"/agwp.v1.TaskService/ReleaseTaskClaim": {store.RoleAgent},
+	"/agwp.v1.TaskService/CancelTask":       {store.RoleAgent},
+	"/agwp.v1.TaskService/SendMessage":      {store.RoleAgent, store.RoleReviewer},
+	"/agwp.v1.TaskService/ListMessages":     {store.RoleAgent, store.RoleReader},
+
 	// Fetching a repository's mainline with git (git.go). Not a worker: it reads only the
 	// candidate of a validate job it holds (workerReads), never a whole history.
 	gitPathPrefix: {store.RoleAgent, store.RoleReader},

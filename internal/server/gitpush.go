@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/ag-coord/ag/agwp"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/gitpush"
 	"github.com/ag-coord/ag/internal/gitstore"
@@ -49,6 +50,9 @@ type pushRequest struct {
 	// waitFor, from -o ag.wait=DURATION, bounds the wait for the verdict: the push then answers
 	// the change as it stands, taken, so that a client with a timeout of its own keeps track.
 	waitFor time.Duration
+	// task and taskClaim, from -o ag.task=ID#N, are the task claim the change carries.
+	task      string
+	taskClaim uint64
 }
 
 // pushRefused is a push refused before a change was made: lines say why, one per reason,
@@ -241,6 +245,12 @@ func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused)
 				return pr, refusePush("a bad lease token", "-o ag.lease-token="+truncate(value, 30)+": a lease token is a positive number (`ag lease list`)")
 			}
 			pr.tokens = append(pr.tokens, n)
+		case "ag.task":
+			id, claim, err := agwp.ParseTaskClaim(value)
+			if err != nil {
+				return pr, refusePush("a bad task claim", "-o ag.task="+truncate(value, 60)+": "+err.Error())
+			}
+			pr.task, pr.taskClaim = id, claim
 		case "ag.wait":
 			if w, err := strconv.ParseBool(value); err == nil {
 				pr.wait = w
@@ -253,7 +263,7 @@ func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused)
 			pr.wait, pr.waitFor = true, d
 		default:
 			if strings.HasPrefix(key, "ag.") {
-				return pr, refusePush("an unknown push option", "-o "+truncate(o, 60)+": ag takes ag.holder, ag.lease-token and ag.wait")
+				return pr, refusePush("an unknown push option", "-o "+truncate(o, 60)+": ag takes ag.holder, ag.lease-token, ag.task and ag.wait")
 			}
 		}
 	}

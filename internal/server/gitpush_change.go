@@ -30,7 +30,7 @@ const maxListedCommits = 50
 func (p *push) integrateRequest(objs *gitpush.Objects, pr pushRequest, base gitpush.Base, tokens []uint64,
 	tip *object.Commit, edits []gitpush.Edit) (*agwpv1.IntegrateRequest, *pushRefused) {
 	req := &agwpv1.IntegrateRequest{Repository: p.name, BaseRevision: base.Revision, FencingTokens: tokens,
-		Holder: pr.holder, Message: pushMessage(objs, tip, base.Commit)}
+		Holder: pr.holder, Message: pushMessage(objs, tip, base.Commit), TaskId: pr.task, TaskClaimNumber: pr.taskClaim}
 	inline := 0
 	for _, e := range edits {
 		edit := &agwpv1.Edit{Path: e.Path}

@@ -64,6 +64,8 @@ func changeProto(c store.Change) *agwpv1.Change {
 		UpdatedAt:          timestamp(c.UpdatedAt),
 		ApprovedBy:         c.ApprovedBy,
 		ApprovedAt:         timestamp(c.ApprovedAt),
+		TaskId:             c.TaskID,
+		TaskClaimNumber:    c.TaskClaimNumber,
 	}
 }
 
@@ -478,22 +480,28 @@ func (h repoService) integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 	if n := len(req.GetFencingTokens()); n == 0 || n > maxFencingTokens {
 		return nil, invalid("fencing_tokens", "has %d tokens: send the tokens of the leases covering the edited paths (1 to %d)", n, maxFencingTokens)
 	}
+	if err := validateTaskClaim(req.GetTaskId(), req.GetTaskClaimNumber()); err != nil {
+		return nil, err
+	}
 	edits, blobs, paths, err := h.integrateEdits(ctx, req.GetEdits())
 	if err != nil {
 		return nil, err
 	}
 	holder := callerFrom(ctx).holder(req.GetHolder())
 	change, err := h.s.store.Integrate(ctx, store.IntegrateParams{
-		Repository:    req.GetRepository(),
-		BaseRevision:  req.GetBaseRevision(),
-		Holder:        holder,
-		FencingTokens: req.GetFencingTokens(),
-		Paths:         paths,
-		Message:       req.GetMessage(),
-		Blobs:         blobs,
-		Edits:         edits,
-		PushedCommit:  pushedCommit,
+		Repository:      req.GetRepository(),
+		BaseRevision:    req.GetBaseRevision(),
+		Holder:          holder,
+		FencingTokens:   req.GetFencingTokens(),
+		Paths:           paths,
+		Message:         req.GetMessage(),
+		Blobs:           blobs,
+		Edits:           edits,
+		PushedCommit:    pushedCommit,
+		TaskID:          req.GetTaskId(),
+		TaskClaimNumber: req.GetTaskClaimNumber(),
 	})
+	var taskRefused *store.TaskStateError
 	var invalidEdit *repo.InvalidEditError
 	switch {
 	case errors.As(err, &invalidEdit):
@@ -501,6 +509,9 @@ func (h repoService) integrate(ctx context.Context, req *agwpv1.IntegrateRequest
 	case repo.DoesNotApply(err):
 		h.s.metrics.refusal("Integrate", "conflict")
 		return nil, connect.NewError(connect.CodeAborted, err)
+	case errors.As(err, &taskRefused):
+		h.s.metrics.refusal("Integrate", "task")
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, store.ErrFailedPrecondition):
 		h.s.metrics.refusal("Integrate", "lease")
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)

@@ -73,6 +73,9 @@ type Config struct {
 	// lease is not renewed (0: none).
 	MaxLeasedPaths int
 	MaxLeaseAge    time.Duration
+	// MaxMessagesPerMinute bounds the messages a principal sends in a minute (default
+	// DefaultMaxMessagesPerMinute; negative: no cap).
+	MaxMessagesPerMinute int
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer
@@ -195,6 +198,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(agwpv1connect.NewAdminServiceHandler(adminService{s}, opts))
 	mux.Handle(agwpv1connect.NewLeaseServiceHandler(leaseService{s}, opts))
 	mux.Handle(agwpv1connect.NewAuditServiceHandler(auditService{s}, opts))
+	mux.Handle(agwpv1connect.NewTaskServiceHandler(taskService{s}, opts))
 	// Content requests may carry up to 64 MiB of files; the other services keep the small limit.
 	mux.Handle(agwpv1connect.NewRepositoryServiceHandler(repoService{s}, connect.WithHandlerOptions(
 		connect.WithInterceptors(s.logInterceptor(), s.auth.interceptor(s.metrics.refusal)),
@@ -204,7 +208,8 @@ func (s *Server) Handler() http.Handler {
 	)))
 
 	services := []string{agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
-		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName}
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName,
+		agwpv1connect.TaskServiceName}
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -365,7 +370,8 @@ type healthChecker struct{ s *Server }
 func (h healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
 	case "", agwpv1connect.JobServiceName, agwpv1connect.AdminServiceName,
-		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName:
+		agwpv1connect.LeaseServiceName, agwpv1connect.RepositoryServiceName, agwpv1connect.AuditServiceName,
+		agwpv1connect.TaskServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service "+req.Service))
 	}

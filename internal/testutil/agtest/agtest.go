@@ -40,6 +40,8 @@ type Options struct {
 	// MaxLeasedPaths and MaxLeaseAge are server.Config's; zero: the server's defaults.
 	MaxLeasedPaths int
 	MaxLeaseAge    time.Duration
+	// MaxMessagesPerMinute is server.Config's; zero: the server's default.
+	MaxMessagesPerMinute int
 }
 
 // Server is a running test server.
@@ -106,7 +108,8 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	}
 	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer,
 		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal,
-		BlobPartBytes: o.BlobPartBytes, MaxLeasedPaths: o.MaxLeasedPaths, MaxLeaseAge: o.MaxLeaseAge})
+		BlobPartBytes: o.BlobPartBytes, MaxLeasedPaths: o.MaxLeasedPaths, MaxLeaseAge: o.MaxLeaseAge,
+		MaxMessagesPerMinute: o.MaxMessagesPerMinute})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
