@@ -122,7 +122,7 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 	// The scan found what the link leads to: only reading without following links refuses it
 	// (a read through the link would match the scanned digest and send the secret).
 	scanned := Edit{Path: "a.txt", Kind: "modified", digest: repo.Digest([]byte("the key\n"))}
-	_, err := ws.send(context.Background(), []Edit{scanned}, nil, "m")
+	_, err := ws.send(context.Background(), []Edit{scanned}, nil, "m", TaskClaim{})
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("integrate of a file swapped for a link out of the checkout: %v, want the read refused as a link's", err)
 	}
@@ -141,7 +141,7 @@ func TestIntegrateReadsNothingOutsideTheCheckout(t *testing.T) {
 		t.Fatal(err)
 	}
 	scanned.digest = repo.Digest([]byte("[core]\n"))
-	_, err = ws.send(context.Background(), []Edit{scanned}, nil, "m")
+	_, err = ws.send(context.Background(), []Edit{scanned}, nil, "m", TaskClaim{})
 	if err == nil || !strings.Contains(err.Error(), "read a.txt") || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("integrate of a file swapped for a link to .git/config: %v, want the read refused as a link's", err)
 	}

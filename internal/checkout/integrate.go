@@ -2,6 +2,7 @@ package checkout
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -31,6 +32,11 @@ type IntegrateRequest struct {
 	// Lock, when set, is held while the checkout is synced to the integrated revision: the MCP
 	// server serializes the calls that rewrite the checkout's state.
 	Lock sync.Locker
+	// Task, when set, is the task claim the change carries and finishes when it lands: "tsk_…"
+	// for the claim of that task the checkout recorded (ag task claim), or "tsk_…#3" for that
+	// claim. The server refuses the change unless the claim is current and the holder's; once
+	// the change lands, the checkout forgets the claim.
+	Task string
 }
 
 // IntegrateResult is a change Integrate sent, and what became of the checkout.
@@ -84,6 +90,13 @@ func (e *FollowError) Unwrap() error { return e.Err }
 // brought to the new mainline (the edited paths already match it). A refusal of the server is
 // answered as its error; the edges word it for their readers.
 func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*IntegrateResult, error) {
+	var claim TaskClaim
+	if req.Task != "" {
+		var err error
+		if claim, err = ws.Checkout.TaskClaimOf(req.Task); err != nil {
+			return nil, err
+		}
+	}
 	all, err := ws.Checkout.LocalEdits()
 	if err != nil {
 		return nil, err
@@ -103,8 +116,11 @@ func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*Inte
 	if len(ws.Checkout.Leases) == 0 {
 		return nil, &LeaseError{&NoLeasesError{Edits: edits, Moves: req.Moves}}
 	}
-	change, err := ws.send(ctx, edits, req.Moves, req.Message)
+	change, err := ws.send(ctx, edits, req.Moves, req.Message, claim)
 	if err != nil {
+		if claim.TaskID != "" && strings.Contains(err.Error(), claim.TaskID) {
+			return nil, fmt.Errorf("task claim %s: %w", claim, err)
+		}
 		return nil, err
 	}
 	if req.Follow && !FinalChange(change.GetState()) {
@@ -117,6 +133,11 @@ func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*Inte
 	res := &IntegrateResult{Change: change}
 	if change.GetState() == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
 		res.SyncErr = ws.syncAfter(ctx, req.Lock, change.GetIntegratedRevision())
+		if claim.TaskID != "" {
+			// The task is done: its claim fences nothing any more. Forgetting it is tidying, and
+			// a record left behind is dropped by the next renewal or release the server refuses.
+			_ = ws.Checkout.UpdateTasks(func(s *TaskState) { s.Forget(claim.TaskID) })
+		}
 	}
 	return res, nil
 }

@@ -43,8 +43,9 @@ func NewWorkspace(ctx context.Context, co *Checkout, c *client.Client) (*Workspa
 // following no symbolic link (checkoutReader), and must hold what the scan found: one swapped
 // for a link after the scan (by anyone who can write the checkout) is refused, whether the link
 // leads out of the checkout or to another file in it, .git's among them.
-// moves are submodules moved to other commits, path → commit, in the same change.
-func (ws *Workspace) send(ctx context.Context, edits []Edit, moves map[string]string, message string) (*agwpv1.Change, error) {
+// moves are submodules moved to other commits, path → commit, in the same change; claim, when
+// set, is the task claim the change carries.
+func (ws *Workspace) send(ctx context.Context, edits []Edit, moves map[string]string, message string, claim TaskClaim) (*agwpv1.Change, error) {
 	reader, err := openCheckoutReader(ws.Checkout.root)
 	if err != nil {
 		return nil, err
@@ -74,6 +75,7 @@ func (ws *Workspace) send(ctx context.Context, edits []Edit, moves map[string]st
 	return ws.Client.IntegrateFiles(ctx, client.IntegrateOptions{
 		Repository: ws.Checkout.Repository, BaseRevision: ws.Checkout.BaseRevision, Holder: ws.Checkout.Holder,
 		FencingTokens: ws.Checkout.tokens(), Message: message, Changes: changes,
+		TaskID: claim.TaskID, TaskClaimNumber: claim.Number,
 	})
 }
 

@@ -196,7 +196,7 @@ func printLeases(g *globals, leases []*agwpv1.Lease) {
 }
 
 func newIntegrateCmd(g *globals) *cobra.Command {
-	var message string
+	var message, task string
 	var noWait bool
 	var submodules []string
 	cmd := &cobra.Command{
@@ -227,7 +227,7 @@ never fetches a submodule: this is the one change of one there is); its lease is
 				return err
 			}
 			res, err := ws.Integrate(cmd.Context(), checkout.IntegrateRequest{
-				Message: message, Only: sel, Moves: moves, Follow: !noWait, FollowTo: g.followOut(),
+				Message: message, Only: sel, Moves: moves, Follow: !noWait, FollowTo: g.followOut(), Task: task,
 			})
 			if err != nil {
 				return integrateRefusal(g, args, err)
@@ -251,6 +251,9 @@ never fetches a submodule: this is the one change of one there is); its lease is
 				if d := change.GetAttestationDigest(); d != "" {
 					termPrintf(g.stdout, "validated: attestation %s\n", d)
 				}
+				if id := change.GetTaskId(); id != "" {
+					termPrintf(g.stdout, "task %s done: its claim %s#%d landed\n", id, id, change.GetTaskClaimNumber())
+				}
 			case agwpv1.ChangeState_CHANGE_STATE_REJECTED, agwpv1.ChangeState_CHANGE_STATE_CANCELLED:
 				termPrintf(g.stdout, "change %s %s: %d paths; the mainline did not move\n", change.GetId(), checkout.ChangeStateName(change.GetState()), len(change.GetPaths()))
 				if change.GetReason() != "" {
@@ -270,6 +273,7 @@ never fetches a submodule: this is the one change of one there is); its lease is
 	}
 	cmd.Flags().StringVarP(&message, "message", "m", "", "what the change does (required)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the change and return without waiting for its outcome")
+	cmd.Flags().StringVar(&task, "task", "", "TASK_ID (the claim ag task claim recorded here) or TASK_ID#CLAIM: the task claim the change finishes when it lands")
 	cmd.Flags().StringArrayVar(&submodules, "submodule", nil, "PATH=COMMIT: move the submodule at PATH to COMMIT (40 hex digits) in this change; repeat for more")
 	return cmd
 }

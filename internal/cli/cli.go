@@ -21,6 +21,7 @@ import (
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/gitwork"
 	"github.com/ag-coord/ag/internal/suggest"
+	"github.com/ag-coord/ag/internal/taskcli"
 	"github.com/ag-coord/ag/internal/termsafe"
 )
 
@@ -115,9 +116,22 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newRepoCmd(g), newChangeCmd(g), newCheckoutCmd(g), newLeaseCmd(g), newIntegrateCmd(g), newSyncCmd(g), newStatusCmd(g), newDiffCmd(g), newRevertCmd(g), newAttestationCmd(g), newAuditCmd(g), newBenchCmd(g))
 	root.AddCommand(newMCPCmd(g), newGitCredentialCmd(g), newWatchCmd(g), newHookCmd(g))
 	root.AddCommand(newSetupCmds(g)...)
+	root.AddCommand(taskcli.Commands(taskEnv{g})...)
 	strictCommands(root)
 	return root
 }
+
+// taskEnv is what internal/taskcli's commands need of the command line.
+type taskEnv struct{ g *globals }
+
+func (e taskEnv) Client() (*client.Client, error) { return e.g.client() }
+func (e taskEnv) Workspace(ctx context.Context) (*checkout.Workspace, error) {
+	return e.g.workspace(ctx)
+}
+func (e taskEnv) JSON() bool                      { return e.g.json }
+func (e taskEnv) Stdout() io.Writer               { return e.g.stdout }
+func (e taskEnv) Stderr() io.Writer               { return e.g.stderr }
+func (e taskEnv) PrintJSON(m proto.Message) error { return e.g.printJSON(m) }
 
 // client answers a client for the command, refusing early when there is no token.
 func (g *globals) client() (*client.Client, error) {

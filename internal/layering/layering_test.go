@@ -60,6 +60,9 @@ var rules = []struct {
 	// git's credential protocol and ag serve's settings are the standard library's alone.
 	{dir: "internal/gitcredential", forbidden: []string{"internal/", "client", "gen/"}},
 	{dir: "internal/serveconfig", forbidden: []string{"internal/", "client", "gen/"}},
+	// ag task, ag message and ag inbox act through the SDK and the checkout, given the rest of
+	// the command line's by an interface: never the command line itself, the server or the store.
+	{dir: "internal/taskcli", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
 	// A repository's policy and view are read and said through the SDK, apart from any checkout.
 	{dir: "internal/repoview", forbidden: []string{"internal/cli", "internal/server", "internal/store", "internal/mcp"}},
 }
