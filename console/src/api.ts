@@ -7,6 +7,7 @@ import { AuditService } from "../../sdk/ts/src/gen/agwp/v1/audit_pb.js";
 import { JobService } from "../../sdk/ts/src/gen/agwp/v1/job_pb.js";
 import { LeaseService } from "../../sdk/ts/src/gen/agwp/v1/lease_pb.js";
 import { RepositoryService } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
+import { TaskService } from "../../sdk/ts/src/gen/agwp/v1/task_pb.js";
 
 const tokenKey = "ag.console.token";
 
@@ -28,6 +29,7 @@ export interface Api {
   jobs: Client<typeof JobService>;
   leases: Client<typeof LeaseService>;
   repos: Client<typeof RepositoryService>;
+  tasks: Client<typeof TaskService>;
 }
 
 export function newApi(token: string): Api {
@@ -42,6 +44,7 @@ export function newApi(token: string): Api {
     jobs: createClient(JobService, transport),
     leases: createClient(LeaseService, transport),
     repos: createClient(RepositoryService, transport),
+    tasks: createClient(TaskService, transport),
   };
 }
 

@@ -5,6 +5,7 @@ import { RepositoryList, RepositoryPage } from "./repos.js";
 import { ChangePage } from "./change.js";
 import { AuditPage } from "./audit.js";
 import { JobPage, JobsPage, WorkersPage } from "./jobs.js";
+import { TaskPage, TasksIndex, TasksPage, tasksHref } from "./tasks.js";
 import { Role, type Principal } from "../../sdk/ts/src/gen/agwp/v1/admin_pb.js";
 
 export interface Session {
@@ -82,12 +83,20 @@ function Console({ api, principal, onSignOut }: { api: Api; principal: Principal
   const session = useMemo(() => ({ api, principal, feed }), [api, principal, feed]);
   const route = useRoute();
   let page: ReactNode;
+  // Tasks are a repository's: the nav's Tasks goes to those of the repository in view, if any.
+  const repoInView = (route[0] === "repo" || route[0] === "tasks") && route[1] ? route[1] : "";
   switch (route[0]) {
     case "repo":
       page = <RepositoryPage session={session} name={route[1] ?? ""} />;
       break;
     case "change":
       page = <ChangePage session={session} id={route[1] ?? ""} />;
+      break;
+    case "tasks":
+      page = route[1] ? <TasksPage session={session} repository={route[1]} /> : <TasksIndex session={session} />;
+      break;
+    case "task":
+      page = <TaskPage session={session} id={route[1] ?? ""} />;
       break;
     case "audit":
       page = <AuditPage session={session} />;
@@ -110,6 +119,7 @@ function Console({ api, principal, onSignOut }: { api: Api; principal: Principal
         <a href="#/" className="brand">ag</a>
         <nav>
           <a href="#/">Repositories</a>
+          <a href={repoInView ? tasksHref(repoInView) : "#/tasks"} data-testid="nav-tasks">Tasks</a>
           <a href="#/jobs">Jobs</a>
           <a href="#/workers">Workers</a>
           <a href="#/audit">Audit</a>

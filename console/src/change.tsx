@@ -8,6 +8,7 @@ import { JobState } from "../../sdk/ts/src/gen/agwp/v1/job_pb.js";
 import { unifiedDiff, type Hunk } from "./diff.js";
 import type { Change } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
 import { CandidateState, ChangeState, type Candidate } from "../../sdk/ts/src/gen/agwp/v1/repository_pb.js";
+import { taskHref, Thread } from "./tasks.js";
 
 export function ChangePage({ session, id }: { session: Session; id: string }) {
   const { data, error } = useLoad(() => session.api.repos.getChange({ changeId: id }), [id, session.feed.version]);
@@ -31,6 +32,12 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
             <dt>author</dt><dd>{c.author}</dd>
             <dt>message</dt><dd>{c.message}</dd>
             <dt>paths</dt><dd className="mono">{c.paths.join(", ")}</dd>
+            {c.taskId && (
+              <>
+                <dt>task claim</dt>
+                <dd><a href={taskHref(c.taskId)} className="mono" data-testid="change-task">{c.taskId}#{c.taskClaimNumber.toString()}</a></dd>
+              </>
+            )}
             <dt>candidate</dt><dd className="mono">{c.candidateRevision || "—"}</dd>
             <dt>integrated</dt><dd className="mono">{c.integratedRevision || "—"}</dd>
             <dt>attestation</dt><dd className="mono" data-testid="change-attestation">{c.attestationDigest || "—"}</dd>
@@ -86,6 +93,7 @@ export function ChangePage({ session, id }: { session: Session; id: string }) {
               <pre className="log" data-testid="job-output">{job.data.output || "(nothing yet)"}</pre>
             </>
           )}
+          <Thread session={session} repository={c.repository} changeId={c.id} />
         </>
       )}
     </section>

@@ -4,6 +4,7 @@ import type { Session } from "./app.js";
 import { refusal } from "./api.js";
 import { useNow } from "./live.js";
 import { firstLine, left, millis, short, when } from "./format.js";
+import { tasksHref } from "./tasks.js";
 import type { Lease } from "../../sdk/ts/src/gen/agwp/v1/lease_pb.js";
 import {
   CandidateState,
@@ -40,7 +41,7 @@ export function RepositoryList({ session }: { session: Session }) {
       {error && <p className="error" data-testid="error">{error}</p>}
       <table>
         <thead>
-          <tr><th>name</th><th>mainline</th><th>validation</th><th>created</th></tr>
+          <tr><th>name</th><th>mainline</th><th>validation</th><th>created</th><th></th></tr>
         </thead>
         <tbody>
           {data?.repositories.map((r: Repository) => (
@@ -49,6 +50,7 @@ export function RepositoryList({ session }: { session: Session }) {
               <td className="mono">{short(r.mainline)}</td>
               <td className="mono">{r.validation ? r.validation.command.join(" ") : "none"}</td>
               <td>{when(r.createdAt)}</td>
+              <td><a href={tasksHref(r.name)}>tasks</a></td>
             </tr>
           ))}
         </tbody>
@@ -64,6 +66,7 @@ export function RepositoryPage({ session, name }: { session: Session; name: stri
     <section>
       <h2>Repository {name}</h2>
       {error && <p className="error" data-testid="error">{error}</p>}
+      <p><a href={tasksHref(name)} data-testid="repo-tasks">Tasks</a>: ready, claimed, waiting and done.</p>
       {r && (
         <dl className="facts">
           <dt>mainline</dt><dd className="mono">{r.mainline}</dd>

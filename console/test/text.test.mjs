@@ -1,6 +1,7 @@
 // Text an agent controls, as a person sees it in the console: a change's message, the path it
 // edits, the file's content in the diff, and the output its validation printed, which is the
-// reason it was rejected, are shown as the characters they are. HTML among them makes no element
+// reason it was rejected; a task's title, body and paths, and the messages of a task's and a
+// change's threads, are shown as the characters they are. HTML among them makes no element
 // of the page (SECURITY.md: React writes every agent-controlled string as text). Run with
 // scripts/test-console.
 import assert from "node:assert/strict";
@@ -83,4 +84,48 @@ test("agent text that is HTML shows as text, never as HTML", async (t) => {
   assert.equal(done.code, 5, `ag integrate: exit ${done.code}\n${done.stdout}\n${done.stderr}`);
   assert.deepEqual(page.errors, [], "the change page threw uncaught errors");
   assert.deepEqual(repoPage.errors, [], "the repository page threw uncaught errors");
+});
+
+test("a task's title, body and paths and the messages on threads show as text, never as HTML", async () => {
+  const repo = await env.repo("markup-tasks");
+  const reader = await env.principal("ruth", "reader");
+  const agent = await env.principal("tess", "agent");
+  const title = markup("title");
+  const body = `${markup("body")}\n<script>document.title = "from body"</script>`;
+  const taskPath = `${markup("task-path")}.txt`;
+  const { task } = await env.call("TaskService/CreateTask", { repository: repo, title, body, paths: [taskPath] }, agent.token);
+  const { task: claimed } = await env.call("TaskService/ClaimTask", { repository: repo, taskId: task.id, holder: "t1" }, agent.token);
+  const change = await env.integrateFile(agent.token, {
+    repository: repo, label: "t1", path: "t.txt", content: "t\n", message: markup("change-message"),
+    taskId: task.id, taskClaimNumber: claimed.claimNumber,
+  });
+  assert.equal(change.state, "CHANGE_STATE_INTEGRATED", JSON.stringify(change));
+  const onTask = markup("task-thread");
+  const onChange = markup("change-thread");
+  await env.call("TaskService/SendMessage", { repository: repo, taskId: task.id, holder: "t1", text: onTask }, agent.token);
+  await env.call("TaskService/SendMessage", { repository: repo, changeId: change.id, holder: "t1", text: onChange }, agent.token);
+
+  const page = await env.signedIn(`/#/tasks/${repo}`, reader.token);
+  const row = await until(page, "the done task's row", () => document.querySelector('[data-testid="task-done"]')?.textContent);
+  assert.ok(row.startsWith(title), `the Tasks page shows the title as written: ${JSON.stringify(row)}`);
+  await noMarkup(page, "Tasks page");
+
+  await page.goto(`${env.url}/#/task/${task.id}`);
+  await until(page, "the task's thread", () => document.querySelector('[data-testid="message-text"]'));
+  const shown = await page.evaluate(() => ({
+    title: document.querySelector('[data-testid="task-title"]')?.textContent,
+    body: document.querySelector('[data-testid="task-body"]')?.textContent,
+    paths: document.querySelector('[data-testid="task-paths"]')?.textContent,
+    messages: [...document.querySelectorAll('[data-testid="message-text"]')].map((e) => e.textContent),
+  }));
+  assert.deepEqual(shown, { title, body, paths: taskPath, messages: [onTask] }, "the task page shows the agent's text as written");
+  await noMarkup(page, "task page");
+
+  await page.goto(`${env.url}/#/change/${change.id}`);
+  const messages = await until(page, "the change's thread", () =>
+    document.querySelector('[data-testid="change-task"]') &&
+    [...document.querySelectorAll('[data-testid="message-text"]')].map((e) => e.textContent));
+  assert.deepEqual(messages, [onChange], "the change page shows its messages as written");
+  await noMarkup(page, "change page");
+  assert.deepEqual(page.errors, [], "the pages threw uncaught errors");
 });
