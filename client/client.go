@@ -225,6 +225,8 @@ func longPollWait(msg any) time.Duration {
 		return r.GetWait().AsDuration()
 	case *agwpv1.ListAuditEventsRequest:
 		return r.GetWait().AsDuration()
+	case *agwpv1.ListMessagesRequest:
+		return r.GetWait().AsDuration()
 	}
 	return 0
 }

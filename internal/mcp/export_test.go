@@ -18,6 +18,18 @@ func NewServerWaiting(dir, server, token string, wait time.Duration) (*mcp.Serve
 	return newServer(a)
 }
 
+// NewServerWatched is NewServer with a function that reports whether its inbox watch runs (a
+// session is subscribed to the inbox resource).
+func NewServerWatched(dir, server, token string) (*mcp.Server, func() bool, error) {
+	a := newAgent(dir, server, token)
+	s, err := newServer(a)
+	return s, func() bool {
+		a.inbox.mu.Lock()
+		defer a.inbox.mu.Unlock()
+		return a.inbox.stop != nil
+	}, err
+}
+
 var (
 	HTTPHandler = httpHandler
 	ServeHTTP   = serveHTTP
@@ -38,4 +50,13 @@ type (
 	RevertOut       = revertOut
 	JobView         = jobView
 	MainlineListing = mainlineListing
+	TaskView        = taskView
+	MessageView     = messageView
+	TaskReadyOut    = taskReadyOut
+	TaskClaimOut    = taskClaimOut
+	TaskUpdateOut   = taskUpdateOut
+	TaskCreateOut   = taskCreateOut
+	MessageSendOut  = messageSendOut
+	InboxOut        = inboxOut
+	InboxListing    = inboxListing
 )

@@ -110,6 +110,31 @@ func TestMCPGitTree(t *testing.T) {
 				t.Errorf("bob's src/a.go after sync: %q", got)
 			}
 
+			// Tasks and messages in a git working tree, which keeps no state of ag's: ag mcp
+			// remembers the claim and the inbox's last message itself. integrate cannot carry the
+			// claim there, and says what to run instead.
+			var claimed agmcp.TaskClaimOut
+			bob.ok("task_create", map[string]any{"title": "B"}, &agmcp.TaskCreateOut{})
+			bob.ok("task_claim", nil, &claimed)
+			writeTestFile(t, filepath.Join(bob.dir, "src", "b.go"), "package b // bob's\n")
+			bob.refused("integrate", map[string]any{"message": "B", "task": claimed.Task.ID},
+				"nothing was integrated", "git push -o ag.holder=b1 -o ag.task="+claimed.Claim)
+			var done agmcp.TaskUpdateOut
+			bob.ok("task_update", map[string]any{"task": claimed.Task.ID, "action": "done"}, &done)
+			if done.Task.State != "done" {
+				t.Errorf("task_update done answered %+v", done.Task)
+			}
+			alice.ok("message_send", map[string]any{"to_holder": "bob|b1", "text": "B is yours"}, &agmcp.MessageSendOut{})
+			var inbox agmcp.InboxOut
+			bob.ok("inbox", nil, &inbox)
+			if len(inbox.Messages) != 1 || inbox.Messages[0].From != "alice|a1" {
+				t.Errorf("bob's inbox: %+v, want alice's message", inbox.Messages)
+			}
+			bob.ok("inbox", nil, &inbox)
+			if len(inbox.Messages) != 0 {
+				t.Errorf("bob's inbox again: %+v, want nothing new", inbox.Messages)
+			}
+
 			var rel agmcp.LeaseReleaseOut
 			alice.ok("lease_release", nil, &rel)
 			if len(rel.Released) != 1 || !slices.Equal(rel.Released[0].Paths, []string{"src/a.go"}) {

@@ -82,13 +82,22 @@ type agent struct {
 	// mu serializes the tools that rewrite .ag/checkout.json, so that two calls of one host
 	// (hosts call tools concurrently) do not each save a state missing the other's lease.
 	mu sync.Mutex
+
+	// tasks keeps the task claims task_claim took and the last message the inbox tool answered
+	// where the working copy keeps none (tasks.go).
+	tasks taskMemory
+	// inbox watches the holder's inbox for the sessions subscribed to its resource (inbox.go).
+	inbox inboxWatch
+	// inboxPoll is how long one ListMessages of the inbox watch waits (inboxPollWait).
+	inboxPoll time.Duration
 }
 
 func newAgent(dir, server, token string) *agent {
 	if token == "" {
 		token = os.Getenv("AG_TOKEN")
 	}
-	return &agent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token, toolWait: maxToolWait}
+	return &agent{dir: dir, c: client.New(server, token, client.WithUserAgent("ag-mcp")), token: token, toolWait: maxToolWait,
+		inboxPoll: inboxPollWait}
 }
 
 // workspace reads the checkout's state afresh: the person at the terminal may run ag commands
