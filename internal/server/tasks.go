@@ -30,8 +30,9 @@ const (
 	maxMessageWait     = 60 * time.Second
 	defaultMessagePage = 100
 	maxMessagePage     = 1000
-	// DefaultMaxMessagesPerMinute is how many messages a principal sends in a minute unless
-	// the server is told otherwise: more than a team of agents talks, fewer than a flood.
+	// DefaultMaxMessagesPerMinute is how many messages a principal sends, and how many tasks it
+	// creates, in a minute unless the server is told otherwise: more than a team of agents
+	// talks or plans, fewer than a flood.
 	DefaultMaxMessagesPerMinute = 120
 )
 
@@ -164,11 +165,15 @@ func (h taskService) CreateTask(ctx context.Context, req *agwpv1.CreateTaskReque
 	t, err := h.s.store.CreateTask(ctx, store.CreateTaskParams{
 		Repository: req.GetRepository(), Title: title, Body: req.GetBody(), Labels: labels, Paths: paths,
 		DependsOn: deps, Priority: req.GetPriority(), CreatedBy: callerFrom(ctx).principal.Name,
+		MaxPerMinute: h.s.maxMessagesPerMinute(),
 	})
 	if errors.Is(err, store.ErrInvalidTask) {
 		return nil, invalid("depends_on", "%v", err)
 	}
 	if err != nil {
+		if errors.Is(err, store.ErrResourceExhausted) {
+			h.s.metrics.refusal("CreateTask", "rate")
+		}
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	return &agwpv1.CreateTaskResponse{Task: taskProto(t)}, nil

@@ -19,7 +19,9 @@ import (
 type TaskStore interface {
 	// CreateTask stores an open task (attempts 0) and records task.created. Every id of
 	// p.DependsOn must be a task of the same repository (else a *TaskRefusal naming it, errors.Is
-	// ErrInvalidTask). Unknown repository: ErrNotFound.
+	// ErrInvalidTask). Unknown repository: ErrNotFound. When p.MaxPerMinute is not 0 and
+	// p.CreatedBy created that many tasks in the last minute (store's clock): a *RateError
+	// (errors.Is ErrResourceExhausted), storing nothing.
 	CreateTask(ctx context.Context, p CreateTaskParams) (Task, error)
 
 	// GetTask answers a task as of now (TaskState), or ErrNotFound.
@@ -128,6 +130,8 @@ type CreateTaskParams struct {
 	DependsOn  []string // unique
 	Priority   int32
 	CreatedBy  string // principal
+	// MaxPerMinute, when not 0, bounds the tasks CreatedBy creates in a minute.
+	MaxPerMinute int
 }
 
 // EncodeReadyPageToken turns the place of the last task of a page of ready tasks, its priority
@@ -261,18 +265,24 @@ func (e *TaskClaimConflictError) Error() string {
 // Is makes errors.Is(err, ErrLeaseConflict) true: the same refusal as a path leased by another.
 func (e *TaskClaimConflictError) Is(target error) bool { return target == ErrLeaseConflict }
 
-// MessageRateError refuses a message past its principal's rate.
-type MessageRateError struct {
+// RateError refuses a message or a task past its principal's rate.
+type RateError struct {
 	Principal string
+	What      string // "messages" or "tasks"
 	Max       int
 }
 
-func (e *MessageRateError) Error() string {
-	return fmt.Sprintf("principal %s sent %d messages in the last minute, its most: wait before sending more", e.Principal, e.Max)
+func (e *RateError) Error() string {
+	verb := "sent"
+	if e.What == "tasks" {
+		verb = "created"
+	}
+	return fmt.Sprintf("principal %s %s %d %s in the last minute, its most: wait before %s more", e.Principal, verb, e.Max, e.What,
+		map[string]string{"sent": "sending", "created": "creating"}[verb])
 }
 
 // Is makes errors.Is(err, ErrResourceExhausted) true.
-func (e *MessageRateError) Is(target error) bool { return target == ErrResourceExhausted }
+func (e *RateError) Is(target error) bool { return target == ErrResourceExhausted }
 
 // CheckTaskClaim is the one rule of a current task claim, applied when a claim is renewed or
 // released, when a change carrying it is integrated, and when that change would land: t (read

@@ -125,6 +125,18 @@ func (db *DB) CreateTask(ctx context.Context, p store.CreateTaskParams) (store.T
 	if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 		return store.Task{}, fmt.Errorf("create task: %w", err)
 	}
+	if p.MaxPerMinute > 0 {
+		if _, err := tx.Exec(ctx, taskRateLockSQL, p.CreatedBy); err != nil {
+			return store.Task{}, interpretError("create task: lock the principal's rate", err)
+		}
+		var created int64
+		if err := tx.QueryRow(ctx, taskRateSQL, db.now(), p.CreatedBy).Scan(&created); err != nil {
+			return store.Task{}, interpretError("create task: count the principal's tasks", err)
+		}
+		if created >= int64(p.MaxPerMinute) {
+			return store.Task{}, &store.RateError{Principal: p.CreatedBy, What: "tasks", Max: p.MaxPerMinute}
+		}
+	}
 	if len(p.DependsOn) > 0 {
 		rows, err := tx.Query(ctx, `SELECT id FROM tasks WHERE id = ANY($1::text[]) AND repository = $2`, p.DependsOn, p.Repository)
 		if err != nil {
@@ -465,6 +477,11 @@ func (s *messageScan) message() store.Message {
 // messageRateLockSQL serializes the messages of the principal $1 while their rate is checked.
 const messageRateLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('ag_message_rate/' || $1::text, 0))`
 
+// taskRateLockSQL and taskRateSQL are the message rate's, for the tasks principal $2 created.
+const taskRateLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('ag_task_rate/' || $1::text, 0))`
+
+var taskRateSQL = q(`SELECT count(*) FROM tasks WHERE created_by = $2 AND created_at > {now} - interval '1 minute'`)
+
 // messageRateSQL counts the messages the principal $2 sent in the last minute.
 var messageRateSQL = q(`SELECT count(*) FROM messages WHERE principal = $2 AND created_at > {now} - interval '1 minute'`)
 
@@ -524,7 +541,7 @@ func (db *DB) SendMessage(ctx context.Context, p store.SendMessageParams) (store
 			return store.Message{}, interpretError("send message: count the principal's messages", err)
 		}
 		if sent >= int64(p.MaxPerMinute) {
-			return store.Message{}, &store.MessageRateError{Principal: p.Principal, Max: p.MaxPerMinute}
+			return store.Message{}, &store.RateError{Principal: p.Principal, What: "messages", Max: p.MaxPerMinute}
 		}
 	}
 	recipient := p.ToHolder

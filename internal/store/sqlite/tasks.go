@@ -107,6 +107,16 @@ func (d *DB) CreateTask(ctx context.Context, p store.CreateTaskParams) (store.Ta
 		if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 			return fmt.Errorf("create task: %w", err)
 		}
+		if p.MaxPerMinute > 0 {
+			var created int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE created_by = ? AND created_at > ?`,
+				p.CreatedBy, micros(now.Add(-time.Minute))).Scan(&created); err != nil {
+				return interpretError("create task: count the principal's tasks", err)
+			}
+			if created >= p.MaxPerMinute {
+				return &store.RateError{Principal: p.CreatedBy, What: "tasks", Max: p.MaxPerMinute}
+			}
+		}
 		for _, dep := range p.DependsOn {
 			var repository string
 			err := tx.QueryRowContext(ctx, `SELECT repository FROM tasks WHERE id = ?`, dep).Scan(&repository)
@@ -494,7 +504,7 @@ func (d *DB) SendMessage(ctx context.Context, p store.SendMessageParams) (store.
 				return interpretError("send message: count the principal's messages", err)
 			}
 			if sent >= p.MaxPerMinute {
-				return &store.MessageRateError{Principal: p.Principal, Max: p.MaxPerMinute}
+				return &store.RateError{Principal: p.Principal, What: "messages", Max: p.MaxPerMinute}
 			}
 		}
 		recipient := p.ToHolder

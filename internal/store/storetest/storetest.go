@@ -165,6 +165,7 @@ var tests = []conformanceTest{
 	{"the_queue_transaction_reads_and_finishes_a_task", testInQueueTask},
 	{"messages_reach_the_claimant_or_the_author_and_inboxes_page_by_seq", testMessages},
 	{"a_principal_past_its_message_rate_is_refused_and_stores_nothing", testMessageRate},
+	{"a_principal_past_its_task_rate_is_refused_and_stores_nothing", testTaskRate},
 	{"message_signal_fires_after_a_message_is_stored", testMessageSignal},
 	{"of_concurrent_claims_of_one_task_exactly_one_wins_and_concurrent_claimers_take_every_ready_task_once", testConcurrentTaskClaims},
 	{"refused_task_and_message_requests_write_no_audit_event", testTaskRefusalsWriteNothing},

@@ -720,11 +720,11 @@ func testMessageRate(t *testing.T, newStore Factory) {
 	}
 	for _, author := range []string{alice, alice2} {
 		_, err := send(author, "one too many", 3)
-		var re *store.MessageRateError
+		var re *store.RateError
 		if !errors.Is(err, store.ErrResourceExhausted) || !errors.As(err, &re) {
-			t.Fatalf("the 4th message of alice in a minute, by %s: %v (%T), want a *store.MessageRateError", author, err, err)
+			t.Fatalf("the 4th message of alice in a minute, by %s: %v (%T), want a *store.RateError", author, err, err)
 		}
-		assertFields(t, "the refusal", *re, store.MessageRateError{Principal: "alice", Max: 3})
+		assertFields(t, "the refusal", *re, store.RateError{Principal: "alice", What: "messages", Max: 3})
 	}
 	wantMessages(t, "carol's inbox after the refused messages", b.messages(t, store.ListMessagesParams{Repository: "web", Holder: "carol|w1"}), sent...)
 	if _, err := send(bob, "bob's own share", 3); err != nil {
@@ -741,6 +741,38 @@ func testMessageRate(t *testing.T, newStore Factory) {
 	b.clk.Advance(2 * time.Second)
 	if _, err := send(alice, "one minute later", 3); err != nil {
 		t.Fatalf("alice's message once only 2 of hers are younger than a minute: %v", err)
+	}
+}
+
+// testTaskRate: a principal creates at most MaxPerMinute tasks a minute, and a refused task is
+// not stored.
+func testTaskRate(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	b.createRepo(t, "web")
+	create := func(by, title string, max int) (store.Task, error) {
+		return b.st.CreateTask(b.ctx, store.CreateTaskParams{Repository: "web", Title: title, CreatedBy: by, MaxPerMinute: max})
+	}
+	for i := range 2 {
+		if _, err := create("alice", fmt.Sprint("task ", i), 2); err != nil {
+			t.Fatalf("task %d of 2 a minute: %v", i, err)
+		}
+		b.clk.Advance(time.Second)
+	}
+	_, err := create("alice", "one too many", 2)
+	var re *store.RateError
+	if !errors.Is(err, store.ErrResourceExhausted) || !errors.As(err, &re) {
+		t.Fatalf("alice's 3rd task in a minute: %v (%T), want a *store.RateError", err, err)
+	}
+	assertFields(t, "the refusal", *re, store.RateError{Principal: "alice", What: "tasks", Max: 2})
+	if tasks, _, err := b.st.ListTasks(b.ctx, store.ListTasksParams{Repository: "web", Limit: 10}); err != nil || len(tasks) != 2 {
+		t.Fatalf("tasks after the refusal: %d, %v; want the 2 created", len(tasks), err)
+	}
+	if _, err := create("bob", "bob's own share", 2); err != nil {
+		t.Fatalf("bob's task: %v", err)
+	}
+	b.clk.Advance(59 * time.Second)
+	if _, err := create("alice", "a minute later", 2); err != nil {
+		t.Fatalf("alice's task once her first is a minute old: %v", err)
 	}
 }
 

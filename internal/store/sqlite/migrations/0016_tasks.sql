@@ -29,6 +29,8 @@ CREATE TABLE tasks (
     done_at          INTEGER
 );
 CREATE INDEX tasks_repository ON tasks (repository, seq);
+-- The creation rate counts a principal's tasks of the last minute.
+CREATE INDEX tasks_created_by ON tasks (created_by, created_at);
 -- The ready listing and the first ready task of ClaimTask walk the tasks that may be open.
 CREATE INDEX tasks_ready ON tasks (repository, priority DESC, seq) WHERE state IN ('open', 'claimed');
 
