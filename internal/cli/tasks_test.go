@@ -25,6 +25,25 @@ func protoOut(t *testing.T, what, out string, m proto.Message) {
 	}
 }
 
+// taskOut parses a task as the task commands print it with --json: a Task in canonical JSON,
+// but its state one of the words open, claimed, done, cancelled.
+func taskOut(t *testing.T, what string, out []byte) *agwpv1.Task {
+	t.Helper()
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(out, &fields); err != nil {
+		t.Fatalf("%s printed %q, not a JSON object: %v", what, out, err)
+	}
+	var state string
+	if err := json.Unmarshal(fields["state"], &state); err != nil || !slices.Contains([]string{"open", "claimed", "done", "cancelled"}, state) {
+		t.Fatalf("%s printed the state %s, not open, claimed, done or cancelled", what, fields["state"])
+	}
+	fields["state"], _ = json.Marshal("TASK_STATE_" + strings.ToUpper(state))
+	b, _ := json.Marshal(fields)
+	task := &agwpv1.Task{}
+	protoOut(t, what, string(b), task)
+	return task
+}
+
 // tasksOut is the JSON of the commands that list tasks.
 type tasksOut struct {
 	Tasks []struct {
@@ -48,17 +67,13 @@ func (o tasksOut) ids() []string {
 // createTask creates a task on app as a and answers it.
 func (a *agentCO) createTask(args ...string) *agwpv1.Task {
 	a.t.Helper()
-	task := &agwpv1.Task{}
-	protoOut(a.t, "ag task create --json", a.must(append([]string{"task", "create", "app", "--json"}, args...)...), task)
-	return task
+	return taskOut(a.t, "ag task create --json", []byte(a.must(append([]string{"task", "create", "app", "--json"}, args...)...)))
 }
 
 // claimTask claims id in a's checkout and answers the task as claimed.
 func (a *agentCO) claimTask(id string) *agwpv1.Task {
 	a.t.Helper()
-	task := &agwpv1.Task{}
-	protoOut(a.t, "ag task claim --json", a.must("task", "claim", id, "--json"), task)
-	return task
+	return taskOut(a.t, "ag task claim --json", []byte(a.must("task", "claim", id, "--json")))
 }
 
 // secondCheckout checks app out again for a's principal, under the holder label holder.
@@ -130,17 +145,16 @@ func TestTasksRoundTrip(t *testing.T) {
 	out := alice.must("task", "claim", fix.GetId(), "--json")
 	var fields map[string]any
 	decode(t, "ag task claim --json", out, &fields)
-	if fields["claimNumber"] != "1" {
-		t.Errorf("ag task claim --json printed %s, want \"claimNumber\": \"1\"", out)
+	if fields["claimNumber"] != "1" || fields["state"] != "claimed" {
+		t.Errorf("ag task claim --json printed %s, want \"claimNumber\": \"1\" and \"state\": \"claimed\"", out)
 	}
-	claimed := &agwpv1.Task{}
-	protoOut(t, "ag task claim --json", out, claimed)
+	claimed := taskOut(t, "ag task claim --json", []byte(out))
 	if claimed.GetState() != agwpv1.TaskState_TASK_STATE_CLAIMED || claimed.GetClaimant() != "alice|alice" || claimed.GetClaimNumber() != 1 {
 		t.Errorf("claimed: %v", claimed)
 	}
 	var claimedList tasksOut
 	decode(t, "ag task list --state claimed --json", alice.must("task", "list", "--state", "claimed", "--json"), &claimedList)
-	if got := claimedList.ids(); len(got) != 1 || got[0] != fix.GetId() || claimedList.Tasks[0].ClaimNumber != "1" {
+	if got := claimedList.ids(); len(got) != 1 || got[0] != fix.GetId() || claimedList.Tasks[0].ClaimNumber != "1" || claimedList.Tasks[0].State != "claimed" {
 		t.Errorf("ag task list --state claimed (in the checkout, no REPO): %+v", claimedList)
 	}
 	var shown struct {
@@ -148,9 +162,8 @@ func TestTasksRoundTrip(t *testing.T) {
 		Messages []json.RawMessage `json:"messages"`
 	}
 	decode(t, "ag task show --json", alice.must("task", "show", fix.GetId(), "--json"), &shown)
-	st := &agwpv1.Task{}
-	if err := protojson.Unmarshal(shown.Task, st); err != nil || st.GetClaimNumber() != 1 || shown.Messages == nil {
-		t.Errorf("ag task show --json: %s (%v)", shown.Task, err)
+	if st := taskOut(t, "ag task show --json", shown.Task); st.GetClaimNumber() != 1 || st.GetState() != agwpv1.TaskState_TASK_STATE_CLAIMED || shown.Messages == nil {
+		t.Errorf("ag task show --json: %s", shown.Task)
 	}
 	if out := alice.must("task", "show", fix.GetId()); !strings.Contains(out, "claim "+fix.GetId()+"#1 by alice|alice") || !strings.Contains(out, "body:\n    a is wrong\n") {
 		t.Errorf("ag task show:\n%s", out)
@@ -163,13 +176,12 @@ func TestTasksRoundTrip(t *testing.T) {
 	if change.GetState() != agwpv1.ChangeState_CHANGE_STATE_INTEGRATED || change.GetTaskId() != fix.GetId() || change.GetTaskClaimNumber() != 1 {
 		t.Fatalf("ag integrate --task: %v", change)
 	}
-	done := &agwpv1.Task{}
 	var doneShown struct {
 		Task json.RawMessage `json:"task"`
 	}
 	decode(t, "ag task show --json", alice.must("task", "show", fix.GetId(), "--json"), &doneShown)
-	if err := protojson.Unmarshal(doneShown.Task, done); err != nil || done.GetState() != agwpv1.TaskState_TASK_STATE_DONE || done.GetChangeId() != change.GetId() {
-		t.Errorf("the task after its change landed: %v (%v)", done, err)
+	if done := taskOut(t, "ag task show --json", doneShown.Task); done.GetState() != agwpv1.TaskState_TASK_STATE_DONE || done.GetChangeId() != change.GetId() {
+		t.Errorf("the task after its change landed: %v", done)
 	}
 	repoOut := &agwpv1.GetRepositoryResponse{}
 	protoOut(t, "ag repo show --json", e.admin("repo", "show", "app", "--json"), repoOut)

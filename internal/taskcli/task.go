@@ -60,7 +60,7 @@ func (c *cmds) taskCreateCmd() *cobra.Command {
 				return err
 			}
 			if c.env.JSON() {
-				return c.env.PrintJSON(res.GetTask())
+				return c.printTask(res.GetTask())
 			}
 			_, err = fmt.Fprintln(c.env.Stdout(), res.GetTask().GetId())
 			return err
@@ -112,7 +112,7 @@ and "priority: 2". The whole file is checked before anything is created. "-" rea
 				}
 			})
 			if c.env.JSON() && (err == nil || len(created) > 0) {
-				if perr := c.printValue(taskList{Tasks: rawList(created)}); err == nil {
+				if perr := c.printValue(taskList{Tasks: rawTasks(created)}); err == nil {
 					err = perr
 				}
 			}
@@ -217,7 +217,7 @@ func (c *cmds) printTasks(ctx context.Context, args []string, req *agwpv1.ListTa
 		return err
 	}
 	if c.env.JSON() {
-		return c.printValue(taskList{Tasks: rawList(tasks)})
+		return c.printValue(taskList{Tasks: rawTasks(tasks)})
 	}
 	if len(tasks) == 0 {
 		_, err := fmt.Fprintln(c.env.Stdout(), "no tasks")
@@ -269,7 +269,7 @@ func (c *cmds) taskShowCmd() *cobra.Command {
 				return c.printValue(struct {
 					Task     jsonRaw   `json:"task"`
 					Messages []jsonRaw `json:"messages"`
-				}{raw(task), rawList(msgs)})
+				}{rawTask(task), rawList(msgs)})
 			}
 			return c.writeTask(cmd.Context(), cl, task, msgs)
 		},
@@ -384,7 +384,7 @@ func (c *cmds) taskClaimCmd() *cobra.Command {
 				return fmt.Errorf("claimed %s, but the checkout could not record it: %w (name the claim as %s)", claim, err, claim)
 			}
 			if c.env.JSON() {
-				return c.env.PrintJSON(t)
+				return c.printTask(t)
 			}
 			w := c.env.Stdout()
 			termsafe.Fprintf(w, "claimed %s as %s: claim %s until %s\n", t.GetId(), t.GetClaimant(), claim.String(), formatTime(t.GetClaimExpiresAt()))
@@ -458,7 +458,7 @@ func (c *cmds) taskRenewCmd() *cobra.Command {
 				return err
 			}
 			if c.env.JSON() {
-				return c.env.PrintJSON(t)
+				return c.printTask(t)
 			}
 			return termsafe.Fprintf(c.env.Stdout(), "renewed %s until %s\n", claim.String(), formatTime(t.GetClaimExpiresAt()))
 		},
@@ -486,7 +486,7 @@ func (c *cmds) taskReleaseCmd() *cobra.Command {
 				return err
 			}
 			if c.env.JSON() {
-				return c.env.PrintJSON(res.GetTask())
+				return c.printTask(res.GetTask())
 			}
 			what := "released"
 			if done {
@@ -515,7 +515,7 @@ func (c *cmds) taskCancelCmd() *cobra.Command {
 				return err
 			}
 			if c.env.JSON() {
-				return c.env.PrintJSON(res.GetTask())
+				return c.printTask(res.GetTask())
 			}
 			return termsafe.Fprintf(c.env.Stdout(), "cancelled %s\n", res.GetTask().GetId())
 		},

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/checkout"
 	"github.com/ag-coord/ag/internal/gitwork"
 )
@@ -118,6 +121,29 @@ func raw(m proto.Message) json.RawMessage {
 	}
 	return b
 }
+
+// taskStateJSON finds a task's state in its canonical JSON (which may space it either way).
+var taskStateJSON = regexp.MustCompile(`"state":\s*"TASK_STATE_([A-Z]+)"`)
+
+// rawTask answers t as raw, its state written as the command line writes it (open, claimed,
+// done, cancelled) rather than as the enum's name.
+func rawTask(t *agwpv1.Task) json.RawMessage {
+	return taskStateJSON.ReplaceAllFunc(raw(t), func(m []byte) []byte {
+		return []byte(`"state":"` + strings.ToLower(string(taskStateJSON.FindSubmatch(m)[1])) + `"`)
+	})
+}
+
+// rawTasks answers ts as rawTask, an empty list as [].
+func rawTasks(ts []*agwpv1.Task) []jsonRaw {
+	out := make([]jsonRaw, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, rawTask(t))
+	}
+	return out
+}
+
+// printTask prints a task as --json does: rawTask, indented.
+func (c *cmds) printTask(t *agwpv1.Task) error { return c.printValue(rawTask(t)) }
 
 // rawList answers ms as raw, an empty list as [] (lists are always present).
 func rawList[M proto.Message](ms []M) []jsonRaw {

@@ -7,128 +7,30 @@
 //   AG_BIN=/path/to/ag node --test mcp.test.mjs     (scripts/test-mcp-ts builds ag and runs this)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { randomBytes } from "node:crypto";
-import { promisify } from "node:util";
-import { setTimeout as delay } from "node:timers/promises";
+import { join } from "node:path";
 
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-
-const run = promisify(execFile);
-const bin = process.env.AG_BIN ? resolve(process.env.AG_BIN) : assert.fail("set AG_BIN to the ag binary (scripts/test-mcp-ts does)");
+import { bin, call, connect, env, ok, principal, run, startServer } from "./harness.mjs";
 
 const dir = mkdtempSync(join(tmpdir(), "ag-mcp-ts-"));
-const adminToken = "agt_ts_admin_" + randomBytes(16).toString("hex");
-let server; // { url, proc, stderr() }
-let alice; // { token, dir, client, seen: string[] }
+let server; // startServer's
+let alice; // connect's
 let bobToken;
 
-/** env is this process's environment without AG_ variables (a developer's AG_TOKEN must not
- * leak into the processes under test), with extra. */
-function env(extra) {
-  const out = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("AG_")) out[k] = v;
-  return { ...out, ...extra };
-}
-
-/** ag runs the ag command line with token and answers its stdout. */
-async function ag(token, ...args) {
-  try {
-    const { stdout } = await run(bin, [...args, "--server", server.url], { env: env({ AG_TOKEN: token }) });
-    return stdout;
-  } catch (err) {
-    throw new Error(`ag ${args.join(" ")}: ${err.message}\n${err.stdout ?? ""}${err.stderr ?? ""}`);
-  }
-}
-
-function freePort() {
-  return new Promise((res, rej) => {
-    const srv = createServer();
-    srv.once("error", rej);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => res(port));
-    });
-  });
-}
-
-async function startServer() {
-  const addr = `127.0.0.1:${await freePort()}`;
-  const data = join(dir, "server");
-  mkdirSync(data);
-  const proc = spawn(bin, ["serve", "--addr", addr, "--db", `sqlite:${join(data, "ag.db")}`], {
-    env: env({ AG_BOOTSTRAP_TOKEN: adminToken }),
-    cwd: data,
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  proc.stderr.on("data", (b) => (stderr += b.toString()));
-  const url = `http://${addr}`;
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline && proc.exitCode === null) {
-    try {
-      const res = await fetch(`${url}/readyz`);
-      await res.arrayBuffer();
-      if (res.status === 200) return { url, proc, stderr: () => stderr };
-    } catch {
-      // not listening yet
-    }
-    await delay(50);
-  }
-  proc.kill("SIGKILL");
-  throw new Error(`ag serve did not become ready:\n${stderr}`);
-}
-
-/** principal creates an agent principal and answers its token. */
-async function principal(name) {
-  const out = JSON.parse(await ag(adminToken, "principal", "create", name, "--role", "agent", "--json"));
-  assert.ok(out.token, `principal create ${name} answered no token`);
-  return out.token;
-}
-
-/** call calls a tool, recording every text it answered. */
-async function call(agent, name, args = {}) {
-  const res = await agent.client.callTool({ name, arguments: args });
-  agent.seen.push(JSON.stringify(res));
-  return res;
-}
-
-/** ok calls a tool that must succeed and answers its structured result. */
-async function ok(agent, name, args) {
-  const res = await call(agent, name, args);
-  assert.ok(!res.isError, `${name}: tool error: ${res.content?.map((c) => c.text).join("\n")}`);
-  assert.ok(res.structuredContent, `${name}: no structured content`);
-  return res.structuredContent;
-}
-
 before(async () => {
-  server = await startServer();
+  server = await startServer(dir);
   const src = join(dir, "src");
   mkdirSync(src);
   writeFileSync(join(src, "hello.txt"), "hello\n");
   writeFileSync(join(src, "other.txt"), "other\n");
-  await ag(adminToken, "repo", "import", "app", src);
+  await server.ag(server.adminToken, "repo", "import", "app", src);
 
-  const token = await principal("alice");
-  bobToken = await principal("bob");
+  const token = await principal(server, "alice");
+  bobToken = await principal(server, "bob");
   const checkout = join(dir, "alice");
-  await ag(token, "checkout", "app", checkout, "--holder", "ts");
-
-  const transport = new StdioClientTransport({
-    command: bin,
-    args: ["mcp"],
-    cwd: checkout,
-    env: { AG_TOKEN: token, AG_SERVER: server.url },
-    stderr: "pipe",
-  });
-  const client = new Client({ name: "ag-mcp-ts-test", version: "1.0.0" });
-  await client.connect(transport);
-  alice = { token, dir: checkout, client, seen: [] };
+  await server.ag(token, "checkout", "app", checkout, "--holder", "ts");
+  alice = await connect(server, token, checkout);
 });
 
 after(async () => {
@@ -190,7 +92,7 @@ test("status, lease_acquire, integrate: an edit reaches the mainline under a lea
 
 test("a lease another agent holds is refused with a tool error naming the holder", async () => {
   const bobDir = join(dir, "bob");
-  await ag(bobToken, "checkout", "app", bobDir, "--holder", "cli");
+  await server.ag(bobToken, "checkout", "app", bobDir, "--holder", "cli");
   await run(bin, ["lease", "acquire", "other.txt", "--server", server.url], { cwd: bobDir, env: env({ AG_TOKEN: bobToken }) });
 
   const res = await call(alice, "lease_acquire", { paths: ["other.txt"] });
