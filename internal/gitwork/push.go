@@ -28,6 +28,8 @@ type PushRequest struct {
 	// WaitFor, when not 0, bounds that wait (-o ag.wait=DURATION): the push then answers the
 	// change as it stands, not final.
 	WaitFor time.Duration
+	// Task, when set, is the task claim the change carries, "tsk_…#3" (-o ag.task).
+	Task string
 	// Progress gets the server's lines as they come, "remote: " cut off (nil: nowhere).
 	Progress io.Writer
 	// Lock, when set, is held while Push changes the tree (staging and committing, taking its
@@ -112,6 +114,9 @@ func (t *Tree) Push(ctx context.Context, token string, req PushRequest) (*PushRe
 		args = append(args, "-o", "ag.wait=false")
 	case req.WaitFor > 0:
 		args = append(args, "-o", "ag.wait="+req.WaitFor.String())
+	}
+	if req.Task != "" {
+		args = append(args, "-o", "ag.task="+req.Task)
 	}
 	lines := &remoteLines{to: req.Progress}
 	var stdout bytes.Buffer

@@ -61,10 +61,11 @@ func (a *agent) gitStatus(ctx context.Context, t *gitwork.Tree) (*mcp.CallToolRe
 
 // gitIntegrate commits the local changes only selects and pushes them to refs/for/main: the
 // change the push made is answered as integrate answers it in a checkout.
-func (a *agent) gitIntegrate(ctx context.Context, req *mcp.CallToolRequest, t *gitwork.Tree, message string, only []string, wait bool) (*mcp.CallToolResult, integrateOut, error) {
+// claim, when set, is the task claim the change carries (tsk_…#N).
+func (a *agent) gitIntegrate(ctx context.Context, req *mcp.CallToolRequest, t *gitwork.Tree, message string, only []string, wait bool, claim string) (*mcp.CallToolResult, integrateOut, error) {
 	var out integrateOut
 	res, err := t.Push(ctx, a.token, gitwork.PushRequest{Message: message, Paths: only, Wait: wait, WaitFor: a.toolWait,
-		Progress: progressWriter(ctx, req), Lock: &a.mu})
+		Progress: progressWriter(ctx, req), Lock: &a.mu, Task: claim})
 	var nothing *checkout.NothingError
 	switch {
 	case errors.As(err, &nothing) && len(nothing.Only) > 0:

@@ -111,19 +111,21 @@ func TestMCPGitTree(t *testing.T) {
 			}
 
 			// Tasks and messages in a git working tree, which keeps no state of ag's: ag mcp
-			// remembers the claim and the inbox's last message itself. integrate cannot carry the
-			// claim there, and says what to run instead.
+			// remembers the claim and the inbox's last message itself, and integrate pushes the
+			// claim (-o ag.task): the change lands and finishes the task; the claim of a done task
+			// is refused, and nothing lands.
 			var claimed agmcp.TaskClaimOut
 			bob.ok("task_create", map[string]any{"title": "B"}, &agmcp.TaskCreateOut{})
 			bob.ok("task_claim", nil, &claimed)
+			bob.ok("lease_acquire", map[string]any{"paths": []string{"src/b.go", "src/c.go"}}, &agmcp.LeaseAcquireOut{})
 			writeTestFile(t, filepath.Join(bob.dir, "src", "b.go"), "package b // bob's\n")
-			bob.refused("integrate", map[string]any{"message": "B", "task": claimed.Task.ID},
-				"nothing was integrated", "git push -o ag.holder=b1 -o ag.task="+claimed.Claim)
-			var done agmcp.TaskUpdateOut
-			bob.ok("task_update", map[string]any{"task": claimed.Task.ID, "action": "done"}, &done)
-			if done.Task.State != "done" {
-				t.Errorf("task_update done answered %+v", done.Task)
+			var forTask agmcp.IntegrateOut
+			bob.ok("integrate", map[string]any{"message": "B", "task": claimed.Task.ID, "wait": true}, &forTask)
+			if forTask.Change.State != "integrated" || forTask.Change.Task != claimed.Claim {
+				t.Fatalf("integrate with the task claim in a git working tree: %+v, want integrated carrying %s", forTask.Change, claimed.Claim)
 			}
+			writeTestFile(t, filepath.Join(bob.dir, "src", "c.go"), "package b // more\n")
+			bob.refused("integrate", map[string]any{"message": "C", "task": claimed.Claim}, "is done: change", "finished it", "do not push for that task")
 			alice.ok("message_send", map[string]any{"to_holder": "bob|b1", "text": "B is yours"}, &agmcp.MessageSendOut{})
 			var inbox agmcp.InboxOut
 			bob.ok("inbox", nil, &inbox)

@@ -616,12 +616,11 @@ func (a *agent) integrate(ctx context.Context, req *mcp.CallToolRequest, in inte
 	if t, err := a.gitTree(); err != nil {
 		return nil, out, err
 	} else if t != nil {
-		if claim != "" {
-			return nil, out, fmt.Errorf("task: integrate cannot carry a task claim in a git working tree yet: nothing was integrated. Commit, "+
-				"then push the claim yourself: git push -o ag.holder=%s -o ag.task=%s origin HEAD:refs/for/main; or integrate without task "+
-				"and, once the change landed, mark the task done (task_update action=done)", t.Holder, claim)
+		res, out, err := a.gitIntegrate(ctx, req, t, in.Message, only, in.Wait, claim)
+		if refusal := a.taskRefusal(err, taskID, claimNumber); refusal != nil {
+			return nil, out, refusal
 		}
-		return a.gitIntegrate(ctx, req, t, in.Message, only, in.Wait)
+		return res, out, err
 	}
 	ws, err := a.workspace(ctx)
 	if err != nil {

@@ -296,3 +296,42 @@ func TestMessagesAreCappedAndAttributed(t *testing.T) {
 		t.Fatalf("the thread after alice's inbox = %v, %v; want alice's own message", thread.GetMessages(), err)
 	}
 }
+
+// TestAPushCarriesATaskClaim: `git push -o ag.task=ID#N` lands a change for the task, which is
+// then done by it, its commit naming the claim; a push with a claim that is no longer current
+// is refused saying so, and nothing lands.
+func TestAPushCarriesATaskClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newPushFixture(t, "sqlite", nil)
+	created, err := f.ada.Tasks.CreateTask(ctx, &agwpv1.CreateTaskRequest{Repository: "app", Title: "document a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := created.GetTask().GetId()
+	claimTask(t, f.ada, "app", task, "wt", time.Hour)
+	f.lease("wt", "docs/")
+	f.commit(f.dir, "document a", map[string]string{"docs/a.md": "# a\n"})
+	if out, ok := f.push(f.dir, "-o", "ag.holder=wt", "-o", "ag.task="+task+"#1"); !ok {
+		t.Fatalf("push with the task claim failed:\n%s", out)
+	}
+	if got := getTask(t, f.ada, task); got.GetState() != agwpv1.TaskState_TASK_STATE_DONE || got.GetChangeId() == "" {
+		t.Fatalf("the task after the push landed: %v; want done by its change", got)
+	}
+	if msg := mainlineMessage(t, f.srv, "app"); !strings.Contains(msg, "\nAg-Task: "+task+"#1\n") {
+		t.Fatalf("the pushed commit's mainline commit:\n%s\nwant Ag-Task: %s#1", msg, task)
+	}
+
+	_, before := f.mainline()
+	f.commit(f.dir, "more on a", map[string]string{"docs/b.md": "# b\n"})
+	out, ok := f.push(f.dir, "-o", "ag.holder=wt", "-o", "ag.task="+task+"#1")
+	if ok || !strings.Contains(out, "its task claim is not current") || !strings.Contains(out, "finished it") {
+		t.Fatalf("a push with the claim of a done task: ok=%v\n%s\nwant it refused saying the task is done", ok, out)
+	}
+	if _, after := f.mainline(); after != before {
+		t.Fatalf("the refused push moved the mainline from %s to %s", before, after)
+	}
+	if out, ok := f.push(f.dir, "-o", "ag.task=tsk_x"); ok || !strings.Contains(out, "TASK#CLAIM") {
+		t.Fatalf("a push with a malformed task claim: ok=%v\n%s", ok, out)
+	}
+}
