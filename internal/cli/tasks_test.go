@@ -73,7 +73,11 @@ func (a *agentCO) createTask(args ...string) *agwpv1.Task {
 // claimTask claims id in a's checkout and answers the task as claimed.
 func (a *agentCO) claimTask(id string) *agwpv1.Task {
 	a.t.Helper()
-	return taskOut(a.t, "ag task claim --json", []byte(a.must("task", "claim", id, "--json")))
+	var out struct {
+		Task json.RawMessage `json:"task"`
+	}
+	decode(a.t, "ag task claim --json", a.must("task", "claim", id, "--json"), &out)
+	return taskOut(a.t, "ag task claim --json", out.Task)
 }
 
 // secondCheckout checks app out again for a's principal, under the holder label holder.
@@ -141,14 +145,18 @@ func TestTasksRoundTrip(t *testing.T) {
 		t.Errorf("ag task list --state opened: exit %d, %s", code, errOut)
 	}
 
-	// The claim's number is in the JSON as every uint64 is: a string, named in camelCase.
+	// The JSON carries the task and its claim_number, and the claim as integrate --task takes it.
 	out := alice.must("task", "claim", fix.GetId(), "--json")
-	var fields map[string]any
-	decode(t, "ag task claim --json", out, &fields)
-	if fields["claimNumber"] != "1" || fields["state"] != "claimed" {
-		t.Errorf("ag task claim --json printed %s, want \"claimNumber\": \"1\" and \"state\": \"claimed\"", out)
+	var fields struct {
+		Task        json.RawMessage `json:"task"`
+		ClaimNumber any             `json:"claim_number"`
+		Claim       string          `json:"claim"`
 	}
-	claimed := taskOut(t, "ag task claim --json", []byte(out))
+	decode(t, "ag task claim --json", out, &fields)
+	if fields.ClaimNumber != float64(1) || fields.Claim != fix.GetId()+"#1" {
+		t.Errorf("ag task claim --json printed %s, want \"claim_number\": 1 and \"claim\": %q", out, fix.GetId()+"#1")
+	}
+	claimed := taskOut(t, "ag task claim --json", fields.Task)
 	if claimed.GetState() != agwpv1.TaskState_TASK_STATE_CLAIMED || claimed.GetClaimant() != "alice|alice" || claimed.GetClaimNumber() != 1 {
 		t.Errorf("claimed: %v", claimed)
 	}

@@ -28,6 +28,14 @@ var taskStates = map[string]agwpv1.TaskState{
 	"cancelled": agwpv1.TaskState_TASK_STATE_CANCELLED,
 }
 
+// claimJSON is what ag task claim --json prints: the task as claimed, and its claim's number,
+// and the claim as integrate --task and git push -o ag.task take it.
+type claimJSON struct {
+	Task        jsonRaw `json:"task"`
+	ClaimNumber uint64  `json:"claim_number"`
+	Claim       string  `json:"claim"`
+}
+
 // stateName answers a task's state as the command line writes it: open, claimed, done, cancelled.
 func stateName(s agwpv1.TaskState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "TASK_STATE_"))
@@ -384,7 +392,7 @@ func (c *cmds) taskClaimCmd() *cobra.Command {
 				return fmt.Errorf("claimed %s, but the checkout could not record it: %w (name the claim as %s)", claim, err, claim)
 			}
 			if c.env.JSON() {
-				return c.printTask(t)
+				return c.printValue(claimJSON{Task: rawTask(t), ClaimNumber: t.GetClaimNumber(), Claim: claim.String()})
 			}
 			w := c.env.Stdout()
 			termsafe.Fprintf(w, "claimed %s as %s: claim %s until %s\n", t.GetId(), t.GetClaimant(), claim.String(), formatTime(t.GetClaimExpiresAt()))
