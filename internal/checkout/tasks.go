@@ -20,6 +20,9 @@ import (
 // inboxes. It is apart from checkout.json, which sync and integrate rewrite from a fresh read.
 const tasksFile = StateDir + "/tasks.json"
 
+// tasksLock is flocked while the task state is read, updated and written (UpdateTasks).
+const tasksLock = StateDir + "/tasks.lock"
+
 // TaskClaim is a task claim made in a checkout: the task and the claim's number
 // (ClaimTaskResponse.task.claim_number), the fencing token a change for the task carries.
 type TaskClaim struct {
@@ -120,24 +123,40 @@ func (c *Checkout) Tasks() (*TaskState, error) {
 // UpdateTasks reads the checkout's task state afresh, lets update change it and writes it back
 // atomically (never through a link). A git working tree keeps none: update runs on an empty
 // state, and nothing is written.
+//
+// The read, the update and the write hold a lock (tasksLock, flocked), so that two processes of
+// the checkout (ag mcp's tools and watcher, an ag task beside it) never lose each other's claim.
 func (c *Checkout) UpdateTasks(update func(*TaskState)) error {
-	s, err := c.Tasks()
-	if err != nil {
-		return err
-	}
-	update(s)
 	if c.stateless {
+		update(&TaskState{})
 		return nil
-	}
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
 	}
 	root, err := os.OpenRoot(c.root)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	var lock *os.File
+	err = makeParents(root, tasksLock)
+	if err == nil {
+		lock, err = root.OpenFile(tasksLock, os.O_RDWR|os.O_CREATE, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("lock the checkout's task state: %w", err)
+	}
+	defer lock.Close()
+	if err := lockTasks(lock); err != nil {
+		return fmt.Errorf("lock the checkout's task state: %w", err)
+	}
+	s, err := c.Tasks()
+	if err != nil {
+		return err
+	}
+	update(s)
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
 	return writeStateFile(root, tasksFile, data)
 }
 

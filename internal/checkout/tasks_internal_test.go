@@ -2,9 +2,11 @@ package checkout
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -93,4 +95,33 @@ func TestADamagedTaskStateIsRefused(t *testing.T) {
 func isUsage(err error) bool {
 	var u *UsageError
 	return errors.As(err, &u)
+}
+
+// TestTaskStateUpdatesDoNotLoseEachOther: many updates at once (ag mcp's tools and an ag task
+// beside them) each find the others' claims recorded; without the lock, a read-modify-write
+// would write back a state that misses a claim recorded meanwhile.
+func TestTaskStateUpdatesDoNotLoseEachOther(t *testing.T) {
+	root := t.TempDir()
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := New(root, "app", "http://x", "a1") // each its own, as another process's would be
+			errs <- c.UpdateTasks(func(s *TaskState) { s.SetClaim(TaskClaim{TaskID: fmt.Sprintf("tsk_%d", i), Number: 1}) })
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(root, "app", "http://x", "a1").Tasks()
+	if err != nil || len(s.Claims) != n {
+		t.Fatalf("claims recorded by %d updates at once: %d (%v), want every one", n, len(s.Claims), err)
+	}
 }
