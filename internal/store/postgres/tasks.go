@@ -125,17 +125,8 @@ func (db *DB) CreateTask(ctx context.Context, p store.CreateTaskParams) (store.T
 	if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 		return store.Task{}, fmt.Errorf("create task: %w", err)
 	}
-	if p.MaxPerMinute > 0 {
-		if _, err := tx.Exec(ctx, taskRateLockSQL, p.CreatedBy); err != nil {
-			return store.Task{}, interpretError("create task: lock the principal's rate", err)
-		}
-		var created int64
-		if err := tx.QueryRow(ctx, taskRateSQL, db.now(), p.CreatedBy).Scan(&created); err != nil {
-			return store.Task{}, interpretError("create task: count the principal's tasks", err)
-		}
-		if created >= int64(p.MaxPerMinute) {
-			return store.Task{}, &store.RateError{Principal: p.CreatedBy, What: "tasks", Max: p.MaxPerMinute}
-		}
+	if err := db.checkRate(ctx, tx, "tasks", p.CreatedBy, p.MaxPerMinute); err != nil {
+		return store.Task{}, fmt.Errorf("create task: %w", err)
 	}
 	if len(p.DependsOn) > 0 {
 		rows, err := tx.Query(ctx, `SELECT id FROM tasks WHERE id = ANY($1::text[]) AND repository = $2`, p.DependsOn, p.Repository)
@@ -474,16 +465,34 @@ func (s *messageScan) message() store.Message {
 	return m
 }
 
-// messageRateLockSQL serializes the messages of the principal $1 while their rate is checked.
-const messageRateLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('ag_message_rate/' || $1::text, 0))`
+// rateLockSQL serializes what the principal $1 makes of a kind ($2) while its rate is checked:
+// replicas then count alike.
+const rateLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('ag_rate/' || $2::text || '/' || $1::text, 0))`
 
-// taskRateLockSQL and taskRateSQL are the message rate's, for the tasks principal $2 created.
-const taskRateLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('ag_task_rate/' || $1::text, 0))`
+// rateSQL counts what the principal $2 made in the last minute, per kind of store.RateError.
+var rateSQL = map[string]string{
+	"tasks":    q(`SELECT count(*) FROM tasks WHERE created_by = $2 AND created_at > {now} - interval '1 minute'`),
+	"messages": q(`SELECT count(*) FROM messages WHERE principal = $2 AND created_at > {now} - interval '1 minute'`),
+}
 
-var taskRateSQL = q(`SELECT count(*) FROM tasks WHERE created_by = $2 AND created_at > {now} - interval '1 minute'`)
-
-// messageRateSQL counts the messages the principal $2 sent in the last minute.
-var messageRateSQL = q(`SELECT count(*) FROM messages WHERE principal = $2 AND created_at > {now} - interval '1 minute'`)
+// checkRate refuses with a *store.RateError when principal made max (0: no cap) of what (tasks
+// or messages) in the last minute, counted under the principal's lock for that kind.
+func (db *DB) checkRate(ctx context.Context, tx pgx.Tx, what, principal string, max int) error {
+	if max <= 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, rateLockSQL, principal, what); err != nil {
+		return interpretError("lock the principal's rate", err)
+	}
+	var made int64
+	if err := tx.QueryRow(ctx, rateSQL[what], db.now(), principal).Scan(&made); err != nil {
+		return interpretError("count the principal's "+what, err)
+	}
+	if made >= int64(max) {
+		return &store.RateError{Principal: principal, What: what, Max: max}
+	}
+	return nil
+}
 
 // sendMessageSQL stores the message with its repository's next number, taken under the lock of
 // the repository's row of message_seqs, held until the commit: messages commit in the order
@@ -532,17 +541,8 @@ func (db *DB) SendMessage(ctx context.Context, p store.SendMessageParams) (store
 	if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 		return store.Message{}, fmt.Errorf("send message: %w", err)
 	}
-	if p.MaxPerMinute > 0 {
-		if _, err := tx.Exec(ctx, messageRateLockSQL, p.Principal); err != nil {
-			return store.Message{}, interpretError("send message: lock the principal's rate", err)
-		}
-		var sent int64
-		if err := tx.QueryRow(ctx, messageRateSQL, db.now(), p.Principal).Scan(&sent); err != nil {
-			return store.Message{}, interpretError("send message: count the principal's messages", err)
-		}
-		if sent >= int64(p.MaxPerMinute) {
-			return store.Message{}, &store.RateError{Principal: p.Principal, What: "messages", Max: p.MaxPerMinute}
-		}
+	if err := db.checkRate(ctx, tx, "messages", p.Principal, p.MaxPerMinute); err != nil {
+		return store.Message{}, fmt.Errorf("send message: %w", err)
 	}
 	recipient := p.ToHolder
 	switch {

@@ -107,15 +107,8 @@ func (d *DB) CreateTask(ctx context.Context, p store.CreateTaskParams) (store.Ta
 		if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 			return fmt.Errorf("create task: %w", err)
 		}
-		if p.MaxPerMinute > 0 {
-			var created int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE created_by = ? AND created_at > ?`,
-				p.CreatedBy, micros(now.Add(-time.Minute))).Scan(&created); err != nil {
-				return interpretError("create task: count the principal's tasks", err)
-			}
-			if created >= p.MaxPerMinute {
-				return &store.RateError{Principal: p.CreatedBy, What: "tasks", Max: p.MaxPerMinute}
-			}
+		if err := checkRate(ctx, tx, "tasks", p.CreatedBy, p.MaxPerMinute, now); err != nil {
+			return fmt.Errorf("create task: %w", err)
 		}
 		for _, dep := range p.DependsOn {
 			var repository string
@@ -497,15 +490,8 @@ func (d *DB) SendMessage(ctx context.Context, p store.SendMessageParams) (store.
 		if err := repositoryExists(ctx, tx, p.Repository); err != nil {
 			return fmt.Errorf("send message: %w", err)
 		}
-		if p.MaxPerMinute > 0 {
-			var sent int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE principal = ? AND created_at > ?`,
-				p.Principal, micros(now.Add(-time.Minute))).Scan(&sent); err != nil {
-				return interpretError("send message: count the principal's messages", err)
-			}
-			if sent >= p.MaxPerMinute {
-				return &store.RateError{Principal: p.Principal, What: "messages", Max: p.MaxPerMinute}
-			}
+		if err := checkRate(ctx, tx, "messages", p.Principal, p.MaxPerMinute, now); err != nil {
+			return fmt.Errorf("send message: %w", err)
 		}
 		recipient := p.ToHolder
 		switch {
@@ -598,3 +584,25 @@ func (d *DB) ListMessages(ctx context.Context, p store.ListMessagesParams) ([]st
 
 // MessageSignal answers the channel that the next message this store stores closes.
 func (d *DB) MessageSignal() <-chan struct{} { return d.messageSignal.Wait() }
+
+// rateQueries count what a principal made in a window, per kind of store.RateError.
+var rateQueries = map[string]string{
+	"tasks":    `SELECT count(*) FROM tasks WHERE created_by = ? AND created_at > ?`,
+	"messages": `SELECT count(*) FROM messages WHERE principal = ? AND created_at > ?`,
+}
+
+// checkRate refuses with a *store.RateError when principal made max (0: no cap) of what (tasks
+// or messages) in the minute before now; the write lock makes the count exact.
+func checkRate(ctx context.Context, tx *sql.Tx, what, principal string, max int, now time.Time) error {
+	if max <= 0 {
+		return nil
+	}
+	var made int
+	if err := tx.QueryRowContext(ctx, rateQueries[what], principal, micros(now.Add(-time.Minute))).Scan(&made); err != nil {
+		return interpretError("count the principal's "+what, err)
+	}
+	if made >= max {
+		return &store.RateError{Principal: principal, What: what, Max: max}
+	}
+	return nil
+}
