@@ -122,9 +122,11 @@ test("a task's title, body and paths and the messages on threads show as text, n
   await noMarkup(page, "task page");
 
   await page.goto(`${env.url}/#/change/${change.id}`);
-  const messages = await until(page, "the change's thread", () =>
-    document.querySelector('[data-testid="change-task"]') &&
-    [...document.querySelectorAll('[data-testid="message-text"]')].map((e) => e.textContent));
+  // An empty list is no answer yet: the thread may come after the change's task line.
+  const messages = await until(page, "the change's thread", () => {
+    const texts = [...document.querySelectorAll('[data-testid="message-text"]')].map((e) => e.textContent);
+    return document.querySelector('[data-testid="change-task"]') && texts.length > 0 && texts;
+  });
   assert.deepEqual(messages, [onChange], "the change page shows its messages as written");
   await noMarkup(page, "change page");
   assert.deepEqual(page.errors, [], "the pages threw uncaught errors");
