@@ -171,6 +171,7 @@ func newRepoListCmd(g *globals) *cobra.Command {
 func newRepoImportCmd(g *globals) *cobra.Command {
 	var holder, message, credentialFile string
 	var filesOnly, dryRun bool
+	var shallow importer.Shallow
 	importCmd := &cobra.Command{
 		Use:   "import NAME DIR|URL",
 		Short: "start a repository from a git history, or load a folder's files into a repository's mainline",
@@ -185,7 +186,9 @@ control character, .git or .ag, too long), the import lists every such path with
 the commit that brings it in, and writes nothing. --dry-run does the same checks and says what
 the import would upload, uploading nothing. A URL (https://, http://, git://) is fetched over
 git's protocol first, its default branch's history, with --credential-file for a forge that
-asks for one.
+asks for one. A shallow clone is imported as it is, every commit id kept: the repository's
+history starts where the clone's does (ag repo show: "history from COMMIT on"), and git clones
+of it are shallow there. --depth N or --since DATE makes that shallow clone of DIR or URL first.
 
 Otherwise, or with --files, loads every regular file under DIR into the repository's mainline, in one change, under
 leases it takes on DIR's top-level entries and releases afterwards. Symbolic links are skipped,
@@ -202,12 +205,15 @@ files: import first, then set the policy.`,
 			if err != nil {
 				return err
 			}
-			if importer.IsRemote(args[1]) {
+			if filesOnly && shallow.Given() {
+				return withExit(ExitUsage, errors.New("--depth and --since import part of a git history, not files (--files)"))
+			}
+			if importer.IsRemote(args[1]) || shallow.Given() {
 				credential, err := readCredential(credentialFile)
 				if err != nil {
 					return err
 				}
-				dir, remove, err := importer.FetchRemote(cmd.Context(), args[1], credential, g.stderr)
+				dir, remove, err := importer.Fetch(cmd.Context(), args[1], credential, shallow, g.stderr)
 				if err != nil {
 					return err
 				}
@@ -231,6 +237,8 @@ files: import first, then set the policy.`,
 	importCmd.Flags().StringVar(&holder, "holder", "import", "holder label of the import's leases")
 	importCmd.Flags().StringVarP(&message, "message", "m", "", "change message (default: import of DIR)")
 	importCmd.Flags().StringVar(&credentialFile, "credential-file", "", "a file holding the forge's credential for a URL: user:token, or a token")
+	importCmd.Flags().IntVar(&shallow.Depth, "depth", 0, "import a shallow clone of DIR or URL with the newest N commits (git clone --depth)")
+	importCmd.Flags().StringVar(&shallow.Since, "since", "", "import a shallow clone of DIR or URL with the commits since DATE (git clone --shallow-since)")
 	return importCmd
 }
 
@@ -310,12 +318,12 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 	h, missing := plan.History, plan.Missing
 	if dryRun {
 		if g.json {
-			return g.printValue(map[string]any{"head": h.Head.String(), "commits": len(h.Commits), "trees": len(h.Trees), "blobs": len(h.Blobs),
+			return g.printValue(map[string]any{"head": h.Head.String(), "shallow": h.ShallowIDs(), "commits": len(h.Commits), "trees": len(h.Trees), "blobs": len(h.Blobs),
 				"files": h.Files, "missing": map[string]int{"commits": importer.CountMissing(h.Commits, missing), "trees": importer.CountMissing(h.Trees, missing), "blobs": importer.CountMissing(h.Blobs, missing)}})
 		}
 		fmt.Fprintf(g.stdout, "the import of %s into %s would upload %d blobs, %d trees and %d commits the server lacks (of %d, %d, %d), and start %s at %s; nothing was uploaded\n",
 			dir, name, importer.CountMissing(h.Blobs, missing), importer.CountMissing(h.Trees, missing), importer.CountMissing(h.Commits, missing),
-			len(h.Blobs), len(h.Trees), len(h.Commits), name, h.Head)
+			len(h.Blobs), len(h.Trees), len(h.Commits), name, h.HeadLabel())
 		return nil
 	}
 	repo, err := plan.Start(ctx, c, func(verb string, files int, bytes int64) *checkout.Progress {
@@ -328,7 +336,7 @@ func importGit(ctx context.Context, g *globals, c *client.Client, name, dir stri
 		return g.printJSON(repo)
 	}
 	fmt.Fprintf(g.stdout, "imported the git history of %s into %s: %d commits, %d files at %s; mainline %s\n",
-		dir, name, len(h.Commits), h.Files, h.Head, repo.GetMainline())
+		dir, name, len(h.Commits), h.Files, h.HeadLabel(), repo.GetMainline())
 	fmt.Fprintf(g.stdout, "fetch from ag in that clone: git remote add ag %s/git/%s.git\n", c.BaseURL(), name)
 	return nil
 }

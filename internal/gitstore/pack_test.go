@@ -28,7 +28,7 @@ func TestPlainPackIsAPackGitReads(t *testing.T) {
 	for i := range 5 {
 		r.commit(fmt.Sprintf("Step %d", i), map[string][]byte{fmt.Sprintf("steps/%d.txt", i): fmt.Appendf(nil, "%d\n", i), "big.txt": append(big, byte('0'+i))})
 	}
-	ids, err := objectsToSend(context.Background(), r.s, []plumbing.Hash{r.main}, nil)
+	ids, err := objectsToSend(context.Background(), r.s, []plumbing.Hash{r.main}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,9 @@ type ReceiveRequest struct {
 	Updates      []RefUpdate
 	Capabilities []string
 	Options      []string // as git sent them, "ag.holder=a1"
+	// Shallow is what a push from a shallow clone says first: the commits its history stops at
+	// (its .git/shallow). The server decides whether it takes such a push.
+	Shallow []plumbing.Hash
 }
 
 // Asked reports whether git asked for the capability name.
@@ -80,9 +83,8 @@ func (r *ReceiveRequest) Asked(name string) bool {
 	return false
 }
 
-// ErrShallowPush refuses a push from a shallow clone, whose history ends where git cannot tell
-// what the server holds.
-var ErrShallowPush = errors.New("a push from a shallow clone is not taken: clone ag's repository whole")
+// maxReceiveShallow bounds the "shallow" lines of one push.
+const maxReceiveShallow = 10000
 
 // ReadReceiveRequest reads a push's commands and push options from r, leaving r at the pack.
 // It reads exactly the pkt-lines of both: nothing of the pack.
@@ -97,8 +99,16 @@ func ReadReceiveRequest(r io.Reader) (*ReceiveRequest, error) {
 		if len(line) == 0 {
 			break // flush: the commands are over
 		}
-		if bytes.HasPrefix(line, []byte("shallow ")) {
-			return nil, ErrShallowPush
+		if bytes.HasPrefix(line, []byte("shallow ")) && len(req.Updates) == 0 {
+			id, ok := parseHash(bytes.TrimSuffix(line[len("shallow "):], []byte("\n")))
+			if !ok {
+				return nil, fmt.Errorf("a malformed shallow line %q", truncateText(string(line), 120))
+			}
+			if len(req.Shallow) == maxReceiveShallow {
+				return nil, fmt.Errorf("a push from a clone shallow at more than %d commits", maxReceiveShallow)
+			}
+			req.Shallow = append(req.Shallow, id)
+			continue
 		}
 		if len(req.Updates) == maxReceiveCommands {
 			return nil, fmt.Errorf("a push of more than %d refs", maxReceiveCommands)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -30,6 +31,11 @@ const MainBranch = plumbing.ReferenceName("refs/heads/main")
 type Snapshot struct {
 	Objects storer.EncodedObjectStorer
 	Main    plumbing.Hash // zero when the repository has no commit yet
+	// Shallow is where the repository's history stops (an import of a shallow clone): commits
+	// whose parents it does not hold. They are served as git serves a shallow repository's: a
+	// "shallow" line each after the references, so that a clone is shallow at the same commits,
+	// and no walk goes past them.
+	Shallow []plumbing.Hash
 }
 
 // ErrNotFound is what Handler's open answers for a repository that does not exist (or that
@@ -167,10 +173,13 @@ func noCache(w http.ResponseWriter) {
 
 // capabilities answers what upload-pack advertises: negotiation with multi_ack_detailed (a
 // stateless HTTP client needs ACKs to stop sending haves it has in common), the pack on
-// side-band-64k, offset deltas, and HEAD's target.
+// side-band-64k, offset deltas, and HEAD's target. "shallow" lets a shallow clone (every clone
+// of a shallow repository is one) fetch, sending its "shallow" lines; a request to deepen or
+// cut a history (--depth) is refused, and deepen-since and deepen-not are not offered, so git
+// refuses --shallow-since and --shallow-exclude itself.
 func capabilities(snap Snapshot) (*capability.List, error) {
 	c := capability.NewList()
-	for _, x := range []capability.Capability{capability.MultiACKDetailed, capability.Sideband64k, capability.OFSDelta, capability.NoProgress} {
+	for _, x := range []capability.Capability{capability.MultiACKDetailed, capability.Sideband64k, capability.OFSDelta, capability.NoProgress, capability.Shallow} {
 		if err := c.Set(x); err != nil {
 			return nil, err
 		}
@@ -190,7 +199,9 @@ func capabilities(snap Snapshot) (*capability.List, error) {
 }
 
 // AdvertiseRefs writes the answer to `GET info/refs?service=git-upload-pack`: the service
-// line, then HEAD and refs/heads/main at the mainline commit with the capabilities.
+// line, then HEAD and refs/heads/main at the mainline commit with the capabilities, then a
+// "shallow" line for each commit the history stops at, as git's upload-pack (protocol v0)
+// advertises its shallow file: git writes those the pack holds into a clone's .git/shallow.
 func AdvertiseRefs(w io.Writer, snap Snapshot) error {
 	ar := packp.NewAdvRefs()
 	ar.Prefix = [][]byte{[]byte("# service=git-upload-pack"), pktline.Flush}
@@ -203,6 +214,7 @@ func AdvertiseRefs(w io.Writer, snap Snapshot) error {
 		main := snap.Main
 		ar.Head = &main
 		ar.References[MainBranch.String()] = main
+		ar.Shallows = slices.Clone(snap.Shallow)
 	}
 	return ar.Encode(w)
 }
@@ -272,8 +284,8 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 			return fail(fmt.Errorf("unsupported capability %s", c))
 		}
 	}
-	if len(req.Shallows) > 0 || (req.Depth != nil && !req.Depth.IsZero()) {
-		return fail(errors.New("shallow fetches are not supported"))
+	if req.Depth != nil && !req.Depth.IsZero() {
+		return fail(errors.New("ag serves no shallow fetch (--depth, --deepen, --unshallow): fetch without them; the history ag serves is the one it holds" + shallowNote(snap)))
 	}
 	if len(req.Wants) == 0 {
 		return fail(errors.New("no want lines"))
@@ -305,7 +317,17 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 		}
 		return enc.EncodeString("NAK\n")
 	}
-	objs, err := objectsToSend(ctx, snap.Objects, req.Wants, common)
+	// A commit the client says it holds without its parents (its .git/shallow, sent as
+	// "shallow" lines) is a boundary of the walk too, as git's upload-pack grafts it: what lies
+	// below it is neither the client's nor, unless another way reaches it, wanted.
+	stops := make(map[plumbing.Hash]bool, len(snap.Shallow)+len(req.Shallows))
+	for _, h := range snap.Shallow {
+		stops[h] = true
+	}
+	for _, h := range req.Shallows {
+		stops[h] = true
+	}
+	objs, err := objectsToSend(ctx, snap.Objects, req.Wants, common, stops)
 	if err != nil {
 		return fail(err)
 	}
@@ -345,9 +367,23 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	return nil
 }
 
+// shallowNote says where a shallow repository's history starts, for a refusal: "" for a whole
+// history.
+func shallowNote(snap Snapshot) string {
+	if len(snap.Shallow) == 0 {
+		return ""
+	}
+	ids := make([]string, len(snap.Shallow))
+	for i, h := range snap.Shallow {
+		ids[i] = h.String()
+	}
+	return fmt.Sprintf(" (history from %s on)", strings.Join(ids, ", "))
+}
+
 // wantable checks that each want is the mainline commit or one of its ancestors: what git
 // calls allow-reachable-sha1-in-want, which a stateless client needs when the mainline moved
-// between its requests. Candidate commits that never reached the mainline are not served.
+// between its requests. Candidate commits that never reached the mainline are not served. The
+// walk stops where the repository's history does (Snapshot.Shallow).
 func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 	missing := make(map[plumbing.Hash]bool, len(wants))
 	for _, h := range wants {
@@ -358,11 +394,19 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	stops := make(map[plumbing.Hash]bool, len(snap.Shallow))
+	for _, h := range snap.Shallow {
+		stops[h] = true
+	}
 	seen := map[plumbing.Hash]bool{snap.Main: true}
 	queue := []plumbing.Hash{snap.Main}
 	for len(queue) > 0 && len(missing) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if stops[queue[0]] {
+			queue = queue[1:]
+			continue
 		}
 		c, err := object.GetCommit(snap.Objects, queue[0])
 		queue = queue[1:]
@@ -399,8 +443,12 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 // at another path than its parents do (a file moved, a directory renamed or restored) is sent
 // again, as git's own upload-pack does (pack.useSparse), rather than walking common's whole
 // trees to find it.
-func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash) ([]plumbing.Hash, error) {
-	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}}
+//
+// A commit of stops is walked as if it had no parents (git's shallow grafts): the commits a
+// shallow repository's history stops at, and those a shallow client's does. Its tree is sent
+// whole when it is sent.
+func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash, stops map[plumbing.Hash]bool) ([]plumbing.Hash, error) {
+	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}, stops: stops}
 	for _, h := range common {
 		if err := w.push(h, true); err != nil {
 			return nil, err
@@ -418,7 +466,7 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		}
 		c := w.pop()
 		popped = append(popped, c)
-		for _, p := range c.ParentHashes {
+		for _, p := range w.parents(c) {
 			if err := w.push(p, c.uninteresting); err != nil {
 				return nil, err
 			}
@@ -437,7 +485,7 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		starts = append(starts, len(d.out))
 		d.out = append(d.out, c.Hash)
 		var olds []plumbing.Hash
-		for _, p := range c.ParentHashes {
+		for _, p := range w.parents(c) {
 			pc, err := w.commit(p)
 			if err != nil {
 				return nil, err
@@ -534,8 +582,17 @@ func (d *treeDiff) tree(t plumbing.Hash, olds []plumbing.Hash) error {
 type walk struct {
 	s           storer.EncodedObjectStorer
 	commits     map[plumbing.Hash]*walkCommit
+	stops       map[plumbing.Hash]bool // commits walked as if they had no parents
 	q           commitQueue
 	interesting int // commits in q not known to be reachable from common
+}
+
+// parents answers the parents the walk follows from c: none from a commit of stops.
+func (w *walk) parents(c *walkCommit) []plumbing.Hash {
+	if w.stops[c.Hash] {
+		return nil
+	}
+	return c.ParentHashes
 }
 
 type walkCommit struct {
@@ -599,7 +656,7 @@ func (w *walk) markUninteresting(c *walkCommit) error {
 		case walkQueued:
 			w.interesting--
 		case walkPopped: // its parents were pushed as interesting
-			for _, p := range c.ParentHashes {
+			for _, p := range w.parents(c) {
 				pc, err := w.commit(p)
 				if err != nil {
 					return err
@@ -642,12 +699,13 @@ func (w *walk) parentsFirst(popped []*walkCommit) ([]*walkCommit, error) {
 		}
 		for len(stack) > 0 {
 			f := &stack[len(stack)-1]
-			if f.next == len(f.c.ParentHashes) {
+			parents := w.parents(f.c)
+			if f.next == len(parents) {
 				order = append(order, f.c)
 				stack = stack[:len(stack)-1]
 				continue
 			}
-			p, err := w.commit(f.c.ParentHashes[f.next])
+			p, err := w.commit(parents[f.next])
 			f.next++
 			if err != nil {
 				return nil, err

@@ -21,18 +21,19 @@ import (
 
 // served is a repository behind a Handler whose mainline tests move.
 type served struct {
-	t    *testing.T
-	s    *countingStorer
-	mu   sync.Mutex
-	main plumbing.Hash
-	root plumbing.Hash
-	n    int
+	t       *testing.T
+	s       *countingStorer
+	mu      sync.Mutex
+	main    plumbing.Hash
+	root    plumbing.Hash
+	n       int
+	shallow []plumbing.Hash // where the history stops
 }
 
 func (r *served) open(context.Context) (Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Snapshot{Objects: r.s, Main: r.main}, nil
+	return Snapshot{Objects: r.s, Main: r.main, Shallow: r.shallow}, nil
 }
 
 // commit applies edits (path → content, nil to delete) on the mainline as a new commit.

@@ -130,7 +130,7 @@ func checkSent(t *testing.T, env []string, dir string, s *countingStorer, wants,
 	for _, h := range haves {
 		c = append(c, plumbing.NewHash(h))
 	}
-	ids, err := objectsToSend(context.Background(), s, w, c)
+	ids, err := objectsToSend(context.Background(), s, w, c, nil)
 	if err != nil {
 		t.Fatalf("objectsToSend(%v, %v): %v", wants, haves, err)
 	}

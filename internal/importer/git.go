@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,6 +44,10 @@ type GitHistory struct {
 	Trees   []plumbing.Hash
 	Commits []plumbing.Hash
 	Files   int // files, links and submodules in the head commit's tree
+	// Shallow is where the history stops, sorted: the commits of a shallow clone's boundary
+	// (its .git/shallow) that HEAD reaches, whose parents are not read, uploaded nor required.
+	// None for a whole history.
+	Shallow []plumbing.Hash
 	// Refused is every entry the server would refuse, each once, with the first commit that
 	// brings it in: an import tells them all before it uploads a byte.
 	Refused []checkout.RefusedPath
@@ -65,13 +71,25 @@ func OpenGitStorage(dir string) (*filesystem.Storage, error) {
 // ReadGitHistory lists the objects that the HEAD of the git repository reaches, and the
 // entries of its trees that the server would refuse (gitstore.EntryProblem for every tree, and
 // for HEAD's tree, which every checkout writes, the rules of a checkout's paths and links).
-// Each tree is read once, however many commits hold it.
+// Each tree is read once, however many commits hold it. A shallow clone's history stops at the
+// commits its shallow file lists (s a storer.ShallowStorer): their parents are not read. A
+// commit missing anywhere else is a hole, refused as a *checkout.UsageError.
 func ReadGitHistory(ctx context.Context, s storer.Storer) (*GitHistory, error) {
 	ref, err := storer.ResolveReference(s, plumbing.HEAD)
 	if err != nil {
 		return nil, fmt.Errorf("read HEAD: %w (a repository without commits has no history to import)", err)
 	}
 	h := &GitHistory{Head: ref.Hash()}
+	boundary := map[plumbing.Hash]bool{}
+	if ss, ok := s.(storer.ShallowStorer); ok {
+		list, err := ss.Shallow()
+		if err != nil {
+			return nil, fmt.Errorf("read the shallow file: %w", err)
+		}
+		for _, id := range list {
+			boundary[id] = true
+		}
+	}
 	seenCommit := map[plumbing.Hash]bool{}
 	seenBlob := map[plumbing.Hash]bool{}
 	filesIn := map[plumbing.Hash]int{} // trees read so far, with the entries they hold
@@ -120,6 +138,7 @@ func ReadGitHistory(ctx context.Context, s storer.Storer) (*GitHistory, error) {
 	// once all its parents are emitted.
 	type frame struct {
 		id       plumbing.Hash
+		child    plumbing.Hash // the commit whose parent it is; zero for HEAD
 		expanded bool
 	}
 	stack := []frame{{id: h.Head}}
@@ -134,14 +153,23 @@ func ReadGitHistory(ctx context.Context, s storer.Storer) (*GitHistory, error) {
 			continue
 		}
 		c, err := object.GetCommit(s, f.id)
+		if errors.Is(err, plumbing.ErrObjectNotFound) && !f.child.IsZero() {
+			return nil, &checkout.UsageError{Err: fmt.Errorf("the history of HEAD reaches commit %s, a parent of %s, which the repository does not hold, "+
+				"and %s is not where a shallow clone's history stops (its .git/shallow): a history with a hole cannot be imported; "+
+				"fetch what it lacks (git fetch --unshallow), or import a shallow clone of it (ag repo import --depth N)", f.id, f.child, f.child)}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read commit %s: %w", f.id, err)
 		}
 		if !f.expanded {
-			stack = append(stack, frame{id: f.id, expanded: true})
+			stack = append(stack, frame{id: f.id, child: f.child, expanded: true})
+			if boundary[f.id] {
+				h.Shallow = append(h.Shallow, f.id) // its parents are not the clone's
+				continue
+			}
 			for _, p := range c.ParentHashes {
 				if !seenCommit[p] {
-					stack = append(stack, frame{id: p})
+					stack = append(stack, frame{id: p, child: f.id})
 				}
 			}
 			continue
@@ -159,7 +187,27 @@ func ReadGitHistory(ctx context.Context, s storer.Storer) (*GitHistory, error) {
 	if err := checkHeadTree(ctx, s, h, headTree); err != nil {
 		return nil, err
 	}
+	slices.SortFunc(h.Shallow, func(x, y plumbing.Hash) int { return bytes.Compare(x[:], y[:]) })
+	h.Shallow = slices.Compact(h.Shallow)
 	return h, nil
+}
+
+// ShallowIDs answers h.Shallow as the API carries it, 40 hex each.
+func (h *GitHistory) ShallowIDs() []string {
+	ids := make([]string, len(h.Shallow))
+	for i, id := range h.Shallow {
+		ids[i] = id.String()
+	}
+	return ids
+}
+
+// HeadLabel names the history's head for a person: its commit, and where its history stops
+// when it is shallow ("5f0c… (history from 9a1b… on)").
+func (h *GitHistory) HeadLabel() string {
+	if len(h.Shallow) == 0 {
+		return h.Head.String()
+	}
+	return h.Head.String() + " (history from " + strings.Join(h.ShallowIDs(), ", ") + " on)"
 }
 
 // checkHeadTree adds to h.Refused what HEAD's tree holds that no checkout may write: a path
@@ -249,9 +297,10 @@ type ProgressFunc func(verb string, files int, bytes int64) *checkout.Progress
 
 // UploadGitHistory sends the objects of h that the server lacks (missing, from
 // MissingGitObjects): blobs with their sha256 digests (UploadBlobs), then trees and commits as
-// git objects, so that every object arrives after those it names.
+// git objects, so that every object arrives after those it names; a commit where the history
+// stops (h.Shallow) is sent as one whose parents are absent (UploadGitObjectsRequest.shallow).
 func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, h *GitHistory, missing map[plumbing.Hash]bool, progress ProgressFunc) error {
-	uploadBlobs := func(objs []*agwpv1.GitObject) error {
+	uploadBlobs := func(objs []*agwpv1.GitObject, _ []plumbing.Hash) error {
 		blobs := make([][]byte, len(objs))
 		for i, o := range objs {
 			blobs[i] = o.GetData()
@@ -259,8 +308,18 @@ func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, 
 		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: blobs})
 		return err
 	}
-	uploadObjects := func(objs []*agwpv1.GitObject) error {
-		_, err := c.Repos.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs})
+	boundary := make(map[plumbing.Hash]bool, len(h.Shallow))
+	for _, id := range h.Shallow {
+		boundary[id] = true
+	}
+	uploadObjects := func(objs []*agwpv1.GitObject, ids []plumbing.Hash) error {
+		req := &agwpv1.UploadGitObjectsRequest{Objects: objs}
+		for _, id := range ids {
+			if boundary[id] {
+				req.Shallow = append(req.Shallow, id.String())
+			}
+		}
+		_, err := c.Repos.UploadGitObjects(ctx, req)
 		return err
 	}
 	// A large blob goes alone, in parts, so that no request must hold it whole.
@@ -284,20 +343,21 @@ const importChunkBytes = 16 << 20
 // sendLarge (when not nil) each object of client.LargeBlobBytes or more, alone, from a
 // temporary file it was copied to (its digest computed on the way), never read into memory.
 func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
-	send func(objs []*agwpv1.GitObject) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
+	send func(objs []*agwpv1.GitObject, ids []plumbing.Hash) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
 	p := progress("uploading", CountMissing(ids, missing), 0)
 	p.SetUnit(what)
 	var chunk []*agwpv1.GitObject
+	var chunkIDs []plumbing.Hash
 	size := 0
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
 		}
-		if err := send(chunk); err != nil {
+		if err := send(chunk, chunkIDs); err != nil {
 			return err
 		}
 		p.Add(len(chunk), int64(size))
-		chunk, size = nil, 0
+		chunk, chunkIDs, size = nil, nil, 0
 		return nil
 	}
 	for _, id := range ids {
@@ -327,6 +387,7 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 			}
 		}
 		chunk = append(chunk, &agwpv1.GitObject{Type: typ.String(), Data: data})
+		chunkIDs = append(chunkIDs, id)
 		size += len(data)
 	}
 	if err := flush(); err != nil {

@@ -45,7 +45,7 @@ func PlanGit(ctx context.Context, c *client.Client, name, dir string, log io.Wri
 		return nil, err
 	}
 	fmt.Fprintf(log, "%d commits, %d trees, %d blobs; %d files at HEAD %s\n",
-		len(h.Commits), len(h.Trees), len(h.Blobs), h.Files, h.Head)
+		len(h.Commits), len(h.Trees), len(h.Blobs), h.Files, h.HeadLabel())
 	if len(h.Refused) > 0 {
 		return nil, h.Refusal(dir)
 	}
@@ -58,12 +58,14 @@ func PlanGit(ctx context.Context, c *client.Client, name, dir string, log io.Wri
 
 // Start uploads the objects the server lacks and creates the repository with the history's
 // HEAD as its mainline, so that a clone of Dir fetches from ag and fast-forwards. Objects the
-// server holds are not sent again: an import that stopped is finished by running it again.
+// server holds are not sent again: an import that stopped is finished by running it again. A
+// shallow history's repository keeps where it stops (CreateRepositoryRequest.shallow).
 func (gi *GitImport) Start(ctx context.Context, c *client.Client, progress ProgressFunc) (*agwpv1.Repository, error) {
 	if err := UploadGitHistory(ctx, c, gi.storage, gi.History, gi.Missing, progress); err != nil {
 		return nil, err
 	}
-	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: gi.Repository, GitCommit: gi.History.Head.String()})
+	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: gi.Repository, GitCommit: gi.History.Head.String(),
+		Shallow: gi.History.ShallowIDs()})
 	if err != nil {
 		return nil, err
 	}

@@ -193,6 +193,12 @@ func (m *Mirrors) push(ctx context.Context, mr store.Mirror, r store.Repository)
 		out.State, out.PushedCommit = store.MirrorCurrent, commit.String()
 	case strings.Contains(err.Error(), "non-fast-forward"), strings.Contains(err.Error(), "stale info"):
 		out.State, out.LastError = store.MirrorDiverged, "the forge's "+mr.Branch+" moved while ag pushed to it: ag does not overwrite it"
+	case len(r.Shallow) > 0 && errors.Is(err, plumbing.ErrObjectNotFound):
+		// The push reached below where the repository's history starts: the forge lacks
+		// what ag never held.
+		out.State, out.LastError = store.MirrorFailing, fmt.Sprintf("push: the forge's %s holds no commit of ag's mainline, "+
+			"and ag holds the history only from %s on (imported from a shallow clone): push the history it was imported from to the forge once; ag then pushes what lands",
+			mr.Branch, r.Shallow[0])
 	default:
 		out.State, out.LastError = store.MirrorFailing, forgeError("push", err)
 	}

@@ -20,7 +20,12 @@ func WriteSummary(w io.Writer, s *Summary) error {
 	repo, tree, change := s.Repository.GetRepository(), s.Tree, s.LastChange
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	termsafe.Fprintf(tw, "repository\t%s\n", repo.GetName())
-	termsafe.Fprintf(tw, "mainline\t%s\n", repo.GetMainline())
+	if shallow := repo.GetShallow(); len(shallow) > 0 {
+		// Imported from a shallow clone: what came before these commits is not ag's to serve.
+		termsafe.Fprintf(tw, "mainline\t%s (history from %s on)\n", repo.GetMainline(), strings.Join(shallow, ", "))
+	} else {
+		termsafe.Fprintf(tw, "mainline\t%s\n", repo.GetMainline())
+	}
 	termsafe.Fprintf(tw, "tree\t%s (%s)\n", tree.GetTreeDigest(), DescribeEntries(tree.GetEntries()))
 	for _, e := range tree.GetEntries() {
 		if e.GetMode() == "160000" {

@@ -44,3 +44,23 @@ func TestDescribeEntries(t *testing.T) {
 		t.Errorf("DescribeEntries = %q, want %q", got, want)
 	}
 }
+
+// TestSummarySaysWhereAShallowHistoryStarts ensures `ag repo show` of a repository imported
+// from a shallow clone says where its history starts, and says nothing of it for a whole one.
+func TestSummarySaysWhereAShallowHistoryStarts(t *testing.T) {
+	const boundary = "0cf50fa6118cdd5f9a5fa3eb6b7210135d366a43"
+	for _, shallow := range [][]string{{boundary}, nil} {
+		var b strings.Builder
+		s := &repoview.Summary{
+			Repository: &agwpv1.GetRepositoryResponse{Repository: &agwpv1.Repository{Name: "app", Mainline: "rev_1", Shallow: shallow}},
+			Tree:       &agwpv1.GetTreeResponse{},
+		}
+		if err := repoview.WriteSummary(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		says := strings.Contains(b.String(), "rev_1 (history from "+boundary+" on)\n")
+		if says != (shallow != nil) || (shallow == nil && strings.Contains(b.String(), "history")) {
+			t.Errorf("the summary of a repository shallow at %v:\n%s", shallow, b.String())
+		}
+	}
+}

@@ -222,7 +222,8 @@ func gitError(w http.ResponseWriter, r *http.Request, code int, msg string) {
 }
 
 // open answers the snapshot gitstore serves for one request: the repository's mainline commit
-// now, and its objects through a storer of the request's own.
+// now, where its history stops (a shallow import), and its objects through a storer of the
+// request's own.
 func (g *gitEndpoint) open(name string) func(ctx context.Context) (gitstore.Snapshot, error) {
 	return func(ctx context.Context) (gitstore.Snapshot, error) {
 		src := g.s.git
@@ -239,7 +240,7 @@ func (g *gitEndpoint) open(name string) func(ctx context.Context) (gitstore.Snap
 			g.s.log.ErrorContext(ctx, "git: the mainline commit", "repository", name, "err", err)
 			return gitstore.Snapshot{}, err
 		}
-		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main}, nil
+		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main, Shallow: r.Shallow}, nil
 	}
 }
 

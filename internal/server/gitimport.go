@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -20,7 +22,11 @@ import (
 // UploadBlobs, its trees and commits through UploadGitObjects, and CreateRepository's
 // git_commit names the head. The store never holds an object whose references it lacks: an
 // object is accepted only when everything it names is stored or in the same request, so a
-// commit that is stored reaches only stored objects.
+// commit that is stored reaches only stored objects. The one exception is a shallow history's
+// boundary (docs/git.md#shallow-histories): commits UploadGitObjects' shallow lists are taken
+// without their parents, and the store records them (RecordShallowCommits), so that
+// CreateRepository knows when a history may stop before its root, and checks that it stops
+// only where its shallow says.
 
 // maxGitObjectsPerCall bounds UploadGitObjects and FindMissingGitObjects.
 const maxGitObjectsPerCall = 10000
@@ -30,6 +36,17 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	in := req.GetObjects()
 	if len(in) > maxGitObjectsPerCall {
 		return nil, invalid("objects", "has %d objects, more than %d", len(in), maxGitObjectsPerCall)
+	}
+	if len(req.GetShallow()) > len(in) {
+		return nil, invalid("shallow", "lists %d commits, more than the %d objects", len(req.GetShallow()), len(in))
+	}
+	shallow := make(map[plumbing.Hash]bool, len(req.GetShallow()))
+	for i, s := range req.GetShallow() {
+		id, err := store.ParseGitID(s)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("shallow[%d]", i), "%v", err)
+		}
+		shallow[id] = true
 	}
 	objects := make([]store.GitObject, 0, len(in))
 	inRequest := make(map[plumbing.Hash]plumbing.ObjectType, len(in))
@@ -60,6 +77,11 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		inRequest[id] = typ
 		objects = append(objects, store.GitObject{ID: id, Type: typ, Data: o.GetData()})
 	}
+	for i, s := range req.GetShallow() {
+		if inRequest[plumbing.NewHash(s)] != plumbing.CommitObject {
+			return nil, invalid(fmt.Sprintf("shallow[%d]", i), "%s is not a commit of objects", s)
+		}
+	}
 	var ask []plumbing.Hash
 	for _, r := range refs {
 		if _, ok := inRequest[r.ID]; !ok {
@@ -70,14 +92,31 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	if len(missing) > 0 {
-		for _, r := range refs {
-			if r.ID == missing[0] {
-				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-					"%s names %s %s, which the server does not hold: upload blobs first (UploadBlobs), then trees from the leaves up, then commits from the oldest",
-					r.From, r.What, r.ID))
+	absent := make(map[plumbing.Hash]bool, len(missing))
+	for _, id := range missing {
+		absent[id] = true
+	}
+	var holes []plumbing.Hash // shallow commits stored without a parent
+	hole := map[plumbing.Hash]bool{}
+	for _, r := range refs {
+		switch {
+		case !absent[r.ID]:
+		case shallow[r.From] && r.What == "parent commit": // gitstore.References' word for a parent
+			if !hole[r.From] {
+				hole[r.From] = true
+				holes = append(holes, r.From)
 			}
+		default:
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"%s names %s %s, which the server does not hold: upload blobs first (UploadBlobs), then trees from the leaves up, then commits from the oldest"+
+					" (a commit whose parents a shallow clone lacks goes in shallow)",
+				r.From, r.What, r.ID))
 		}
+	}
+	// Recorded before the objects are stored: a record without its commit (the store failed in
+	// between) only makes CreateRepository walk a history it need not have.
+	if err := h.s.store.RecordShallowCommits(ctx, holes); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
 	}
 	if err := h.s.store.PutGitObjects(ctx, objects); err != nil {
 		return nil, storeError(err, connect.CodeInternal)
@@ -111,6 +150,98 @@ func (h repoService) FindMissingGitObjects(ctx context.Context, req *agwpv1.Find
 		out.MissingIds[i] = id.String()
 	}
 	return out, nil
+}
+
+// maxShallowCommits bounds CreateRepository's shallow.
+const maxShallowCommits = 10000
+
+// shallowCommits reads CreateRepository's shallow: sorted, each once.
+func shallowCommits(req *agwpv1.CreateRepositoryRequest) ([]plumbing.Hash, error) {
+	list := req.GetShallow()
+	if len(list) == 0 {
+		return nil, nil
+	}
+	if req.GetGitCommit() == "" {
+		return nil, invalid("shallow", "is where an imported history stops: it goes with git_commit")
+	}
+	if len(list) > maxShallowCommits {
+		return nil, invalid("shallow", "has %d commits, more than %d", len(list), maxShallowCommits)
+	}
+	ids := make([]plumbing.Hash, len(list))
+	seen := make(map[plumbing.Hash]bool, len(list))
+	for i, s := range list {
+		id, err := store.ParseGitID(s)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("shallow[%d]", i), "%v", err)
+		}
+		if seen[id] {
+			return nil, invalid(fmt.Sprintf("shallow[%d]", i), "%s is listed twice", s)
+		}
+		seen[id] = true
+		ids[i] = id
+	}
+	slices.SortFunc(ids, func(x, y plumbing.Hash) int { return bytes.Compare(x[:], y[:]) })
+	return ids, nil
+}
+
+// checkImportHistory checks that the history of head stops at the commits of shallow and
+// nowhere else: every commit it reaches, but those, has its parents stored, and each of them
+// is reached. Until the store records a commit stored without its parents, no stored history
+// stops before its root (UploadGitObjects' rule), and a history declared whole is not walked.
+func (h repoService) checkImportHistory(ctx context.Context, head plumbing.Hash, shallow []plumbing.Hash) error {
+	if len(shallow) == 0 {
+		held, err := h.s.store.HasShallowCommits(ctx)
+		if err != nil {
+			return storeError(err, connect.CodeInternal)
+		}
+		if !held {
+			return nil
+		}
+	}
+	stops := make(map[plumbing.Hash]bool, len(shallow))
+	for _, id := range shallow {
+		stops[id] = true
+	}
+	objs := newGitObjects(ctx, h.s.store, h.s.log)
+	child := map[plumbing.Hash]plumbing.Hash{head: head} // each commit found, with the one that names it
+	frontier := []plumbing.Hash{head}
+	for len(frontier) > 0 {
+		for chunk := range slices.Chunk(frontier, 1000) {
+			objs.Prefetch(chunk)
+		}
+		var next []plumbing.Hash
+		for _, id := range frontier {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if stops[id] {
+				continue
+			}
+			c, err := object.GetCommit(objs, id)
+			if errors.Is(err, plumbing.ErrObjectNotFound) {
+				hint := "list it in shallow when the history stops there (a shallow clone's .git/shallow), or upload the history it lacks"
+				return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+					"git_commit: the history of %s reaches commit %s, a parent of %s, which the server does not hold, and %s is not in shallow: %s",
+					head, id, child[id], child[id], hint))
+			}
+			if err != nil {
+				return storeError(err, connect.CodeInternal)
+			}
+			for _, p := range c.ParentHashes {
+				if _, ok := child[p]; !ok {
+					child[p] = id
+					next = append(next, p)
+				}
+			}
+		}
+		frontier = next
+	}
+	for i, id := range shallow {
+		if _, ok := child[id]; !ok {
+			return invalid(fmt.Sprintf("shallow[%d]", i), "commit %s is not in the history of git_commit %s", id, head)
+		}
+	}
+	return nil
 }
 
 // checkImportHead checks that a repository may start at commit: the server holds it (and so,

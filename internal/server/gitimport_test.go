@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,6 +164,99 @@ func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 			if err != nil || len(tr.GetEntries()) != 1 || tr.GetEntries()[0].GetPath() != "a.txt" || tr.GetGitTree() != goodID.String() ||
 				tr.GetGitCommit() != childID.String() {
 				t.Fatalf("GetTree of the imported repository = %v, %v", tr, err)
+			}
+		})
+	}
+}
+
+// TestAShallowHistoryStopsOnlyWhereItSays attacks the import of a shallow history: a commit is
+// stored without its parents only when its upload says it is a boundary (shallow), and a
+// repository starts at a history only when that history stops at the commits its shallow lists
+// and nowhere else: a hole not declared is refused, naming it, also in a history that reaches
+// a boundary another upload declared; a commit listed that the history does not reach, or
+// listed twice, or a shallow without git_commit, is refused; a whole history still starts a
+// repository once the store holds a boundary. The repository answers where its history stops.
+func TestAShallowHistoryStopsOnlyWhereItSays(t *testing.T) {
+	for _, backend := range agtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := agtest.Start(t, agtest.Options{Backend: backend})
+			admin := srv.Admin.Repos
+			blob := []byte("hello\n")
+			if _, err := admin.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: [][]byte{blob}}); err != nil {
+				t.Fatal(err)
+			}
+			treeID, treeData := encodeTree(t, object.TreeEntry{Name: "a.txt", Mode: filemode.Regular, Hash: gitstore.BlobID(blob)})
+			tree := &agwpv1.GitObject{Type: "tree", Data: treeData}
+			commit := func(parents ...plumbing.Hash) (plumbing.Hash, *agwpv1.GitObject) {
+				id, data := encodeCommit(t, treeID, parents...)
+				return id, &agwpv1.GitObject{Type: "commit", Data: data}
+			}
+			upload := func(shallow []string, objs ...*agwpv1.GitObject) error {
+				_, err := admin.UploadGitObjects(ctx, &agwpv1.UploadGitObjectsRequest{Objects: objs, Shallow: shallow})
+				return err
+			}
+			create := func(name string, head plumbing.Hash, shallow ...string) (*agwpv1.Repository, error) {
+				res, err := admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: name, GitCommit: head.String(), Shallow: shallow})
+				return res.GetRepository(), err
+			}
+
+			// A whole history, uploaded before any boundary.
+			rootID, root := commit()
+			wholeID, whole := commit(rootID)
+			if err := upload(nil, tree, root, whole); err != nil {
+				t.Fatal(err)
+			}
+			// The boundary: its parent is a commit nobody uploaded.
+			absent := plumbing.NewHash(strings.Repeat("ab", 20))
+			boundaryID, boundary := commit(absent)
+			headID, head := commit(boundaryID)
+			wantCode(t, "a commit whose parent is absent, not declared", upload(nil, boundary, head), connect.CodeFailedPrecondition)
+			wantCode(t, "shallow naming a commit the request does not carry", upload([]string{headID.String()}, boundary), connect.CodeInvalidArgument)
+			wantCode(t, "shallow naming a tree", upload([]string{treeID.String()}, tree, boundary), connect.CodeInvalidArgument)
+			wantCode(t, "shallow naming no id", upload([]string{"HEAD"}, boundary), connect.CodeInvalidArgument)
+			if err := upload([]string{boundaryID.String()}, boundary, head); err != nil {
+				t.Fatalf("a boundary and its child: %v", err)
+			}
+
+			// The history that stops at the boundary, without saying so: refused, naming both.
+			_, err := create("holey", headID)
+			wantCode(t, "a history with a hole it does not declare", err, connect.CodeFailedPrecondition)
+			for _, want := range []string{absent.String(), "a parent of " + boundaryID.String(), "not in shallow"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the refusal of a hole %q does not say %q", err, want)
+				}
+			}
+			// A later history that reaches the boundary through a merge: refused too.
+			mergeID, merge := commit(wholeID, headID)
+			if err := upload(nil, merge); err != nil {
+				t.Fatal(err)
+			}
+			_, err = create("holey", mergeID)
+			wantCode(t, "a merge reaching a boundary it does not declare", err, connect.CodeFailedPrecondition)
+
+			_, err = create("x", headID, boundaryID.String(), boundaryID.String())
+			wantCode(t, "a boundary listed twice", err, connect.CodeInvalidArgument)
+			_, err = create("x", headID, boundaryID.String(), rootID.String())
+			wantCode(t, "a boundary the history does not reach", err, connect.CodeInvalidArgument)
+			_, err = admin.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: "x", Shallow: []string{boundaryID.String()}})
+			wantCode(t, "shallow without git_commit", err, connect.CodeInvalidArgument)
+			if _, err := admin.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: "x"}); connect.CodeOf(err) != connect.CodeNotFound {
+				t.Fatalf("a refused import made the repository: %v", err)
+			}
+
+			r, err := create("shallow", mergeID, boundaryID.String())
+			if err != nil || r.GetMainlineCommit() != mergeID.String() || !slices.Equal(r.GetShallow(), []string{boundaryID.String()}) {
+				t.Fatalf("CreateRepository at a history declaring where it stops = %v, %v", r, err)
+			}
+			got, err := admin.GetRepository(ctx, &agwpv1.GetRepositoryRequest{Name: "shallow"})
+			if err != nil || !slices.Equal(got.GetRepository().GetShallow(), []string{boundaryID.String()}) {
+				t.Fatalf("GetRepository of it = %v, %v", got, err)
+			}
+			w, err := create("whole", wholeID)
+			if err != nil || len(w.GetShallow()) != 0 {
+				t.Fatalf("CreateRepository at a whole history, once the store holds a boundary = %v, %v", w, err)
 			}
 		})
 	}

@@ -210,6 +210,9 @@ func (p *push) run(req *gitstore.ReceiveRequest, pack io.Reader, packRead func()
 func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused) {
 	pr := pushRequest{update: req.Updates[0], wait: true}
 	u := pr.update
+	if perr := p.shallowClone(req.Shallow); perr != nil {
+		return pr, perr
+	}
 	switch {
 	case len(req.Updates) > 1:
 		// One push is one change: taking one ref of several would land part of what was meant.
@@ -271,6 +274,28 @@ func (p *push) request(req *gitstore.ReceiveRequest) (pushRequest, *pushRefused)
 		return pr, refusePush("no holder", "say which holder pushes: `git push -o ag.holder=LABEL` (`ag clone` and `ag init` set it in push.pushOption)")
 	}
 	return pr, nil
+}
+
+// shallowClone refuses a push from a shallow clone (its "shallow" lines, shallow) unless its
+// history stops where the repository's does: a clone of a repository imported from a shallow
+// clone is shallow at the same commits, and its pushes are taken. Any other shallow clone's
+// history ends where git cannot tell what the server holds.
+func (p *push) shallowClone(shallow []plumbing.Hash) *pushRefused {
+	if len(shallow) == 0 {
+		return nil
+	}
+	rep, err := p.g.s.git.objects.GetRepository(p.ctx, p.name)
+	if err != nil {
+		return refusePush("the repository cannot be read")
+	}
+	for _, h := range shallow {
+		if !slices.Contains(rep.Shallow, h) {
+			return refusePush("a push from a shallow clone",
+				"the pushing clone's history stops at "+h.String()+" (its .git/shallow), where "+p.name+"'s does not: "+
+					"ag takes a push from a shallow clone only when it stops where the repository does; push from a clone of ag's repository (`ag clone`)")
+		}
+	}
+	return nil
 }
 
 // connectMessage answers a Connect error's message without its code.

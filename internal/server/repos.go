@@ -42,8 +42,12 @@ var changeStates = map[store.ChangeState]agwpv1.ChangeState{
 }
 
 func repositoryProto(r store.Repository) *agwpv1.Repository {
-	return &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, Validation: validationProto(r.Validation),
+	out := &agwpv1.Repository{Name: r.Name, Mainline: r.Mainline, Validation: validationProto(r.Validation),
 		CreatedAt: timestamp(r.CreatedAt), MainlineCommit: r.MainlineCommit}
+	for _, id := range r.Shallow {
+		out.Shallow = append(out.Shallow, id.String())
+	}
+	return out
 }
 
 func changeProto(c store.Change) *agwpv1.Change {
@@ -77,6 +81,10 @@ func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRep
 	if err != nil {
 		return nil, err
 	}
+	shallow, err := shallowCommits(req)
+	if err != nil {
+		return nil, err
+	}
 	var head plumbing.Hash
 	if req.GetGitCommit() != "" {
 		if head, err = store.ParseGitID(req.GetGitCommit()); err != nil {
@@ -85,9 +93,12 @@ func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRep
 		if err := h.checkImportHead(ctx, head); err != nil {
 			return nil, err
 		}
+		if err := h.checkImportHistory(ctx, head, shallow); err != nil {
+			return nil, err
+		}
 	}
 	r, err := h.s.store.CreateRepository(ctx, store.CreateRepositoryParams{Name: req.GetName(), Validation: policy,
-		CreatedBy: callerFrom(ctx).principal.Name, GitCommit: head})
+		CreatedBy: callerFrom(ctx).principal.Name, GitCommit: head, Shallow: shallow})
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}

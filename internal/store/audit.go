@@ -28,7 +28,7 @@ import (
 //	RenewLease                     lease.renewed       lease/<id>         token, expires_at
 //	ReleaseLease                   lease.released      lease/<id>         token
 //	BreakLease                     lease.broken        lease/<id>         token
-//	CreateRepository               repository.created  repository/<name>  validation (the policy object, when set)
+//	CreateRepository               repository.created  repository/<name>  git_commit and shallow (an imported history's head and where it stops, when set), validation (the policy object, when set)
 //	SetValidation                  repository.validation_set repository/<name> validation (object or null)
 //	SetMirror                      repository.mirror_set repository/<name>  url (or null: removed), branch; never the credential
 //	RecordMirrorPush               repository.mirror_diverged repository/<name> url, reason (once, as the mirror diverges)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -99,6 +101,16 @@ type RepoStore interface {
 	// MissingGitObjects answers the ids among ids that the store holds neither as a tree or
 	// commit nor as a blob, in the order given.
 	MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error)
+
+	// RecordShallowCommits records that the commits ids are, or are about to be, stored without
+	// their parents: the boundary of a shallow history (UploadGitObjects' shallow). Every other
+	// stored object names only stored objects, so these are the only places a stored history
+	// may stop. One recorded already is left as it is.
+	RecordShallowCommits(ctx context.Context, ids []plumbing.Hash) error
+
+	// HasShallowCommits reports whether RecordShallowCommits ever recorded a commit: until it
+	// did, every stored commit's history is whole.
+	HasShallowCommits(ctx context.Context) (bool, error)
 
 	// AcquireLease grants a lease on p.Paths (clean lease paths, validated by the caller) to
 	// p.Holder for p.TTL, unless an ACTIVE, unexpired lease of another holder overlaps one of
@@ -221,6 +233,9 @@ type Repository struct {
 	MainlineCommit string // the mainline's git commit id (40 hex)
 	Validation     []byte // JSON of the validation policy, or nil
 	CreatedAt      time.Time
+	// Shallow is the commits whose parents the repository's history does not hold (it was
+	// imported from a shallow clone), sorted; none for a whole history.
+	Shallow []plumbing.Hash
 }
 
 // CreateRepositoryParams are the inputs of CreateRepository.
@@ -229,6 +244,37 @@ type CreateRepositoryParams struct {
 	Validation []byte
 	CreatedBy  string        // principal name, the author of the first revision
 	GitCommit  plumbing.Hash // zero: an empty first revision
+	// Shallow is where GitCommit's history stops (the caller checked that it stops there and
+	// nowhere else), kept as Repository.Shallow, sorted.
+	Shallow []plumbing.Hash
+}
+
+// EncodeShallow answers a repository's shallow commits as the stores keep them: sorted, 40 hex
+// digits each, separated by spaces ("" for none).
+func EncodeShallow(ids []plumbing.Hash) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), " ")
+}
+
+// DecodeShallow reads what EncodeShallow wrote.
+func DecodeShallow(s string) ([]plumbing.Hash, error) {
+	if s == "" {
+		return nil, nil
+	}
+	fields := strings.Fields(s)
+	ids := make([]plumbing.Hash, len(fields))
+	for i, f := range fields {
+		id, err := ParseGitID(f)
+		if err != nil {
+			return nil, fmt.Errorf("shallow commit %d: %w", i, err)
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // ListRepositoriesParams page ListRepositories.

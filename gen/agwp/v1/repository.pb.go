@@ -237,7 +237,11 @@ type Repository struct {
 	// refs/heads/main.
 	MainlineCommit string `protobuf:"bytes,5,opt,name=mainline_commit,json=mainlineCommit,proto3" json:"mainline_commit,omitempty"`
 	// The forge mirror, when set (SetMirror).
-	Mirror        *Mirror `protobuf:"bytes,6,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Mirror *Mirror `protobuf:"bytes,6,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	// The commits (40 hex) whose parents the repository does not hold, sorted: it was imported
+	// from a shallow clone (CreateRepositoryRequest.shallow) and its history starts at them. A
+	// `git clone` of it is shallow there (git's "shallow" lines). Empty: the whole history.
+	Shallow       []string `protobuf:"bytes,7,rep,name=shallow,proto3" json:"shallow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,6 +314,13 @@ func (x *Repository) GetMainlineCommit() string {
 func (x *Repository) GetMirror() *Mirror {
 	if x != nil {
 		return x.Mirror
+	}
+	return nil
+}
+
+func (x *Repository) GetShallow() []string {
+	if x != nil {
+		return x.Shallow
 	}
 	return nil
 }
@@ -944,7 +955,12 @@ type CreateRepositoryRequest struct {
 	// A git commit (40 hex) the server holds with everything it reaches (UploadGitObjects,
 	// UploadBlobs): the first revision is that commit, so the mainline continues its history and
 	// a clone of the original fast-forwards from ag. Empty: an empty first revision.
-	GitCommit     string `protobuf:"bytes,3,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
+	GitCommit string `protobuf:"bytes,3,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
+	// With git_commit: the commits of its history whose parents are absent, where a shallow
+	// clone's history stops (its .git/shallow), at most 10,000. Every commit git_commit reaches
+	// must have its parents held unless it is listed here, and every commit listed must be
+	// reached: the history may end at these commits and nowhere else. Repository.shallow.
+	Shallow       []string `protobuf:"bytes,4,rep,name=shallow,proto3" json:"shallow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -998,6 +1014,13 @@ func (x *CreateRepositoryRequest) GetGitCommit() string {
 		return x.GitCommit
 	}
 	return ""
+}
+
+func (x *CreateRepositoryRequest) GetShallow() []string {
+	if x != nil {
+		return x.Shallow
+	}
+	return nil
 }
 
 // GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
@@ -1057,7 +1080,12 @@ func (x *GitObject) GetData() []byte {
 type UploadGitObjectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most 10,000 objects.
-	Objects       []*GitObject `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	Objects []*GitObject `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	// Commits among objects (40 hex each) stored without their parents: the boundary of a
+	// shallow history. Any other object must name only what is stored or in the same request. A
+	// repository starts at a history with such a commit only when CreateRepositoryRequest.shallow
+	// lists it.
+	Shallow       []string `protobuf:"bytes,2,rep,name=shallow,proto3" json:"shallow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1095,6 +1123,13 @@ func (*UploadGitObjectsRequest) Descriptor() ([]byte, []int) {
 func (x *UploadGitObjectsRequest) GetObjects() []*GitObject {
 	if x != nil {
 		return x.Objects
+	}
+	return nil
+}
+
+func (x *UploadGitObjectsRequest) GetShallow() []string {
+	if x != nil {
+		return x.Shallow
 	}
 	return nil
 }
@@ -3674,7 +3709,7 @@ var File_agwp_v1_repository_proto protoreflect.FileDescriptor
 
 const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
-	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x01\n" +
+	"\x18agwp/v1/repository.proto\x12\aagwp.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x02\n" +
 	"\n" +
 	"Repository\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -3685,7 +3720,8 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
 	"\x0fmainline_commit\x18\x05 \x01(\tR\x0emainlineCommit\x12'\n" +
-	"\x06mirror\x18\x06 \x01(\v2\x0f.agwp.v1.MirrorR\x06mirror\"\x84\x02\n" +
+	"\x06mirror\x18\x06 \x01(\v2\x0f.agwp.v1.MirrorR\x06mirror\x12\x18\n" +
+	"\ashallow\x18\a \x03(\tR\ashallow\"\x84\x02\n" +
 	"\x06Mirror\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06branch\x18\x02 \x01(\tR\x06branch\x12*\n" +
@@ -3750,19 +3786,21 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x11SetMirrorResponse\x123\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\v2\x13.agwp.v1.RepositoryR\n" +
-	"repository\"\x81\x01\n" +
+	"repository\"\x9b\x01\n" +
 	"\x17CreateRepositoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\n" +
 	"validation\x18\x02 \x01(\v2\x13.agwp.v1.ValidationR\n" +
 	"validation\x12\x1d\n" +
 	"\n" +
-	"git_commit\x18\x03 \x01(\tR\tgitCommit\"3\n" +
+	"git_commit\x18\x03 \x01(\tR\tgitCommit\x12\x18\n" +
+	"\ashallow\x18\x04 \x03(\tR\ashallow\"3\n" +
 	"\tGitObject\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"G\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"a\n" +
 	"\x17UploadGitObjectsRequest\x12,\n" +
-	"\aobjects\x18\x01 \x03(\v2\x12.agwp.v1.GitObjectR\aobjects\",\n" +
+	"\aobjects\x18\x01 \x03(\v2\x12.agwp.v1.GitObjectR\aobjects\x12\x18\n" +
+	"\ashallow\x18\x02 \x03(\tR\ashallow\",\n" +
 	"\x18UploadGitObjectsResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\"0\n" +
 	"\x1cFindMissingGitObjectsRequest\x12\x10\n" +

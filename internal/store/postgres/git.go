@@ -33,6 +33,31 @@ func (db *DB) PutGitObjects(ctx context.Context, objects []store.GitObject) erro
 	return gitBackend{qr: db.pool}.PutGitObjects(ctx, objects)
 }
 
+// RecordShallowCommits records commits stored without their parents.
+func (db *DB) RecordShallowCommits(ctx context.Context, ids []plumbing.Hash) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	_, err := db.pool.Exec(ctx, `INSERT INTO git_shallow_commits (id) SELECT unnest($1::bytea[]) ON CONFLICT DO NOTHING`, raw)
+	if err != nil {
+		return interpretError("record shallow commits", err)
+	}
+	return nil
+}
+
+// HasShallowCommits reports whether a commit was ever stored without its parents.
+func (db *DB) HasShallowCommits(ctx context.Context) (bool, error) {
+	var held bool
+	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM git_shallow_commits)`).Scan(&held); err != nil {
+		return false, interpretError("shallow commits", err)
+	}
+	return held, nil
+}
+
 // missingGitObjectsSQL answers the ids among $1 that neither git_objects nor blobs holds, in
 // their order, one index probe per id and table (see missingBlobsSQL).
 const missingGitObjectsSQL = `SELECT u.i FROM unnest($1::bytea[]) WITH ORDINALITY AS u(i, n)

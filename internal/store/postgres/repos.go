@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/gitstore"
@@ -19,10 +20,23 @@ var _ store.RepoStore = (*DB)(nil)
 
 // repositoryCols are a repository's columns and its mainline's commit.
 const repositoryCols = `name, mainline, validation, created_at,
-	coalesce((SELECT v.git_commit FROM revisions v WHERE v.id = repositories.mainline), '')`
+	coalesce((SELECT v.git_commit FROM revisions v WHERE v.id = repositories.mainline), ''), shallow`
 
 func repositoryDest(r *store.Repository) []any {
-	return []any{&r.Name, &r.Mainline, &r.Validation, &r.CreatedAt, &r.MainlineCommit}
+	return []any{&r.Name, &r.Mainline, &r.Validation, &r.CreatedAt, &r.MainlineCommit, shallowDest{&r.Shallow}}
+}
+
+// shallowDest scans the shallow column (store.EncodeShallow) into its commits.
+type shallowDest struct{ ids *[]plumbing.Hash }
+
+func (d shallowDest) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("shallow: a %T, want text", src)
+	}
+	ids, err := store.DecodeShallow(s)
+	*d.ids = ids
+	return err
 }
 
 func finishRepository(r *store.Repository) {
@@ -49,10 +63,10 @@ rv AS (
 	INSERT INTO revisions (id, repository, author, tree_digest, git_tree, git_commit, created_at)
 	VALUES ($4, $5, $6, $2, $14, $3, {now})),
 r AS (
-	INSERT INTO repositories (name, mainline, validation, created_at) VALUES ($5, $4, $7, {now})
-	RETURNING name, mainline, validation, created_at),
+	INSERT INTO repositories (name, mainline, validation, created_at, shallow) VALUES ($5, $4, $7, {now}, $15)
+	RETURNING name, mainline, validation, created_at, shallow),
 ev AS (` + auditRecord(`SELECT $8, $9, 'repository.created', 'repository/' || r.name, $10 FROM r`) + `)
-SELECT r.*, $3::text FROM r`)
+SELECT r.name, r.mainline, r.validation, r.created_at, $3::text, r.shallow FROM r`)
 
 // CreateRepository creates a repository whose mainline is a new revision with the empty tree
 // and its root commit.
@@ -75,15 +89,20 @@ func (db *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryPara
 	if err != nil {
 		return store.Repository{}, fmt.Errorf("create repository %q: %w", p.Name, err)
 	}
+	shallow := store.EncodeShallow(p.Shallow)
 	if !p.GitCommit.IsZero() {
-		det = details(map[string]any{"git_commit": p.GitCommit.String()})
-		if len(p.Validation) > 0 {
-			det = details(map[string]any{"git_commit": p.GitCommit.String(), "validation": jsonValue(p.Validation)})
+		m := map[string]any{"git_commit": p.GitCommit.String()}
+		if shallow != "" {
+			m["shallow"] = strings.Fields(shallow)
 		}
+		if len(p.Validation) > 0 {
+			m["validation"] = jsonValue(p.Validation)
+		}
+		det = details(m)
 	}
 	err = db.pool.QueryRow(ctx, createRepositorySQL, db.now(), digest, commit.String(),
 		revID, p.Name, p.CreatedBy, bytesOrNull(p.Validation), actor.Principal, actor.Holder, textOrNil(det),
-		ids, types, data, tree.String()).
+		ids, types, data, tree.String(), shallow).
 		Scan(repositoryDest(&r)...)
 	if err != nil {
 		return store.Repository{}, interpretError("repository "+p.Name, err)

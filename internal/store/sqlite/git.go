@@ -172,6 +172,30 @@ func (d *DB) MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plum
 	return missing, nil
 }
 
+// RecordShallowCommits records commits stored without their parents.
+func (d *DB) RecordShallowCommits(ctx context.Context, ids []plumbing.Hash) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return d.write(ctx, "record shallow commits", func(ctx context.Context, tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO git_shallow_commits (id) VALUES (?) ON CONFLICT DO NOTHING`, id[:]); err != nil {
+				return interpretError("record shallow commits", err)
+			}
+		}
+		return nil
+	})
+}
+
+// HasShallowCommits reports whether a commit was ever stored without its parents.
+func (d *DB) HasShallowCommits(ctx context.Context) (bool, error) {
+	var held bool
+	if err := d.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM git_shallow_commits)`).Scan(&held); err != nil {
+		return false, interpretError("shallow commits", err)
+	}
+	return held, nil
+}
+
 // ReadGitObjects answers the git objects the store holds among ids, blobs stored in parts
 // joined whole.
 func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error) {

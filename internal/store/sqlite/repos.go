@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -16,17 +17,22 @@ import (
 
 // repositoryColumns are a repository's columns and its mainline's commit.
 const repositoryColumns = `name, mainline, validation, created_at,
-	coalesce((SELECT git_commit FROM revisions WHERE revisions.id = repositories.mainline), '')`
+	coalesce((SELECT git_commit FROM revisions WHERE revisions.id = repositories.mainline), ''), shallow`
 
 func scanRepository(row scanner) (store.Repository, error) {
 	var (
 		r       store.Repository
 		created int64
+		shallow string
 	)
-	if err := row.Scan(&r.Name, &r.Mainline, &r.Validation, &created, &r.MainlineCommit); err != nil {
+	if err := row.Scan(&r.Name, &r.Mainline, &r.Validation, &created, &r.MainlineCommit, &shallow); err != nil {
 		return store.Repository{}, err
 	}
 	r.CreatedAt = fromMicros(created)
+	var err error
+	if r.Shallow, err = store.DecodeShallow(shallow); err != nil {
+		return store.Repository{}, fmt.Errorf("repository %q: %w", r.Name, err)
+	}
 	return r, nil
 }
 
@@ -38,8 +44,8 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		now := micros(d.now())
 		revID := store.NewID("rev")
 		var err error
-		r, err = scanRepository(tx.QueryRowContext(ctx, `INSERT INTO repositories (name, mainline, validation, created_at)
-			VALUES (?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, nullBytes(p.Validation), now))
+		r, err = scanRepository(tx.QueryRowContext(ctx, `INSERT INTO repositories (name, mainline, validation, created_at, shallow)
+			VALUES (?, ?, ?, ?, ?) RETURNING `+repositoryColumns, p.Name, revID, nullBytes(p.Validation), now, store.EncodeShallow(p.Shallow)))
 		if err != nil {
 			return interpretError(fmt.Sprintf("create repository %q", p.Name), err)
 		}
@@ -59,6 +65,9 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		var det details
 		if !p.GitCommit.IsZero() {
 			det.str("git_commit", p.GitCommit.String())
+		}
+		if len(r.Shallow) > 0 {
+			det.strs("shallow", strings.Fields(store.EncodeShallow(r.Shallow)))
 		}
 		if r.Validation != nil {
 			det.raw("validation", r.Validation)

@@ -765,6 +765,15 @@ var auditCases = []auditCase{
 		return []auditWant{{"repository.created", "repository/web", store.Actor{Principal: "admin"},
 			map[string]any{"validation": json.RawMessage(policy)}}}
 	}},
+	{"create_repository_at_a_shallow_history", func(t *testing.T, b *abundle) []auditWant {
+		h := b.storeShallowHistory(t)
+		b.markLog(t)
+		if _, err := b.rs.CreateRepository(b.ctx, store.CreateRepositoryParams{Name: "web", CreatedBy: "admin", GitCommit: h.head, Shallow: h.boundary}); err != nil {
+			t.Fatalf("CreateRepository: %v", err)
+		}
+		return []auditWant{{"repository.created", "repository/web", store.Actor{Principal: "admin"},
+			map[string]any{"git_commit": h.head.String(), "shallow": []string{h.boundary[0].String(), h.boundary[1].String()}}}}
+	}},
 	{"set_validation", func(t *testing.T, b *abundle) []auditWant {
 		b.createRepo(t, "web")
 		b.markLog(t)

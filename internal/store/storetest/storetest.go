@@ -108,6 +108,7 @@ var tests = []conformanceTest{
 	{"blobs_are_stored_once_by_digest", testBlobs},
 	{"get_revision_of_another_repository_is_not_found", testGetRevisionNotFound},
 	{"revisions_record_parent_author_change_and_tree_digest", testRevisions},
+	{"a_repository_started_at_a_shallow_history_keeps_where_it_stops", testShallowHistory},
 	// blobs sent in parts
 	{"a_blob_sent_in_parts_reads_back_whole_through_every_blob_read", testBlobPartsReadBack},
 	{"integrate_reads_a_blob_sent_in_parts_whole", testBlobPartsInIntegrate},
