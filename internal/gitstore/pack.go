@@ -2,15 +2,20 @@ package gitstore
 
 import (
 	"bufio"
-	"compress/zlib"
+	"bytes"
 	"crypto/sha1"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	gitbinary "github.com/go-git/go-git/v5/utils/binary"
+	"github.com/klauspost/compress/zlib"
+	"golang.org/x/sync/errgroup"
 )
 
 // plainPackObjects is the size of a fetch from which the pack is sent without deltas, each
@@ -22,22 +27,23 @@ import (
 var plainPackObjects = 10000
 
 // writePack writes the objects ids of s as a pack: with deltas (window packWindow) by go-git's
-// encoder, or, from plainPackObjects objects on, without.
-func writePack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash) error {
+// encoder, or, from plainPackObjects objects on, by writePlainPack with the deltas bases
+// proposes (an object's newer version at the same path: see objectsToSend).
+func writePack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	if large, ok := s.(LargeObjectStorer); ok {
 		n, err := large.LargeObjects(ids)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			return writePlainPack(w, s, ids)
+			return writePlainPack(w, s, ids, bases)
 		}
 	}
 	if len(ids) < plainPackObjects {
 		_, err := packfile.NewEncoder(w, s, false).Encode(ids, packWindow)
 		return err
 	}
-	return writePlainPack(w, s, ids)
+	return writePlainPack(w, s, ids, bases)
 }
 
 // LargeObjectStorer is an object storer that holds objects too large to read whole: it
@@ -57,13 +63,21 @@ type Prefetcher interface {
 // prefetchBatch is how many objects writePlainPack asks a Prefetcher for at once.
 const prefetchBatch = 256
 
-// writePlainPack writes a version 2 pack of whole objects: "PACK", the version and the count,
-// then per object its type and size header and its zlib-compressed content, then the SHA-1 of
-// everything before (git's pack format, Documentation/gitformat-pack.txt).
-func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash) error {
+// writePlainPack writes a version 2 pack: "PACK", the version and the count, then per object
+// its type and size header and its zlib-compressed content, or, for an object of bases whose
+// base was written before it (and is at most maxDeltaDepth deltas deep), an OFS_DELTA entry
+// against it when that is smaller, then the SHA-1 of everything before (git's pack format,
+// Documentation/gitformat-pack.txt).
+//
+// Compressing is most of the work of a large clone's pack (profiled on a real history of
+// 91,000 objects), so the objects of a batch up to parallelObjectBytes are read, deltified and
+// compressed at once on every CPU, and written in their order; a larger one is streamed through
+// the compressor, never held whole, and never deltified.
+func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	h := sha1.New()
 	w = chunked{w}
-	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 32<<10)
+	cw := &countingWriter{w: io.MultiWriter(w, h)}
+	bw := bufio.NewWriterSize(cw, 32<<10)
 	var head [12]byte
 	copy(head[:4], "PACK")
 	binary.BigEndian.PutUint32(head[4:8], 2)
@@ -71,41 +85,292 @@ func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Ha
 	if _, err := bw.Write(head[:]); err != nil {
 		return err
 	}
-	zw, err := zlib.NewWriterLevel(bw, zlib.BestSpeed)
-	if err != nil {
-		return err
+	p := &packWriter{bw: bw, cw: cw, bases: bases, recent: newContentCache(deltaCacheBytes)}
+	if len(bases) > 0 {
+		p.written = make(map[plumbing.Hash]packedAt, len(ids))
 	}
 	prefetcher, _ := s.(Prefetcher)
-	for i, id := range ids {
-		if prefetcher != nil && i%prefetchBatch == 0 {
-			prefetcher.Prefetch(ids[i:min(len(ids), i+prefetchBatch)])
+	objs := make([]plumbing.EncodedObject, 0, prefetchBatch)
+	entries := make([]packEntry, prefetchBatch)
+	for start := 0; start < len(ids); start += prefetchBatch {
+		batch := ids[start:min(len(ids), start+prefetchBatch)]
+		if prefetcher != nil {
+			prefetcher.Prefetch(batch)
 		}
-		o, err := s.EncodedObject(plumbing.AnyObject, id)
-		if err != nil {
-			return fmt.Errorf("object %s: %w", id, err)
+		objs = objs[:0]
+		for _, id := range batch {
+			o, err := s.EncodedObject(plumbing.AnyObject, id)
+			if err != nil {
+				return fmt.Errorf("object %s: %w", id, err)
+			}
+			objs = append(objs, o)
 		}
-		if _, err := bw.Write(objectHeader(o.Type(), o.Size())); err != nil {
+		if err := p.prepare(s, objs, entries[:len(objs)]); err != nil {
 			return err
 		}
-		r, err := o.Reader()
-		if err != nil {
-			return fmt.Errorf("object %s: %w", id, err)
-		}
-		zw.Reset(bw)
-		_, err = io.Copy(zw, r)
-		r.Close()
-		if err != nil {
-			return fmt.Errorf("object %s: %w", id, err)
-		}
-		if err := zw.Close(); err != nil {
-			return err
+		for i, o := range objs {
+			if err := p.write(o, &entries[i]); err != nil {
+				return err
+			}
 		}
 	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	_, err = w.Write(h.Sum(nil))
+	_, err := w.Write(h.Sum(nil))
 	return err
+}
+
+// maxDeltaDepth bounds a delta chain, as git's pack.depth does: reading an object of the pack
+// applies at most this many deltas.
+const maxDeltaDepth = 50
+
+// deltaCacheBytes is how much of the objects last written writePlainPack keeps to deltify
+// against: an object's base is its newer version, written a commit or so before it.
+const deltaCacheBytes = 64 << 20
+
+// packWriter is writePlainPack's state between batches.
+type packWriter struct {
+	bw      *bufio.Writer
+	cw      *countingWriter
+	bases   map[plumbing.Hash]plumbing.Hash
+	written map[plumbing.Hash]packedAt // with bases: where each object went, and its depth
+	recent  *contentCache
+}
+
+type packedAt struct {
+	offset int64
+	depth  int
+}
+
+// packEntry is an object of a batch, prepared: its content compressed, or a delta against
+// base compressed, or neither (a large object, streamed when written).
+type packEntry struct {
+	whole   []byte // the compressed content, when it has no delta
+	base    plumbing.Hash
+	delta   []byte // the compressed delta against base
+	size    int    // the delta's size, uncompressed
+	content []byte // with a delta: the content, compressed only if the delta cannot be written
+}
+
+// prepare reads the small objects of a batch, keeps them for later deltas, and compresses each,
+// and its delta against its base when that base is at hand, on every CPU.
+func (p *packWriter) prepare(s storer.EncodedObjectStorer, objs []plumbing.EncodedObject, entries []packEntry) error {
+	contents := make([][]byte, len(objs))
+	for i, o := range objs {
+		entries[i] = packEntry{}
+		if o.Size() > parallelObjectBytes {
+			continue
+		}
+		b, err := readContent(o)
+		if err != nil {
+			return err
+		}
+		contents[i] = b
+	}
+	// Kept before the workers run, so that an object deltifies against its base in the same batch.
+	for i, o := range objs {
+		if contents[i] != nil && p.bases != nil {
+			p.recent.add(o.Hash(), contents[i])
+		}
+	}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, o := range objs {
+		if contents[i] == nil {
+			continue
+		}
+		g.Go(func() error {
+			e := &entries[i]
+			var err error
+			if d, base := p.deltaOf(s, o, contents[i]); d != nil {
+				if e.delta, err = deflate(d); err != nil {
+					return fmt.Errorf("object %s: %w", o.Hash(), err)
+				}
+				// The whole object is compressed only if the delta cannot be written after all.
+				e.base, e.size, e.content = base, len(d), contents[i]
+				return nil
+			}
+			if e.whole, err = deflate(contents[i]); err != nil {
+				return fmt.Errorf("object %s: %w", o.Hash(), err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// deltaOf answers the delta of content, o's, against its proposed base, and the base, or nil
+// when it has none at hand or the delta is not worth it.
+func (p *packWriter) deltaOf(s storer.EncodedObjectStorer, o plumbing.EncodedObject, content []byte) ([]byte, plumbing.Hash) {
+	base, ok := p.bases[o.Hash()]
+	if !ok {
+		return nil, plumbing.ZeroHash
+	}
+	src, ok := p.recent.get(base)
+	if !ok {
+		if src, ok = readBase(s, base, o.Type()); !ok {
+			return nil, plumbing.ZeroHash
+		}
+	}
+	d := packfile.DiffDelta(src, content)
+	if len(d) >= len(content)/2 {
+		return nil, plumbing.ZeroHash // not worth a delta: the whole object reads faster
+	}
+	return d, base
+}
+
+// readBase reads a base evicted from the cache, if it is an object of type t that fits.
+func readBase(s storer.EncodedObjectStorer, id plumbing.Hash, t plumbing.ObjectType) ([]byte, bool) {
+	o, err := s.EncodedObject(t, id)
+	if err != nil || o.Size() > parallelObjectBytes {
+		return nil, false
+	}
+	b, err := readContent(o)
+	return b, err == nil
+}
+
+// write writes o's entry: its delta when its base was written, not too deep, before it; else the
+// whole object.
+func (p *packWriter) write(o plumbing.EncodedObject, e *packEntry) error {
+	offset := p.cw.n + int64(p.bw.Buffered())
+	depth := 0
+	if e.delta != nil {
+		if at, ok := p.written[e.base]; ok && at.depth < maxDeltaDepth {
+			depth = at.depth + 1
+			if _, err := p.bw.Write(objectHeader(plumbing.OFSDeltaObject, int64(e.size))); err != nil {
+				return err
+			}
+			if err := gitbinary.WriteVariableWidthInt(p.bw, offset-at.offset); err != nil {
+				return err
+			}
+			if _, err := p.bw.Write(e.delta); err != nil {
+				return err
+			}
+			p.written[o.Hash()] = packedAt{offset: offset, depth: depth}
+			return nil
+		}
+	}
+	if _, err := p.bw.Write(objectHeader(o.Type(), o.Size())); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case e.whole != nil:
+		_, err = p.bw.Write(e.whole)
+	case e.content != nil:
+		var whole []byte
+		if whole, err = deflate(e.content); err == nil {
+			_, err = p.bw.Write(whole)
+		}
+	default:
+		err = streamObject(p.bw, o)
+	}
+	if err == nil && p.written != nil {
+		p.written[o.Hash()] = packedAt{offset: offset, depth: 0}
+	}
+	return err
+}
+
+// countingWriter counts what it passes on: the offset of the next pack entry.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// contentCache keeps the contents of the objects last added, up to a number of bytes, oldest
+// out first. Reads may run beside each other; adds may not run beside anything.
+type contentCache struct {
+	max, bytes int
+	byID       map[plumbing.Hash][]byte
+	order      []plumbing.Hash
+}
+
+func newContentCache(max int) *contentCache {
+	return &contentCache{max: max, byID: map[plumbing.Hash][]byte{}}
+}
+
+func (c *contentCache) add(id plumbing.Hash, b []byte) {
+	if _, ok := c.byID[id]; ok {
+		return
+	}
+	c.byID[id] = b
+	c.order = append(c.order, id)
+	c.bytes += len(b)
+	for c.bytes > c.max && len(c.order) > 0 {
+		old := c.order[0]
+		c.order = c.order[1:]
+		c.bytes -= len(c.byID[old])
+		delete(c.byID, old)
+	}
+}
+
+func (c *contentCache) get(id plumbing.Hash) ([]byte, bool) {
+	b, ok := c.byID[id]
+	return b, ok
+}
+
+// readContent reads a small object whole.
+func readContent(o plumbing.EncodedObject) ([]byte, error) {
+	r, err := o.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", o.Hash(), err)
+	}
+	defer r.Close()
+	b := make([]byte, 0, o.Size())
+	buf := bytes.NewBuffer(b)
+	if _, err := io.Copy(buf, r); err != nil {
+		return nil, fmt.Errorf("object %s: %w", o.Hash(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+// parallelObjectBytes is the largest object writePlainPack compresses in memory, beside others.
+const parallelObjectBytes = 1 << 20
+
+// compressors are zlib writers at the fastest level, kept between objects: making one costs
+// more than compressing a small object.
+var compressors = sync.Pool{New: func() any {
+	zw, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed)
+	return zw
+}}
+
+// deflate answers b compressed as a pack entry holds it.
+func deflate(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(b)/2 + 64)
+	zw := compressors.Get().(*zlib.Writer)
+	defer compressors.Put(zw)
+	zw.Reset(&buf)
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// streamObject writes o's content compressed to w as it reads it.
+func streamObject(w io.Writer, o plumbing.EncodedObject) error {
+	r, err := o.Reader()
+	if err != nil {
+		return fmt.Errorf("object %s: %w", o.Hash(), err)
+	}
+	defer r.Close()
+	zw := compressors.Get().(*zlib.Writer)
+	defer compressors.Put(zw)
+	zw.Reset(w)
+	if _, err := io.Copy(zw, r); err != nil {
+		return fmt.Errorf("object %s: %w", o.Hash(), err)
+	}
+	return zw.Close()
 }
 
 // chunked passes writes on in pieces of at most 32 KiB: a side-band packet holds less than

@@ -15,9 +15,11 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
-// TestPlainPackIsAPackGitReads writes every object of a small history as a pack without
-// deltas, the way large fetches are sent, and has git index it strictly and check every
-// object's id: a header, size or checksum wrong anywhere would fail.
+// TestPlainPackIsAPackGitReads writes every object of a small history as a pack the way large
+// fetches are sent, each object whole or a delta against its newer version, and has git index
+// it strictly and check every object's id: a header, size, delta or checksum wrong anywhere
+// would fail. The older versions of a file that changes a line at a time are deltas, each
+// against the next, up to the newest, which is whole.
 func TestPlainPackIsAPackGitReads(t *testing.T) {
 	t.Parallel()
 	needGit(t)
@@ -28,12 +30,12 @@ func TestPlainPackIsAPackGitReads(t *testing.T) {
 	for i := range 5 {
 		r.commit(fmt.Sprintf("Step %d", i), map[string][]byte{fmt.Sprintf("steps/%d.txt", i): fmt.Appendf(nil, "%d\n", i), "big.txt": append(big, byte('0'+i))})
 	}
-	ids, err := objectsToSend(context.Background(), r.s, []plumbing.Hash{r.main}, nil, nil)
+	ids, bases, err := objectsToSend(context.Background(), r.s, []plumbing.Hash{r.main}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pack bytes.Buffer
-	if err := writePlainPack(&pack, r.s, ids); err != nil {
+	if err := writePlainPack(&pack, r.s, ids, bases); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -51,6 +53,30 @@ func TestPlainPackIsAPackGitReads(t *testing.T) {
 		t.Fatalf("git reads %d objects from the pack, want the %d sent", n, len(ids))
 	}
 	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", r.main.String())
+
+	// verify-pack -v: "id type size packed-size offset" for a whole object, then "depth base"
+	// for a delta.
+	idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.idx"))
+	if err != nil || len(idx) != 1 {
+		t.Fatalf("the pack's index: %v, %v", idx, err)
+	}
+	deltas := map[string]string{}
+	for _, line := range strings.Split(git(t, env, dir, nil, "verify-pack", "-v", idx[0]), "\n") {
+		if f := strings.Fields(line); len(f) == 7 {
+			deltas[f[0]] = f[6]
+		}
+	}
+	newest := strings.TrimSpace(git(t, env, dir, nil, "rev-parse", r.main.String()+":big.txt"))
+	if _, ok := deltas[newest]; ok {
+		t.Errorf("the newest big.txt is a delta; want it whole")
+	}
+	older := strings.TrimSpace(git(t, env, dir, nil, "rev-parse", r.main.String()+"~1:big.txt"))
+	if deltas[older] != newest {
+		t.Errorf("big.txt of the commit before is a delta against %q; want the newest, %s (deltas: %v)", deltas[older], newest, deltas)
+	}
+	if len(deltas) < 5 {
+		t.Errorf("%d objects of the pack are deltas; want at least the 4 older big.txt and the trees that changed with them", len(deltas))
+	}
 }
 
 // TestLargeFetchesSendAPlainPack clones through the handler, over git's side band, with every

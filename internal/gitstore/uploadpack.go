@@ -327,7 +327,7 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	for _, h := range req.Shallows {
 		stops[h] = true
 	}
-	objs, err := objectsToSend(ctx, snap.Objects, req.Wants, common, stops)
+	objs, bases, err := objectsToSend(ctx, snap.Objects, req.Wants, common, stops)
 	if err != nil {
 		return fail(err)
 	}
@@ -355,7 +355,7 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
 		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", len(objs)))
 	}
-	if err := writePack(out, snap.Objects, objs); err != nil {
+	if err := writePack(out, snap.Objects, objs, bases); err != nil {
 		if mux != nil {
 			_, _ = mux.WriteChannel(sideband.ErrorMessage, []byte("ag: "+err.Error()+"\n"))
 		}
@@ -447,40 +447,44 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 // A commit of stops is walked as if it had no parents (git's shallow grafts): the commits a
 // shallow repository's history stops at, and those a shallow client's does. Its tree is sent
 // whole when it is sent.
-func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash, stops map[plumbing.Hash]bool) ([]plumbing.Hash, error) {
+//
+// It also answers, for objects it sends, a delta base to propose for each: the newer version at
+// the same path of an object a commit replaced (git's own packs keep the newest version whole
+// and older ones as deltas against it), which the pack comes to before it.
+func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash, stops map[plumbing.Hash]bool) ([]plumbing.Hash, map[plumbing.Hash]plumbing.Hash, error) {
 	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}, stops: stops}
 	for _, h := range common {
 		if err := w.push(h, true); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, h := range wants {
 		if err := w.push(h, false); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var popped []*walkCommit
 	for w.q.Len() > 0 && w.interesting > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c := w.pop()
 		popped = append(popped, c)
 		for _, p := range w.parents(c) {
 			if err := w.push(p, c.uninteresting); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
 	order, err := w.parentsFirst(popped)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool)}
+	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool), bases: make(map[plumbing.Hash]plumbing.Hash)}
 	starts := make([]int, 0, len(order))
 	for _, c := range order {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		starts = append(starts, len(d.out))
 		d.out = append(d.out, c.Hash)
@@ -488,14 +492,14 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		for _, p := range w.parents(c) {
 			pc, err := w.commit(p)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			// The parent's tree is sent whole by now, or the client's.
 			d.done[pc.TreeHash] = true
 			olds = append(olds, pc.TreeHash)
 		}
 		if err := d.tree(c.TreeHash, olds); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// Newest commit first, each followed by what it brought, as the walk found them: git's
@@ -510,7 +514,7 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		}
 		slices.Reverse(out[len(out)-end : len(out)-start])
 	}
-	return out, nil
+	return out, d.bases, nil
 }
 
 // treeDiff collects the trees and blobs of the commits objectsToSend sends, a commit at a
@@ -522,6 +526,8 @@ type treeDiff struct {
 	// other tree are.
 	done map[plumbing.Hash]bool
 	out  []plumbing.Hash
+	// bases proposes a delta base for an object: its newer version at the same path.
+	bases map[plumbing.Hash]plumbing.Hash
 }
 
 // tree appends to out tree t and what it holds that is not done, descending only into
@@ -561,6 +567,7 @@ func (d *treeDiff) tree(t plumbing.Hash, olds []plumbing.Hash) error {
 		case e.Mode == filemode.Submodule: // a gitlink names a commit of another repository
 		case d.done[e.Hash]:
 		case e.Mode == filemode.Dir:
+			d.proposeBase(e, oldEntries)
 			var subOlds []plumbing.Hash
 			for _, m := range oldEntries {
 				if oe, ok := m[e.Name]; ok && oe.Mode == filemode.Dir {
@@ -571,11 +578,27 @@ func (d *treeDiff) tree(t plumbing.Hash, olds []plumbing.Hash) error {
 				return err
 			}
 		default:
+			d.proposeBase(e, oldEntries)
 			d.done[e.Hash] = true
 			d.out = append(d.out, e.Hash)
 		}
 	}
 	return nil
+}
+
+// proposeBase proposes e, new in its commit, as the delta base of the entry of the same name and
+// kind in the first parent's tree: the older version, which the pack comes to after e.
+func (d *treeDiff) proposeBase(e object.TreeEntry, oldEntries []map[string]object.TreeEntry) {
+	if len(oldEntries) == 0 {
+		return
+	}
+	oe, ok := oldEntries[0][e.Name]
+	if !ok || oe.Hash == e.Hash || (oe.Mode == filemode.Dir) != (e.Mode == filemode.Dir) || oe.Mode == filemode.Submodule {
+		return
+	}
+	if _, taken := d.bases[oe.Hash]; !taken {
+		d.bases[oe.Hash] = e.Hash
+	}
 }
 
 // walk is the commit walk of objectsToSend: a queue by committer time, newest first.

@@ -130,7 +130,7 @@ func checkSent(t *testing.T, env []string, dir string, s *countingStorer, wants,
 	for _, h := range haves {
 		c = append(c, plumbing.NewHash(h))
 	}
-	ids, err := objectsToSend(context.Background(), s, w, c, nil)
+	ids, _, err := objectsToSend(context.Background(), s, w, c, nil)
 	if err != nil {
 		t.Fatalf("objectsToSend(%v, %v): %v", wants, haves, err)
 	}
@@ -480,7 +480,7 @@ func TestObjectsToSendMatchesGit(t *testing.T) {
 				t.Fatal(err)
 			}
 			var pack bytes.Buffer
-			if err := writePlainPack(&pack, s, all); err != nil {
+			if err := writePlainPack(&pack, s, all, nil); err != nil {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
