@@ -349,17 +349,36 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 	var chunk []*agwpv1.GitObject
 	var chunkIDs []plumbing.Hash
 	size := 0
-	flush := func() error {
-		if len(chunk) == 0 {
+	// One call is in flight while the next chunk is read: the server stores a chunk while this
+	// side reads and decompresses the next. Calls still go one after another, so every object
+	// arrives after those it names.
+	var inFlight chan error
+	wait := func() error {
+		if inFlight == nil {
 			return nil
 		}
-		if err := send(chunk, chunkIDs); err != nil {
+		err := <-inFlight
+		inFlight = nil
+		return err
+	}
+	flush := func() error {
+		if err := wait(); err != nil || len(chunk) == 0 {
 			return err
 		}
-		p.Add(len(chunk), int64(size))
+		objs, objIDs, n := chunk, chunkIDs, size
+		inFlight = make(chan error, 1)
+		go func(done chan<- error) {
+			err := send(objs, objIDs)
+			if err == nil {
+				p.Add(len(objs), int64(n))
+			}
+			done <- err
+		}(inFlight)
 		chunk, chunkIDs, size = nil, nil, 0
 		return nil
 	}
+	// A return before the last flush leaves no call behind.
+	defer func() { _ = wait() }()
 	for _, id := range ids {
 		if !missing[id] {
 			continue
@@ -370,6 +389,9 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 				return fmt.Errorf("read %s: %w", id, err)
 			}
 			if size >= client.LargeBlobBytes {
+				if err := wait(); err != nil {
+					return err
+				}
 				if err := spoolObject(s, id, func(f *os.File, digest string) error { return sendLarge(f, size, digest) }); err != nil {
 					return err
 				}
@@ -391,6 +413,9 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 		size += len(data)
 	}
 	if err := flush(); err != nil {
+		return err
+	}
+	if err := wait(); err != nil {
 		return err
 	}
 	p.Done()
