@@ -38,6 +38,24 @@ const (
 	// would write (and which a link could point elsewhere). Its failures are not the
 	// candidate's verdict: the command meets them again and says so.
 	goPrepareScript = `go test -c -o "$TMPDIR/ag-prepare/" ./...`
+	// goToolsScript builds the tools of the Go toolchain that a test may run on what it builds
+	// and that go builds when first asked: since Go 1.25 a release ships prebuilt only those a
+	// build runs (compile, link, vet, ...), and `go tool nm`, `go tool objdump`, the `go tool
+	// covdata` of `go test -cover` and the like are compiled and linked on first use, their
+	// executables kept in the build cache (docs/benchmarks.md, "The Go preset on real projects":
+	// cobra's tests run `go tool nm`, which cost each run seconds). `go tool -n NAME` builds
+	// one and prints its path, running nothing; the code is the toolchain's own, not the
+	// candidate's. Not the profilers (pprof, trace: as much again of the cache as the others
+	// together) nor the toolchain's own builders (dist, distpack). It runs outside the tree (a
+	// tool of the toolchain ignores go.mod), and its failures are nobody's: a run that asks
+	// for a tool it does not find builds it, as before.
+	goToolsScript = `cd / && tools=$(go env GOTOOLDIR) && for t in addr2line buildid covdata nm objdump pack test2json; do ` +
+		`[ -e "$tools/$t" ] || go tool -n "$t" >/dev/null 2>&1; done`
+	// toolsEvery is how often the prepare phase after a run builds the tools again: a check
+	// that finds them all built still starts go eight times, and go's cache drops an entry
+	// unused for five days (the command reads the cache through GOCACHEPROG, which marks
+	// nothing used; `go tool -n` of a tool it finds marks it).
+	toolsEvery = 24 * time.Hour
 )
 
 // repoCaches are the host directories of one repository's prepared caches.
@@ -86,6 +104,17 @@ func (c repoCaches) markModules(digest string) error {
 	return os.WriteFile(filepath.Join(c.dir, "modules", digest), nil, 0o644)
 }
 
+// toolsBuilt reports whether a prepare phase built the toolchain's tools (goToolsScript) in
+// the build cache less than toolsEvery ago. The mark is the worker's, beside the caches.
+func (c repoCaches) toolsBuilt(now time.Time) bool {
+	fi, err := os.Stat(filepath.Join(c.dir, "tools"))
+	return err == nil && now.Sub(fi.ModTime()) < toolsEvery
+}
+
+func (c repoCaches) markTools() error {
+	return os.WriteFile(filepath.Join(c.dir, "tools"), nil, 0o644)
+}
+
 // commandSetup shows the caches read-only to the command of box and answers its environment
 // with them: go reads the build cache through GOCACHEPROG (gocacheprog.go).
 func (c repoCaches) commandSetup(box *boxDirs, env []string) []string {
@@ -107,6 +136,17 @@ type prepareRun struct {
 	limits                  *runLimit
 	// keep: a command runs on the same file system after it.
 	keep bool
+	// tools: the phase also builds the toolchain's tools (goToolsScript).
+	tools bool
+}
+
+// script answers what the prepare phase r runs: the Go preset's prepare, then the tools when
+// r asks, with the prepare's exit status.
+func (r prepareRun) script() string {
+	if !r.tools {
+		return goPrepareScript
+	}
+	return goPrepareScript + "; s=$?; (" + goToolsScript + "); exit $s"
 }
 
 // prepare runs the Go preset's prepare phase of p in r, with the repository's caches c
@@ -155,7 +195,7 @@ func (v *Validator) prepare(ctx context.Context, progress func(string), p client
 	progress("preparing: " + goPrepareScript)
 	started := time.Now()
 	res, err := runCommand(ctx, runSpec{
-		Argv: []string{"/bin/sh", "-c", goPrepareScript}, Dir: r.box.Tree, Env: prepEnv, Timeout: timeout,
+		Argv: []string{"/bin/sh", "-c", r.script()}, Dir: r.box.Tree, Env: prepEnv, Timeout: timeout,
 		LogPath: filepath.Join(r.boxRoot, "prepare.log"), Grace: v.killGrace(), GroupFile: r.groupFile,
 		Sandbox: v.Sandbox, Box: prep, Limits: r.limits, KeepFileSystem: r.keep,
 	})
@@ -174,7 +214,7 @@ func (v *Validator) prepare(ctx context.Context, progress func(string), p client
 		progress(progressLine("the prepare phase failed, the command runs anyway: " + tail))
 		return false, nil
 	}
-	log.Info("prepared", "preset", p.Preset, "took", time.Since(started).Round(time.Millisecond))
+	log.Info("prepared", "preset", p.Preset, "tools", r.tools, "took", time.Since(started).Round(time.Millisecond))
 	return true, nil
 }
 
@@ -223,7 +263,8 @@ func (v *Validator) warmLater(p client.ValidatePayload, seen repo.Tree, timeout 
 }
 
 // warm checks seen out in a run directory of its own, held to the run's limits, and runs the
-// prepare phase on it.
+// prepare phase on it, with the toolchain's tools when they were not built in the last
+// toolsEvery.
 func (v *Validator) warm(ctx context.Context, p client.ValidatePayload, seen repo.Tree, timeout time.Duration, asked Limits, log *slog.Logger) error {
 	c, err := v.preparedCaches(p.Repository)
 	if err != nil {
@@ -263,10 +304,16 @@ func (v *Validator) warm(ctx context.Context, p client.ValidatePayload, seen rep
 	if err != nil {
 		return err
 	}
+	// The toolchain's tools once a day, here only: the prepare phase before a command is on
+	// the job's way.
+	tools := !c.toolsBuilt(time.Now())
 	done, err := v.prepare(ctx, func(string) {}, p, c, prepareRun{dir: rd.path, boxRoot: boxRoot, groupFile: rd.groupFile(),
-		box: box, limits: limits}, timeout, log)
+		box: box, limits: limits, tools: tools}, timeout, log)
 	if err == nil && done {
 		err = c.markModules(modulesDigest(seen))
+	}
+	if err == nil && done && tools {
+		err = c.markTools()
 	}
 	return err
 }
