@@ -120,7 +120,8 @@ func (p *push) integrateRefusal(err error) *pushRefused {
 	case connect.CodeAborted:
 		return refusePush("a conflict with the mainline", ce.Message(), "`git pull --rebase`, then push")
 	case connect.CodeFailedPrecondition:
-		if strings.HasPrefix(ce.Message(), "task tsk_") {
+		var task *store.TaskStateError
+		if errors.As(err, &task) {
 			return refusePush("its task claim is not current", ce.Message(), "do not push for that task: `ag task show TASK` says who holds it now")
 		}
 		return refusePush("refused under the leases", ce.Message(), "`ag lease list` shows your leases; `ag lease acquire PATH` takes one")

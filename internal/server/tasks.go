@@ -415,8 +415,11 @@ func (h taskService) ListMessages(ctx context.Context, req *agwpv1.ListMessagesR
 			return nil, err
 		}
 	default:
+		if req.GetHolder() == "" {
+			return nil, invalid("holder", "is required for an inbox: the label the messages were sent to (or name a thread: task_id or change_id)")
+		}
 		if err := validateLabel("holder", req.GetHolder()); err != nil {
-			return nil, invalid("holder", "is required for an inbox (or name a thread: task_id or change_id)")
+			return nil, err
 		}
 		p.Holder = callerFrom(ctx).holder(req.GetHolder())
 	}
