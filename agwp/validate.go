@@ -51,9 +51,18 @@ type ValidatePayload struct {
 	Preset string `json:"preset,omitempty"`
 }
 
-// PresetGo is the Go preset: its prepare phase downloads the modules and compiles the packages
-// and their tests into the repository's caches.
-const PresetGo = "go"
+// The presets a policy may name (docs/validation.md, "Presets").
+const (
+	// PresetGo: the prepare phase downloads the modules and compiles the packages and their
+	// tests into the repository's caches.
+	PresetGo = "go"
+	// PresetNode: the prepare phase installs the packages of the tree's package-lock.json
+	// (`npm ci --ignore-scripts`) into a node_modules of the worker's, keyed by the manifests.
+	PresetNode = "node"
+	// PresetPython: the prepare phase installs the wheels its requirements files name (wheels
+	// only: nothing is built) into a directory of the worker's, keyed by those files.
+	PresetPython = "python"
+)
 
 // ProtectedFrom is where a validation takes its protected paths from: the entries of Revision
 // under Paths (lease paths) replace the candidate's; a path under which Revision holds nothing

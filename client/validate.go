@@ -13,8 +13,12 @@ const KindValidate = agwp.KindValidate
 // ValidatePayload is the payload of a validate job.
 type ValidatePayload = agwp.ValidatePayload
 
-// PresetGo is the Go preset of a validation policy.
-const PresetGo = agwp.PresetGo
+// The presets of a validation policy.
+const (
+	PresetGo     = agwp.PresetGo
+	PresetNode   = agwp.PresetNode
+	PresetPython = agwp.PresetPython
+)
 
 // ProtectedFrom names the mainline revision whose copy of the protected paths a validation runs.
 type ProtectedFrom = agwp.ProtectedFrom

@@ -35,8 +35,9 @@ func (f *validationFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.MaxDisk, "max-disk", "", "what one run may write (its checkout, home, /tmp, output), below its worker's --max-disk (default: the worker's)")
 	cmd.Flags().StringArrayVar(&f.Protect, "protect", nil, "a path (\"ci/\" for a directory, or a file) validated with the mainline's copy, whose changes land only approved by a reviewer "+
 		"(repeatable; the file the command runs is protected anyway)")
-	cmd.Flags().StringVar(&f.Preset, "preset", "", "go: before each run, a phase that runs none of the candidate's code fills the worker's caches for the repository "+
-		"(modules, compiled packages), which the command sees read-only; without a command, `go test ./...`")
+	cmd.Flags().StringVar(&f.Preset, "preset", "", "go, node or python: before a run, a phase that runs none of the candidate's code fills the worker's caches for the repository "+
+		"(Go modules and compiled packages; npm packages; wheels), which the command sees read-only; "+
+		"without a command, `go test ./...`, `npm test` or `python3 -m pytest`")
 }
 
 // validation answers the policy for command, nil when command is empty (and no flag was given).

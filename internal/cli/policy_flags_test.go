@@ -42,7 +42,7 @@ func TestSetValidationPresetAndProtect(t *testing.T) {
 		t.Fatalf("ag repo set-validation --preset go: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	out, errOut, code = run("repo", "set-validation", "app", "--preset", "cobol")
-	if code != 2 || !strings.Contains(errOut, `validation.preset: "cobol" is not a preset this server knows ("go")`) {
+	if code != 2 || !strings.Contains(errOut, `validation.preset: "cobol" is not a preset this server knows ("go", "node" or "python")`) {
 		t.Errorf("ag repo set-validation --preset cobol: exit %d, stdout %q, stderr %q; want exit 2 naming the preset", code, out, errOut)
 	}
 	out, errOut, code = run("repo", "set-validation", "app", "--protect", "../x", "--", "true")

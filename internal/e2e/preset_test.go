@@ -3,15 +3,9 @@
 package e2e
 
 import (
-	"io/fs"
-	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
-
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 )
 
 // goModule is a Go module without dependencies, whose test checks Add.
@@ -88,46 +82,13 @@ func TestAPresetsCachesCannotBePoisonedByATest(t *testing.T) {
 		edit(t, mallory, "poison_test.go", poisonTest)
 		// The first validation of the repository compiles the standard library into its
 		// caches: longer than the harness waits for a command.
-		stdout, stderr, code := mallory.ag(t, "integrate", "--no-wait", "-m", "mallory: a test that poisons the caches")
-		m := regexp.MustCompile(`^change (\S+) `).FindStringSubmatch(stdout)
-		if code != 0 || m == nil {
-			t.Fatalf("ag integrate --no-wait: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-		}
-		tick := time.NewTicker(pollEvery)
-		defer tick.Stop()
-		for deadline := time.Now().Add(4 * time.Minute); ; <-tick.C {
-			c := g.change(t, m[1])
-			if c.GetState() == agwpv1.ChangeState_CHANGE_STATE_INTEGRATED {
-				break
-			}
-			if time.Now().After(deadline) || c.GetState() == agwpv1.ChangeState_CHANGE_STATE_REJECTED {
-				t.Fatalf("the poisoning test's change is %s: %s; want it integrated (its test passes)", c.GetState(), c.GetReason())
-			}
-		}
-		prepared := filepath.Join(cache, "prepared")
-		files := 0
-		err := filepath.WalkDir(prepared, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if strings.Contains(d.Name(), "POISONED") {
-				t.Errorf("the test planted %s in the worker's prepared caches", path)
-			}
-			if d.Type().IsRegular() {
-				files++
-				if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), "POISONED-BY-A-TEST") {
-					t.Errorf("the test overwrote %s in the worker's prepared caches", path)
-				}
-			}
-			return nil
-		})
-		if err != nil || files < 50 {
-			t.Fatalf("the prepared caches under %s: %d files, %v; want the compiled standard library and module there", prepared, files, err)
-		}
+		landEventually(t, g, mallory, "mallory: a test that poisons the caches")
+		// The compiled standard library and module are there, as the prepare phase wrote them.
+		checkNotPoisoned(t, filepath.Join(cache, "prepared"), 50)
 
 		mallory.must(t, "sync")
 		edit(t, mallory, "calc.go", "package calc\n\n// Add adds, badly.\nfunc Add(a, b int) int { return a - b }\n")
-		stdout, stderr, code = mallory.ag(t, "integrate", "-m", "mallory: break Add")
+		stdout, stderr, code := mallory.ag(t, "integrate", "-m", "mallory: break Add")
 		rejected(t, "mallory", stdout, stderr, code, "2 + 3 is not 5")
 	})
 }

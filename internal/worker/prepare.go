@@ -138,6 +138,8 @@ type prepareRun struct {
 	keep bool
 	// tools: the phase also builds the toolchain's tools (goToolsScript).
 	tools bool
+	// key: the preset's digest of the files of the tree the phase prepares for.
+	key string
 }
 
 // script answers what the prepare phase r runs: the Go preset's prepare, then the tools when
@@ -149,14 +151,17 @@ func (r prepareRun) script() string {
 	return goPrepareScript + "; s=$?; (" + goToolsScript + "); exit $s"
 }
 
-// prepare runs the Go preset's prepare phase of p in r, with the repository's caches c
-// writable and the network of the worker's egress proxy, and reports whether it finished. One
-// that does not finish is logged: it is not the candidate's verdict.
+// prepare runs the prepare phase of p's preset in r, with the caches it writes writable and the
+// network of the worker's egress proxy, and reports whether it finished. One that does not
+// finish is logged: it is not the candidate's verdict.
 func (v *Validator) prepare(ctx context.Context, progress func(string), p client.ValidatePayload, c repoCaches, r prepareRun,
 	timeout time.Duration, log *slog.Logger) (bool, error) {
+	preset, ok := workerPresets[p.Preset]
+	if !ok {
+		return false, fmt.Errorf("prepare: no preset %q", p.Preset)
+	}
 	prep := r.box
 	prep.TreeReadOnly = true
-	prep.Mounts = []boxMount{{Host: c.goBuild, Inner: sandboxGoBuild}, {Host: c.goMod, Inner: sandboxGoMod}}
 	vars := map[string]string{}
 	maps.Copy(vars, p.Env)
 	if v.Sandbox.shared {
@@ -181,21 +186,19 @@ func (v *Validator) prepare(ctx context.Context, progress func(string), p client
 		prep.Network, prep.EgressSocket = attest.NetworkEgress, sock
 		vars = egressEnv(p.Env)
 	}
-	vars["GOCACHE"], vars["GOMODCACHE"], vars["GOTOOLCHAIN"] = sandboxGoBuild, sandboxGoMod, "local"
-	if _, ok := p.Env["GOPROXY"]; !ok {
-		// The module proxy only, never "direct": a module it does not serve is not fetched
-		// by running git against whatever host the candidate's go.mod names.
-		vars["GOPROXY"] = "https://proxy.golang.org"
+	mounts, err := preset.prepareSetup(c, r.key, vars, p)
+	if err != nil {
+		return false, fmt.Errorf("prepared caches: %w", err)
 	}
-	vars["GOFLAGS"] = strings.TrimSpace(p.Env["GOFLAGS"] + " -mod=readonly")
+	prep.Mounts = mounts
 	prepEnv, err := v.Sandbox.Env(vars)
 	if err != nil {
 		return false, err
 	}
-	progress("preparing: " + goPrepareScript)
+	progress("preparing: " + preset.describe())
 	started := time.Now()
 	res, err := runCommand(ctx, runSpec{
-		Argv: []string{"/bin/sh", "-c", r.script()}, Dir: r.box.Tree, Env: prepEnv, Timeout: timeout,
+		Argv: []string{"/bin/sh", "-c", preset.script(r)}, Dir: r.box.Tree, Env: prepEnv, Timeout: timeout,
 		LogPath: filepath.Join(r.boxRoot, "prepare.log"), Grace: v.killGrace(), GroupFile: r.groupFile,
 		Sandbox: v.Sandbox, Box: prep, Limits: r.limits, KeepFileSystem: r.keep,
 	})
@@ -218,30 +221,53 @@ func (v *Validator) prepare(ctx context.Context, progress func(string), p client
 	return true, nil
 }
 
-// presetBeforeCommand sets a run of the Go preset up: when the repository's caches have not
-// been prepared for the modules of the tree the run sees (the first run, or a change of go.mod
-// or go.sum), the prepare phase runs first, since the command has no network to fetch them;
-// then the caches are shown read-only to the command, whose environment it answers.
+// presetBeforeCommand sets a run of p's preset up: when the repository's caches have not been
+// prepared for the files of the tree the run sees that decide them (the first run, or a change
+// of go.mod, package-lock.json or a requirements file), the prepare phase runs first, since the
+// command has no network to fetch what they name; then the caches are shown read-only to the
+// command, whose environment it answers. One prepare phase at a time a repository: another run
+// waiting for it then finds the caches prepared.
 func (v *Validator) presetBeforeCommand(ctx context.Context, job *Job, p client.ValidatePayload, seen repo.Tree, r prepareRun,
 	box *boxDirs, env []string, timeout time.Duration, log *slog.Logger) ([]string, error) {
+	preset, ok := workerPresets[p.Preset]
+	if !ok {
+		return env, nil
+	}
 	c, err := v.preparedCaches(p.Repository)
 	if err != nil {
 		return nil, err
 	}
-	digest := modulesDigest(seen)
-	if !c.hasModules(digest) {
-		r.box, r.keep = *box, true
-		done, err := v.prepare(ctx, job.Progress, p, c, r, timeout, log)
-		if err != nil {
-			return nil, err
-		}
-		if done {
-			if err := c.markModules(digest); err != nil {
-				return nil, fmt.Errorf("prepared caches: %w", err)
-			}
+	key := preset.key(seen)
+	unlock, err := v.lockPrepare(ctx, c.dir)
+	if err != nil {
+		return nil, err
+	}
+	prepared := c.hasModules(key)
+	if !prepared {
+		r.box, r.keep, r.key = *box, true, key
+		prepared, err = v.prepare(ctx, job.Progress, p, c, r, timeout, log)
+		if err == nil && prepared {
+			err = c.markModules(key)
 		}
 	}
-	return c.commandSetup(box, env), nil
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("prepared caches: %w", err)
+	}
+	return preset.commandSetup(c, key, seen, box, env, prepared)
+}
+
+// lockPrepare holds the prepare phases of the caches in dir to one at a time, until the
+// function it answers is called, or answers ctx's cause when ctx ends first.
+func (v *Validator) lockPrepare(ctx context.Context, dir string) (func(), error) {
+	l, _ := v.preparing.LoadOrStore(dir, make(chan struct{}, 1))
+	held := l.(chan struct{})
+	select {
+	case held <- struct{}{}:
+		return func() { <-held }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // warmLater runs the Go preset's prepare phase on a fresh checkout of tree (the candidate
@@ -307,10 +333,11 @@ func (v *Validator) warm(ctx context.Context, p client.ValidatePayload, seen rep
 	// The toolchain's tools once a day, here only: the prepare phase before a command is on
 	// the job's way.
 	tools := !c.toolsBuilt(time.Now())
+	key := modulesDigest(seen)
 	done, err := v.prepare(ctx, func(string) {}, p, c, prepareRun{dir: rd.path, boxRoot: boxRoot, groupFile: rd.groupFile(),
-		box: box, limits: limits, tools: tools}, timeout, log)
+		box: box, limits: limits, tools: tools, key: key}, timeout, log)
 	if err == nil && done {
-		err = c.markModules(modulesDigest(seen))
+		err = c.markModules(key)
 	}
 	if err == nil && done && tools {
 		err = c.markTools()

@@ -70,6 +70,9 @@ type Validator struct {
 	// warming holds the repositories whose caches a prepare phase fills after a run
 	// (warmLater), so that one at a time does.
 	warming sync.Map
+	// preparing holds a mutex for each repository's caches: one prepare phase at a time
+	// before a command (presetBeforeCommand).
+	preparing sync.Map
 	// trees holds the mainline trees protected paths came from (mainlineTree).
 	treesMu sync.Mutex
 	trees   map[string]repo.Tree
@@ -195,7 +198,7 @@ func (v *Validator) Handle(ctx context.Context, job *Job) (Outcome, error) {
 	if protected != nil {
 		val.Protected = &protected.from
 	}
-	if p.Preset == client.PresetGo && v.Sandbox != nil {
+	if preset, ok := workerPresets[p.Preset]; ok && preset.warmsAfter() && v.Sandbox != nil {
 		v.warmLater(p, protected.over(tree), timeout, askedLimits, log)
 	}
 	return v.attestedOutcome(ctx, val, res, log)
@@ -315,7 +318,7 @@ func (v *Validator) runOnce(ctx context.Context, job *Job, p client.ValidatePayl
 	if limits != nil {
 		runLog = append(runLog, "limits", limits.String())
 	}
-	if p.Preset == client.PresetGo && v.Sandbox != nil {
+	if _, ok := workerPresets[p.Preset]; ok && v.Sandbox != nil {
 		env, err = v.presetBeforeCommand(ctx, job, p, protected.over(tree),
 			prepareRun{dir: dir, boxRoot: boxRoot, groupFile: rd.groupFile(), limits: limits}, &box, env, timeout, log)
 		if err != nil {

@@ -465,11 +465,13 @@ type Validation struct {
 	// (ApproveChange). The file the command runs (command[0] when it is a path, the script an
 	// interpreter such as sh or python is given, a make file) is protected without being listed.
 	Protect []string `protobuf:"bytes,10,rep,name=protect,proto3" json:"protect,omitempty"`
-	// A validation recipe the workers know: "go" (the only one yet). Before each run, a prepare
-	// phase that runs none of the candidate's code (for Go: downloading the modules through the
-	// worker's egress proxy, compiling the packages and their tests) fills the worker's caches
-	// for the repository; the command then sees them read-only, so no run can change what a later
-	// one reads. Without a command, the preset's own: `go test ./...`.
+	// A validation recipe the workers know: "go", "node" or "python". Before a run, a prepare
+	// phase that runs none of the candidate's code (Go: downloading the modules through the
+	// worker's egress proxy and compiling the packages and their tests; Node: `npm ci
+	// --ignore-scripts` of package-lock.json; Python: installing the wheels the requirements
+	// files name, building nothing) fills the worker's caches for the repository; the command
+	// then sees them read-only, so no run can change what a later one reads. Without a command,
+	// the preset's own: `go test ./...`, `npm test`, `python3 -m pytest`.
 	Preset        string `protobuf:"bytes,11,opt,name=preset,proto3" json:"preset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -232,11 +232,13 @@ export type Validation = Message<"agwp.v1.Validation"> & {
   protect: string[];
 
   /**
-   * A validation recipe the workers know: "go" (the only one yet). Before each run, a prepare
-   * phase that runs none of the candidate's code (for Go: downloading the modules through the
-   * worker's egress proxy, compiling the packages and their tests) fills the worker's caches
-   * for the repository; the command then sees them read-only, so no run can change what a later
-   * one reads. Without a command, the preset's own: `go test ./...`.
+   * A validation recipe the workers know: "go", "node" or "python". Before a run, a prepare
+   * phase that runs none of the candidate's code (Go: downloading the modules through the
+   * worker's egress proxy and compiling the packages and their tests; Node: `npm ci
+   * --ignore-scripts` of package-lock.json; Python: installing the wheels the requirements
+   * files name, building nothing) fills the worker's caches for the repository; the command
+   * then sees them read-only, so no run can change what a later one reads. Without a command,
+   * the preset's own: `go test ./...`, `npm test`, `python3 -m pytest`.
    *
    * @generated from field: string preset = 11;
    */

@@ -1,0 +1,185 @@
+package worker
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// TestPythonRequirementsKeepOnlyPackagesOfTheIndex: what the Python preset's prepare phase
+// gives pip of the tree's requirements files. A package by name, with extras, versions, markers
+// and hashes, is kept; whatever would make pip build or run the repository's code (-e, a
+// path, a URL, `name @ url`), take packages from elsewhere (--index-url, --find-links) or read a
+// file outside the tree's requirements is left out, and said.
+func TestPythonRequirementsKeepOnlyPackagesOfTheIndex(t *testing.T) {
+	t.Parallel()
+	tree, out := t.TempDir(), t.TempDir()
+	files := map[string]string{
+		"requirements.txt": "# pinned\nrequests[socks]==2.31.0 ; python_version >= \"3.8\" \\\n" +
+			"    --hash=sha256:58cd2187c01e70e6e26505bca751777aa9f2ee0b7f4300988b709f44e013003f\n" +
+			"idna>=3.4,<4\n-e .\n./vendor/x\nx @ https://example.com/x.tar.gz\nhttps://example.com/y.whl\n" +
+			"--index-url http://evil.example/simple\n--extra-index-url=http://evil.example/simple\n-f /tmp\n" +
+			"-r requirements/dev.txt\n-r ../outside.txt\n-r notes.txt\n-c constraints-requirements.txt\n" +
+			"ok==1 --install-option=--prefix=/ag/cache\nsix\n",
+		"requirements/dev.txt":           "pytest==8.0.0\n-r ../requirements.txt\n",
+		"constraints-requirements.txt":   "urllib3<3\n",
+		"notes.txt":                      "evil==1\n",
+		"docs/requirements.txt":          "sphinx\n", // not at the root: not read
+		"requirements/link-requirements": "",
+	}
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(tree, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tree, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(tree, "linked-requirements.txt")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", "-c", pythonSanitize, tree, out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the sanitizer: %v\n%s", err, stderr.String())
+	}
+	read := func(name string) []string {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	wantReqs := []string{
+		`requests[socks]==2.31.0 ; python_version >= "3.8" --hash=sha256:58cd2187c01e70e6e26505bca751777aa9f2ee0b7f4300988b709f44e013003f`,
+		"idna>=3.4,<4", "pytest==8.0.0", "six",
+	}
+	if got := read("requirements.txt"); !slices.Equal(got, wantReqs) {
+		t.Errorf("requirements pip installs:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantReqs, "\n"))
+	}
+	if got := read("constraints.txt"); !slices.Equal(got, []string{"urllib3<3"}) {
+		t.Errorf("constraints: %q, want urllib3<3", got)
+	}
+	for _, said := range []string{"-e .", "./vendor/x", "x @ https://example.com/x.tar.gz", "https://example.com/y.whl",
+		"--index-url", "--extra-index-url", "-f /tmp", "../outside.txt is not a requirements file", "notes.txt is not a requirements file",
+		"--install-option", "linked-requirements.txt: not a file of the tree"} {
+		if !strings.Contains(stderr.String(), said) {
+			t.Errorf("the sanitizer said\n%s\nwant it to say what it left out: %q", stderr.String(), said)
+		}
+	}
+}
+
+// TestNodeModulesAreShownWhereTheirPackageIs: the Node preset shows each node_modules the
+// prepare phase made at its package's place in the checkout, read-only, but where the tree
+// has a node_modules of its own; the top one gets directories of the run's own over its .cache
+// and .vite.
+func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
+	t.Parallel()
+	v := &Validator{CacheDir: t.TempDir()}
+	c, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := repo.Tree{
+		{Path: "package.json"}, {Path: "package-lock.json"},
+		{Path: "packages/a/package.json"}, {Path: "packages/b/package.json"}, {Path: "packages/b/node_modules/x/index.js"},
+		{Path: ".github/package.json"}, {Path: "vendor/node_modules/y/package.json"},
+	}
+	key := nodePreset{}.key(seen)
+	dir, err := c.keyed("node", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"node_modules/.cache", "node_modules/.vite", "packages/a/node_modules", "packages/b/node_modules", "vendor/node_modules/y/node_modules"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.markModules(key); err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	box, err := makeBoxDirs(run, filepath.Join(run, "tree"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := nodePreset{}.commandSetup(c, key, seen, &box, []string{"PATH=/usr/bin"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range box.Mounts {
+		host, _ := filepath.Rel(dir, m.Host)
+		if !strings.HasPrefix(m.Host, dir) {
+			host, _ = filepath.Rel(run, m.Host)
+			host = "run:" + host
+		}
+		got = append(got, host+" -> "+m.Inner+map[bool]string{true: " ro", false: " rw"}[m.ReadOnly])
+	}
+	want := []string{
+		"node_modules -> /ag/tree/node_modules ro",
+		"packages/a/node_modules -> /ag/tree/packages/a/node_modules ro",
+		"run:node_modules.cache -> /ag/tree/node_modules/.cache rw",
+		"run:node_modules.vite -> /ag/tree/node_modules/.vite rw",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Contains(env, "npm_config_offline=true") {
+		t.Errorf("the command's environment %q: want npm offline (it has no network)", env)
+	}
+}
+
+// TestPreparedDirectoriesAreEvictedWhenUnused: of a preset's prepared directories, the
+// keptPrepared used last stay, and any used in the last preparedInUse; the others go, their
+// marks first.
+func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
+	t.Parallel()
+	v := &Validator{CacheDir: t.TempDir()}
+	c, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}
+	for i, k := range keys {
+		if _, err := c.keyed("node", k); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.markModules(k); err != nil {
+			t.Fatal(err)
+		}
+		// k0 used now, k1 an hour ago, ..., k6 six days ago; k5 was used a minute ago.
+		last := now.Add(-time.Duration(i) * 25 * time.Hour)
+		if k == "k5" {
+			last = now.Add(-time.Minute)
+		}
+		if err := os.Chtimes(filepath.Join(c.dir, "modules", k), last, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.evict("node", "k6", now); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, k := range keys {
+		_, dirErr := os.Stat(filepath.Join(c.dir, "node", k))
+		if dirErr == nil {
+			left = append(left, k)
+		}
+		if (dirErr == nil) != c.hasModules(k) {
+			t.Errorf("%s: directory there %v, mark there %v; want both or neither", k, dirErr == nil, c.hasModules(k))
+		}
+	}
+	// k5 and k0 used last, then k1 and k2; k6 is the key in use; k3 and k4 go.
+	if want := []string{"k0", "k1", "k2", "k5", "k6"}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+}
