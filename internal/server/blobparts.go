@@ -281,3 +281,33 @@ func (s *Server) dropStaleBlobUploads(ctx context.Context, now time.Time) {
 		s.log.Info("dropped unfinished blob uploads", "uploads", n)
 	}
 }
+
+// compactBatch is how many rows one transaction of compactStored rewrites.
+const compactBatch = 500
+
+// compactStored rewrites the contents a build before compressed contents stored whole, a batch
+// at a time, until none is left (docs/storage.md): the store's migration in place. A server
+// stopped meanwhile goes on where it stopped when it starts again.
+func (s *Server) compactStored(ctx context.Context) {
+	total, reported := 0, time.Now()
+	for {
+		n, err := s.store.CompactStored(ctx, compactBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("compress stored contents: stopped; the next start goes on", "rows", total, "err", err)
+			}
+			return
+		}
+		total += n
+		if n == 0 {
+			if total > 0 {
+				s.log.Info("compressed the contents stored before", "rows", total)
+			}
+			return
+		}
+		if time.Since(reported) >= 10*time.Second {
+			reported = time.Now()
+			s.log.Info("compressing the contents stored before", "rows", total)
+		}
+	}
+}

@@ -250,6 +250,7 @@ func (s *Server) Run(ctx context.Context) {
 	background.Go(func() { s.gate.Run(ctx) })
 	background.Go(func() { s.mirrors.Run(ctx) })
 	background.Go(func() { s.sealLoop(ctx) })
+	background.Go(func() { s.compactStored(ctx) })
 	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)
 	defer t.Stop()

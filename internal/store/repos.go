@@ -40,6 +40,13 @@ type RepoStore interface {
 	// GetBlobs answers the blobs among digests that the store holds, in no particular order; a
 	// digest it does not hold is absent from the answer.
 	GetBlobs(ctx context.Context, digests []string) ([]Blob, error)
+	// CompactStored rewrites up to limit rows of blobs and git objects that a build before
+	// compressed contents wrote (StoredUnexamined) as EncodeStored would write them, each in
+	// one transaction with the others of its batch, and answers how many it rewrote: 0 once
+	// none is left. A run that stops leaves rows examined or not, never half written, so the
+	// next run goes on where it stopped. Replicas may run it at once (PostgreSQL skips the
+	// rows another holds).
+	CompactStored(ctx context.Context, limit int) (int, error)
 
 	// MissingBlobs answers the digests among digests that the store does not hold, in the order
 	// given.

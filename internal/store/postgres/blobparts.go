@@ -172,12 +172,17 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 		size      int64
 		partsKey  *string
 		partBytes *int64
+		storedAs  int16
 	)
-	if err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, part_bytes FROM blobs WHERE digest = $1`, digest).
-		Scan(&content, &size, &partsKey, &partBytes); err != nil {
+	if err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, part_bytes, stored_as FROM blobs WHERE digest = $1`, digest).
+		Scan(&content, &size, &partsKey, &partBytes, &storedAs); err != nil {
 		return interpretError("read blob "+digest, err)
 	}
 	if partsKey == nil || partBytes == nil {
+		content, err := store.DecodeStored(content, int(storedAs), size)
+		if err != nil {
+			return fmt.Errorf("read blob %s: %w", digest, err)
+		}
 		if offset >= uint64(len(content)) {
 			return nil
 		}
@@ -197,11 +202,13 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 	}, fn)
 }
 
-// blobContent answers a blob's whole content: content itself, or, when partsKey is set, its
-// parts joined in order. A stored blob's parts never change, so qr may be any connection.
-func blobContent(ctx context.Context, qr querier, what string, content []byte, size int64, partsKey *string) ([]byte, error) {
+// blobContent answers a blob's whole content: content as stored (storedAs), or, when partsKey
+// is set, its parts joined in order. A stored blob's parts never change, so qr may be any
+// connection.
+func blobContent(ctx context.Context, qr querier, what string, content []byte, storedAs int, size int64, partsKey *string) ([]byte, error) {
 	if partsKey == nil {
-		return nonNilBytes(content), nil
+		content, err := store.DecodeStored(content, storedAs, size)
+		return nonNilBytes(content), err
 	}
 	rows, err := qr.Query(ctx, `SELECT content FROM blob_parts WHERE parts_key = $1 ORDER BY seq`, *partsKey)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -26,6 +27,9 @@ type execQuerier interface {
 type gitBackend struct {
 	qr      execQuerier
 	blobIDs map[string]plumbing.Hash
+	// beforeStoredAs: the schema is one before the stored_as columns (a migration that runs
+	// before them), whose rows all keep their bytes whole.
+	beforeStoredAs bool
 }
 
 // PutGitObjects stores trees and commits.
@@ -101,8 +105,8 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	for i := range ids {
 		raw[i] = ids[i][:]
 	}
-	rows, err := db.pool.Query(ctx, `SELECT id, type, data, 0::bigint, NULL::text FROM git_objects WHERE id = ANY($1::bytea[])
-		UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
+	rows, err := db.pool.Query(ctx, `SELECT id, type, data, -1::bigint, NULL::text, stored_as FROM git_objects WHERE id = ANY($1::bytea[])
+		UNION ALL SELECT git_id, 3, content, size, parts_key, stored_as FROM blobs WHERE git_id = ANY($1::bytea[])`, raw)
 	if err != nil {
 		return nil, interpretError("read git objects", err)
 	}
@@ -114,10 +118,13 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 		data     []byte
 		size     int64
 		partsKey *string
+		storedAs int16
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data, &size, &partsKey}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data, &size, &partsKey, &storedAs}, func() error {
 		if partsKey != nil {
 			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
+		} else if data, err = store.DecodeStored(data, int(storedAs), size); err != nil {
+			return fmt.Errorf("%x: %w", id, err)
 		}
 		o := store.GitObject{Type: plumbing.ObjectType(typ), Data: nonNilBytes(data)}
 		copy(o.ID[:], id)
@@ -129,7 +136,7 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	}
 	for _, p := range inParts {
 		o := &out[p.index]
-		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.Data, p.size, &p.partsKey); err != nil {
+		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, &p.partsKey); err != nil {
 			return nil, err
 		}
 	}
@@ -146,9 +153,9 @@ func (db *DB) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.Obj
 	return gitBackend{qr: db.pool}.ReadGitObject(ctx, id)
 }
 
-const readGitObjectSQL = `SELECT type, data, 0::bigint, NULL::text FROM git_objects WHERE id = $1
+const readGitObjectSQL = `SELECT type, data, -1::bigint, NULL::text, stored_as FROM git_objects WHERE id = $1
 UNION ALL
-SELECT 3, content, size, parts_key FROM blobs WHERE git_id = $1
+SELECT 3, content, size, parts_key, stored_as FROM blobs WHERE git_id = $1
 LIMIT 1`
 
 func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
@@ -157,29 +164,36 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 		data     []byte
 		size     int64
 		partsKey *string
+		storedAs int16
 	)
-	if err := g.qr.QueryRow(ctx, readGitObjectSQL, id[:]).Scan(&typ, &data, &size, &partsKey); err != nil {
+	query := readGitObjectSQL
+	if g.beforeStoredAs {
+		query = strings.ReplaceAll(query, "stored_as", "0::smallint")
+	}
+	if err := g.qr.QueryRow(ctx, query, id[:]).Scan(&typ, &data, &size, &partsKey, &storedAs); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, nil, fmt.Errorf("git object %s: %w", id, store.ErrNotFound)
 		}
 		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
-	data, err := blobContent(ctx, g.qr, "git object "+id.String(), data, size, partsKey)
+	data, err := blobContent(ctx, g.qr, "git object "+id.String(), data, int(storedAs), size, partsKey)
 	if err != nil {
 		return 0, nil, err
 	}
 	return plumbing.ObjectType(typ), data, nil
 }
 
-// putGitObjectsSQL stores git objects that are not stored yet.
-const putGitObjectsSQL = `INSERT INTO git_objects (id, type, data)
-SELECT i, t, d FROM unnest($1::bytea[], $2::smallint[], $3::bytea[]) AS u(i, t, d)
+// putGitObjectsSQL stores git objects that are not stored yet. Its second array holds each
+// object's type and the form its data is stored in (store.EncodeStored) as one number,
+// type + 16 × form (gitObjectArgs), so that the statements that embed it keep their arguments.
+const putGitObjectsSQL = `INSERT INTO git_objects (id, type, data, stored_as)
+SELECT i, t % 16, d, t / 16 FROM unnest($1::bytea[], $2::smallint[], $3::bytea[]) AS u(i, t, d)
 ON CONFLICT (id) DO NOTHING`
 
 // putGitObjectsArgs is putGitObjectsSQL with its arrays at $n, $n+1 and $n+2.
 func putGitObjectsArgs(n int) string {
-	return fmt.Sprintf(`INSERT INTO git_objects (id, type, data)
-	SELECT i, t, d FROM unnest($%d::bytea[], $%d::smallint[], $%d::bytea[]) AS u(i, t, d)
+	return fmt.Sprintf(`INSERT INTO git_objects (id, type, data, stored_as)
+	SELECT i, t %% 16, d, t / 16 FROM unnest($%d::bytea[], $%d::smallint[], $%d::bytea[]) AS u(i, t, d)
 	ON CONFLICT (id) DO NOTHING`, n, n+1, n+2)
 }
 
@@ -202,15 +216,18 @@ func (db *DB) commitTime() time.Time {
 	return time.Now().UTC()
 }
 
-// gitObjectArgs answers putGitObjectsSQL's arguments.
+// gitObjectArgs answers putGitObjectsSQL's arguments: ids, types with forms, stored data.
 func gitObjectArgs(objects []store.GitObject) ([][]byte, []int16, [][]byte) {
 	ids := make([][]byte, len(objects))
 	types := make([]int16, len(objects))
 	data := make([][]byte, len(objects))
 	for i, o := range objects {
 		ids[i] = o.ID[:]
-		types[i] = int16(o.Type)
-		data[i] = o.Data
+		data[i] = nonNilBytes(o.Data)
+	}
+	for i, e := range store.EncodeEach(data) {
+		data[i] = nonNilBytes(e.Data)
+		types[i] = int16(objects[i].Type) + 16*int16(e.StoredAs)
 	}
 	return ids, types, data
 }
@@ -220,7 +237,15 @@ func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject
 		return nil
 	}
 	ids, types, data := gitObjectArgs(objects)
-	if _, err := g.qr.Exec(ctx, putGitObjectsSQL, ids, types, data); err != nil {
+	query := putGitObjectsSQL
+	if g.beforeStoredAs {
+		for i, o := range objects {
+			types[i], data[i] = int16(o.Type), nonNilBytes(o.Data)
+		}
+		query = `INSERT INTO git_objects (id, type, data)
+			SELECT i, t, d FROM unnest($1::bytea[], $2::smallint[], $3::bytea[]) AS u(i, t, d) ON CONFLICT (id) DO NOTHING`
+	}
+	if _, err := g.qr.Exec(ctx, query, ids, types, data); err != nil {
 		return interpretError("store git objects", err)
 	}
 	return nil
@@ -297,7 +322,12 @@ const gitMigration = 9
 // migration's transaction: each blob its git id, each revision its git tree, and each
 // repository's mainline, from its first revision on, one commit per revision.
 func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
-	b := gitBackend{qr: tx}
+	var storedAs bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'git_objects' AND column_name = 'stored_as')`).Scan(&storedAs); err != nil {
+		return interpretError("backfill git", err)
+	}
+	b := gitBackend{qr: tx, beforeStoredAs: !storedAs}
 	for {
 		rows, err := tx.Query(ctx, `SELECT digest, content FROM blobs WHERE git_id IS NULL LIMIT 500`)
 		if err != nil {

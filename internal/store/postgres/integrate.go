@@ -315,8 +315,7 @@ func (db *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Cha
 	var batch pgx.Batch
 	batch.Queue("BEGIN")
 	if len(p.Blobs) > 0 {
-		digests, contents, gitIDs := blobArgs(p.Blobs)
-		batch.Queue(putBlobsSQL, digests, contents, gitIDs)
+		batch.Queue(putBlobsSQL, blobArgs(p.Blobs)...)
 	}
 	batch.Queue(integrateLockSQL, p.Repository)
 	batch.Queue(mainlineSQL, p.Repository)

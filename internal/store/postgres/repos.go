@@ -161,29 +161,33 @@ func (db *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesPara
 
 // putBlobsSQL stores blobs that are not stored yet. The rows come in digest order (see
 // blobArgs), so two transactions storing overlapping sets never wait for each other in a cycle.
-const putBlobsSQL = `INSERT INTO blobs (digest, content, size, git_id)
-SELECT d, c, octet_length(c), g FROM unnest($1::text[], $2::bytea[], $3::bytea[]) AS u(d, c, g)
+const putBlobsSQL = `INSERT INTO blobs (digest, content, size, git_id, stored_as)
+SELECT d, c, s, g, f FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bigint[], $5::smallint[]) AS u(d, c, g, s, f)
 ON CONFLICT DO NOTHING`
 
-// blobArgs answers the digests, contents and git ids of blobs sorted by digest, each digest
-// once.
-func blobArgs(blobs []store.Blob) ([]string, [][]byte, [][]byte) {
+// blobArgs answers putBlobsSQL's arguments for blobs, sorted by digest, each digest once: the
+// digests, the contents as stored (store.EncodeStored), the git ids, the sizes and the forms.
+func blobArgs(blobs []store.Blob) []any {
 	sorted := slices.Clone(blobs)
 	slices.SortStableFunc(sorted, func(a, b store.Blob) int { return strings.Compare(a.Digest, b.Digest) })
 	sorted = slices.CompactFunc(sorted, func(a, b store.Blob) bool { return a.Digest == b.Digest })
 	digests := make([]string, len(sorted))
 	contents := make([][]byte, len(sorted))
 	gitIDs := make([][]byte, len(sorted))
+	sizes := make([]int64, len(sorted))
+	forms := make([]int16, len(sorted))
 	for i, b := range sorted {
+		content := nonNilBytes(b.Content)
 		digests[i] = b.Digest
-		contents[i] = b.Content
-		if contents[i] == nil {
-			contents[i] = []byte{}
-		}
-		id := gitstore.BlobID(contents[i])
+		id := gitstore.BlobID(content)
 		gitIDs[i] = id[:]
+		sizes[i] = int64(len(content))
+		contents[i] = content
 	}
-	return digests, contents, gitIDs
+	for i, e := range store.EncodeEach(contents) {
+		contents[i], forms[i] = nonNilBytes(e.Data), int16(e.StoredAs)
+	}
+	return []any{digests, contents, gitIDs, sizes, forms}
 }
 
 // PutBlobs stores contents under their digests; a blob already stored is left as it is.
@@ -191,8 +195,7 @@ func (db *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	if len(blobs) == 0 {
 		return nil
 	}
-	digests, contents, gitIDs := blobArgs(blobs)
-	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, contents, gitIDs); err != nil {
+	if _, err := db.pool.Exec(ctx, putBlobsSQL, blobArgs(blobs)...); err != nil {
 		return interpretError("put blobs", err)
 	}
 	return nil
@@ -204,13 +207,14 @@ func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		content  []byte
 		size     int64
 		partsKey *string
+		storedAs int16
 	)
-	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = $1`, digest).
-		Scan(&content, &size, &partsKey)
+	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, stored_as FROM blobs WHERE digest = $1`, digest).
+		Scan(&content, &size, &partsKey, &storedAs)
 	if err != nil {
 		return store.Blob{}, interpretError("blob "+digest, err)
 	}
-	if content, err = blobContent(ctx, db.pool, "blob "+digest, content, size, partsKey); err != nil {
+	if content, err = blobContent(ctx, db.pool, "blob "+digest, content, int(storedAs), size, partsKey); err != nil {
 		return store.Blob{}, err
 	}
 	return store.Blob{Digest: digest, Content: content}, nil
@@ -229,7 +233,7 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 	if len(digests) == 0 {
 		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest = ANY($1::text[])`, digests)
+	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key, stored_as FROM blobs WHERE digest = ANY($1::text[])`, digests)
 	if err != nil {
 		return nil, interpretError("get blobs", err)
 	}
@@ -240,10 +244,13 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 		b        store.Blob
 		size     int64
 		partsKey *string
+		storedAs int16
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content, &size, &partsKey}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content, &size, &partsKey, &storedAs}, func() error {
 		if partsKey != nil {
 			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
+		} else if b.Content, err = store.DecodeStored(b.Content, int(storedAs), size); err != nil {
+			return fmt.Errorf("%s: %w", b.Digest, err)
 		}
 		b.Content = nonNilBytes(b.Content)
 		out = append(out, b)
@@ -254,7 +261,7 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 	}
 	for _, p := range inParts {
 		b := &out[p.index]
-		if b.Content, err = blobContent(ctx, db.pool, "blob "+b.Digest, b.Content, p.size, &p.partsKey); err != nil {
+		if b.Content, err = blobContent(ctx, db.pool, "blob "+b.Digest, b.Content, store.StoredPlain, p.size, &p.partsKey); err != nil {
 			return nil, err
 		}
 	}

@@ -160,12 +160,17 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 		size      int64
 		partsKey  sql.NullString
 		partBytes sql.NullInt64
+		storedAs  int
 	)
-	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, part_bytes FROM blobs WHERE digest = ?`, digest).
-		Scan(&content, &size, &partsKey, &partBytes); err != nil {
+	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, part_bytes, stored_as FROM blobs WHERE digest = ?`, digest).
+		Scan(&content, &size, &partsKey, &partBytes, &storedAs); err != nil {
 		return interpretError("read blob "+digest, err)
 	}
 	if !partsKey.Valid {
+		content, err := store.DecodeStored(content, storedAs, size)
+		if err != nil {
+			return fmt.Errorf("read blob %s: %w", digest, err)
+		}
 		if offset >= uint64(len(content)) {
 			return nil
 		}
@@ -185,11 +190,12 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 	}, fn)
 }
 
-// blobContent answers a blob's whole content: content itself, or its parts under partsKey
-// joined in order. A stored blob's parts never change, so q may be any connection.
-func blobContent(ctx context.Context, q querier, what string, content []byte, size int64, partsKey sql.NullString) ([]byte, error) {
+// blobContent answers a blob's whole content: content as stored (storedAs), or its parts under
+// partsKey joined in order. A stored blob's parts never change, so q may be any connection.
+func blobContent(ctx context.Context, q querier, what string, content []byte, storedAs int, size int64, partsKey sql.NullString) ([]byte, error) {
 	if !partsKey.Valid {
-		return nonNil(content), nil
+		content, err := store.DecodeStored(content, storedAs, size)
+		return nonNil(content), err
 	}
 	rows, err := q.QueryContext(ctx, `SELECT content FROM blob_parts WHERE parts_key = ? ORDER BY seq`, partsKey.String)
 	if err != nil {

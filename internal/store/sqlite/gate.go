@@ -76,7 +76,7 @@ func (d *DB) InQueue(ctx context.Context, repository string, fn func(store.Queue
 			Scan(&q.mainline, &q.validation); err != nil {
 			return interpretError(op, err)
 		}
-		q.objs = store.NewGitObjects(ctx, gitBackend{tx})
+		q.objs = store.NewGitObjects(ctx, gitBackend{q: tx})
 		if err := fn(q); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
@@ -198,7 +198,7 @@ func (q *queue) Rebase(base store.Revision, onto plumbing.Hash, edits []repo.Fil
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", base.ID, err)
 	}
-	return store.RebaseGit(q.ctx, gitBackend{q.tx}, q.objs, baseTree, onto, edits)
+	return store.RebaseGit(q.ctx, gitBackend{q: q.tx}, q.objs, baseTree, onto, edits)
 }
 
 func (q *queue) Project(tree plumbing.Hash, hidden []string) (plumbing.Hash, error) {

@@ -21,34 +21,64 @@ type querier interface {
 }
 
 // gitBackend is store.GitBackend over a transaction (or, to read, the read pool).
-type gitBackend struct{ q querier }
+type gitBackend struct {
+	q querier
+	// beforeStoredAs: the schema is one before the stored_as columns (a migration that runs
+	// before them), whose rows all keep their bytes whole.
+	beforeStoredAs bool
+}
 
 func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	if g.beforeStoredAs {
+		return readGitObjectAs(ctx, g.q, id, "0")
+	}
 	return readGitObject(ctx, g.q, id)
 }
 
 func readGitObject(ctx context.Context, q querier, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	return readGitObjectAs(ctx, q, id, "stored_as")
+}
+
+// readGitObjectAs reads a git object whose rows' form is the SQL expression storedAs.
+func readGitObjectAs(ctx context.Context, q querier, id plumbing.Hash, storedAs string) (plumbing.ObjectType, []byte, error) {
 	var (
 		typ      int
 		data     []byte
 		size     int64
 		partsKey sql.NullString
+		form     int
 	)
-	err := q.QueryRowContext(ctx, `SELECT type, data, 0, NULL FROM git_objects WHERE id = ?1
-		UNION ALL SELECT 3, content, size, parts_key FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data, &size, &partsKey)
+	err := q.QueryRowContext(ctx, `SELECT type, data, -1, NULL, `+storedAs+` FROM git_objects WHERE id = ?1
+		UNION ALL SELECT 3, content, size, parts_key, `+storedAs+` FROM blobs WHERE git_id = ?1 LIMIT 1`, id[:]).Scan(&typ, &data, &size, &partsKey, &form)
 	if err != nil {
 		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
-	if data, err = blobContent(ctx, q, "git object "+id.String(), data, size, partsKey); err != nil {
+	if data, err = blobContent(ctx, q, "git object "+id.String(), data, form, size, partsKey); err != nil {
 		return 0, nil, fmt.Errorf("read git object %s: %w", id, err)
 	}
 	return plumbing.ObjectType(typ), data, nil
 }
 
 func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject) error {
-	for _, o := range objects {
-		if _, err := g.q.ExecContext(ctx, `INSERT OR IGNORE INTO git_objects (id, type, data) VALUES (?, ?, ?)`,
-			o.ID[:], int(o.Type), o.Data); err != nil {
+	return g.putGitObjects(ctx, objects, nil)
+}
+
+// putGitObjects stores objects; encoded holds each one's data as its row keeps it
+// (store.EncodeEach), nil to compress them here.
+func (g gitBackend) putGitObjects(ctx context.Context, objects []store.GitObject, encoded []store.Encoded) error {
+	if encoded == nil && !g.beforeStoredAs {
+		encoded = encodeGitObjects(objects)
+	}
+	for i, o := range objects {
+		if g.beforeStoredAs {
+			if _, err := g.q.ExecContext(ctx, `INSERT OR IGNORE INTO git_objects (id, type, data) VALUES (?, ?, ?)`,
+				o.ID[:], int(o.Type), nonNil(o.Data)); err != nil {
+				return interpretError("store git object "+o.ID.String(), err)
+			}
+			continue
+		}
+		if _, err := g.q.ExecContext(ctx, `INSERT OR IGNORE INTO git_objects (id, type, data, stored_as) VALUES (?, ?, ?, ?)`,
+			o.ID[:], int(o.Type), nonNil(encoded[i].Data), encoded[i].StoredAs); err != nil {
 			return interpretError("store git object "+o.ID.String(), err)
 		}
 	}
@@ -128,8 +158,9 @@ func (d *DB) PutGitObjects(ctx context.Context, objects []store.GitObject) error
 	if len(objects) == 0 {
 		return nil
 	}
+	encoded := encodeGitObjects(objects) // before the transaction, on every CPU
 	return d.write(ctx, "put git objects", func(ctx context.Context, tx *sql.Tx) error {
-		return gitBackend{tx}.PutGitObjects(ctx, objects)
+		return gitBackend{q: tx}.putGitObjects(ctx, objects, encoded)
 	})
 }
 
@@ -209,8 +240,8 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 			args[i] = id[:]
 		}
 		in := placeholders(1, len(chunk))
-		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data, 0, NULL FROM git_objects WHERE id IN (`+in+`)
-			UNION ALL SELECT git_id, 3, content, size, parts_key FROM blobs WHERE git_id IN (`+in+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT id, type, data, -1, NULL, stored_as FROM git_objects WHERE id IN (`+in+`)
+			UNION ALL SELECT git_id, 3, content, size, parts_key, stored_as FROM blobs WHERE git_id IN (`+in+`)`, args...)
 		if err != nil {
 			return nil, interpretError("read git objects", err)
 		}
@@ -221,13 +252,17 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 				data     []byte
 				size     int64
 				partsKey sql.NullString
+				storedAs int
 			)
-			if err := rows.Scan(&raw, &typ, &data, &size, &partsKey); err != nil {
+			if err := rows.Scan(&raw, &typ, &data, &size, &partsKey, &storedAs); err != nil {
 				rows.Close()
 				return nil, interpretError("read git objects", err)
 			}
 			if partsKey.Valid {
 				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
+			} else if data, err = store.DecodeStored(data, storedAs, size); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read git objects: %x: %w", raw, err)
 			}
 			o := store.GitObject{Type: plumbing.ObjectType(typ), Data: nonNil(data)}
 			copy(o.ID[:], raw)
@@ -242,7 +277,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 	for _, p := range inParts {
 		o := &out[p.index]
 		var err error
-		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.Data, p.size, p.partsKey); err != nil {
+		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, p.partsKey); err != nil {
 			return nil, fmt.Errorf("read git objects: %w", err)
 		}
 	}
@@ -251,7 +286,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 
 // BlobsByGitID answers the digest and size of each stored blob among ids.
 func (d *DB) BlobsByGitID(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.BlobRef, error) {
-	return gitBackend{d.r}.BlobsByGitID(ctx, ids)
+	return gitBackend{q: d.r}.BlobsByGitID(ctx, ids)
 }
 
 // ReadGitObject answers a git object of any repository.
@@ -267,7 +302,11 @@ const gitMigration = 8
 // repository's mainline, from its first revision on, one commit per revision. It does nothing
 // on a store that has them.
 func backfillGit(ctx context.Context, tx *sql.Tx, emailDomain string) error {
-	b := gitBackend{tx}
+	var storedAs int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('git_objects') WHERE name = 'stored_as'`).Scan(&storedAs); err != nil {
+		return fmt.Errorf("backfill git: %w", err)
+	}
+	b := gitBackend{q: tx, beforeStoredAs: storedAs == 0}
 	if err := backfillBlobIDs(ctx, tx); err != nil {
 		return err
 	}
@@ -410,4 +449,13 @@ func backfillCommits(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, em
 		}
 	}
 	return nil
+}
+
+// encodeGitObjects answers the data of objects as their rows keep them.
+func encodeGitObjects(objects []store.GitObject) []store.Encoded {
+	data := make([][]byte, len(objects))
+	for i, o := range objects {
+		data[i] = nonNil(o.Data)
+	}
+	return store.EncodeEach(data)
 }

@@ -70,6 +70,7 @@ func TestMigrationToGitKeepsEveryRevision(t *testing.T) {
 	if second := storetest.CheckGitMigration(t, db, content); !maps.Equal(second, first) {
 		t.Fatalf("the git ids after a second open are\n  %v\nwant those of the first\n  %v", second, first)
 	}
+	storetest.CompactMigrated(t, db, content, first)
 	storetest.AdvanceMigratedQueue(t, db, content)
 	storetest.IntegrateOnMigrated(t, db, content, first)
 }

@@ -49,7 +49,7 @@ func (d *DB) CreateRepository(ctx context.Context, p store.CreateRepositoryParam
 		if err != nil {
 			return interpretError(fmt.Sprintf("create repository %q", p.Name), err)
 		}
-		objs := store.NewGitObjects(ctx, gitBackend{tx})
+		objs := store.NewGitObjects(ctx, gitBackend{q: tx})
 		tree, commit, digest, err := store.FirstRevision(objs, p, revID, fromMicros(now), d.emailDomain)
 		if err != nil {
 			return fmt.Errorf("create repository %q: %w", p.Name, err)
@@ -119,16 +119,17 @@ func (d *DB) ListRepositories(ctx context.Context, p store.ListRepositoriesParam
 	return repos, next, nil
 }
 
-// insertBlobs stores blobs that are not stored yet.
-func insertBlobs(ctx context.Context, tx *sql.Tx, blobs []store.Blob) error {
-	for _, b := range blobs {
-		content := b.Content
-		if content == nil {
-			content = []byte{}
-		}
+// insertBlobs stores blobs that are not stored yet; encoded holds each one's content as its
+// row keeps it (store.EncodeEach), nil to compress them here.
+func insertBlobs(ctx context.Context, tx *sql.Tx, blobs []store.Blob, encoded []store.Encoded) error {
+	if encoded == nil {
+		encoded = encodeBlobs(blobs)
+	}
+	for i, b := range blobs {
+		content := nonNil(b.Content)
 		id := gitstore.BlobID(content)
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id) VALUES (?, ?, ?, ?)`,
-			b.Digest, content, len(content), id[:]); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id, stored_as) VALUES (?, ?, ?, ?, ?)`,
+			b.Digest, nonNil(encoded[i].Data), len(content), id[:], encoded[i].StoredAs); err != nil {
 			return interpretError("store blob "+b.Digest, err)
 		}
 	}
@@ -140,8 +141,9 @@ func (d *DB) PutBlobs(ctx context.Context, blobs []store.Blob) error {
 	if len(blobs) == 0 {
 		return nil
 	}
+	encoded := encodeBlobs(blobs) // before the transaction, on every CPU
 	return d.write(ctx, "put blobs", func(ctx context.Context, tx *sql.Tx) error {
-		return insertBlobs(ctx, tx, blobs)
+		return insertBlobs(ctx, tx, blobs, encoded)
 	})
 }
 
@@ -151,12 +153,13 @@ func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		content  []byte
 		size     int64
 		partsKey sql.NullString
+		storedAs int
 	)
-	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key FROM blobs WHERE digest = ?`, digest).
-		Scan(&content, &size, &partsKey); err != nil {
+	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, stored_as FROM blobs WHERE digest = ?`, digest).
+		Scan(&content, &size, &partsKey, &storedAs); err != nil {
 		return store.Blob{}, interpretError("get blob "+digest, err)
 	}
-	content, err := blobContent(ctx, d.r, "blob "+digest, content, size, partsKey)
+	content, err := blobContent(ctx, d.r, "blob "+digest, content, storedAs, size, partsKey)
 	if err != nil {
 		return store.Blob{}, fmt.Errorf("get blob: %w", err)
 	}
@@ -175,7 +178,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 		for i, dg := range chunk {
 			args[i] = dg
 		}
-		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key, stored_as FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
 			return nil, interpretError("get blobs", err)
 		}
@@ -184,13 +187,17 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 				b        store.Blob
 				size     int64
 				partsKey sql.NullString
+				storedAs int
 			)
-			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey); err != nil {
+			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey, &storedAs); err != nil {
 				rows.Close()
 				return nil, interpretError("get blobs", err)
 			}
 			if partsKey.Valid {
 				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
+			} else if b.Content, err = store.DecodeStored(b.Content, storedAs, size); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("get blobs: %s: %w", b.Digest, err)
 			}
 			b.Content = nonNil(b.Content)
 			out = append(out, b)
@@ -204,7 +211,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 	for _, p := range inParts {
 		b := &out[p.index]
 		var err error
-		if b.Content, err = blobContent(ctx, d.r, "blob "+b.Digest, b.Content, p.size, p.partsKey); err != nil {
+		if b.Content, err = blobContent(ctx, d.r, "blob "+b.Digest, b.Content, store.StoredPlain, p.size, p.partsKey); err != nil {
 			return nil, fmt.Errorf("get blobs: %w", err)
 		}
 	}
@@ -295,7 +302,7 @@ func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (st
 	if err != nil {
 		return store.Revision{}, fmt.Errorf("get revision %s: git tree: %w", rev.ID, err)
 	}
-	b := gitBackend{d.r}
+	b := gitBackend{q: d.r}
 	if rev.Tree, err = store.ListTree(ctx, b, store.NewGitObjects(ctx, b), root); err != nil {
 		return store.Revision{}, fmt.Errorf("get revision %s: %w", rev.ID, err)
 	}
@@ -386,10 +393,10 @@ func (d *DB) Integrate(ctx context.Context, p store.IntegrateParams) (store.Chan
 				return fmt.Errorf("integrate: mainline %w", err)
 			}
 		}
-		if err := insertBlobs(ctx, tx, p.Blobs); err != nil {
+		if err := insertBlobs(ctx, tx, p.Blobs, nil); err != nil {
 			return fmt.Errorf("integrate: %w", err)
 		}
-		objs := store.NewGitObjects(ctx, gitBackend{tx})
+		objs := store.NewGitObjects(ctx, gitBackend{q: tx})
 		// With a policy the tree is thrown away: the rebase only refuses a conflict now, while
 		// the agent still holds its leases, rather than when the change's turn comes.
 		tree, err := rebase(ctx, tx, objs, base, head, p.Edits)
@@ -464,7 +471,7 @@ func rebase(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, base, head 
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("revision %s: git tree: %w", head.ID, err)
 	}
-	return store.RebaseGit(ctx, gitBackend{tx}, objs, baseTree, headTree, edits)
+	return store.RebaseGit(ctx, gitBackend{q: tx}, objs, baseTree, headTree, edits)
 }
 
 // recordIntegrated records that change c was integrated.
@@ -772,4 +779,13 @@ func (d *DB) ApproveChange(ctx context.Context, changeID, principal string) (sto
 		return nil
 	})
 	return c, err
+}
+
+// encodeBlobs answers the contents of blobs as their rows keep them.
+func encodeBlobs(blobs []store.Blob) []store.Encoded {
+	contents := make([][]byte, len(blobs))
+	for i, b := range blobs {
+		contents[i] = nonNil(b.Content)
+	}
+	return store.EncodeEach(contents)
 }

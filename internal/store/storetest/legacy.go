@@ -537,3 +537,31 @@ func IntegrateOnMigrated(t *testing.T, s store.Store, lc LegacyContent, migrated
 		t.Errorf("the commit integrated after the migration names the tree %s; want its revision's %s", commit.TreeHash, rev.GitTree)
 	}
 }
+
+// CompactMigrated compresses what a build before compressed contents wrote, in small batches
+// as the server does, and checks that the store then reads as it did: every revision's git
+// ids are want's (CheckGitMigration's answer before).
+func CompactMigrated(t *testing.T, st store.Store, lc LegacyContent, want map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	total := 0
+	for batches := 0; ; batches++ {
+		n, err := st.CompactStored(ctx, 2)
+		if err != nil {
+			t.Fatalf("CompactStored after %d rows: %v", total, err)
+		}
+		if n == 0 {
+			break
+		}
+		if n > 2 || batches > 1000 {
+			t.Fatalf("CompactStored(2) rewrote %d rows in batch %d", n, batches)
+		}
+		total += n
+	}
+	if total < len(lc.Blobs()) {
+		t.Fatalf("CompactStored rewrote %d rows of a store an old build wrote with %d blobs", total, len(lc.Blobs()))
+	}
+	if got := CheckGitMigration(t, st, lc); !maps.Equal(got, want) {
+		t.Fatalf("the git ids after compaction are\n  %v\nwant\n  %v", got, want)
+	}
+}

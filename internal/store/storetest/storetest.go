@@ -106,6 +106,7 @@ var tests = []conformanceTest{
 	{"create_repository_starts_with_an_empty_revision", testCreateRepository},
 	{"list_repositories_pages_by_name", testListRepositories},
 	{"blobs_are_stored_once_by_digest", testBlobs},
+	{"contents_compressed_or_not_read_back_whole_through_every_read", testStoredForms},
 	{"get_revision_of_another_repository_is_not_found", testGetRevisionNotFound},
 	{"revisions_record_parent_author_change_and_tree_digest", testRevisions},
 	{"a_repository_started_at_a_shallow_history_keeps_where_it_stops", testShallowHistory},
