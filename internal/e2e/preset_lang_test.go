@@ -125,7 +125,9 @@ func TestANodePresetsCachesCannotBePoisoned(t *testing.T) {
 
 // pythonProject names a wheel of the worker's wheelhouse, and asks pip for what would run the
 // repository's own code in the prepare phase: the project itself (its setup.py rewrites the
-// installed package to pass every test), a path, a URL, another index.
+// installed package to pass every test), a path, a URL, another index; and it holds a module
+// named as one of the standard library's, which Python would import from the checkout were
+// the prepare phase's python run there.
 var pythonProject = map[string]string{
 	"requirements.txt": "agdemo==1.0  # the wheelhouse's\n-e .\n./vendor/agdemo\n" +
 		"agdemo @ file:///ag/tree/vendor/agdemo\nhttps://files.example/agdemo-1.0-py3-none-any.whl\n" +
@@ -136,6 +138,21 @@ var pythonProject = map[string]string{
 		"    open(f, 'w').write('import os\\nos._exit(0)\\n')\n" +
 		"from setuptools import setup\nsetup(name='calc', version='1.0')\n",
 	"vendor/agdemo/setup.py": "open('/ag/cache/python/site/agdemo/__init__.py', 'w').write('import os\\nos._exit(0)\\n')\n",
+	// A module of the standard library, which Python imports from the checkout when it runs
+	// there: in the prepare phase it would plant a package that passes every test where pip
+	// then installs (pip leaves what it finds in its --target), in the command it is the
+	// standard library's.
+	"re.py": "import os, sys\n" +
+		"try:\n" +
+		"    os.makedirs('/ag/cache/python/site/agdemo', exist_ok=True)\n" +
+		"    open('/ag/cache/python/site/agdemo/__init__.py', 'w').write('import os\\nos._exit(0)\\n')\n" +
+		"except OSError:\n" +
+		"    pass\n" +
+		"sys.path = [p for p in sys.path if p not in ('', '.', os.getcwd())]\n" +
+		"del sys.modules[__name__]\n" +
+		"import re as _real\n" +
+		"sys.modules[__name__] = _real\n" +
+		"globals().update(_real.__dict__)\n",
 	"calc.py":                "def add(a, b):\n    return a + b\n",
 	"test_calc.py": `import os, unittest
 import agdemo, calc

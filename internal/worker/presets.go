@@ -345,13 +345,16 @@ with open(os.path.join(out, "constraints.txt"), "w") as f:
 
 // pythonPrepareScript installs the sanitized requirements as binary wheels only: no sdist is
 // built, so no package's setup code runs, and a wheel's installation runs nothing. A fresh
-// directory each time: pip does not replace what a failed try left.
+// directory each time: pip does not replace what a failed try left. Python runs isolated (-I)
+// and outside the checkout: run there, it would import the checkout's re.py or json.py in
+// place of the standard library's, the repository's code with the caches writable.
 var pythonPrepareScript = `set -e
 rm -rf ` + sandboxPython + `/site
 mkdir -p ` + sandboxPython + `/site
-python3 -c '` + strings.ReplaceAll(pythonSanitize, "'", `'"'"'`) + `' ` + sandboxTree + ` ` + sandboxPython + `
+cd ` + sandboxPython + `
+python3 -I -c '` + strings.ReplaceAll(pythonSanitize, "'", `'"'"'`) + `' ` + sandboxTree + ` ` + sandboxPython + `
 if [ -s ` + sandboxPython + `/requirements.txt ]; then
-python3 -m pip install --disable-pip-version-check --no-input --no-warn-script-location --only-binary=:all: ` +
+python3 -I -m pip install --disable-pip-version-check --no-input --no-warn-script-location --only-binary=:all: ` +
 	`--target ` + sandboxPython + `/site --cache-dir ` + sandboxPipCache + ` --retries 2 ` +
 	`-c ` + sandboxPython + `/constraints.txt -r ` + sandboxPython + `/requirements.txt
 fi`
@@ -369,7 +372,6 @@ func (pythonPreset) prepareSetup(c repoCaches, key string, vars map[string]strin
 	}
 	// pip's configuration is the policy's variables: no file of the repository's is read.
 	vars["PIP_CONFIG_FILE"] = "/dev/null"
-	vars["PYTHONNOUSERSITE"] = "1"
 	return []boxMount{{Host: pip, Inner: sandboxPipCache}, {Host: dir, Inner: sandboxPython}}, nil
 }
 
