@@ -153,7 +153,7 @@ var pythonProject = map[string]string{
 		"import re as _real\n" +
 		"sys.modules[__name__] = _real\n" +
 		"globals().update(_real.__dict__)\n",
-	"calc.py":                "def add(a, b):\n    return a + b\n",
+	"calc.py": "def add(a, b):\n    return a + b\n",
 	"test_calc.py": `import os, unittest
 import agdemo, calc
 
