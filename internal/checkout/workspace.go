@@ -1133,7 +1133,8 @@ func (c *Checkout) repoPath(base, arg string) (string, error) {
 		return "", err
 	}
 	rel, err := filepath.Rel(c.root, abs)
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+	// ".." or below it is out; a name that only starts with two dots ("..x") is in.
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", fmt.Errorf("%s is not inside the checkout %s", arg, c.root)
 	}
 	rel = filepath.ToSlash(rel)
