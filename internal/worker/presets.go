@@ -122,8 +122,13 @@ func (c repoCaches) evict(name, key string, now time.Time) error {
 	}
 	var uses []use
 	for _, e := range entries {
-		var last time.Time // never marked: a prepare phase that failed
-		if fi, err := os.Stat(filepath.Join(c.dir, "modules", e.Name())); err == nil {
+		// Its mark's time, or, never marked, its own: a directory a prepare phase is filling
+		// now (or one that failed) was made or written lately.
+		var last time.Time
+		if fi, err := e.Info(); err == nil {
+			last = fi.ModTime()
+		}
+		if fi, err := os.Stat(filepath.Join(c.dir, "modules", e.Name())); err == nil && fi.ModTime().After(last) {
 			last = fi.ModTime()
 		}
 		uses = append(uses, use{e.Name(), last})

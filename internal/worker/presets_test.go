@@ -138,8 +138,8 @@ func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 }
 
 // TestPreparedDirectoriesAreEvictedWhenUnused: of a preset's prepared directories, the
-// keptPrepared used last stay, and any used in the last preparedInUse; the others go, their
-// marks first.
+// keptPrepared used last stay, and any used in the last preparedInUse, a directory a prepare
+// phase is filling among them; the others go, their marks first.
 func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
 	t.Parallel()
 	v := &Validator{CacheDir: t.TempDir()}
@@ -165,21 +165,35 @@ func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Each directory as old as its mark, but k7: never marked, made now, as by a prepare
+	// phase under way beside this run.
+	for i, k := range keys {
+		last := now.Add(-time.Duration(i) * 25 * time.Hour)
+		if k == "k5" {
+			last = now.Add(-time.Minute)
+		}
+		if err := os.Chtimes(filepath.Join(c.dir, "node", k), last, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.keyed("node", "k7"); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.evict("node", "k6", now); err != nil {
 		t.Fatal(err)
 	}
 	var left []string
-	for _, k := range keys {
+	for _, k := range append(keys, "k7") {
 		_, dirErr := os.Stat(filepath.Join(c.dir, "node", k))
 		if dirErr == nil {
 			left = append(left, k)
 		}
-		if (dirErr == nil) != c.hasModules(k) {
+		if k != "k7" && (dirErr == nil) != c.hasModules(k) {
 			t.Errorf("%s: directory there %v, mark there %v; want both or neither", k, dirErr == nil, c.hasModules(k))
 		}
 	}
-	// k5 and k0 used last, then k1 and k2; k6 is the key in use; k3 and k4 go.
-	if want := []string{"k0", "k1", "k2", "k5", "k6"}; !slices.Equal(left, want) {
+	// k7 being prepared, k5 and k0 used last, then k1; k6 is the key in use; k2, k3 and k4 go.
+	if want := []string{"k0", "k1", "k5", "k6", "k7"}; !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
 }
