@@ -184,14 +184,14 @@ func (p *packWriter) prepare(s storer.EncodedObjectStorer, objs []plumbing.Encod
 			e := &entries[i]
 			var err error
 			if d, base := p.deltaOf(s, o, contents[i]); d != nil {
-				if e.delta, err = deflate(d); err != nil {
+				if e.delta, err = Deflate(d); err != nil {
 					return fmt.Errorf("object %s: %w", o.Hash(), err)
 				}
 				// The whole object is compressed only if the delta cannot be written after all.
 				e.base, e.size, e.content = base, len(d), contents[i]
 				return nil
 			}
-			if e.whole, err = deflate(contents[i]); err != nil {
+			if e.whole, err = Deflate(contents[i]); err != nil {
 				return fmt.Errorf("object %s: %w", o.Hash(), err)
 			}
 			return nil
@@ -260,7 +260,7 @@ func (p *packWriter) write(o plumbing.EncodedObject, e *packEntry) error {
 		_, err = p.bw.Write(e.whole)
 	case e.content != nil:
 		var whole []byte
-		if whole, err = deflate(e.content); err == nil {
+		if whole, err = Deflate(e.content); err == nil {
 			_, err = p.bw.Write(whole)
 		}
 	default:
@@ -341,8 +341,9 @@ var compressors = sync.Pool{New: func() any {
 	return zw
 }}
 
-// deflate answers b compressed as a pack entry holds it.
-func deflate(b []byte) ([]byte, error) {
+// Deflate answers b compressed as a pack entry or a loose object holds it: a zlib stream, at
+// the fastest level. The store keeps contents in this form too (store.EncodeStored).
+func Deflate(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(b)/2 + 64)
 	zw := compressors.Get().(*zlib.Writer)

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/klauspost/compress/zlib"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ag-coord/ag/internal/gitstore"
 )
 
 // How a blob's content or a git object's data is kept in its row (the stored_as column of the
@@ -28,32 +29,20 @@ const (
 // checksum eat most of what it saves.
 const storedMinSize = 64
 
-// zlibWriters compress at zlib's fastest level: on a real history, 5% more bytes than its
-// default level for a quarter of its time, which an import would otherwise wait for
-// (docs/benchmarks.md, "A real history").
-var zlibWriters = sync.Pool{New: func() any {
-	w, _ := zlib.NewWriterLevel(nil, zlib.BestSpeed)
-	return w
-}}
-
 // EncodeStored answers how to keep content in a row: its zlib stream and StoredZlib when that
 // is at least an eighth smaller, else content itself and StoredPlain.
 func EncodeStored(content []byte) ([]byte, int) {
 	if len(content) < storedMinSize {
 		return content, StoredPlain
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(content) / 2)
-	w := zlibWriters.Get().(*zlib.Writer)
-	defer zlibWriters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(content); err != nil {
+	// zlib's fastest level (gitstore.Deflate): on a real history, 5% more bytes than its
+	// default level for a quarter of its time, which an import would otherwise wait for
+	// (docs/benchmarks.md, "A real history").
+	data, err := gitstore.Deflate(content)
+	if err != nil || len(data) > len(content)-len(content)/8 {
 		return content, StoredPlain
 	}
-	if err := w.Close(); err != nil || buf.Len() > len(content)-len(content)/8 {
-		return content, StoredPlain
-	}
-	return buf.Bytes(), StoredZlib
+	return data, StoredZlib
 }
 
 // DecodeStored answers the content a row keeps as data, stored as storedAs; size is the
@@ -106,24 +95,20 @@ func EncodeEach(contents [][]byte) []Encoded {
 	for _, c := range contents {
 		total += len(c)
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(contents))
-	if total < encodeInParallel || workers < 2 {
+	if total < encodeInParallel || len(contents) < 2 {
 		for i, c := range contents {
 			out[i].Data, out[i].StoredAs = EncodeStored(c)
 		}
 		return out
 	}
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(contents); i = int(next.Add(1) - 1) {
-				out[i].Data, out[i].StoredAs = EncodeStored(contents[i])
-			}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, c := range contents {
+		g.Go(func() error {
+			out[i].Data, out[i].StoredAs = EncodeStored(c)
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait() // nothing fails
 	return out
 }

@@ -142,15 +142,6 @@ type prepareRun struct {
 	key string
 }
 
-// script answers what the prepare phase r runs: the Go preset's prepare, then the tools when
-// r asks, with the prepare's exit status.
-func (r prepareRun) script() string {
-	if !r.tools {
-		return goPrepareScript
-	}
-	return goPrepareScript + "; s=$?; (" + goToolsScript + "); exit $s"
-}
-
 // prepare runs the prepare phase of p's preset in r, with the caches it writes writable and the
 // network of the worker's egress proxy, and reports whether it finished. One that does not
 // finish is logged: it is not the candidate's verdict.

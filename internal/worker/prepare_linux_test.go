@@ -104,10 +104,10 @@ func TestThePrepareAfterARunBuildsTheToolsOnceADay(t *testing.T) {
 	if !c.toolsBuilt(now) || c.toolsBuilt(now.Add(toolsEvery)) {
 		t.Errorf("marked now: built now %v (want true), a day later %v (want false)", c.toolsBuilt(now), c.toolsBuilt(now.Add(toolsEvery)))
 	}
-	if s := (prepareRun{}).script(); s != goPrepareScript {
+	if s := (goPreset{}).script(prepareRun{}); s != goPrepareScript {
 		t.Errorf("the prepare phase before a command runs %q, want %q alone", s, goPrepareScript)
 	}
-	if s := (prepareRun{tools: true}).script(); !strings.HasPrefix(s, goPrepareScript+";") || !strings.Contains(s, goToolsScript) ||
+	if s := (goPreset{}).script(prepareRun{tools: true}); !strings.HasPrefix(s, goPrepareScript+";") || !strings.Contains(s, goToolsScript) ||
 		!strings.HasSuffix(s, "exit $s") {
 		t.Errorf("the prepare phase with the tools runs %q, want the prepare, then the tools, with the prepare's status", s)
 	}

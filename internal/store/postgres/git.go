@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -158,6 +157,13 @@ UNION ALL
 SELECT 3, content, size, parts_key, stored_as FROM blobs WHERE git_id = $1
 LIMIT 1`
 
+// readGitObjectBeforeStoredAsSQL is readGitObjectSQL on a schema before the stored_as columns
+// (the migrations that run before them), whose rows all keep their bytes whole.
+const readGitObjectBeforeStoredAsSQL = `SELECT type, data, -1::bigint, NULL::text, 0::smallint FROM git_objects WHERE id = $1
+UNION ALL
+SELECT 3, content, size, parts_key, 0::smallint FROM blobs WHERE git_id = $1
+LIMIT 1`
+
 func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	var (
 		typ      int16
@@ -168,7 +174,7 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 	)
 	query := readGitObjectSQL
 	if g.beforeStoredAs {
-		query = strings.ReplaceAll(query, "stored_as", "0::smallint")
+		query = readGitObjectBeforeStoredAsSQL
 	}
 	if err := g.qr.QueryRow(ctx, query, id[:]).Scan(&typ, &data, &size, &partsKey, &storedAs); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
