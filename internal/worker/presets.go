@@ -55,8 +55,14 @@ type goPreset struct{}
 func (goPreset) key(seen repo.Tree) string { return modulesDigest(seen) }
 func (goPreset) describe() string          { return goPrepareScript }
 func (goPreset) warmsAfter() bool          { return true }
+
+// script answers what the prepare phase r runs: the Go preset's prepare, then the tools when
+// r asks, with the prepare's exit status.
 func (goPreset) script(r prepareRun) string {
-	return r.script()
+	if !r.tools {
+		return goPrepareScript
+	}
+	return goPrepareScript + "; s=$?; (" + goToolsScript + "); exit $s"
 }
 
 func (goPreset) prepareSetup(c repoCaches, _ string, vars map[string]string, p client.ValidatePayload) ([]boxMount, error) {
@@ -234,13 +240,22 @@ func (nodePreset) commandSetup(c repoCaches, key string, seen repo.Tree, box *bo
 			packages[d] = true
 		}
 	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
 	var dirs []string
 	for d := range packages {
 		if taken[d] {
 			continue
 		}
-		fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(d), "node_modules"))
-		if err != nil || !fi.IsDir() {
+		// A node_modules npm made, and no link on the way to it: bwrap would follow one on
+		// the worker's side, wherever it led.
+		host := filepath.Join(dir, filepath.FromSlash(d), "node_modules")
+		if real, err := filepath.EvalSymlinks(host); err != nil || real != filepath.Join(realDir, filepath.FromSlash(d), "node_modules") {
+			continue
+		}
+		if fi, err := os.Lstat(host); err != nil || !fi.IsDir() {
 			continue
 		}
 		dirs = append(dirs, d)

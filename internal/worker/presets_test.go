@@ -78,7 +78,7 @@ func TestPythonRequirementsKeepOnlyPackagesOfTheIndex(t *testing.T) {
 
 // TestNodeModulesAreShownWhereTheirPackageIs: the Node preset shows each node_modules the
 // prepare phase made at its package's place in the checkout, read-only, but where the tree
-// has a node_modules of its own; the top one gets directories of the run's own over its .cache
+// has a node_modules of its own or a link stands on the way to it; the top one gets directories of the run's own over its .cache
 // and .vite.
 func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 	t.Parallel()
@@ -91,6 +91,7 @@ func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 		{Path: "package.json"}, {Path: "package-lock.json"},
 		{Path: "packages/a/package.json"}, {Path: "packages/b/package.json"}, {Path: "packages/b/node_modules/x/index.js"},
 		{Path: ".github/package.json"}, {Path: "vendor/node_modules/y/package.json"},
+		{Path: "packages/c/package.json"}, // its directory a link out of the prepared one
 	}
 	key := nodePreset{}.key(seen)
 	dir, err := c.keyed("node", key)
@@ -101,6 +102,13 @@ func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	elsewhere := t.TempDir()
+	if err := os.Mkdir(filepath.Join(elsewhere, "node_modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "packages", "c")); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.markModules(key); err != nil {
 		t.Fatal(err)
