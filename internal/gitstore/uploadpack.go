@@ -320,14 +320,7 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	// A commit the client says it holds without its parents (its .git/shallow, sent as
 	// "shallow" lines) is a boundary of the walk too, as git's upload-pack grafts it: what lies
 	// below it is neither the client's nor, unless another way reaches it, wanted.
-	stops := make(map[plumbing.Hash]bool, len(snap.Shallow)+len(req.Shallows))
-	for _, h := range snap.Shallow {
-		stops[h] = true
-	}
-	for _, h := range req.Shallows {
-		stops[h] = true
-	}
-	objs, bases, err := objectsToSend(ctx, snap.Objects, req.Wants, common, stops)
+	objs, bases, err := objectsToSend(ctx, snap.Objects, req.Wants, common, snap.stops(req.Shallows...))
 	if err != nil {
 		return fail(err)
 	}
@@ -367,6 +360,16 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	return nil
 }
 
+// stops answers the commits a walk of snap treats as having no parents: where its history
+// stops (Shallow), and more (a shallow client's own boundary).
+func (snap Snapshot) stops(more ...plumbing.Hash) map[plumbing.Hash]bool {
+	stops := make(map[plumbing.Hash]bool, len(snap.Shallow)+len(more))
+	for _, h := range slices.Concat(snap.Shallow, more) {
+		stops[h] = true
+	}
+	return stops
+}
+
 // shallowNote says where a shallow repository's history starts, for a refusal: "" for a whole
 // history.
 func shallowNote(snap Snapshot) string {
@@ -394,10 +397,7 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	stops := make(map[plumbing.Hash]bool, len(snap.Shallow))
-	for _, h := range snap.Shallow {
-		stops[h] = true
-	}
+	stops := snap.stops()
 	seen := map[plumbing.Hash]bool{snap.Main: true}
 	queue := []plumbing.Hash{snap.Main}
 	for len(queue) > 0 && len(missing) > 0 {
