@@ -61,17 +61,23 @@ func nextSlash(p string, i int) int {
 // another spelling. A variable, so that tests can stand in for a macOS file system, which a
 // Linux test machine does not have.
 var foldsNames = func(root *os.Root) (string, error) {
+	// In the checkout's state directory when there is one: no scan looks there, so no scan
+	// running meanwhile takes a probe for a file the user added.
+	dir := ""
+	if info, err := root.Lstat(StateDir); err == nil && info.IsDir() {
+		dir = StateDir + "/"
+	}
 	for _, probe := range []struct{ what, write, look string }{
 		{"case", "ag-fold-probe", "AG-FOLD-PROBE"},
 		{"Unicode normalization", "ag-fold-probe-\u00e9", "ag-fold-probe-e\u0301"},
 	} {
-		f, err := root.OpenFile(probe.write, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := root.OpenFile(dir+probe.write, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return "", fmt.Errorf("probe how the file system folds names: %w", err)
 		}
 		f.Close()
-		_, err = root.Lstat(probe.look)
-		_ = root.Remove(probe.write)
+		_, err = root.Lstat(dir + probe.look)
+		_ = root.Remove(dir + probe.write)
 		switch {
 		case err == nil:
 			return probe.what, nil

@@ -143,20 +143,23 @@ func checkNothingUnder(files map[string]treeFile) error {
 	for p := range files {
 		for _, dir := range repo.Ancestors(p) {
 			d := strings.TrimSuffix(dir, "/")
-			f, ok := files[d]
-			if !ok {
-				continue
+			if f, ok := files[d]; ok {
+				return underError(p, d, f)
 			}
-			switch f.Mode {
-			case repo.ModeSymlink:
-				return fmt.Errorf("%q lies under %q, a symbolic link of the same tree: ag writes nothing through a link", ShortPath(p), ShortPath(d))
-			case repo.ModeGitlink:
-				return fmt.Errorf("%q lies under %q, a submodule of the same tree", ShortPath(p), ShortPath(d))
-			}
-			return fmt.Errorf("%q would be a file and also the directory of %q", ShortPath(d), ShortPath(p))
 		}
 	}
 	return nil
+}
+
+// underError is the refusal of a tree that holds the path p under d, its file f.
+func underError(p, d string, f treeFile) error {
+	switch f.Mode {
+	case repo.ModeSymlink:
+		return fmt.Errorf("%q lies under %q, a symbolic link of the same tree: ag writes nothing through a link", ShortPath(p), ShortPath(d))
+	case repo.ModeGitlink:
+		return fmt.Errorf("%q lies under %q, a submodule of the same tree", ShortPath(p), ShortPath(d))
+	}
+	return fmt.Errorf("%q would be a file and also the directory of %q", ShortPath(d), ShortPath(p))
 }
 
 // A stat's mode: its file type and permission bits, as Linux's stat answers them (statOfInfo

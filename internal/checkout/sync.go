@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"connectrpc.com/connect"
+
 	"github.com/ag-coord/ag/client"
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/repo"
@@ -87,19 +89,21 @@ func SyncTo(ctx context.Context, ws *Workspace, revision string) (int, error) {
 // for --ours, the three-way merges) or the disk (folded names, what stands in the way) is
 // checked around it; every blob is fetched; only then does applySync change the checkout.
 func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, error) {
-	tree, err := ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: opts.revision})
+	since := ws.Checkout.BaseRevision
+	tree, err := ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: opts.revision, Since: since})
+	if connect.CodeOf(err) == connect.CodeNotFound && since != "" {
+		// The base is not the server's (a repository made anew under the same name): the
+		// whole tree, as before there was since.
+		since = ""
+		tree, err = ws.Client.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: ws.Checkout.Repository, Revision: opts.revision})
+	}
 	if err != nil {
 		return nil, err
 	}
-	target, err := TreeFiles(tree.GetEntries())
-	if err != nil {
-		return nil, err
+	if got := tree.GetSince(); got != "" && got != since {
+		return nil, fmt.Errorf("refused the server's tree: asked for its difference from %s, it answered one from %s. Nothing was written", since, got)
 	}
 	edits, err := ws.Checkout.LocalEdits()
-	if err != nil {
-		return nil, err
-	}
-	baseFiles, err := ws.Checkout.BaseFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +119,28 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	defer reader.close()
 
 	res := newSyncResult(ws.Checkout.BaseRevision, tree.GetRevision())
-	// The mainline may have brought a second spelling of a name this file system takes for one
-	// (Readme.md beside README.md): writing it would write over the first.
-	if err := refuseFoldedNames(root, target); err != nil {
-		return res, fmt.Errorf("nothing was changed: %w", err)
+	var baseFiles, target map[string]treeFile
+	whole := tree.GetSince() == ""
+	if whole {
+		if target, err = TreeFiles(tree.GetEntries()); err != nil {
+			return nil, err
+		}
+		if baseFiles, err = ws.Checkout.BaseFiles(); err != nil {
+			return nil, err
+		}
+		// The mainline may have brought a second spelling of a name this file system takes for
+		// one (Readme.md beside README.md): writing it would write over the first.
+		if err := refuseFoldedNames(root, target); err != nil {
+			return res, fmt.Errorf("nothing was changed: %w", err)
+		}
+	} else if baseFiles, target, err = ws.Checkout.filesSince(root, tree, edits); err != nil {
+		if fold := (*foldError)(nil); errors.As(err, &fold) {
+			return res, fmt.Errorf("nothing was changed: %w", fold.error)
+		}
+		return nil, err
 	}
 	plan := planSync(baseFiles, target, edits, ws.Checkout.Conflicts, opts)
+	plan.whole = whole
 	if err := plan.readKept(root); err != nil {
 		return nil, err
 	}
@@ -228,7 +248,11 @@ func applySync(root *os.Root, c *Checkout, p *syncPlan, revision string) error {
 			return err
 		}
 	}
-	c.SetBase(revision, p.target)
+	if p.whole {
+		c.SetBase(revision, p.target)
+	} else if err := c.moveBase(root, revision, p.base, p.target); err != nil {
+		return err
+	}
 	for path := range p.drop {
 		if rec, ok := c.Conflicts[path]; ok {
 			delete(c.Conflicts, path)

@@ -16,6 +16,7 @@ import (
 // then add what needs contents, and applySync carries it out.
 type syncPlan struct {
 	base, target map[string]treeFile // the base revision's files and the revision synced to
+	whole        bool                // base and target are every file, not those filesSince named
 	local        map[string]Edit     // the local edits, by path
 
 	writes        []string          // files and links written, from the revision or from contents

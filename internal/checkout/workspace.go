@@ -52,6 +52,8 @@ type Checkout struct {
 	base map[string]treeFile
 	// baseChanged is set when base is not yet that of the index Index names.
 	baseChanged bool
+	// baseInIndex is set with baseChanged when idx holds the new base (moveBase), not base.
+	baseInIndex bool
 	// written are the stats of the files `ag checkout` wrote, until saveIn records them.
 	written map[string]fileStat
 	// blobSizes are the sizes of base's blobs as the server told them, digest → size, while
@@ -262,9 +264,12 @@ func (c *Checkout) saveIn(root *os.Root) error {
 	}
 	// A new base goes to a new index file, named in checkout.json once it is whole; the old
 	// one goes once checkout.json no longer names it.
-	x, err := baseIndex(c.base, c.idx)
-	if err != nil {
-		return err
+	x := c.idx
+	if !c.baseInIndex {
+		var err error
+		if x, err = baseIndex(c.base, c.idx); err != nil {
+			return err
+		}
 	}
 	name := indexPrefix + rand.Text()
 	if err := saveIndex(root, name, x); err != nil {
@@ -277,7 +282,7 @@ func (c *Checkout) saveIn(root *os.Root) error {
 		_ = root.Remove(StateDir + "/" + name)
 		return err
 	}
-	c.idx, c.baseChanged = x, false
+	c.idx, c.baseChanged, c.baseInIndex = x, false, false
 	if old != "" {
 		_ = root.Remove(StateDir + "/" + old)
 	}
@@ -299,7 +304,7 @@ func (c *Checkout) SetBase(revision string, files map[string]treeFile) {
 	if files == nil {
 		files = map[string]treeFile{}
 	}
-	c.BaseRevision, c.base, c.baseChanged = revision, files, true
+	c.BaseRevision, c.base, c.baseChanged, c.baseInIndex = revision, files, true, false
 }
 
 // recordWritten takes the stats of the base files `ag checkout` wrote, for the next save to
@@ -338,6 +343,9 @@ func (c *Checkout) loadIndex(root *os.Root) (*index, error) {
 		return nil, &UsageError{fmt.Errorf("%s is a git working tree: git keeps its files, so use git (git status, git commit, git push) where an ag checkout needs its index", c.root)}
 	}
 	if c.idx != nil && !c.baseChanged {
+		return c.idx, nil
+	}
+	if c.baseChanged && c.baseInIndex {
 		return c.idx, nil
 	}
 	if c.baseChanged {

@@ -34,6 +34,13 @@ type fakeRepos struct {
 	paths []string          // in the order GetTree answers them
 	files map[string]string // path → content
 	blobs map[string][]byte // digest → content, of every tree set so far
+	// diffs makes GetTree answer a request with since as today's server does: what changed
+	// since that revision (one set before); without it, the whole tree, as a server from before
+	// since does.
+	diffs bool
+	trees map[string]map[string]string // rev → its files, of every tree set so far
+	// tamper, when set, changes each GetTree answer: a hostile server's.
+	tamper func(*agwpv1.GetTreeResponse)
 }
 
 // set makes rev, holding files, the tree GetTree answers; paths it does not list come after
@@ -45,6 +52,10 @@ func (f *fakeRepos) set(rev string, files map[string]string, order ...string) {
 		f.blobs = map[string][]byte{}
 	}
 	f.rev, f.files = rev, files
+	if f.trees == nil {
+		f.trees = map[string]map[string]string{}
+	}
+	f.trees[rev] = files
 	f.paths = append([]string(nil), order...)
 	for _, p := range slices.Sorted(maps.Keys(files)) {
 		if !slices.Contains(order, p) {
@@ -54,15 +65,46 @@ func (f *fakeRepos) set(rev string, files map[string]string, order ...string) {
 	}
 }
 
-func (f *fakeRepos) GetTree(context.Context, *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {
+func (f *fakeRepos) GetTree(_ context.Context, req *agwpv1.GetTreeRequest) (*agwpv1.GetTreeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res := &agwpv1.GetTreeResponse{Revision: f.rev}
+	since, diff := f.trees[req.GetSince()]
+	diff = diff && f.diffs
+	if diff {
+		res.Since = req.GetSince()
+		for _, p := range slices.Sorted(maps.Keys(since)) {
+			if _, ok := f.files[p]; !ok {
+				res.Removed = append(res.Removed, p)
+			}
+		}
+	}
 	for _, p := range f.paths {
 		c := f.files[p]
+		if was, ok := since[p]; diff && ok && was == c {
+			continue
+		}
 		res.Entries = append(res.Entries, &agwpv1.TreeEntry{Path: p, Digest: repo.Digest([]byte(c)), Size: uint64(len(c))})
 	}
+	if f.tamper != nil {
+		f.tamper(res)
+	}
 	return res, nil
+}
+
+// bothAnswers runs test against a server answering a sync its whole tree (from before
+// GetTreeRequest.since) and one answering what changed since the checkout's base.
+func bothAnswers(t *testing.T, test func(t *testing.T, diffs bool)) {
+	for _, diffs := range []bool{false, true} {
+		name := "whole tree"
+		if diffs {
+			name = "changes since the base"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, diffs)
+		})
+	}
 }
 
 func (f *fakeRepos) GetBlob(_ context.Context, req *agwpv1.GetBlobRequest) (*agwpv1.GetBlobResponse, error) {
@@ -259,9 +301,9 @@ func TestCheckoutFailureLeavesNothing(t *testing.T) {
 
 // newCheckout checks out files from a fake server into a new directory and answers the fake,
 // its URL, the checkout and the directory holding it.
-func newCheckout(t *testing.T, files map[string]string) (f *fakeRepos, url, dir, parent string) {
+func newCheckout(t *testing.T, files map[string]string, diffs ...bool) (f *fakeRepos, url, dir, parent string) {
 	t.Helper()
-	f = &fakeRepos{}
+	f = &fakeRepos{diffs: len(diffs) > 0 && diffs[0]}
 	f.set("rev_1", files)
 	url = serveRepos(t, f)
 	parent = t.TempDir()
@@ -278,26 +320,28 @@ func newCheckout(t *testing.T, files map[string]string) (f *fakeRepos, url, dir,
 // state, nothing beside it.
 func TestSyncRefusesHostilePaths(t *testing.T) {
 	t.Parallel()
-	for _, h := range hostilePaths {
-		t.Run(fmt.Sprintf("%.20s", h.path), func(t *testing.T) {
-			t.Parallel()
-			files := map[string]string{"a.txt": "a\n", "gone.txt": "gone\n"}
-			f, url, dir, parent := newCheckout(t, files)
-			f.set("rev_2", map[string]string{"a.txt": "a, changed\n", "new.txt": "new\n", h.path: "planted\n"}, "a.txt", "new.txt", h.path)
-			out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
-			if err == nil || !strings.Contains(err.Error(), h.path) || !strings.Contains(err.Error(), h.rule) {
-				t.Fatalf("ag sync to a tree holding %q: %v\n%s\nwant a refusal naming the path and %q", h.path, err, out, h.rule)
-			}
-			assertFiles(t, dir, files)
-			if got := baseRevision(t, dir); got != "rev_1" {
-				t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
-			}
-			want := []string{"co/", "co/.ag/", "co/.ag/checkout.json", "co/.ag/index-*", "co/a.txt", "co/gone.txt"}
-			if got := listTree(t, parent); !slices.Equal(got, want) {
-				t.Errorf("after the refused sync, %s holds %q, want the checkout alone: %q", parent, got, want)
-			}
-		})
-	}
+	bothAnswers(t, func(t *testing.T, diffs bool) {
+		for _, h := range hostilePaths {
+			t.Run(fmt.Sprintf("%.20s", h.path), func(t *testing.T) {
+				t.Parallel()
+				files := map[string]string{"a.txt": "a\n", "gone.txt": "gone\n"}
+				f, url, dir, parent := newCheckout(t, files, diffs)
+				f.set("rev_2", map[string]string{"a.txt": "a, changed\n", "new.txt": "new\n", h.path: "planted\n"}, "a.txt", "new.txt", h.path)
+				out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
+				if err == nil || !strings.Contains(err.Error(), h.path) || !strings.Contains(err.Error(), h.rule) {
+					t.Fatalf("ag sync to a tree holding %q: %v\n%s\nwant a refusal naming the path and %q", h.path, err, out, h.rule)
+				}
+				assertFiles(t, dir, files)
+				if got := baseRevision(t, dir); got != "rev_1" {
+					t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
+				}
+				want := []string{"co/", "co/.ag/", "co/.ag/checkout.json", "co/.ag/index-*", "co/a.txt", "co/gone.txt"}
+				if got := listTree(t, parent); !slices.Equal(got, want) {
+					t.Errorf("after the refused sync, %s holds %q, want the checkout alone: %q", parent, got, want)
+				}
+			})
+		}
+	})
 }
 
 // TestSyncDoesNotFollowSymlinks ensures a symbolic link in a checkout, planted or made by its
@@ -306,81 +350,83 @@ func TestSyncRefusesHostilePaths(t *testing.T) {
 // linked directory stays where the link points.
 func TestSyncDoesNotFollowSymlinks(t *testing.T) {
 	t.Parallel()
-	for _, link := range []struct{ name, path, target string }{
-		{"absolute directory", "sub", ""},          // -> the outside directory, by absolute path
-		{"relative directory", "sub", "../victim"}, // -> the outside directory, climbing out
-		{"inside directory", "sub", "inside"},      // -> a directory of the checkout
-		{"file", "sub/x", ""},                      // at the very path written
-	} {
-		t.Run(link.name, func(t *testing.T) {
+	bothAnswers(t, func(t *testing.T, diffs bool) {
+		for _, link := range []struct{ name, path, target string }{
+			{"absolute directory", "sub", ""},          // -> the outside directory, by absolute path
+			{"relative directory", "sub", "../victim"}, // -> the outside directory, climbing out
+			{"inside directory", "sub", "inside"},      // -> a directory of the checkout
+			{"file", "sub/x", ""},                      // at the very path written
+		} {
+			t.Run(link.name, func(t *testing.T) {
+				t.Parallel()
+				files := map[string]string{"a.txt": "a\n", "inside/keep.txt": "keep\n"}
+				f, url, dir, parent := newCheckout(t, files, diffs)
+				victim := filepath.Join(parent, "victim")
+				if err := os.Mkdir(victim, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(victim, "x"), []byte("the victim's\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				target := link.target
+				switch {
+				case link.name == "file":
+					target = filepath.Join(victim, "x")
+					if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				case target == "":
+					target = victim
+				}
+				if err := os.Symlink(target, filepath.Join(dir, filepath.FromSlash(link.path))); err != nil {
+					t.Fatal(err)
+				}
+				f.set("rev_2", map[string]string{"a.txt": "a, changed\n", "inside/keep.txt": "keep\n", "sub/x": "written by sync\n"})
+				out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
+				if err == nil || !strings.Contains(err.Error(), link.path+" (a symbolic link") {
+					t.Errorf("ag sync writing sub/x with %s a symbolic link to %s: %v\n%s\nwant a refusal naming it", link.path, target, err, out)
+				}
+				if b, err := os.ReadFile(filepath.Join(victim, "x")); err != nil || string(b) != "the victim's\n" {
+					t.Errorf("the file the link leads to holds %q (%v), want it untouched", b, err)
+				}
+				if got := listTree(t, victim); !slices.Equal(got, []string{"x"}) {
+					t.Errorf("the directory outside the checkout holds %q, want x alone", got)
+				}
+				assertFiles(t, dir, files)
+				if got := baseRevision(t, dir); got != "rev_1" {
+					t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
+				}
+			})
+		}
+
+		t.Run("remove", func(t *testing.T) {
 			t.Parallel()
-			files := map[string]string{"a.txt": "a\n", "inside/keep.txt": "keep\n"}
-			f, url, dir, parent := newCheckout(t, files)
+			files := map[string]string{"a.txt": "a\n", "d/f": "f\n"}
+			f, url, dir, parent := newCheckout(t, files, diffs)
 			victim := filepath.Join(parent, "victim")
 			if err := os.Mkdir(victim, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(victim, "x"), []byte("the victim's\n"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(victim, "f"), []byte("the victim's\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			target := link.target
-			switch {
-			case link.name == "file":
-				target = filepath.Join(victim, "x")
-				if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			case target == "":
-				target = victim
-			}
-			if err := os.Symlink(target, filepath.Join(dir, filepath.FromSlash(link.path))); err != nil {
+			if err := os.RemoveAll(filepath.Join(dir, "d")); err != nil {
 				t.Fatal(err)
 			}
-			f.set("rev_2", map[string]string{"a.txt": "a, changed\n", "inside/keep.txt": "keep\n", "sub/x": "written by sync\n"})
-			out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
-			if err == nil || !strings.Contains(err.Error(), link.path+" (a symbolic link") {
-				t.Errorf("ag sync writing sub/x with %s a symbolic link to %s: %v\n%s\nwant a refusal naming it", link.path, target, err, out)
+			if err := os.Symlink(victim, filepath.Join(dir, "d")); err != nil {
+				t.Fatal(err)
 			}
-			if b, err := os.ReadFile(filepath.Join(victim, "x")); err != nil || string(b) != "the victim's\n" {
-				t.Errorf("the file the link leads to holds %q (%v), want it untouched", b, err)
+			f.set("rev_2", map[string]string{"a.txt": "a\n"})
+			if out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t"); err != nil {
+				t.Fatalf("ag sync deleting d/f, d a link out of the checkout: %v\n%s", err, out)
 			}
-			if got := listTree(t, victim); !slices.Equal(got, []string{"x"}) {
-				t.Errorf("the directory outside the checkout holds %q, want x alone", got)
+			if b, err := os.ReadFile(filepath.Join(victim, "f")); err != nil || string(b) != "the victim's\n" {
+				t.Errorf("the file outside the checkout holds %q (%v), want it untouched", b, err)
 			}
-			assertFiles(t, dir, files)
-			if got := baseRevision(t, dir); got != "rev_1" {
-				t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
+			if got := baseRevision(t, dir); got != "rev_2" {
+				t.Errorf("after the sync the checkout is at %s, want rev_2", got)
 			}
 		})
-	}
-
-	t.Run("remove", func(t *testing.T) {
-		t.Parallel()
-		files := map[string]string{"a.txt": "a\n", "d/f": "f\n"}
-		f, url, dir, parent := newCheckout(t, files)
-		victim := filepath.Join(parent, "victim")
-		if err := os.Mkdir(victim, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(victim, "f"), []byte("the victim's\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.RemoveAll(filepath.Join(dir, "d")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(victim, filepath.Join(dir, "d")); err != nil {
-			t.Fatal(err)
-		}
-		f.set("rev_2", map[string]string{"a.txt": "a\n"})
-		if out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t"); err != nil {
-			t.Fatalf("ag sync deleting d/f, d a link out of the checkout: %v\n%s", err, out)
-		}
-		if b, err := os.ReadFile(filepath.Join(victim, "f")); err != nil || string(b) != "the victim's\n" {
-			t.Errorf("the file outside the checkout holds %q (%v), want it untouched", b, err)
-		}
-		if got := baseRevision(t, dir); got != "rev_2" {
-			t.Errorf("after the sync the checkout is at %s, want rev_2", got)
-		}
 	})
 }
 
@@ -389,62 +435,64 @@ func TestSyncDoesNotFollowSymlinks(t *testing.T) {
 // in the way is the user's: a local edit, or a file added under a directory that became a file.
 func TestSyncFileAndDirectorySwap(t *testing.T) {
 	t.Parallel()
-	files := map[string]string{"a": "a file\n", "n/m/o": "o\n", "n/keep": "keep\n", "z": "z\n"}
-	dirs := map[string]string{"a/b/c": "c under a\n", "n/m": "m, now a file\n", "n/keep": "keep\n", "z": "z\n"}
-	f, url, dir, _ := newCheckout(t, files)
-	sync := func(rev string, want map[string]string) {
-		t.Helper()
-		f.set(rev, want)
-		if out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t"); err != nil {
-			t.Fatalf("ag sync to %s: %v\n%s", rev, err, out)
-		}
-		assertFiles(t, dir, want)
-		if got := baseRevision(t, dir); got != rev {
-			t.Errorf("after the sync the checkout is at %s, want %s", got, rev)
-		}
-	}
-	sync("rev_2", dirs)
-	// A directory that never held a file does not stand in the way.
-	if err := os.MkdirAll(filepath.Join(dir, "a", "b", "empty"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sync("rev_3", files)
-	sync("rev_4", dirs)
-
-	refused := func(rev string, to map[string]string, want ...string) {
-		t.Helper()
-		before := checkoutFiles(t, dir)
-		f.set(rev, to)
-		out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
-		if err == nil {
-			t.Fatalf("ag sync to %s succeeded: %s; want a refusal naming %q", rev, out, want)
-		}
-		for _, w := range want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("ag sync to %s: %v; want it to name %q", rev, err, w)
+	bothAnswers(t, func(t *testing.T, diffs bool) {
+		files := map[string]string{"a": "a file\n", "n/m/o": "o\n", "n/keep": "keep\n", "z": "z\n"}
+		dirs := map[string]string{"a/b/c": "c under a\n", "n/m": "m, now a file\n", "n/keep": "keep\n", "z": "z\n"}
+		f, url, dir, _ := newCheckout(t, files, diffs)
+		sync := func(rev string, want map[string]string) {
+			t.Helper()
+			f.set(rev, want)
+			if out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t"); err != nil {
+				t.Fatalf("ag sync to %s: %v\n%s", rev, err, out)
+			}
+			assertFiles(t, dir, want)
+			if got := baseRevision(t, dir); got != rev {
+				t.Errorf("after the sync the checkout is at %s, want %s", got, rev)
 			}
 		}
-		assertFiles(t, dir, before)
-	}
-	// A file the user added under a/, which the mainline turns into a file again.
-	writeFile(t, filepath.Join(dir, "a", "b"), "mine", []byte("mine\n"))
-	refused("rev_5", files, "a/b/mine (a file of yours, where the mainline now has the file a)")
-	if err := os.Remove(filepath.Join(dir, "a", "b", "mine")); err != nil {
-		t.Fatal(err)
-	}
-	// A nested repository there.
-	if err := os.MkdirAll(filepath.Join(dir, "a", "b", ".git"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	refused("rev_5", files, "a/b/.git")
-	if err := os.Remove(filepath.Join(dir, "a", "b", ".git")); err != nil {
-		t.Fatal(err)
-	}
-	// A local edit of the file the mainline turns into a directory: the conflict rule.
-	writeFile(t, filepath.Join(dir, "n"), "m", []byte("m, edited\n"))
-	refused("rev_5", files, "n/m")
-	writeFile(t, filepath.Join(dir, "n"), "m", []byte("m, now a file\n"))
-	sync("rev_5", files)
+		sync("rev_2", dirs)
+		// A directory that never held a file does not stand in the way.
+		if err := os.MkdirAll(filepath.Join(dir, "a", "b", "empty"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sync("rev_3", files)
+		sync("rev_4", dirs)
+
+		refused := func(rev string, to map[string]string, want ...string) {
+			t.Helper()
+			before := checkoutFiles(t, dir)
+			f.set(rev, to)
+			out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
+			if err == nil {
+				t.Fatalf("ag sync to %s succeeded: %s; want a refusal naming %q", rev, out, want)
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("ag sync to %s: %v; want it to name %q", rev, err, w)
+				}
+			}
+			assertFiles(t, dir, before)
+		}
+		// A file the user added under a/, which the mainline turns into a file again.
+		writeFile(t, filepath.Join(dir, "a", "b"), "mine", []byte("mine\n"))
+		refused("rev_5", files, "a/b/mine (a file of yours, where the mainline now has the file a)")
+		if err := os.Remove(filepath.Join(dir, "a", "b", "mine")); err != nil {
+			t.Fatal(err)
+		}
+		// A nested repository there.
+		if err := os.MkdirAll(filepath.Join(dir, "a", "b", ".git"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		refused("rev_5", files, "a/b/.git")
+		if err := os.Remove(filepath.Join(dir, "a", "b", ".git")); err != nil {
+			t.Fatal(err)
+		}
+		// A local edit of the file the mainline turns into a directory: the conflict rule.
+		writeFile(t, filepath.Join(dir, "n"), "m", []byte("m, edited\n"))
+		refused("rev_5", files, "n/m")
+		writeFile(t, filepath.Join(dir, "n"), "m", []byte("m, now a file\n"))
+		sync("rev_5", files)
+	})
 }
 
 // TestScanSkipsNestedRepositories ensures a vendored repository or a submodule in a checkout

@@ -320,10 +320,24 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 	} else if err := validateID("revision", revision); err != nil {
 		return nil, err
 	}
-	if c := callerFrom(ctx); c.principal.Role == store.RoleWorker {
-		if err := h.s.workerReads.mayReadTree(ctx, c.principal.Name, req.GetRepository(), revision); err != nil {
+	since := req.GetSince()
+	if since != "" {
+		if err := validateID("since", since); err != nil {
 			return nil, err
 		}
+	}
+	if c := callerFrom(ctx); c.principal.Role == store.RoleWorker {
+		for _, r := range []string{revision, since} {
+			if r == "" {
+				continue
+			}
+			if err := h.s.workerReads.mayReadTree(ctx, c.principal.Name, req.GetRepository(), r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if since != "" {
+		return h.treeSince(ctx, req.GetRepository(), since, revision)
 	}
 	rev, err := h.s.store.GetRevision(ctx, req.GetRepository(), revision)
 	if err != nil {
@@ -331,13 +345,31 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 	}
 	out := &agwpv1.GetTreeResponse{
 		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Holder,
-		GitTree: rev.GitTree, GitCommit: rev.GitCommit, Entries: make([]*agwpv1.TreeEntry, 0, len(rev.Tree)),
+		GitTree: rev.GitTree, GitCommit: rev.GitCommit,
 	}
-	for _, e := range rev.Tree {
-		out.Entries = append(out.Entries, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size,
-			Mode: e.GitMode(), GitlinkCommit: e.GitlinkCommit})
-	}
+	out.Entries = treeEntries(rev.Tree)
 	return out, nil
+}
+
+// treeSince answers GetTree with since: what changed in revision's tree from since's.
+func (h repoService) treeSince(ctx context.Context, repository, since, revision string) (*agwpv1.GetTreeResponse, error) {
+	rev, diff, err := h.s.store.DiffRevisions(ctx, repository, since, revision)
+	if err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	return &agwpv1.GetTreeResponse{
+		Revision: rev.ID, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Holder, GitTree: rev.GitTree,
+		GitCommit: rev.GitCommit, Since: since, Entries: treeEntries(diff.Changed), Removed: diff.Removed,
+	}, nil
+}
+
+// treeEntries answers entries as the API lists them.
+func treeEntries(t repo.Tree) []*agwpv1.TreeEntry {
+	out := make([]*agwpv1.TreeEntry, 0, len(t))
+	for _, e := range t {
+		out = append(out, &agwpv1.TreeEntry{Path: e.Path, Digest: e.Digest, Size: e.Size, Mode: e.GitMode(), GitlinkCommit: e.GitlinkCommit})
+	}
+	return out
 }
 
 // editMode answers the mode of an edit's write: "" (the path's mode in the base), or one of the

@@ -552,47 +552,77 @@ func checkSymlinkBlob(ctx context.Context, b GitBackend, e repo.FileEdit, id plu
 // FlattenTree answers the files of the tree root as ag lists them: every file with its path,
 // sha256 digest and size, in path order.
 func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer, root plumbing.Hash) (repo.Tree, error) {
-	type file struct {
-		path string
-		blob plumbing.Hash
-		mode string
+	var l treeLister
+	if err := l.list(ctx, s, root, ""); err != nil {
+		return nil, err
 	}
-	var files []file
-	var out repo.Tree
-	var walk func(id plumbing.Hash, prefix string) error
-	walk = func(id plumbing.Hash, prefix string) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		entries, err := gitstore.TreeEntries(s, id)
-		if err != nil {
-			return fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
-		}
-		for _, e := range entries {
-			mode, isFile := gitstore.EntryMode(e.Mode)
-			switch {
-			case e.Mode == filemode.Dir:
-				if err := walk(e.Hash, prefix+e.Name+"/"); err != nil {
-					return err
-				}
-			case mode == repo.ModeGitlink: // another repository's commit: no blob to name
-				out = append(out, repo.Entry{Path: prefix + e.Name, Mode: mode, GitlinkCommit: e.Hash.String()})
-			case isFile:
-				files = append(files, file{prefix + e.Name, e.Hash, mode})
-			}
-		}
+	out, err := l.resolve(ctx, b, root)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = repo.Tree{}
+	}
+	return out, nil
+}
+
+// treeLister gathers the entries of git trees as ag lists them: a submodule as it is, a file by
+// its blob, whose sha256 digest and size resolve answers from the store.
+type treeLister struct {
+	entries repo.Tree // the submodules, then the files resolve adds
+	files   []listedFile
+}
+
+type listedFile struct {
+	path string
+	blob plumbing.Hash
+	mode string
+}
+
+// list adds the entries of the tree id, whose path is prefix ("" for a root, else ending in
+// "/"), and of every tree under it.
+func (l *treeLister) list(ctx context.Context, s storer.EncodedObjectStorer, id plumbing.Hash, prefix string) error {
+	if id.IsZero() || id == gitstore.EmptyTree {
 		return nil
 	}
-	if !root.IsZero() && root != gitstore.EmptyTree {
-		if err := walk(root, ""); err != nil {
-			return nil, err
-		}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	refs := make(map[plumbing.Hash]BlobRef, len(files))
+	entries, err := gitstore.TreeEntries(s, id)
+	if err != nil {
+		return fmt.Errorf("read tree %s of %q: %w", id, prefix, err)
+	}
+	for _, e := range entries {
+		if e.Mode == filemode.Dir {
+			if err := l.list(ctx, s, e.Hash, prefix+e.Name+"/"); err != nil {
+				return err
+			}
+			continue
+		}
+		l.add(prefix+e.Name, e)
+	}
+	return nil
+}
+
+// add adds the entry e, no tree, at path.
+func (l *treeLister) add(path string, e object.TreeEntry) {
+	mode, isFile := gitstore.EntryMode(e.Mode)
+	switch {
+	case mode == repo.ModeGitlink: // another repository's commit: no blob to name
+		l.entries = append(l.entries, repo.Entry{Path: path, Mode: mode, GitlinkCommit: e.Hash.String()})
+	case isFile:
+		l.files = append(l.files, listedFile{path, e.Hash, mode})
+	}
+}
+
+// resolve answers the entries listed, the files' blobs named by their sha256 digest and size,
+// in path order; root names the tree in errors.
+func (l *treeLister) resolve(ctx context.Context, b GitBackend, root plumbing.Hash) (repo.Tree, error) {
+	refs := make(map[plumbing.Hash]BlobRef, len(l.files))
 	const batch = 500
-	for i := 0; i < len(files); i += batch {
+	for i := 0; i < len(l.files); i += batch {
 		var ids []plumbing.Hash
-		for _, f := range files[i:min(i+batch, len(files))] {
+		for _, f := range l.files[i:min(i+batch, len(l.files))] {
 			if _, ok := refs[f.blob]; !ok {
 				ids = append(ids, f.blob)
 			}
@@ -605,19 +635,117 @@ func FlattenTree(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer
 			refs[id] = r
 		}
 	}
-	out = slices.Grow(out, len(files))
-	for _, f := range files {
+	out := slices.Grow(l.entries, len(l.files))
+	for _, f := range l.files {
 		r, ok := refs[f.blob]
 		if !ok {
 			return nil, fmt.Errorf("tree %s: the blob %s of %s is not stored", root, f.blob, f.path)
 		}
 		out = append(out, repo.Entry{Path: f.path, Digest: r.Digest, Size: r.Size, Mode: f.mode})
 	}
-	if out == nil {
-		out = repo.Tree{}
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// TreeDiff is what changed from one tree to another, as ag lists trees.
+type TreeDiff struct {
+	Changed repo.Tree // the entries the second tree has that the first has not, or has otherwise, in path order
+	Removed []string  // the paths the first tree has and the second has not, in path order
+}
+
+// DiffTrees answers what changed from the tree from to the tree to, reading only the trees
+// along the paths that differ: a subtree with the same id on both sides is the same subtree,
+// so a one-file change reads as many trees as the file is deep, whatever the size of the rest.
+func DiffTrees(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer, from, to plumbing.Hash) (TreeDiff, error) {
+	var added, removed treeLister
+	var diff func(from, to plumbing.Hash, prefix string) error
+	diff = func(from, to plumbing.Hash, prefix string) error {
+		if from == to {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var old, cur []object.TreeEntry
+		var err error
+		if !from.IsZero() && from != gitstore.EmptyTree {
+			if old, err = gitstore.TreeEntries(s, from); err != nil {
+				return fmt.Errorf("read tree %s of %q: %w", from, prefix, err)
+			}
+		}
+		if !to.IsZero() && to != gitstore.EmptyTree {
+			if cur, err = gitstore.TreeEntries(s, to); err != nil {
+				return fmt.Errorf("read tree %s of %q: %w", to, prefix, err)
+			}
+		}
+		before := make(map[string]object.TreeEntry, len(old))
+		for _, e := range old {
+			before[e.Name] = e
+		}
+		for _, e := range cur {
+			o, had := before[e.Name]
+			delete(before, e.Name)
+			path := prefix + e.Name
+			oldDir, newDir := had && o.Mode == filemode.Dir, e.Mode == filemode.Dir
+			switch {
+			case oldDir || newDir:
+				var oldTree, newTree plumbing.Hash
+				if oldDir {
+					oldTree = o.Hash
+				} else if had {
+					removed.add(path, o)
+				}
+				if newDir {
+					newTree = e.Hash
+				} else {
+					added.add(path, e)
+				}
+				if err := diff(oldTree, newTree, path+"/"); err != nil {
+					return err
+				}
+			case !had:
+				added.add(path, e)
+			default:
+				oldMode, _ := gitstore.EntryMode(o.Mode)
+				newMode, _ := gitstore.EntryMode(e.Mode)
+				if o.Hash != e.Hash || oldMode != newMode {
+					added.add(path, e)
+					if _, listed := gitstore.EntryMode(e.Mode); !listed {
+						removed.add(path, o) // what takes its place is nothing ag lists
+					}
+				}
+			}
+		}
+		for _, o := range old {
+			if _, gone := before[o.Name]; !gone {
+				continue
+			}
+			if o.Mode == filemode.Dir {
+				if err := diff(o.Hash, plumbing.ZeroHash, prefix+o.Name+"/"); err != nil {
+					return err
+				}
+				continue
+			}
+			removed.add(prefix+o.Name, o)
+		}
+		return nil
+	}
+	if err := diff(from, to, ""); err != nil {
+		return TreeDiff{}, err
+	}
+	changed, err := added.resolve(ctx, b, to)
+	if err != nil {
+		return TreeDiff{}, err
+	}
+	d := TreeDiff{Changed: changed, Removed: make([]string, 0, len(removed.entries)+len(removed.files))}
+	for _, e := range removed.entries {
+		d.Removed = append(d.Removed, e.Path)
+	}
+	for _, f := range removed.files {
+		d.Removed = append(d.Removed, f.path)
+	}
+	slices.Sort(d.Removed)
+	return d, nil
 }
 
 // ImportFlatTree stores an ag tree, whose blobs are stored, as git trees and answers the root.

@@ -89,6 +89,11 @@ type RepoStore interface {
 	// the revision belongs to another repository). Listing the files reads the whole git tree.
 	GetRevision(ctx context.Context, repository, revisionID string) (Revision, error)
 
+	// DiffRevisions answers revision revisionID of repository without its tree, and what
+	// changed in its tree from the revision since (of the same repository, ErrNotFound
+	// otherwise): it reads only the git trees along the paths that differ (DiffTrees).
+	DiffRevisions(ctx context.Context, repository, since, revisionID string) (Revision, TreeDiff, error)
+
 	// ReadGitObject answers the type and content (without git's header) of a git commit, tree
 	// or blob of any repository, or ErrNotFound.
 	ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbing.ObjectType, []byte, error)

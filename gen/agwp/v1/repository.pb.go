@@ -2268,7 +2268,14 @@ type GetTreeRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Repository string                 `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
 	// Empty: the mainline.
-	Revision      string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// A revision of the same repository, or empty. When set, the answer is what changed from it:
+	// entries holds only the paths revision has with another entry than since's (added, or
+	// changed in content or mode), removed the paths since has and revision does not, and
+	// GetTreeResponse.since echoes it. A checkout moving from its base asks this way, and the
+	// server reads only the trees along the changed paths. A server from before since answers the
+	// whole tree with since empty.
+	Since         string `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2317,6 +2324,13 @@ func (x *GetTreeRequest) GetRevision() string {
 	return ""
 }
 
+func (x *GetTreeRequest) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
 type GetTreeResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Revision string                 `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -2330,7 +2344,12 @@ type GetTreeResponse struct {
 	// The revision's git tree id (40 hex), what `git rev-parse <commit>^{tree}` answers.
 	GitTree string `protobuf:"bytes,7,opt,name=git_tree,json=gitTree,proto3" json:"git_tree,omitempty"`
 	// The revision's mainline commit (40 hex); empty for a candidate that did not land.
-	GitCommit     string `protobuf:"bytes,8,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
+	GitCommit string `protobuf:"bytes,8,opt,name=git_commit,json=gitCommit,proto3" json:"git_commit,omitempty"`
+	// GetTreeRequest.since when the answer is a difference from it (tree_digest is then empty:
+	// it is the whole tree's); empty when entries is the whole tree.
+	Since string `protobuf:"bytes,9,opt,name=since,proto3" json:"since,omitempty"`
+	// With since: the paths since has and revision does not, sorted.
+	Removed       []string `protobuf:"bytes,10,rep,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2419,6 +2438,20 @@ func (x *GetTreeResponse) GetGitCommit() string {
 		return x.GitCommit
 	}
 	return ""
+}
+
+func (x *GetTreeResponse) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+func (x *GetTreeResponse) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
 }
 
 type TreeEntry struct {
@@ -3868,12 +3901,13 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"@\n" +
 	"\x10ReadBlobResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x04R\x04size\"L\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\"b\n" +
 	"\x0eGetTreeRequest\x12\x1e\n" +
 	"\n" +
 	"repository\x18\x01 \x01(\tR\n" +
 	"repository\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\tR\brevision\"\x83\x02\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x12\x14\n" +
+	"\x05since\x18\x03 \x01(\tR\x05since\"\xb3\x02\n" +
 	"\x0fGetTreeResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12,\n" +
 	"\aentries\x18\x02 \x03(\v2\x12.agwp.v1.TreeEntryR\aentries\x12\x1f\n" +
@@ -3884,7 +3918,10 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"\x06author\x18\x06 \x01(\tR\x06author\x12\x19\n" +
 	"\bgit_tree\x18\a \x01(\tR\agitTree\x12\x1d\n" +
 	"\n" +
-	"git_commit\x18\b \x01(\tR\tgitCommit\"\x86\x01\n" +
+	"git_commit\x18\b \x01(\tR\tgitCommit\x12\x14\n" +
+	"\x05since\x18\t \x01(\tR\x05since\x12\x18\n" +
+	"\aremoved\x18\n" +
+	" \x03(\tR\aremoved\"\x86\x01\n" +
 	"\tTreeEntry\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +

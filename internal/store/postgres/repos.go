@@ -329,6 +329,33 @@ func (db *DB) GetRevision(ctx context.Context, repository, revisionID string) (s
 	return r, nil
 }
 
+// DiffRevisions answers revision revisionID without its tree, and what changed in its tree
+// from since: the trees along the changed paths, no others.
+func (db *DB) DiffRevisions(ctx context.Context, repository, since, revisionID string) (store.Revision, store.TreeDiff, error) {
+	rev, err := getRevision(ctx, db.pool, repository, revisionID)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("get revision: %w", err)
+	}
+	from, err := getRevision(ctx, db.pool, repository, since)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("get the revision compared with: %w", err)
+	}
+	fromTree, err := store.ParseGitID(from.GitTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", from.ID, err)
+	}
+	toTree, err := store.ParseGitID(rev.GitTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
+	}
+	b := gitBackend{qr: db.pool}
+	diff, err := store.DiffTrees(ctx, b, store.NewGitObjects(ctx, b), fromTree, toTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s since %s: %w", rev.ID, from.ID, err)
+	}
+	return rev, diff, nil
+}
+
 // RevisionByCommit answers the mainline revision whose commit is commit.
 func (db *DB) RevisionByCommit(ctx context.Context, repository, commit string) (store.Revision, error) {
 	var id string

@@ -310,6 +310,33 @@ func (d *DB) GetRevision(ctx context.Context, repository, revisionID string) (st
 	return rev, nil
 }
 
+// DiffRevisions answers revision revisionID without its tree, and what changed in its tree
+// from since: the trees along the changed paths, no others.
+func (d *DB) DiffRevisions(ctx context.Context, repository, since, revisionID string) (store.Revision, store.TreeDiff, error) {
+	rev, err := getRevision(ctx, d.r, repository, revisionID)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("get revision: %w", err)
+	}
+	from, err := getRevision(ctx, d.r, repository, since)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("get the revision compared with: %w", err)
+	}
+	fromTree, err := store.ParseGitID(from.GitTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", from.ID, err)
+	}
+	toTree, err := store.ParseGitID(rev.GitTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
+	}
+	b := gitBackend{q: d.r}
+	diff, err := store.DiffTrees(ctx, b, store.NewGitObjects(ctx, b), fromTree, toTree)
+	if err != nil {
+		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s since %s: %w", rev.ID, from.ID, err)
+	}
+	return rev, diff, nil
+}
+
 const changeColumns = `id, repository, state, base_revision, candidate_revision, integrated_revision, author, message,
 	paths, job_id, attestation_digest, reason, created_at, updated_at, candidate_id, batch_limit, approved_by, approved_at,
 	task_id, task_claim_number`

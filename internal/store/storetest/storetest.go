@@ -109,6 +109,7 @@ var tests = []conformanceTest{
 	{"contents_compressed_or_not_read_back_whole_through_every_read", testStoredForms},
 	{"get_revision_of_another_repository_is_not_found", testGetRevisionNotFound},
 	{"revisions_record_parent_author_change_and_tree_digest", testRevisions},
+	{"a_revision_diffed_with_another_answers_what_their_trees_differ_by", testDiffRevisions},
 	{"a_repository_started_at_a_shallow_history_keeps_where_it_stops", testShallowHistory},
 	// blobs sent in parts
 	{"a_blob_sent_in_parts_reads_back_whole_through_every_blob_read", testBlobPartsReadBack},

@@ -1,0 +1,224 @@
+package checkout
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+	"github.com/ag-coord/ag/internal/repo"
+)
+
+// A sync asks the server for the revision as its difference from the checkout's base
+// (GetTreeRequest.since): the server then reads only the trees along the changed paths, and the
+// sync plans over the paths the difference, the local edits and the files in conflict name.
+// Every other path is the same in the base and the revision and not edited here, so a plan over
+// the whole tree would leave it as it is: a sync after a one-file integrate costs what changed,
+// not what the checkout holds. A server from before since answers the whole tree, and the sync
+// plans over it as before.
+
+// filesSince answers the base's and the revision's files a sync plans over, from tree, the
+// server's answer to a GetTree since the base: the files of the paths the difference, edits and
+// the conflicts name, each base file read from the index by its path. The difference is checked
+// as a whole tree is (TreeFiles), and each path it adds against the rest of the tree: nothing of
+// the checkout's files may lie above or under it; and where the file system folds names, no two
+// names of the revision may be one.
+func (c *Checkout) filesSince(root *os.Root, tree *agwpv1.GetTreeResponse, edits []Edit) (base, target map[string]treeFile, err error) {
+	changed, err := TreeFiles(tree.GetEntries())
+	if err != nil {
+		return nil, nil, err
+	}
+	x, err := c.loadIndex(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	damaged := func(p string, err error) error {
+		return fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", c.root+"/"+StateDir+"/"+c.Index, ShortPath(p), err)
+	}
+	// baseOf answers the base's file at p, checked as BaseFiles checks every one.
+	baseOf := func(p string) (treeFile, bool, error) {
+		i, ok := x.find(p)
+		if !ok || !x.entries[i].inBase {
+			return treeFile{}, false, nil
+		}
+		f := x.entries[i].baseFile()
+		if err := repo.ValidatePath(p, false); err != nil {
+			return treeFile{}, false, damaged(p, err)
+		}
+		if err := f.check(); err != nil {
+			return treeFile{}, false, damaged(p, err)
+		}
+		return f, true, nil
+	}
+	base = map[string]treeFile{}
+	named := map[string]bool{}
+	name := func(p string) error {
+		if named[p] {
+			return nil
+		}
+		named[p] = true
+		f, ok, err := baseOf(p)
+		if ok {
+			base[p] = f
+		}
+		return err
+	}
+	removed := map[string]bool{}
+	for _, p := range tree.GetRemoved() {
+		if err := repo.ValidatePath(p, false); err != nil {
+			return nil, nil, fmt.Errorf("refused the server's tree: the removed path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", ShortPath(p), err)
+		}
+		if _, also := changed[p]; also {
+			return nil, nil, fmt.Errorf("refused the server's tree: it lists %q as both changed and removed. Nothing was written", ShortPath(p))
+		}
+		removed[p] = true
+	}
+	for p := range changed {
+		if err := name(p); err != nil {
+			return nil, nil, err
+		}
+	}
+	for p := range removed {
+		if err := name(p); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, e := range edits {
+		if err := name(e.Path); err != nil {
+			return nil, nil, err
+		}
+	}
+	for p := range c.Conflicts {
+		if err := name(p); err != nil {
+			return nil, nil, err
+		}
+	}
+	target = make(map[string]treeFile, len(base)+len(changed))
+	for p, f := range base {
+		if !removed[p] {
+			target[p] = f
+		}
+	}
+	for p, f := range changed {
+		target[p] = f
+	}
+
+	for p := range changed {
+		if _, inBase := base[p]; inBase {
+			continue
+		}
+		if err := x.checkPlace(p, target, removed, baseOf); err != nil {
+			return nil, nil, fmt.Errorf("refused the server's tree: %v. Nothing was written", err)
+		}
+	}
+	// Two names one file is written for are found only among every name of the tree: looked
+	// for where the file system folds names, as the probe tells (on Linux's, it does not).
+	if how, err := foldsNames(root); err != nil {
+		return nil, nil, err
+	} else if how != "" {
+		whole := make(map[string]treeFile, len(x.entries)+len(changed))
+		for i := range x.entries {
+			if e := &x.entries[i]; e.inBase && !removed[e.path] {
+				whole[e.path] = treeFile{}
+			}
+		}
+		for p := range changed {
+			whole[p] = treeFile{}
+		}
+		if err := refuseFoldedNames(root, whole); err != nil {
+			return nil, nil, &foldError{err}
+		}
+	}
+	return base, target, nil
+}
+
+// foldError is filesSince's refusal of names a file system would take for one.
+type foldError struct{ error }
+
+func (e *foldError) Unwrap() error { return e.error }
+
+// checkPlace refuses the path p the revision adds when a file of the revision lies above it or
+// under it: target holds the revision's files among those a sync plans over, the rest of the
+// revision is the base (baseOf) without what was removed.
+func (x *index) checkPlace(p string, target map[string]treeFile, removed map[string]bool, baseOf func(string) (treeFile, bool, error)) error {
+	for _, dir := range repo.Ancestors(p) {
+		d := strings.TrimSuffix(dir, "/")
+		if f, ok := target[d]; ok {
+			return underError(p, d, f)
+		}
+		if removed[d] {
+			continue
+		}
+		if f, ok, err := baseOf(d); err != nil {
+			return err
+		} else if ok {
+			return underError(p, d, f)
+		}
+	}
+	under := p + "/"
+	i, _ := slices.BinarySearchFunc(x.entries, under, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
+	for ; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
+		if e := &x.entries[i]; e.inBase && !removed[e.path] {
+			return underError(e.path, p, target[p])
+		}
+	}
+	return nil
+}
+
+// find answers the entry at path, by binary search: the entries are sorted by path.
+func (x *index) find(path string) (int, bool) {
+	return slices.BinarySearchFunc(x.entries, path, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
+}
+
+// moveBase moves the checkout's base to revision, whose files differ from the base's only
+// among from (the base's files of some paths) and to (the revision's files of the same paths):
+// the index is the base's, those paths changed, written at the next save. It is SetBase for a
+// sync that planned over part of the tree.
+func (c *Checkout) moveBase(root *os.Root, revision string, from, to map[string]treeFile) error {
+	x, err := c.loadIndex(root)
+	if err != nil {
+		return err
+	}
+	next := &index{stamp: x.stamp, window: x.window, watch: x.watch, entries: slices.Clone(x.entries)}
+	paths := make([]string, 0, len(from)+len(to))
+	for p := range from {
+		paths = append(paths, p)
+	}
+	for p := range to {
+		if _, ok := from[p]; !ok {
+			paths = append(paths, p)
+		}
+	}
+	var added []indexEntry
+	dropped := false
+	for _, p := range paths {
+		f, inTarget := to[p]
+		var sum sha256Sum
+		if inTarget {
+			if sum, err = f.baseSum(); err != nil {
+				return fmt.Errorf("file %q %v", ShortPath(p), err)
+			}
+		}
+		i, ok := next.find(p)
+		switch {
+		case ok && inTarget:
+			next.entries[i].inBase, next.entries[i].base, next.entries[i].baseMode = true, sum, f.Mode
+		case ok:
+			next.entries[i].inBase, next.entries[i].base, next.entries[i].baseMode = false, sha256Sum{}, ""
+			dropped = dropped || !next.entries[i].hashed
+		case inTarget:
+			added = append(added, indexEntry{path: p, inBase: true, base: sum, baseMode: f.Mode})
+		}
+	}
+	if dropped {
+		// An entry neither in the base nor hashed tells nothing: baseIndex keeps none either.
+		next.entries = slices.DeleteFunc(next.entries, func(e indexEntry) bool { return !e.inBase && !e.hashed })
+	}
+	if len(added) > 0 {
+		next.entries = append(next.entries, added...)
+		slices.SortFunc(next.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
+	}
+	c.BaseRevision, c.base, c.idx, c.baseChanged, c.baseInIndex = revision, nil, next, true, true
+	return nil
+}

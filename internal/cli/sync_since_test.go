@@ -1,0 +1,61 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
+)
+
+// TestSyncRefusesAHostileDifference ensures `ag sync`, answered what changed since its base
+// (GetTreeRequest.since), checks the answer as it checks a whole tree, against the files of the
+// checkout it did not name: a removed path no checkout may hold, a path both changed and
+// removed, a new file under a file of the base or over its directory, or a difference from
+// another revision than the one asked about are each refused, naming the path, with nothing
+// changed. Each would otherwise remove a file outside the checkout, or leave the checkout's
+// index believing in a tree no server holds.
+func TestSyncRefusesAHostileDifference(t *testing.T) {
+	t.Parallel()
+	files := map[string]string{"a.txt": "a\n", "d/f": "f\n", "gone.txt": "gone\n"}
+	for _, c := range []struct {
+		name   string
+		to     map[string]string
+		tamper func(*agwpv1.GetTreeResponse)
+		want   []string
+	}{
+		{"removed out of the checkout", files, func(r *agwpv1.GetTreeResponse) { r.Removed = append(r.Removed, "../x") },
+			[]string{"../x", `".." segment`}},
+		{"removed in .git", files, func(r *agwpv1.GetTreeResponse) { r.Removed = append(r.Removed, ".git/config") },
+			[]string{".git/config", `".git"`}},
+		{"changed and removed", map[string]string{"a.txt": "a, changed\n", "d/f": "f\n", "gone.txt": "gone\n"},
+			func(r *agwpv1.GetTreeResponse) { r.Removed = append(r.Removed, "a.txt") }, []string{"a.txt", "both changed and removed"}},
+		{"a file under a file of the base", map[string]string{"a.txt": "a\n", "a.txt/under": "u\n", "d/f": "f\n", "gone.txt": "gone\n"}, nil,
+			[]string{"a.txt/under", "would be a file and also the directory"}},
+		{"a file over a directory of the base", map[string]string{"a.txt": "a\n", "d": "d\n", "d/f": "f\n", "gone.txt": "gone\n"}, nil,
+			[]string{"d/f", "would be a file and also the directory"}},
+		{"a difference from another revision", map[string]string{"a.txt": "a, changed\n", "d/f": "f\n"},
+			func(r *agwpv1.GetTreeResponse) { r.Since = "rev_0" }, []string{"asked for its difference from rev_1", "rev_0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f, url, dir, _ := newCheckout(t, files, true)
+			f.set("rev_2", c.to)
+			f.mu.Lock()
+			f.tamper = c.tamper
+			f.mu.Unlock()
+			out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
+			if err == nil {
+				t.Fatalf("ag sync: %s; want a refusal naming %q", out, c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("ag sync: %v; want a refusal naming %q", err, w)
+				}
+			}
+			assertFiles(t, dir, files)
+			if got := baseRevision(t, dir); got != "rev_1" {
+				t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
+			}
+		})
+	}
+}
