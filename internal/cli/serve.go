@@ -18,6 +18,7 @@ import (
 
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/gate"
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/serveconfig"
 	"github.com/ag-coord/ag/internal/server"
 	"github.com/ag-coord/ag/internal/store"
@@ -42,6 +43,7 @@ type serveOptions struct {
 	auditKey       string
 	auditOrigin    string
 	gitEmailDomain string
+	packCache      string
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -80,6 +82,7 @@ and each request at DEBUG (--log-level debug).`,
 	f.StringVar(&o.auditKey, "audit-key", "", "the audit log's signing key (a note signer key), created with FILE.pub on first start; every replica of one database needs the same key (default $AG_AUDIT_KEY, else audit.key in the directory of a SQLite --db, else "+serveconfig.DefaultAuditKey+")")
 	f.StringVar(&o.gitEmailDomain, "git-email-domain", envOr("AG_GIT_EMAIL_DOMAIN", store.DefaultGitEmailDomain),
 		"the domain of the e-mail addresses of the mainline commits' authors (principal+label@DOMAIN) and committer (AG_GIT_EMAIL_DOMAIN)")
+	f.StringVar(&o.packCache, "pack-cache", "", "where to keep the last pack a whole git clone of each repository was sent, for the next clone; none: keep none (default $AG_PACK_CACHE, else pack-cache in the directory of a SQLite --db, else "+serveconfig.DefaultPackCache+")")
 	f.StringVar(&o.auditOrigin, "audit-origin", envOr("AG_AUDIT_ORIGIN", "ag"), "the name of this audit log in its signed checkpoints, used when the key is created (AG_AUDIT_ORIGIN)")
 	return cmd
 }
@@ -122,6 +125,9 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	if o.auditKey == "" {
 		o.auditKey = envOr("AG_AUDIT_KEY", serveconfig.AuditKeyFor(o.db))
+	}
+	if o.packCache == "" {
+		o.packCache = envOr("AG_PACK_CACHE", serveconfig.PackCacheFor(o.db))
 	}
 	log, err := serveconfig.NewLogger(os.Stderr, o.logLevel, o.logFormat)
 	if err != nil {
@@ -183,10 +189,17 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 		}
 	}
 
+	var packCache *gitstore.PackCache
+	if o.packCache != "none" {
+		if packCache, err = gitstore.NewPackCache(o.packCache); err != nil {
+			return fmt.Errorf("--pack-cache %s: %w", o.packCache, err)
+		}
+	}
+
 	// The flags' 0 is no cap; the server's is its default.
 	maxLeasedPaths, maxMessages := cmp.Or(o.maxLeasedPaths, -1), cmp.Or(o.maxMessages, -1)
 	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer,
-		GateMaxDepth: o.gateMaxDepth, MaxLeasedPaths: maxLeasedPaths, MaxLeaseAge: o.maxLeaseAge, MaxMessagesPerMinute: maxMessages})
+		GateMaxDepth: o.gateMaxDepth, MaxLeasedPaths: maxLeasedPaths, MaxLeaseAge: o.maxLeaseAge, MaxMessagesPerMinute: maxMessages, PackCache: packCache})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)

@@ -74,16 +74,32 @@ const prefetchBatch = 256
 // compressed at once on every CPU, and written in their order; a larger one is streamed through
 // the compressor, never held whole, and never deltified.
 func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+	return writePackAfter(w, s, nil, ids, bases)
+}
+
+// writePackAfter is writePlainPack of a pack that begins with the entries of after (when not
+// nil), then holds ids: one pack, its header counting both. An object of ids whose proposed
+// base is in after is written whole.
+func writePackAfter(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	h := sha1.New()
 	w = chunked{w}
 	cw := &countingWriter{w: io.MultiWriter(w, h)}
 	bw := bufio.NewWriterSize(cw, 32<<10)
+	count := uint32(len(ids))
+	if after != nil {
+		count += after.meta.Objects
+	}
 	var head [12]byte
 	copy(head[:4], "PACK")
 	binary.BigEndian.PutUint32(head[4:8], 2)
-	binary.BigEndian.PutUint32(head[8:12], uint32(len(ids)))
+	binary.BigEndian.PutUint32(head[8:12], count)
 	if _, err := bw.Write(head[:]); err != nil {
 		return err
+	}
+	if after != nil {
+		if err := after.copyEntries(bw); err != nil {
+			return err
+		}
 	}
 	p := &packWriter{bw: bw, cw: cw, bases: bases, recent: newContentCache(deltaCacheBytes)}
 	if len(bases) > 0 {

@@ -36,6 +36,10 @@ type Snapshot struct {
 	// "shallow" line each after the references, so that a clone is shallow at the same commits,
 	// and no walk goes past them.
 	Shallow []plumbing.Hash
+	// Cache, when set, keeps the last pack a whole clone of the mainline was sent, under
+	// CacheKey (the repository's name), for the next one (packcache.go).
+	Cache    *PackCache
+	CacheKey string
 }
 
 // ErrNotFound is what Handler's open answers for a repository that does not exist (or that
@@ -320,10 +324,37 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	// A commit the client says it holds without its parents (its .git/shallow, sent as
 	// "shallow" lines) is a boundary of the walk too, as git's upload-pack grafts it: what lies
 	// below it is neither the client's nor, unless another way reaches it, wanted.
-	objs, bases, err := objectsToSend(ctx, snap.Objects, req.Wants, common, snap.stops(req.Shallows...))
-	if err != nil {
-		return fail(err)
+	var (
+		list   *sendList
+		cached *cachedPack
+		tee    *packTee
+		meta   packMeta
+	)
+	if clone := snap.wholeClone(req, common); clone {
+		if list, cached, err = snap.fromCache(ctx, req.Wants); err != nil {
+			return fail(err)
+		}
+		meta = packMeta{Tips: hashStrings(req.Wants), Stops: hashStrings(snap.Shallow)}
+		switch {
+		case cached == nil:
+			tee = snap.Cache.create(snap.CacheKey)
+		case len(list.ids) >= packCacheRewriteObjects:
+			tee = snap.Cache.create(snap.CacheKey)
+			meta.BuiltBytes = cached.meta.BuiltBytes
+		}
 	}
+	if cached != nil {
+		defer cached.close()
+	}
+	if tee != nil {
+		defer tee.abort()
+	}
+	if list == nil {
+		if list, err = listObjects(ctx, snap.Objects, req.Wants, common, snap.stops(req.Shallows...)); err != nil {
+			return fail(err)
+		}
+	}
+	objs, bases := list.ids, list.bases
 	switch {
 	case len(common) > 0 && multiAck:
 		err = enc.Encodef("ACK %s\n", common[len(common)-1])
@@ -345,19 +376,92 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 		mux = sideband.NewMuxer(sideband.Sideband, w)
 		out = mux
 	}
-	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
-		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", len(objs)))
+	total := len(objs)
+	if cached != nil {
+		total += int(cached.meta.Objects)
 	}
-	if err := writePack(out, snap.Objects, objs, bases); err != nil {
+	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
+		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", total))
+	}
+	packOut := out
+	if tee != nil {
+		packOut = io.MultiWriter(out, tee)
+	}
+	if cached != nil {
+		err = writePackAfter(packOut, snap.Objects, cached, objs, bases)
+	} else {
+		err = writePack(packOut, snap.Objects, objs, bases)
+	}
+	if err != nil {
 		if mux != nil {
 			_, _ = mux.WriteChannel(sideband.ErrorMessage, []byte("ag: "+err.Error()+"\n"))
 		}
 		return err
 	}
+	if tee != nil {
+		meta.Objects = uint32(total)
+		if meta.BuiltBytes == 0 {
+			meta.BuiltBytes = tee.n
+		}
+		tee.commit(meta)
+	}
 	if mux != nil {
 		return enc.Flush()
 	}
 	return nil
+}
+
+// wholeClone reports whether req, which has common with the client, asks for the whole
+// mainline of a snapshot with a pack cache: no have, no shallow line, only its commit wanted.
+func (snap Snapshot) wholeClone(req *UploadPackRequest, common []plumbing.Hash) bool {
+	if snap.Cache == nil || len(req.Haves) > 0 || len(common) > 0 || len(req.Shallows) > 0 || snap.Main.IsZero() {
+		return false
+	}
+	for _, w := range req.Wants {
+		if w != snap.Main {
+			return false
+		}
+	}
+	return true
+}
+
+// fromCache answers the cached pack of a whole clone of wants and the objects to send after
+// it, or (nil, nil) when there is no cached pack to use: none, one of another history
+// boundary, one grown a quarter past the one last built afresh, or one whose commits the
+// wants do not reach (a repository made anew under the same name).
+func (snap Snapshot) fromCache(ctx context.Context, wants []plumbing.Hash) (*sendList, *cachedPack, error) {
+	cached := snap.Cache.open(snap.CacheKey)
+	if cached == nil {
+		return nil, nil, nil
+	}
+	tips, err := cached.tips()
+	if err != nil || !slices.Equal(cached.meta.Stops, hashStrings(snap.Shallow)) || len(tips) == 0 ||
+		cached.bytes > cached.meta.BuiltBytes+cached.meta.BuiltBytes/4 {
+		cached.close()
+		return nil, nil, nil
+	}
+	for _, t := range tips {
+		// A tip this store does not hold is another history's.
+		if _, err := snap.Objects.EncodedObject(plumbing.CommitObject, t); err != nil {
+			cached.close()
+			if errors.Is(err, plumbing.ErrObjectNotFound) {
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("read the cached pack's commit %s: %w", t, err)
+		}
+	}
+	list, err := listObjects(ctx, snap.Objects, wants, tips, snap.stops())
+	if err != nil {
+		cached.close()
+		return nil, nil, err
+	}
+	for _, t := range tips {
+		if !list.reached[t] {
+			cached.close()
+			return nil, nil, nil
+		}
+	}
+	return list, cached, nil
 }
 
 // stops answers the commits a walk of snap treats as having no parents: where its history
@@ -452,39 +556,66 @@ func wantable(ctx context.Context, snap Snapshot, wants []plumbing.Hash) error {
 // the same path of an object a commit replaced (git's own packs keep the newest version whole
 // and older ones as deltas against it), which the pack comes to before it.
 func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash, stops map[plumbing.Hash]bool) ([]plumbing.Hash, map[plumbing.Hash]plumbing.Hash, error) {
+	l, err := listObjects(ctx, s, wants, common, stops)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.ids, l.bases, nil
+}
+
+// sendList is what objectsToSend answers, and what of common the wants reach.
+type sendList struct {
+	ids   []plumbing.Hash
+	bases map[plumbing.Hash]plumbing.Hash
+	// reached holds the wants and the parents of the commits sent: a commit of common is an
+	// ancestor of a want (or one) if and only if it is here, since the commits on the way
+	// from a want down to it are not reachable from it, so are sent.
+	reached map[plumbing.Hash]bool
+}
+
+func listObjects(ctx context.Context, s storer.EncodedObjectStorer, wants, common []plumbing.Hash, stops map[plumbing.Hash]bool) (*sendList, error) {
 	w := &walk{s: s, commits: map[plumbing.Hash]*walkCommit{}, stops: stops}
 	for _, h := range common {
 		if err := w.push(h, true); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	for _, h := range wants {
 		if err := w.push(h, false); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	var popped []*walkCommit
 	for w.q.Len() > 0 && w.interesting > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		c := w.pop()
 		popped = append(popped, c)
 		for _, p := range w.parents(c) {
 			if err := w.push(p, c.uninteresting); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
 	order, err := w.parentsFirst(popped)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	reached := make(map[plumbing.Hash]bool, len(wants)+len(order))
+	for _, h := range wants {
+		reached[h] = true
+	}
+	for _, c := range order {
+		for _, p := range w.parents(c) {
+			reached[p] = true
+		}
 	}
 	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool), bases: make(map[plumbing.Hash]plumbing.Hash)}
 	starts := make([]int, 0, len(order))
 	for _, c := range order {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		starts = append(starts, len(d.out))
 		d.out = append(d.out, c.Hash)
@@ -492,14 +623,14 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		for _, p := range w.parents(c) {
 			pc, err := w.commit(p)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			// The parent's tree is sent whole by now, or the client's.
 			d.done[pc.TreeHash] = true
 			olds = append(olds, pc.TreeHash)
 		}
 		if err := d.tree(c.TreeHash, olds); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	// Newest commit first, each followed by what it brought, as the walk found them: git's
@@ -514,7 +645,7 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 		}
 		slices.Reverse(out[len(out)-end : len(out)-start])
 	}
-	return out, d.bases, nil
+	return &sendList{ids: out, bases: d.bases, reached: reached}, nil
 }
 
 // treeDiff collects the trees and blobs of the commits objectsToSend sends, a commit at a

@@ -29,6 +29,20 @@ func AuditKeyFor(db string) string {
 	return DefaultAuditKey
 }
 
+// DefaultPackCache is where ag serve keeps its cached packs (gitstore.PackCache) on PostgreSQL.
+const DefaultPackCache = "ag-data/pack-cache"
+
+// PackCacheFor answers the default pack cache directory of `ag serve --db db`: pack-cache
+// beside a SQLite database, else DefaultPackCache.
+func PackCacheFor(db string) string {
+	if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
+		if path = strings.TrimPrefix(path, "//"); path != "" {
+			return filepath.Join(filepath.Dir(filepath.Clean(path)), "pack-cache")
+		}
+	}
+	return DefaultPackCache
+}
+
 // Procs answers how many Go processors `ag serve --db db` runs with, given the runtime's
 // default and the GOMAXPROCS variable. On SQLite one more than the default: the one writer
 // makes many short calls into SQLite, each holding a processor that nothing else can use

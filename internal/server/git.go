@@ -240,7 +240,8 @@ func (g *gitEndpoint) open(name string) func(ctx context.Context) (gitstore.Snap
 			g.s.log.ErrorContext(ctx, "git: the mainline commit", "repository", name, "err", err)
 			return gitstore.Snapshot{}, err
 		}
-		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main, Shallow: r.Shallow}, nil
+		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main, Shallow: r.Shallow,
+			Cache: g.s.cfg.PackCache, CacheKey: name}, nil
 	}
 }
 
@@ -615,4 +616,40 @@ func (o *gitObjects) stream(digest string, size int64) io.ReadCloser {
 		pw.CloseWithError(err)
 	}()
 	return pr
+}
+
+// warmPackCache asks Run to build the cached pack of the repository name (just imported) in
+// the background, so that its first clone does not wait for it; a request made while the
+// queue is full is dropped, and the first clone builds the pack.
+func (s *Server) warmPackCache(name string) {
+	if s.cfg.PackCache == nil {
+		return
+	}
+	select {
+	case s.packWarmups <- name:
+	default:
+	}
+}
+
+// warmPackCaches builds the cached packs warmPackCache asks for, one at a time.
+func (s *Server) warmPackCaches(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case name := <-s.packWarmups:
+			start := time.Now()
+			snap, err := (&gitEndpoint{s: s}).open(name)(ctx)
+			if err == nil {
+				err = s.cfg.PackCache.Warm(ctx, snap)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("git: build the cached pack of an imported repository", "repository", name, "err", err)
+				}
+				continue
+			}
+			s.log.Info("git: built the cached pack of an imported repository", "repository", name, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}
 }

@@ -102,6 +102,9 @@ func (h repoService) CreateRepository(ctx context.Context, req *agwpv1.CreateRep
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
+	if r.MainlineCommit != "" {
+		h.s.warmPackCache(r.Name)
+	}
 	return &agwpv1.CreateRepositoryResponse{Repository: repositoryProto(r)}, nil
 }
 

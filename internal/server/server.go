@@ -25,6 +25,7 @@ import (
 	"github.com/ag-coord/ag/internal/audit"
 	"github.com/ag-coord/ag/internal/console"
 	"github.com/ag-coord/ag/internal/gate"
+	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/mirror"
 	"github.com/ag-coord/ag/internal/store"
 )
@@ -64,6 +65,9 @@ type Config struct {
 	// GitFetchesPerPrincipal bounds the git upload-pack requests (the ones that build a pack)
 	// that one principal has in flight at once on /git/. Default DefaultGitFetchesPerPrincipal.
 	GitFetchesPerPrincipal int
+	// PackCache, when set, keeps the last pack a whole clone of each repository's mainline was
+	// sent, for the next whole clone (gitstore.PackCache).
+	PackCache *gitstore.PackCache
 	// BlobPartBytes is the size of the parts of a blob sent in parts (StartBlobUpload), and
 	// MaxBlobBytes the largest such blob. Defaults DefaultBlobPartBytes and DefaultMaxBlobBytes.
 	BlobPartBytes uint64
@@ -106,6 +110,8 @@ type Server struct {
 	// git is what /git/ serves (git.go); nil answers 404 to every caller it admits.
 	git        *gitSource
 	gitFetches *uploadSlots
+	// packWarmups are the repositories whose cached pack Run builds next (warmPackCache).
+	packWarmups chan string
 }
 
 // New answers a server over cfg.Store.
@@ -122,6 +128,7 @@ func New(cfg Config) *Server {
 		cfg:            cfg,
 		uploads:        &uploadSlots{limit: cfg.UploadsPerPrincipal, held: map[string]int{}},
 		gitFetches:     &uploadSlots{limit: cfg.GitFetchesPerPrincipal, held: map[string]int{}},
+		packWarmups:    make(chan string, 16),
 	}
 	if s.uploads.limit <= 0 {
 		s.uploads.limit = DefaultUploadsPerPrincipal
@@ -251,6 +258,7 @@ func (s *Server) Run(ctx context.Context) {
 	background.Go(func() { s.mirrors.Run(ctx) })
 	background.Go(func() { s.sealLoop(ctx) })
 	background.Go(func() { s.compactStored(ctx) })
+	background.Go(func() { s.warmPackCaches(ctx) })
 	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)
 	defer t.Stop()
