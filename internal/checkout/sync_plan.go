@@ -96,11 +96,14 @@ func (p *syncPlan) consider(path string, records map[string]conflictRecord, opts
 		}
 	case !upstream:
 		// Unchanged in the revision: a local edit stays as it is.
-	case !edited,
-		inTarget && e.Kind != "deleted" && e.digest == want.digest && e.Mode == want.Mode,
-		!inTarget && e.Kind == "deleted":
-		// Not edited, or edited to what the revision has: taking it clobbers nothing.
+	case !edited, !inTarget && e.Kind == "deleted":
+		// Not edited, or deleted as the revision deletes it: taking it clobbers nothing.
 		p.take(path)
+	case inTarget && e.Kind != "deleted" && e.digest == want.digest && e.Mode == want.Mode:
+		// Edited to what the revision has (an integrate's own edit, synced after it landed):
+		// the file is the revision's already. Left as it is, it is neither fetched nor written,
+		// nor, should it have changed since the scan, written over.
+		p.updated = append(p.updated, path)
 	case UnderAny(path, opts.Ours):
 		p.drop[path] = true
 		p.keptEdits = append(p.keptEdits, path)

@@ -44,7 +44,7 @@ func TestPlanSync(t *testing.T) {
 		{name: "deleted upstream", base: file("x"),
 			want: plan{deletes: []string{"f"}, deleted: []string{"f"}}},
 		{name: "edited to what upstream has", base: file("x"), target: file("y"), edit: ptr(modified("y", repo.ModeFile)),
-			want: plan{writes: []string{"f"}, updated: []string{"f"}}},
+			want: plan{updated: []string{"f"}}},
 		{name: "deleted on both sides", base: file("x"), edit: &deleted},
 		{name: "both changed: merged", base: file("x"), target: file("y"), edit: ptr(modified("l", repo.ModeFile)),
 			want: plan{merges: []plannedMerge{{"f", repo.ModeFile}}}},

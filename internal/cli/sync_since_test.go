@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -57,5 +59,39 @@ func TestSyncRefusesAHostileDifference(t *testing.T) {
 				t.Errorf("after the refused sync the checkout is at %s, want rev_1", got)
 			}
 		})
+	}
+}
+
+// TestIntegrateLeavesTheIntegratedFileAsItIs ensures the sync after an integrate that landed
+// does not fetch and write again the files the change sent: each is the new mainline's already.
+// An editor holding one open sees it unchanged on disk (its inode and mtime), and the checkout
+// is at the new mainline with nothing left to integrate.
+func TestIntegrateLeavesTheIntegratedFileAsItIs(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t, map[string]string{"a.txt": "a\n", "docs/b.md": "b\n"})
+	alice := e.agent("alice")
+	alice.write("a.txt", "a, edited\n")
+	path := filepath.Join(alice.dir, "a.txt")
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice.integrate("edit a", "a.txt")
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a.txt was written again by the sync after the integrate: %v then %v", before.ModTime(), after.ModTime())
+	}
+	if got := alice.read("a.txt"); got != "a, edited\n" {
+		t.Errorf("a.txt after the integrate: %q", got)
+	}
+	var st struct {
+		Edits []any `json:"edits"`
+	}
+	decode(t, "ag status --json", alice.must("status", "--json"), &st)
+	if len(st.Edits) != 0 {
+		t.Errorf("after the integrate ag status shows edits: %v", st.Edits)
 	}
 }
