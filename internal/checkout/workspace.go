@@ -836,7 +836,7 @@ func (c *Checkout) scan() (*scan, error) {
 	// A new watcher token is worth a write when the watcher would otherwise answer many paths
 	// again next time.
 	newToken := token != s.x.watch && (token.Session != s.x.watch.Session || token.Seq-s.x.watch.Seq > 256)
-	if len(s.hash) > 0 || gone || newToken {
+	if s.settledHashes(start) || gone || newToken || (len(s.hash) > 0 && (c.Index == "" || c.baseChanged)) {
 		next := s.recorded(start)
 		next.watch = token
 		if c.Index == "" || c.baseChanged {
@@ -847,6 +847,25 @@ func (c *Checkout) scan() (*scan, error) {
 		}
 	}
 	return s, nil
+}
+
+// settledHashes reports whether the scan that began at start hashed a file that the index it
+// writes would let the next scan trust. A file written within the racy window of the scan's
+// start is hashed again by every scan until one begins a window after it (index.trusted): an
+// index recording only such files saves the next scan nothing, and writing it (the whole index,
+// megabytes for a large checkout) would be most of an integrate's cost, which edits a file just
+// before it scans.
+func (s *scan) settledHashes(start int64) bool {
+	window := s.x.window
+	if window == 0 {
+		window = racyWindow
+	}
+	for _, h := range s.hash {
+		if h.stat.mtime < start-window.Nanoseconds() {
+			return true
+		}
+	}
+	return false
 }
 
 // gcHold counts the scans running in this process (the MCP server runs several at once).
