@@ -107,6 +107,11 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	if err != nil {
 		return nil, err
 	}
+	if tree.GetSince() != "" && ws.Checkout.BaseRevision != since {
+		// Another ag moved the checkout while this one asked: the difference is from a base
+		// the index no longer holds.
+		return nil, fmt.Errorf("another ag moved this checkout from %s to %s meanwhile; nothing was changed: run it again", since, ws.Checkout.BaseRevision)
+	}
 	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
 		return nil, err

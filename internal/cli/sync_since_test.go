@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
@@ -94,4 +95,51 @@ func TestIntegrateLeavesTheIntegratedFileAsItIs(t *testing.T) {
 	if len(st.Edits) != 0 {
 		t.Errorf("after the integrate ag status shows edits: %v", st.Edits)
 	}
+}
+
+// TestASyncWhoseCheckoutMovedMeanwhileChangesNothing ensures a sync answered what changed since
+// its base refuses, changing nothing, when another ag moved the checkout to another base between
+// the question and the answer: the difference (here from rev_1 to rev_3) is from a base the
+// checkout no longer has (rev_2), and applied to it would leave b.txt as rev_2 has it under an
+// index that says rev_3.
+func TestASyncWhoseCheckoutMovedMeanwhileChangesNothing(t *testing.T) {
+	t.Parallel()
+	f, url, dir, _ := newCheckout(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}, true)
+	rev2 := map[string]string{"a.txt": "a\n", "b.txt": "b, 2\n"}
+	rev3 := map[string]string{"a.txt": "a, 3\n", "b.txt": "b\n"}
+	f.set("rev_2", rev2)
+	f.set("rev_3", rev3)
+	var inner atomic.Bool
+	var innerOut string
+	var innerErr error
+	f.mu.Lock()
+	f.tamper = func(*agwpv1.GetTreeResponse) {
+		if inner.Swap(true) {
+			return
+		}
+		// Called with f.mu held, the answer from rev_1 to rev_3 made: the other ag syncs to
+		// rev_2 before this one reads its checkout.
+		f.mu.Unlock()
+		f.set("rev_2", rev2)
+		innerOut, innerErr = runAg("sync", "-C", dir, "--server", url, "--token", "t")
+		f.set("rev_3", rev3)
+		f.mu.Lock()
+	}
+	f.mu.Unlock()
+	_, err := runAg("sync", "-C", dir, "--server", url, "--token", "t")
+	if innerErr != nil {
+		t.Fatalf("the other ag's sync: %v\n%s", innerErr, innerOut)
+	}
+	if err == nil || !strings.Contains(err.Error(), "moved this checkout from rev_1 to rev_2") {
+		t.Errorf("the sync whose checkout moved meanwhile: %v; want a refusal saying so", err)
+	}
+	assertFiles(t, dir, rev2)
+	if got := baseRevision(t, dir); got != "rev_2" {
+		t.Errorf("after the refused sync the checkout is at %s, want rev_2 (where the other ag left it)", got)
+	}
+	// Run again, it syncs.
+	if out, err := runAg("sync", "-C", dir, "--server", url, "--token", "t"); err != nil {
+		t.Fatalf("ag sync again: %v\n%s", err, out)
+	}
+	assertFiles(t, dir, rev3)
 }
