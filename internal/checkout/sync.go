@@ -103,7 +103,20 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	if got := tree.GetSince(); got != "" && got != since {
 		return nil, fmt.Errorf("refused the server's tree: asked for its difference from %s, it answered one from %s. Nothing was written", since, got)
 	}
-	edits, err := ws.Checkout.LocalEdits()
+	var diff *difference
+	if tree.GetSince() != "" {
+		if diff, err = readDifference(tree); err != nil {
+			return nil, err
+		}
+	}
+	var edits []Edit
+	if diff != nil && !watched(ws.Checkout.root) {
+		// Only the paths the plan is over: without a watcher, a scan of every file would be
+		// most of the cost of a sync that brings a few.
+		edits, err = ws.Checkout.localEditsOf(diff.paths(ws.Checkout.Conflicts))
+	} else {
+		edits, err = ws.Checkout.LocalEdits()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +151,7 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 		if err := refuseFoldedNames(root, target); err != nil {
 			return res, fmt.Errorf("nothing was changed: %w", err)
 		}
-	} else if baseFiles, target, err = ws.Checkout.filesSince(root, tree, edits); err != nil {
+	} else if baseFiles, target, err = ws.Checkout.filesSince(root, diff, edits); err != nil {
 		if fold := (*foldError)(nil); errors.As(err, &fold) {
 			return res, fmt.Errorf("nothing was changed: %w", fold.error)
 		}

@@ -3,6 +3,7 @@ package checkout
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -18,17 +19,14 @@ import (
 // not what the checkout holds. A server from before since answers the whole tree, and the sync
 // plans over it as before.
 
-// filesSince answers the base's and the revision's files a sync plans over, from tree, the
-// server's answer to a GetTree since the base: the files of the paths the difference, edits and
-// the conflicts name, each base file read from the index by its path. The difference is checked
-// as a whole tree is (TreeFiles), and each path it adds against the rest of the tree: nothing of
+// filesSince answers the base's and the revision's files a sync plans over, from d, the
+// server's answer to a GetTree since the base (readDifference): the files of the paths the
+// difference, edits and the conflicts name, each base file read from the index by its path.
+// Each path the difference adds is checked against the rest of the tree: nothing of
 // the checkout's files may lie above or under it; and where the file system folds names, no two
 // names of the revision may be one.
-func (c *Checkout) filesSince(root *os.Root, tree *agwpv1.GetTreeResponse, edits []Edit) (base, target map[string]treeFile, err error) {
-	changed, err := TreeFiles(tree.GetEntries())
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *Checkout) filesSince(root *os.Root, d *difference, edits []Edit) (base, target map[string]treeFile, err error) {
+	changed, removed := d.changed, d.removed
 	x, err := c.loadIndex(root)
 	if err != nil {
 		return nil, nil, err
@@ -63,16 +61,6 @@ func (c *Checkout) filesSince(root *os.Root, tree *agwpv1.GetTreeResponse, edits
 			base[p] = f
 		}
 		return err
-	}
-	removed := map[string]bool{}
-	for _, p := range tree.GetRemoved() {
-		if err := repo.ValidatePath(p, false); err != nil {
-			return nil, nil, fmt.Errorf("refused the server's tree: the removed path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", ShortPath(p), err)
-		}
-		if _, also := changed[p]; also {
-			return nil, nil, fmt.Errorf("refused the server's tree: it lists %q as both changed and removed. Nothing was written", ShortPath(p))
-		}
-		removed[p] = true
 	}
 	for p := range changed {
 		if err := name(p); err != nil {
@@ -131,6 +119,50 @@ func (c *Checkout) filesSince(root *os.Root, tree *agwpv1.GetTreeResponse, edits
 		}
 	}
 	return base, target, nil
+}
+
+// difference is the server's answer to a GetTree since the base, checked: the files it
+// changed or added, and the paths it removed.
+type difference struct {
+	changed map[string]treeFile
+	removed map[string]bool
+}
+
+// readDifference checks tree, the server's answer to a GetTree since the base, as a whole tree
+// is checked (TreeFiles), and each removed path by the same rules, before anything looks for
+// its paths on disk.
+func readDifference(tree *agwpv1.GetTreeResponse) (*difference, error) {
+	changed, err := TreeFiles(tree.GetEntries())
+	if err != nil {
+		return nil, err
+	}
+	d := &difference{changed: changed, removed: map[string]bool{}}
+	for _, p := range tree.GetRemoved() {
+		if err := repo.ValidatePath(p, false); err != nil {
+			return nil, fmt.Errorf("refused the server's tree: the removed path %q %v. Nothing was written; a server (or proxy) that sends such a path is broken or hostile: check --server", ShortPath(p), err)
+		}
+		if _, also := changed[p]; also {
+			return nil, fmt.Errorf("refused the server's tree: it lists %q as both changed and removed. Nothing was written", ShortPath(p))
+		}
+		d.removed[p] = true
+	}
+	return d, nil
+}
+
+// paths answers the paths a sync over d plans over, besides its local edits: those d names,
+// and the files in conflict.
+func (d *difference) paths(conflicts map[string]conflictRecord) []string {
+	paths := make([]string, 0, len(d.changed)+len(d.removed)+len(conflicts))
+	for p := range d.changed {
+		paths = append(paths, p)
+	}
+	for p := range d.removed {
+		paths = append(paths, p)
+	}
+	for p := range conflicts {
+		paths = append(paths, p)
+	}
+	return paths
 }
 
 // foldError is filesSince's refusal of names a file system would take for one.
@@ -221,4 +253,46 @@ func (c *Checkout) moveBase(root *os.Root, revision string, from, to map[string]
 	}
 	c.BaseRevision, c.base, c.idx, c.baseChanged, c.baseInIndex = revision, nil, next, true, true
 	return nil
+}
+
+// localEditsOf answers the local edits of paths (a path names a directory's files too), for
+// a sync that plans over them alone: only they are looked at on disk, with the files the index
+// cannot vouch for (never hashed, or racily clean), as a scan with a watcher's answer does.
+// What it finds is not written to the index: the scan of a whole checkout does that.
+func (c *Checkout) localEditsOf(paths []string) ([]Edit, error) {
+	root, err := os.OpenRoot(c.root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	x, err := c.loadIndex(root)
+	if err != nil {
+		return nil, err
+	}
+	// A path under a link or a file is not on disk as a path, as a walk that follows no link
+	// finds: what is looked at is the link or file (an edit itself), and everything under it
+	// is gone.
+	look := make([]string, 0, len(paths))
+	named := map[string]bool{}
+	for _, p := range paths {
+		for _, dir := range repo.Ancestors(p) {
+			d := strings.TrimSuffix(dir, "/")
+			if info, err := root.Lstat(filepath.FromSlash(d)); err != nil || !info.IsDir() {
+				p = d
+				break
+			}
+		}
+		if !named[p] {
+			named[p] = true
+			look = append(look, p)
+		}
+	}
+	s, err := scanChanged(root, x, look)
+	if err != nil {
+		return nil, err
+	}
+	if s.contents, err = hashEntries(root, s.hash); err != nil {
+		return nil, err
+	}
+	return s.edits(c)
 }
