@@ -21,12 +21,18 @@ const DefaultAuditKey = "ag-data/audit.key"
 // of two files have two keys; on PostgreSQL, whose replicas need one key whatever their working
 // directory, DefaultAuditKey.
 func AuditKeyFor(db string) string {
+	return besideSQLite(db, "audit.key", DefaultAuditKey)
+}
+
+// besideSQLite answers the path of name in the directory of the SQLite database db, or
+// otherwise when db is no SQLite database.
+func besideSQLite(db, name, otherwise string) string {
 	if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
 		if path = strings.TrimPrefix(path, "//"); path != "" {
-			return filepath.Join(filepath.Dir(filepath.Clean(path)), "audit.key")
+			return filepath.Join(filepath.Dir(filepath.Clean(path)), name)
 		}
 	}
-	return DefaultAuditKey
+	return otherwise
 }
 
 // DefaultPackCache is where ag serve keeps its cached packs (gitstore.PackCache) on PostgreSQL.
@@ -35,12 +41,7 @@ const DefaultPackCache = "ag-data/pack-cache"
 // PackCacheFor answers the default pack cache directory of `ag serve --db db`: pack-cache
 // beside a SQLite database, else DefaultPackCache.
 func PackCacheFor(db string) string {
-	if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
-		if path = strings.TrimPrefix(path, "//"); path != "" {
-			return filepath.Join(filepath.Dir(filepath.Clean(path)), "pack-cache")
-		}
-	}
-	return DefaultPackCache
+	return besideSQLite(db, "pack-cache", DefaultPackCache)
 }
 
 // Procs answers how many Go processors `ag serve --db db` runs with, given the runtime's

@@ -748,6 +748,24 @@ func DiffTrees(ctx context.Context, b GitBackend, s storer.EncodedObjectStorer, 
 	return d, nil
 }
 
+// DiffRevisionTrees answers what changed from the tree of the revision since to rev's: the
+// DiffRevisions of both stores, once each has read the two revisions.
+func DiffRevisionTrees(ctx context.Context, b GitBackend, since, rev Revision) (TreeDiff, error) {
+	from, err := ParseGitID(since.GitTree)
+	if err != nil {
+		return TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", since.ID, err)
+	}
+	to, err := ParseGitID(rev.GitTree)
+	if err != nil {
+		return TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
+	}
+	diff, err := DiffTrees(ctx, b, NewGitObjects(ctx, b), from, to)
+	if err != nil {
+		return TreeDiff{}, fmt.Errorf("revision %s since %s: %w", rev.ID, since.ID, err)
+	}
+	return diff, nil
+}
+
 // ImportFlatTree stores an ag tree, whose blobs are stored, as git trees and answers the root.
 func ImportFlatTree(ctx context.Context, b GitBackend, s *GitObjects, t repo.Tree) (plumbing.Hash, error) {
 	digests := make([]string, 0, len(t))

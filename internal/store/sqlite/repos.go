@@ -321,18 +321,9 @@ func (d *DB) DiffRevisions(ctx context.Context, repository, since, revisionID st
 	if err != nil {
 		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("get the revision compared with: %w", err)
 	}
-	fromTree, err := store.ParseGitID(from.GitTree)
+	diff, err := store.DiffRevisionTrees(ctx, gitBackend{q: d.r}, from, rev)
 	if err != nil {
-		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", from.ID, err)
-	}
-	toTree, err := store.ParseGitID(rev.GitTree)
-	if err != nil {
-		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s: git tree: %w", rev.ID, err)
-	}
-	b := gitBackend{q: d.r}
-	diff, err := store.DiffTrees(ctx, b, store.NewGitObjects(ctx, b), fromTree, toTree)
-	if err != nil {
-		return store.Revision{}, store.TreeDiff{}, fmt.Errorf("revision %s since %s: %w", rev.ID, from.ID, err)
+		return store.Revision{}, store.TreeDiff{}, err
 	}
 	return rev, diff, nil
 }
