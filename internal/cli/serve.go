@@ -191,8 +191,10 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 
 	var packCache *gitstore.PackCache
 	if o.packCache != "none" {
+		// The cache only saves time: a directory that cannot be made (a default relative to a
+		// working directory the server may not write) leaves clones as they were, said once.
 		if packCache, err = gitstore.NewPackCache(o.packCache); err != nil {
-			return fmt.Errorf("--pack-cache %s: %w", o.packCache, err)
+			log.Warn("git: no pack cache; whole clones build their packs (set --pack-cache DIR, or none)", "err", err)
 		}
 	}
 

@@ -230,3 +230,21 @@ func TestServeOnABusyPort(t *testing.T) {
 		t.Errorf("ag serve on a busy port created %s", dir)
 	}
 }
+
+// TestServeStartsWithoutAPackCacheDirectory: a pack cache directory ag serve cannot make
+// (a default relative to a working directory it may not write) is said once, as a warning, and
+// the server starts all the same, whole clones built as before: the cache only saves time.
+func TestServeStartsWithoutAPackCacheDirectory(t *testing.T) {
+	t.Parallel()
+	token := "e2e-admin-" + randomHex(16)
+	addr := freeAddr(t)
+	p := startProc(t, "ag serve without a pack cache", agBin, t.TempDir(), cleanEnv("AG_BOOTSTRAP_TOKEN="+token),
+		"serve", "--addr", addr, "--db", "sqlite:"+filepath.Join(t.TempDir(), "ag.db"), "--pack-cache", "/proc/ag-no-pack-cache")
+	s := &server{URL: "http://" + addr, AdminToken: token, proc: p}
+	if err := waitReady(s); err != nil {
+		t.Fatalf("ag serve with a pack cache it cannot make did not become ready: %v\nits stderr:\n%s", err, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "no pack cache; whole clones build their packs") {
+		t.Errorf("ag serve did not say it runs without a pack cache:\n%s", p.stderr.String())
+	}
+}
