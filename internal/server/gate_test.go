@@ -205,6 +205,9 @@ func TestValidationGate(t *testing.T) {
 			}
 			_, err = ci.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: "app"})
 			wantCode(t, "a worker reads the mainline", err, connect.CodePermissionDenied)
+			// What changed since another revision tells of that revision: it too must be the job's.
+			_, err = ci.c.Repos.GetTree(ctx, &agwpv1.GetTreeRequest{Repository: "app", Revision: p.CandidateRevision, Since: start})
+			wantCode(t, "a worker reads its candidate since a revision of no job it holds", err, connect.CodePermissionDenied)
 			other, err := alice.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: [][]byte{[]byte("secret")}})
 			if err != nil {
 				t.Fatal(err)
