@@ -77,10 +77,21 @@ func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Ha
 	return writePackAfter(w, s, nil, ids, bases)
 }
 
+// writeThinPack is writePlainPack of a thin pack: an object of thin, when no base of the pack
+// serves it, is sent as a REF_DELTA against the object thin names, which the client holds and
+// the pack does not (git's index-pack --fix-thin completes the pack with it).
+func writeThinPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases, thin map[plumbing.Hash]plumbing.Hash) error {
+	return writePackWith(w, s, nil, ids, bases, thin)
+}
+
 // writePackAfter is writePlainPack of a pack that begins with the entries of after (when not
 // nil), then holds ids: one pack, its header counting both. An object of ids whose proposed
 // base is in after is written whole.
 func writePackAfter(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+	return writePackWith(w, s, after, ids, bases, nil)
+}
+
+func writePackWith(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack, ids []plumbing.Hash, bases, thin map[plumbing.Hash]plumbing.Hash) error {
 	h := sha1.New()
 	w = chunked{w}
 	cw := &countingWriter{w: io.MultiWriter(w, h)}
@@ -101,7 +112,7 @@ func writePackAfter(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack
 			return err
 		}
 	}
-	p := &packWriter{bw: bw, cw: cw, bases: bases, recent: newContentCache(deltaCacheBytes)}
+	p := &packWriter{bw: bw, cw: cw, bases: bases, thin: thin, recent: newContentCache(deltaCacheBytes)}
 	if len(bases) > 0 {
 		p.written = make(map[plumbing.Hash]packedAt, len(ids))
 	}
@@ -150,7 +161,8 @@ type packWriter struct {
 	bw      *bufio.Writer
 	cw      *countingWriter
 	bases   map[plumbing.Hash]plumbing.Hash
-	written map[plumbing.Hash]packedAt // with bases: where each object went, and its depth
+	thin    map[plumbing.Hash]plumbing.Hash // objects the client holds, as REF_DELTA bases (writeThinPack)
+	written map[plumbing.Hash]packedAt      // with bases: where each object went, and its depth
 	recent  *contentCache
 }
 
@@ -165,6 +177,7 @@ type packEntry struct {
 	whole   []byte // the compressed content, when it has no delta
 	base    plumbing.Hash
 	delta   []byte // the compressed delta against base
+	refBase bool   // base is the client's: the delta goes as a REF_DELTA, whatever was written
 	size    int    // the delta's size, uncompressed
 	content []byte // with a delta: the content, compressed only if the delta cannot be written
 }
@@ -207,6 +220,13 @@ func (p *packWriter) prepare(s storer.EncodedObjectStorer, objs []plumbing.Encod
 				e.base, e.size, e.content = base, len(d), contents[i]
 				return nil
 			}
+			if d, base := p.thinDeltaOf(s, o, contents[i]); d != nil {
+				if e.delta, err = Deflate(d); err != nil {
+					return fmt.Errorf("object %s: %w", o.Hash(), err)
+				}
+				e.base, e.size, e.refBase = base, len(d), true
+				return nil
+			}
 			if e.whole, err = Deflate(contents[i]); err != nil {
 				return fmt.Errorf("object %s: %w", o.Hash(), err)
 			}
@@ -236,6 +256,24 @@ func (p *packWriter) deltaOf(s storer.EncodedObjectStorer, o plumbing.EncodedObj
 	return d, base
 }
 
+// thinDeltaOf answers the delta of content, o's, against the version of it the client holds
+// (thin), and that version, or nil when there is none or the delta is not worth it.
+func (p *packWriter) thinDeltaOf(s storer.EncodedObjectStorer, o plumbing.EncodedObject, content []byte) ([]byte, plumbing.Hash) {
+	base, ok := p.thin[o.Hash()]
+	if !ok {
+		return nil, plumbing.ZeroHash
+	}
+	src, ok := readBase(s, base, o.Type())
+	if !ok {
+		return nil, plumbing.ZeroHash
+	}
+	d := packfile.DiffDelta(src, content)
+	if len(d) >= len(content)/2 {
+		return nil, plumbing.ZeroHash
+	}
+	return d, base
+}
+
 // readBase reads a base evicted from the cache, if it is an object of type t that fits.
 func readBase(s storer.EncodedObjectStorer, id plumbing.Hash, t plumbing.ObjectType) ([]byte, bool) {
 	o, err := s.EncodedObject(t, id)
@@ -251,6 +289,22 @@ func readBase(s storer.EncodedObjectStorer, id plumbing.Hash, t plumbing.ObjectT
 func (p *packWriter) write(o plumbing.EncodedObject, e *packEntry) error {
 	offset := p.cw.n + int64(p.bw.Buffered())
 	depth := 0
+	if e.refBase {
+		// Against the client's object: outside the pack, so no chain in it to bound.
+		if _, err := p.bw.Write(objectHeader(plumbing.REFDeltaObject, int64(e.size))); err != nil {
+			return err
+		}
+		if _, err := p.bw.Write(e.base[:]); err != nil {
+			return err
+		}
+		if _, err := p.bw.Write(e.delta); err != nil {
+			return err
+		}
+		if p.written != nil {
+			p.written[o.Hash()] = packedAt{offset: offset, depth: 1}
+		}
+		return nil
+	}
 	if e.delta != nil {
 		if at, ok := p.written[e.base]; ok && at.depth < maxDeltaDepth {
 			depth = at.depth + 1

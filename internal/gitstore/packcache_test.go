@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -233,5 +234,63 @@ func TestWarmBuildsTheCachedPackBeforeTheFirstClone(t *testing.T) {
 	}
 	if n := reads.Load(); n != 0 {
 		t.Errorf("the first clone after Warm read %d blobs, want none", n)
+	}
+}
+
+// countingResponse counts the bytes a handler writes.
+type countingResponse struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingResponse) Write(b []byte) (int, error) {
+	c.n.Add(int64(len(b)))
+	return c.ResponseWriter.Write(b)
+}
+
+// TestAFetchIsSentAThinPack ensures a fetch of a commit that changed a line of a large file is
+// sent that file as a delta against the version the client holds (a thin pack, which git asks
+// for and completes), not whole: a few hundred bytes for 64 KiB, and the fetched history clean
+// under `git fsck --strict` with the file as the commit has it.
+func TestAFetchIsSentAThinPack(t *testing.T) {
+	t.Parallel()
+	needGit(t)
+	env := gitEnv(t)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var big strings.Builder
+	for big.Len() < 64<<10 {
+		fmt.Fprintf(&big, "%016x %016x\n", rnd.Uint64(), rnd.Uint64())
+	}
+	r := &served{t: t, s: newStorer()}
+	r.commit("Import", map[string][]byte{"big.txt": []byte(big.String()), "docs/a.md": []byte("# a\n")})
+	var sentBytes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		NewHandler(r.open).ServeHTTP(countingResponse{w, &sentBytes}, req)
+	}))
+	t.Cleanup(srv.Close)
+	dir := filepath.Join(t.TempDir(), "clone")
+	if _, stderr, err := gitRun(env, "", nil, "clone", srv.URL, dir); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, stderr)
+	}
+
+	changed := strings.Replace(big.String(), "\n", "\nthe one line changed\n", 1)
+	next := r.commit("Change a line", map[string][]byte{"big.txt": []byte(changed)})
+	sentBytes.Store(0)
+	if _, stderr, err := gitRun(env, dir, nil, "fetch", "origin"); err != nil {
+		t.Fatalf("git fetch: %v\n%s", err, stderr)
+	}
+	git(t, env, dir, nil, "merge", "--ff-only", "-q", "origin/main")
+	if got := strings.TrimSpace(git(t, env, dir, nil, "rev-parse", "HEAD")); got != next.String() {
+		t.Fatalf("HEAD after the fetch %s, want %s", got, next)
+	}
+	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", "--full")
+	if got, err := os.ReadFile(filepath.Join(dir, "big.txt")); err != nil || string(got) != changed {
+		t.Fatalf("big.txt after the fetch: %d bytes, %v; want the commit's %d", len(got), err, len(changed))
+	}
+	// The negotiation is a few hundred bytes; the file whole would be over 30 KiB compressed.
+	if n := sentBytes.Load(); n > 4<<10 {
+		t.Errorf("the fetch of a one-line change to a 64 KiB file was sent %d bytes, want a delta of it (under 4 KiB)", n)
+	} else {
+		t.Logf("the fetch of a one-line change to a 64 KiB file: %d bytes sent", n)
 	}
 }

@@ -183,7 +183,7 @@ func noCache(w http.ResponseWriter) {
 // refuses --shallow-since and --shallow-exclude itself.
 func capabilities(snap Snapshot) (*capability.List, error) {
 	c := capability.NewList()
-	for _, x := range []capability.Capability{capability.MultiACKDetailed, capability.Sideband64k, capability.OFSDelta, capability.NoProgress, capability.Shallow} {
+	for _, x := range []capability.Capability{capability.MultiACKDetailed, capability.Sideband64k, capability.OFSDelta, capability.ThinPack, capability.NoProgress, capability.Shallow} {
 		if err := c.Set(x); err != nil {
 			return nil, err
 		}
@@ -355,6 +355,13 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 		}
 	}
 	objs, bases := list.ids, list.bases
+	// A fetch from a client that takes a thin pack: what it has is a delta base too, as
+	// git's own upload-pack sends (a changed file as a delta against the version the client
+	// holds).
+	var thin map[plumbing.Hash]plumbing.Hash
+	if len(common) > 0 && req.Capabilities.Supports(capability.ThinPack) && len(list.older) > 0 {
+		thin = list.older
+	}
 	switch {
 	case len(common) > 0 && multiAck:
 		err = enc.Encodef("ACK %s\n", common[len(common)-1])
@@ -387,9 +394,12 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	if tee != nil {
 		packOut = io.MultiWriter(out, tee)
 	}
-	if cached != nil {
+	switch {
+	case cached != nil:
 		err = writePackAfter(packOut, snap.Objects, cached, objs, bases)
-	} else {
+	case thin != nil:
+		err = writeThinPack(packOut, snap.Objects, objs, bases, thin)
+	default:
 		err = writePack(packOut, snap.Objects, objs, bases)
 	}
 	if err != nil {
@@ -567,6 +577,9 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 type sendList struct {
 	ids   []plumbing.Hash
 	bases map[plumbing.Hash]plumbing.Hash
+	// older names, for an object sent, the version it replaced at the same path in its
+	// commit's first parent, when that is not sent: the client's, a delta base of a thin pack.
+	older map[plumbing.Hash]plumbing.Hash
 	// reached holds the wants and the parents of the commits sent: a commit of common is an
 	// ancestor of a want (or one) if and only if it is here, since the commits on the way
 	// from a want down to it are not reachable from it, so are sent.
@@ -611,7 +624,7 @@ func listObjects(ctx context.Context, s storer.EncodedObjectStorer, wants, commo
 			reached[p] = true
 		}
 	}
-	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool), bases: make(map[plumbing.Hash]plumbing.Hash)}
+	d := &treeDiff{s: s, done: make(map[plumbing.Hash]bool), bases: make(map[plumbing.Hash]plumbing.Hash), older: make(map[plumbing.Hash]plumbing.Hash)}
 	starts := make([]int, 0, len(order))
 	for _, c := range order {
 		if err := ctx.Err(); err != nil {
@@ -645,7 +658,16 @@ func listObjects(ctx context.Context, s storer.EncodedObjectStorer, wants, commo
 		}
 		slices.Reverse(out[len(out)-end : len(out)-start])
 	}
-	return &sendList{ids: out, bases: d.bases, reached: reached}, nil
+	sent := make(map[plumbing.Hash]bool, len(out))
+	for _, id := range out {
+		sent[id] = true
+	}
+	for id, old := range d.older {
+		if sent[old] {
+			delete(d.older, id)
+		}
+	}
+	return &sendList{ids: out, bases: d.bases, older: d.older, reached: reached}, nil
 }
 
 // treeDiff collects the trees and blobs of the commits objectsToSend sends, a commit at a
@@ -659,6 +681,8 @@ type treeDiff struct {
 	out  []plumbing.Hash
 	// bases proposes a delta base for an object: its newer version at the same path.
 	bases map[plumbing.Hash]plumbing.Hash
+	// older is the other way: an object's older version at the same path (sendList.older).
+	older map[plumbing.Hash]plumbing.Hash
 }
 
 // tree appends to out tree t and what it holds that is not done, descending only into
@@ -729,6 +753,9 @@ func (d *treeDiff) proposeBase(e object.TreeEntry, oldEntries []map[string]objec
 	}
 	if _, taken := d.bases[oe.Hash]; !taken {
 		d.bases[oe.Hash] = e.Hash
+	}
+	if _, taken := d.older[e.Hash]; !taken {
+		d.older[e.Hash] = oe.Hash
 	}
 }
 
