@@ -120,10 +120,10 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 	if err != nil {
 		return nil, err
 	}
-	if tree.GetSince() != "" && ws.Checkout.BaseRevision != since {
+	if diff != nil && ws.Checkout.BaseRevision != since {
 		// Another ag moved the checkout while this one asked: the difference is from a base
 		// the index no longer holds.
-		return nil, fmt.Errorf("another ag moved this checkout from %s to %s meanwhile; nothing was changed: run it again", since, ws.Checkout.BaseRevision)
+		return nil, fmt.Errorf("another ag moved this checkout from %s to %s meanwhile; nothing was changed: run `ag sync` again", since, ws.Checkout.BaseRevision)
 	}
 	root, err := os.OpenRoot(ws.Checkout.root)
 	if err != nil {
@@ -138,8 +138,7 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 
 	res := newSyncResult(ws.Checkout.BaseRevision, tree.GetRevision())
 	var baseFiles, target map[string]treeFile
-	whole := tree.GetSince() == ""
-	if whole {
+	if diff == nil {
 		if target, err = TreeFiles(tree.GetEntries()); err != nil {
 			return nil, err
 		}
@@ -158,7 +157,7 @@ func Sync(ctx context.Context, ws *Workspace, opts SyncOptions) (*SyncResult, er
 		return nil, err
 	}
 	plan := planSync(baseFiles, target, edits, ws.Checkout.Conflicts, opts)
-	plan.whole = whole
+	plan.whole = diff == nil
 	if err := plan.readKept(root); err != nil {
 		return nil, err
 	}

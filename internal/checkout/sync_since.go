@@ -31,9 +31,6 @@ func (c *Checkout) filesSince(root *os.Root, d *difference, edits []Edit) (base,
 	if err != nil {
 		return nil, nil, err
 	}
-	damaged := func(p string, err error) error {
-		return fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", c.root+"/"+StateDir+"/"+c.Index, ShortPath(p), err)
-	}
 	// baseOf answers the base's file at p, checked as BaseFiles checks every one.
 	baseOf := func(p string) (treeFile, bool, error) {
 		i, ok := x.find(p)
@@ -41,45 +38,27 @@ func (c *Checkout) filesSince(root *os.Root, d *difference, edits []Edit) (base,
 			return treeFile{}, false, nil
 		}
 		f := x.entries[i].baseFile()
-		if err := repo.ValidatePath(p, false); err != nil {
-			return treeFile{}, false, damaged(p, err)
+		err := repo.ValidatePath(p, false)
+		if err == nil {
+			err = f.check()
 		}
-		if err := f.check(); err != nil {
-			return treeFile{}, false, damaged(p, err)
+		if err != nil {
+			return treeFile{}, false, c.indexDamaged(fmt.Errorf("file %q %v", ShortPath(p), err))
 		}
 		return f, true, nil
 	}
 	base = map[string]treeFile{}
-	named := map[string]bool{}
-	name := func(p string) error {
-		if named[p] {
-			return nil
-		}
-		named[p] = true
+	paths := d.paths(c.Conflicts)
+	for _, e := range edits {
+		paths = append(paths, e.Path)
+	}
+	for _, p := range paths {
 		f, ok, err := baseOf(p)
+		if err != nil {
+			return nil, nil, err
+		}
 		if ok {
 			base[p] = f
-		}
-		return err
-	}
-	for p := range changed {
-		if err := name(p); err != nil {
-			return nil, nil, err
-		}
-	}
-	for p := range removed {
-		if err := name(p); err != nil {
-			return nil, nil, err
-		}
-	}
-	for _, e := range edits {
-		if err := name(e.Path); err != nil {
-			return nil, nil, err
-		}
-	}
-	for p := range c.Conflicts {
-		if err := name(p); err != nil {
-			return nil, nil, err
 		}
 	}
 	target = make(map[string]treeFile, len(base)+len(changed))
@@ -189,7 +168,7 @@ func (x *index) checkPlace(p string, target map[string]treeFile, removed map[str
 		}
 	}
 	under := p + "/"
-	i, _ := slices.BinarySearchFunc(x.entries, under, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
+	i, _ := x.find(under)
 	for ; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
 		if e := &x.entries[i]; e.inBase && !removed[e.path] {
 			return underError(e.path, p, target[p])
@@ -198,7 +177,8 @@ func (x *index) checkPlace(p string, target map[string]treeFile, removed map[str
 	return nil
 }
 
-// find answers the entry at path, by binary search: the entries are sorted by path.
+// find answers the entry at path, by binary search (the entries are sorted by path), or where
+// it would stand.
 func (x *index) find(path string) (int, bool) {
 	return slices.BinarySearchFunc(x.entries, path, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
 }

@@ -394,10 +394,16 @@ func (c *Checkout) BaseFiles() (map[string]treeFile, error) {
 		}
 	}
 	if err := checkBase(files); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), err)
+		return nil, c.indexDamaged(err)
 	}
 	c.base = files
 	return files, nil
+}
+
+// indexDamaged is the refusal of an index that holds what no ag wrote (why): a path or a file
+// no checkout may hold.
+func (c *Checkout) indexDamaged(why error) error {
+	return fmt.Errorf("%s is damaged: %v: run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), why)
 }
 
 // tokens answers the fencing tokens of the leases this checkout holds.
@@ -782,7 +788,7 @@ func (s *scan) edits(c *Checkout) ([]Edit, error) {
 	}
 	for _, e := range edits {
 		if err := repo.ValidatePath(e.Path, false); err != nil {
-			return nil, fmt.Errorf("%s is damaged: file %q %v: run `ag checkout` again into a new directory", filepath.Join(c.root, StateDir, c.Index), ShortPath(e.Path), err)
+			return nil, c.indexDamaged(fmt.Errorf("file %q %v", ShortPath(e.Path), err))
 		}
 	}
 	sort.Slice(edits, func(i, j int) bool { return edits[i].Path < edits[j].Path })

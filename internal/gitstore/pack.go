@@ -74,23 +74,15 @@ const prefetchBatch = 256
 // compressed at once on every CPU, and written in their order; a larger one is streamed through
 // the compressor, never held whole, and never deltified.
 func writePlainPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
-	return writePackAfter(w, s, nil, ids, bases)
+	return writePackWith(w, s, nil, ids, bases, nil)
 }
 
-// writeThinPack is writePlainPack of a thin pack: an object of thin, when no base of the pack
-// serves it, is sent as a REF_DELTA against the object thin names, which the client holds and
-// the pack does not (git's index-pack --fix-thin completes the pack with it).
-func writeThinPack(w io.Writer, s storer.EncodedObjectStorer, ids []plumbing.Hash, bases, thin map[plumbing.Hash]plumbing.Hash) error {
-	return writePackWith(w, s, nil, ids, bases, thin)
-}
-
-// writePackAfter is writePlainPack of a pack that begins with the entries of after (when not
-// nil), then holds ids: one pack, its header counting both. An object of ids whose proposed
-// base is in after is written whole.
-func writePackAfter(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack, ids []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
-	return writePackWith(w, s, after, ids, bases, nil)
-}
-
+// writePackWith is writePlainPack with two more sources of what is sent:
+//   - after, when not nil: a cached pack whose entries the pack begins with, its header
+//     counting both. An object of ids whose proposed base is in after is written whole.
+//   - thin, for a thin pack: an object of thin that no base of the pack serves is sent as a
+//     REF_DELTA against the object thin names, which the client holds and the pack does not
+//     (git's index-pack --fix-thin completes the pack with it).
 func writePackWith(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack, ids []plumbing.Hash, bases, thin map[plumbing.Hash]plumbing.Hash) error {
 	h := sha1.New()
 	w = chunked{w}
@@ -161,7 +153,7 @@ type packWriter struct {
 	bw      *bufio.Writer
 	cw      *countingWriter
 	bases   map[plumbing.Hash]plumbing.Hash
-	thin    map[plumbing.Hash]plumbing.Hash // objects the client holds, as REF_DELTA bases (writeThinPack)
+	thin    map[plumbing.Hash]plumbing.Hash // objects the client holds, as REF_DELTA bases (writePackWith)
 	written map[plumbing.Hash]packedAt      // with bases: where each object went, and its depth
 	recent  *contentCache
 }

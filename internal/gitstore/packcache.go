@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
 // A first clone of a long history asks for every object, and building that pack is most of
@@ -241,24 +242,27 @@ func (t *packTee) Write(p []byte) (int, error) {
 }
 
 // commit ends the file with meta and puts it in place of the cached pack.
-func (t *packTee) commit(meta packMeta) {
+func (t *packTee) commit(meta packMeta) error {
 	defer t.abort()
+	if t.err != nil {
+		return t.err
+	}
 	raw, err := json.Marshal(meta)
-	if err != nil || t.err != nil {
-		return
+	if err != nil {
+		return err
 	}
 	end := binary.BigEndian.AppendUint32(raw, uint32(len(raw)))
 	end = append(end, packCacheMagic...)
 	if _, err := t.f.Write(end); err != nil {
-		return
+		return err
 	}
 	if err := t.f.Sync(); err != nil {
-		return
+		return err
 	}
 	if err := t.f.Close(); err != nil {
-		return
+		return err
 	}
-	_ = os.Rename(t.f.Name(), t.dest)
+	return os.Rename(t.f.Name(), t.dest)
 }
 
 // abort removes the file unless commit put it in place.
@@ -285,28 +289,93 @@ func (c *PackCache) Warm(ctx context.Context, snap Snapshot) error {
 		return nil
 	}
 	snap.Cache = c
-	wants := []plumbing.Hash{snap.Main}
-	if _, cached, err := snap.fromCache(ctx, wants); err != nil || cached != nil {
-		if cached != nil {
-			cached.close()
-		}
-		return err
-	}
-	list, err := listObjects(ctx, snap.Objects, wants, nil, snap.stops())
+	clone, err := snap.planClone(ctx, []plumbing.Hash{snap.Main})
 	if err != nil {
 		return err
 	}
-	tee := c.create(snap.CacheKey)
-	if tee == nil {
-		return errors.New("pack cache: cannot create a file")
+	defer clone.close()
+	switch {
+	case clone.tee != nil:
+		if err := clone.write(io.Discard, snap.Objects); err != nil {
+			return err
+		}
+		return clone.cacheErr
+	case clone.cached == nil:
+		return errors.New("pack cache: cannot create a file in its directory")
 	}
-	defer tee.abort()
-	if err := writePack(tee, snap.Objects, list.ids, list.bases); err != nil {
+	return nil
+}
+
+// clonePack is how a whole clone's pack is made: the cached pack and what the mainline gained
+// after it, or the objects listed afresh; and, when what is sent is to become the cache, the
+// file it goes to.
+type clonePack struct {
+	list     *sendList
+	cached   *cachedPack
+	tee      *packTee
+	meta     packMeta
+	cacheErr error // why what was sent did not become the cache
+}
+
+// planClone answers how a whole clone of wants is sent from snap, a snapshot with a cache.
+func (snap Snapshot) planClone(ctx context.Context, wants []plumbing.Hash) (*clonePack, error) {
+	list, cached, err := snap.fromCache(ctx, wants)
+	if err != nil {
+		return nil, err
+	}
+	clone := &clonePack{list: list, cached: cached, meta: packMeta{Tips: hashStrings(wants), Stops: hashStrings(snap.Shallow)}}
+	switch {
+	case cached == nil:
+		if clone.list, err = listObjects(ctx, snap.Objects, wants, nil, snap.stops()); err != nil {
+			return nil, err
+		}
+		clone.tee = snap.Cache.create(snap.CacheKey)
+	case len(list.ids) >= packCacheRewriteObjects:
+		clone.tee = snap.Cache.create(snap.CacheKey)
+		clone.meta.BuiltBytes = cached.meta.BuiltBytes
+	}
+	return clone, nil
+}
+
+// objects answers how many objects the pack holds.
+func (clone *clonePack) objects() int {
+	n := len(clone.list.ids)
+	if clone.cached != nil {
+		n += int(clone.cached.meta.Objects)
+	}
+	return n
+}
+
+// write writes the pack to w and, when it is to become the cache, to its file: a cache that
+// cannot be written is given up (cacheErr), not the clone.
+func (clone *clonePack) write(w io.Writer, s storer.EncodedObjectStorer) error {
+	if clone.tee != nil {
+		w = io.MultiWriter(w, clone.tee)
+	}
+	var err error
+	if clone.cached != nil {
+		err = writePackWith(w, s, clone.cached, clone.list.ids, clone.list.bases, nil)
+	} else {
+		err = writePack(w, s, clone.list.ids, clone.list.bases)
+	}
+	if err != nil || clone.tee == nil {
 		return err
 	}
-	if tee.err != nil {
-		return tee.err
+	clone.meta.Objects = uint32(clone.objects())
+	if clone.meta.BuiltBytes == 0 {
+		clone.meta.BuiltBytes = clone.tee.n
 	}
-	tee.commit(packMeta{Tips: hashStrings(wants), Stops: hashStrings(snap.Shallow), Objects: uint32(len(list.ids)), BuiltBytes: tee.n})
+	clone.cacheErr = clone.tee.commit(clone.meta)
+	clone.tee = nil
 	return nil
+}
+
+// close lets go of the cached pack, and of a cache file not written whole.
+func (clone *clonePack) close() {
+	if clone.cached != nil {
+		clone.cached.close()
+	}
+	if clone.tee != nil {
+		clone.tee.abort()
+	}
 }

@@ -325,34 +325,17 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 	// "shallow" lines) is a boundary of the walk too, as git's upload-pack grafts it: what lies
 	// below it is neither the client's nor, unless another way reaches it, wanted.
 	var (
-		list   *sendList
-		cached *cachedPack
-		tee    *packTee
-		meta   packMeta
+		list  *sendList
+		clone *clonePack
 	)
-	if clone := snap.wholeClone(req, common); clone {
-		if list, cached, err = snap.fromCache(ctx, req.Wants); err != nil {
+	if snap.wholeClone(req, common) {
+		if clone, err = snap.planClone(ctx, req.Wants); err != nil {
 			return fail(err)
 		}
-		meta = packMeta{Tips: hashStrings(req.Wants), Stops: hashStrings(snap.Shallow)}
-		switch {
-		case cached == nil:
-			tee = snap.Cache.create(snap.CacheKey)
-		case len(list.ids) >= packCacheRewriteObjects:
-			tee = snap.Cache.create(snap.CacheKey)
-			meta.BuiltBytes = cached.meta.BuiltBytes
-		}
-	}
-	if cached != nil {
-		defer cached.close()
-	}
-	if tee != nil {
-		defer tee.abort()
-	}
-	if list == nil {
-		if list, err = listObjects(ctx, snap.Objects, req.Wants, common, snap.stops(req.Shallows...)); err != nil {
-			return fail(err)
-		}
+		defer clone.close()
+		list = clone.list
+	} else if list, err = listObjects(ctx, snap.Objects, req.Wants, common, snap.stops(req.Shallows...)); err != nil {
+		return fail(err)
 	}
 	objs, bases := list.ids, list.bases
 	// A fetch from a client that takes a thin pack: what it has is a delta base too, as
@@ -384,36 +367,25 @@ func UploadPack(ctx context.Context, w io.Writer, snap Snapshot, req *UploadPack
 		out = mux
 	}
 	total := len(objs)
-	if cached != nil {
-		total += int(cached.meta.Objects)
+	if clone != nil {
+		total = clone.objects()
 	}
 	if mux != nil && !req.Capabilities.Supports(capability.NoProgress) {
 		_, _ = mux.WriteChannel(sideband.ProgressMessage, fmt.Appendf(nil, "ag: sending %d objects\n", total))
 	}
-	packOut := out
-	if tee != nil {
-		packOut = io.MultiWriter(out, tee)
-	}
 	switch {
-	case cached != nil:
-		err = writePackAfter(packOut, snap.Objects, cached, objs, bases)
+	case clone != nil:
+		err = clone.write(out, snap.Objects)
 	case thin != nil:
-		err = writeThinPack(packOut, snap.Objects, objs, bases, thin)
+		err = writePackWith(out, snap.Objects, nil, objs, bases, thin)
 	default:
-		err = writePack(packOut, snap.Objects, objs, bases)
+		err = writePack(out, snap.Objects, objs, bases)
 	}
 	if err != nil {
 		if mux != nil {
 			_, _ = mux.WriteChannel(sideband.ErrorMessage, []byte("ag: "+err.Error()+"\n"))
 		}
 		return err
-	}
-	if tee != nil {
-		meta.Objects = uint32(total)
-		if meta.BuiltBytes == 0 {
-			meta.BuiltBytes = tee.n
-		}
-		tee.commit(meta)
 	}
 	if mux != nil {
 		return enc.Flush()

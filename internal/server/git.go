@@ -221,28 +221,31 @@ func gitError(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	_, _ = io.WriteString(w, msg+"\n")
 }
 
-// open answers the snapshot gitstore serves for one request: the repository's mainline commit
-// now, where its history stops (a shallow import), and its objects through a storer of the
-// request's own.
+// open answers the snapshot gitstore serves for one request of the repository name.
 func (g *gitEndpoint) open(name string) func(ctx context.Context) (gitstore.Snapshot, error) {
-	return func(ctx context.Context) (gitstore.Snapshot, error) {
-		src := g.s.git
-		r, err := src.objects.GetRepository(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return gitstore.Snapshot{}, gitstore.ErrNotFound
-		}
-		if err != nil {
-			logGitStoreError(ctx, g.s.log, "read the repository", err, "repository", name)
-			return gitstore.Snapshot{}, err
-		}
-		main, err := parseCommitID(src.mainlineCommit(r))
-		if err != nil {
-			g.s.log.ErrorContext(ctx, "git: the mainline commit", "repository", name, "err", err)
-			return gitstore.Snapshot{}, err
-		}
-		return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, g.s.log), Main: main, Shallow: r.Shallow,
-			Cache: g.s.cfg.PackCache, CacheKey: name}, nil
+	return func(ctx context.Context) (gitstore.Snapshot, error) { return g.s.gitSnapshot(ctx, name) }
+}
+
+// gitSnapshot answers the repository name as gitstore serves it: its mainline commit now,
+// where its history stops (a shallow import), its objects through a storer of ctx's own, and
+// the pack cache.
+func (s *Server) gitSnapshot(ctx context.Context, name string) (gitstore.Snapshot, error) {
+	src := s.git
+	r, err := src.objects.GetRepository(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return gitstore.Snapshot{}, gitstore.ErrNotFound
 	}
+	if err != nil {
+		logGitStoreError(ctx, s.log, "read the repository", err, "repository", name)
+		return gitstore.Snapshot{}, err
+	}
+	main, err := parseCommitID(src.mainlineCommit(r))
+	if err != nil {
+		s.log.ErrorContext(ctx, "git: the mainline commit", "repository", name, "err", err)
+		return gitstore.Snapshot{}, err
+	}
+	return gitstore.Snapshot{Objects: newGitObjects(ctx, src.objects, s.log), Main: main, Shallow: r.Shallow,
+		Cache: s.cfg.PackCache, CacheKey: name}, nil
 }
 
 // parseCommitID reads a mainline commit id: 40 lowercase hex digits, or "" for none.
@@ -639,7 +642,7 @@ func (s *Server) warmPackCaches(ctx context.Context) {
 			return
 		case name := <-s.packWarmups:
 			start := time.Now()
-			snap, err := (&gitEndpoint{s: s}).open(name)(ctx)
+			snap, err := s.gitSnapshot(ctx, name)
 			if err == nil {
 				err = s.cfg.PackCache.Warm(ctx, snap)
 			}

@@ -346,12 +346,10 @@ func (h repoService) GetTree(ctx context.Context, req *agwpv1.GetTreeRequest) (*
 	if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	out := &agwpv1.GetTreeResponse{
+	return &agwpv1.GetTreeResponse{
 		Revision: rev.ID, TreeDigest: rev.TreeDigest, Parent: rev.Parent, ChangeId: rev.ChangeID, Author: rev.Holder,
-		GitTree: rev.GitTree, GitCommit: rev.GitCommit,
-	}
-	out.Entries = treeEntries(rev.Tree)
-	return out, nil
+		GitTree: rev.GitTree, GitCommit: rev.GitCommit, Entries: treeEntries(rev.Tree),
+	}, nil
 }
 
 // treeSince answers GetTree with since: what changed in revision's tree from since's.
