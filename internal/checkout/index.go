@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -47,7 +48,8 @@ import (
 // renamed over the old one naming it, then the old index is removed, so a crash at any point
 // leaves a checkout.json whose index is whole and of its base. A scan rewrites the index it was
 // given in place (a new file renamed over it): only the stat part differs, so either file is
-// right for the base.
+// right for the base. A new base that differs from the index by a few paths is written as an
+// overlay of those paths over the index it came from (index_split.go), as git's split index.
 
 // indexMagic heads an index of this version. The versions before it (2, before the watcher's
 // token, and 3) knew no modes: read as this one, every executable, link and submodule of their
@@ -105,6 +107,7 @@ type indexEntry struct {
 	base     sha256Sum
 	baseMode string // repo.ModeFile, ModeExecutable, ModeSymlink or ModeGitlink; "" unless inBase
 	hashed   bool   // the file on disk had stat when it was hashed to local
+	removed  bool   // in an overlay only: the shared index's entry of this path is gone
 	stat     fileStat
 	local    sha256Sum
 }
@@ -119,6 +122,15 @@ type index struct {
 	// watch is the checkout watcher's token taken before the scan that wrote the index began:
 	// the changes since it are those the stats here do not know of (watch.go).
 	watch WatchToken
+	// shared is the whole index file the entries were read from or last written to, "" for
+	// entries of no file; linkOf names the overlay whose link shared is, "" when shared is
+	// itself the named index; changed are the paths whose entries differ from shared's. See
+	// index_split.go.
+	shared  string
+	linkOf  string
+	changed map[string]bool
+	// crc is the checksum of the file this index was decoded from; sharedCRC that of shared.
+	crc, sharedCRC uint32
 }
 
 // trusted answers the content of the file at entry e whose stat is now, when the index may be
@@ -137,9 +149,10 @@ const (
 	entryBaseExecutable
 	entryBaseSymlink
 	entryBaseGitlink
+	entryRemoved // an overlay's only, and alone
 
 	entryModes   = entryBaseExecutable | entryBaseSymlink | entryBaseGitlink
-	entryAllFlag = entryInBase | entryHashed | entryModes
+	entryAllFlag = entryInBase | entryHashed | entryModes | entryRemoved
 )
 
 // modeFlag answers the flag of a base mode; modeOfFlags the mode of an entry's flags.
@@ -173,7 +186,7 @@ func modeOfFlags(flags uint32) (string, bool) {
 // flags (4), base digest (32), size, mtime, ctime, inode (8 each), mode (4), local digest (32).
 const indexRecord = 4 + 4 + 4 + 32 + 8*4 + 4 + 32
 
-// encode answers the index as decodeIndex reads it:
+// writeTo writes the index as decodeIndex reads it:
 //
 //	"ag-index" 0x00 0x04, stamp (8 bytes), count (4 bytes),
 //	watcher session (16 bytes, zero without a watcher), watcher sequence (8 bytes)
@@ -182,31 +195,44 @@ const indexRecord = 4 + 4 + 4 + 32 + 8*4 + 4 + 32
 //	CRC-32C of all the above (4 bytes)
 //
 // with integers little-endian. Records of one size make reading an index of 100,000 files a
-// few milliseconds: what a scan reads before it can compare anything.
-func (x *index) encode() []byte {
-	names := 0
-	for i := range x.entries {
-		names += len(x.entries[i].path)
-	}
-	b := make([]byte, 0, len(indexMagic)+36+len(x.entries)*indexRecord+names+4)
-	b = append(b, indexMagic...)
-	b = binary.LittleEndian.AppendUint64(b, uint64(x.stamp))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.entries)))
-	session := sessionBytes(x.watch.Session)
+// few milliseconds: what a scan reads before it can compare anything. It is written through
+// one small buffer, not built whole first: memory a process has not touched yet costs a page
+// fault per page, and for the megabytes of a large checkout's index those faults cost more
+// than the encoding.
+func (x *index) writeTo(w io.Writer) error {
+	_, err := writeEntries(w, indexMagic, x.stamp, x.watch, nil, x.entries)
+	return err
+}
+
+// writeEntries writes an index of entries headed by magic (a whole index's or an overlay's),
+// the header's own fields, then extra; it answers the file's checksum.
+func writeEntries(w io.Writer, magic string, stamp int64, watch WatchToken, extra []byte, entries []indexEntry) (uint32, error) {
+	out := crcWriter{w: w}
+	b := make([]byte, 0, 64<<10)
+	b = append(b, magic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(stamp))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(entries)))
+	session := sessionBytes(watch.Session)
 	b = append(b, session[:]...)
-	b = binary.LittleEndian.AppendUint64(b, x.watch.Seq)
+	b = binary.LittleEndian.AppendUint64(b, watch.Seq)
+	b = append(b, extra...)
 	off := 0
-	for i := range x.entries {
-		e := &x.entries[i]
+	for i := range entries {
+		if len(b)+indexRecord > cap(b) {
+			if b = out.flush(b); out.err != nil {
+				return 0, out.err
+			}
+		}
+		e := &entries[i]
 		var flags uint32
-		if e.inBase {
-			flags |= entryInBase
+		switch {
+		case e.removed:
+			flags = entryRemoved
+		case e.inBase:
+			flags = entryInBase | modeFlag(e.baseMode)
 		}
-		if e.hashed {
+		if e.hashed && !e.removed {
 			flags |= entryHashed
-		}
-		if e.inBase {
-			flags |= modeFlag(e.baseMode)
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(off))
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.path)))
@@ -220,10 +246,50 @@ func (x *index) encode() []byte {
 		b = append(b, e.local[:]...)
 		off += len(e.path)
 	}
-	for i := range x.entries {
-		b = append(b, x.entries[i].path...)
+	for i := range entries {
+		if p := entries[i].path; len(b)+len(p) > cap(b) {
+			if b = out.flush(b); out.err != nil {
+				return 0, out.err
+			}
+			if len(p) > cap(b) {
+				out.crc = crc32.Update(out.crc, castagnoli, []byte(p))
+				if _, err := io.WriteString(w, p); err != nil {
+					return 0, err
+				}
+				continue
+			}
+		}
+		b = append(b, entries[i].path...)
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b = out.flush(b)
+	if out.err != nil {
+		return 0, out.err
+	}
+	_, err := w.Write(binary.LittleEndian.AppendUint32(b, out.crc))
+	return out.crc, err
+}
+
+// crcWriter writes buffers to w, keeping the CRC-32C of all it wrote.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+	err error
+}
+
+// flush writes b and answers it emptied for more.
+func (c *crcWriter) flush(b []byte) []byte {
+	if c.err == nil {
+		c.crc = crc32.Update(c.crc, castagnoli, b)
+		_, c.err = c.w.Write(b)
+	}
+	return b[:0]
+}
+
+// encode answers the index as writeTo writes it.
+func (x *index) encode() []byte {
+	var b bytes.Buffer
+	_ = x.writeTo(&b)
+	return b.Bytes()
 }
 
 // errIndexDamaged is what decodeIndex answers for anything but an index ag wrote whole;
@@ -236,27 +302,49 @@ var (
 // decodeIndex reads an index, which keeps data: its paths are strings over it, not copies.
 // Paths are not checked here (see checkout.baseFiles): a scan only compares them with what it
 // finds on disk.
-func decodeIndex(data []byte) (*index, error) {
-	head := len(indexMagic) + 36
-	if !bytes.HasPrefix(data, []byte(indexMagic)) {
+func decodeIndex(data []byte) (*index, error) { return decodeIndexFrom(data, true) }
+
+// decodeIndexFrom is decodeIndex of data it keeps (its paths are strings over data) or, when
+// not keep, of data it copies the paths out of: a mapped file's, unmapped after.
+func decodeIndexFrom(data []byte, keep bool) (*index, error) { return decodeIndexSpare(data, keep, 0) }
+
+// decodeIndexSpare is decodeIndexFrom leaving room for spare more entries, which an overlay
+// applied to the index will add.
+func decodeIndexSpare(data []byte, keep bool, spare int) (*index, error) {
+	overlay := bytes.HasPrefix(data, []byte(overlayMagic))
+	if !overlay && !bytes.HasPrefix(data, []byte(indexMagic)) {
 		if oldIndexVersion(data) {
 			return nil, errIndexOldVersion
 		}
 		return nil, errIndexDamaged
 	}
+	head := len(indexMagic) + 36
 	if len(data) < head+4 {
 		return nil, errIndexDamaged
 	}
 	body := data[:len(data)-4]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
+	le := binary.LittleEndian
+	x := &index{stamp: int64(le.Uint64(data[len(indexMagic):])), crc: le.Uint32(data[len(body):])}
+	if crc32.Checksum(body, castagnoli) != x.crc {
 		return nil, errIndexDamaged
 	}
-	le := binary.LittleEndian
-	x := &index{stamp: int64(le.Uint64(data[len(indexMagic):]))}
 	count := int(le.Uint32(data[len(indexMagic)+8:]))
 	var session [16]byte
 	copy(session[:], data[len(indexMagic)+12:])
 	x.watch = WatchToken{Session: sessionString(session), Seq: le.Uint64(data[len(indexMagic)+28:])}
+	if overlay {
+		// The shared index's name, then its checksum.
+		if len(body) < head+1 {
+			return nil, errIndexDamaged
+		}
+		n := int(body[head])
+		if len(body) < head+1+n+4 || !validIndexName(string(body[head+1:head+1+n])) {
+			return nil, errIndexDamaged
+		}
+		x.shared = string(body[head+1 : head+1+n])
+		x.sharedCRC = le.Uint32(body[head+1+n:])
+		head += 1 + n + 4
+	}
 	if count > (len(body)-head)/indexRecord {
 		return nil, errIndexDamaged
 	}
@@ -264,7 +352,10 @@ func decodeIndex(data []byte) (*index, error) {
 	// data is the caller's to give away, never written after: its paths are taken as strings
 	// without copying megabytes.
 	all := unsafe.String(unsafe.SliceData(names), len(names))
-	x.entries = make([]indexEntry, count)
+	if !keep {
+		all = string(names)
+	}
+	x.entries = make([]indexEntry, count, count+spare)
 	end := 0
 	for i := range x.entries {
 		r := records[i*indexRecord : (i+1)*indexRecord]
@@ -278,6 +369,13 @@ func decodeIndex(data []byte) (*index, error) {
 		e.path = all[off:end]
 		if i > 0 && e.path <= x.entries[i-1].path {
 			return nil, errIndexDamaged
+		}
+		if flags&entryRemoved != 0 {
+			if !overlay || flags != entryRemoved {
+				return nil, errIndexDamaged
+			}
+			e.removed = true
+			continue
 		}
 		e.inBase, e.hashed = flags&entryInBase != 0, flags&entryHashed != 0
 		if e.inBase {
@@ -314,21 +412,57 @@ func validIndexName(name string) bool {
 	return true
 }
 
-// readIndex reads the index file name under .ag of the checkout opened as root.
+// readIndex reads the index file name under .ag of the checkout opened as root: a whole
+// index, or an overlay applied to the whole index it names (index_split.go).
 func readIndex(root *os.Root, name string) (*index, error) {
+	x, err := readIndexFile(root, name, 0)
+	if err != nil || x.shared == "" {
+		if err == nil {
+			x.shared, x.sharedCRC = name, x.crc
+		}
+		return x, err
+	}
+	added := 0
+	for i := range x.entries {
+		if !x.entries[i].removed {
+			added++
+		}
+	}
+	shared, err := readIndexFile(root, x.shared, added)
+	if err != nil {
+		return nil, err
+	}
+	if shared.shared != "" || shared.crc != x.sharedCRC {
+		return nil, fmt.Errorf("%s: its shared index %s: %w", StateDir+"/"+name, x.shared, errIndexDamaged)
+	}
+	if err := x.applyTo(shared.entries); err != nil {
+		return nil, fmt.Errorf("%s: %w", StateDir+"/"+name, err)
+	}
+	x.linkOf = name
+	return x, nil
+}
+
+// readIndexFile decodes the index file name under .ag, leaving room for spare more entries.
+func readIndexFile(root *os.Root, name string, spare int) (*index, error) {
 	path := StateDir + "/" + name
-	info, err := root.Lstat(path)
+	if info, err := root.Lstat(path); err != nil {
+		return nil, err
+	} else if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := root.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	data, err := root.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	x, err := decodeIndex(data)
+	x, err := decodeIndexFile(f, info.Size(), spare)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -377,9 +511,9 @@ func baseIndex(files map[string]treeFile, old *index) (*index, error) {
 const staleIndexAge = 10 * time.Minute
 
 // removeStaleIndexes removes the index files under .ag that checkout.json does not name (keep)
-// and that are older than staleIndexAge: those a crash left before checkout.json named them,
-// and those of earlier bases whose removal a crash cut short. It removes the stat cache that
-// came before the index too.
+// and that are older than staleIndexAge:
+// those a crash left before checkout.json named them, and those of earlier bases whose removal
+// a crash cut short. It removes the stat cache that came before the index too.
 func removeStaleIndexes(root *os.Root, keep string) {
 	_ = root.Remove(StateDir + "/stat")
 	entries, err := fs.ReadDir(root.FS(), StateDir)
@@ -394,11 +528,6 @@ func removeStaleIndexes(root *os.Root, keep string) {
 			_ = root.Remove(StateDir + "/" + e.Name())
 		}
 	}
-}
-
-// saveIndex writes x over the index file name under .ag, atomically.
-func saveIndex(root *os.Root, name string, x *index) error {
-	return writeStateFile(root, StateDir+"/"+name, x.encode())
 }
 
 // checkBase refuses base files no ag wrote: ag writes, reverts and removes files by these

@@ -171,6 +171,7 @@ func (ws *Workspace) syncAfter(ctx context.Context, lock sync.Locker, revision s
 	if err != nil {
 		return err
 	}
+	fresh.Checkout.takeIndexOf(ws.Checkout)
 	_, err = SyncTo(ctx, fresh, revision)
 	return err
 }

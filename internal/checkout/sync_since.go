@@ -192,7 +192,6 @@ func (c *Checkout) moveBase(root *os.Root, revision string, from, to map[string]
 	if err != nil {
 		return err
 	}
-	next := &index{stamp: x.stamp, window: x.window, watch: x.watch, entries: slices.Clone(x.entries)}
 	paths := make([]string, 0, len(from)+len(to))
 	for p := range from {
 		paths = append(paths, p)
@@ -202,36 +201,42 @@ func (c *Checkout) moveBase(root *os.Root, revision string, from, to map[string]
 			paths = append(paths, p)
 		}
 	}
-	var added []indexEntry
-	dropped := false
-	for _, p := range paths {
-		f, inTarget := to[p]
-		var sum sha256Sum
-		if inTarget {
-			if sum, err = f.baseSum(); err != nil {
+	// Every digest is read before the index is touched: the index is changed in place (a copy
+	// of a large checkout's index is most of what moving its base would cost), so a refusal
+	// must leave it as it was.
+	sums := make([]sha256Sum, len(paths))
+	for i, p := range paths {
+		if f, ok := to[p]; ok {
+			if sums[i], err = f.baseSum(); err != nil {
 				return fmt.Errorf("file %q %v", ShortPath(p), err)
 			}
 		}
-		i, ok := next.find(p)
+	}
+	x.noteChanged(paths...)
+	var added []indexEntry
+	dropped := false
+	for n, p := range paths {
+		f, inTarget := to[p]
+		i, ok := x.find(p)
 		switch {
 		case ok && inTarget:
-			next.entries[i].inBase, next.entries[i].base, next.entries[i].baseMode = true, sum, f.Mode
+			x.entries[i].inBase, x.entries[i].base, x.entries[i].baseMode = true, sums[n], f.Mode
 		case ok:
-			next.entries[i].inBase, next.entries[i].base, next.entries[i].baseMode = false, sha256Sum{}, ""
-			dropped = dropped || !next.entries[i].hashed
+			x.entries[i].inBase, x.entries[i].base, x.entries[i].baseMode = false, sha256Sum{}, ""
+			dropped = dropped || !x.entries[i].hashed
 		case inTarget:
-			added = append(added, indexEntry{path: p, inBase: true, base: sum, baseMode: f.Mode})
+			added = append(added, indexEntry{path: p, inBase: true, base: sums[n], baseMode: f.Mode})
 		}
 	}
 	if dropped {
 		// An entry neither in the base nor hashed tells nothing: baseIndex keeps none either.
-		next.entries = slices.DeleteFunc(next.entries, func(e indexEntry) bool { return !e.inBase && !e.hashed })
+		x.entries = slices.DeleteFunc(x.entries, func(e indexEntry) bool { return !e.inBase && !e.hashed })
 	}
 	if len(added) > 0 {
-		next.entries = append(next.entries, added...)
-		slices.SortFunc(next.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
+		x.entries = append(x.entries, added...)
+		slices.SortFunc(x.entries, func(a, b indexEntry) int { return strings.Compare(a.path, b.path) })
 	}
-	c.BaseRevision, c.base, c.idx, c.baseChanged, c.baseInIndex = revision, nil, next, true, true
+	c.BaseRevision, c.base, c.idx, c.baseChanged, c.baseInIndex = revision, nil, x, true, true
 	return nil
 }
 

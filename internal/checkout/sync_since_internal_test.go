@@ -45,16 +45,7 @@ func TestMoveBaseIsTheBaseBuiltAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := moved.BaseFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := map[string]treeFile{}
-	for _, p := range append(slices.Collect(mapKeys(to)), removed...) {
-		if f, ok := base[p]; ok {
-			from[p] = f
-		}
-	}
+	from := baseFilesAt(t, moved, to, removed)
 	moved.base = nil // as a sync over part of the tree has it: no map of every file
 	root, err := os.OpenRoot(co.root)
 	if err != nil {

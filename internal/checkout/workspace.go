@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -271,20 +272,28 @@ func (c *Checkout) saveIn(root *os.Root) error {
 			return err
 		}
 	}
+	old := c.Index
+	oldLink := x.ownLink(old)
 	name := indexPrefix + rand.Text()
 	if err := saveIndex(root, name, x); err != nil {
 		return err
 	}
-	old := c.Index
 	c.Index, c.LegacyFiles = name, nil
 	if err := c.saveState(root); err != nil {
 		c.Index = old
 		_ = root.Remove(StateDir + "/" + name)
+		if link := x.ownLink(name); link != "" {
+			_ = root.Remove(StateDir + "/" + link)
+		}
+		// What the index was read from is gone with it: the next save writes it whole.
+		x.shared, x.linkOf = "", ""
 		return err
 	}
 	c.idx, c.baseChanged, c.baseInIndex = x, false, false
-	if old != "" {
-		_ = root.Remove(StateDir + "/" + old)
+	for _, gone := range []string{old, oldLink} {
+		if gone != "" && gone != x.shared {
+			_ = root.Remove(StateDir + "/" + gone)
+		}
 	}
 	removeStaleIndexes(root, name)
 	return nil
@@ -370,6 +379,18 @@ func (c *Checkout) loadIndex(root *os.Root) (*index, error) {
 	}
 	c.idx = x
 	return x, nil
+}
+
+// takeIndexOf takes the index other has read, when this checkout's state names the same index
+// file at the same base: that file can differ from it only by stats a later scan recorded, and
+// a stat with its digest stays true of the file for as long as the file keeps that stat. A
+// sync after an integrate then reads no index again: at 100,000 files that is a read and a
+// decode of some megabytes.
+func (c *Checkout) takeIndexOf(other *Checkout) {
+	if c.idx == nil && other.idx != nil && !c.baseChanged && !other.baseChanged &&
+		c.root == other.root && c.Index != "" && c.Index == other.Index && c.BaseRevision == other.BaseRevision {
+		c.idx = other.idx
+	}
 }
 
 // BaseFiles answers the base revision's files, once every path is one a checkout may hold (see
@@ -1110,7 +1131,8 @@ func watched(root string) bool {
 // for the files whose size while hashed was the one stat gave (another means the file was being
 // written: it is hashed again next time).
 func (s *scan) recorded(start int64) *index {
-	next := &index{stamp: start, window: s.x.window, entries: make([]indexEntry, 0, len(s.x.entries)+len(s.hash))}
+	next := &index{stamp: start, window: s.x.window, entries: make([]indexEntry, 0, len(s.x.entries)+len(s.hash)),
+		shared: s.x.shared, linkOf: s.x.linkOf, sharedCRC: s.x.sharedCRC, changed: maps.Clone(s.x.changed)}
 	if next.window == 0 {
 		next.window = racyWindow
 	}
@@ -1129,11 +1151,13 @@ func (s *scan) recorded(start int64) *index {
 	for i, e := range s.x.entries {
 		switch s.found[i] {
 		case absent:
+			next.noteChanged(e.path)
 			if !e.inBase {
 				continue
 			}
 			e.hashed, e.stat, e.local = false, fileStat{}, sha256Sum{}
 		case rehashed:
+			next.noteChanged(e.path)
 			h := rehashedAt[i]
 			e = record(e, s.hash[h], s.contents[h])
 		}
@@ -1142,6 +1166,7 @@ func (s *scan) recorded(start int64) *index {
 	sorted := true
 	for i, h := range s.hash {
 		if h.entry < 0 {
+			next.noteChanged(h.path)
 			next.entries = append(next.entries, record(indexEntry{path: h.path}, h, s.contents[i]))
 			sorted = false
 		}
@@ -1216,6 +1241,14 @@ func writeStateFile(root *os.Root, path string, content []byte) error {
 
 // writeFileSync is writeFile of a file with permissions perm (less the umask).
 func writeFileSync(root *os.Root, path string, content []byte, perm fs.FileMode, durable bool) error {
+	return writeFileWith(root, path, perm, durable, func(w io.Writer) error {
+		_, err := w.Write(content)
+		return err
+	})
+}
+
+// writeFileWith is writeFileSync of the content write writes.
+func writeFileWith(root *os.Root, path string, perm fs.FileMode, durable bool, write func(io.Writer) error) error {
 	if err := makeParents(root, path); err != nil {
 		return err
 	}
@@ -1225,7 +1258,7 @@ func writeFileSync(root *os.Root, path string, content []byte, perm fs.FileMode,
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(content)
+	err = write(f)
 	if err == nil && durable {
 		err = f.Sync()
 	}
