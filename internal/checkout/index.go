@@ -572,8 +572,16 @@ func newPathTable(x *index) *pathTable {
 	return t
 }
 
+// searchTable is a pathTable that searches the sorted entries instead of hashing them all
+// first: for a scan that looks up the few paths a watcher named, building the table of a large
+// checkout's every path would cost more than all its lookups.
+func searchTable(x *index) *pathTable { return &pathTable{x: x} }
+
 // find answers the entry at path.
 func (t *pathTable) find(path []byte) (int, bool) {
+	if t.slots == nil {
+		return slices.BinarySearchFunc(t.x.entries, path, func(e indexEntry, p []byte) int { return strings.Compare(e.path, string(p)) })
+	}
 	for h := maphash.Bytes(t.seed, path) & t.mask; ; h = (h + 1) & t.mask {
 		s := t.slots[h]
 		if s == 0 {

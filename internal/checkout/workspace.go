@@ -1027,7 +1027,7 @@ func (s *scan) saw(lookup *pathTable, path []byte, st fileStat) error {
 func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 	s := newScan(x)
 	s.watched = true
-	lookup := newPathTable(x)
+	lookup := searchTable(x)
 	// A new file is named by the watcher, and found again under each new directory above it.
 	added := map[string]bool{}
 	sawNew := func(path string, st fileStat) error {
