@@ -157,6 +157,9 @@ type PackedTreeReader interface {
 // Len answers the number of entries.
 func (t *PackedTree) Len() int { return len(t.entries) }
 
+// Data answers the tree's encoding, as git hashes it (without its header).
+func (t *PackedTree) Data() string { return t.data }
+
 // Entry answers entry i, its name shared with the tree.
 func (t *PackedTree) Entry(i int) object.TreeEntry {
 	e := &t.entries[i]

@@ -179,7 +179,21 @@ func updateDir(s storer.EncodedObjectStorer, id plumbing.Hash, n *editNode, pref
 	if err != nil {
 		return plumbing.ZeroHash, false, fmt.Errorf("write tree %q: %w", prefix, err)
 	}
+	noteReplaced(s, nid, id)
 	return nid, true, nil
+}
+
+// ReplacedNoter is a storer told which tree each new tree replaced at its path: a store may keep
+// the new one as a delta against the old, as git's packs keep a tree's versions.
+type ReplacedNoter interface {
+	NoteReplaced(tree, replaced plumbing.Hash)
+}
+
+// noteReplaced tells s, when it asks, that tree replaced old (zero: a new directory).
+func noteReplaced(s storer.EncodedObjectStorer, tree, old plumbing.Hash) {
+	if n, ok := s.(ReplacedNoter); ok && !old.IsZero() {
+		n.NoteReplaced(tree, old)
+	}
 }
 
 // entryAfter answers the entry named name in the directory after the edits in c are applied
@@ -307,5 +321,6 @@ func spliceDir(s storer.EncodedObjectStorer, r PackedTreeReader, id plumbing.Has
 		return plumbing.ZeroHash, false, false, nil, fmt.Errorf("write tree %q: %w", prefix, err)
 	}
 	r.KeepPacked(nid, &PackedTree{data: string(data), entries: entries})
+	noteReplaced(s, nid, id)
 	return nid, true, true, nil, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
@@ -41,11 +42,28 @@ type GitBackend interface {
 }
 
 // GitObject is one git object as stored: its id, type and content (without git's header).
+// Delta, when set, is how a tree is kept (StoredDelta): its anchor's id, then git's delta.
 type GitObject struct {
-	ID   plumbing.Hash
-	Type plumbing.ObjectType
-	Data []byte
+	ID    plumbing.Hash
+	Type  plumbing.ObjectType
+	Data  []byte
+	Delta []byte
 }
+
+// GitAnchorReader is a GitBackend that tells, of stored trees, the tree each is kept whole as
+// or against (StoredDelta): the tree itself when kept whole, its anchor when a delta. A
+// backend that does not is written whole trees only.
+type GitAnchorReader interface {
+	GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error)
+}
+
+// deltaMinSize is the smallest tree worth keeping as a delta, and deltaShare the most of its
+// size the delta may take (anchor id included); past it the tree is kept whole and becomes the
+// anchor of the next versions.
+const (
+	deltaMinSize = 256
+	deltaShare   = 4
+)
 
 // BlobRef is how ag names a blob: its sha256 digest and its size.
 type BlobRef struct {
@@ -69,6 +87,17 @@ type GitObjects struct {
 	// kept are pending trees as gitstore packed them (gitstore.PackedTreeReader): they go to
 	// the decoded-tree cache once stored, without being parsed again.
 	kept map[plumbing.Hash]*gitstore.PackedTree
+	// replaced are the stored trees pending trees replaced at their paths
+	// (gitstore.ReplacedNoter): the versions a new tree may be kept as a delta against.
+	replaced map[plumbing.Hash]plumbing.Hash
+}
+
+// NoteReplaced implements gitstore.ReplacedNoter.
+func (g *GitObjects) NoteReplaced(tree, old plumbing.Hash) {
+	if g.replaced == nil {
+		g.replaced = make(map[plumbing.Hash]plumbing.Hash)
+	}
+	g.replaced[tree] = old
 }
 
 // NewGitObjects answers an object storer reading and writing through b with ctx. With b nil,
@@ -104,9 +133,51 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 		}
 		objs = append(objs, GitObject{ID: id, Type: o.Type(), Data: data})
 	}
+	g.deltas(objs)
 	g.pending = make(map[plumbing.Hash]plumbing.EncodedObject)
 	g.order = g.order[:0]
+	g.replaced = nil
 	return objs, nil
+}
+
+// deltas sets the Delta of each tree among objs that replaced a stored tree and differs from
+// that tree's anchor by little: git's delta against the anchor, which the store keeps whole, so
+// a tree is read with one other at most. Anything that fails here leaves the tree whole.
+func (g *GitObjects) deltas(objs []GitObject) {
+	anchors, ok := g.backend.(GitAnchorReader)
+	if !ok || len(g.replaced) == 0 {
+		return
+	}
+	var olds []plumbing.Hash
+	for _, o := range objs {
+		if old, ok := g.replaced[o.ID]; ok && o.Type == plumbing.TreeObject && len(o.Data) >= deltaMinSize {
+			if _, pending := g.pending[old]; !pending {
+				olds = append(olds, old)
+			}
+		}
+	}
+	if len(olds) == 0 {
+		return
+	}
+	anchorOf, err := anchors.GitAnchors(g.ctx, olds)
+	if err != nil {
+		return
+	}
+	for i := range objs {
+		o := &objs[i]
+		anchor, ok := anchorOf[g.replaced[o.ID]]
+		if !ok || o.Type != plumbing.TreeObject || len(o.Data) < deltaMinSize {
+			continue
+		}
+		base, err := g.tree(anchor)
+		if err != nil {
+			continue
+		}
+		delta := packfile.DiffDelta([]byte(base.Data()), o.Data)
+		if len(anchor)+len(delta) <= len(o.Data)/deltaShare {
+			o.Delta = append(anchor[:len(anchor):len(anchor)], delta...)
+		}
+	}
 }
 
 // KeepDecoded hands the trees among objs, stored by the caller, to the decoded-tree cache: the next

@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/klauspost/compress/zlib"
 	"golang.org/x/sync/errgroup"
 
@@ -23,7 +25,69 @@ const (
 	StoredZlib = 1
 	// StoredPlain: the bytes themselves; compressed, they were not smaller by an eighth.
 	StoredPlain = 2
+	// StoredDelta: a tree kept as git's delta against another tree the store keeps whole, its
+	// anchor: the anchor's 20-byte id, then the delta (GitObjects.TakePending). A one-file
+	// change rewrites every tree along its path, and the wide ones near the root differ from
+	// the versions they replace by an entry's 20 bytes.
+	StoredDelta = 3
 )
+
+// PatchStoredDelta answers the tree a StoredDelta row of id keeps as data, reading its
+// anchor's content with anchor, and checked against id: a damaged row or anchor is an error,
+// never another tree.
+func PatchStoredDelta(id plumbing.Hash, data []byte, anchor func(plumbing.Hash) ([]byte, error)) ([]byte, error) {
+	if len(data) < len(plumbing.ZeroHash) {
+		return nil, fmt.Errorf("stored delta of %s: %d bytes", id, len(data))
+	}
+	var from plumbing.Hash
+	copy(from[:], data)
+	base, err := anchor(from)
+	if err != nil {
+		return nil, fmt.Errorf("stored delta of %s: its anchor %s: %w", id, from, err)
+	}
+	out, err := packfile.PatchDelta(base, data[len(from):])
+	if err != nil {
+		return nil, fmt.Errorf("stored delta of %s: %w", id, err)
+	}
+	if plumbing.ComputeHash(plumbing.TreeObject, out) != id {
+		return nil, fmt.Errorf("stored delta of %s: it makes another tree", id)
+	}
+	return out, nil
+}
+
+// PatchDeltas makes each of objs at the indexes deltas, read as a StoredDelta row keeps it, the
+// tree it stands for, reading each anchor once with anchor.
+func PatchDeltas(objs []GitObject, deltas []int, anchor func(plumbing.Hash) ([]byte, error)) error {
+	read := map[plumbing.Hash][]byte{}
+	once := func(id plumbing.Hash) ([]byte, error) {
+		if data, ok := read[id]; ok {
+			return data, nil
+		}
+		data, err := anchor(id)
+		if err == nil {
+			read[id] = data
+		}
+		return data, err
+	}
+	for _, i := range deltas {
+		data, err := PatchStoredDelta(objs[i].ID, objs[i].Data, once)
+		if err != nil {
+			return err
+		}
+		objs[i].Data = data
+	}
+	return nil
+}
+
+// DeltaAnchor answers the anchor a StoredDelta row's data names.
+func DeltaAnchor(data []byte) (plumbing.Hash, bool) {
+	var id plumbing.Hash
+	if len(data) < len(id) {
+		return id, false
+	}
+	copy(id[:], data)
+	return id, true
+}
 
 // storedMinSize is the smallest content worth compressing: below it zlib's own header and
 // checksum eat most of what it saves.

@@ -118,10 +118,13 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 		size     int64
 		partsKey *string
 		storedAs int16
+		deltas   []int // of out, kept as deltas
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data, &size, &partsKey, &storedAs}, func() error {
 		if partsKey != nil {
 			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
+		} else if storedAs == store.StoredDelta {
+			deltas = append(deltas, len(out))
 		} else if data, err = store.DecodeStored(data, int(storedAs), size); err != nil {
 			return fmt.Errorf("%x: %w", id, err)
 		}
@@ -138,6 +141,9 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, &p.partsKey); err != nil {
 			return nil, err
 		}
+	}
+	if err := store.PatchDeltas(out, deltas, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, db.pool, anchor) }); err != nil {
+		return nil, fmt.Errorf("read git objects: %w", err)
 	}
 	return out, nil
 }
@@ -182,7 +188,12 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 		}
 		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
-	data, err := blobContent(ctx, g.qr, "git object "+id.String(), data, int(storedAs), size, partsKey)
+	var err error
+	if storedAs == store.StoredDelta {
+		data, err = store.PatchStoredDelta(id, data, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, g.qr, anchor) })
+	} else {
+		data, err = blobContent(ctx, g.qr, "git object "+id.String(), data, int(storedAs), size, partsKey)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -231,11 +242,78 @@ func gitObjectArgs(objects []store.GitObject) ([][]byte, []int16, [][]byte) {
 		ids[i] = o.ID[:]
 		data[i] = nonNilBytes(o.Data)
 	}
+	for i, o := range objects {
+		if o.Delta != nil {
+			data[i] = nil // kept as its delta: not compressed for nothing
+		}
+	}
 	for i, e := range store.EncodeEach(data) {
+		if objects[i].Delta != nil {
+			e = store.Encoded{Data: objects[i].Delta, StoredAs: store.StoredDelta}
+		}
 		data[i] = nonNilBytes(e.Data)
 		types[i] = int16(objects[i].Type) + 16*int16(e.StoredAs)
 	}
 	return ids, types, data
+}
+
+// GitAnchors answers of stored trees the tree each is kept whole as or against
+// (store.GitAnchorReader).
+func (db *DB) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error) {
+	return gitBackend{qr: db.pool}.GitAnchors(ctx, trees)
+}
+
+// GitAnchors implements store.GitAnchorReader.
+func (g gitBackend) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error) {
+	if g.beforeStoredAs {
+		return nil, fmt.Errorf("git anchors: a schema before stored_as keeps no deltas")
+	}
+	raw := make([][]byte, len(trees))
+	for i := range trees {
+		raw[i] = trees[i][:]
+	}
+	rows, err := g.qr.Query(ctx, `SELECT id, stored_as, substring(data from 1 for 20) FROM git_objects WHERE type = 2 AND id = ANY($1::bytea[])`, raw)
+	if err != nil {
+		return nil, interpretError("git anchors", err)
+	}
+	out := make(map[plumbing.Hash]plumbing.Hash, len(trees))
+	var (
+		id, head []byte
+		form     int16
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &form, &head}, func() error {
+		var tree plumbing.Hash
+		copy(tree[:], id)
+		switch {
+		case form != store.StoredDelta:
+			out[tree] = tree
+		default:
+			if anchor, ok := store.DeltaAnchor(head); ok {
+				out[tree] = anchor
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, interpretError("git anchors", err)
+	}
+	return out, nil
+}
+
+// readAnchor answers the content of the tree anchor, which a delta names: kept whole, or the
+// store is damaged.
+func readAnchor(ctx context.Context, q querier, anchor plumbing.Hash) ([]byte, error) {
+	var (
+		data []byte
+		form int16
+	)
+	if err := q.QueryRow(ctx, `SELECT data, stored_as FROM git_objects WHERE id = $1 AND type = 2`, anchor[:]).Scan(&data, &form); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("git object %s: %w", anchor, store.ErrNotFound)
+		}
+		return nil, interpretError("read git object "+anchor.String(), err)
+	}
+	// An anchor kept as a delta itself is no form DecodeStored knows: damage, not a tree.
+	return store.DecodeStored(data, int(form), -1)
 }
 
 func (g gitBackend) PutGitObjects(ctx context.Context, objects []store.GitObject) error {

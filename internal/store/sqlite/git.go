@@ -53,7 +53,12 @@ func readGitObjectAs(ctx context.Context, q querier, id plumbing.Hash, storedAs 
 	if err != nil {
 		return 0, nil, interpretError("read git object "+id.String(), err)
 	}
-	if data, err = blobContent(ctx, q, "git object "+id.String(), data, form, size, partsKey); err != nil {
+	if form == store.StoredDelta {
+		data, err = store.PatchStoredDelta(id, data, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, q, anchor) })
+	} else {
+		data, err = blobContent(ctx, q, "git object "+id.String(), data, form, size, partsKey)
+	}
+	if err != nil {
 		return 0, nil, fmt.Errorf("read git object %s: %w", id, err)
 	}
 	return plumbing.ObjectType(typ), data, nil
@@ -233,6 +238,7 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 	var (
 		out     []store.GitObject
 		inParts []storedInParts
+		deltas  []int // of out, kept as deltas
 	)
 	for chunk := range slices.Chunk(ids, missingChunk) {
 		args := make([]any, len(chunk))
@@ -260,6 +266,8 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 			}
 			if partsKey.Valid {
 				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
+			} else if storedAs == store.StoredDelta {
+				deltas = append(deltas, len(out))
 			} else if data, err = store.DecodeStored(data, storedAs, size); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read git objects: %x: %w", raw, err)
@@ -280,6 +288,9 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, p.partsKey); err != nil {
 			return nil, fmt.Errorf("read git objects: %w", err)
 		}
+	}
+	if err := store.PatchDeltas(out, deltas, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, d.r, anchor) }); err != nil {
+		return nil, fmt.Errorf("read git objects: %w", err)
 	}
 	return out, nil
 }
@@ -451,11 +462,82 @@ func backfillCommits(ctx context.Context, tx *sql.Tx, objs *store.GitObjects, em
 	return nil
 }
 
-// encodeGitObjects answers the data of objects as their rows keep them.
+// encodeGitObjects answers the data of objects as their rows keep them: a tree's delta as it is,
+// anything else compressed when that pays.
 func encodeGitObjects(objects []store.GitObject) []store.Encoded {
 	data := make([][]byte, len(objects))
 	for i, o := range objects {
-		data[i] = nonNil(o.Data)
+		if o.Delta == nil {
+			data[i] = nonNil(o.Data)
+		}
 	}
-	return store.EncodeEach(data)
+	out := store.EncodeEach(data)
+	for i, o := range objects {
+		if o.Delta != nil {
+			out[i] = store.Encoded{Data: o.Delta, StoredAs: store.StoredDelta}
+		}
+	}
+	return out
+}
+
+// GitAnchors answers of stored trees the tree each is kept whole as or against
+// (store.GitAnchorReader).
+func (d *DB) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error) {
+	return gitBackend{q: d.r}.GitAnchors(ctx, trees)
+}
+
+// GitAnchors implements store.GitAnchorReader.
+func (g gitBackend) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error) {
+	if g.beforeStoredAs {
+		return nil, fmt.Errorf("git anchors: a schema before stored_as keeps no deltas")
+	}
+	out := make(map[plumbing.Hash]plumbing.Hash, len(trees))
+	for chunk := range slices.Chunk(trees, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		rows, err := g.q.QueryContext(ctx, `SELECT id, stored_as, substr(data, 1, 20) FROM git_objects WHERE type = 2 AND id IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpretError("git anchors", err)
+		}
+		for rows.Next() {
+			var (
+				raw, head []byte
+				form      int
+			)
+			if err := rows.Scan(&raw, &form, &head); err != nil {
+				rows.Close()
+				return nil, interpretError("git anchors", err)
+			}
+			var id plumbing.Hash
+			copy(id[:], raw)
+			out[id] = id
+			if form == store.StoredDelta {
+				if out[id], _ = store.DeltaAnchor(head); out[id].IsZero() {
+					delete(out, id)
+				}
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpretError("git anchors", err)
+		}
+	}
+	return out, nil
+}
+
+// readAnchor answers the content of the tree anchor, which a delta names: kept whole, or the
+// store is damaged.
+func readAnchor(ctx context.Context, q querier, anchor plumbing.Hash) ([]byte, error) {
+	var (
+		data []byte
+		form int
+	)
+	if err := q.QueryRowContext(ctx, `SELECT data, stored_as FROM git_objects WHERE id = ? AND type = 2`, anchor[:]).Scan(&data, &form); err != nil {
+		return nil, interpretError("read git object "+anchor.String(), err)
+	}
+	// An anchor kept as a delta itself is no form DecodeStored knows: damage, not a tree.
+	return store.DecodeStored(data, form, -1)
 }
