@@ -90,6 +90,11 @@ func (e *FollowError) Unwrap() error { return e.Err }
 // brought to the new mainline (the edited paths already match it). A refusal of the server is
 // answered as its error; the edges word it for their readers.
 func (ws *Workspace) Integrate(ctx context.Context, req IntegrateRequest) (*IntegrateResult, error) {
+	// What an integrate allocates is nearly all alive until it ends, as a scan's is (holdGC):
+	// the index its two scans share, the contents it sends, the files the sync writes. At
+	// 17,839 files a collection between the two scans marked the index's entries again, a
+	// sixth of the command's CPU.
+	defer holdGC()()
 	var claim TaskClaim
 	if req.Task != "" {
 		var err error
