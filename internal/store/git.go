@@ -57,13 +57,11 @@ type GitAnchorReader interface {
 	GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[plumbing.Hash]plumbing.Hash, error)
 }
 
-// deltaMinSize is the smallest tree worth keeping as a delta, and deltaShare the most of its
-// size the delta may take (anchor id included); past it the tree is kept whole and becomes the
-// anchor of the next versions.
-const (
-	deltaMinSize = 256
-	deltaShare   = 4
-)
+// deltaShare: a tree is kept as a delta when the delta (its anchor's id included) is at most
+// 1/deltaShare of it; otherwise it is kept whole and becomes the anchor of the next versions.
+// (A tree of a few entries never is: git's delta of one changed entry is already more than
+// a quarter of it.)
+const deltaShare = 4
 
 // BlobRef is how ag names a blob: its sha256 digest and its size.
 type BlobRef struct {
@@ -140,33 +138,35 @@ func (g *GitObjects) TakePending() ([]GitObject, error) {
 	return objs, nil
 }
 
-// deltas sets the Delta of each tree among objs that replaced a stored tree and differs from
-// that tree's anchor by little: git's delta against the anchor, which the store keeps whole, so
-// a tree is read with one other at most. Anything that fails here leaves the tree whole.
+// deltas sets the Delta of each tree among objs that replaced a stored tree (gitstore notes
+// trees only) and differs from that tree's anchor by little: git's delta against the anchor,
+// which the store keeps whole, so a tree is read with one other at most. Anything that fails
+// here leaves the tree whole.
 func (g *GitObjects) deltas(objs []GitObject) {
 	anchors, ok := g.backend.(GitAnchorReader)
 	if !ok || len(g.replaced) == 0 {
 		return
 	}
-	var olds []plumbing.Hash
-	for _, o := range objs {
-		if old, ok := g.replaced[o.ID]; ok && o.Type == plumbing.TreeObject && len(o.Data) >= deltaMinSize {
-			if _, pending := g.pending[old]; !pending {
-				olds = append(olds, old)
-			}
+	var (
+		candidates []int // of objs
+		olds       []plumbing.Hash
+	)
+	for i, o := range objs {
+		if old, ok := g.replaced[o.ID]; ok {
+			candidates = append(candidates, i)
+			olds = append(olds, old)
 		}
 	}
 	if len(olds) == 0 {
 		return
 	}
-	anchorOf, err := anchors.GitAnchors(g.ctx, olds)
-	if err != nil {
-		return
-	}
-	for i := range objs {
+	// A tree not stored (written in this same transaction) has no anchor to answer, and a
+	// failure answers none: either way the tree is kept whole.
+	anchorOf, _ := anchors.GitAnchors(g.ctx, olds)
+	for n, i := range candidates {
 		o := &objs[i]
-		anchor, ok := anchorOf[g.replaced[o.ID]]
-		if !ok || o.Type != plumbing.TreeObject || len(o.Data) < deltaMinSize {
+		anchor, ok := anchorOf[olds[n]]
+		if !ok {
 			continue
 		}
 		base, err := g.tree(anchor)
