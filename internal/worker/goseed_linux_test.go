@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
 
 // The Go build cache seed is filled once per test binary (`go build std` takes tens of
@@ -54,7 +56,9 @@ func seededSandbox(t testing.TB) *Sandbox {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	// pgtest.Run stops the private PostgreSQL cluster the tests of batch_test.go start: left
+	// running, one per test binary, it outlived every run of the package.
+	code := pgtest.Run(m)
 	if goSeed.dir != "" {
 		_ = removeAll(goSeed.dir)
 	}
