@@ -183,6 +183,28 @@ func TestANewBaseIsWrittenAsAnOverlay(t *testing.T) {
 	}
 	_, z := indexAsRead(t, dir)
 	checkEntries(t, "the whole index read back", z.entries, want)
+
+	// From an overlay to a base built afresh (a sync of the whole tree): the overlay and its
+	// link go with it.
+	overlaid := moveAndSave(t, dir, "rev_5", map[string]treeFile{"f01.txt": textFile("one\n")})
+	if _, o := indexAsRead(t, dir); o.linkOf != overlaid.Index {
+		t.Fatalf("rev_5 was not written as an overlay")
+	}
+	afresh, err := Find(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := afresh.BaseFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	afresh.SetBase("rev_6", base)
+	if err := afresh.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if files := stateFiles(t, dir); !slices.Equal(files, []string{afresh.Index}) {
+		t.Errorf("after a base built afresh .ag holds %v, want its whole index %s alone", files, afresh.Index)
+	}
 }
 
 func sumOf(t *testing.T, f treeFile) sha256Sum {

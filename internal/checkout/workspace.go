@@ -272,8 +272,11 @@ func (c *Checkout) saveIn(root *os.Root) error {
 			return err
 		}
 	}
-	old := c.Index
-	oldLink := x.ownLink(old)
+	old, oldLink := c.Index, ""
+	if c.idx != nil {
+		// The link of the overlay being replaced, even when the new base is built afresh.
+		oldLink = c.idx.ownLink(old)
+	}
 	name := indexPrefix + rand.Text()
 	if err := saveIndex(root, name, x); err != nil {
 		return err
