@@ -302,14 +302,11 @@ var (
 // decodeIndex reads an index, which keeps data: its paths are strings over it, not copies.
 // Paths are not checked here (see checkout.baseFiles): a scan only compares them with what it
 // finds on disk.
-func decodeIndex(data []byte) (*index, error) { return decodeIndexFrom(data, true) }
+func decodeIndex(data []byte) (*index, error) { return decodeIndexSpare(data, true, 0) }
 
-// decodeIndexFrom is decodeIndex of data it keeps (its paths are strings over data) or, when
-// not keep, of data it copies the paths out of: a mapped file's, unmapped after.
-func decodeIndexFrom(data []byte, keep bool) (*index, error) { return decodeIndexSpare(data, keep, 0) }
-
-// decodeIndexSpare is decodeIndexFrom leaving room for spare more entries, which an overlay
-// applied to the index will add.
+// decodeIndexSpare is decodeIndex of data it keeps (its paths are strings over data) or, when
+// not keep, of data it copies the paths out of (a mapped file's, unmapped after), leaving room
+// for spare more entries, which an overlay applied to the index will add.
 func decodeIndexSpare(data []byte, keep bool, spare int) (*index, error) {
 	overlay := bytes.HasPrefix(data, []byte(overlayMagic))
 	if !overlay && !bytes.HasPrefix(data, []byte(indexMagic)) {
@@ -416,11 +413,13 @@ func validIndexName(name string) bool {
 // index, or an overlay applied to the whole index it names (index_split.go).
 func readIndex(root *os.Root, name string) (*index, error) {
 	x, err := readIndexFile(root, name, 0)
-	if err != nil || x.shared == "" {
-		if err == nil {
-			x.shared, x.sharedCRC = name, x.crc
-		}
-		return x, err
+	if err != nil {
+		return nil, err
+	}
+	if x.shared == "" {
+		// A whole index: its own shared file.
+		x.shared, x.sharedCRC = name, x.crc
+		return x, nil
 	}
 	added := 0
 	for i := range x.entries {
@@ -511,9 +510,9 @@ func baseIndex(files map[string]treeFile, old *index) (*index, error) {
 const staleIndexAge = 10 * time.Minute
 
 // removeStaleIndexes removes the index files under .ag that checkout.json does not name (keep)
-// and that are older than staleIndexAge:
-// those a crash left before checkout.json named them, and those of earlier bases whose removal
-// a crash cut short. It removes the stat cache that came before the index too.
+// and that are older than staleIndexAge: those a crash left before checkout.json named them,
+// and those of earlier bases whose removal a crash cut short. It removes the stat cache that
+// came before the index too.
 func removeStaleIndexes(root *os.Root, keep string) {
 	_ = root.Remove(StateDir + "/stat")
 	entries, err := fs.ReadDir(root.FS(), StateDir)

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -56,7 +55,7 @@ func (x *index) applyTo(shared []indexEntry) error {
 	for i := range over {
 		e := &over[i]
 		x.changed[e.path] = true
-		j, ok := slices.BinarySearchFunc(shared, e.path, func(s indexEntry, p string) int { return strings.Compare(s.path, p) })
+		j, ok := findEntry(shared, e.path)
 		switch {
 		case ok:
 			shared[j] = *e

@@ -39,11 +39,7 @@ func moveAndSave(t *testing.T, dir, revision string, to map[string]treeFile, rem
 	}
 	from := baseFilesAt(t, co, to, removed)
 	co.base = nil
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	root := rootAt(t, dir)
 	if err := co.moveBase(root, revision, from, to); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +89,7 @@ func indexAsRead(t *testing.T, dir string) (*Checkout, *index) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	root := rootAt(t, dir)
 	x, err := co.loadIndex(root)
 	if err != nil {
 		t.Fatal(err)
@@ -296,11 +288,7 @@ func TestAnOverlayOutlivesARewriteOfItsWholeIndex(t *testing.T) {
 	co := splitTestCheckout(t, 20)
 	dir := co.root
 	stale, staleIndex := indexAsRead(t, dir)
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	root := rootAt(t, dir)
 	moveAndSave(t, dir, "rev_2", map[string]treeFile{"f03.txt": textFile("three\n")})
 	_, want := indexAsRead(t, dir)
 	// The other ag's scan writes the whole index it read, in place, with other stats.
@@ -326,11 +314,7 @@ func TestADamagedOverlayIsRefused(t *testing.T) {
 	dir := co.root
 	moved := moveAndSave(t, dir, "rev_2", map[string]treeFile{"f03.txt": textFile("three\n")})
 	_, x := indexAsRead(t, dir)
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	root := rootAt(t, dir)
 	if _, err := readIndex(root, moved.Index); err != nil {
 		t.Fatalf("the overlay as written: %v", err)
 	}
@@ -393,11 +377,7 @@ func TestALinkJustMadeIsNoLeftover(t *testing.T) {
 	}
 	moved := moveAndSave(t, dir, "rev_2", map[string]treeFile{"f03.txt": textFile("three\n")})
 	_, x := indexAsRead(t, dir)
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	root := rootAt(t, dir)
 	removeStaleIndexes(root, "index-ELSE")
 	if files := stateFiles(t, dir); !slices.Equal(files, slices.Sorted(slices.Values([]string{moved.Index, x.shared}))) {
 		t.Errorf(".ag holds %v after another ag's clean-up, want the overlay %s and its link %s", files, moved.Index, x.shared)

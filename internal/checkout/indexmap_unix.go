@@ -9,10 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// decodeIndexFile decodes the index file f of size bytes (with room for spare more entries) from a mapping of it: read into
-// memory of its own, the file's megabytes would cost a page fault per page of fresh memory,
-// which on a virtual machine is most of reading a large checkout's index. Only the entries
-// and the paths are copied out, and the mapping is gone when it answers.
+// decodeIndexFile decodes the index file f of size bytes, with room for spare more entries,
+// from a mapping of it: read into memory of its own, the file's megabytes would cost a page
+// fault per page of fresh memory, which on a virtual machine is most of reading a large
+// checkout's index. Only the entries and the paths are copied out, and the mapping is gone
+// when it answers.
 func decodeIndexFile(f *os.File, size int64, spare int) (x *index, err error) {
 	if size == 0 || size != int64(int(size)) {
 		return decodeIndexSpare(nil, true, spare)

@@ -33,12 +33,18 @@ import (
 func openTestRoot(t *testing.T) (*os.Root, string) {
 	t.Helper()
 	dir := t.TempDir()
+	return rootAt(t, dir), dir
+}
+
+// rootAt answers an os.Root on dir, closed when the test ends.
+func rootAt(t *testing.T, dir string) *os.Root {
+	t.Helper()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	return root, dir
+	return root
 }
 
 // mkfile writes content at a slash path under dir, making its directories.

@@ -179,8 +179,11 @@ func (x *index) checkPlace(p string, target map[string]treeFile, removed map[str
 
 // find answers the entry at path, by binary search (the entries are sorted by path), or where
 // it would stand.
-func (x *index) find(path string) (int, bool) {
-	return slices.BinarySearchFunc(x.entries, path, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
+func (x *index) find(path string) (int, bool) { return findEntry(x.entries, path) }
+
+// findEntry is index.find over entries sorted by path.
+func findEntry(entries []indexEntry, path string) (int, bool) {
+	return slices.BinarySearchFunc(entries, path, func(e indexEntry, p string) int { return strings.Compare(e.path, p) })
 }
 
 // moveBase moves the checkout's base to revision, whose files differ from the base's only

@@ -36,11 +36,10 @@ const (
 // anchor's content with anchor, and checked against id: a damaged row or anchor is an error,
 // never another tree.
 func PatchStoredDelta(id plumbing.Hash, data []byte, anchor func(plumbing.Hash) ([]byte, error)) ([]byte, error) {
-	if len(data) < len(plumbing.ZeroHash) {
+	from, ok := DeltaAnchor(data)
+	if !ok {
 		return nil, fmt.Errorf("stored delta of %s: %d bytes", id, len(data))
 	}
-	var from plumbing.Hash
-	copy(from[:], data)
 	base, err := anchor(from)
 	if err != nil {
 		return nil, fmt.Errorf("stored delta of %s: its anchor %s: %w", id, from, err)
@@ -87,6 +86,16 @@ func DeltaAnchor(data []byte) (plumbing.Hash, bool) {
 	}
 	copy(id[:], data)
 	return id, true
+}
+
+// AnchorOf answers the tree a stored tree id is kept whole as or against, from its row's form
+// and the first bytes of its data (GitAnchorReader): id itself when kept whole, the anchor its
+// delta names otherwise.
+func AnchorOf(id plumbing.Hash, storedAs int, head []byte) (plumbing.Hash, bool) {
+	if storedAs != StoredDelta {
+		return id, true
+	}
+	return DeltaAnchor(head)
 }
 
 // storedMinSize is the smallest content worth compressing: below it zlib's own header and

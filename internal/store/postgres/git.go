@@ -284,13 +284,8 @@ func (g gitBackend) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[
 	if _, err := pgx.ForEachRow(rows, []any{&id, &form, &head}, func() error {
 		var tree plumbing.Hash
 		copy(tree[:], id)
-		switch {
-		case form != store.StoredDelta:
-			out[tree] = tree
-		default:
-			if anchor, ok := store.DeltaAnchor(head); ok {
-				out[tree] = anchor
-			}
+		if anchor, ok := store.AnchorOf(tree, int(form), head); ok {
+			out[tree] = anchor
 		}
 		return nil
 	}); err != nil {

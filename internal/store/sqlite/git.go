@@ -512,11 +512,8 @@ func (g gitBackend) GitAnchors(ctx context.Context, trees []plumbing.Hash) (map[
 			}
 			var id plumbing.Hash
 			copy(id[:], raw)
-			out[id] = id
-			if form == store.StoredDelta {
-				if out[id], _ = store.DeltaAnchor(head); out[id].IsZero() {
-					delete(out, id)
-				}
+			if anchor, ok := store.AnchorOf(id, form, head); ok {
+				out[id] = anchor
 			}
 		}
 		err = rows.Err()
