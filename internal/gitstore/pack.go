@@ -60,6 +60,21 @@ type Prefetcher interface {
 	Prefetch(ids []plumbing.Hash)
 }
 
+// DeltaStorer is an object storer that keeps some objects as git's deltas against others
+// (ADR-0037): it answers, of ids, those it keeps so. writePlainPack writes such an object's
+// delta as it is kept when its base is in the pack, never reading the object whole.
+type DeltaStorer interface {
+	StoredDeltas(ids []plumbing.Hash) (map[plumbing.Hash]StoredDelta, error)
+}
+
+// StoredDelta is an object kept as git's delta: its base, the delta's length, and the delta as
+// a zlib stream, as a pack entry holds it.
+type StoredDelta struct {
+	Base     plumbing.Hash
+	Size     int
+	Deflated []byte
+}
+
 // prefetchBatch is how many objects writePlainPack asks a Prefetcher for at once.
 const prefetchBatch = 256
 
@@ -105,19 +120,52 @@ func writePackWith(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack,
 		}
 	}
 	p := &packWriter{bw: bw, cw: cw, bases: bases, thin: thin, recent: newContentCache(deltaCacheBytes)}
-	if len(bases) > 0 {
+	deltaStorer, _ := s.(DeltaStorer)
+	var inPack map[plumbing.Hash]bool
+	if deltaStorer != nil {
+		inPack = make(map[plumbing.Hash]bool, len(ids))
+		for _, id := range ids {
+			inPack[id] = true
+		}
+	}
+	if len(bases) > 0 || inPack != nil {
 		p.written = make(map[plumbing.Hash]packedAt, len(ids))
 	}
+	p.kept = map[plumbing.Hash]bool{}
 	prefetcher, _ := s.(Prefetcher)
 	objs := make([]plumbing.EncodedObject, 0, prefetchBatch)
 	entries := make([]packEntry, prefetchBatch)
 	for start := 0; start < len(ids); start += prefetchBatch {
 		batch := ids[start:min(len(ids), start+prefetchBatch)]
+		// An object kept as a delta against another of the pack goes as it is kept.
+		var kept map[plumbing.Hash]StoredDelta
+		if deltaStorer != nil {
+			var err error
+			if kept, err = deltaStorer.StoredDeltas(batch); err != nil {
+				return err
+			}
+			for id, d := range kept {
+				if !inPack[d.Base] {
+					delete(kept, id)
+					continue
+				}
+				p.kept[id] = true
+			}
+		}
+		read := batch
+		if len(kept) > 0 {
+			read = make([]plumbing.Hash, 0, len(batch))
+			for _, id := range batch {
+				if _, ok := kept[id]; !ok {
+					read = append(read, id)
+				}
+			}
+		}
 		if prefetcher != nil {
-			prefetcher.Prefetch(batch)
+			prefetcher.Prefetch(read)
 		}
 		objs = objs[:0]
-		for _, id := range batch {
+		for _, id := range read {
 			o, err := s.EncodedObject(plumbing.AnyObject, id)
 			if err != nil {
 				return fmt.Errorf("object %s: %w", id, err)
@@ -127,10 +175,18 @@ func writePackWith(w io.Writer, s storer.EncodedObjectStorer, after *cachedPack,
 		if err := p.prepare(s, objs, entries[:len(objs)]); err != nil {
 			return err
 		}
-		for i, o := range objs {
-			if err := p.write(o, &entries[i]); err != nil {
+		next := 0
+		for _, id := range batch {
+			if d, ok := kept[id]; ok {
+				if err := p.writeKept(id, d); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := p.write(objs[next], &entries[next]); err != nil {
 				return err
 			}
+			next++
 		}
 	}
 	if err := bw.Flush(); err != nil {
@@ -155,7 +211,10 @@ type packWriter struct {
 	bases   map[plumbing.Hash]plumbing.Hash
 	thin    map[plumbing.Hash]plumbing.Hash // objects the client holds, as REF_DELTA bases (writePackWith)
 	written map[plumbing.Hash]packedAt      // with bases: where each object went, and its depth
-	recent  *contentCache
+	// kept: objects sent as the deltas the store keeps, whose bases may come after them. No
+	// delta the writer makes is against one (deltaOf), so no two deltas are each other's bases.
+	kept   map[plumbing.Hash]bool
+	recent *contentCache
 }
 
 type packedAt struct {
@@ -232,7 +291,7 @@ func (p *packWriter) prepare(s storer.EncodedObjectStorer, objs []plumbing.Encod
 // when it has none at hand or the delta is not worth it.
 func (p *packWriter) deltaOf(s storer.EncodedObjectStorer, o plumbing.EncodedObject, content []byte) ([]byte, plumbing.Hash) {
 	base, ok := p.bases[o.Hash()]
-	if !ok {
+	if !ok || p.kept[base] {
 		return nil, plumbing.ZeroHash
 	}
 	src, ok := p.recent.get(base)
@@ -332,6 +391,35 @@ func (p *packWriter) write(o plumbing.EncodedObject, e *packEntry) error {
 		p.written[o.Hash()] = packedAt{offset: offset, depth: 0}
 	}
 	return err
+}
+
+// writeKept writes the object id as the delta it is kept as: an OFS_DELTA when its base was
+// written before it, else a REF_DELTA naming its base, which comes later in the pack (git's
+// index-pack takes a REF_DELTA's base from anywhere in the pack).
+func (p *packWriter) writeKept(id plumbing.Hash, d StoredDelta) error {
+	offset := p.cw.n + int64(p.bw.Buffered())
+	depth := 1
+	if at, ok := p.written[d.Base]; ok {
+		depth = at.depth + 1
+		if _, err := p.bw.Write(objectHeader(plumbing.OFSDeltaObject, int64(d.Size))); err != nil {
+			return err
+		}
+		if err := gitbinary.WriteVariableWidthInt(p.bw, offset-at.offset); err != nil {
+			return err
+		}
+	} else {
+		if _, err := p.bw.Write(objectHeader(plumbing.REFDeltaObject, int64(d.Size))); err != nil {
+			return err
+		}
+		if _, err := p.bw.Write(d.Base[:]); err != nil {
+			return err
+		}
+	}
+	if _, err := p.bw.Write(d.Deflated); err != nil {
+		return err
+	}
+	p.written[id] = packedAt{offset: offset, depth: depth}
+	return nil
 }
 
 // countingWriter counts what it passes on: the offset of the next pack entry.

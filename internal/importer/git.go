@@ -296,18 +296,12 @@ func MissingGitObjects(ctx context.Context, c *client.Client, h *GitHistory) (ma
 type ProgressFunc func(verb string, files int, bytes int64) *checkout.Progress
 
 // UploadGitHistory sends the objects of h that the server lacks (missing, from
-// MissingGitObjects): blobs with their sha256 digests (UploadBlobs), then trees and commits as
-// git objects, so that every object arrives after those it names; a commit where the history
-// stops (h.Shallow) is sent as one whose parents are absent (UploadGitObjectsRequest.shallow).
-func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, h *GitHistory, missing map[plumbing.Hash]bool, progress ProgressFunc) error {
-	uploadBlobs := func(objs []*agwpv1.GitObject, _ []plumbing.Hash) error {
-		blobs := make([][]byte, len(objs))
-		for i, o := range objs {
-			blobs[i] = o.GetData()
-		}
-		_, err := c.Repos.UploadBlobs(ctx, &agwpv1.UploadBlobsRequest{Blobs: blobs})
-		return err
-	}
+// MissingGitObjects), so that every object arrives after those it names: blobs, then trees,
+// then commits, all through UploadGitObjects, each as packs (when not nil) hold it: compressed,
+// and a delta against its base when the server will hold that base (ADR-0037). A blob of
+// client.LargeBlobBytes or more goes alone, in parts. A commit where the history stops
+// (h.Shallow) is sent as one whose parents are absent (UploadGitObjectsRequest.shallow).
+func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, packs *Packs, h *GitHistory, missing map[plumbing.Hash]bool, progress ProgressFunc) error {
 	boundary := make(map[plumbing.Hash]bool, len(h.Shallow))
 	for _, id := range h.Shallow {
 		boundary[id] = true
@@ -322,36 +316,64 @@ func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, 
 		_, err := c.Repos.UploadGitObjects(ctx, req)
 		return err
 	}
-	// A large blob goes alone, in parts, so that no request must hold it whole.
-	uploadLargeBlob := func(r io.ReaderAt, size int64, digest string) error {
-		return c.UploadBlob(ctx, r, size, digest)
+	u := &uploader{s: s, packs: packs, missing: missing, history: make(map[plumbing.Hash]bool, len(h.Blobs)),
+		sent: map[plumbing.Hash]bool{}, send: uploadObjects,
+		sendLarge: func(r io.ReaderAt, size int64, digest string) error { return c.UploadBlob(ctx, r, size, digest) }}
+	for _, id := range h.Blobs {
+		u.history[id] = true
 	}
-	if err := uploadMissing(progress, "blobs", s, h.Blobs, missing, uploadBlobs, uploadLargeBlob); err != nil {
+	var missingBlobs []plumbing.Hash
+	for _, id := range h.Blobs {
+		if missing[id] {
+			missingBlobs = append(missingBlobs, id)
+		}
+	}
+	blobs, err := packs.SendOrder(missingBlobs)
+	if err != nil {
 		return err
 	}
-	if err := uploadMissing(progress, "trees", s, h.Trees, missing, uploadObjects, nil); err != nil {
+	if err := u.upload(progress, "blobs", blobs); err != nil {
 		return err
 	}
-	return uploadMissing(progress, "commits", s, h.Commits, missing, uploadObjects, nil)
+	if err := u.upload(progress, "trees", h.Trees); err != nil {
+		return err
+	}
+	return u.upload(progress, "commits", h.Commits)
 }
 
 // importChunkBytes bounds one upload request, well under the server's 64 MiB of content.
 const importChunkBytes = 16 << 20
 
-// uploadMissing sends the missing objects among ids, in their order, in calls of at most
-// importChunkBytes and client.MaxBlobsPerUpload objects: send gets each call's objects, and
-// sendLarge (when not nil) each object of client.LargeBlobBytes or more, alone, from a
-// temporary file it was copied to (its digest computed on the way), never read into memory.
-func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []plumbing.Hash, missing map[plumbing.Hash]bool,
-	send func(objs []*agwpv1.GitObject, ids []plumbing.Hash) error, sendLarge func(r io.ReaderAt, size int64, digest string) error) error {
-	p := progress("uploading", CountMissing(ids, missing), 0)
+// importChunkMade bounds what one upload request's objects make once whole, well under the
+// server's bound of what one call may make (deltas make far more than they weigh).
+const importChunkMade = 256 << 20
+
+// uploader sends the missing objects of a history.
+type uploader struct {
+	s       GitObjectReader
+	packs   *Packs
+	missing map[plumbing.Hash]bool
+	history map[plumbing.Hash]bool // the history's blobs
+	// sent: the blobs sent by this run that a delta may be against (stored whole or as a
+	// delta, not in parts).
+	sent      map[plumbing.Hash]bool
+	send      func(objs []*agwpv1.GitObject, ids []plumbing.Hash) error
+	sendLarge func(r io.ReaderAt, size int64, digest string) error
+}
+
+// upload sends the missing objects among ids, in their order, in calls of at most
+// importChunkBytes, importChunkMade once made, and client.MaxBlobsPerUpload objects; a blob
+// of client.LargeBlobBytes or more goes alone through sendLarge, from a temporary file it was
+// copied to (its digest computed on the way), never read into memory.
+func (u *uploader) upload(progress ProgressFunc, what string, ids []plumbing.Hash) error {
+	p := progress("uploading", CountMissing(ids, u.missing), 0)
 	p.SetUnit(what)
 	var chunk []*agwpv1.GitObject
 	var chunkIDs []plumbing.Hash
-	size := 0
+	size, made := 0, int64(0)
 	// One call is in flight while the next chunk is read: the server stores a chunk while this
-	// side reads and decompresses the next. Calls still go one after another, so every object
-	// arrives after those it names.
+	// side reads the next. Calls still go one after another, so every object arrives after
+	// those it names, and a delta after its base.
 	var inFlight chan error
 	wait := func() error {
 		if inFlight == nil {
@@ -368,49 +390,47 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 		objs, objIDs, n := chunk, chunkIDs, size
 		inFlight = make(chan error, 1)
 		go func(done chan<- error) {
-			err := send(objs, objIDs)
+			err := u.send(objs, objIDs)
 			if err == nil {
 				p.Add(len(objs), int64(n))
 			}
 			done <- err
 		}(inFlight)
-		chunk, chunkIDs, size = nil, nil, 0
+		chunk, chunkIDs, size, made = nil, nil, 0, 0
 		return nil
 	}
 	// A return before the last flush leaves no call behind.
 	defer func() { _ = wait() }()
 	for _, id := range ids {
-		if !missing[id] {
+		if !u.missing[id] {
 			continue
 		}
-		if sendLarge != nil {
-			size, err := s.EncodedObjectSize(id)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", id, err)
-			}
-			if size >= client.LargeBlobBytes {
-				if err := wait(); err != nil {
-					return err
-				}
-				if err := spoolObject(s, id, func(f *os.File, digest string) error { return sendLarge(f, size, digest) }); err != nil {
-					return err
-				}
-				p.Add(1, size)
-				continue
-			}
-		}
-		typ, data, err := readObject(s, id)
+		o, whole, err := u.object(id)
 		if err != nil {
 			return err
 		}
-		if size+len(data) > importChunkBytes || len(chunk) == client.MaxBlobsPerUpload {
+		if o == nil { // a large blob
+			if err := wait(); err != nil {
+				return err
+			}
+			if err := spoolObject(u.s, id, func(f *os.File, digest string) error { return u.sendLarge(f, whole, digest) }); err != nil {
+				return err
+			}
+			p.Add(1, whole)
+			continue
+		}
+		if size+len(o.Data) > importChunkBytes || made+whole > importChunkMade || len(chunk) == client.MaxBlobsPerUpload {
 			if err := flush(); err != nil {
 				return err
 			}
 		}
-		chunk = append(chunk, &agwpv1.GitObject{Type: typ.String(), Data: data})
+		chunk = append(chunk, o)
 		chunkIDs = append(chunkIDs, id)
-		size += len(data)
+		size += len(o.Data)
+		made += whole
+		if o.Type == "blob" {
+			u.sent[id] = true
+		}
 	}
 	if err := flush(); err != nil {
 		return err
@@ -420,6 +440,62 @@ func uploadMissing(progress ProgressFunc, what string, s GitObjectReader, ids []
 	}
 	p.Done()
 	return nil
+}
+
+// object answers the object id as it goes in a call, and its size once whole: as its pack
+// holds it when it can, else read whole. A blob of client.LargeBlobBytes or more is no
+// object (nil), to go in parts.
+func (u *uploader) object(id plumbing.Hash) (*agwpv1.GitObject, int64, error) {
+	if u.packs.Has(id) {
+		e, err := u.packs.Entry(id)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case !e.Delta && e.Size >= client.LargeBlobBytes && e.Type == plumbing.BlobObject:
+			return nil, e.Size, nil
+		case !e.Delta:
+			return &agwpv1.GitObject{Type: e.Type.String(), Data: e.Deflated, Deflated: true}, e.Size, nil
+		}
+		if u.history[id] { // a blob's delta; a tree's or a commit's is sent made whole
+			target, err := deltaTarget(e.Deflated)
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", id, err)
+			}
+			if target >= client.LargeBlobBytes {
+				return nil, target, nil
+			}
+			if u.baseHeld(e.Base) {
+				return &agwpv1.GitObject{Type: "blob", Data: e.Deflated, Deflated: true, DeltaBase: e.Base.String()}, target, nil
+			}
+		}
+	} else if u.history[id] {
+		size, err := u.s.EncodedObjectSize(id)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", id, err)
+		}
+		if size >= client.LargeBlobBytes {
+			return nil, size, nil
+		}
+	}
+	typ, data, err := readObject(u.s, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &agwpv1.GitObject{Type: typ.String(), Data: data}, int64(len(data)), nil
+}
+
+// baseHeld reports whether the server holds the blob base as a delta may be against (stored
+// whole or as a delta, not in parts) by the time a delta sent now arrives.
+func (u *uploader) baseHeld(base plumbing.Hash) bool {
+	if u.sent[base] {
+		return true
+	}
+	if u.missing[base] || !u.history[base] {
+		return false // sent later, or large; or not the history's, so not known to be held
+	}
+	size, err := u.s.EncodedObjectSize(base)
+	return err == nil && size < client.LargeBlobBytes
 }
 
 // CountMissing answers how many of ids are missing.

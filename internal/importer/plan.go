@@ -22,6 +22,7 @@ type GitImport struct {
 	History    *GitHistory
 	Missing    map[plumbing.Hash]bool // the history's objects the server lacks
 	storage    *filesystem.Storage
+	packs      *Packs
 }
 
 // PlanGit reads the history that the HEAD of the git repository in dir reaches, for a new
@@ -53,7 +54,11 @@ func PlanGit(ctx context.Context, c *client.Client, name, dir string, log io.Wri
 	if err != nil {
 		return nil, err
 	}
-	return &GitImport{Repository: name, Dir: dir, History: h, Missing: missing, storage: st}, nil
+	packs, err := OpenPacks(st.Filesystem().Root())
+	if err != nil {
+		return nil, fmt.Errorf("open the packs of %s: %w", dir, err)
+	}
+	return &GitImport{Repository: name, Dir: dir, History: h, Missing: missing, storage: st, packs: packs}, nil
 }
 
 // Start uploads the objects the server lacks and creates the repository with the history's
@@ -61,7 +66,8 @@ func PlanGit(ctx context.Context, c *client.Client, name, dir string, log io.Wri
 // server holds are not sent again: an import that stopped is finished by running it again. A
 // shallow history's repository keeps where it stops (CreateRepositoryRequest.shallow).
 func (gi *GitImport) Start(ctx context.Context, c *client.Client, progress ProgressFunc) (*agwpv1.Repository, error) {
-	if err := UploadGitHistory(ctx, c, gi.storage, gi.History, gi.Missing, progress); err != nil {
+	defer gi.packs.Close()
+	if err := UploadGitHistory(ctx, c, gi.storage, gi.packs, gi.History, gi.Missing, progress); err != nil {
 		return nil, err
 	}
 	created, err := c.Repos.CreateRepository(ctx, &agwpv1.CreateRepositoryRequest{Name: gi.Repository, GitCommit: gi.History.Head.String(),

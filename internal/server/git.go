@@ -420,6 +420,30 @@ type batchSource interface {
 	ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.GitObject, error)
 }
 
+// deltaSource is a gitObjectSource that keeps some blobs as deltas; the store is one.
+type deltaSource interface {
+	ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.PackDelta, error)
+}
+
+// StoredDeltas answers the blobs among ids the store keeps as deltas (gitstore.DeltaStorer),
+// or none when it keeps none so.
+func (o *gitObjects) StoredDeltas(ids []plumbing.Hash) (map[plumbing.Hash]gitstore.StoredDelta, error) {
+	src, ok := o.src.(deltaSource)
+	if !ok {
+		return nil, nil
+	}
+	kept, err := src.ReadStoredDeltas(o.ctx, ids)
+	if err != nil {
+		logGitStoreError(o.ctx, o.log, "read stored deltas", err, "objects", len(ids))
+		return nil, errGitRead
+	}
+	out := make(map[plumbing.Hash]gitstore.StoredDelta, len(kept))
+	for id, d := range kept {
+		out[id] = gitstore.StoredDelta{Base: d.Base, Size: d.Len, Deflated: d.Deflated}
+	}
+	return out, nil
+}
+
 // Prefetch reads the objects among ids that the cache lacks in one request to a store that
 // can (gitstore.Prefetcher): a pack of 100,000 objects then costs a few hundred requests,
 // not 100,000. A failure is only logged: each object is read again, alone, when it is used.

@@ -31,7 +31,8 @@ import (
 // maxGitObjectsPerCall bounds UploadGitObjects and FindMissingGitObjects.
 const maxGitObjectsPerCall = 10000
 
-// UploadGitObjects stores trees and commits under the ids git computes for them.
+// UploadGitObjects stores blobs, trees and commits under the ids git computes for them, each
+// made whole from what it came as (objectMaker) and checked.
 func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGitObjectsRequest) (*agwpv1.UploadGitObjectsResponse, error) {
 	in := req.GetObjects()
 	if len(in) > maxGitObjectsPerCall {
@@ -48,7 +49,13 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		}
 		shallow[id] = true
 	}
+	maker, err := newObjectMaker(ctx, h.s, in)
+	if err != nil {
+		return nil, err
+	}
 	objects := make([]store.GitObject, 0, len(in))
+	var blobs []store.PackedBlob
+	ids := make([]plumbing.Hash, len(in))
 	inRequest := make(map[plumbing.Hash]plumbing.ObjectType, len(in))
 	var refs []gitstore.Reference
 	total := 0
@@ -60,22 +67,44 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		}
 		field := fmt.Sprintf("objects[%d]", i)
 		typ, err := plumbing.ParseObjectType(o.GetType())
-		if err != nil || (typ != plumbing.TreeObject && typ != plumbing.CommitObject) {
-			return nil, invalid(field+".type", "%q: want tree or commit (blobs go through UploadBlobs)", truncate(o.GetType(), 40))
+		if err != nil || (typ != plumbing.TreeObject && typ != plumbing.CommitObject && typ != plumbing.BlobObject) {
+			return nil, invalid(field+".type", "%q: want blob, tree or commit", truncate(o.GetType(), 40))
 		}
+		made, err := maker.make(field, typ, o)
+		if err != nil {
+			return nil, err
+		}
+		if typ == plumbing.BlobObject && len(made.content) >= largeGitBlobBytes {
+			return nil, invalid(field, "is a blob of %d bytes: one of %d MiB or more goes in parts (StartBlobUpload)", len(made.content), largeGitBlobBytes>>20)
+		}
+		id := plumbing.ComputeHash(typ, made.content)
+		ids[i] = id
+		if _, again := inRequest[id]; again {
+			continue
+		}
+		inRequest[id] = typ
+		maker.cache.Add(id, made.content)
+		if typ == plumbing.BlobObject {
+			row, depth, err := maker.blobRow(id, o, made)
+			if err != nil {
+				return nil, err
+			}
+			maker.made[id] = madeObject{in: o, typ: typ, depth: depth}
+			blobs = append(blobs, row)
+			continue
+		}
+		maker.made[id] = madeObject{in: o, typ: typ}
 		mo := &plumbing.MemoryObject{}
 		mo.SetType(typ)
-		if _, err := mo.Write(o.GetData()); err != nil {
+		if _, err := mo.Write(made.content); err != nil {
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
-		id := mo.Hash()
-		r, err := gitstore.References(mo, o.GetData())
+		r, err := gitstore.References(mo, made.content)
 		if err != nil {
 			return nil, invalid(field, "%s %s: %v", typ, id, err)
 		}
 		refs = append(refs, r...)
-		inRequest[id] = typ
-		objects = append(objects, store.GitObject{ID: id, Type: typ, Data: o.GetData()})
+		objects = append(objects, store.GitObject{ID: id, Type: typ, Data: made.content})
 	}
 	for i, s := range req.GetShallow() {
 		if inRequest[plumbing.NewHash(s)] != plumbing.CommitObject {
@@ -118,12 +147,16 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	if err := h.s.store.RecordShallowCommits(ctx, holes); err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
+	// Blobs first: a tree of the call that names one is stored after it, or with it.
+	if err := h.s.store.PutPackedBlobs(ctx, blobs); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
 	if err := h.s.store.PutGitObjects(ctx, objects); err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
-	out := &agwpv1.UploadGitObjectsResponse{Ids: make([]string, len(objects))}
-	for i, o := range objects {
-		out.Ids[i] = o.ID.String()
+	out := &agwpv1.UploadGitObjectsResponse{Ids: make([]string, len(ids))}
+	for i, id := range ids {
+		out.Ids[i] = id.String()
 	}
 	return out, nil
 }

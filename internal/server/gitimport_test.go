@@ -110,8 +110,8 @@ func TestUploadGitObjectsKeepsTheStoreWhole(t *testing.T) {
 			}
 			_, nullSub := tree(object.TreeEntry{Name: "vendor", Mode: filemode.Submodule, Hash: plumbing.ZeroHash})
 			wantCode(t, "a submodule of the null commit", upload(nullSub), connect.CodeInvalidArgument)
-			wantCode(t, "a blob sent as a git object",
-				upload(&agwpv1.GitObject{Type: "blob", Data: blob}), connect.CodeInvalidArgument)
+			wantCode(t, "a tag sent as a git object",
+				upload(&agwpv1.GitObject{Type: "tag", Data: blob}), connect.CodeInvalidArgument)
 
 			// A commit whose parent is missing; then its tree and parent in the same request.
 			parentID, parentData := encodeCommit(t, goodID)

@@ -87,7 +87,9 @@ type Config struct {
 
 // Server is an AGWP v1 server over one store.
 type Server struct {
-	store          store.Store
+	store store.Store
+	// uploadBases keeps the objects UploadGitObjects made last, the bases of the next deltas.
+	uploadBases    *store.BlobCache
 	log            *slog.Logger
 	auth           *authenticator
 	metrics        *metrics
@@ -129,6 +131,7 @@ func New(cfg Config) *Server {
 		uploads:        &uploadSlots{limit: cfg.UploadsPerPrincipal, held: map[string]int{}},
 		gitFetches:     &uploadSlots{limit: cfg.GitFetchesPerPrincipal, held: map[string]int{}},
 		packWarmups:    make(chan string, 16),
+		uploadBases:    store.NewBlobCache(uploadCacheBytes),
 	}
 	if s.uploads.limit <= 0 {
 		s.uploads.limit = DefaultUploadsPerPrincipal

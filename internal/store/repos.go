@@ -110,6 +110,19 @@ type RepoStore interface {
 	// caller); one already stored is left as it is.
 	PutGitObjects(ctx context.Context, objects []GitObject) error
 
+	// PutPackedBlobs stores blobs an import sent (git's own ids, checked by the caller against
+	// what Data makes), each in its row's form; a blob already stored is left as it is. A
+	// StoredPackDelta's base must be stored, or come before it in blobs.
+	PutPackedBlobs(ctx context.Context, blobs []PackedBlob) error
+
+	// BlobDepths answers, of each stored blob among ids that a delta may be against (one not
+	// stored in parts), how many deltas deep it is: 0 when kept whole.
+	BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error)
+
+	// ReadStoredDeltas answers the blobs among ids kept as deltas (StoredPackDelta), as they
+	// are kept: a pack carries them so, never made whole.
+	ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]PackDelta, error)
+
 	// MissingGitObjects answers the ids among ids that the store holds neither as a tree or
 	// commit nor as a blob, in the order given.
 	MissingGitObjects(ctx context.Context, ids []plumbing.Hash) ([]plumbing.Hash, error)

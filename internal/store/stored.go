@@ -30,6 +30,9 @@ const (
 	// change rewrites every tree along its path, and the wide ones near the root differ from
 	// the versions they replace by an entry's 20 bytes.
 	StoredDelta = 3
+	// StoredPackDelta: a blob kept as git's delta against another blob, compressed, as the
+	// pack an import sent held it (PackDelta, ADR-0037). Its base may be a delta too.
+	StoredPackDelta = 4
 )
 
 // PatchStoredDelta answers the tree a StoredDelta row of id keeps as data, reading its

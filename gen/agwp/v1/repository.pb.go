@@ -1028,9 +1028,18 @@ func (x *CreateRepositoryRequest) GetShallow() []string {
 // GitObject is a git tree or commit as git stores it, without its "<type> <size>\0" header.
 type GitObject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "tree" or "commit".
-	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// "tree" or "commit"; or "blob", a blob smaller than 4 MiB (a larger one goes in parts,
+	// StartBlobUpload), which the server stores under its sha256 digest too.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The object's content, without git's header; or, with delta_base, git's delta that makes it.
+	// A zlib stream of either when deflated.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// When set (40 hex): data is git's delta (as a pack holds it) against the object so named, of
+	// the same type, which the server holds or which comes before in the same request. An import
+	// sends the deltas its packs hold, and a blob the server keeps as its delta, as git does.
+	DeltaBase string `protobuf:"bytes,3,opt,name=delta_base,json=deltaBase,proto3" json:"delta_base,omitempty"`
+	// data is a zlib stream, as a pack holds an object or a delta: the server keeps it as it is.
+	Deflated      bool `protobuf:"varint,4,opt,name=deflated,proto3" json:"deflated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1086,20 @@ func (x *GitObject) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *GitObject) GetDeltaBase() string {
+	if x != nil {
+		return x.DeltaBase
+	}
+	return ""
+}
+
+func (x *GitObject) GetDeflated() bool {
+	if x != nil {
+		return x.Deflated
+	}
+	return false
 }
 
 type UploadGitObjectsRequest struct {
@@ -3829,10 +3852,13 @@ const file_agwp_v1_repository_proto_rawDesc = "" +
 	"validation\x12\x1d\n" +
 	"\n" +
 	"git_commit\x18\x03 \x01(\tR\tgitCommit\x12\x18\n" +
-	"\ashallow\x18\x04 \x03(\tR\ashallow\"3\n" +
+	"\ashallow\x18\x04 \x03(\tR\ashallow\"n\n" +
 	"\tGitObject\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"a\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"delta_base\x18\x03 \x01(\tR\tdeltaBase\x12\x1a\n" +
+	"\bdeflated\x18\x04 \x01(\bR\bdeflated\"a\n" +
 	"\x17UploadGitObjectsRequest\x12,\n" +
 	"\aobjects\x18\x01 \x03(\v2\x12.agwp.v1.GitObjectR\aobjects\x12\x18\n" +
 	"\ashallow\x18\x02 \x03(\tR\ashallow\",\n" +

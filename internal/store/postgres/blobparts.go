@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ag-coord/ag/internal/store"
@@ -174,12 +175,13 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 		partBytes *int64
 		storedAs  int16
 	)
-	if err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, part_bytes, stored_as FROM blobs WHERE digest = $1`, digest).
-		Scan(&content, &size, &partsKey, &partBytes, &storedAs); err != nil {
+	var gitID []byte
+	if err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, part_bytes, stored_as, git_id FROM blobs WHERE digest = $1`, digest).
+		Scan(&content, &size, &partsKey, &partBytes, &storedAs, &gitID); err != nil {
 		return interpretError("read blob "+digest, err)
 	}
 	if partsKey == nil || partBytes == nil {
-		content, err := store.DecodeStored(content, int(storedAs), size)
+		content, err := blobContent(ctx, db.pool, "blob "+digest, hashOf(gitID), content, int(storedAs), size, nil, nil)
 		if err != nil {
 			return fmt.Errorf("read blob %s: %w", digest, err)
 		}
@@ -202,10 +204,14 @@ func (db *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn fun
 	}, fn)
 }
 
-// blobContent answers a blob's whole content: content as stored (storedAs), or, when partsKey
-// is set, its parts joined in order. A stored blob's parts never change, so qr may be any
+// blobContent answers the whole content of the blob gitID: content as stored (storedAs), made
+// from its chain of deltas (sharing cache, which may be nil), or, when partsKey is set, its
+// parts joined in order. A stored blob's parts never change, so qr may be any
 // connection.
-func blobContent(ctx context.Context, qr querier, what string, content []byte, storedAs int, size int64, partsKey *string) ([]byte, error) {
+func blobContent(ctx context.Context, qr querier, what string, gitID plumbing.Hash, content []byte, storedAs int, size int64, partsKey *string, cache *store.BlobCache) ([]byte, error) {
+	if storedAs == store.StoredPackDelta && partsKey == nil {
+		return patchBlob(ctx, qr, gitID, store.BlobRow{Data: content, StoredAs: storedAs, Size: size}, cache)
+	}
 	if partsKey == nil {
 		content, err := store.DecodeStored(content, storedAs, size)
 		return nonNilBytes(content), err
@@ -228,11 +234,14 @@ func blobContent(ctx context.Context, qr querier, what string, content []byte, s
 	return whole, nil
 }
 
-// storedInParts is a blob, among others read, whose content is in parts.
+// storedInParts is a blob, among others read, whose content is in parts or in deltas: read
+// once the rows are.
 type storedInParts struct {
 	index    int
 	size     int64
-	partsKey string
+	partsKey *string
+	storedAs int
+	gitID    plumbing.Hash
 }
 
 // nonNilBytes keeps an absent byte string as an empty one, which pgx would send as NULL.
@@ -241,4 +250,32 @@ func nonNilBytes(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// patchBlob answers the content of the blob id kept as a delta (row), reading its chain.
+func patchBlob(ctx context.Context, qr querier, id plumbing.Hash, row store.BlobRow, cache *store.BlobCache) ([]byte, error) {
+	return store.PatchBlob(id, row, func(base plumbing.Hash) (store.BlobRow, error) {
+		var (
+			r        store.BlobRow
+			form     int16
+			partsKey *string
+		)
+		if err := qr.QueryRow(ctx, `SELECT content, stored_as, size, parts_key FROM blobs WHERE git_id = $1`, base[:]).
+			Scan(&r.Data, &form, &r.Size, &partsKey); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Not ErrNotFound: the blob asked for is stored, and its base must be.
+				return r, errors.New("not stored")
+			}
+			return r, interpretError("read blob "+base.String(), err)
+		}
+		r.StoredAs, r.InParts = int(form), partsKey != nil
+		return r, nil
+	}, cache)
+}
+
+// hashOf answers a git id as a column holds it.
+func hashOf(raw []byte) plumbing.Hash {
+	var h plumbing.Hash
+	copy(h[:], raw)
+	return h
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -121,8 +122,8 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 		deltas   []int // of out, kept as deltas
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &data, &size, &partsKey, &storedAs}, func() error {
-		if partsKey != nil {
-			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
+		if partsKey != nil || storedAs == store.StoredPackDelta {
+			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey, storedAs: int(storedAs)})
 		} else if storedAs == store.StoredDelta {
 			deltas = append(deltas, len(out))
 		} else if data, err = store.DecodeStored(data, int(storedAs), size); err != nil {
@@ -136,9 +137,10 @@ func (db *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.
 	}); err != nil {
 		return nil, interpretError("read git objects", err)
 	}
+	cache := store.NewReadCache()
 	for _, p := range inParts {
 		o := &out[p.index]
-		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, &p.partsKey); err != nil {
+		if o.Data, err = blobContent(ctx, db.pool, "git object "+o.ID.String(), o.ID, o.Data, p.storedAs, p.size, p.partsKey, cache); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +194,7 @@ func (g gitBackend) ReadGitObject(ctx context.Context, id plumbing.Hash) (plumbi
 	if storedAs == store.StoredDelta {
 		data, err = store.PatchStoredDelta(id, data, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, g.qr, anchor) })
 	} else {
-		data, err = blobContent(ctx, g.qr, "git object "+id.String(), data, int(storedAs), size, partsKey)
+		data, err = blobContent(ctx, g.qr, "git object "+id.String(), id, data, int(storedAs), size, partsKey, nil)
 	}
 	if err != nil {
 		return 0, nil, err
@@ -520,4 +522,85 @@ func backfillGit(ctx context.Context, tx pgx.Tx, emailDomain string) error {
 		}
 	}
 	return nil
+}
+
+// PutPackedBlobs stores blobs an import sent, in the form the caller checked, in their order:
+// a delta's base before it.
+func (db *DB) PutPackedBlobs(ctx context.Context, blobs []store.PackedBlob) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	digests := make([]string, len(blobs))
+	data := make([][]byte, len(blobs))
+	gitIDs := make([][]byte, len(blobs))
+	sizes := make([]int64, len(blobs))
+	forms := make([]int16, len(blobs))
+	for i, b := range blobs {
+		digests[i], data[i], gitIDs[i], sizes[i], forms[i] = b.Digest, nonNilBytes(b.Data), b.GitID[:], b.Size, int16(b.StoredAs)
+	}
+	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, data, gitIDs, sizes, forms); err != nil {
+		return interpretError("put packed blobs", err)
+	}
+	return nil
+}
+
+// BlobDepths answers how many deltas deep each stored blob among ids is that a delta may be
+// against: one not stored in parts.
+func (db *DB) BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error) {
+	out := make(map[plumbing.Hash]int, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := db.pool.Query(ctx, `SELECT git_id, stored_as, substring(content from 1 for 21) FROM blobs
+		WHERE parts_key IS NULL AND git_id = ANY($1::bytea[])`, raw)
+	if err != nil {
+		return nil, interpretError("blob depths", err)
+	}
+	var (
+		id, head []byte
+		form     int16
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &form, &head}, func() error {
+		if depth, ok := store.DepthOf(int(form), head); ok {
+			out[hashOf(id)] = depth
+		}
+		return nil
+	}); err != nil {
+		return nil, interpretError("blob depths", err)
+	}
+	return out, nil
+}
+
+// ReadStoredDeltas answers the blobs among ids kept as deltas, as they are kept.
+func (db *DB) ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.PackDelta, error) {
+	out := map[plumbing.Hash]store.PackDelta{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := db.pool.Query(ctx, `SELECT git_id, content FROM blobs WHERE stored_as = $1 AND git_id = ANY($2::bytea[])`,
+		store.StoredPackDelta, raw)
+	if err != nil {
+		return nil, interpretError("read stored deltas", err)
+	}
+	var id, data []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &data}, func() error {
+		pd, err := store.ParsePackDelta(data)
+		if err != nil {
+			return fmt.Errorf("blob %x: %w", id, err)
+		}
+		pd.Deflated = bytes.Clone(pd.Deflated)
+		out[hashOf(id)] = pd
+		return nil
+	}); err != nil {
+		return nil, interpretError("read stored deltas", err)
+	}
+	return out, nil
 }

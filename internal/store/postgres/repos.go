@@ -209,12 +209,13 @@ func (db *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		partsKey *string
 		storedAs int16
 	)
-	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, stored_as FROM blobs WHERE digest = $1`, digest).
-		Scan(&content, &size, &partsKey, &storedAs)
+	var gitID []byte
+	err := db.pool.QueryRow(ctx, `SELECT content, size, parts_key, stored_as, git_id FROM blobs WHERE digest = $1`, digest).
+		Scan(&content, &size, &partsKey, &storedAs, &gitID)
 	if err != nil {
 		return store.Blob{}, interpretError("blob "+digest, err)
 	}
-	if content, err = blobContent(ctx, db.pool, "blob "+digest, content, int(storedAs), size, partsKey); err != nil {
+	if content, err = blobContent(ctx, db.pool, "blob "+digest, hashOf(gitID), content, int(storedAs), size, partsKey, nil); err != nil {
 		return store.Blob{}, err
 	}
 	return store.Blob{Digest: digest, Content: content}, nil
@@ -233,7 +234,7 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 	if len(digests) == 0 {
 		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key, stored_as FROM blobs WHERE digest = ANY($1::text[])`, digests)
+	rows, err := db.pool.Query(ctx, `SELECT digest, content, size, parts_key, stored_as, git_id FROM blobs WHERE digest = ANY($1::text[])`, digests)
 	if err != nil {
 		return nil, interpretError("get blobs", err)
 	}
@@ -245,10 +246,11 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 		size     int64
 		partsKey *string
 		storedAs int16
+		gitID    []byte
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content, &size, &partsKey, &storedAs}, func() error {
-		if partsKey != nil {
-			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: *partsKey})
+	if _, err := pgx.ForEachRow(rows, []any{&b.Digest, &b.Content, &size, &partsKey, &storedAs, &gitID}, func() error {
+		if partsKey != nil || storedAs == store.StoredPackDelta {
+			inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey, storedAs: int(storedAs), gitID: hashOf(gitID)})
 		} else if b.Content, err = store.DecodeStored(b.Content, int(storedAs), size); err != nil {
 			return fmt.Errorf("%s: %w", b.Digest, err)
 		}
@@ -259,9 +261,10 @@ func (db *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, err
 	}); err != nil {
 		return nil, interpretError("get blobs", err)
 	}
+	cache := store.NewReadCache()
 	for _, p := range inParts {
 		b := &out[p.index]
-		if b.Content, err = blobContent(ctx, db.pool, "blob "+b.Digest, b.Content, store.StoredPlain, p.size, &p.partsKey); err != nil {
+		if b.Content, err = blobContent(ctx, db.pool, "blob "+b.Digest, p.gitID, b.Content, p.storedAs, p.size, p.partsKey, cache); err != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/ag-coord/ag/internal/store"
 )
 
@@ -162,12 +164,13 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 		partBytes sql.NullInt64
 		storedAs  int
 	)
-	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, part_bytes, stored_as FROM blobs WHERE digest = ?`, digest).
-		Scan(&content, &size, &partsKey, &partBytes, &storedAs); err != nil {
+	var gitID []byte
+	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, part_bytes, stored_as, git_id FROM blobs WHERE digest = ?`, digest).
+		Scan(&content, &size, &partsKey, &partBytes, &storedAs, &gitID); err != nil {
 		return interpretError("read blob "+digest, err)
 	}
 	if !partsKey.Valid {
-		content, err := store.DecodeStored(content, storedAs, size)
+		content, err := blobContent(ctx, d.r, "blob "+digest, hashOf(gitID), content, storedAs, size, partsKey, nil)
 		if err != nil {
 			return fmt.Errorf("read blob %s: %w", digest, err)
 		}
@@ -190,9 +193,13 @@ func (d *DB) ReadBlob(ctx context.Context, digest string, offset uint64, fn func
 	}, fn)
 }
 
-// blobContent answers a blob's whole content: content as stored (storedAs), or its parts under
-// partsKey joined in order. A stored blob's parts never change, so q may be any connection.
-func blobContent(ctx context.Context, q querier, what string, content []byte, storedAs int, size int64, partsKey sql.NullString) ([]byte, error) {
+// blobContent answers the whole content of the blob gitID: content as stored (storedAs), made
+// from its chain of deltas (sharing cache, which may be nil), or its parts under partsKey
+// joined in order. A stored blob's rows and parts never change, so q may be any connection.
+func blobContent(ctx context.Context, q querier, what string, gitID plumbing.Hash, content []byte, storedAs int, size int64, partsKey sql.NullString, cache *store.BlobCache) ([]byte, error) {
+	if storedAs == store.StoredPackDelta && !partsKey.Valid {
+		return patchBlob(ctx, q, gitID, store.BlobRow{Data: content, StoredAs: storedAs, Size: size}, cache)
+	}
 	if !partsKey.Valid {
 		content, err := store.DecodeStored(content, storedAs, size)
 		return nonNil(content), err
@@ -219,9 +226,39 @@ func blobContent(ctx context.Context, q querier, what string, content []byte, st
 	return whole, nil
 }
 
-// storedInParts is a blob, among others read, whose content is in parts.
+// storedInParts is a blob, among others read, whose content is in parts or in deltas: read
+// once the rows are.
 type storedInParts struct {
 	index    int
 	size     int64
 	partsKey sql.NullString
+	storedAs int
+	gitID    plumbing.Hash
+}
+
+// patchBlob answers the content of the blob id kept as a delta (row), reading its chain.
+func patchBlob(ctx context.Context, q querier, id plumbing.Hash, row store.BlobRow, cache *store.BlobCache) ([]byte, error) {
+	return store.PatchBlob(id, row, func(base plumbing.Hash) (store.BlobRow, error) {
+		var (
+			r        store.BlobRow
+			partsKey sql.NullString
+		)
+		if err := q.QueryRowContext(ctx, `SELECT content, stored_as, size, parts_key FROM blobs WHERE git_id = ?`, base[:]).
+			Scan(&r.Data, &r.StoredAs, &r.Size, &partsKey); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				// Not ErrNotFound: the blob asked for is stored, and its base must be.
+				return r, errors.New("not stored")
+			}
+			return r, interpretError("read blob "+base.String(), err)
+		}
+		r.InParts = partsKey.Valid
+		return r, nil
+	}, cache)
+}
+
+// hashOf answers a git id as a column holds it.
+func hashOf(raw []byte) plumbing.Hash {
+	var h plumbing.Hash
+	copy(h[:], raw)
+	return h
 }

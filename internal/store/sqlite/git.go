@@ -56,7 +56,7 @@ func readGitObjectAs(ctx context.Context, q querier, id plumbing.Hash, storedAs 
 	if form == store.StoredDelta {
 		data, err = store.PatchStoredDelta(id, data, func(anchor plumbing.Hash) ([]byte, error) { return readAnchor(ctx, q, anchor) })
 	} else {
-		data, err = blobContent(ctx, q, "git object "+id.String(), data, form, size, partsKey)
+		data, err = blobContent(ctx, q, "git object "+id.String(), id, data, form, size, partsKey, nil)
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("read git object %s: %w", id, err)
@@ -264,8 +264,8 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 				rows.Close()
 				return nil, interpretError("read git objects", err)
 			}
-			if partsKey.Valid {
-				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
+			if partsKey.Valid || storedAs == store.StoredPackDelta {
+				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey, storedAs: storedAs})
 			} else if storedAs == store.StoredDelta {
 				deltas = append(deltas, len(out))
 			} else if data, err = store.DecodeStored(data, storedAs, size); err != nil {
@@ -282,10 +282,11 @@ func (d *DB) ReadGitObjects(ctx context.Context, ids []plumbing.Hash) ([]store.G
 			return nil, interpretError("read git objects", err)
 		}
 	}
+	cache := store.NewReadCache()
 	for _, p := range inParts {
 		o := &out[p.index]
 		var err error
-		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.Data, store.StoredPlain, p.size, p.partsKey); err != nil {
+		if o.Data, err = blobContent(ctx, d.r, "git object "+o.ID.String(), o.ID, o.Data, p.storedAs, p.size, p.partsKey, cache); err != nil {
 			return nil, fmt.Errorf("read git objects: %w", err)
 		}
 	}
@@ -537,4 +538,92 @@ func readAnchor(ctx context.Context, q querier, anchor plumbing.Hash) ([]byte, e
 	}
 	// An anchor kept as a delta itself is no form DecodeStored knows: damage, not a tree.
 	return store.DecodeStored(data, form, -1)
+}
+
+// PutPackedBlobs stores blobs an import sent, in the form the caller checked.
+func (d *DB) PutPackedBlobs(ctx context.Context, blobs []store.PackedBlob) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	return d.write(ctx, "put packed blobs", func(ctx context.Context, tx *sql.Tx) error {
+		for _, b := range blobs {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id, stored_as) VALUES (?, ?, ?, ?, ?)`,
+				b.Digest, nonNil(b.Data), b.Size, b.GitID[:], b.StoredAs); err != nil {
+				return interpretError("store blob "+b.Digest, err)
+			}
+		}
+		return nil
+	})
+}
+
+// BlobDepths answers how many deltas deep each stored blob among ids is that a delta may be
+// against: one not stored in parts.
+func (d *DB) BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error) {
+	out := make(map[plumbing.Hash]int, len(ids))
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		rows, err := d.r.QueryContext(ctx, `SELECT git_id, stored_as, substr(content, 1, 21) FROM blobs
+			WHERE parts_key IS NULL AND git_id IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpretError("blob depths", err)
+		}
+		for rows.Next() {
+			var (
+				raw, head []byte
+				form      int
+			)
+			if err := rows.Scan(&raw, &form, &head); err != nil {
+				rows.Close()
+				return nil, interpretError("blob depths", err)
+			}
+			if depth, ok := store.DepthOf(form, head); ok {
+				out[hashOf(raw)] = depth
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpretError("blob depths", err)
+		}
+	}
+	return out, nil
+}
+
+// ReadStoredDeltas answers the blobs among ids kept as deltas, as they are kept.
+func (d *DB) ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]store.PackDelta, error) {
+	out := map[plumbing.Hash]store.PackDelta{}
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk)+1)
+		args[0] = store.StoredPackDelta
+		for i, id := range chunk {
+			args[i+1] = id[:]
+		}
+		rows, err := d.r.QueryContext(ctx, `SELECT git_id, content FROM blobs
+			WHERE stored_as = ?1 AND git_id IN (`+placeholders(2, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpretError("read stored deltas", err)
+		}
+		for rows.Next() {
+			var raw, data []byte
+			if err := rows.Scan(&raw, &data); err != nil {
+				rows.Close()
+				return nil, interpretError("read stored deltas", err)
+			}
+			pd, err := store.ParsePackDelta(data)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read stored deltas: blob %x: %w", raw, err)
+			}
+			out[hashOf(raw)] = pd
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpretError("read stored deltas", err)
+		}
+	}
+	return out, nil
 }

@@ -155,11 +155,12 @@ func (d *DB) GetBlob(ctx context.Context, digest string) (store.Blob, error) {
 		partsKey sql.NullString
 		storedAs int
 	)
-	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, stored_as FROM blobs WHERE digest = ?`, digest).
-		Scan(&content, &size, &partsKey, &storedAs); err != nil {
+	var gitID []byte
+	if err := d.r.QueryRowContext(ctx, `SELECT content, size, parts_key, stored_as, git_id FROM blobs WHERE digest = ?`, digest).
+		Scan(&content, &size, &partsKey, &storedAs, &gitID); err != nil {
 		return store.Blob{}, interpretError("get blob "+digest, err)
 	}
-	content, err := blobContent(ctx, d.r, "blob "+digest, content, storedAs, size, partsKey)
+	content, err := blobContent(ctx, d.r, "blob "+digest, hashOf(gitID), content, storedAs, size, partsKey, nil)
 	if err != nil {
 		return store.Blob{}, fmt.Errorf("get blob: %w", err)
 	}
@@ -178,7 +179,7 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 		for i, dg := range chunk {
 			args[i] = dg
 		}
-		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key, stored_as FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
+		rows, err := d.r.QueryContext(ctx, `SELECT digest, content, size, parts_key, stored_as, git_id FROM blobs WHERE digest IN (`+placeholders(1, len(chunk))+`)`, args...)
 		if err != nil {
 			return nil, interpretError("get blobs", err)
 		}
@@ -188,13 +189,14 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 				size     int64
 				partsKey sql.NullString
 				storedAs int
+				gitID    []byte
 			)
-			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey, &storedAs); err != nil {
+			if err := rows.Scan(&b.Digest, &b.Content, &size, &partsKey, &storedAs, &gitID); err != nil {
 				rows.Close()
 				return nil, interpretError("get blobs", err)
 			}
-			if partsKey.Valid {
-				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey})
+			if partsKey.Valid || storedAs == store.StoredPackDelta {
+				inParts = append(inParts, storedInParts{index: len(out), size: size, partsKey: partsKey, storedAs: storedAs, gitID: hashOf(gitID)})
 			} else if b.Content, err = store.DecodeStored(b.Content, storedAs, size); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("get blobs: %s: %w", b.Digest, err)
@@ -208,10 +210,11 @@ func (d *DB) GetBlobs(ctx context.Context, digests []string) ([]store.Blob, erro
 			return nil, interpretError("get blobs", err)
 		}
 	}
+	cache := store.NewReadCache()
 	for _, p := range inParts {
 		b := &out[p.index]
 		var err error
-		if b.Content, err = blobContent(ctx, d.r, "blob "+b.Digest, b.Content, store.StoredPlain, p.size, p.partsKey); err != nil {
+		if b.Content, err = blobContent(ctx, d.r, "blob "+b.Digest, p.gitID, b.Content, p.storedAs, p.size, p.partsKey, cache); err != nil {
 			return nil, fmt.Errorf("get blobs: %w", err)
 		}
 	}

@@ -122,9 +122,9 @@ type RepositoryServiceClient interface {
 	// FindMissingBlobs answers which of the digests the server does not hold, so a client uploads
 	// only those. Roles: agent, admin.
 	FindMissingBlobs(context.Context, *v1.FindMissingBlobsRequest) (*v1.FindMissingBlobsResponse, error)
-	// UploadGitObjects stores git trees and commits (blobs go through UploadBlobs), each under
-	// the id git computes from it, so that a repository can start from a git history
-	// (CreateRepository's git_commit). Role: admin.
+	// UploadGitObjects stores git trees and commits, and blobs as a pack holds them (a delta
+	// against another, compressed), each under the id git computes from it, so that a repository
+	// can start from a git history (CreateRepository's git_commit). Role: admin.
 	UploadGitObjects(context.Context, *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error)
 	// FindMissingGitObjects answers which of the git object ids (commits, trees or blobs) the
 	// server does not hold, so that an import uploads only those, and resumes where it stopped.
@@ -542,9 +542,9 @@ type RepositoryServiceHandler interface {
 	// FindMissingBlobs answers which of the digests the server does not hold, so a client uploads
 	// only those. Roles: agent, admin.
 	FindMissingBlobs(context.Context, *v1.FindMissingBlobsRequest) (*v1.FindMissingBlobsResponse, error)
-	// UploadGitObjects stores git trees and commits (blobs go through UploadBlobs), each under
-	// the id git computes from it, so that a repository can start from a git history
-	// (CreateRepository's git_commit). Role: admin.
+	// UploadGitObjects stores git trees and commits, and blobs as a pack holds them (a delta
+	// against another, compressed), each under the id git computes from it, so that a repository
+	// can start from a git history (CreateRepository's git_commit). Role: admin.
 	UploadGitObjects(context.Context, *v1.UploadGitObjectsRequest) (*v1.UploadGitObjectsResponse, error)
 	// FindMissingGitObjects answers which of the git object ids (commits, trees or blobs) the
 	// server does not hold, so that an import uploads only those, and resumes where it stopped.
