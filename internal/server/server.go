@@ -260,7 +260,10 @@ func (s *Server) Run(ctx context.Context) {
 	background.Go(func() { s.gate.Run(ctx) })
 	background.Go(func() { s.mirrors.Run(ctx) })
 	background.Go(func() { s.sealLoop(ctx) })
-	background.Go(func() { s.compactStored(ctx) })
+	background.Go(func() {
+		s.compactStored(ctx)
+		s.keepBlobsAsDeltas(ctx)
+	})
 	background.Go(func() { s.warmPackCaches(ctx) })
 	defer background.Wait()
 	t := time.NewTicker(s.expireInterval)

@@ -263,3 +263,94 @@ const readCacheBytes = 32 << 20
 
 // NewReadCache answers the cache one read of many blobs shares between their chains.
 func NewReadCache() *BlobCache { return NewBlobCache(readCacheBytes) }
+
+// BlobRewrite is a blob stored whole to keep as its delta against Base instead
+// (ReplaceWithDeltas): the delta's length and its zlib stream.
+type BlobRewrite struct {
+	Blob     plumbing.Hash
+	Base     plumbing.Hash
+	Len      int
+	Deflated []byte
+}
+
+// BaseRow is what keeping a delta against a stored blob needs of its row: its form, the first
+// bytes of its data (DepthOf), whether it is in parts.
+type BaseRow struct {
+	StoredAs int
+	Head     []byte
+	InParts  bool
+}
+
+// DeltaDepth answers how deep a delta against the blob of row would be, or an error when no
+// delta may be against it: stored in parts, or its chain already as deep as a chain may be.
+func (row BaseRow) DeltaDepth() (int, error) {
+	if row.InParts {
+		return 0, errors.New("it is stored in parts")
+	}
+	depth, ok := DepthOf(row.StoredAs, row.Head)
+	if !ok {
+		return 0, errors.New("its row is damaged")
+	}
+	if depth >= MaxBlobDeltaDepth {
+		return 0, fmt.Errorf("its chain of deltas is %d deep", depth)
+	}
+	return depth + 1, nil
+}
+
+// CheckPackedDepths sets the depth of each StoredPackDelta among blobs to its chain's as the
+// store holds it now (the bases outside blobs read by read, in the transaction that stores
+// them), so that a base kept as a delta since the caller looked (ReplaceWithDeltas) is counted:
+// a base the store lacks, or one no delta may be against, is ErrFailedPrecondition.
+func CheckPackedDepths(blobs []PackedBlob, read func(bases []plumbing.Hash) (map[plumbing.Hash]BaseRow, error)) error {
+	inBatch := map[plumbing.Hash]int{}
+	var outside []plumbing.Hash
+	for _, b := range blobs {
+		if b.StoredAs == StoredPackDelta {
+			if d, err := ParsePackDelta(b.Data); err == nil {
+				if _, ok := inBatch[d.Base]; !ok {
+					outside = append(outside, d.Base)
+				}
+			}
+		}
+		inBatch[b.GitID] = 0
+	}
+	rows := map[plumbing.Hash]BaseRow{}
+	if len(outside) > 0 {
+		var err error
+		if rows, err = read(outside); err != nil {
+			return err
+		}
+	}
+	made := make(map[plumbing.Hash]int, len(blobs)) // the depths of the blobs before
+	for i := range blobs {
+		b := &blobs[i]
+		if b.StoredAs != StoredPackDelta {
+			made[b.GitID] = 0
+			continue
+		}
+		d, err := ParsePackDelta(b.Data)
+		if err != nil {
+			return fmt.Errorf("blob %s: %w", b.GitID, err)
+		}
+		depth, ok := made[d.Base]
+		if ok && depth < MaxBlobDeltaDepth {
+			depth++
+		} else if !ok {
+			row, held := rows[d.Base]
+			if !held {
+				return fmt.Errorf("blob %s: its base %s is not stored: %w", b.GitID, d.Base, ErrFailedPrecondition)
+			}
+			if depth, err = row.DeltaDepth(); err != nil {
+				return fmt.Errorf("blob %s: no delta may be against %s: %v: %w", b.GitID, d.Base, err, ErrFailedPrecondition)
+			}
+		} else {
+			return fmt.Errorf("blob %s: its base %s's chain is %d deep: %w", b.GitID, d.Base, depth, ErrFailedPrecondition)
+		}
+		if d.Depth != depth {
+			d.Depth = depth
+			b.Data = d.Encode()
+		}
+		made[b.GitID] = depth
+	}
+	return nil
+}

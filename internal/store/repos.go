@@ -119,6 +119,21 @@ type RepoStore interface {
 	// stored in parts), how many deltas deep it is: 0 when kept whole.
 	BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error)
 
+	// ReplaceWithDeltas keeps each blob of rewrites that is stored whole (compressed or not,
+	// not in parts) as its delta against Base instead, in one transaction, and answers how many
+	// it rewrote. One is left whole when a delta is against it (its deltas' chains would grow),
+	// when Base is not stored, is in parts or is as deep as a chain may be. The deltas must make
+	// the blobs (the caller made and checked them): a read checks them still. Stores of other
+	// replicas' imports go on meanwhile: PutPackedBlobs counts a base's depth in its own
+	// transaction.
+	ReplaceWithDeltas(ctx context.Context, rewrites []BlobRewrite) (int, error)
+
+	// BlobDeltaWalk answers the head of repository's mainline from which the last walk that
+	// offered its blobs to ReplaceWithDeltas went down (zero: none did); RecordBlobDeltaWalk
+	// records it.
+	BlobDeltaWalk(ctx context.Context, repository string) (plumbing.Hash, error)
+	RecordBlobDeltaWalk(ctx context.Context, repository string, head plumbing.Hash) error
+
 	// ReadStoredDeltas answers the blobs among ids kept as deltas (StoredPackDelta), as they
 	// are kept: a pack carries them so, never made whole.
 	ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]PackDelta, error)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -535,11 +537,148 @@ func (db *DB) PutPackedBlobs(ctx context.Context, blobs []store.PackedBlob) erro
 	gitIDs := make([][]byte, len(blobs))
 	sizes := make([]int64, len(blobs))
 	forms := make([]int16, len(blobs))
-	for i, b := range blobs {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return interpretError("put packed blobs", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it does nothing
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, blobDeltaLock); err != nil {
+		return interpretError("put packed blobs", err)
+	}
+	if err := store.CheckPackedDepths(blobs, func(bases []plumbing.Hash) (map[plumbing.Hash]store.BaseRow, error) {
+		return baseRows(ctx, tx, bases)
+	}); err != nil {
+		return err
+	}
+	// In digest order, as putBlobsSQL's other callers, so that two transactions storing
+	// overlapping blobs never wait for each other in a cycle.
+	sorted := slices.Clone(blobs)
+	slices.SortStableFunc(sorted, func(a, b store.PackedBlob) int { return strings.Compare(a.Digest, b.Digest) })
+	for i, b := range sorted {
 		digests[i], data[i], gitIDs[i], sizes[i], forms[i] = b.Digest, nonNilBytes(b.Data), b.GitID[:], b.Size, int16(b.StoredAs)
 	}
-	if _, err := db.pool.Exec(ctx, putBlobsSQL, digests, data, gitIDs, sizes, forms); err != nil {
+	if _, err := tx.Exec(ctx, putBlobsSQL, digests, data, gitIDs, sizes, forms); err != nil {
 		return interpretError("put packed blobs", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return interpretError("put packed blobs", err)
+	}
+	return nil
+}
+
+// blobDeltaLock is the advisory lock that orders the transactions that keep blobs as deltas
+// (PutPackedBlobs, ReplaceWithDeltas), so that each counts the depth of a base as it is when it
+// commits, and no two make blobs deltas of each other.
+const blobDeltaLock = 0x61670037
+
+// baseRows answers what a delta against each stored blob among ids needs of its row.
+func baseRows(ctx context.Context, qr querier, ids []plumbing.Hash) (map[plumbing.Hash]store.BaseRow, error) {
+	out := make(map[plumbing.Hash]store.BaseRow, len(ids))
+	raw := make([][]byte, len(ids))
+	for i := range ids {
+		raw[i] = ids[i][:]
+	}
+	rows, err := qr.Query(ctx, `SELECT git_id, stored_as, substring(content from 1 for 21), parts_key IS NOT NULL FROM blobs
+		WHERE git_id = ANY($1::bytea[])`, raw)
+	if err != nil {
+		return nil, interpretError("read delta bases", err)
+	}
+	var (
+		id, head []byte
+		form     int16
+		inParts  bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &form, &head, &inParts}, func() error {
+		out[hashOf(id)] = store.BaseRow{StoredAs: int(form), Head: bytes.Clone(head), InParts: inParts}
+		return nil
+	}); err != nil {
+		return nil, interpretError("read delta bases", err)
+	}
+	return out, nil
+}
+
+// ReplaceWithDeltas keeps blobs stored whole as their deltas instead, each that still may be.
+func (db *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrite) (int, error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return 0, interpretError("keep blobs as deltas", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it does nothing
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, blobDeltaLock); err != nil {
+		return 0, interpretError("keep blobs as deltas", err)
+	}
+	n := 0
+	for _, rw := range rewrites {
+		if rw.Blob == rw.Base {
+			continue
+		}
+		var (
+			form    int16
+			inParts bool
+		)
+		err := tx.QueryRow(ctx, `SELECT stored_as, parts_key IS NOT NULL FROM blobs WHERE git_id = $1`, rw.Blob[:]).Scan(&form, &inParts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return 0, interpretError("keep blobs as deltas", err)
+		}
+		if inParts || (form != store.StoredZlib && form != store.StoredPlain) {
+			continue
+		}
+		// A delta against it would grow its chain: such a blob stays whole.
+		var based bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE stored_as = 4 AND substring(content from 1 for 20) = $1)`,
+			rw.Blob[:]).Scan(&based); err != nil {
+			return 0, interpretError("keep blobs as deltas", err)
+		}
+		if based {
+			continue
+		}
+		bases, err := baseRows(ctx, tx, []plumbing.Hash{rw.Base})
+		if err != nil {
+			return 0, err
+		}
+		base, ok := bases[rw.Base]
+		if !ok {
+			continue
+		}
+		depth, err := base.DeltaDepth()
+		if err != nil {
+			continue
+		}
+		data := store.PackDelta{Base: rw.Base, Depth: depth, Len: rw.Len, Deflated: rw.Deflated}.Encode()
+		tag, err := tx.Exec(ctx, `UPDATE blobs SET content = $1, stored_as = $2 WHERE git_id = $3 AND stored_as IN ($4, $5) AND parts_key IS NULL`,
+			data, store.StoredPackDelta, rw.Blob[:], store.StoredZlib, store.StoredPlain)
+		if err != nil {
+			return 0, interpretError("keep blobs as deltas", err)
+		}
+		n += int(tag.RowsAffected())
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, interpretError("keep blobs as deltas", err)
+	}
+	return n, nil
+}
+
+// BlobDeltaWalk answers the head the last walk of repository's mainline went down from.
+func (db *DB) BlobDeltaWalk(ctx context.Context, repository string) (plumbing.Hash, error) {
+	var raw []byte
+	err := db.pool.QueryRow(ctx, `SELECT head FROM blob_delta_walks WHERE repository = $1`, repository).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return plumbing.ZeroHash, nil
+	}
+	if err != nil {
+		return plumbing.ZeroHash, interpretError("blob delta walk", err)
+	}
+	return hashOf(raw), nil
+}
+
+// RecordBlobDeltaWalk records that repository's mainline was walked down from head.
+func (db *DB) RecordBlobDeltaWalk(ctx context.Context, repository string, head plumbing.Hash) error {
+	if _, err := db.pool.Exec(ctx, `INSERT INTO blob_delta_walks (repository, head) VALUES ($1, $2)
+		ON CONFLICT (repository) DO UPDATE SET head = excluded.head`, repository, head[:]); err != nil {
+		return interpretError("record a blob delta walk", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -546,6 +547,11 @@ func (d *DB) PutPackedBlobs(ctx context.Context, blobs []store.PackedBlob) error
 		return nil
 	}
 	return d.write(ctx, "put packed blobs", func(ctx context.Context, tx *sql.Tx) error {
+		if err := store.CheckPackedDepths(blobs, func(bases []plumbing.Hash) (map[plumbing.Hash]store.BaseRow, error) {
+			return baseRows(ctx, tx, bases)
+		}); err != nil {
+			return err
+		}
 		for _, b := range blobs {
 			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blobs (digest, content, size, git_id, stored_as) VALUES (?, ?, ?, ?, ?)`,
 				b.Digest, nonNil(b.Data), b.Size, b.GitID[:], b.StoredAs); err != nil {
@@ -626,4 +632,120 @@ func (d *DB) ReadStoredDeltas(ctx context.Context, ids []plumbing.Hash) (map[plu
 		}
 	}
 	return out, nil
+}
+
+// baseRows answers what a delta against each stored blob among ids needs of its row.
+func baseRows(ctx context.Context, q querier, ids []plumbing.Hash) (map[plumbing.Hash]store.BaseRow, error) {
+	out := make(map[plumbing.Hash]store.BaseRow, len(ids))
+	for chunk := range slices.Chunk(ids, missingChunk) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id[:]
+		}
+		rows, err := q.QueryContext(ctx, `SELECT git_id, stored_as, substr(content, 1, 21), parts_key IS NOT NULL FROM blobs
+			WHERE git_id IN (`+placeholders(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, interpretError("read delta bases", err)
+		}
+		for rows.Next() {
+			var (
+				raw []byte
+				r   store.BaseRow
+			)
+			if err := rows.Scan(&raw, &r.StoredAs, &r.Head, &r.InParts); err != nil {
+				rows.Close()
+				return nil, interpretError("read delta bases", err)
+			}
+			out[hashOf(raw)] = r
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpretError("read delta bases", err)
+		}
+	}
+	return out, nil
+}
+
+// ReplaceWithDeltas keeps blobs stored whole as their deltas instead, each that still may be.
+func (d *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrite) (int, error) {
+	var n int
+	err := d.write(ctx, "keep blobs as deltas", func(ctx context.Context, tx *sql.Tx) error {
+		n = 0
+		for _, rw := range rewrites {
+			if rw.Blob == rw.Base {
+				continue
+			}
+			var (
+				form    int
+				inParts bool
+			)
+			err := tx.QueryRowContext(ctx, `SELECT stored_as, parts_key IS NOT NULL FROM blobs WHERE git_id = ?`, rw.Blob[:]).Scan(&form, &inParts)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return interpretError("keep blobs as deltas", err)
+			}
+			if inParts || (form != store.StoredZlib && form != store.StoredPlain) {
+				continue
+			}
+			// A delta against it would grow its chain: such a blob stays whole.
+			var based bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE stored_as = 4 AND substr(content, 1, 20) = ?)`,
+				rw.Blob[:]).Scan(&based); err != nil {
+				return interpretError("keep blobs as deltas", err)
+			}
+			if based {
+				continue
+			}
+			bases, err := baseRows(ctx, tx, []plumbing.Hash{rw.Base})
+			if err != nil {
+				return err
+			}
+			base, ok := bases[rw.Base]
+			if !ok {
+				continue
+			}
+			depth, err := base.DeltaDepth()
+			if err != nil {
+				continue
+			}
+			data := store.PackDelta{Base: rw.Base, Depth: depth, Len: rw.Len, Deflated: rw.Deflated}.Encode()
+			res, err := tx.ExecContext(ctx, `UPDATE blobs SET content = ?, stored_as = ? WHERE git_id = ? AND stored_as IN (?, ?) AND parts_key IS NULL`,
+				data, store.StoredPackDelta, rw.Blob[:], store.StoredZlib, store.StoredPlain)
+			if err != nil {
+				return interpretError("keep blobs as deltas", err)
+			}
+			if k, _ := res.RowsAffected(); k == 1 {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// BlobDeltaWalk answers the head the last walk of repository's mainline went down from.
+func (d *DB) BlobDeltaWalk(ctx context.Context, repository string) (plumbing.Hash, error) {
+	var raw []byte
+	err := d.r.QueryRowContext(ctx, `SELECT head FROM blob_delta_walks WHERE repository = ?`, repository).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return plumbing.ZeroHash, nil
+	}
+	if err != nil {
+		return plumbing.ZeroHash, interpretError("blob delta walk", err)
+	}
+	return hashOf(raw), nil
+}
+
+// RecordBlobDeltaWalk records that repository's mainline was walked down from head.
+func (d *DB) RecordBlobDeltaWalk(ctx context.Context, repository string, head plumbing.Hash) error {
+	return d.write(ctx, "record a blob delta walk", func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO blob_delta_walks (repository, head) VALUES (?, ?)
+			ON CONFLICT (repository) DO UPDATE SET head = excluded.head`, repository, head[:]); err != nil {
+			return interpretError("record a blob delta walk", err)
+		}
+		return nil
+	})
 }

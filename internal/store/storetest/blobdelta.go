@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -47,8 +48,8 @@ func packedChain(t *testing.T, n int) ([][]byte, []store.PackedBlob) {
 // testBlobDeltas: blobs an import keeps as a chain of git's deltas, as deep as a pack's may be,
 // read back whole by every read of a blob (by digest, many at once, from an offset, by git
 // id), are told deep as they are (BlobDepths), and are answered as kept to a pack's writer
-// (ReadStoredDeltas). A delta that makes another blob than its id, or whose base the store
-// lacks, reads as an error, never as a blob.
+// (ReadStoredDeltas). A delta that makes another blob than its id reads as an error, never as
+// a blob; one whose base the store lacks is not stored.
 func testBlobDeltas(t *testing.T, newStore Factory) {
 	b := setupRepos(t, newStore)
 	versions, rows := packedChain(t, store.MaxBlobDeltaDepth+1)
@@ -119,8 +120,8 @@ func testBlobDeltas(t *testing.T, newStore Factory) {
 		}
 	}
 
-	// A row whose delta makes another blob than its id says, and one against a blob the
-	// store lacks: each read is an error, never the other blob.
+	// A row whose delta makes another blob than its id says: each read is an error, never the
+	// other blob. One against a blob the store lacks is refused.
 	other := append(bytes.Clone(versions[10]), "not this one\n"...)
 	claimed := []byte("what the row claims to be\n")
 	delta := packfile.DiffDelta(versions[10], other)
@@ -135,10 +136,13 @@ func testBlobDeltas(t *testing.T, newStore Factory) {
 	orphanContent := []byte("an orphan\n")
 	orphan.Digest, orphan.GitID = repo.Digest(orphanContent), gitstore.BlobID(orphanContent)
 	orphan.Data = store.PackDelta{Base: plumbing.NewHash(strings.Repeat("ab", 20)), Depth: 1, Len: len(delta), Deflated: deflated}.Encode()
-	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{lying, orphan}); err != nil {
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{orphan}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("PutPackedBlobs of a delta whose base is not stored: %v, want ErrFailedPrecondition", err)
+	}
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{lying}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []store.PackedBlob{lying, orphan} {
+	for _, bad := range []store.PackedBlob{lying} {
 		if got, err := b.rs.GetBlob(b.ctx, bad.Digest); err == nil {
 			t.Fatalf("GetBlob of a damaged delta answered %d bytes", len(got.Content))
 		}
@@ -148,5 +152,89 @@ func testBlobDeltas(t *testing.T, newStore Factory) {
 		if blobs, err := b.rs.GetBlobs(b.ctx, []string{bad.Digest}); err == nil {
 			t.Fatalf("GetBlobs of a damaged delta answered %d blobs", len(blobs))
 		}
+	}
+}
+
+// testBlobsKeptAsDeltasInPlace: a blob stored whole is kept as its delta against another
+// (ReplaceWithDeltas) unless a delta is against it, it is already a delta, its base is itself,
+// is not stored or is as deep as a chain may be; what it keeps reads back whole. A delta
+// stored against a base kept as a delta since its sender looked counts the base's chain as it
+// is now, and one that would pass the deepest chain is refused.
+func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	versions, rows := packedChain(t, store.MaxBlobDeltaDepth+1) // versions[50] is 50 deep
+	whole := func(content []byte) store.PackedBlob {
+		data, form := store.EncodeStored(content)
+		return store.PackedBlob{Digest: repo.Digest(content), GitID: gitstore.BlobID(content), Size: int64(len(content)), Data: data, StoredAs: form}
+	}
+	rewrite := func(of, against []byte) store.BlobRewrite {
+		d := packfile.DiffDelta(against, of)
+		z, err := gitstore.Deflate(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.BlobRewrite{Blob: gitstore.BlobID(of), Base: gitstore.BlobID(against), Len: len(d), Deflated: z}
+	}
+	x := append(bytes.Clone(versions[3]), "x\n"...)
+	y := append(bytes.Clone(versions[3]), "y\n"...)
+	z := append(bytes.Clone(versions[3]), "z\n"...)
+	if err := b.rs.PutPackedBlobs(b.ctx, append(rows, whole(x), whole(y), whole(z))); err != nil {
+		t.Fatal(err)
+	}
+	for name, rw := range map[string]store.BlobRewrite{
+		"a blob a delta is against":                 rewrite(versions[0], x),
+		"a blob kept as a delta already":            rewrite(versions[5], x),
+		"a blob against itself":                     rewrite(x, x),
+		"a blob against one not stored":             rewrite(x, []byte("not stored\n")),
+		"a blob against the deepest chain":          rewrite(x, versions[store.MaxBlobDeltaDepth]),
+		"a blob stored whole, against itself twice": {Blob: gitstore.BlobID(y), Base: gitstore.BlobID(y)},
+	} {
+		if n, err := b.rs.ReplaceWithDeltas(b.ctx, []store.BlobRewrite{rw}); err != nil || n != 0 {
+			t.Fatalf("ReplaceWithDeltas of %s: %d, %v; want it left as it is", name, n, err)
+		}
+	}
+	// y against a version 10 deep is kept, 11 deep; then x against y, 12 deep.
+	if n, err := b.rs.ReplaceWithDeltas(b.ctx, []store.BlobRewrite{rewrite(y, versions[10]), rewrite(x, y)}); err != nil || n != 2 {
+		t.Fatalf("ReplaceWithDeltas: %d, %v; want 2", n, err)
+	}
+	depths, err := b.rs.BlobDepths(b.ctx, []plumbing.Hash{gitstore.BlobID(x), gitstore.BlobID(y)})
+	if err != nil || depths[gitstore.BlobID(y)] != 11 || depths[gitstore.BlobID(x)] != 12 {
+		t.Fatalf("after ReplaceWithDeltas the depths are %v (%v), want y 11 and x 12", depths, err)
+	}
+	for _, c := range [][]byte{x, y} {
+		got, err := b.rs.GetBlob(b.ctx, repo.Digest(c))
+		if err != nil || !bytes.Equal(got.Content, c) {
+			t.Fatalf("a blob kept as a delta in place reads back as %d bytes (%v)", len(got.Content), err)
+		}
+	}
+	// A delta against x sent as if x were whole (1 deep) is stored 13 deep.
+	w := append(bytes.Clone(x), "w\n"...)
+	d := packfile.DiffDelta(x, w)
+	deflated, err := gitstore.Deflate(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := whole(w)
+	late.Data, late.StoredAs = store.PackDelta{Base: gitstore.BlobID(x), Depth: 1, Len: len(d), Deflated: deflated}.Encode(), store.StoredPackDelta
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{late}); err != nil {
+		t.Fatal(err)
+	}
+	if depths, err := b.rs.BlobDepths(b.ctx, []plumbing.Hash{late.GitID}); err != nil || depths[late.GitID] != 13 {
+		t.Fatalf("a delta against a blob kept as a delta since is %v deep (%v), want 13", depths, err)
+	}
+	// One against the deepest chain is refused, storing nothing.
+	deepest := versions[store.MaxBlobDeltaDepth]
+	v := append(bytes.Clone(deepest), "v\n"...)
+	d = packfile.DiffDelta(deepest, v)
+	if deflated, err = gitstore.Deflate(d); err != nil {
+		t.Fatal(err)
+	}
+	tooDeep := whole(v)
+	tooDeep.Data, tooDeep.StoredAs = store.PackDelta{Base: gitstore.BlobID(deepest), Depth: 1, Len: len(d), Deflated: deflated}.Encode(), store.StoredPackDelta
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{tooDeep}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("PutPackedBlobs of a delta past the deepest chain: %v, want ErrFailedPrecondition", err)
+	}
+	if missing, err := b.rs.MissingBlobs(b.ctx, []string{tooDeep.Digest}); err != nil || len(missing) != 1 {
+		t.Fatalf("a refused delta was stored: %v, %v", missing, err)
 	}
 }

@@ -112,6 +112,7 @@ var tests = []conformanceTest{
 	{"a_revision_diffed_with_another_answers_what_their_trees_differ_by", testDiffRevisions},
 	{"a_tree_an_integrate_replaces_is_kept_as_a_delta_and_reads_back_whole", testTreeDeltas},
 	{"blobs_kept_as_a_chain_of_deltas_read_back_whole_by_every_read", testBlobDeltas},
+	{"a_blob_stored_whole_is_kept_as_a_delta_in_place_only_where_no_chain_grows", testBlobsKeptAsDeltasInPlace},
 	{"a_repository_started_at_a_shallow_history_keeps_where_it_stops", testShallowHistory},
 	// blobs sent in parts
 	{"a_blob_sent_in_parts_reads_back_whole_through_every_blob_read", testBlobPartsReadBack},

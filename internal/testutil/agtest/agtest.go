@@ -139,3 +139,9 @@ func (s *Server) Principal(t testing.TB, name string, role agwpv1.Role, opts ...
 	}
 	return client.New(s.URL, res.GetToken(), append([]client.Option{client.WithRetries(0, 0)}, opts...)...)
 }
+
+// KeepStoredBlobsAsDeltas runs the server's migration of blobs stored whole to deltas now, as
+// ag serve runs it at its start.
+func (s *Server) KeepStoredBlobsAsDeltas(ctx context.Context) (int, error) {
+	return s.srv.KeepStoredBlobsAsDeltas(ctx)
+}
