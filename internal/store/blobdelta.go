@@ -354,3 +354,14 @@ func CheckPackedDepths(blobs []PackedBlob, read func(bases []plumbing.Hash) (map
 	}
 	return nil
 }
+
+// RewriteDepth answers how deep the blob of rw is kept (ReplaceWithDeltas), or false when it
+// stays whole: it must be stored whole (form, not in parts) with no delta against it (based),
+// and its base, another blob, stored and able to take one more delta.
+func RewriteDepth(rw BlobRewrite, form int, inParts, based bool, base BaseRow, baseHeld bool) (int, bool) {
+	if rw.Blob == rw.Base || inParts || based || !baseHeld || (form != StoredZlib && form != StoredPlain) {
+		return 0, false
+	}
+	depth, err := base.DeltaDepth()
+	return depth, err == nil
+}

@@ -609,12 +609,10 @@ func (db *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrit
 	}
 	n := 0
 	for _, rw := range rewrites {
-		if rw.Blob == rw.Base {
-			continue
-		}
 		var (
 			form    int16
 			inParts bool
+			based   bool
 		)
 		err := tx.QueryRow(ctx, `SELECT stored_as, parts_key IS NOT NULL FROM blobs WHERE git_id = $1`, rw.Blob[:]).Scan(&form, &inParts)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -623,28 +621,18 @@ func (db *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrit
 		if err != nil {
 			return 0, interpretError("keep blobs as deltas", err)
 		}
-		if inParts || (form != store.StoredZlib && form != store.StoredPlain) {
-			continue
-		}
 		// A delta against it would grow its chain: such a blob stays whole.
-		var based bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE stored_as = 4 AND substring(content from 1 for 20) = $1)`,
 			rw.Blob[:]).Scan(&based); err != nil {
 			return 0, interpretError("keep blobs as deltas", err)
-		}
-		if based {
-			continue
 		}
 		bases, err := baseRows(ctx, tx, []plumbing.Hash{rw.Base})
 		if err != nil {
 			return 0, err
 		}
-		base, ok := bases[rw.Base]
+		base, held := bases[rw.Base]
+		depth, ok := store.RewriteDepth(rw, int(form), inParts, based, base, held)
 		if !ok {
-			continue
-		}
-		depth, err := base.DeltaDepth()
-		if err != nil {
 			continue
 		}
 		data := store.PackDelta{Base: rw.Base, Depth: depth, Len: rw.Len, Deflated: rw.Deflated}.Encode()
@@ -686,30 +674,15 @@ func (db *DB) RecordBlobDeltaWalk(ctx context.Context, repository string, head p
 // BlobDepths answers how many deltas deep each stored blob among ids is that a delta may be
 // against: one not stored in parts.
 func (db *DB) BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error) {
-	out := make(map[plumbing.Hash]int, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	raw := make([][]byte, len(ids))
-	for i := range ids {
-		raw[i] = ids[i][:]
-	}
-	rows, err := db.pool.Query(ctx, `SELECT git_id, stored_as, substring(content from 1 for 21) FROM blobs
-		WHERE parts_key IS NULL AND git_id = ANY($1::bytea[])`, raw)
+	rows, err := baseRows(ctx, db.pool, ids)
 	if err != nil {
-		return nil, interpretError("blob depths", err)
+		return nil, err
 	}
-	var (
-		id, head []byte
-		form     int16
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &form, &head}, func() error {
-		if depth, ok := store.DepthOf(int(form), head); ok {
-			out[hashOf(id)] = depth
+	out := make(map[plumbing.Hash]int, len(rows))
+	for id, r := range rows {
+		if depth, ok := store.DepthOf(r.StoredAs, r.Head); ok && !r.InParts {
+			out[id] = depth
 		}
-		return nil
-	}); err != nil {
-		return nil, interpretError("blob depths", err)
 	}
 	return out, nil
 }

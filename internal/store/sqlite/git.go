@@ -565,34 +565,14 @@ func (d *DB) PutPackedBlobs(ctx context.Context, blobs []store.PackedBlob) error
 // BlobDepths answers how many deltas deep each stored blob among ids is that a delta may be
 // against: one not stored in parts.
 func (d *DB) BlobDepths(ctx context.Context, ids []plumbing.Hash) (map[plumbing.Hash]int, error) {
-	out := make(map[plumbing.Hash]int, len(ids))
-	for chunk := range slices.Chunk(ids, missingChunk) {
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id[:]
-		}
-		rows, err := d.r.QueryContext(ctx, `SELECT git_id, stored_as, substr(content, 1, 21) FROM blobs
-			WHERE parts_key IS NULL AND git_id IN (`+placeholders(1, len(chunk))+`)`, args...)
-		if err != nil {
-			return nil, interpretError("blob depths", err)
-		}
-		for rows.Next() {
-			var (
-				raw, head []byte
-				form      int
-			)
-			if err := rows.Scan(&raw, &form, &head); err != nil {
-				rows.Close()
-				return nil, interpretError("blob depths", err)
-			}
-			if depth, ok := store.DepthOf(form, head); ok {
-				out[hashOf(raw)] = depth
-			}
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, interpretError("blob depths", err)
+	rows, err := baseRows(ctx, d.r, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[plumbing.Hash]int, len(rows))
+	for id, r := range rows {
+		if depth, ok := store.DepthOf(r.StoredAs, r.Head); ok && !r.InParts {
+			out[id] = depth
 		}
 	}
 	return out, nil
@@ -673,12 +653,10 @@ func (d *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrite
 	err := d.write(ctx, "keep blobs as deltas", func(ctx context.Context, tx *sql.Tx) error {
 		n = 0
 		for _, rw := range rewrites {
-			if rw.Blob == rw.Base {
-				continue
-			}
 			var (
 				form    int
 				inParts bool
+				based   bool
 			)
 			err := tx.QueryRowContext(ctx, `SELECT stored_as, parts_key IS NOT NULL FROM blobs WHERE git_id = ?`, rw.Blob[:]).Scan(&form, &inParts)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -687,28 +665,18 @@ func (d *DB) ReplaceWithDeltas(ctx context.Context, rewrites []store.BlobRewrite
 			if err != nil {
 				return interpretError("keep blobs as deltas", err)
 			}
-			if inParts || (form != store.StoredZlib && form != store.StoredPlain) {
-				continue
-			}
 			// A delta against it would grow its chain: such a blob stays whole.
-			var based bool
 			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE stored_as = 4 AND substr(content, 1, 20) = ?)`,
 				rw.Blob[:]).Scan(&based); err != nil {
 				return interpretError("keep blobs as deltas", err)
-			}
-			if based {
-				continue
 			}
 			bases, err := baseRows(ctx, tx, []plumbing.Hash{rw.Base})
 			if err != nil {
 				return err
 			}
-			base, ok := bases[rw.Base]
+			base, held := bases[rw.Base]
+			depth, ok := store.RewriteDepth(rw, form, inParts, based, base, held)
 			if !ok {
-				continue
-			}
-			depth, err := base.DeltaDepth()
-			if err != nil {
 				continue
 			}
 			data := store.PackDelta{Base: rw.Base, Depth: depth, Len: rw.Len, Deflated: rw.Deflated}.Encode()
