@@ -5,18 +5,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/testutil/agtest"
 )
 
 // TestImportKeepsThePacksDeltas: `ag repo import` of a history git packed with deltas (a file
 // that changes a line a commit, an executable script, and a commit made after the repack, so
-// loose objects too) sends the pack's deltas as they are, and the store keeps them as deltas;
-// `git clone` from ag then holds the same commits and files, `git fsck --strict` clean.
+// loose objects too) sends the pack's deltas as they are, and the store keeps them as deltas,
+// also when the run finishes an import that stopped after sending the deltas' bases; `git
+// clone` from ag then holds the same commits and files, `git fsck --strict` clean.
 func TestImportKeepsThePacksDeltas(t *testing.T) {
 	for _, backend := range agtest.Backends {
 		t.Run(backend, func(t *testing.T) {
@@ -54,15 +57,30 @@ func TestImportKeepsThePacksDeltas(t *testing.T) {
 				t.Fatalf("the repacked source has the packs %v (%v)", idx, err)
 			}
 			packed := 0
+			var bases []string // the blobs the pack keeps whole
 			for _, line := range strings.Split(gitIn(t, src, "", "verify-pack", "-v", idx[0]), "\n") {
-				if f := strings.Fields(line); len(f) == 7 && f[1] == "blob" {
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 7 && f[1] == "blob":
 					packed++
+				case len(f) == 5 && f[1] == "blob":
+					bases = append(bases, f[0])
 				}
 			}
 			if packed < 5 {
 				t.Fatalf("git's pack keeps %d blobs as deltas; the test wants a history it deltifies", packed)
 			}
 
+			// An import that stopped after sending the pack's whole blobs: the next run sends
+			// the deltas against them, which the server holds.
+			var sent []*agwpv1.GitObject
+			for _, id := range bases {
+				sent = append(sent, &agwpv1.GitObject{Type: "blob", Data: []byte(gitIn(t, src, "", "cat-file", "blob", id) + "\n")})
+			}
+			res, err := e.srv.Admin.Repos.UploadGitObjects(context.Background(), &agwpv1.UploadGitObjectsRequest{Objects: sent})
+			if err != nil || !slices.Equal(res.GetIds(), bases) {
+				t.Fatalf("upload the pack's whole blobs: %v, %v; want %v", res.GetIds(), err, bases)
+			}
 			e.admin("repo", "import", "app", src)
 			kept, err := e.srv.Store.ReadStoredDeltas(context.Background(), versions)
 			if err != nil {
