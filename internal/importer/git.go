@@ -341,6 +341,10 @@ func UploadGitHistory(ctx context.Context, c *client.Client, s GitObjectReader, 
 	return u.upload(progress, "commits", h.Commits)
 }
 
+// entryHeadBytes is how much of a pack entry tells its type, its size and, for a delta, the
+// size of what it makes (the stream's first bytes).
+const entryHeadBytes = 4 << 10
+
 // importChunkBytes bounds one upload request, well under the server's 64 MiB of content.
 const importChunkBytes = 16 << 20
 
@@ -447,27 +451,37 @@ func (u *uploader) upload(progress ProgressFunc, what string, ids []plumbing.Has
 // object (nil), to go in parts.
 func (u *uploader) object(id plumbing.Hash) (*agwpv1.GitObject, int64, error) {
 	if u.packs.Has(id) {
-		e, err := u.packs.Entry(id)
+		// The entry's header and first bytes tell a large blob, which is not read whole.
+		e, err := u.packs.entry(id, entryHeadBytes)
 		if err != nil {
 			return nil, 0, err
 		}
-		switch {
-		case !e.Delta && e.Size >= client.LargeBlobBytes && e.Type == plumbing.BlobObject:
+		if !e.Delta && e.Size >= client.LargeBlobBytes && e.Type == plumbing.BlobObject {
 			return nil, e.Size, nil
-		case !e.Delta:
-			return &agwpv1.GitObject{Type: e.Type.String(), Data: e.Deflated, Deflated: true}, e.Size, nil
 		}
-		if u.history[id] { // a blob's delta; a tree's or a commit's is sent made whole
-			target, err := deltaTarget(e.Deflated)
-			if err != nil {
-				return nil, 0, fmt.Errorf("read %s: %w", id, err)
+		target := e.Size
+		if e.Delta && u.history[id] {
+			if target, err = deltaTarget(e.Deflated); err != nil {
+				if e, err = u.packs.Entry(id); err != nil { // its first bytes were not enough
+					return nil, 0, err
+				}
+				if target, err = deltaTarget(e.Deflated); err != nil {
+					return nil, 0, fmt.Errorf("read %s: %w", id, err)
+				}
 			}
 			if target >= client.LargeBlobBytes {
 				return nil, target, nil
 			}
-			if u.baseHeld(e.Base) {
-				return &agwpv1.GitObject{Type: "blob", Data: e.Deflated, Deflated: true, DeltaBase: e.Base.String()}, target, nil
-			}
+		}
+		if e, err = u.packs.Entry(id); err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case !e.Delta:
+			return &agwpv1.GitObject{Type: e.Type.String(), Data: e.Deflated, Deflated: true}, e.Size, nil
+		case u.history[id] && u.baseHeld(e.Base):
+			// A blob's delta; a tree's or a commit's is sent made whole.
+			return &agwpv1.GitObject{Type: "blob", Data: e.Deflated, Deflated: true, DeltaBase: e.Base.String()}, target, nil
 		}
 	} else if u.history[id] {
 		size, err := u.s.EncodedObjectSize(id)

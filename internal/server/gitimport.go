@@ -34,6 +34,27 @@ const maxGitObjectsPerCall = 10000
 // UploadGitObjects stores blobs, trees and commits under the ids git computes for them, each
 // made whole from what it came as (objectMaker) and checked.
 func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGitObjectsRequest) (*agwpv1.UploadGitObjectsResponse, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := h.uploadGitObjects(ctx, req)
+		var deeper *basesDeeperError
+		if !errors.As(err, &deeper) {
+			return out, err
+		}
+		if attempt == 3 {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w; try again", deeper.err))
+		}
+		// A base became a delta (KeepStoredBlobsAsDeltas) since the depths were read: made
+		// again with the depths as they are now, a delta past the deepest chain is kept whole.
+	}
+}
+
+// basesDeeperError is PutPackedBlobs refusing a delta whose base is deeper than when the
+// call read it.
+type basesDeeperError struct{ err error }
+
+func (e *basesDeeperError) Error() string { return e.err.Error() }
+
+func (h repoService) uploadGitObjects(ctx context.Context, req *agwpv1.UploadGitObjectsRequest) (*agwpv1.UploadGitObjectsResponse, error) {
 	in := req.GetObjects()
 	if len(in) > maxGitObjectsPerCall {
 		return nil, invalid("objects", "has %d objects, more than %d", len(in), maxGitObjectsPerCall)
@@ -58,7 +79,7 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 	ids := make([]plumbing.Hash, len(in))
 	inRequest := make(map[plumbing.Hash]plumbing.ObjectType, len(in))
 	var refs []gitstore.Reference
-	total := 0
+	total, kept := 0, 0
 	for i, o := range in {
 		total += len(o.GetData())
 		if total > maxContentBytes {
@@ -73,6 +94,13 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		made, err := maker.make(field, typ, o)
 		if err != nil {
 			return nil, err
+		}
+		if typ != plumbing.BlobObject {
+			// Trees and commits are kept whole until they are stored.
+			if kept += len(made.content); kept > maxContentBytes {
+				return nil, connect.NewError(connect.CodeResourceExhausted,
+					fmt.Errorf("objects: trees and commits of more than %d MiB in one request: upload in several", maxContentBytes>>20))
+			}
 		}
 		if typ == plumbing.BlobObject && len(made.content) >= largeGitBlobBytes {
 			return nil, invalid(field, "is a blob of %d bytes: one of %d MiB or more goes in parts (StartBlobUpload)", len(made.content), largeGitBlobBytes>>20)
@@ -148,7 +176,9 @@ func (h repoService) UploadGitObjects(ctx context.Context, req *agwpv1.UploadGit
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	// Blobs first: a tree of the call that names one is stored after it, or with it.
-	if err := h.s.store.PutPackedBlobs(ctx, blobs); err != nil {
+	if err := h.s.store.PutPackedBlobs(ctx, blobs); errors.Is(err, store.ErrFailedPrecondition) {
+		return nil, &basesDeeperError{err}
+	} else if err != nil {
 		return nil, storeError(err, connect.CodeInternal)
 	}
 	if err := h.s.store.PutGitObjects(ctx, objects); err != nil {

@@ -41,7 +41,15 @@ type objectMaker struct {
 	made map[plumbing.Hash]madeObject
 	// storedDepths: how deep the stored blobs that deltas of the call name are, read once.
 	storedDepths map[plumbing.Hash]int
-	inflated     int
+	// storedBlobs: the stored blobs among the bases of the call's trees and commits.
+	storedBlobs map[plumbing.Hash]store.BlobRef
+	// fromStore: the bases read from the store, kept for the call (counted in inflated).
+	fromStore map[plumbing.Hash][]byte
+	// making: the objects of the call being made again. Deltas may name each other (one
+	// makes a stored blob from a delta against it): once the objects kept at hand dropped
+	// them, making one again goes to the store when it comes round to itself, never in a loop.
+	making   map[plumbing.Hash]bool
+	inflated int
 }
 
 // madeObject is an object of the call: how it came, and as a blob, how deep its row is.
@@ -59,8 +67,9 @@ type madeBlob struct {
 }
 
 func newObjectMaker(ctx context.Context, s *Server, in []*agwpv1.GitObject) (*objectMaker, error) {
-	m := &objectMaker{ctx: ctx, store: s.store, cache: s.uploadBases, made: map[plumbing.Hash]madeObject{}}
-	var bases []plumbing.Hash
+	m := &objectMaker{ctx: ctx, store: s.store, cache: s.uploadBases, made: map[plumbing.Hash]madeObject{},
+		fromStore: map[plumbing.Hash][]byte{}, making: map[plumbing.Hash]bool{}}
+	var blobBases, otherBases []plumbing.Hash
 	seen := map[plumbing.Hash]bool{}
 	for i, o := range in {
 		if o.GetDeltaBase() == "" {
@@ -70,22 +79,31 @@ func newObjectMaker(ctx context.Context, s *Server, in []*agwpv1.GitObject) (*ob
 		if err != nil {
 			return nil, invalid(fmt.Sprintf("objects[%d].delta_base", i), "%v", err)
 		}
-		if o.GetType() == "blob" && !seen[id] {
-			seen[id] = true
-			bases = append(bases, id)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if o.GetType() == "blob" {
+			blobBases = append(blobBases, id)
+		} else {
+			otherBases = append(otherBases, id)
 		}
 	}
-	if len(bases) > 0 {
-		var err error
-		if m.storedDepths, err = s.store.BlobDepths(ctx, bases); err != nil {
-			return nil, storeError(err, connect.CodeInternal)
-		}
+	var err error
+	if m.storedDepths, err = s.store.BlobDepths(ctx, blobBases); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
+	}
+	// A tree's or commit's base that is a stored blob is refused before it is read: it may be
+	// a blob of gigabytes, in parts.
+	if m.storedBlobs, err = s.store.BlobsByGitID(ctx, otherBases); err != nil {
+		return nil, storeError(err, connect.CodeInternal)
 	}
 	return m, nil
 }
 
 // make answers the object o of type typ whole, checking what it carries, and, when it is a
-// delta, the delta and its base.
+// delta, the delta and its base. What it makes is counted against the call's bound before it
+// is made: a delta's target from its header.
 func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitObject) (madeBlob, error) {
 	data := o.GetData()
 	if o.GetDeflated() {
@@ -94,8 +112,11 @@ func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitO
 			return madeBlob{}, invalid(field+".data", "%v", err)
 		}
 	}
+	if err := m.spend(len(data)); err != nil {
+		return madeBlob{}, err
+	}
 	if o.GetDeltaBase() == "" {
-		return m.count(madeBlob{content: data})
+		return madeBlob{content: data}, nil
 	}
 	base := plumbing.NewHash(o.GetDeltaBase()) // parsed by newObjectMaker
 	src, target, ok := deltaSizes(data)
@@ -104,6 +125,22 @@ func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitO
 	}
 	if target > maxContentBytes {
 		return madeBlob{}, invalid(field+".data", "is a delta that makes %d bytes, more than %d MiB", target, maxContentBytes>>20)
+	}
+	if err := m.spend(int(target)); err != nil {
+		return madeBlob{}, err
+	}
+	if typ == plumbing.BlobObject {
+		// A blob's delta is kept against its base: the base must be a blob a delta may be
+		// against, made by this call or stored whole or as a delta, not in parts.
+		if mo, ok := m.made[base]; ok && mo.typ != plumbing.BlobObject {
+			return madeBlob{}, invalid(field+".delta_base", "%s is a %s, not a blob", base, mo.typ)
+		} else if _, stored := m.storedDepths[base]; !ok && !stored {
+			return madeBlob{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"%s.delta_base: the server holds no blob %s a delta may be against (none, or one stored in parts): send a delta's base before it, or the blob whole", field, base))
+		}
+	}
+	if _, isBlob := m.storedBlobs[base]; isBlob && typ != plumbing.BlobObject {
+		return madeBlob{}, invalid(field+".delta_base", "%s is a blob, not a %s", base, typ)
 	}
 	from, err := m.content(base, typ)
 	if err != nil {
@@ -116,32 +153,37 @@ func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitO
 	if err != nil {
 		return madeBlob{}, invalid(field+".data", "is a delta git cannot apply to %s %s: %v", typ, base, err)
 	}
-	return m.count(madeBlob{content: content, delta: data, base: base})
+	return madeBlob{content: content, delta: data, base: base}, nil
 }
 
-// count counts what b made against the call's bound.
-func (m *objectMaker) count(b madeBlob) (madeBlob, error) {
-	m.inflated += len(b.content)
+// spend counts n bytes made against the call's bound.
+func (m *objectMaker) spend(n int) error {
+	m.inflated += n
 	if m.inflated > maxInflatedPerCall {
-		return madeBlob{}, connect.NewError(connect.CodeResourceExhausted,
+		return connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("objects: they make more than %d MiB in one request: upload in several", maxInflatedPerCall>>20))
 	}
-	return b, nil
+	return nil
 }
 
-// content answers the content of the object id, of type typ: made by this call, kept from an
-// earlier one, or read from the store. What the cache keeps is keyed by id alone, which is
-// enough: git's id is of the type and the content together, and every content kept was made
-// and hashed as the object of its id.
+// content answers the content of the object id, of type typ: kept from this call or an
+// earlier one, made again from what this call sent, or read from the store. What the cache
+// keeps is keyed by id alone, which is enough: git's id is of the type and the content
+// together, and every content kept was made and hashed as the object of its id.
 func (m *objectMaker) content(id plumbing.Hash, typ plumbing.ObjectType) ([]byte, error) {
 	if c, ok := m.cache.Get(id); ok {
 		return c, nil
 	}
-	if mo, ok := m.made[id]; ok {
+	if c, ok := m.fromStore[id]; ok {
+		return c, nil
+	}
+	if mo, ok := m.made[id]; ok && !m.making[id] {
 		if mo.typ != typ {
 			return nil, invalid("objects", "a %s's delta_base %s is a %s", typ, id, mo.typ)
 		}
+		m.making[id] = true
 		b, err := m.make("objects", mo.typ, mo.in)
+		delete(m.making, id)
 		if err != nil {
 			return nil, err
 		}
@@ -159,6 +201,10 @@ func (m *objectMaker) content(id plumbing.Hash, typ plumbing.ObjectType) ([]byte
 	if t != typ {
 		return nil, invalid("objects", "a %s's delta_base %s is a %s", typ, id, t)
 	}
+	if err := m.spend(len(c)); err != nil {
+		return nil, err
+	}
+	m.fromStore[id] = c
 	m.cache.Add(id, c)
 	return c, nil
 }

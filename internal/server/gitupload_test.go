@@ -138,6 +138,46 @@ func TestUploadGitObjectsMakesEachDeltaWholeToCheckIt(t *testing.T) {
 			if err != nil || len(missing.GetMissingIds()) != 1 {
 				t.Fatalf("after refusals, the target is held: %v, %v", missing.GetMissingIds(), err)
 			}
+			// Deltas that make their own base, against a commit too large for the objects kept
+			// at hand (20 MiB): each is made again from the store, never from itself in a loop.
+			emptyTree := &agwpv1.GitObject{Type: "tree", Data: []byte{}}
+			big := []byte("tree " + plumbing.NewHash("4b825dc642cb6eb9a060e54bf8d69288fbee4904").String() +
+				"\nauthor a <a@example.com> 0 +0000\ncommitter a <a@example.com> 0 +0000\n\n" + strings.Repeat("a long message\n", 20<<20/15))
+			bigID := plumbing.ComputeHash(plumbing.CommitObject, big)
+			if _, err := upload(emptyTree, &agwpv1.GitObject{Type: "commit", Data: big}); err != nil {
+				t.Fatalf("upload a 20 MiB commit: %v", err)
+			}
+			itself := &agwpv1.GitObject{Type: "commit", Data: packfile.DiffDelta(big, big), DeltaBase: bigID.String()}
+			ids, err = upload(itself, itself, itself)
+			if err != nil || len(ids) != 3 || ids[2] != bigID.String() {
+				t.Fatalf("deltas that make their own base: %v, %v", ids, err)
+			}
+
+			// Two deltas of each other: x against a stored blob y, then y against x. Once 78 MiB
+			// of other blobs have pushed both out of the objects kept at hand, a delta against y
+			// makes y again from x, x from y, and y from the store: never a loop.
+			y := append(bytes.Clone(base), "y\n"...)
+			if _, err := upload(&agwpv1.GitObject{Type: "blob", Data: y}); err != nil {
+				t.Fatal(err)
+			}
+			x := append(bytes.Clone(y), "x\n"...)
+			yID := gitstore.BlobID(y).String()
+			xID := gitstore.BlobID(x).String()
+			objs = []*agwpv1.GitObject{
+				{Type: "blob", Data: packfile.DiffDelta(y, x), DeltaBase: yID},
+				{Type: "blob", Data: packfile.DiffDelta(x, y), DeltaBase: xID},
+			}
+			for i := range 20 {
+				filler := fmt.Appendf(nil, "%d\n%s", i, strings.Repeat("filler\n", 3900<<10/7))
+				objs = append(objs, &agwpv1.GitObject{Type: "blob", Data: deflated(t, filler), Deflated: true})
+			}
+			z := append(bytes.Clone(y), "z\n"...)
+			objs = append(objs, &agwpv1.GitObject{Type: "blob", Data: packfile.DiffDelta(y, z), DeltaBase: yID})
+			ids, err = upload(objs...)
+			if err != nil || len(ids) != len(objs) || ids[len(ids)-1] != gitstore.BlobID(z).String() {
+				t.Fatalf("deltas of each other: %v, %v", ids, err)
+			}
+
 			// The same delta, sent right, is stored as what it makes.
 			ids, err = upload(&agwpv1.GitObject{Type: "blob", Data: delta, DeltaBase: baseID})
 			if err != nil || len(ids) != 1 || ids[0] != gitstore.BlobID(target).String() {

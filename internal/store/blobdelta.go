@@ -151,7 +151,7 @@ func PatchBlob(id plumbing.Hash, row BlobRow, read func(plumbing.Hash) (BlobRow,
 			base = content
 			break
 		}
-		if len(chain) > MaxBlobDeltaDepth {
+		if len(chain) >= MaxBlobDeltaDepth {
 			return nil, fmt.Errorf("blob %s: a chain of deltas longer than %d", id, MaxBlobDeltaDepth)
 		}
 		d, err := ParsePackDelta(row.Data)
@@ -298,59 +298,57 @@ func (row BaseRow) DeltaDepth() (int, error) {
 }
 
 // CheckPackedDepths sets the depth of each StoredPackDelta among blobs to its chain's as the
-// store holds it now (the bases outside blobs read by read, in the transaction that stores
-// them), so that a base kept as a delta since the caller looked (ReplaceWithDeltas) is counted:
-// a base the store lacks, or one no delta may be against, is ErrFailedPrecondition.
-func CheckPackedDepths(blobs []PackedBlob, read func(bases []plumbing.Hash) (map[plumbing.Hash]BaseRow, error)) error {
-	inBatch := map[plumbing.Hash]int{}
-	var outside []plumbing.Hash
+// store holds it now, reading with read (in the transaction that stores them) the rows of the
+// bases outside blobs and of the blobs already stored, whose rows the insert keeps: a base
+// kept as a delta since the caller looked (ReplaceWithDeltas), or stored already at another
+// depth or in parts, is counted as it is. A base the store lacks, or one no delta may be
+// against, is ErrFailedPrecondition.
+func CheckPackedDepths(blobs []PackedBlob, read func(ids []plumbing.Hash) (map[plumbing.Hash]BaseRow, error)) error {
+	ask := make([]plumbing.Hash, 0, len(blobs))
 	for _, b := range blobs {
+		ask = append(ask, b.GitID)
 		if b.StoredAs == StoredPackDelta {
 			if d, err := ParsePackDelta(b.Data); err == nil {
-				if _, ok := inBatch[d.Base]; !ok {
-					outside = append(outside, d.Base)
-				}
+				ask = append(ask, d.Base)
 			}
 		}
-		inBatch[b.GitID] = 0
 	}
-	rows := map[plumbing.Hash]BaseRow{}
-	if len(outside) > 0 {
-		var err error
-		if rows, err = read(outside); err != nil {
-			return err
-		}
+	rows, err := read(ask)
+	if err != nil {
+		return err
 	}
-	made := make(map[plumbing.Hash]int, len(blobs)) // the depths of the blobs before
+	// made: the rows the blobs before have once stored, a delta against each as deep as
+	// BaseRow.DeltaDepth says.
+	made := make(map[plumbing.Hash]BaseRow, len(blobs))
 	for i := range blobs {
 		b := &blobs[i]
+		if row, stored := rows[b.GitID]; stored {
+			made[b.GitID] = row // the insert leaves the stored row as it is
+			continue
+		}
 		if b.StoredAs != StoredPackDelta {
-			made[b.GitID] = 0
+			made[b.GitID] = BaseRow{StoredAs: b.StoredAs}
 			continue
 		}
 		d, err := ParsePackDelta(b.Data)
 		if err != nil {
 			return fmt.Errorf("blob %s: %w", b.GitID, err)
 		}
-		depth, ok := made[d.Base]
-		if ok && depth < MaxBlobDeltaDepth {
-			depth++
-		} else if !ok {
-			row, held := rows[d.Base]
-			if !held {
+		base, ok := made[d.Base]
+		if !ok {
+			if base, ok = rows[d.Base]; !ok {
 				return fmt.Errorf("blob %s: its base %s is not stored: %w", b.GitID, d.Base, ErrFailedPrecondition)
 			}
-			if depth, err = row.DeltaDepth(); err != nil {
-				return fmt.Errorf("blob %s: no delta may be against %s: %v: %w", b.GitID, d.Base, err, ErrFailedPrecondition)
-			}
-		} else {
-			return fmt.Errorf("blob %s: its base %s's chain is %d deep: %w", b.GitID, d.Base, depth, ErrFailedPrecondition)
+		}
+		depth, err := base.DeltaDepth()
+		if err != nil {
+			return fmt.Errorf("blob %s: no delta may be against %s: %v: %w", b.GitID, d.Base, err, ErrFailedPrecondition)
 		}
 		if d.Depth != depth {
 			d.Depth = depth
 			b.Data = d.Encode()
 		}
-		made[b.GitID] = depth
+		made[b.GitID] = BaseRow{StoredAs: StoredPackDelta, Head: b.Data[:packDeltaHead]}
 	}
 	return nil
 }

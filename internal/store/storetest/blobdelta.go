@@ -222,8 +222,14 @@ func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
 	if depths, err := b.rs.BlobDepths(b.ctx, []plumbing.Hash{late.GitID}); err != nil || depths[late.GitID] != 13 {
 		t.Fatalf("a delta against a blob kept as a delta since is %v deep (%v), want 13", depths, err)
 	}
-	// One against the deepest chain is refused, storing nothing.
+	// Nor against the deepest chain's blob sent again in the same batch, as if whole: the
+	// store keeps the row it holds, 50 deep.
 	deepest := versions[store.MaxBlobDeltaDepth]
+	again := whole(deepest)
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{again, tooDeepDelta(t, deepest)}); !errors.Is(err, store.ErrFailedPrecondition) {
+		t.Fatalf("PutPackedBlobs of a delta against a blob stored 50 deep, sent again whole: %v, want ErrFailedPrecondition", err)
+	}
+	// One against the deepest chain is refused, storing nothing.
 	v := append(bytes.Clone(deepest), "v\n"...)
 	d = packfile.DiffDelta(deepest, v)
 	if deflated, err = gitstore.Deflate(d); err != nil {
@@ -237,4 +243,17 @@ func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
 	if missing, err := b.rs.MissingBlobs(b.ctx, []string{tooDeep.Digest}); err != nil || len(missing) != 1 {
 		t.Fatalf("a refused delta was stored: %v, %v", missing, err)
 	}
+}
+
+// tooDeepDelta answers a blob kept as a delta against base, claiming to be 1 deep.
+func tooDeepDelta(t *testing.T, base []byte) store.PackedBlob {
+	t.Helper()
+	v := append(bytes.Clone(base), "one more\n"...)
+	d := packfile.DiffDelta(base, v)
+	z, err := gitstore.Deflate(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.PackedBlob{Digest: repo.Digest(v), GitID: gitstore.BlobID(v), Size: int64(len(v)),
+		Data: store.PackDelta{Base: gitstore.BlobID(base), Depth: 1, Len: len(d), Deflated: z}.Encode(), StoredAs: store.StoredPackDelta}
 }
