@@ -102,6 +102,11 @@ func InflateExactly(data []byte, size int) ([]byte, error) {
 	return out, nil
 }
 
+// MaxPartsBase is the largest blob stored in parts that a chain's read joins whole as a base.
+// No delta is stored against a blob in parts, but a blob uploaded in parts while an import
+// stores it as a delta's base keeps whichever row came first.
+const MaxPartsBase = 64 << 20
+
 // BlobRow is a stored blob's row as reading a chain of deltas needs it.
 type BlobRow struct {
 	Data     []byte

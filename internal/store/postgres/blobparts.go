@@ -269,6 +269,10 @@ func patchBlob(ctx context.Context, qr querier, id plumbing.Hash, row store.Blob
 			return r, interpretError("read blob "+base.String(), err)
 		}
 		r.StoredAs, r.InParts = int(form), partsKey != nil
+		if r.InParts && r.Size <= store.MaxPartsBase {
+			whole, err := blobContent(ctx, qr, "blob "+base.String(), base, nil, store.StoredPlain, r.Size, partsKey, nil)
+			return store.BlobRow{Data: whole, StoredAs: store.StoredPlain, Size: r.Size}, err
+		}
 		return r, nil
 	}, cache)
 }

@@ -33,3 +33,21 @@ func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 		t.Fatalf("the store keeps %d parts, %d of them named by no blob or upload; want %d, none", parts, strays, want)
 	}
 }
+
+// TestADeltaAgainstABlobInPartsReads: a delta whose base a race left stored in parts reads
+// back whole.
+func TestADeltaAgainstABlobInPartsReads(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	d, err := Open(t.Context(), pgtest.NewDatabase(t), store.Options{Clock: clk})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer d.Close()
+	storetest.ADeltaAgainstABlobInPartsReads(t, d, clk, func(b store.PackedBlob) {
+		if _, err := d.pool.Exec(t.Context(), `INSERT INTO blobs (digest, content, size, git_id, stored_as) VALUES ($1, $2, $3, $4, $5)`,
+			b.Digest, b.Data, b.Size, b.GitID[:], b.StoredAs); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -252,6 +252,10 @@ func patchBlob(ctx context.Context, q querier, id plumbing.Hash, row store.BlobR
 			return r, interpretError("read blob "+base.String(), err)
 		}
 		r.InParts = partsKey.Valid
+		if r.InParts && r.Size <= store.MaxPartsBase {
+			whole, err := blobContent(ctx, q, "blob "+base.String(), base, nil, store.StoredPlain, r.Size, partsKey, nil)
+			return store.BlobRow{Data: whole, StoredAs: store.StoredPlain, Size: r.Size}, err
+		}
 		return r, nil
 	}, cache)
 }

@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,4 +34,25 @@ func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 	if parts != want || strays != 0 {
 		t.Fatalf("the store keeps %d parts, %d of them named by no blob or upload; want %d, none", parts, strays, want)
 	}
+}
+
+// TestADeltaAgainstABlobInPartsReads: a delta whose base a race left stored in parts reads
+// back whole.
+func TestADeltaAgainstABlobInPartsReads(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	d, err := Open(t.Context(), filepath.Join(t.TempDir(), "ag.db"), store.Options{Clock: clk})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer d.Close()
+	storetest.ADeltaAgainstABlobInPartsReads(t, d, clk, func(b store.PackedBlob) {
+		if err := d.write(t.Context(), "insert a row as a race leaves it", func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, content, size, git_id, stored_as) VALUES (?, ?, ?, ?, ?)`,
+				b.Digest, b.Data, b.Size, b.GitID[:], b.StoredAs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
