@@ -253,3 +253,26 @@ func WriteCommit(s storer.EncodedObjectStorer, c Commit) (plumbing.Hash, error) 
 	}
 	return s.SetEncodedObject(o)
 }
+
+// DeltaSizes reads the sizes a git delta begins with, each git's little-endian base-128: the
+// size of its base, and of what it makes.
+func DeltaSizes(delta []byte) (src, target uint64, ok bool) {
+	src, n := deltaSize(delta)
+	if n == 0 {
+		return 0, 0, false
+	}
+	target, m := deltaSize(delta[n:])
+	return src, target, m != 0
+}
+
+// deltaSize reads one size of a delta's header, answering 0 bytes read when it is damaged.
+func deltaSize(b []byte) (uint64, int) {
+	var v uint64
+	for i := 0; i < len(b) && i < 10; i++ {
+		v |= uint64(b[i]&0x7f) << (7 * i)
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
+}

@@ -545,6 +545,32 @@ func objectsToSend(ctx context.Context, s storer.EncodedObjectStorer, wants, com
 	return l.ids, l.bases, nil
 }
 
+// VersionPair is an object a commit replaced at a path, and the newer version that replaced it.
+type VersionPair struct{ Old, New plumbing.Hash }
+
+// NewerVersions answers, of the objects head's history holds and since's does not (since zero:
+// the whole history), each one a commit replaced, with the newer version at the same path that
+// replaced it: the delta bases a whole clone's pack proposes (objectsToSend), newest first, so
+// that a version comes before the older one it is the newer version of. A commit of stops is
+// walked as if it had no parents.
+func NewerVersions(ctx context.Context, s storer.EncodedObjectStorer, head, since plumbing.Hash, stops map[plumbing.Hash]bool) ([]VersionPair, error) {
+	var common []plumbing.Hash
+	if !since.IsZero() {
+		common = []plumbing.Hash{since}
+	}
+	ids, bases, err := objectsToSend(ctx, s, []plumbing.Hash{head}, common, stops)
+	if err != nil {
+		return nil, err
+	}
+	pairs := make([]VersionPair, 0, len(bases))
+	for _, id := range ids {
+		if newer, ok := bases[id]; ok {
+			pairs = append(pairs, VersionPair{Old: id, New: newer})
+		}
+	}
+	return pairs, nil
+}
+
 // sendList is what objectsToSend answers, and what of common the wants reach.
 type sendList struct {
 	ids   []plumbing.Hash

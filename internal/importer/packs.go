@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/klauspost/compress/zlib"
+
+	"github.com/ag-coord/ag/internal/gitstore"
 )
 
 // An import sends the objects of the repository's packs as they are there (ADR-0037): each
@@ -320,32 +323,21 @@ func parseEntry(raw []byte, baseAt func(back int64) (plumbing.Hash, bool)) (Pack
 }
 
 // deltaTarget answers the size of what the delta in a zlib stream makes, reading only its
-// first bytes: the base's size, then the target's, each git's little-endian base-128.
+// first bytes.
 func deltaTarget(deflated []byte) (int64, error) {
 	zr, err := zlib.NewReader(bytes.NewReader(deflated))
 	if err != nil {
 		return 0, err
 	}
 	defer zr.Close()
-	var head [20]byte
+	var head [20]byte // two sizes of at most 10 bytes each
 	n, err := io.ReadFull(zr, head[:])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return 0, err
 	}
-	b := head[:n]
-	var sizes [2]int64
-	for k := range sizes {
-		i := 0
-		for ; i < len(b) && i < 9; i++ {
-			sizes[k] |= int64(b[i]&0x7f) << (7 * i)
-			if b[i]&0x80 == 0 {
-				break
-			}
-		}
-		if i >= len(b) || i == 9 {
-			return 0, errors.New("a damaged delta")
-		}
-		b = b[i+1:]
+	_, target, ok := gitstore.DeltaSizes(head[:n])
+	if !ok || target > math.MaxInt64 {
+		return 0, errors.New("a damaged delta")
 	}
-	return sizes[1], nil
+	return int64(target), nil
 }

@@ -2,15 +2,11 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/ag-coord/ag/internal/gitstore"
 	"github.com/ag-coord/ag/internal/store"
@@ -18,17 +14,18 @@ import (
 
 // A store written before ADR-0037 keeps every version of every file whole, as one written since
 // keeps the versions an integrate makes and those an import sent whole. KeepStoredBlobsAsDeltas
-// is its migration in place: it walks each repository's mainline from its head down, and keeps
-// each version a commit replaced as git's delta against the version that replaced it, as git's
-// own repack does (the newer version whole, the older a delta against it). A walk that stops
-// (the server stopped) is walked again at the next start, and what it kept stays kept.
+// is its migration in place: it walks each repository's mainline history, and keeps each
+// version a commit replaced as git's delta against the version that replaced it, as git's own
+// repack does (the newer version whole, the older a delta against it), the pairs a whole
+// clone's pack proposes as its own deltas (gitstore.NewerVersions). A walk that stops (the
+// server stopped) is walked again at the next start, and what it kept stays kept.
 
 // deltaPairsPerRead bounds the versions one read of contents asks for: each may be up to the
 // size of a blob kept whole in a row (4 MiB).
 const deltaPairsPerRead = 16
 
-// blobPair is a file's version a commit replaced, and the version that replaced it.
-type blobPair struct{ old, new plumbing.Hash }
+// deltaPairsPerBatch is how many versions one look at their rows asks about.
+const deltaPairsPerBatch = 256
 
 // KeepStoredBlobsAsDeltas offers the blobs of every repository's mainline history not walked
 // yet to be kept as deltas (store.ReplaceWithDeltas), and answers how many it rewrote. ag serve
@@ -55,8 +52,9 @@ func (s *Server) KeepStoredBlobsAsDeltas(ctx context.Context) (int, error) {
 	}
 }
 
-// keepRepositoryBlobsAsDeltas walks r's mainline from its head down to where the last walk
-// started, or its root, offering each pair of versions it meets.
+// keepRepositoryBlobsAsDeltas offers the versions r's mainline replaced since the head the
+// last walk started from (or in its whole history), newest first: a version is then made a
+// delta before the older one against it, which would keep it whole (ReplaceWithDeltas).
 func (s *Server) keepRepositoryBlobsAsDeltas(ctx context.Context, r store.Repository) (int, error) {
 	head, err := store.ParseGitID(r.MainlineCommit)
 	if err != nil || head.IsZero() {
@@ -66,108 +64,47 @@ func (s *Server) keepRepositoryBlobsAsDeltas(ctx context.Context, r store.Reposi
 	if err != nil || walked == head {
 		return 0, err
 	}
-	objs := newGitObjects(ctx, s.store, s.log)
+	started := time.Now()
+	stops := make(map[plumbing.Hash]bool, len(r.Shallow))
+	for _, id := range r.Shallow {
+		stops[id] = true
+	}
+	pairs, err := gitstore.NewerVersions(ctx, newGitObjects(ctx, s.store, s.log), head, walked, stops)
+	if err != nil {
+		return 0, fmt.Errorf("walk the history: %w", err)
+	}
 	var (
-		pairs    []blobPair
 		kept     int
-		commits  int
-		started  = time.Now()
-		reported = started
+		reported = time.Now()
 		offered  = map[plumbing.Hash]bool{}
 	)
-	for id := head; !id.IsZero() && id != walked; {
-		if err := ctx.Err(); err != nil {
-			return kept, err
-		}
-		c, err := object.GetCommit(objs, id)
+	for start := 0; start < len(pairs); start += deltaPairsPerBatch {
+		n, err := s.offerDeltas(ctx, pairs[start:min(len(pairs), start+deltaPairsPerBatch)], offered)
+		kept += n
 		if err != nil {
-			return kept, fmt.Errorf("read commit %s: %w", id, err)
-		}
-		commits++
-		parent := plumbing.ZeroHash
-		if len(c.ParentHashes) > 0 {
-			parent = c.ParentHashes[0]
-			p, err := object.GetCommit(objs, parent)
-			if errors.Is(err, plumbing.ErrObjectNotFound) {
-				break // where a shallow history stops
-			}
-			if err != nil {
-				return kept, fmt.Errorf("read commit %s: %w", parent, err)
-			}
-			if err := changedBlobs(objs, p.TreeHash, c.TreeHash, &pairs); err != nil {
-				return kept, err
-			}
-		}
-		if len(pairs) >= 256 || parent.IsZero() {
-			n, err := s.offerDeltas(ctx, pairs, offered)
-			kept += n
-			if err != nil {
-				return kept, err
-			}
-			pairs = pairs[:0]
+			return kept, err
 		}
 		if time.Since(reported) >= 10*time.Second {
 			reported = time.Now()
-			s.log.Info("keeping stored blobs as deltas", "repository", r.Name, "commits", commits, "rows", kept)
+			s.log.Info("keeping stored blobs as deltas", "repository", r.Name, "versions", min(len(pairs), start+deltaPairsPerBatch), "of", len(pairs), "rows", kept)
 		}
-		id = parent
-	}
-	n, err := s.offerDeltas(ctx, pairs, offered)
-	kept += n
-	if err != nil {
-		return kept, err
 	}
 	if err := s.store.RecordBlobDeltaWalk(ctx, r.Name, head); err != nil {
 		return kept, err
 	}
 	if kept > 0 {
-		s.log.Info("kept stored blobs as deltas", "repository", r.Name, "commits", commits, "rows", kept, "took", time.Since(started).Round(time.Millisecond))
+		s.log.Info("kept stored blobs as deltas", "repository", r.Name, "versions", len(pairs), "rows", kept, "took", time.Since(started).Round(time.Millisecond))
 	}
 	return kept, nil
-}
-
-// changedBlobs appends to pairs the files whose version differs between the trees from and to,
-// at the same path, each with its old version and its new.
-func changedBlobs(s storer.EncodedObjectStorer, from, to plumbing.Hash, pairs *[]blobPair) error {
-	if from == to {
-		return nil
-	}
-	ft, err := object.GetTree(s, from)
-	if err != nil {
-		return fmt.Errorf("read tree %s: %w", from, err)
-	}
-	tt, err := object.GetTree(s, to)
-	if err != nil {
-		return fmt.Errorf("read tree %s: %w", to, err)
-	}
-	old := make(map[string]object.TreeEntry, len(ft.Entries))
-	for _, e := range ft.Entries {
-		old[e.Name] = e
-	}
-	for _, e := range tt.Entries {
-		o, ok := old[e.Name]
-		if !ok || o.Hash == e.Hash {
-			continue
-		}
-		switch {
-		case o.Mode == filemode.Dir && e.Mode == filemode.Dir:
-			if err := changedBlobs(s, o.Hash, e.Hash, pairs); err != nil {
-				return err
-			}
-		case o.Mode.IsFile() && e.Mode.IsFile():
-			*pairs = append(*pairs, blobPair{old: o.Hash, new: e.Hash})
-		}
-	}
-	return nil
 }
 
 // offerDeltas makes the delta of each old version against its new one, and offers those worth
 // keeping (at most a quarter of the version) to the store. A version already offered, kept as
 // a delta, or stored in parts is not read.
-func (s *Server) offerDeltas(ctx context.Context, pairs []blobPair, offered map[plumbing.Hash]bool) (int, error) {
+func (s *Server) offerDeltas(ctx context.Context, pairs []gitstore.VersionPair, offered map[plumbing.Hash]bool) (int, error) {
 	var ids []plumbing.Hash
 	for _, p := range pairs {
-		ids = append(ids, p.old, p.new)
+		ids = append(ids, p.Old, p.New)
 	}
 	if len(ids) == 0 {
 		return 0, nil
@@ -176,14 +113,14 @@ func (s *Server) offerDeltas(ctx context.Context, pairs []blobPair, offered map[
 	if err != nil {
 		return 0, err
 	}
-	var todo []blobPair
+	var todo []gitstore.VersionPair
 	for _, p := range pairs {
-		oldDepth, oldHeld := depths[p.old]
-		newDepth, newHeld := depths[p.new]
-		if offered[p.old] || !oldHeld || oldDepth != 0 || !newHeld || newDepth >= store.MaxBlobDeltaDepth {
+		oldDepth, oldHeld := depths[p.Old]
+		newDepth, newHeld := depths[p.New]
+		if offered[p.Old] || !oldHeld || oldDepth != 0 || !newHeld || newDepth >= store.MaxBlobDeltaDepth {
 			continue
 		}
-		offered[p.old] = true
+		offered[p.Old] = true
 		todo = append(todo, p)
 	}
 	kept := 0
@@ -191,7 +128,7 @@ func (s *Server) offerDeltas(ctx context.Context, pairs []blobPair, offered map[
 		group := todo[start:min(len(todo), start+deltaPairsPerRead)]
 		var read []plumbing.Hash
 		for _, p := range group {
-			read = append(read, p.old, p.new)
+			read = append(read, p.Old, p.New)
 		}
 		objs, err := s.store.ReadGitObjects(ctx, read)
 		if err != nil {
@@ -203,7 +140,7 @@ func (s *Server) offerDeltas(ctx context.Context, pairs []blobPair, offered map[
 		}
 		var rewrites []store.BlobRewrite
 		for _, p := range group {
-			oldContent, newContent := content[p.old], content[p.new]
+			oldContent, newContent := content[p.Old], content[p.New]
 			if len(oldContent) < 64 || newContent == nil {
 				continue
 			}
@@ -215,7 +152,7 @@ func (s *Server) offerDeltas(ctx context.Context, pairs []blobPair, offered map[
 			if err != nil {
 				return kept, err
 			}
-			rewrites = append(rewrites, store.BlobRewrite{Blob: p.old, Base: p.new, Len: len(delta), Deflated: deflated})
+			rewrites = append(rewrites, store.BlobRewrite{Blob: p.Old, Base: p.New, Len: len(delta), Deflated: deflated})
 		}
 		if len(rewrites) == 0 {
 			continue

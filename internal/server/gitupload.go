@@ -1,16 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"connectrpc.com/connect"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/klauspost/compress/zlib"
 
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/gitstore"
@@ -108,7 +105,7 @@ func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitO
 	data := o.GetData()
 	if o.GetDeflated() {
 		var err error
-		if data, err = inflateAtMost(data, maxContentBytes); err != nil {
+		if data, err = store.InflateAtMost(data, maxContentBytes); err != nil {
 			return madeBlob{}, invalid(field+".data", "%v", err)
 		}
 	}
@@ -119,7 +116,7 @@ func (m *objectMaker) make(field string, typ plumbing.ObjectType, o *agwpv1.GitO
 		return madeBlob{content: data}, nil
 	}
 	base := plumbing.NewHash(o.GetDeltaBase()) // parsed by newObjectMaker
-	src, target, ok := deltaSizes(data)
+	src, target, ok := gitstore.DeltaSizes(data)
 	if !ok {
 		return madeBlob{}, invalid(field+".data", "is no git delta")
 	}
@@ -238,47 +235,4 @@ func (m *objectMaker) blobRow(id plumbing.Hash, o *agwpv1.GitObject, b madeBlob)
 	}
 	row.Data, row.StoredAs = store.EncodeStored(b.content)
 	return row, 0, nil
-}
-
-// inflateAtMost answers what the zlib stream data holds, at most max bytes, refusing a stream
-// with anything after it.
-func inflateAtMost(data []byte, max int) ([]byte, error) {
-	in := bytes.NewReader(data)
-	zr, err := zlib.NewReader(in)
-	if err != nil {
-		return nil, fmt.Errorf("is no zlib stream: %w", err)
-	}
-	out, err := io.ReadAll(io.LimitReader(zr, int64(max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("is a damaged zlib stream: %w", err)
-	}
-	if len(out) > max {
-		return nil, fmt.Errorf("inflates to more than %d MiB", max>>20)
-	}
-	if in.Len() != 0 {
-		return nil, fmt.Errorf("has %d bytes after its zlib stream", in.Len())
-	}
-	return out, nil
-}
-
-// deltaSizes reads the sizes a git delta begins with: of its base, and of what it makes.
-func deltaSizes(delta []byte) (src, target uint64, ok bool) {
-	src, n := leb128(delta)
-	if n == 0 {
-		return 0, 0, false
-	}
-	target, m := leb128(delta[n:])
-	return src, target, m != 0
-}
-
-// leb128 reads git's little-endian base-128 size, answering 0 bytes read when damaged.
-func leb128(b []byte) (uint64, int) {
-	var v uint64
-	for i := 0; i < len(b) && i < 10; i++ {
-		v |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i]&0x80 == 0 {
-			return v, i + 1
-		}
-	}
-	return 0, 0
 }

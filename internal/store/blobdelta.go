@@ -74,27 +74,28 @@ const maxStoredDelta = 80 << 20
 
 // Inflate answers the delta, exactly d.Len bytes, from a stream that holds nothing more.
 func (d PackDelta) Inflate() ([]byte, error) {
-	return InflateExactly(d.Deflated, d.Len)
+	out, err := InflateAtMost(d.Deflated, d.Len)
+	if err == nil && len(out) != d.Len {
+		err = fmt.Errorf("a zlib stream of %d bytes, not %d", len(out), d.Len)
+	}
+	return out, err
 }
 
-// InflateExactly answers what the zlib stream data holds, which must be exactly size bytes
-// and end where data does: a stream kept as given is one that reads back as it was checked.
-func InflateExactly(data []byte, size int) ([]byte, error) {
+// InflateAtMost answers what the zlib stream data holds, at most max bytes, and refuses a
+// stream with anything after it: a stream kept as given is one that reads back as it was
+// checked.
+func InflateAtMost(data []byte, max int) ([]byte, error) {
 	in := bytes.NewReader(data)
 	zr, err := zlib.NewReader(in)
 	if err != nil {
-		return nil, fmt.Errorf("a zlib stream: %w", err)
+		return nil, fmt.Errorf("not a zlib stream: %w", err)
 	}
-	out := make([]byte, size)
-	if _, err := io.ReadFull(zr, out); err != nil {
-		return nil, fmt.Errorf("a zlib stream of %d bytes: %w", size, err)
+	out, err := io.ReadAll(io.LimitReader(zr, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("a damaged zlib stream: %w", err)
 	}
-	var more [1]byte
-	if n, err := zr.Read(more[:]); n != 0 || err != io.EOF {
-		if err != nil && err != io.EOF {
-			return nil, fmt.Errorf("a zlib stream of %d bytes: %w", size, err)
-		}
-		return nil, fmt.Errorf("a zlib stream of more than %d bytes", size)
+	if len(out) > max {
+		return nil, fmt.Errorf("a zlib stream of more than %d bytes", max)
 	}
 	if in.Len() != 0 {
 		return nil, fmt.Errorf("%d bytes after a zlib stream", in.Len())

@@ -209,14 +209,7 @@ func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
 		}
 	}
 	// A delta against x sent as if x were whole (1 deep) is stored 13 deep.
-	w := append(bytes.Clone(x), "w\n"...)
-	d := packfile.DiffDelta(x, w)
-	deflated, err := gitstore.Deflate(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late := whole(w)
-	late.Data, late.StoredAs = store.PackDelta{Base: gitstore.BlobID(x), Depth: 1, Len: len(d), Deflated: deflated}.Encode(), store.StoredPackDelta
+	late := deltaOn(t, x)
 	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{late}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,17 +220,11 @@ func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
 	// store keeps the row it holds, 50 deep.
 	deepest := versions[store.MaxBlobDeltaDepth]
 	again := whole(deepest)
-	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{again, tooDeepDelta(t, deepest)}); !errors.Is(err, store.ErrFailedPrecondition) {
+	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{again, deltaOn(t, deepest)}); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Fatalf("PutPackedBlobs of a delta against a blob stored 50 deep, sent again whole: %v, want ErrFailedPrecondition", err)
 	}
 	// One against the deepest chain is refused, storing nothing.
-	v := append(bytes.Clone(deepest), "v\n"...)
-	d = packfile.DiffDelta(deepest, v)
-	if deflated, err = gitstore.Deflate(d); err != nil {
-		t.Fatal(err)
-	}
-	tooDeep := whole(v)
-	tooDeep.Data, tooDeep.StoredAs = store.PackDelta{Base: gitstore.BlobID(deepest), Depth: 1, Len: len(d), Deflated: deflated}.Encode(), store.StoredPackDelta
+	tooDeep := deltaOn(t, deepest)
 	if err := b.rs.PutPackedBlobs(b.ctx, []store.PackedBlob{tooDeep}); !errors.Is(err, store.ErrFailedPrecondition) {
 		t.Fatalf("PutPackedBlobs of a delta past the deepest chain: %v, want ErrFailedPrecondition", err)
 	}
@@ -246,8 +233,8 @@ func testBlobsKeptAsDeltasInPlace(t *testing.T, newStore Factory) {
 	}
 }
 
-// tooDeepDelta answers a blob kept as a delta against base, claiming to be 1 deep.
-func tooDeepDelta(t *testing.T, base []byte) store.PackedBlob {
+// deltaOn answers a line more than base, kept as a delta against it that says it is 1 deep.
+func deltaOn(t *testing.T, base []byte) store.PackedBlob {
 	t.Helper()
 	v := append(bytes.Clone(base), "one more\n"...)
 	d := packfile.DiffDelta(base, v)
@@ -268,7 +255,7 @@ func ADeltaAgainstABlobInPartsReads(t *testing.T, st store.Store, clk *clock.Fak
 	b := &rbundle{bundle: &bundle{ctx: t.Context(), st: st, clk: clk}, rs: st}
 	base := []byte(strings.Repeat("a blob an upload sent in parts\n", 40))
 	b.upload(t, "base", "alice", base, 256)
-	delta := tooDeepDelta(t, base) // 1 deep: its base is kept whole, in parts
+	delta := deltaOn(t, base) // 1 deep: its base is kept whole, in parts
 	insert(delta)
 	got, err := st.GetBlob(t.Context(), delta.Digest)
 	if err != nil || gitstore.BlobID(got.Content) != delta.GitID {
