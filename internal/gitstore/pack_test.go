@@ -55,18 +55,7 @@ func TestPlainPackIsAPackGitReads(t *testing.T) {
 	}
 	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", r.main.String())
 
-	// verify-pack -v: "id type size packed-size offset" for a whole object, then "depth base"
-	// for a delta.
-	idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.idx"))
-	if err != nil || len(idx) != 1 {
-		t.Fatalf("the pack's index: %v, %v", idx, err)
-	}
-	deltas := map[string]string{}
-	for _, line := range strings.Split(git(t, env, dir, nil, "verify-pack", "-v", idx[0]), "\n") {
-		if f := strings.Fields(line); len(f) == 7 {
-			deltas[f[0]] = f[6]
-		}
-	}
+	deltas := packDeltas(t, env, dir)
 	newest := strings.TrimSpace(git(t, env, dir, nil, "rev-parse", r.main.String()+":big.txt"))
 	if _, ok := deltas[newest]; ok {
 		t.Errorf("the newest big.txt is a delta; want it whole")
@@ -186,6 +175,22 @@ func TestAPackCarriesTheDeltasTheStoreKeeps(t *testing.T) {
 	git(t, env, dir, nil, "init", "-q", "--bare")
 	git(t, env, dir, pack.Bytes(), "index-pack", "--strict", "--stdin")
 	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", r.main.String())
+	deltas := packDeltas(t, env, dir)
+	for _, v := range []int{1, 3} {
+		if got, want := deltas[id(v).String()], k.kept[id(v)].Base.String(); got != want {
+			t.Errorf("version %d is in the pack against %q, want the base it is kept against, %s", v, got, want)
+		}
+	}
+	if base, ok := deltas[id(2).String()]; ok && base == BlobID(outside).String() {
+		t.Errorf("version 2 is in the pack against a blob the pack lacks")
+	}
+}
+
+// packDeltas answers, of the one pack of the git directory dir, each object kept as a delta
+// with its base, as git's verify-pack -v lists them: "id type size packed-size offset" for a
+// whole object, then "depth base" for a delta.
+func packDeltas(t *testing.T, env []string, dir string) map[string]string {
+	t.Helper()
 	idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*.idx"))
 	if err != nil || len(idx) != 1 {
 		t.Fatalf("the pack's index: %v, %v", idx, err)
@@ -196,12 +201,5 @@ func TestAPackCarriesTheDeltasTheStoreKeeps(t *testing.T) {
 			deltas[f[0]] = f[6]
 		}
 	}
-	for _, v := range []int{1, 3} {
-		if got, want := deltas[id(v).String()], k.kept[id(v)].Base.String(); got != want {
-			t.Errorf("version %d is in the pack against %q, want the base it is kept against, %s", v, got, want)
-		}
-	}
-	if base, ok := deltas[id(2).String()]; ok && base == BlobID(outside).String() {
-		t.Errorf("version 2 is in the pack against a blob the pack lacks")
-	}
+	return deltas
 }
