@@ -247,9 +247,11 @@ func (r *ReceiveReporter) Report(unpackRefusal string, refs []RefStatus) error {
 		_, err := r.w.Write(buf.Bytes())
 		return err
 	}
-	// The report is the data channel's content, in pieces that fit a side-band packet.
+	// The report is the data channel's content, in pieces that fit a side-band packet: a
+	// pkt-line's payload, the channel's byte included (go-git's muxer cuts at 4 bytes more,
+	// which its own encoder then refuses).
 	for b := buf.Bytes(); len(b) > 0; {
-		n := min(len(b), sideband.MaxPackedSize64k-1)
+		n := min(len(b), pktline.MaxPayloadSize-1)
 		if _, err := r.mux.WriteChannel(sideband.PackData, b[:n]); err != nil {
 			return err
 		}
