@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -566,6 +567,14 @@ func testConcurrentContention(t *testing.T, newStore Factory) {
 		written = map[string]string{} // change id → the content it wrote
 		wg      sync.WaitGroup
 	)
+	// The first failure ends every agent's turn: one that fails holding the lease would keep the
+	// others waiting for it until the test's deadline, a hang where a failure is due.
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	fail := func(format string, args ...any) {
+		t.Errorf(format, args...)
+		stop()
+	}
 	for g := range agents {
 		principal := fmt.Sprintf("agent%02d", g)
 		holder := principal + "|w"
@@ -575,40 +584,43 @@ func testConcurrentContention(t *testing.T, newStore Factory) {
 				for {
 					ch := b.rs.LeaseSignal()
 					var err error
-					l, err = b.rs.AcquireLease(b.ctx, store.AcquireLeaseParams{Repository: "web", Paths: []string{path}, Holder: holder, TTL: time.Hour})
+					l, err = b.rs.AcquireLease(ctx, store.AcquireLeaseParams{Repository: "web", Paths: []string{path}, Holder: holder, TTL: time.Hour})
 					if err == nil {
 						break
 					}
+					if ctx.Err() != nil {
+						return // another agent failed
+					}
 					if !errors.Is(err, store.ErrLeaseConflict) {
-						t.Errorf("AcquireLease(%s): %v", holder, err)
+						fail("AcquireLease(%s): %v", holder, err)
 						return
 					}
 					select {
 					case <-ch:
 					case <-time.After(pollFallback):
-					case <-b.ctx.Done():
+					case <-ctx.Done():
 						return
 					}
 				}
 				answered := seq.Add(1)
 				if n := holders.Add(1); n != 1 {
-					t.Errorf("%d holders of %s at once", n, path)
+					fail("%d holders of %s at once", n, path)
 				}
 				content := fmt.Sprintf("%s round %d\n", holder, round)
-				base, err := b.rs.GetRepository(b.ctx, "web")
+				base, err := b.rs.GetRepository(ctx, "web")
 				if err != nil {
-					t.Errorf("GetRepository: %v", err)
+					fail("GetRepository: %v", err)
 					return
 				}
-				c, err := b.rs.Integrate(b.ctx, integrateParams("web", base.Mainline, holder, []uint64{l.FencingToken}, put(path, content)))
+				c, err := b.rs.Integrate(ctx, integrateParams("web", base.Mainline, holder, []uint64{l.FencingToken}, put(path, content)))
 				if err != nil {
-					t.Errorf("Integrate by %s: %v", holder, err)
+					fail("Integrate by %s: %v", holder, err)
 					return
 				}
 				holders.Add(-1)
 				release := seq.Add(1)
-				if _, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: l.ID, Principal: principal, FencingToken: l.FencingToken}); err != nil {
-					t.Errorf("ReleaseLease: %v", err)
+				if _, err := b.rs.ReleaseLease(ctx, store.ReleaseLeaseParams{LeaseID: l.ID, Principal: principal, FencingToken: l.FencingToken}); err != nil {
+					fail("ReleaseLease: %v", err)
 					return
 				}
 				mu.Lock()
