@@ -2,11 +2,15 @@ package gitstore
 
 import (
 	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 )
 
 // Tests written for the mutation run of this package (scripts/mutation, docs/testing.md): each
@@ -155,6 +159,118 @@ func TestACachedPackIsReadOnlyAsTheFileItsDescriptionSays(t *testing.T) {
 			t.Errorf("%s: %v; want it read", tc.name, err)
 		case tc.bytes != 0 && (cp.bytes != tc.bytes || cp.meta.Objects != 3):
 			t.Errorf("%s: read as %d bytes and %d objects, want %d and 3", tc.name, cp.bytes, cp.meta.Objects, tc.bytes)
+		}
+	}
+}
+
+// TestWarmSaysWhenTheCachedPackCannotBeWritten holds that Warm, run after an import so that the
+// first clone finds a pack ready, says when the pack could not be put in place, rather than
+// leaving the first clone to build it without a word.
+func TestWarmSaysWhenTheCachedPackCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	r := &served{t: t, s: newStorer()}
+	r.commit("Import", sampleFiles)
+	cache, err := NewPackCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A directory holding a file where the pack goes: the pack, written whole, cannot be renamed
+	// over it.
+	if err := os.MkdirAll(filepath.Join(cache.path("app"), "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := r.open(t.Context())
+	snap.CacheKey = "app"
+	if err := cache.Warm(t.Context(), snap); err == nil {
+		t.Errorf("Warm with the cached pack's place taken: no error")
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache.dir, "new-*.pack")); len(left) != 0 {
+		t.Errorf("Warm left %v", left)
+	}
+}
+
+// TestPackTreeReadsEachEntryAndRefusesOneCutShort holds the reading of a tree the store keeps,
+// which the server's integrate edits in place: each entry's mode, name and id, the last entry
+// ending the data exactly, and a tree cut anywhere refused.
+func TestPackTreeReadsEachEntryAndRefusesOneCutShort(t *testing.T) {
+	id := func(b byte) (h [20]byte) {
+		for i := range h {
+			h[i] = b
+		}
+		return h
+	}
+	a, b := id(0xaa), id(0xbb)
+	data := []byte("100644 a.txt\x00" + string(a[:]) + "40000 dir\x00" + string(b[:]))
+	tree, err := PackTree(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tree.Len() != 2 {
+		t.Fatalf("%d entries, want 2", tree.Len())
+	}
+	for i, want := range []struct {
+		name string
+		mode filemode.FileMode
+		id   [20]byte
+	}{{"a.txt", filemode.Regular, a}, {"dir", filemode.Dir, b}} {
+		e := tree.Entry(i)
+		if e.Name != want.name || e.Mode != want.mode || e.Hash != want.id {
+			t.Errorf("entry %d: %s %v %s, want %s %v %x", i, e.Name, e.Mode, e.Hash, want.name, want.mode, want.id)
+		}
+	}
+	for cut := 1; cut < len(data); cut++ {
+		if _, err := PackTree(data[:cut]); err == nil && cut != len(data)-(10+20) {
+			t.Errorf("the tree cut at byte %d of %d read", cut, len(data))
+		}
+	}
+	for _, bad := range []string{" a\x00" + string(a[:]), "1006x4 a\x00" + string(a[:]), "100644 a" + string(a[:])} {
+		if _, err := PackTree([]byte(bad)); err == nil {
+			t.Errorf("PackTree(%q) read", bad)
+		}
+	}
+	if empty, err := PackTree(nil); err != nil || empty.Len() != 0 {
+		t.Errorf("the empty tree: %v, %v", empty, err)
+	}
+}
+
+// TestGitReadsTheRefsWithGETOrHEADOnly holds that info/refs, the one GET of the protocol,
+// answers GET and HEAD and nothing else.
+func TestGitReadsTheRefsWithGETOrHEADOnly(t *testing.T) {
+	t.Parallel()
+	r := &served{t: t, s: newStorer()}
+	r.commit("Import", sampleFiles)
+	h := NewHandler(r.open)
+	for _, tc := range []struct {
+		method string
+		code   int
+	}{{http.MethodGet, http.StatusOK}, {http.MethodHead, http.StatusOK}, {http.MethodPost, http.StatusMethodNotAllowed},
+		{http.MethodPut, http.StatusMethodNotAllowed}} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, "/info/refs?service=git-upload-pack", nil))
+		if rec.Code != tc.code {
+			t.Errorf("%s info/refs: %d, want %d", tc.method, rec.Code, tc.code)
+		}
+	}
+}
+
+// TestAnUploadPackRequestTakesOnlyHavesAfterItsWants holds that a line among the haves of a
+// fetch is a have of one id, the flush of a round, or done: a want there, of the same length as
+// a have, is refused, not taken for one.
+func TestAnUploadPackRequestTakesOnlyHavesAfterItsWants(t *testing.T) {
+	want := "want " + strings.Repeat("1", 40) + "\n"
+	have := "have " + strings.Repeat("2", 40) + "\n"
+	req, err := ReadUploadPackRequest(pkts(t, want, "", have, "", have, "done\n"))
+	if err != nil || len(req.Haves) != 2 || !req.Done {
+		t.Fatalf("a fetch of two rounds of haves: %+v, %v", req, err)
+	}
+	for _, lines := range [][]string{
+		{want, "", want, "done\n"},
+		{want, "", "have " + strings.Repeat("2", 39) + "\n", "done\n"},
+		{want, "", "have " + strings.Repeat("g", 40) + "\n", "done\n"},
+		{want, "", "shallow " + strings.Repeat("2", 40) + "\n", "done\n"},
+	} {
+		if req, err := ReadUploadPackRequest(pkts(t, lines...)); err == nil {
+			t.Errorf("%q read: %+v", lines, req)
 		}
 	}
 }
