@@ -1,7 +1,9 @@
 package gitstore
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/pktline"
 )
 
 // Tests written for the mutation run of this package (scripts/mutation, docs/testing.md): each
@@ -272,5 +276,120 @@ func TestAnUploadPackRequestTakesOnlyHavesAfterItsWants(t *testing.T) {
 		if req, err := ReadUploadPackRequest(pkts(t, lines...)); err == nil {
 			t.Errorf("%q read: %+v", lines, req)
 		}
+	}
+}
+
+// uploadPack answers a stateless request made of lines ("" a flush), as ServeHTTP would, and
+// what it wrote.
+func uploadPack(t *testing.T, snap Snapshot, lines ...string) []byte {
+	t.Helper()
+	req, err := ReadUploadPackRequest(pkts(t, lines...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := UploadPack(t.Context(), &out, snap, req); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestAFetchIsSentAThinPackOnlyWhenItAskedForOne holds that a client that did not ask for a
+// thin pack gets a pack git can index alone: a delta against what it holds would be a missing
+// base to it. And that progress goes on side-band only, and not to a client that asked for none.
+func TestAFetchIsSentAThinPackOnlyWhenItAskedForOne(t *testing.T) {
+	t.Parallel()
+	needGit(t)
+	env := gitEnv(t)
+	var big strings.Builder
+	for i := 0; big.Len() < 32<<10; i++ {
+		fmt.Fprintf(&big, "line %d of a file large enough for a delta\n", i)
+	}
+	r := &served{t: t, s: newStorer()}
+	first := r.commit("Import", map[string][]byte{"big.txt": []byte(big.String())})
+	next := r.commit("Change a line", map[string][]byte{"big.txt": []byte(strings.Replace(big.String(), "line 7 ", "line seven ", 1))})
+	snap, _ := r.open(t.Context())
+	fetch := func(caps string) []byte {
+		return uploadPack(t, snap, "want "+next.String()+" "+caps+"\n", "", "have "+first.String()+"\n", "done\n")
+	}
+	// index has git index the pack after the ACK line, alone (no --fix-thin).
+	index := func(answer []byte) error {
+		ack := pktline.NewScanner(bytes.NewReader(answer))
+		if !ack.Scan() || !strings.HasPrefix(string(ack.Bytes()), "ACK ") {
+			t.Fatalf("the answer does not start with an ACK: %q", answer[:min(len(answer), 60)])
+		}
+		pack := answer[4+len(ack.Bytes()):]
+		dir := t.TempDir()
+		git(t, env, dir, nil, "init", "-q", "--bare")
+		if _, stderr, err := gitRun(env, dir, pack, "index-pack", "--stdin"); err != nil {
+			return fmt.Errorf("git index-pack: %v: %s", err, stderr)
+		}
+		return nil
+	}
+	if err := index(fetch("ofs-delta")); err != nil {
+		t.Errorf("a fetch that did not ask for a thin pack was sent one: %v", err)
+	}
+	if index(fetch("ofs-delta thin-pack")) == nil {
+		t.Errorf("a fetch that asked for a thin pack was sent the file whole: this test would not see a thin pack")
+	}
+
+	progress := func(caps string) bool {
+		answer := uploadPack(t, snap, "want "+next.String()+" "+caps+"\n", "", "done\n")
+		s := pktline.NewScanner(bytes.NewReader(answer))
+		for s.Scan() {
+			if b := s.Bytes(); len(b) > 0 && b[0] == 2 && strings.HasPrefix(string(b[1:]), "ag: sending ") {
+				return true
+			}
+		}
+		return false
+	}
+	if !progress("ofs-delta side-band-64k") {
+		t.Errorf("a fetch with side-band was told no progress")
+	}
+	if progress("ofs-delta side-band-64k no-progress") {
+		t.Errorf("a fetch that asked for no progress was told it")
+	}
+	// Without side-band there is no channel for it: the pack follows the NAK, and nothing else.
+	answer := uploadPack(t, snap, "want "+next.String()+" ofs-delta\n", "", "done\n")
+	if !bytes.HasPrefix(answer, []byte("0008NAK\nPACK")) {
+		t.Errorf("a fetch without side-band: %q..., want the NAK and the pack", answer[:min(len(answer), 16)])
+	}
+}
+
+// TestACachedPackOfAnotherHistoryBoundaryIsNotSent holds that the cached pack of a repository
+// imported shallow is not what a whole clone is sent once the repository's history stops
+// elsewhere (imported again, deeper, under the same name): it is built afresh.
+func TestACachedPackOfAnotherHistoryBoundaryIsNotSent(t *testing.T) {
+	t.Parallel()
+	r := &served{t: t, s: newStorer()}
+	r.commit("One", map[string][]byte{"a.txt": []byte("1\n")})
+	second := r.commit("Two", map[string][]byte{"a.txt": []byte("2\n")})
+	r.commit("Three", map[string][]byte{"a.txt": []byte("3\n")})
+	cacheDir := t.TempDir()
+	cache, err := NewPackCache(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := func() os.FileInfo {
+		t.Helper()
+		snap, _ := r.open(t.Context())
+		snap.CacheKey = "app"
+		if err := cache.Warm(t.Context(), snap); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(cache.path("app"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	r.shallow = []plumbing.Hash{second}
+	shallow := warm()
+	if again := warm(); !os.SameFile(shallow, again) {
+		t.Fatalf("Warm of the same history built its pack again")
+	}
+	r.shallow = nil
+	if whole := warm(); os.SameFile(shallow, whole) {
+		t.Errorf("the cached pack of the history shallow at %s is kept for the whole history", second)
 	}
 }
