@@ -2,6 +2,7 @@ package gitstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -391,5 +392,76 @@ func TestACachedPackOfAnotherHistoryBoundaryIsNotSent(t *testing.T) {
 	r.shallow = nil
 	if whole := warm(); os.SameFile(shallow, whole) {
 		t.Errorf("the cached pack of the history shallow at %s is kept for the whole history", second)
+	}
+}
+
+// TestAFetchWantsOnlyTheMainlineAndItsHistory holds SECURITY.md's "a fetch may want only the
+// mainline's commit or its ancestors": a commit the store holds that never reached the
+// mainline (a candidate's), or one below where the repository's history stops, is refused and
+// nothing of it is sent; the mainline's commit and each ancestor are taken.
+func TestAFetchWantsOnlyTheMainlineAndItsHistory(t *testing.T) {
+	t.Parallel()
+	r := &served{t: t, s: newStorer()}
+	one := r.commit("One", map[string][]byte{"a.txt": []byte("1\n")})
+	two := r.commit("Two", map[string][]byte{"a.txt": []byte("2\n")})
+	main := r.commit("Three", map[string][]byte{"a.txt": []byte("3\n")})
+	// A candidate: a commit on the mainline's tree that the mainline never moved to.
+	candidate, err := WriteCommit(r.s, Commit{Tree: EmptyTree, Parents: []plumbing.Hash{main}, Message: "candidate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := r.open(t.Context())
+	for _, tc := range []struct {
+		name  string
+		wants []plumbing.Hash
+		ok    bool
+	}{
+		{"the mainline", []plumbing.Hash{main}, true},
+		{"an ancestor", []plumbing.Hash{one}, true},
+		{"the mainline and its ancestors", []plumbing.Hash{main, two, one}, true},
+		{"a candidate", []plumbing.Hash{candidate}, false},
+		{"an ancestor and a candidate", []plumbing.Hash{one, candidate}, false},
+		{"an id nobody holds", []plumbing.Hash{plumbing.NewHash(strings.Repeat("4", 40))}, false},
+	} {
+		var lines []string
+		for i, w := range tc.wants {
+			line := "want " + w.String()
+			if i == 0 {
+				line += " ofs-delta"
+			}
+			lines = append(lines, line+"\n")
+		}
+		req, err := ReadUploadPackRequest(pkts(t, append(lines, "", "done\n")...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = UploadPack(t.Context(), &out, snap, req)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "not our ref")):
+			t.Errorf("%s: %v; want it refused as not our ref", tc.name, err)
+		case !tc.ok && bytes.Contains(out.Bytes(), []byte("PACK")):
+			t.Errorf("%s: a pack was sent", tc.name)
+		}
+	}
+
+	// Where the history stops, the walk stops: what lies below is not the repository's.
+	r.shallow = []plumbing.Hash{two}
+	snap, _ = r.open(t.Context())
+	if err := wantable(t.Context(), snap, []plumbing.Hash{two}); err != nil {
+		t.Errorf("the commit the history stops at: %v", err)
+	}
+	if err := wantable(t.Context(), snap, []plumbing.Hash{one}); err == nil {
+		t.Errorf("a commit below where the history stops was taken")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := wantable(ctx, snap, []plumbing.Hash{two}); err == nil {
+		t.Errorf("a walk of a fetch that is gone went on")
+	}
+	if err := wantable(ctx, snap, []plumbing.Hash{main}); err != nil {
+		t.Errorf("the mainline alone needs no walk: %v", err)
 	}
 }
