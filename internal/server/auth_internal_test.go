@@ -68,6 +68,12 @@ func TestAuthenticatorTakesOnlyAKnownBearerTokenAndRereadsItAfterItsTTL(t *testi
 	refused("a bearer of spaces", "Bearer    ", connect.CodeUnauthenticated)
 	refused("a token of 257 bytes", "Bearer "+strings.Repeat("a", 257), connect.CodeUnauthenticated)
 	refused("an unknown token", "Bearer agt_carol", connect.CodeUnauthenticated)
+	// 256 bytes is the longest token looked up.
+	before := s.reads
+	refused("an unknown token of 256 bytes", "Bearer agt_"+strings.Repeat("a", 252), connect.CodeUnauthenticated)
+	if s.reads != before+1 {
+		t.Errorf("a token of 256 bytes was not looked up")
+	}
 
 	c, err := a.authenticate(ctx, "Bearer  agt_alice ")
 	if err != nil || c.principal.Name != "alice" || c.tokenID != "tok_agt_alice" {
