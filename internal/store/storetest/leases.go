@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -261,6 +262,14 @@ func testTokenMonotonicity(t *testing.T, newStore Factory) {
 		waits  atomic.Int64
 		wg     sync.WaitGroup
 	)
+	// The first failure ends every agent's rounds: one that fails holding a lease would keep
+	// the others waiting for it until the test's deadline, a hang where a failure is due.
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	fail := func(format string, args ...any) {
+		t.Errorf(format, args...)
+		stop()
+	}
 	for g := range agents {
 		principal := fmt.Sprintf("agent%02d", g)
 		holder := principal + "|w"
@@ -281,26 +290,29 @@ func testTokenMonotonicity(t *testing.T, newStore Factory) {
 					ch := b.rs.LeaseSignal()
 					called = seq.Add(1)
 					var err error
-					l, err = b.rs.AcquireLease(b.ctx, store.AcquireLeaseParams{Repository: "web", Paths: paths, Holder: holder, TTL: time.Minute})
+					l, err = b.rs.AcquireLease(ctx, store.AcquireLeaseParams{Repository: "web", Paths: paths, Holder: holder, TTL: time.Minute})
 					if err == nil {
 						break
 					}
+					if ctx.Err() != nil {
+						return // another agent failed
+					}
 					if !errors.Is(err, store.ErrLeaseConflict) {
-						t.Errorf("AcquireLease(%v, %s): %v", paths, holder, err)
+						fail("AcquireLease(%v, %s): %v", paths, holder, err)
 						return
 					}
 					waits.Add(1)
 					select {
 					case <-ch:
 					case <-time.After(pollFallback):
-					case <-b.ctx.Done():
+					case <-ctx.Done():
 						return
 					}
 				}
 				answered := seq.Add(1)
 				releasing := seq.Add(1)
-				if _, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: l.ID, Principal: principal, FencingToken: l.FencingToken}); err != nil {
-					t.Errorf("ReleaseLease(%s): %v", l.ID, err)
+				if _, err := b.rs.ReleaseLease(ctx, store.ReleaseLeaseParams{LeaseID: l.ID, Principal: principal, FencingToken: l.FencingToken}); err != nil {
+					fail("ReleaseLease(%s): %v", l.ID, err)
 					return
 				}
 				mu.Lock()
