@@ -112,6 +112,15 @@ func TestAuthenticatorTakesOnlyAKnownBearerTokenAndRereadsItAfterItsTTL(t *testi
 			t.Fatal(err)
 		}
 	}
+	reads = s.reads
+	for _, token := range []string{"agt_alice", "agt_bob"} {
+		if _, err := a.authenticate(ctx, "Bearer "+token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.reads != reads {
+		t.Errorf("two tokens authenticated one after the other: %d store reads for the second time, want both cached", s.reads-reads)
+	}
 	a.forget("alice", "")
 	if len(a.cache) != 1 {
 		t.Errorf("forgetting alice left %d tokens cached, want bob's alone", len(a.cache))
