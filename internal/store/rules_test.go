@@ -454,7 +454,7 @@ func TestAPageTokenOfReadyTasksReadsBackAndNothingElseDoes(t *testing.T) {
 	}
 	raw := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for _, token := range []string{"!!", raw("r1:"), raw("x1:2"), raw("r1:0"), raw("r1:-3"), raw("r12"), raw("r1:x"),
-		raw("rx:1"), raw("r2147483648:1"), raw("r1:2:3"), raw("r:1")} {
+		raw("rx:1"), raw("r2147483648:1"), raw("r1:2:3"), raw("r:1"), raw("r12:345678") + "!", raw("r12:345678") + "="} {
 		if _, _, _, err := store.DecodeReadyPageToken(token); !errors.Is(err, store.ErrInvalidPageToken) {
 			t.Errorf("DecodeReadyPageToken(%q) = %v; want it refused", token, err)
 		}
