@@ -219,3 +219,47 @@ func TestAuthInterceptorAdmitsOnlyWhoMayCall(t *testing.T) {
 		t.Errorf("refusals reported: %v, want %v", refusals, want)
 	}
 }
+
+// bootstrapStore answers BootstrapAdmin as a store with or without principals would.
+type bootstrapStore struct {
+	store.Store
+	had  bool  // principals already
+	fail error // the store cannot answer
+	got  store.CreatePrincipalParams
+}
+
+func (s *bootstrapStore) BootstrapAdmin(_ context.Context, p store.CreatePrincipalParams) (bool, error) {
+	s.got = p
+	if s.fail != nil {
+		return false, s.fail
+	}
+	return !s.had, nil
+}
+
+// TestBootstrapGivesAnAdminTokenOnlyToAnEmptyStore holds that `ag serve` prints an admin token
+// only when it made one: the token given, or a new one, whose hash alone the store keeps; a
+// store with principals already, or one that fails, gives none.
+func TestBootstrapGivesAnAdminTokenOnlyToAnEmptyStore(t *testing.T) {
+	t.Parallel()
+	s := &bootstrapStore{}
+	token, created, err := Bootstrap(t.Context(), s, "agt_given")
+	if err != nil || !created || token != "agt_given" {
+		t.Errorf("Bootstrap of an empty store with a token = %q, %v, %v", token, created, err)
+	}
+	if s.got.Name != "admin" || s.got.Role != store.RoleAdmin || !bytes.Equal(s.got.TokenHash, HashToken("agt_given")) {
+		t.Errorf("the admin stored: %+v", s.got)
+	}
+	token, created, err = Bootstrap(t.Context(), s, "")
+	if err != nil || !created || !strings.HasPrefix(token, tokenPrefix) || len(token) != len(tokenPrefix)+43 ||
+		!bytes.Equal(s.got.TokenHash, HashToken(token)) || !strings.HasPrefix(s.got.TokenID, "tok") {
+		t.Errorf("Bootstrap of an empty store without a token = %q, %v, %v; stored %+v", token, created, err, s.got)
+	}
+	s.had = true
+	if token, created, err := Bootstrap(t.Context(), s, "agt_given"); token != "" || created || err != nil {
+		t.Errorf("Bootstrap of a store with principals = %q, %v, %v; want no token", token, created, err)
+	}
+	s.fail = errors.New("the database is down")
+	if token, created, err := Bootstrap(t.Context(), s, ""); token != "" || created || err != s.fail {
+		t.Errorf("Bootstrap of a store that fails = %q, %v, %v; want its error and no token", token, created, err)
+	}
+}
