@@ -106,3 +106,28 @@ func testNames(t *testing.T) (map[string]bool, []string) {
 	}
 	return tests, conformance
 }
+
+// TestEverySecurityRowNamesItsTest ensures each threat SECURITY.md's table lists names the test
+// that fails without its defence: a Go test (checked to exist by TestDocumentsNameTestsThatExist)
+// or a browser test of console/test. A row without one is a defence nobody would notice losing.
+func TestEverySecurityRowNamesItsTest(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "SECURITY.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for i, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| threat |") || strings.HasPrefix(line, "| --- ") {
+			continue
+		}
+		rows++
+		if !codeSpan.MatchString(line) && !strings.Contains(line, ".test.mjs") {
+			threat, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+			t.Errorf("SECURITY.md:%d names no test of its defence: %s", i+1, threat)
+		}
+	}
+	if rows < 50 {
+		t.Errorf("SECURITY.md's table has %d rows: the test no longer finds them", rows)
+	}
+}

@@ -68,3 +68,34 @@ func TestCapacityRemembersTheValueBeforeADrop(t *testing.T) {
 		t.Fatalf("Estimate = %d, want 4: four jobs were held 40 s ago, within the last minute", got)
 	}
 }
+
+// TestTheAutomaticDepthIsBoundedWhateverTheClaims holds SECURITY.md's bound on inflating the
+// depth with idle claims: twenty workers waiting make a queue without a depth of its own
+// speculate to --gate-max-depth (8 by default), never further; a policy's own depth is its own.
+func TestTheAutomaticDepthIsBoundedWhateverTheClaims(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
+	c := NewCapacity(clk.Now, nil)
+	for range 20 {
+		c.Waiting()
+	}
+	for _, tc := range []struct {
+		name     string
+		g        *Gate
+		p        Policy
+		depth    int
+		capacity int
+	}{
+		{"twenty waiting, the default bound", &Gate{Capacity: c}, Policy{}, DefaultMaxDepth, 20},
+		{"twenty waiting, a bound of 3", &Gate{Capacity: c, MaxDepth: 3}, Policy{}, 3, 20},
+		{"a policy's own depth", &Gate{Capacity: c, MaxDepth: 3}, Policy{Depth: 12}, 12, 20},
+		{"no estimate", &Gate{}, Policy{}, 1, 0},
+		{"no worker seen", &Gate{Capacity: NewCapacity(clk.Now, nil)}, Policy{}, 1, 0},
+	} {
+		if tc.g.Capacity != nil && tc.g.Capacity.Estimate() != tc.capacity {
+			t.Fatalf("%s: estimate %d, want %d", tc.name, tc.g.Capacity.Estimate(), tc.capacity)
+		}
+		if depth, batch := tc.g.shape(tc.p); depth != tc.depth || batch != 1 {
+			t.Errorf("%s: depth %d, batch %d; want %d and 1", tc.name, depth, batch, tc.depth)
+		}
+	}
+}
