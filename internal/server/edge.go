@@ -103,9 +103,7 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Errorf("the request declares %d bytes, more than the limit of %d for %s", r.ContentLength, limit, procedure)))
 		return
 	}
-	// A body of unknown size (gRPC streams it) counts as large: it may be. So does a compressed
-	// one, which may decompress to the whole limit whatever it declares.
-	if contentProcedures[procedure] && (r.ContentLength < 0 || r.ContentLength > largeBodyBytes || compressed(r.Header)) {
+	if largeUpload(procedure, r) {
 		release, ok := e.uploads.take(c.principal.Name)
 		if !ok {
 			e.s.metrics.refusal(procedure, "too_many_uploads")
@@ -118,6 +116,14 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = e.paced(w, r, limit)
 	e.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+}
+
+// largeUpload reports whether r takes one of its principal's upload slots: a call carrying file
+// contents that declares over largeBodyBytes. A body of unknown size (gRPC streams it) counts as
+// large: it may be. So does a compressed one, which may decompress to the whole limit whatever it
+// declares.
+func largeUpload(procedure string, r *http.Request) bool {
+	return contentProcedures[procedure] && (r.ContentLength < 0 || r.ContentLength > largeBodyBytes || compressed(r.Header))
 }
 
 // compressed reports whether a request's body is compressed, in any of the protocols' ways.

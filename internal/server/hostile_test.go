@@ -362,6 +362,17 @@ func TestLargeUploadsAreBoundedPerPrincipal(t *testing.T) {
 		default:
 		}
 	}
+
+	// The limit itself is taken: alice's upload declaring it takes a slot, one byte more is
+	// refused unread.
+	aliceHeaders := http.Header{"Content-Type": {"application/proto"}, "Authorization": {"Bearer " + alice}}
+	const limit = 72 << 20
+	_, answered = postHeld(t, srv.URL, upload, aliceHeaders, limit+1, 0)
+	if code := answerWithin(t, "an upload declaring a byte over the limit", answered); code != "resource_exhausted" {
+		t.Fatalf("an upload declaring a byte over the limit: %s, want resource_exhausted", code)
+	}
+	postHeld(t, srv.URL, upload, aliceHeaders, limit, 0)
+	waitUntil(t, "the server holds alice's upload of the limit", func() bool { return srv.LargeUploads() == 3 })
 }
 
 // TestSlowBodiesAreCut ensures a body that stalls, or trickles a byte at a time, does not hold
