@@ -621,3 +621,30 @@ func TestACompressedUploadTakesASlot(t *testing.T) {
 		t.Fatalf("a 60 KiB gzip upload while the principal's one slot is taken: %s, want resource_exhausted", code)
 	}
 }
+
+// TestEdgeClosesTheConnectionOfARefusedBodyOnly holds that a refusal answered before a body was
+// read ends the HTTP/1 connection, so that the client's body is not drained by the server; a
+// refused request without a body keeps its connection for the next.
+func TestEdgeClosesTheConnectionOfARefusedBodyOnly(t *testing.T) {
+	srv := agtest.Start(t, agtest.Options{})
+	for _, tc := range []struct {
+		body  string
+		close bool
+	}{{"", false}, {"0123456789", true}} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/agwp.v1.JobService/ClaimJob", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/proto")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized || res.Close != tc.close {
+			t.Errorf("a request of %d bytes without a token: %s, connection closed: %v; want 401, closed: %v",
+				len(tc.body), res.Status, res.Close, tc.close)
+		}
+	}
+}
