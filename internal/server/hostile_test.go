@@ -415,6 +415,22 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		}
 	}
 
+	// A body that keeps four times the slowest pace is read whole, past its first body timeout:
+	// 256 KiB in 16 KiB every 62 ms, a second where the pace asks 4 s.
+	steady := &trickle{payload: []byte(`{"kind": "ag.noop", "payload": {"pad": "` + strings.Repeat("x", 256<<10) + `"}}`),
+		chunk: 16 << 10, every: 62 * time.Millisecond, stop: stop}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/agwp.v1.JobService/EnqueueJob", steady)
+	req.Header = header
+	if res, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatalf("a steady body: %v", err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("a steady body of 256 KiB at four times the slowest pace: %s %s", res.Status, b)
+		}
+	}
+
 	worker := srv.Principal(t, "builder", agwpv1.Role_ROLE_WORKER)
 	start := time.Now()
 	claimed, err := worker.Claim(context.Background(), client.ClaimOptions{Worker: "w", Kinds: []string{"nothing.here"}, Wait: 1500 * time.Millisecond})
@@ -426,9 +442,10 @@ func TestSlowBodiesAreCut(t *testing.T) {
 	}
 }
 
-// trickle sends payload one byte every every, until stop is closed.
+// trickle sends payload one byte (or chunk bytes) every every, until stop is closed.
 type trickle struct {
 	payload []byte
+	chunk   int
 	every   time.Duration
 	sent    int
 	stop    <-chan struct{}
@@ -445,9 +462,9 @@ func (b *trickle) Read(p []byte) (int, error) {
 			return 0, io.ErrUnexpectedEOF
 		}
 	}
-	p[0] = b.payload[b.sent]
-	b.sent++
-	return 1, nil
+	n := copy(p[:min(len(p), max(b.chunk, 1))], b.payload[b.sent:])
+	b.sent += n
+	return n, nil
 }
 
 // TestDatabaseFailuresAreUnavailableWithoutDetails ensures that when the database is gone,
