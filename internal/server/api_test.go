@@ -201,6 +201,23 @@ func TestBadInputIsRefusedWithTheField(t *testing.T) {
 	payload, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("y", 9<<20)})
 	_, err = srv.Admin.Jobs.EnqueueJob(ctx, &agwpv1.EnqueueJobRequest{Kind: "k", Payload: payload})
 	wantCode(t, "oversized body", err, connect.CodeResourceExhausted)
+
+	// So is one that declares no size (chunked), once it passes the limit, and it is told so,
+	// not taken for a slow body.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/agwp.v1.JobService/EnqueueJob",
+		io.MultiReader(strings.NewReader(`{"kind": "k", "payload": {"blob": "`), strings.NewReader(strings.Repeat("y", 9<<20)), strings.NewReader(`"}}`)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+srv.AdminToken)
+	req.ContentLength = -1
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("an oversized body of no declared size: %v", err)
+	}
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(answer), "resource_exhausted") {
+		t.Errorf("an oversized body of no declared size: %s %s; want resource_exhausted", res.Status, answer)
+	}
 }
 
 // TestLongPollClaimIsWokenByEnqueue ensures a waiting claimer gets a job enqueued while it
