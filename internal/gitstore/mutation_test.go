@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/pktline"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // Tests written for the mutation run of this package (scripts/mutation, docs/testing.md): each
@@ -463,5 +465,70 @@ func TestAFetchWantsOnlyTheMainlineAndItsHistory(t *testing.T) {
 	}
 	if err := wantable(ctx, snap, []plumbing.Hash{main}); err != nil {
 		t.Errorf("the mainline alone needs no walk: %v", err)
+	}
+}
+
+// TestAPathThatTurnsFromADirectoryIntoAFileIsNoDeltaOfIt holds that a pack never makes a file
+// a delta of the directory it replaced, or the other way round: git types a delta by its base,
+// so such an entry would make every clone fail. An agent can make the two all but equal (a
+// file holding the tree's own bytes), so that only the type keeps the delta out. Both a whole
+// clone and a fetch of the change (a thin pack) are checked with git's fsck.
+func TestAPathThatTurnsFromADirectoryIntoAFileIsNoDeltaOfIt(t *testing.T) {
+	t.Parallel()
+	needGit(t)
+	env := gitEnv(t)
+	r := &served{t: t, s: newStorer()}
+	files := map[string][]byte{"other.txt": []byte("other\n")}
+	for i := range 64 {
+		files[fmt.Sprintf("x/file-%02d.txt", i)] = fmt.Appendf(nil, "%d\n", i)
+	}
+	r.commit("A directory", files)
+	// The directory's tree as git encodes it, held as the file that replaces it.
+	snap, _ := r.open(t.Context())
+	c, err := object.GetCommit(snap.Objects, snap.Main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := c.Tree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := root.FindEntry("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := snap.Objects.EncodedObject(plumbing.TreeObject, x.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeBytes, err := ObjectData(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHandler(r.open))
+	t.Cleanup(srv.Close)
+	dir := filepath.Join(t.TempDir(), "clone")
+	if _, stderr, err := gitRun(env, "", nil, "clone", "-q", srv.URL, dir); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, stderr)
+	}
+
+	turn := map[string][]byte{"x": append(slices.Clone(treeBytes), '!')}
+	for p := range files {
+		if strings.HasPrefix(p, "x/") {
+			turn[p] = nil
+		}
+	}
+	r.commit("The directory becomes a file", turn)
+	if _, stderr, err := gitRun(env, dir, nil, "fetch", "-q", "origin"); err != nil {
+		t.Fatalf("git fetch: %v\n%s", err, stderr)
+	}
+	git(t, env, dir, nil, "fsck", "--strict", "--no-dangling", "--full")
+	whole := filepath.Join(t.TempDir(), "whole")
+	if _, stderr, err := gitRun(env, "", nil, "clone", "-q", srv.URL, whole); err != nil {
+		t.Fatalf("git clone after the change: %v\n%s", err, stderr)
+	}
+	git(t, env, whole, nil, "fsck", "--strict", "--no-dangling", "--full")
+	if got, err := os.ReadFile(filepath.Join(whole, "x")); err != nil || !bytes.Equal(got, turn["x"]) {
+		t.Errorf("x in the clone: %d bytes, %v; want the file of %d", len(got), err, len(turn["x"]))
 	}
 }
