@@ -678,6 +678,10 @@ func testListLeases(t *testing.T, newStore Factory) {
 	if _, pages := b.listAllLeases(t, store.ListLeasesParams{Repository: "web", IncludeEnded: true, Limit: 2}); pages != 4 {
 		t.Fatalf("7 leases in pages of 2 took %d pages, want 4", pages)
 	}
+	// A page holding the last lease says there is no next page, also when it is full.
+	if _, pages := b.listAllLeases(t, store.ListLeasesParams{Repository: "web", IncludeEnded: true, Limit: 7}); pages != 1 {
+		t.Fatalf("7 leases in pages of 7 took %d pages, want 1", pages)
+	}
 	_, _, err := b.rs.ListLeases(b.ctx, store.ListLeasesParams{Repository: "web", PageToken: "!!!"})
 	wantErr(t, "ListLeases(malformed page token)", err, store.ErrInvalidPageToken)
 }

@@ -221,6 +221,13 @@ func testReadyTasks(t *testing.T, newStore Factory) {
 	if pages != 3 {
 		t.Fatalf("ListTasks of 7 tasks by pages of 3 took %d pages, want 3", pages)
 	}
+	// A page holding the last task says there is no next page, also when it is full.
+	if _, pages := b.listTasks(t, store.ListTasksParams{Repository: "web", Limit: 7}); pages != 1 {
+		t.Fatalf("ListTasks of 7 tasks by pages of 7 took %d pages, want 1", pages)
+	}
+	if _, pages := b.listTasks(t, store.ListTasksParams{Repository: "web", Ready: true, Limit: 6}); pages != 1 {
+		t.Fatalf("ListTasks(ready) of 6 tasks by pages of 6 took %d pages, want 1", pages)
+	}
 	if got := b.task(t, blocked.ID); got.Ready || got.State != store.TaskOpen {
 		t.Fatalf("GetTask of a task whose dependency is open = %s, ready %v; want open, not ready", got.State, got.Ready)
 	}
