@@ -46,3 +46,38 @@ func TestEdgeCountsALargeUploadByWhatItMayCarry(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeGivesAnUploadSlotBackWhenItsUploadEnds holds the count of a principal's large uploads:
+// at most its limit at once, each slot given back when its upload ends, so that the principal
+// can upload again, and nothing kept of a principal with none in flight.
+func TestEdgeGivesAnUploadSlotBackWhenItsUploadEnds(t *testing.T) {
+	t.Parallel()
+	u := &uploadSlots{limit: 2, held: map[string]int{}}
+	first, ok1 := u.take("mallory")
+	second, ok2 := u.take("mallory")
+	if !ok1 || !ok2 {
+		t.Fatalf("mallory's first two uploads: %v, %v; want both taken", ok1, ok2)
+	}
+	if _, ok := u.take("mallory"); ok {
+		t.Fatalf("mallory's third upload at once was taken")
+	}
+	if _, ok := u.take("alice"); !ok {
+		t.Fatalf("alice's upload was held back by mallory's")
+	}
+	first()
+	third, ok := u.take("mallory")
+	if !ok {
+		t.Fatalf("mallory's upload after one ended was refused")
+	}
+	if _, ok := u.take("mallory"); ok {
+		t.Fatalf("a third upload at once was taken after one slot came back")
+	}
+	second()
+	third()
+	if n, kept := u.held["mallory"]; kept {
+		t.Errorf("mallory has no upload in flight, and %d are counted", n)
+	}
+	if _, ok := u.take("mallory"); !ok {
+		t.Errorf("mallory's upload after all ended was refused")
+	}
+}
