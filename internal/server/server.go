@@ -83,6 +83,10 @@ type Config struct {
 	// AuditSigner signs the audit log's checkpoints. Every replica of one log must hold the
 	// same key. Nil: events are recorded but this server does not seal them.
 	AuditSigner *audit.Signer
+	// BlobDeltasByHand: Run does not start the walk that keeps stored blobs as deltas
+	// (KeepStoredBlobsAsDeltas); its caller runs it, at the moment it chooses (a test that
+	// counts what one walk keeps).
+	BlobDeltasByHand bool
 }
 
 // Server is an AGWP v1 server over one store.
@@ -262,7 +266,9 @@ func (s *Server) Run(ctx context.Context) {
 	background.Go(func() { s.sealLoop(ctx) })
 	background.Go(func() {
 		s.compactStored(ctx)
-		s.keepBlobsAsDeltas(ctx)
+		if !s.cfg.BlobDeltasByHand {
+			s.keepBlobsAsDeltas(ctx)
+		}
 	})
 	background.Go(func() { s.warmPackCaches(ctx) })
 	defer background.Wait()

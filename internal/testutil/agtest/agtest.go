@@ -42,6 +42,8 @@ type Options struct {
 	MaxLeaseAge    time.Duration
 	// MaxMessagesPerMinute is server.Config's; zero: the server's default.
 	MaxMessagesPerMinute int
+	// BlobDeltasByHand is server.Config's: the test runs KeepStoredBlobsAsDeltas itself.
+	BlobDeltasByHand bool
 }
 
 // Server is a running test server.
@@ -109,7 +111,7 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	srv := server.New(server.Config{Store: st, RequireFencing: o.RequireFencing, PollInterval: poll, AuditSigner: signer,
 		BodyIdleTimeout: o.BodyIdleTimeout, BodyTimeout: o.BodyTimeout, UploadsPerPrincipal: o.UploadsPerPrincipal,
 		BlobPartBytes: o.BlobPartBytes, MaxLeasedPaths: o.MaxLeasedPaths, MaxLeaseAge: o.MaxLeaseAge,
-		MaxMessagesPerMinute: o.MaxMessagesPerMinute})
+		MaxMessagesPerMinute: o.MaxMessagesPerMinute, BlobDeltasByHand: o.BlobDeltasByHand})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
