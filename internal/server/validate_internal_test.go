@@ -157,6 +157,21 @@ func TestRequestFieldsAreValidatedAtEachEdge(t *testing.T) {
 				t.Errorf("depth of a payload 1000 deep counted to 10 (lists: %v) = %d, want 10 or 11", list, d)
 			}
 		}
+		// An empty list counts as a level of its own.
+		emptyListAt := func(depth int) *structpb.Struct {
+			v := structpb.NewListValue(&structpb.ListValue{})
+			for i := 2; i < depth; i++ {
+				v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"a": v}})
+			}
+			return &structpb.Struct{Fields: map[string]*structpb.Value{"a": v}}
+		}
+		if d := structDepth(emptyListAt(5), 1, 100); d != 5 {
+			t.Errorf("a payload whose empty list is 5 deep counts %d", d)
+		}
+		_, err := structJSON("payload", emptyListAt(maxPayloadDepth))
+		check(t, "an empty list 64 deep", err, invalidArg, "")
+		_, err = structJSON("payload", emptyListAt(maxPayloadDepth+1))
+		check(t, "an empty list 65 deep", err, invalidArg, "payload")
 		// {"a":"..."} is 8 bytes around its string.
 		exact := &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStringValue(long(maxPayloadBytes - 8))}}
 		b, err := structJSON("payload", exact)
