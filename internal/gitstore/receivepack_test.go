@@ -128,6 +128,17 @@ func TestReadReceiveRequestRefusesWhatIsNoPushOrTooMuch(t *testing.T) {
 		}
 		return out
 	}
+	// What a refusal says of the line it refuses: the line whole up to 120 bytes, cut after.
+	for _, n := range []int{120, 121} {
+		bad := strings.Repeat("x", n)
+		_, err := ReadReceiveRequest(pkts(t, bad, ""))
+		if want := bad[:min(n, 120)]; err == nil || !strings.Contains(err.Error(), `"`+want) || strings.Contains(err.Error(), `"`+want+`"`) != (n == 120) {
+			t.Errorf("a malformed command of %d bytes: %v", n, err)
+		}
+	}
+	if _, err := ReadReceiveRequest(pkts(t, update)); err == nil || !strings.Contains(err.Error(), "the request ended early") {
+		t.Errorf("a request cut short: %v; want it said so", err)
+	}
 	for _, tc := range []struct {
 		name  string
 		lines []string
@@ -240,6 +251,16 @@ func TestTheReceiveReportIsWhatGitReads(t *testing.T) {
 	var plain bytes.Buffer
 	if err := NewReceiveReporter(&plain, &ReceiveRequest{}).Report("", many); err != nil {
 		t.Fatal(err)
+	}
+	// A refusal of 900 bytes is whole, one of 901 cut with "...".
+	var edge bytes.Buffer
+	if err := NewReceiveReporter(&edge, &ReceiveRequest{}).Report("", []RefStatus{
+		{Name: "a", Refusal: strings.Repeat("y", 900)}, {Name: "b", Refusal: strings.Repeat("z", 901)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readPkts(t, &edge); len(got) != 4 || got[1] != "ng a "+strings.Repeat("y", 900)+"\n" ||
+		got[2] != "ng b "+strings.Repeat("z", 900)+"...\n" {
+		t.Errorf("refusals of 900 and 901 bytes reported as %q", got)
 	}
 	lines := readPkts(t, bytes.NewReader(plain.Bytes()))
 	if len(lines) != 202 || lines[1] != "ng refs/heads/000 "+strings.Repeat("x", 900)+"...\n" {
