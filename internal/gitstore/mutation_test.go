@@ -532,3 +532,39 @@ func TestAPathThatTurnsFromADirectoryIntoAFileIsNoDeltaOfIt(t *testing.T) {
 		t.Errorf("x in the clone: %d bytes, %v; want the file of %d", len(got), err, len(turn["x"]))
 	}
 }
+
+// TestATreeNamesEachEntryOnce holds that a tree from elsewhere (an import, a push) is refused
+// when it names an entry twice, also as a file and a directory, which git's ordering puts
+// apart ("a", "a.b", "a/"): git's fsck reports it (duplicateEntries), so every clone that
+// checks what it fetches would fail, and no checkout can hold both.
+func TestATreeNamesEachEntryOnce(t *testing.T) {
+	blob := plumbing.NewHash(strings.Repeat("1", 40))
+	sub := plumbing.NewHash(strings.Repeat("2", 40))
+	raw := func(entries ...string) []byte {
+		var b []byte
+		for i := 0; i < len(entries); i += 2 {
+			id := blob
+			if strings.HasPrefix(entries[i], "40000 ") {
+				id = sub
+			}
+			b = append(b, entries[i]+" "+entries[i+1]+"\x00"...)
+			b = append(b, id[:]...)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		ok   bool
+	}{
+		{"a file, another, a directory", raw("100644", "a", "100644", "a.b", "40000", "b"), true},
+		{"a file named twice", raw("100644", "a", "100644", "a"), false},
+		{"a file and a directory of one name", raw("100644", "a", "100644", "a.b", "40000", "a"), false},
+		{"a file and a directory of one name, side by side", raw("100644", "a", "40000", "a"), false},
+		{"a directory named twice", raw("40000", "d", "40000", "d"), false},
+	} {
+		if _, err := DecodeCanonicalTree(tc.data); (err == nil) != tc.ok {
+			t.Errorf("%s: %v; want taken: %v", tc.name, err, tc.ok)
+		}
+	}
+}

@@ -201,6 +201,19 @@ func DecodeCanonicalTree(data []byte) ([]object.TreeEntry, error) {
 			return nil, fmt.Errorf("tree: %q comes after %q: entries must be in git's order, each name once", entries[i].Name, entries[i-1].Name)
 		}
 	}
+	// A file and a directory of one name are apart in git's order ("a", "a.b", "a/"), so the
+	// check above passes them; git's fsck does not (duplicateEntries), nor could a checkout
+	// hold both. Each directory looks for a file of its name where one would sort.
+	for _, e := range entries {
+		if e.Mode != filemode.Dir {
+			continue
+		}
+		file := object.TreeEntry{Name: e.Name, Mode: filemode.Regular}
+		j := sort.Search(len(entries), func(j int) bool { return compareTreeEntries(entries[j], file) >= 0 })
+		if j < len(entries) && entries[j].Name == e.Name && entries[j].Mode != filemode.Dir {
+			return nil, fmt.Errorf("tree: %q is both a file and a directory: each name once", e.Name)
+		}
+	}
 	if !bytes.Equal(EncodeTree(entries), data) {
 		return nil, errors.New("tree: not encoded as git encodes it (a mode with a leading zero?)")
 	}
