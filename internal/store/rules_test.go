@@ -36,6 +36,19 @@ func wantRefusal(t *testing.T, what string, err error, is error, msg string) {
 	}
 }
 
+// wantOutcome fails unless err is nil when want is "", and otherwise the refusal wantRefusal
+// asks for.
+func wantOutcome(t *testing.T, what string, err error, is error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Errorf("%s: %v; want it to pass", what, err)
+		}
+		return
+	}
+	wantRefusal(t, what, err, is, want)
+}
+
 // claimedTask is task t_1 claimed by alice|w1 as its third claim, current and not expired.
 func claimedTask() store.Task {
 	return store.Task{ID: "t_1", State: store.TaskClaimed, Attempts: 3, Claimant: "alice|w1",
@@ -75,14 +88,7 @@ func TestCheckTaskClaimRefusesEveryClaimButTheCurrentOne(t *testing.T) {
 		{"a released claim", with(func(t *store.Task) { t.State, t.ClaimCurrent = store.TaskOpen, false }), "alice|w1", 3,
 			"task t_1 claim 3 was released"},
 	} {
-		err := store.CheckTaskClaim(tc.task, tc.holder, tc.claim)
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-			continue
-		}
-		wantRefusal(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
+		wantOutcome(t, tc.name, store.CheckTaskClaim(tc.task, tc.holder, tc.claim), store.ErrFailedPrecondition, tc.want)
 	}
 }
 
@@ -117,14 +123,7 @@ func TestExplainTaskClaimTakesAnOpenReadyTaskOrTheHoldersOwn(t *testing.T) {
 		{"a cancelled task", store.Task{ID: "t_1", State: store.TaskCancelled, ChangeID: "c_9"}, "bob|w1", nil,
 			store.ErrFailedPrecondition, "task t_1 was cancelled"},
 	} {
-		err := store.ExplainTaskClaim(tc.task, tc.holder, tc.blocking)
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-			continue
-		}
-		wantRefusal(t, tc.name, err, tc.is, tc.want)
+		wantOutcome(t, tc.name, store.ExplainTaskClaim(tc.task, tc.holder, tc.blocking), tc.is, tc.want)
 	}
 }
 
@@ -147,14 +146,7 @@ func TestExplainTaskClaimChangeIsTheClaimantsPrincipalsOrAnAdmins(t *testing.T) 
 		{"another principal with a stale claim", "bob", false, 2,
 			"task t_1 claim 2 is stale: claimed again as claim 3 by alice|w1 at 2026-12-07T09:00:00Z"},
 	} {
-		err := store.ExplainTaskClaimChange(claimedTask(), tc.principal, tc.admin, tc.claim)
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-			continue
-		}
-		wantRefusal(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
+		wantOutcome(t, tc.name, store.ExplainTaskClaimChange(claimedTask(), tc.principal, tc.admin, tc.claim), store.ErrFailedPrecondition, tc.want)
 	}
 }
 
@@ -210,14 +202,7 @@ func TestAJobsClaimIsItsHoldersWithItsNumber(t *testing.T) {
 		{"another holder without a number", job, "ci|w2", 0, true, store.ErrLostClaim, "job j_1 is claimed by ci|w1 (claim 4), not by ci|w2"},
 		{"a job no longer claimed", queued, "ci|w1", 4, true, store.ErrLostClaim, "job j_1 is queued, not claimed: the claim of ci|w1 is over"},
 	} {
-		err := store.ExplainRefusedCompletion(tc.job, tc.holder, tc.claim, tc.attested)
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-			continue
-		}
-		wantRefusal(t, tc.name, err, tc.is, tc.want)
+		wantOutcome(t, tc.name, store.ExplainRefusedCompletion(tc.job, tc.holder, tc.claim, tc.attested), tc.is, tc.want)
 	}
 }
 
@@ -278,18 +263,13 @@ func TestALeaseChangesOnlyByItsHolderWithItsTokenUntilSuperseded(t *testing.T) {
 		if asked != tc.asks {
 			t.Errorf("%s: later grant looked up: %v, want %v", tc.name, asked, tc.asks)
 		}
-		switch {
-		case tc.wantErr != nil:
+		if tc.wantErr != nil {
 			if err != tc.wantErr {
 				t.Errorf("%s: %v; want the lookup's error %v as it is", tc.name, err, tc.wantErr)
 			}
-		case tc.want == "":
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-		default:
-			wantRefusal(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
+			continue
 		}
+		wantOutcome(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
 	}
 }
 
@@ -367,17 +347,14 @@ func TestIntegrateNeedsTheHoldersLatestLiveUnsupersededLeaseOnEachPath(t *testin
 				}
 			}
 		}
-		switch {
-		case tc.wantErr != nil:
+		if tc.wantErr != nil {
 			if err != tc.wantErr {
 				t.Errorf("%s: %v; want the lookup's error %v as it is", tc.name, err, tc.wantErr)
 			}
-		case tc.want == "":
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", tc.name, err)
-			}
-		default:
-			wantRefusal(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
+			continue
+		}
+		wantOutcome(t, tc.name, err, store.ErrFailedPrecondition, tc.want)
+		if tc.want != "" {
 			var refusal *store.IntegrateRefusal
 			wantPath, _, _ := strings.Cut(tc.want, ": ")
 			if !errors.As(err, &refusal) || refusal.Path != wantPath {
