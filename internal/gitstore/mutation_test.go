@@ -338,9 +338,8 @@ func TestAFetchIsSentAThinPackOnlyWhenItAskedForOne(t *testing.T) {
 
 	progress := func(caps string) bool {
 		answer := uploadPack(t, snap, "want "+next.String()+" "+caps+"\n", "", "done\n")
-		s := pktline.NewScanner(bytes.NewReader(answer))
-		for s.Scan() {
-			if b := s.Bytes(); len(b) > 0 && b[0] == 2 && strings.HasPrefix(string(b[1:]), "ag: sending ") {
+		for _, line := range readPkts(t, bytes.NewReader(answer)) {
+			if strings.HasPrefix(line, "\x02ag: sending ") {
 				return true
 			}
 		}

@@ -211,7 +211,7 @@ func DecodeCanonicalTree(data []byte) ([]object.TreeEntry, error) {
 		file := object.TreeEntry{Name: e.Name, Mode: filemode.Regular}
 		j := sort.Search(len(entries), func(j int) bool { return compareTreeEntries(entries[j], file) >= 0 })
 		if j < len(entries) && entries[j].Name == e.Name && entries[j].Mode != filemode.Dir {
-			return nil, fmt.Errorf("tree: %q is both a file and a directory: each name once", e.Name)
+			return nil, fmt.Errorf("tree: %q is both a file and a directory, which git's fsck refuses (duplicateEntries): a tree names each entry once", e.Name)
 		}
 	}
 	if !bytes.Equal(EncodeTree(entries), data) {

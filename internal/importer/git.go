@@ -451,29 +451,39 @@ func (u *uploader) upload(progress ProgressFunc, what string, ids []plumbing.Has
 // object (nil), to go in parts.
 func (u *uploader) object(id plumbing.Hash) (*agwpv1.GitObject, int64, error) {
 	if u.packs.Has(id) {
-		// The entry's header and first bytes tell a large blob, which is not read whole.
-		e, err := u.packs.entry(id, entryHeadBytes)
+		// The entry's header and first bytes tell a large blob, which is not read whole; most
+		// entries are smaller than those bytes, and are read once.
+		e, whole, err := u.packs.entry(id, entryHeadBytes)
 		if err != nil {
 			return nil, 0, err
 		}
 		if !e.Delta && e.Size >= client.LargeBlobBytes && e.Type == plumbing.BlobObject {
 			return nil, e.Size, nil
 		}
+		readWhole := func() error {
+			if whole {
+				return nil
+			}
+			e, err = u.packs.Entry(id)
+			whole = err == nil
+			return err
+		}
 		target := e.Size
 		if e.Delta && u.history[id] {
-			if target, err = deltaTarget(e.Deflated); err != nil {
-				if e, err = u.packs.Entry(id); err != nil { // its first bytes were not enough
+			if target, err = deltaTarget(e.Deflated); err != nil && !whole { // its first bytes were not enough
+				if err := readWhole(); err != nil {
 					return nil, 0, err
 				}
-				if target, err = deltaTarget(e.Deflated); err != nil {
-					return nil, 0, fmt.Errorf("read %s: %w", id, err)
-				}
+				target, err = deltaTarget(e.Deflated)
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", id, err)
 			}
 			if target >= client.LargeBlobBytes {
 				return nil, target, nil
 			}
 		}
-		if e, err = u.packs.Entry(id); err != nil {
+		if err := readWhole(); err != nil {
 			return nil, 0, err
 		}
 		switch {

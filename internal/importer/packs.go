@@ -208,7 +208,7 @@ func (p *Packs) order(id plumbing.Hash) (int, int64) {
 
 // deltaBase answers the base of id's entry when it is a delta, reading only its header.
 func (p *Packs) deltaBase(id plumbing.Hash) (plumbing.Hash, bool, error) {
-	e, err := p.entry(id, 48)
+	e, _, err := p.entry(id, 48)
 	if err != nil {
 		return plumbing.ZeroHash, false, err
 	}
@@ -228,15 +228,16 @@ type PackEntry struct {
 
 // Entry reads the entry of id, which must be in a pack (Has).
 func (p *Packs) Entry(id plumbing.Hash) (PackEntry, error) {
-	return p.entry(id, 1<<31)
+	e, _, err := p.entry(id, 1<<31)
+	return e, err
 }
 
 // entry reads at most the first limit bytes of the entry of id: with a small limit, its
-// header alone (the stream cut short).
-func (p *Packs) entry(id plumbing.Hash, limit int64) (PackEntry, error) {
+// header alone (the stream cut short). whole says whether that was the whole entry.
+func (p *Packs) entry(id plumbing.Hash, limit int64) (e PackEntry, whole bool, err error) {
 	at, ok := p.at[id]
 	if !ok {
-		return PackEntry{}, fmt.Errorf("%s is in no pack", id)
+		return PackEntry{}, false, fmt.Errorf("%s is in no pack", id)
 	}
 	pf := p.files[at.pack]
 	start := pf.offsets[at.entry]
@@ -245,13 +246,13 @@ func (p *Packs) entry(id plumbing.Hash, limit int64) (PackEntry, error) {
 		end = pf.offsets[at.entry+1]
 	}
 	if end <= start || end-start > 1<<31 {
-		return PackEntry{}, fmt.Errorf("%s: the entry of %s is damaged", pf.name, id)
+		return PackEntry{}, false, fmt.Errorf("%s: the entry of %s is damaged", pf.name, id)
 	}
 	raw := make([]byte, min(end-start, limit))
 	if _, err := pf.f.ReadAt(raw, start); err != nil {
-		return PackEntry{}, fmt.Errorf("%s: read the entry of %s: %w", pf.name, id, err)
+		return PackEntry{}, false, fmt.Errorf("%s: read the entry of %s: %w", pf.name, id, err)
 	}
-	e, err := parseEntry(raw, func(back int64) (plumbing.Hash, bool) {
+	e, err = parseEntry(raw, func(back int64) (plumbing.Hash, bool) {
 		i, found := slices.BinarySearch(pf.offsets, start-back)
 		if !found || back <= 0 {
 			return plumbing.ZeroHash, false
@@ -259,9 +260,9 @@ func (p *Packs) entry(id plumbing.Hash, limit int64) (PackEntry, error) {
 		return pf.ids[i], true
 	})
 	if err != nil {
-		return PackEntry{}, fmt.Errorf("%s: the entry of %s: %w", pf.name, id, err)
+		return PackEntry{}, false, fmt.Errorf("%s: the entry of %s: %w", pf.name, id, err)
 	}
-	return e, nil
+	return e, int64(len(raw)) == end-start, nil
 }
 
 // parseEntry reads a pack entry's header (git's gitformat-pack), baseAt answering the id of

@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"testing"
-	"time"
 
-	"github.com/ag-coord/ag/internal/clock"
 	"github.com/ag-coord/ag/internal/store"
 	"github.com/ag-coord/ag/internal/store/storetest"
-	"github.com/ag-coord/ag/internal/testutil/pgtest"
 )
 
 // TestBlobPartsKeepsOnlyReadableParts ensures that uploads that complete, complete a blob
@@ -15,12 +12,7 @@ import (
 // nor an upload under way names: nothing would ever read or delete it.
 func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-	d, err := Open(t.Context(), pgtest.NewDatabase(t), store.Options{Clock: clk})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer d.Close()
+	d, clk := openWithFakeClock(t)
 	want := storetest.LeaveBlobParts(t, d, clk)
 	var parts, strays int
 	if err := d.pool.QueryRow(t.Context(), `SELECT count(*),
@@ -38,12 +30,7 @@ func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 // back whole.
 func TestADeltaAgainstABlobInPartsReads(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-	d, err := Open(t.Context(), pgtest.NewDatabase(t), store.Options{Clock: clk})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer d.Close()
+	d, clk := openWithFakeClock(t)
 	storetest.ADeltaAgainstABlobInPartsReads(t, d, clk, func(b store.PackedBlob) {
 		if _, err := d.pool.Exec(t.Context(), `INSERT INTO blobs (digest, content, size, git_id, stored_as) VALUES ($1, $2, $3, $4, $5)`,
 			b.Digest, b.Data, b.Size, b.GitID[:], b.StoredAs); err != nil {

@@ -161,7 +161,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func openGroupStore(t *testing.T) (*DB, *clock.Fake) {
+// openWithFakeClock opens a fresh database of the private cluster on a fake clock, closed when
+// t ends.
+func openWithFakeClock(t *testing.T) (*DB, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	db, err := Open(context.Background(), pgtest.NewDatabase(t), store.Options{Clock: clk})
@@ -177,7 +179,7 @@ func openGroupStore(t *testing.T) (*DB, *clock.Fake) {
 // left over get none, and that claimers of other kinds are not served jobs of this kind.
 func TestClaimGroupHandsOutJobsInClaimOrder(t *testing.T) {
 	t.Parallel()
-	db, clk := openGroupStore(t)
+	db, clk := openWithFakeClock(t)
 	ctx := context.Background()
 	var want []string // claim order
 	for _, prio := range []int32{1, 5, 3} {
@@ -228,7 +230,7 @@ func TestClaimGroupHandsOutJobsInClaimOrder(t *testing.T) {
 // found.
 func TestCompleteGroupChecksEachClaim(t *testing.T) {
 	t.Parallel()
-	db, _ := openGroupStore(t)
+	db, _ := openWithFakeClock(t)
 	ctx := context.Background()
 	var jobs []*store.Job
 	for i := range 4 {

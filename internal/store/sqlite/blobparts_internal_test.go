@@ -17,12 +17,7 @@ import (
 // nor an upload under way names: nothing would ever read or delete it.
 func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-	d, err := Open(t.Context(), filepath.Join(t.TempDir(), "ag.db"), store.Options{Clock: clk})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer d.Close()
+	d, clk := openWithFakeClock(t)
 	want := storetest.LeaveBlobParts(t, d, clk)
 	var parts, strays int
 	if err := d.r.QueryRowContext(t.Context(), `SELECT count(*),
@@ -40,12 +35,7 @@ func TestBlobPartsKeepsOnlyReadableParts(t *testing.T) {
 // back whole.
 func TestADeltaAgainstABlobInPartsReads(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-	d, err := Open(t.Context(), filepath.Join(t.TempDir(), "ag.db"), store.Options{Clock: clk})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer d.Close()
+	d, clk := openWithFakeClock(t)
 	storetest.ADeltaAgainstABlobInPartsReads(t, d, clk, func(b store.PackedBlob) {
 		if err := d.write(t.Context(), "insert a row as a race leaves it", func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO blobs (digest, content, size, git_id, stored_as) VALUES (?, ?, ?, ?, ?)`,
@@ -55,4 +45,16 @@ func TestADeltaAgainstABlobInPartsReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// openWithFakeClock opens a fresh database file on a fake clock, closed when t ends.
+func openWithFakeClock(t *testing.T) (*DB, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
+	d, err := Open(t.Context(), filepath.Join(t.TempDir(), "ag.db"), store.Options{Clock: clk})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, clk
 }
