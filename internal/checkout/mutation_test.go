@@ -1437,3 +1437,76 @@ func TestShortPathCutsOnlyWhatIsLong(t *testing.T) {
 		t.Errorf("ShortPath of 513 bytes = %q, want 512 and ...", got)
 	}
 }
+
+// TestTheFreshWritersDirectoriesCloseOnceNoWriteUsesThem holds the writer's count of open
+// directories: it keeps freshWriterDirs open and no more; one pushed out while a write still
+// uses it (another fetch writes in it) stays open until that write is done, and then closes;
+// the checkout's root, which the checkout's state is written through next, is never closed.
+func TestTheFreshWritersDirectoriesCloseOnceNoWriteUsesThem(t *testing.T) {
+	t.Parallel()
+	root, _ := openTestRoot(t)
+	w := &freshWriter{root: root, made: map[string]bool{}, dirs: map[string]*openDir{}}
+	defer w.close()
+	open := func(d *openDir) bool {
+		_, err := d.root.Stat(".")
+		if err != nil && !errors.Is(err, os.ErrClosed) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	acquire := func(path string) *openDir {
+		t.Helper()
+		d, err := w.acquire(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	top := acquire("")
+	busy := acquire("busy")
+	if again := acquire("busy"); again != busy {
+		t.Fatalf("a directory acquired twice was opened twice")
+	}
+	w.release(busy) // one of its two writes is done
+	done := acquire("done")
+	w.release(done)
+	var rest []*openDir
+	for i := 3; i < freshWriterDirs; i++ {
+		d := acquire(fmt.Sprintf("d%02d", i))
+		w.release(d)
+		rest = append(rest, d)
+	}
+	if len(w.dirs) != freshWriterDirs || !open(top) || !open(busy) || !open(done) {
+		t.Fatalf("at %d directories: %d kept, root open %v, busy open %v, done open %v; want all kept open",
+			freshWriterDirs, len(w.dirs), open(top), open(busy), open(done))
+	}
+	// One more pushes out the root (which stays open), then busy (a write is on it) and done.
+	acquire("next1")
+	acquire("next2")
+	acquire("next3")
+	if len(w.dirs) != freshWriterDirs {
+		t.Errorf("%d directories kept, want %d", len(w.dirs), freshWriterDirs)
+	}
+	if !open(top) {
+		t.Errorf("the checkout's root was closed when pushed out")
+	}
+	if !open(busy) {
+		t.Errorf("a directory pushed out while a write used it was closed under that write")
+	}
+	if open(done) {
+		t.Errorf("a directory pushed out that no write used was left open")
+	}
+	w.release(top)
+	if !open(top) {
+		t.Errorf("the checkout's root was closed when its last write was done")
+	}
+	w.release(busy)
+	if open(busy) {
+		t.Errorf("a directory pushed out was left open once its last write was done")
+	}
+	for _, d := range rest {
+		if !open(d) {
+			t.Errorf("a directory still kept was closed")
+		}
+	}
+}
