@@ -2,6 +2,7 @@ package checkout
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -150,5 +151,30 @@ func TestAScanWritesTheWatchersTokenOnlyWhenItSavesTheNextScanMuch(t *testing.T)
 	_, x := indexAsRead(t, co.root)
 	if want := (WatchToken{Session: "s2", Seq: 1}); x.watch != want {
 		t.Errorf("the index's token: %+v; want the last one written, %+v", x.watch, want)
+	}
+}
+
+// TestThePathTableIsTheSmallestThatKeepsHalfItsSlotsFree holds the lookup table's size, its
+// memory at a large checkout's 100,000 paths: the smallest power of two of at least 8 slots
+// and twice the entries, so that a probe finds a free slot soon; and that it finds each entry.
+func TestThePathTableIsTheSmallestThatKeepsHalfItsSlotsFree(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ entries, slots int }{{0, 8}, {1, 8}, {4, 8}, {5, 16}, {8, 16}, {9, 32}, {100, 256}, {128, 256}, {129, 512}} {
+		x := &index{}
+		for i := range c.entries {
+			x.entries = append(x.entries, indexEntry{path: fmt.Sprintf("f%04d", i)})
+		}
+		table := newPathTable(x)
+		if len(table.slots) != c.slots {
+			t.Errorf("%d entries: %d slots, want %d", c.entries, len(table.slots), c.slots)
+		}
+		for i, e := range x.entries {
+			if at, ok := table.find([]byte(e.path)); !ok || at != i {
+				t.Errorf("%d entries: %s found at %d, %v; want %d", c.entries, e.path, at, ok, i)
+			}
+		}
+		if _, ok := table.find([]byte("missing")); ok {
+			t.Errorf("%d entries: a path of none was found", c.entries)
+		}
 	}
 }
