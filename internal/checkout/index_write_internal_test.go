@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -177,4 +178,83 @@ func TestThePathTableIsTheSmallestThatKeepsHalfItsSlotsFree(t *testing.T) {
 			t.Errorf("%d entries: a path of none was found", c.entries)
 		}
 	}
+}
+
+// TestAScanReadsEverythingUnderAPathTheWatcherNames holds that when a watcher names a path, the
+// scan looks at every file the index knows under it, and at every file now under it: a
+// directory removed whole or replaced by a file or a link (whose files are then gone, the link
+// not followed), and one made or moved in with files the index never knew. inotify names each
+// file `rm -r` removes, but a watcher need not (git's fsmonitor protocol names directories), so
+// the watcher is played here by a server that names only the directory.
+func TestAScanReadsEverythingUnderAPathTheWatcherNames(t *testing.T) {
+	t.Parallel()
+	co := statTestCheckout(t, map[string]string{
+		"d/a.txt": "a\n", "d/sub/b.txt": "b\n", "d.txt": "d\n", "d0/c.txt": "c\n",
+		"e/a.txt": "ea\n", "e/sub/b.txt": "eb\n", "f/x.txt": "x\n", "g/x.txt": "gx\n",
+	})
+	editsOf(t, co)
+	answers := serveAnswers(t, co.root)
+	path := func(p string) string { return filepath.Join(co.root, filepath.FromSlash(p)) }
+	seq := uint64(0)
+	var want []string
+	step := func(name string, named []string, edits []string, change func()) {
+		t.Helper()
+		change()
+		seq++
+		answers <- WatchAnswer{Now: WatchToken{Session: "s1", Seq: seq}, Paths: named}
+		fresh, err := Find(co.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := fresh.scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := s.edits(fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, e := range found {
+			got = append(got, e.Kind+" "+e.Path)
+		}
+		want = append(want, edits...)
+		slices.SortFunc(want, func(a, b string) int { return strings.Compare(a[strings.IndexByte(a, ' '):], b[strings.IndexByte(b, ' '):]) })
+		if !s.watched || !slices.Equal(got, want) {
+			t.Errorf("%s: edits %q (through the watcher: %v), want %q through the watcher", name, got, s.watched, want)
+		}
+	}
+	step("nothing named", nil, nil, func() {})
+	step("a directory removed whole", []string{"d"}, []string{"deleted d/a.txt", "deleted d/sub/b.txt"}, func() {
+		if err := os.RemoveAll(path("d")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("a directory replaced by a file", []string{"e"}, []string{"added e", "deleted e/a.txt", "deleted e/sub/b.txt"}, func() {
+		if err := os.RemoveAll(path("e")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path("e"), []byte("now a file\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// os.Root follows a link within the checkout: were f/x.txt looked up, g/x.txt would answer.
+	step("a directory replaced by a link to another", []string{"f"}, []string{"added f", "deleted f/x.txt"}, func() {
+		if err := os.RemoveAll(path("f")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("g", path("f")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("a directory moved in with files", []string{"h"}, []string{"added h/new.txt", "added h/deep/er.txt"}, func() {
+		if err := os.MkdirAll(path("h/deep"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"h/new.txt", "h/deep/er.txt"} {
+			if err := os.WriteFile(path(p), []byte(p), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

@@ -1049,7 +1049,6 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 			check[i] = true
 		}
 	}
-	gone := make([]bool, len(x.entries)) // under a path that is no directory any more
 	for _, p := range changed {
 		if i, ok := lookup.find([]byte(p)); ok {
 			check[i] = true
@@ -1061,19 +1060,15 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 		for i := first; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
 			check[i] = true
 		}
-		info, err := root.Lstat(filepath.FromSlash(p))
-		if err == nil && !info.IsDir() || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			// Nothing is under a file, a symbolic link (which a walk does not follow) or
-			// nothing; os.Root would follow a link to a directory in the checkout.
-			for i := first; i < len(x.entries) && strings.HasPrefix(x.entries[i].path, under); i++ {
-				gone[i] = true
-			}
-		}
+		// Through real directories only, as the walk goes: os.Root follows a link to a
+		// directory of the checkout, and a directory replaced by such a link would then seem to
+		// hold the files of the one it leads to.
+		info, err := lstatThroughDirs(root, p)
 		switch {
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-			continue
 		case err != nil:
 			return nil, err
+		case info == nil:
+			continue
 		case info.IsDir():
 			// A directory made or moved in: its files may be unknown to the index.
 			sub, err := root.OpenRoot(filepath.FromSlash(p))
@@ -1107,15 +1102,11 @@ func scanChanged(root *os.Root, x *index, changed []string) (*scan, error) {
 			continue
 		}
 		s.found[i] = absent
-		if gone[i] {
-			continue
-		}
-		info, err := root.Lstat(filepath.FromSlash(x.entries[i].path))
-		switch {
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-		case err != nil:
+		info, err := lstatThroughDirs(root, x.entries[i].path)
+		if err != nil {
 			return nil, err
-		case tracked(statOfInfo(info).mode):
+		}
+		if info != nil && tracked(statOfInfo(info).mode) {
 			if err := s.saw(lookup, []byte(x.entries[i].path), statOfInfo(info)); err != nil {
 				return nil, err
 			}
@@ -1340,14 +1331,14 @@ func removeFile(root *os.Root, path string) error {
 	return nil
 }
 
-// lstatThroughDirs answers what is at path, without following it, or nil when path or one of
-// its parents is missing or a parent is not a real directory.
+// lstatThroughDirs answers what is at path, without following it or a link on its way, or nil
+// when path or one of its parents is missing or a parent is not a real directory.
 func lstatThroughDirs(root *os.Root, path string) (fs.FileInfo, error) {
 	segs := strings.Split(path, "/")
 	for i := 1; i <= len(segs); i++ {
 		info, err := root.Lstat(filepath.FromSlash(strings.Join(segs[:i], "/")))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil, nil // ENOTDIR: a parent turned into a file since it was looked at
 		}
 		if err != nil {
 			return nil, err
