@@ -219,7 +219,9 @@ func TestAScanReadsEverythingUnderAPathTheWatcherNames(t *testing.T) {
 			got = append(got, e.Kind+" "+e.Path)
 		}
 		want = append(want, edits...)
-		slices.SortFunc(want, func(a, b string) int { return strings.Compare(a[strings.IndexByte(a, ' '):], b[strings.IndexByte(b, ' '):]) })
+		slices.SortFunc(want, func(a, b string) int {
+			return strings.Compare(a[strings.IndexByte(a, ' '):], b[strings.IndexByte(b, ' '):])
+		})
 		if !s.watched || !slices.Equal(got, want) {
 			t.Errorf("%s: edits %q (through the watcher: %v), want %q through the watcher", name, got, s.watched, want)
 		}
