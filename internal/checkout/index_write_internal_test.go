@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // When a scan writes the index anew: only when the next scan gains by it, as an index of a
@@ -259,4 +261,26 @@ func TestAScanReadsEverythingUnderAPathTheWatcherNames(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAnIndexRecordedFromOneWithoutAWindowHasOne holds that the index a scan leaves always has
+// a racy window, also when the index it started from had none (one the MCP server built from a
+// new base without reading it back): with none, the next scan would trust a file written in the
+// very moment the scan stat'ed it, and miss an edit made in the same moment after.
+func TestAnIndexRecordedFromOneWithoutAWindowHasOne(t *testing.T) {
+	t.Parallel()
+	start := time.Now().UnixNano()
+	x := &index{stamp: start - int64(time.Hour), entries: []indexEntry{{path: "a.txt", inBase: true}}}
+	s := newScan(x)
+	racy := fileStat{size: 2, mtime: start - int64(racyWindow)/2}
+	s.found[0] = rehashed
+	s.hash = []toHash{{path: "a.txt", entry: 0, stat: racy}}
+	s.contents = []localFile{{digest: repo.Digest([]byte("a\n")), size: 2}}
+	next := s.recorded(start)
+	if next.window != racyWindow {
+		t.Errorf("the next index's window is %v, want %v", next.window, racyWindow)
+	}
+	if _, ok := next.trusted(&next.entries[0], racy); ok {
+		t.Errorf("a file written %v before the scan is trusted by the index it left", racyWindow/2)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -1413,16 +1414,38 @@ func TestNothingInASubmoduleIsAnEdit(t *testing.T) {
 func TestAScanGivesTheCollectorBack(t *testing.T) {
 	before := debug.SetGCPercent(77)
 	defer debug.SetGCPercent(before)
+	const limit = 64 << 30
+	beforeLimit := debug.SetMemoryLimit(limit)
+	defer debug.SetMemoryLimit(beforeLimit)
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
 	release := holdGC()
+	if got := debug.SetGCPercent(-1); got != -1 {
+		t.Errorf("while a scan runs the collector's percent is %d, want -1 (off)", got)
+	}
 	inner := holdGC()
 	inner()
 	if got := debug.SetGCPercent(-1); got != -1 {
 		t.Errorf("while a scan still runs the collector's percent is %d, want -1 (off)", got)
 	}
+	// The heap moves a little between the two reads of it.
+	if got, want := debug.SetMemoryLimit(-1), int64(m.HeapAlloc)+1<<30; got < want-64<<20 || got > want+64<<20 {
+		t.Errorf("while a scan runs the memory limit is %d, want about the heap and 1 GiB, %d", got, want)
+	}
 	release()
 	if got := debug.SetGCPercent(before); got != 77 {
 		t.Errorf("after the scans the collector's percent is %d, want 77 as it was", got)
 	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("after the scans the memory limit is %d, want %d as it was", got, limit)
+	}
+	// A limit tighter than the heap and 1 GiB is kept.
+	debug.SetMemoryLimit(int64(m.HeapAlloc) + 256<<20)
+	release = holdGC()
+	if got := debug.SetMemoryLimit(-1); got != int64(m.HeapAlloc)+256<<20 {
+		t.Errorf("with a limit of the heap and 256 MiB a scan set it to %d", got)
+	}
+	release()
 }
 
 // TestShortPathCutsOnlyWhatIsLong ensures a path in a message is cut after 512 bytes, and not at
