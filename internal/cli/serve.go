@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -202,18 +201,7 @@ func serveUntilDone(ctx context.Context, g *globals, o *serveOptions) error {
 	maxLeasedPaths, maxMessages := cmp.Or(o.maxLeasedPaths, -1), cmp.Or(o.maxMessages, -1)
 	srv := server.New(server.Config{Store: st, RequireFencing: o.requireFencing, Logger: log, PollInterval: o.pollInterval, AuditSigner: signer,
 		GateMaxDepth: o.gateMaxDepth, MaxLeasedPaths: maxLeasedPaths, MaxLeaseAge: o.maxLeaseAge, MaxMessagesPerMinute: maxMessages, PackCache: packCache})
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetHTTP2(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{
-		Addr:              o.addr,
-		Handler:           srv.Handler(),
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
+	hs := srv.HTTPServer(o.addr)
 	scheme := "http"
 	if o.tlsCert != "" {
 		scheme = "https"

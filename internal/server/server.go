@@ -196,6 +196,30 @@ var fastGzip = connect.WithCompression("gzip",
 		return w
 	})
 
+// HeaderTimeout is how long a client has to send a request's headers once its connection is
+// open: the edge judges a request by its headers (the token, the role) before it reads a byte
+// of its body, and a connection that never finishes them must not be held for it.
+const HeaderTimeout = 10 * time.Second
+
+// HTTPServer answers the http.Server that serves the server's Handler at addr, over HTTP/1.1
+// and HTTP/2 (with TLS, or h2c without), with the bounds of a connection that the handler
+// cannot set: its headers within HeaderTimeout and 64 KiB, and an idle connection closed after
+// two minutes. A body's pace is the edge's (edge.go).
+func (s *Server) HTTPServer(addr string) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s.Handler(),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: HeaderTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
 // Handler answers the server's HTTP handler: the AGWP services, git's read-only smart HTTP
 // under /git/, and the operational endpoints.
 func (s *Server) Handler() http.Handler {

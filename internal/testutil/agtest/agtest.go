@@ -5,7 +5,6 @@ package agtest
 import (
 	"context"
 	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -116,10 +115,7 @@ func Serve(t testing.TB, st store.Store, o Options) *Server {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: srv.Handler(), Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+	hs := srv.HTTPServer("")
 	go srv.Run(ctx)
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() {
