@@ -307,6 +307,23 @@ func testGateIntegrateQueues(t *testing.T, newStore Factory) {
 	}
 }
 
+// testGateLandsTheTokens: a change that lands through the gate has the lease tokens it was
+// integrated under in its mainline commit, as one that lands at once has.
+func testGateLandsTheTokens(t *testing.T, newStore Factory) {
+	b := setupRepos(t, newStore)
+	g := newGate()
+	r := b.createPolicyRepo(t, "web")
+	la := b.acquire(t, "web", alice, time.Hour, "src/")
+	lb := b.acquire(t, "web", alice, time.Hour, "docs/")
+	c := b.queue(t, integrateParams("web", r.Mainline, alice, []uint64{lb.FencingToken, la.FencingToken}, put("src/a.go", "a1"), put("docs/x.md", "x1")))
+	v := b.advance(t, g, "web", step{c.ID, store.ChangeValidating})[0]
+	b.passJob(t, v.JobID)
+	g.setVerdict(passWhenAttested)
+	landed := b.advance(t, g, "web", step{c.ID, store.ChangeIntegrated})[0]
+	b.wantCommit(t, b.revision(t, "web", landed.IntegratedRevision), c.Message,
+		"Ag-Attestation: "+landed.AttestationDigest, tokensTrailer(la.FencingToken, lb.FencingToken))
+}
+
 func testGateAdvanceBuilds(t *testing.T, newStore Factory) {
 	b := setupRepos(t, newStore)
 	g := newGate()

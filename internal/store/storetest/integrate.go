@@ -293,6 +293,20 @@ func testIntegrateSuperseded(t *testing.T, newStore Factory) {
 	err = b.refusedIntegrate(t, "with a token superseded by a released lease", p)
 	wantRefusal(t, "Integrate with a token superseded by a released lease", err, "src/a.go", "stale", fmt.Sprintf("token %d", newer.FencingToken))
 
+	// Of two later grants, on the directory and on the file itself, the refusal names the newer.
+	newest := b.acquire(t, "web", bob, time.Minute, "src/a.go")
+	if _, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: newest.ID, Principal: "bob"}); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	err = b.refusedIntegrate(t, "with a token superseded twice", p)
+	wantRefusal(t, "Integrate with a token superseded twice", err, "src/a.go", "stale", fmt.Sprintf("superseded by token %d granted to %s", newest.FencingToken, bob))
+	outer := b.acquire(t, "web", bob, time.Minute, "src/")
+	if _, err := b.rs.ReleaseLease(b.ctx, store.ReleaseLeaseParams{LeaseID: outer.ID, Principal: "bob"}); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	err = b.refusedIntegrate(t, "with a token superseded on the file, then on the directory", p)
+	wantRefusal(t, "Integrate with a token superseded on the file, then on the directory", err, "src/a.go", "stale", fmt.Sprintf("superseded by token %d granted", outer.FencingToken))
+
 	// A later grant on an unrelated path supersedes nothing.
 	b.clk.Advance(time.Minute)
 	mine := b.acquire(t, "web", alice, time.Minute, "docs/")

@@ -177,6 +177,7 @@ var tests = []conformanceTest{
 	{"refused_task_and_message_requests_write_no_audit_event", testTaskRefusalsWriteNothing},
 	// integration queue (validation gate)
 	{"integrate_with_a_validation_policy_queues_the_change_and_leaves_the_mainline", testGateIntegrateQueues},
+	{"a_change_integrated_through_the_gate_has_its_lease_tokens_in_its_commit", testGateLandsTheTokens},
 	{"pending_queues_names_the_repositories_with_queued_or_validating_changes", testGatePendingQueues},
 	{"in_queue_keeps_what_fn_did_only_when_it_answers_nil_and_signals_after_the_commit", testInQueue},
 	{"set_validation_replaces_the_policy_and_get_repository_shows_it", testGateSetValidation},
