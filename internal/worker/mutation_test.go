@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -199,6 +200,11 @@ func TestGoCacheTakesOnlyAWholeEntryOfItsAction(t *testing.T) {
 		"of a size not a number": fmt.Sprintf("v1 %x %x %20s %20d\n", id("of a size not a number"), empty, "none", now),
 		"of a time not a number": fmt.Sprintf("v1 %x %x %20d %20s\n", id("of a time not a number"), output, 5, "yesterday"),
 	}
+	// go writes an entry of one size: one cut short or grown, whatever it holds, is none.
+	cut := map[string]string{
+		"of two bytes":              "v1",
+		"of a space more, its size": fmt.Sprintf("v1 %x %x %20d %20d \n", id("of a space more, its size"), output, 5, now),
+	}
 	var calls []goCacheCall
 	n := int64(0)
 	ids := map[string]int64{}
@@ -206,6 +212,9 @@ func TestGoCacheTakesOnlyAWholeEntryOfItsAction(t *testing.T) {
 		if len(text) != goCacheEntrySize {
 			t.Fatalf("the entry %s has %d bytes, not an entry's %d", what, len(text), goCacheEntrySize)
 		}
+	}
+	maps.Copy(entries, cut)
+	for what, text := range entries {
 		action := id(what)
 		if err := writeWhole(goCachePath(base, action, "a"), []byte(text)); err != nil {
 			t.Fatal(err)
