@@ -806,11 +806,14 @@ var auditCases = []auditCase{
 	// tasks and messages
 	{"create_task", func(t *testing.T, b *abundle) []auditWant {
 		b.createRepo(t, "web")
-		dep := b.createTask(t, "web", "first", 0)
 		b.markLog(t)
+		dep := b.createTask(t, "web", "first", 0)
 		task := b.createTask(t, "web", "second", 4, dep.ID)
-		return []auditWant{{"task.created", "task/" + task.ID, store.Actor{Principal: "alice"},
-			map[string]any{"depends_on": []string{dep.ID}, "priority": 4, "repository": "web"}}}
+		return []auditWant{
+			{"task.created", "task/" + dep.ID, store.Actor{Principal: "alice"}, map[string]any{"priority": 0, "repository": "web"}},
+			{"task.created", "task/" + task.ID, store.Actor{Principal: "alice"},
+				map[string]any{"depends_on": []string{dep.ID}, "priority": 4, "repository": "web"}},
+		}
 	}},
 	{"claim_task", func(t *testing.T, b *abundle) []auditWant {
 		b.createRepo(t, "web")
