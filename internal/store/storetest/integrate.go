@@ -469,6 +469,9 @@ func testChanges(t *testing.T, newStore Factory) {
 	if len(got) != len(want) {
 		t.Fatalf("ListChanges answered %d changes, want %d", len(got), len(want))
 	}
+	if page, next, err := b.rs.ListChanges(b.ctx, store.ListChangesParams{Repository: "web", Limit: len(want)}); err != nil || len(page) != len(want) || next != "" {
+		t.Fatalf("ListChanges of a page that holds them all: %d changes, next %q, %v; want all %d, and no next page", len(page), next, err, len(want))
+	}
 	for i := range want {
 		assertFields(t, fmt.Sprintf("ListChanges[%d]", i), got[i], want[i])
 		g, err := b.rs.GetChange(b.ctx, want[i].ID)
