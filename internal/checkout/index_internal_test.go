@@ -18,12 +18,26 @@ import (
 	"github.com/ag-coord/ag/internal/repo"
 )
 
+// socketTempDir is a temporary directory for a checkout whose watcher's socket the test
+// serves. Not t.TempDir, which names the directory after the test: a socket's path holds 107
+// bytes, and the directory must leave room for .ag/watch.sock under a long TMPDIR (gremlins'
+// in a mutation run).
+func socketTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "co")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // statTestCheckout makes a checkout in a temporary directory holding files, at a base revision
 // holding the same files, with every file's mtime an hour back: old enough for the index to
 // trust.
 func statTestCheckout(t *testing.T, files map[string]string) *Checkout {
 	t.Helper()
-	dir := t.TempDir()
+	dir := socketTempDir(t)
 	co := &Checkout{Repository: "app", root: dir}
 	base := map[string]string{}
 	old := time.Now().Add(-time.Hour)

@@ -53,7 +53,7 @@ func TestAskWatcherTakesOnlyPathsACheckoutMayHold(t *testing.T) {
 		{"no session", WatchAnswer{Paths: []string{"a.txt"}}, false},
 		{"no JSON", "not an answer", false},
 	} {
-		root := t.TempDir()
+		root := socketTempDir(t)
 		serveOneAnswer(t, root, tc.answer)
 		ans, ok := AskWatcher(root, WatchToken{})
 		if ok != tc.ok {
@@ -65,7 +65,7 @@ func TestAskWatcherTakesOnlyPathsACheckoutMayHold(t *testing.T) {
 	}
 
 	// A file that is no socket is no watcher.
-	root := t.TempDir()
+	root := socketTempDir(t)
 	if err := os.MkdirAll(filepath.Join(root, StateDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestAskWatcherTakesOnlyPathsACheckoutMayHold(t *testing.T) {
 // the socket's path is not removed for it.
 func TestAWatchersSocketIsItsOwners(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
+	root := socketTempDir(t)
 	if err := os.MkdirAll(filepath.Join(root, StateDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestAWatchersSocketIsItsOwners(t *testing.T) {
 		t.Errorf("a second watcher of the same checkout was let listen")
 	}
 
-	other := t.TempDir()
+	other := socketTempDir(t)
 	if err := os.MkdirAll(filepath.Join(other, StateDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
