@@ -909,6 +909,18 @@ var auditCases = []auditCase{
 		return []auditWant{{"message.sent", "message/" + m.ID, store.Actor{Principal: "carol"}, map[string]any{
 			"address": "all", "recipient": "", "repository": "web", "size": len("Freeze at noon.")}}}
 	}},
+	{"send_message_to_a_holder_and_on_a_change", func(t *testing.T, b *abundle) []auditWant {
+		c := b.queuedChange(t)
+		b.markLog(t)
+		toBob := b.send(t, store.SendMessageParams{Repository: "web", Author: alice, Text: "Yours?", ToHolder: bob})
+		onChange := b.send(t, store.SendMessageParams{Repository: "web", Author: bob, Text: "Rebase it.", ChangeID: c.ID})
+		return []auditWant{
+			{"message.sent", "message/" + toBob.ID, holderOf(alice), map[string]any{
+				"address": "holder/" + bob, "recipient": bob, "repository": "web", "size": len("Yours?")}},
+			{"message.sent", "message/" + onChange.ID, holderOf(bob), map[string]any{
+				"address": "change/" + c.ID, "recipient": alice, "repository": "web", "size": len("Rebase it.")}},
+		}
+	}},
 	// the integration queue
 	{"advance_queue_validates_a_change", func(t *testing.T, b *abundle) []auditWant {
 		c := b.queuedChange(t)
