@@ -2,8 +2,11 @@ package checkout
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -107,5 +110,132 @@ func TestAnIndexIsWrittenInWritesOfItsBuffer(t *testing.T) {
 	x, err := decodeIndex(w.Bytes())
 	if err != nil || len(x.entries) != len(entries) || x.entries[4999].path != entries[4999].path {
 		t.Errorf("the index written reads back as %d entries, %v", len(x.entries), err)
+	}
+}
+
+// TestAnOverlayAppliedIsTheIndexItStandsFor holds applyTo and mergeSorted: the overlay's
+// entries replace the shared index's, its removals take theirs away, and what it adds comes in
+// its place in path order, before, among and after the shared index's entries.
+func TestAnOverlayAppliedIsTheIndexItStandsFor(t *testing.T) {
+	t.Parallel()
+	entry := func(p string) indexEntry { return indexEntry{path: p, inBase: true, baseMode: "100644"} }
+	shared := []indexEntry{entry("b"), entry("d"), entry("f"), entry("h")}
+	over := &index{entries: []indexEntry{entry("a"), entry("c"), {path: "d", removed: true}, {path: "f", inBase: true, baseMode: "100755"}, entry("g"), entry("i")}}
+	if err := over.applyTo(slices.Clone(shared)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range over.entries {
+		got = append(got, e.path+" "+e.baseMode)
+		if e.removed {
+			t.Errorf("%s is still there, marked removed", e.path)
+		}
+	}
+	if want := []string{"a 100644", "b 100644", "c 100644", "f 100755", "g 100644", "h 100644", "i 100644"}; !slices.Equal(got, want) {
+		t.Errorf("the overlay applied: %q, want %q", got, want)
+	}
+	for _, c := range []struct{ into, added, want string }{
+		{"", "ab", "ab"}, {"ab", "", "ab"}, {"bd", "ace", "abcde"}, {"ace", "bd", "abcde"}, {"a", "b", "ab"}, {"b", "a", "ab"},
+	} {
+		var into, added []indexEntry
+		for _, p := range c.into {
+			into = append(into, entry(string(p)))
+		}
+		for _, p := range c.added {
+			added = append(added, entry(string(p)))
+		}
+		merged := ""
+		for _, e := range mergeSorted(into, added) {
+			merged += e.path
+		}
+		if merged != c.want {
+			t.Errorf("mergeSorted(%q, %q) = %q, want %q", c.into, c.added, merged, c.want)
+		}
+	}
+}
+
+// TestAnIndexGoesWithItsOwnLinkOnly holds that the link an index file has of its own (an
+// overlay's link to its whole index) is the one x was read from or written as, and no other
+// name's.
+func TestAnIndexGoesWithItsOwnLinkOnly(t *testing.T) {
+	t.Parallel()
+	x := &index{shared: "index-LINK", linkOf: "index-OVER"}
+	if got := x.ownLink("index-OVER"); got != "index-LINK" {
+		t.Errorf("the overlay's own link: %q, want index-LINK", got)
+	}
+	for _, name := range []string{"index-OTHER", ""} {
+		if got := x.ownLink(name); got != "" {
+			t.Errorf("the own link of %q: %q, want none", name, got)
+		}
+	}
+	if got := (&index{shared: "index-WHOLE"}).ownLink(""); got != "" {
+		t.Errorf("the own link of no name, of a whole index: %q, want none", got)
+	}
+}
+
+// TestAnIndexIsSavedAsAnOverlayOnlyWhenItChangedLittle holds saveIndex's choice: an index that
+// changed in at most a fifth of its entries from its shared whole index is written as an
+// overlay over it; one that changed more, one of no shared index, and the shared index itself
+// written again under its own name, are written whole. And an empty index file is damaged.
+func TestAnIndexIsSavedAsAnOverlayOnlyWhenItChangedLittle(t *testing.T) {
+	t.Parallel()
+	root, dir := openTestRoot(t)
+	if err := os.MkdirAll(filepath.Join(dir, StateDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var entries []indexEntry
+	for i := range 10 {
+		entries = append(entries, indexEntry{path: fmt.Sprintf("f%02d", i), inBase: true, baseMode: "100644"})
+	}
+	whole := &index{stamp: 1, entries: slices.Clone(entries)}
+	if err := writeWhole(root, "index-SHARED", whole); err != nil {
+		t.Fatal(err)
+	}
+	kind := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, StateDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case bytes.HasPrefix(b, []byte(overlayMagic)):
+			return "overlay"
+		case bytes.HasPrefix(b, []byte(indexMagic)):
+			return "whole"
+		}
+		return "neither"
+	}
+	changed := func(n int) map[string]bool {
+		m := map[string]bool{}
+		for i := range n {
+			m[entries[i].path] = true
+		}
+		return m
+	}
+	for i, c := range []struct {
+		name, shared, save string
+		changed            int
+		want               string
+	}{
+		{"2 of 10 changed", "index-SHARED", "", 2, "overlay"},
+		{"3 of 10 changed", "index-SHARED", "", 3, "whole"},
+		{"no shared index", "", "", 1, "whole"},
+		{"the shared index under its own name", "index-SHARED", "index-SHARED", 1, "whole"},
+	} {
+		x := &index{stamp: 2, entries: slices.Clone(entries), shared: c.shared, sharedCRC: whole.sharedCRC, changed: changed(c.changed)}
+		name := cmp.Or(c.save, fmt.Sprintf("index-CASE%d", i))
+		if err := saveIndex(root, name, x); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := kind(name); got != c.want {
+			t.Errorf("%s: written %s, want %s", c.name, got, c.want)
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, StateDir, "index-EMPTY"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := readIndex(root, "index-EMPTY"); !errors.Is(err, errIndexDamaged) {
+		t.Errorf("an empty index file read as %+v, %v; want it refused as damaged", x, err)
 	}
 }
