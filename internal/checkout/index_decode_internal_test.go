@@ -3,12 +3,16 @@ package checkout
 import (
 	"bytes"
 	"cmp"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/ag-coord/ag/internal/repo"
 )
 
 // encodeOverlay answers an overlay over the whole index shared (whose checksum is crc) as
@@ -237,5 +241,22 @@ func TestAnIndexIsSavedAsAnOverlayOnlyWhenItChangedLittle(t *testing.T) {
 	}
 	if x, err := readIndex(root, "index-EMPTY"); !errors.Is(err, errIndexDamaged) {
 		t.Errorf("an empty index file read as %+v, %v; want it refused as damaged", x, err)
+	}
+}
+
+// TestASubmodulesCommitIsKeptOnlyWhenItIsOne holds baseSum of a submodule: its commit, 40 hex
+// digits, is kept in the index's first 20 bytes; one of 38 digits or 42, or not hex, is refused,
+// never kept cut short or padded.
+func TestASubmodulesCommitIsKeptOnlyWhenItIsOne(t *testing.T) {
+	t.Parallel()
+	commit := strings.Repeat("ab", 20)
+	sum, err := treeFile{Mode: repo.ModeGitlink, commit: commit}.baseSum()
+	if err != nil || hex.EncodeToString(sum[:20]) != commit || sum[20] != 0 {
+		t.Errorf("baseSum of the commit %s = %x, %v", commit, sum, err)
+	}
+	for _, bad := range []string{commit[:38], commit + "ab", commit[:39] + "g", ""} {
+		if sum, err := (treeFile{Mode: repo.ModeGitlink, commit: bad}).baseSum(); err == nil {
+			t.Errorf("baseSum of the commit %q = %x, want it refused", bad, sum)
+		}
 	}
 }
