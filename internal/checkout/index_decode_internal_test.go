@@ -260,3 +260,24 @@ func TestASubmodulesCommitIsKeptOnlyWhenItIsOne(t *testing.T) {
 		}
 	}
 }
+
+// TestAPathIsPlacedOnlyWhereNoFileStaysUnderIt holds checkPlace at the end of the index: a
+// file the revision adds where the base has a directory is refused while a file of that
+// directory stays, and taken once every one of them is removed, the last entries of the index
+// among them.
+func TestAPathIsPlacedOnlyWhereNoFileStaysUnderIt(t *testing.T) {
+	t.Parallel()
+	x := &index{entries: []indexEntry{
+		{path: "a/x", inBase: true, baseMode: "100644"},
+		{path: "z/1", inBase: true, baseMode: "100644"},
+		{path: "z/2", inBase: true, baseMode: "100644"},
+	}}
+	none := func(string) (treeFile, bool, error) { return treeFile{}, false, nil }
+	target := map[string]treeFile{"z": textFile("now a file\n")}
+	if err := x.checkPlace("z", target, map[string]bool{"z/1": true}, none); err == nil || !strings.Contains(err.Error(), "z/2") {
+		t.Errorf("z placed while z/2 stays: %v; want it refused, naming z/2", err)
+	}
+	if err := x.checkPlace("z", target, map[string]bool{"z/1": true, "z/2": true}, none); err != nil {
+		t.Errorf("z placed once z/1 and z/2 are removed: %v", err)
+	}
+}
