@@ -69,8 +69,10 @@ func editsOf(t *testing.T, co *Checkout) ([]string, int) {
 	return edits, len(s.hash)
 }
 
-// scanEdits is editsOf, answering the scan.
-func scanEdits(t *testing.T, co *Checkout) ([]string, *scan) {
+// scanAsACommand answers the local edits of the checkout at co.root as "kind path", as a
+// command run there finds them (reading the checkout's state anew), the scan, and the checkout
+// as that command read it.
+func scanAsACommand(t *testing.T, co *Checkout) ([]string, *scan, *Checkout) {
 	t.Helper()
 	fresh, err := Find(co.root)
 	if err != nil {
@@ -88,6 +90,20 @@ func scanEdits(t *testing.T, co *Checkout) ([]string, *scan) {
 	for _, e := range edits {
 		out = append(out, e.Kind+" "+e.Path)
 	}
+	return out, s, fresh
+}
+
+// sortEditLines sorts "kind path" lines by path, as edits come.
+func sortEditLines(lines []string) {
+	slices.SortFunc(lines, func(a, b string) int {
+		return strings.Compare(a[strings.IndexByte(a, ' '):], b[strings.IndexByte(b, ' '):])
+	})
+}
+
+// scanEdits is scanAsACommand, its answer checked against a read of every file.
+func scanEdits(t *testing.T, co *Checkout) ([]string, *scan) {
+	t.Helper()
+	out, s, fresh := scanAsACommand(t, co)
 	// The answer without the index's stats: every file read and compared with the base.
 	plain, _, err := ScanTree(co.root)
 	if err != nil {
@@ -110,9 +126,7 @@ func scanEdits(t *testing.T, co *Checkout) ([]string, *scan) {
 			want = append(want, "deleted "+p)
 		}
 	}
-	slices.SortFunc(want, func(a, b string) int {
-		return strings.Compare(a[strings.IndexByte(a, ' '):], b[strings.IndexByte(b, ' '):])
-	})
+	sortEditLines(want)
 	if !slices.Equal(out, want) {
 		t.Errorf("the scan with the index found %q, reading every file %q", out, want)
 	}
