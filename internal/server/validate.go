@@ -211,6 +211,9 @@ func structJSON(field string, s *structpb.Struct) ([]byte, error) {
 
 // structDepth answers the nesting depth of s, which is at depth, counting no further than stop.
 func structDepth(s *structpb.Struct, depth, stop int) int {
+	if depth >= stop {
+		return depth // as a list does: the bound is met before a field is read
+	}
 	deepest := depth
 	for _, v := range s.GetFields() {
 		if deepest = max(deepest, valueDepth(v, depth, stop)); deepest >= stop {
