@@ -211,31 +211,34 @@ func (s *runSys) joinCgroups(pid int) error {
 	return nil
 }
 
-// exceeded answers the first limit the run has reached, as describe names it, or "". The
-// kernel counts what it refused: a process it killed for memory (memory.oom_control or
-// memory.events, oom_kill), a fork it refused (pids.events, max). A file system has no such
-// count: it is reached when what is left of it is less than the little a full one keeps (or
-// no inode is left).
+// exceeded answers the limit the run has reached, as describe names it, or "". The kernel
+// counts what it refused: a fork it refused (pids.events, max), a process it killed for memory
+// (memory.oom_control or memory.events, oom_kill). A file system has no such count: it is
+// reached when what is left of it is less than the little a full one keeps (or no inode is
+// left). Where a run reached both the process and the memory limit, the process limit is its
+// reason: a fork flood fills the memory with the kernel's own records of its processes (most
+// when a busy machine is slow to free those of the processes that ended), so that the flood
+// reaches the memory limit too, while a run that only hogs memory does not fork to the limit.
 func (r *runLimit) exceeded() string {
 	r.sys.mu.Lock()
 	defer r.sys.mu.Unlock()
 	if r.sys.released {
 		return ""
 	}
-	for _, cg := range r.sys.cgroups {
-		for _, c := range cg.controllers {
+	for _, limit := range []string{limitProcesses, limitMemory} {
+		for _, cg := range r.sys.cgroups {
 			switch {
-			case c == "memory" && r.limits.Memory > 0:
+			case limit == limitProcesses && r.limits.Pids > 0 && slices.Contains(cg.controllers, "pids"):
+				if cgroupCount(cg.dir, "pids.events", "max") > 0 {
+					return r.limits.describe(limitProcesses)
+				}
+			case limit == limitMemory && r.limits.Memory > 0 && slices.Contains(cg.controllers, "memory"):
 				file := "memory.oom_control"
 				if cg.v2 {
 					file = "memory.events"
 				}
 				if cgroupCount(cg.dir, file, "oom_kill") > 0 {
 					return r.limits.describe(limitMemory)
-				}
-			case c == "pids" && r.limits.Pids > 0:
-				if cgroupCount(cg.dir, "pids.events", "max") > 0 {
-					return r.limits.describe(limitProcesses)
 				}
 			}
 		}
