@@ -267,3 +267,113 @@ func TestAnIndexRecordedFromOneWithoutAWindowHasOne(t *testing.T) {
 		t.Errorf("a file written %v before the scan is trusted by the index it left", racyWindow/2)
 	}
 }
+
+// TestAHashIsSettledOnlyAWindowBeforeTheScan holds when a file a scan hashed is one the next
+// scan may trust (and so worth writing the index for): its mtime a whole racy window before
+// the scan began, the index's own window (100 ms where the index file's mtime is fine), or two
+// seconds where the index has none. A file written later, or after the scan began, is hashed
+// again by every scan until one begins a window after it.
+func TestAHashIsSettledOnlyAWindowBeforeTheScan(t *testing.T) {
+	t.Parallel()
+	start := time.Now().UnixNano()
+	for _, c := range []struct {
+		name    string
+		window  time.Duration // the index's
+		mtime   int64
+		settled bool
+	}{
+		{"a fine window and a breath more before", fineRacyWindow, start - int64(fineRacyWindow) - 1, true},
+		{"a fine window before", fineRacyWindow, start - int64(fineRacyWindow), false},
+		{"a breath less than a fine window before", fineRacyWindow, start - int64(fineRacyWindow) + 1, false},
+		{"half a fine window after", fineRacyWindow, start + int64(fineRacyWindow)/2, false},
+		{"no window, two seconds and a breath before", 0, start - int64(racyWindow) - 1, true},
+		{"no window, two seconds before", 0, start - int64(racyWindow), false},
+		{"no window, a fine window and a breath before", 0, start - int64(fineRacyWindow) - 1, false},
+		{"no window, a second after", 0, start + int64(time.Second), false},
+	} {
+		s := &scan{x: &index{window: c.window}, hash: []toHash{{path: "a.txt", entry: -1, stat: fileStat{size: 2, mtime: c.mtime}}}}
+		if got := s.settledHashes(start); got != c.settled {
+			t.Errorf("%s: settled %v, want %v", c.name, got, c.settled)
+		}
+	}
+}
+
+// TestAScanLeavesWhatItHashedToTheNextInTheSameProcess holds that a checkout scanned twice by
+// one process (the MCP server, between an agent's calls) hashes a file edited long ago once:
+// the index the first scan wrote is the one the second reads.
+func TestAScanLeavesWhatItHashedToTheNextInTheSameProcess(t *testing.T) {
+	t.Parallel()
+	co := statTestCheckout(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	old := time.Now().Add(-time.Hour)
+	b := filepath.Join(co.root, "b.txt")
+	if err := os.WriteFile(b, []byte("bb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(b, old, old); err != nil {
+		t.Fatal(err)
+	}
+	co, err := Find(co.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{2, 0} {
+		s, err := co.scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.hash) != want {
+			t.Errorf("scan %d hashed %d files, want %d", i+1, len(s.hash), want)
+		}
+	}
+}
+
+// TestAScanWritesANewBaseWhenItHashed holds that a scan of a checkout given a new base it has
+// not saved yet (a sync moving it, between its writes) writes the new base, with its index
+// whole and checkout.json naming it, when the scan hashed a file, even one too recent to be
+// trusted: what the scan learned is of the new base, and the old index is not its place. When
+// it hashed nothing, it writes nothing: the next scan gains nothing by it, and the sync saves
+// the base.
+func TestAScanWritesANewBaseWhenItHashed(t *testing.T) {
+	t.Parallel()
+	co := statTestCheckout(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	editsOf(t, co) // hashes every file once, and writes the index
+	co, err := Find(co.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned := func(name string, wantHashed int, wantWrite bool, wantBase string) {
+		t.Helper()
+		before := stateContents(t, co.root)
+		s, err := co.scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.hash) != wantHashed {
+			t.Errorf("%s: the scan hashed %d files, want %d", name, len(s.hash), wantHashed)
+		}
+		if wrote := !maps.Equal(before, stateContents(t, co.root)); wrote != wantWrite {
+			t.Errorf("%s: the scan wrote the checkout's state: %v, want %v", name, wrote, wantWrite)
+		}
+		if saved, _ := indexAsRead(t, co.root); saved.BaseRevision != wantBase {
+			t.Errorf("%s: the saved state's base is %s, want %s", name, saved.BaseRevision, wantBase)
+		}
+	}
+	scanned("the index read", 0, false, "rev_1")
+	co.SetBase("rev_2", regularFiles(map[string]string{"a.txt": repo.Digest([]byte("a\n")), "b.txt": repo.Digest([]byte("b\n"))}))
+	scanned("a new base of the same files", 0, false, "rev_1")
+
+	// b.txt is edited an hour ahead: within the racy window of every scan until then.
+	ahead := time.Now().Add(time.Hour)
+	b := filepath.Join(co.root, "b.txt")
+	if err := os.WriteFile(b, []byte("B\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(b, ahead, ahead); err != nil {
+		t.Fatal(err)
+	}
+	co.SetBase("rev_3", regularFiles(map[string]string{"a.txt": repo.Digest([]byte("a\n")), "b.txt": repo.Digest([]byte("B\n"))}))
+	scanned("a new base, a file of it hashed", 1, true, "rev_3")
+	if edits, _ := editsOf(t, co); len(edits) != 0 {
+		t.Errorf("after the new base was written: edits %q, want none", edits)
+	}
+}

@@ -1383,13 +1383,16 @@ func TestAWatchedScanFindsALinkInANewDirectory(t *testing.T) {
 }
 
 // TestNothingInASubmoduleIsAnEdit ensures what stands in a submodule's directory is another
-// repository's, never an edit of the checkout: ag neither reads nor sends it.
+// repository's, never an edit of the checkout: ag neither reads nor sends it. A file beside it
+// is the checkout's, in another directory or named with the submodule's name as its start.
 func TestNothingInASubmoduleIsAnEdit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	mkfile(t, dir, "a.txt", "a\n")
 	mkfile(t, dir, "deps/sub/README", "theirs\n")
 	mkfile(t, dir, "deps/sub/src/x.go", "package x\n")
+	mkfile(t, dir, "deps/subway.txt", "ours\n")
+	mkfile(t, dir, "src/new.go", "package src\n")
 	co := &Checkout{Repository: "app", root: dir}
 	co.SetBase("rev_1", map[string]treeFile{
 		"a.txt":    {digest: repo.Digest([]byte("a\n")), Mode: repo.ModeFile},
@@ -1403,8 +1406,12 @@ func TestNothingInASubmoduleIsAnEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	edits, err := fresh.LocalEdits()
-	if err != nil || len(edits) != 0 {
-		t.Errorf("a checkout with files in its submodule's directory: edits %v, %v; want none", edits, err)
+	var got []string
+	for _, e := range edits {
+		got = append(got, e.Kind+" "+e.Path)
+	}
+	if want := []string{"added deps/subway.txt", "added src/new.go"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("a checkout with files in its submodule's directory and beside it: edits %q, %v; want %q", got, err, want)
 	}
 }
 
