@@ -427,3 +427,32 @@ func BenchmarkHandleTrue(b *testing.B) {
 		})
 	}
 }
+
+// TestARunIsHeldOnlyToTheLimitsThisMachineKeeps holds that a run is said to be held only to the
+// limits the worker has the means for: without a cgroup controller of memory (or of processes),
+// or a file system of its own, the run's limit of it is none, and the worker's log of the run
+// says so, not the limit asked.
+func TestARunIsHeldOnlyToTheLimitsThisMachineKeeps(t *testing.T) {
+	t.Parallel()
+	asked := Limits{Memory: 64 << 20, Pids: 64, Disk: 32 << 20}
+	for _, c := range []struct {
+		controllers []string
+		want        string
+	}{
+		{[]string{"pids", "cpu"}, "memory none, processes 64, disk none"},
+		{[]string{"memory", "cpu"}, "memory 64 MiB, processes none, disk none"},
+		{[]string{"cpu"}, "memory none, processes none, disk none"},
+	} {
+		l := &Limiter{max: asked}
+		for _, name := range c.controllers {
+			l.sys.controllers = append(l.sys.controllers, cgroupController{name: name, parent: t.TempDir()})
+		}
+		r, err := l.prepare(t.TempDir(), asked)
+		if err != nil {
+			t.Fatalf("prepare with the controllers %v: %v", c.controllers, err)
+		}
+		if got := r.String(); got != c.want {
+			t.Errorf("a run with the controllers %v: held to %q, want %q", c.controllers, got, c.want)
+		}
+	}
+}
