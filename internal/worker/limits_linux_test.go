@@ -5,6 +5,7 @@ package worker
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,6 +265,26 @@ func TestLimitsReleaseKillsAndRemoves(t *testing.T) {
 		t.Errorf("release: %v", err)
 	}
 	gone("released", rd, r, left)
+	if err := rd.remove(); err != nil {
+		t.Error(err)
+	}
+
+	// Detached once its sandbox has made its mounts, the run's file system is out of the
+	// worker's mount namespace (a killed worker leaves no mount), and lives on through the
+	// worker's open root until released.
+	rd, r, left = prepared()
+	r.detach()
+	if diskMounted(t, r.root) {
+		t.Errorf("detached: the run's file system is still mounted at %s in the worker's namespace", r.root)
+	}
+	through := fmt.Sprintf("/proc/self/fd/%d/written-after-detach", r.sys.root.Fd())
+	if err := os.WriteFile(through, []byte("x"), 0o644); err != nil {
+		t.Errorf("detached: the run's file system cannot be written through the worker's root: %v", err)
+	}
+	if err := r.release(); err != nil {
+		t.Errorf("release of a detached run: %v", err)
+	}
+	gone("detached and released", rd, r, left)
 	if err := rd.remove(); err != nil {
 		t.Error(err)
 	}
