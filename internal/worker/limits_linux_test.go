@@ -477,3 +477,45 @@ func TestARunIsHeldOnlyToTheLimitsThisMachineKeeps(t *testing.T) {
 		}
 	}
 }
+
+// TestALimitReachedIsTheRunsOwnAndTheFloodComesFirst holds the reason a run is stopped for on
+// cgroup v1, where each controller is a cgroup of its own (the memory one listed first): a
+// run that reached its process and its memory limit reached the process limit, whichever
+// cgroup is read first; and a run is never said to have reached a limit it is not held to,
+// whatever its cgroup counts (a fork refused for an ancestor's limit, a process killed for the
+// machine's memory).
+func TestALimitReachedIsTheRunsOwnAndTheFloodComesFirst(t *testing.T) {
+	t.Parallel()
+	write := func(dir, name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	memory, pids := t.TempDir(), t.TempDir()
+	write(memory, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+	write(pids, "pids.events", "max 3\n")
+	run := func(lim Limits) *runLimit {
+		return &runLimit{limits: lim, sys: runSys{cgroups: []*runCgroup{
+			{dir: memory, controllers: []string{"memory"}},
+			{dir: pids, controllers: []string{"pids"}},
+		}}}
+	}
+	for _, c := range []struct {
+		limits Limits
+		want   string
+	}{
+		{Limits{Memory: 64 << 20, Pids: 64}, "processes 64"},
+		{Limits{Memory: 64 << 20}, "memory 64 MiB"},
+		{Limits{Pids: 64}, "processes 64"},
+		{Limits{}, ""},
+	} {
+		if got := run(c.limits).exceeded(); got != c.want {
+			t.Errorf("held to %+v, with a fork refused and a process killed for memory: exceeded = %q, want %q", c.limits, got, c.want)
+		}
+	}
+	write(pids, "pids.events", "max 0\n")
+	if got := run(Limits{Memory: 64 << 20, Pids: 64}).exceeded(); got != "memory 64 MiB" {
+		t.Errorf("with a process killed for memory only: exceeded = %q, want %q", got, "memory 64 MiB")
+	}
+}
