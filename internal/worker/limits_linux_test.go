@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -517,5 +518,85 @@ func TestALimitReachedIsTheRunsOwnAndTheFloodComesFirst(t *testing.T) {
 	write(pids, "pids.events", "max 0\n")
 	if got := run(Limits{Memory: 64 << 20, Pids: 64}).exceeded(); got != "memory 64 MiB" {
 		t.Errorf("with a process killed for memory only: exceeded = %q, want %q", got, "memory 64 MiB")
+	}
+}
+
+// TestALimitNotHeldIsNotWritten holds that a run's cgroup is given only the limits the run is
+// held to: a memory limit of none must not be written as 0 bytes (every process of the run
+// would be killed at once), nor a process limit of none as 0 processes. The CPU weight is
+// always written.
+func TestALimitNotHeldIsNotWritten(t *testing.T) {
+	t.Parallel()
+	for _, v2 := range []bool{false, true} {
+		dir := t.TempDir()
+		files := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max", "memory.swap.max", "pids.max", "cpu.weight", "cpu.shares"}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if err := (cgroupController{name: c, parent: filepath.Dir(dir), v2: v2}).set(dir, Limits{}); err != nil {
+				t.Fatalf("v2 %v: set %s: %v", v2, c, err)
+			}
+		}
+		want := map[string]string{"cpu.shares": "1024"}
+		if v2 {
+			want = map[string]string{"cpu.weight": "100"}
+		}
+		for _, f := range files {
+			if b, _ := os.ReadFile(filepath.Join(dir, f)); string(b) != want[f] {
+				t.Errorf("v2 %v: with no limit held, %s = %q, want %q", v2, f, b, want[f])
+			}
+		}
+	}
+}
+
+// TestAWorkerReapsOnlyRunCgroupsLongEmpty holds which cgroups a worker takes for those of a
+// dead worker's runs and removes: a run's (ag-validate-*) last changed over a minute ago, and
+// no other, nor a file of that name. (A run's cgroup that holds a process the kernel refuses to
+// remove, whatever its age.)
+func TestAWorkerReapsOnlyRunCgroupsLongEmpty(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	old := time.Now().Add(-2 * orphanCgroupAge)
+	for _, d := range []struct {
+		name string
+		dir  bool
+		old  bool
+	}{
+		{runDirPattern + "dead", true, true},
+		{runDirPattern + "zdead", true, true}, // after the file and the live one
+		{runDirPattern + "live", true, false},
+		{"not-a-run", true, true},
+		{runDirPattern + "file", false, true},
+	} {
+		p := filepath.Join(parent, d.name)
+		var err error
+		if d.dir {
+			err = os.Mkdir(p, 0o755)
+		} else {
+			err = os.WriteFile(p, nil, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.old {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reapCgroups(cgroupController{name: "pids", parent: parent})
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{runDirPattern + "file", runDirPattern + "live", "not-a-run"}; !slices.Equal(left, want) {
+		t.Errorf("after the reaping: %q, want %q", left, want)
 	}
 }
