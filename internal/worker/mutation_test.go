@@ -973,3 +973,39 @@ func TestAFailureAloneRunsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestAJobsResultSaysWhyItFailedAndNothingWhenItPassed: the result a worker sends with a job
+// carries the reason of a run that failed without failing by itself (here, its timeout), as
+// the attestation does, and no reason for a run that passed.
+func TestAJobsResultSaysWhyItFailedAndNothingWhenItPassed(t *testing.T) {
+	t.Parallel()
+	needUnix(t)
+	cl, treeDigest, signer, _ := serveCandidate(t, map[string]string{"a.txt": "a\n"})
+	v := &Validator{Client: cl, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Unsandboxed: true, KillGrace: 100 * time.Millisecond}
+	for _, c := range []struct {
+		command []any
+		timeout string
+		result  string
+		reason  string
+	}{
+		{[]any{"true"}, "1m", attest.ResultPassed, ""},
+		{[]any{"sleep", "60"}, "300ms", attest.ResultFailed, "timed out after 300ms"},
+	} {
+		payload, err := structpb.NewStruct(map[string]any{
+			"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
+			"command": c.command, "timeout": c.timeout,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
+		if err != nil {
+			t.Fatalf("%v: %v", c.command, err)
+		}
+		fields := out.Result.GetFields()
+		reason, hasReason := fields["reason"]
+		if got := fields["result"].GetStringValue(); got != c.result || hasReason != (c.reason != "") || reason.GetStringValue() != c.reason {
+			t.Errorf("%v: result %s, reason %v (%q); want %s, reason %q", c.command, got, hasReason, reason.GetStringValue(), c.result, c.reason)
+		}
+	}
+}
