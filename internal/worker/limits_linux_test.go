@@ -331,6 +331,8 @@ func TestParseCgroups(t *testing.T) {
 32 22 0:28 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 33 22 0:29 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 34 22 0:30 / /mnt/with\040space rw - ext4 /dev/vda rw
+35 22 0:31 / /cut/short rw - cgroup
+36 22 / /too/few - cgroup2 cgroup2 rw
 `
 	mounts := parseMountinfo(strings.NewReader(mountinfo))
 	if len(mounts) != 4 {
@@ -363,8 +365,17 @@ func TestParseCgroups(t *testing.T) {
 	if !mounts[1].v2 && (len(mounts[1].controllers) != 1 || mounts[1].controllers[0] != "cpu") {
 		t.Errorf("the cpu,cpuacct mount has controllers %v, want cpu", mounts[1].controllers)
 	}
-	if got := unescapeMount(`/mnt/with\040space\134x`); got != `/mnt/with space\x` {
-		t.Errorf("unescapeMount = %q", got)
+	for in, want := range map[string]string{
+		`/mnt/with\040space\134x`: `/mnt/with space\x`,
+		`/ends/with\134`:          `/ends/with\`,
+		`/cut\04`:                 `/cut\04`,
+		`/a\1`:                    `/a\1`,
+		`/digits/a123`:            `/digits/a123`,
+		`/not\999octal`:           `/not\999octal`,
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
