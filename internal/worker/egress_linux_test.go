@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ag-coord/ag/client"
+	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/egress"
 )
@@ -254,4 +258,43 @@ func runNetworkFollowing(t *testing.T, sb *Sandbox, network, script string, prog
 	}
 	out, _ := os.ReadFile(filepath.Join(rd.path, "output.log"))
 	return res.ExitCode, string(out)
+}
+
+// TestAValidationAskingForEgressFindsTheProxy: a validate job whose policy asks for egress runs
+// with the worker's proxy on its loopback and HTTPS_PROXY naming it, and one that does not has
+// neither: what the job asks, not the worker's test harness, sets up the proxy.
+func TestAValidationAskingForEgressFindsTheProxy(t *testing.T) {
+	t.Parallel()
+	sb := testSandbox(t, SandboxConfig{})
+	c, treeDigest, signer, _ := serveCandidate(t, map[string]string{"a.txt": "a\n"})
+	v := &Validator{Client: c, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Sandbox: sb, KillGrace: 200 * time.Millisecond}
+	script := `echo "proxy: $HTTPS_PROXY"; if exec 5<>/dev/tcp/127.0.0.1/3128; then echo "the proxy answers"; fi`
+	for _, c := range []struct {
+		network string
+		want    []string
+		not     string
+	}{
+		{attest.NetworkEgress, []string{"proxy: http://127.0.0.1:3128", "the proxy answers"}, ""},
+		{attest.NetworkNone, []string{"proxy: \n"}, "the proxy answers"},
+	} {
+		payload, err := structpb.NewStruct(map[string]any{
+			"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
+			"command": []any{"bash", "-c", script}, "timeout": "1m", "network": c.network,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
+		if err != nil {
+			t.Fatalf("network %s: %v", c.network, err)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(out.Output, want) {
+				t.Errorf("network %s: the run's output lacks %q:\n%s", c.network, want, out.Output)
+			}
+		}
+		if c.not != "" && strings.Contains(out.Output, c.not) {
+			t.Errorf("network %s: the run's output says %q:\n%s", c.network, c.not, out.Output)
+		}
+	}
 }

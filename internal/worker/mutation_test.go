@@ -1009,3 +1009,30 @@ func TestAJobsResultSaysWhyItFailedAndNothingWhenItPassed(t *testing.T) {
 		}
 	}
 }
+
+// TestAWorkerWithoutASandboxRunsNoPresetsPhase: a preset's prepare phase, before the command
+// and after it (the Go preset warms the caches for the next candidates), runs only in the
+// sandbox: a worker run with --unsafe-no-sandbox runs the command as asked and neither.
+func TestAWorkerWithoutASandboxRunsNoPresetsPhase(t *testing.T) {
+	t.Parallel()
+	needUnix(t)
+	cl, treeDigest, signer, _ := serveCandidate(t, map[string]string{"go.mod": "module example.com/a\n", "a.go": "package a\n"})
+	v := &Validator{Client: cl, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Unsandboxed: true}
+	payload, err := structpb.NewStruct(map[string]any{
+		"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
+		"command": []any{"true"}, "timeout": "1m", "preset": client.PresetGo,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
+	if err != nil || out.Result.GetFields()["result"].GetStringValue() != attest.ResultPassed {
+		t.Fatalf("an unsandboxed run with the Go preset: %v, %v; want it passed", out.Result, err)
+	}
+	if _, warming := v.warming.Load("app"); warming {
+		t.Error("an unsandboxed worker warms the Go preset's caches after the run")
+	}
+	if _, err := os.Lstat(filepath.Join(v.CacheDir, "prepared")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an unsandboxed worker made preset caches: %v", err)
+	}
+}
