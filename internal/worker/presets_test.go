@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,6 +143,85 @@ func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 	}
 	if !slices.Contains(env, "npm_config_offline=true") {
 		t.Errorf("the command's environment %q: want npm offline (it has no network)", env)
+	}
+}
+
+// TestNodeModulesAreShownOnlyWhereTheTreeHasNone: the Node preset shows no prepared
+// node_modules where the tree holds one of its own (at its root too, and then none of the
+// run's own caches under it), nor one that is not a directory npm made (a file, a link out);
+// and every other package's, whatever the order the packages are met in.
+func TestNodeModulesAreShownOnlyWhereTheTreeHasNone(t *testing.T) {
+	t.Parallel()
+	mounts := func(t *testing.T, seen repo.Tree, prepared func(dir string)) []string {
+		t.Helper()
+		v := &Validator{CacheDir: t.TempDir()}
+		c, err := v.preparedCaches("app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := nodePreset{}.key(seen)
+		dir, err := c.keyed("node", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prepared(dir)
+		if err := c.markModules(key); err != nil {
+			t.Fatal(err)
+		}
+		run := t.TempDir()
+		box, err := makeBoxDirs(run, filepath.Join(run, "tree"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (nodePreset{}).commandSetup(c, key, seen, &box, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range box.Mounts {
+			got = append(got, m.Inner)
+		}
+		return got
+	}
+	mkdirs := func(t *testing.T, dir string, dirs ...string) {
+		t.Helper()
+		for _, d := range dirs {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	root := repo.Tree{{Path: "package.json"}, {Path: "node_modules/z/index.js"}}
+	if got := mounts(t, root, func(dir string) { mkdirs(t, dir, "node_modules/z") }); len(got) != 0 {
+		t.Errorf("a tree with a node_modules of its own at its root: mounts %q, want none", got)
+	}
+
+	var seen repo.Tree
+	var want []string
+	for i := range 8 {
+		seen = append(seen, repo.Entry{Path: fmt.Sprintf("p%d/package.json", i)})
+		want = append(want, fmt.Sprintf("/ag/tree/p%d/node_modules", i))
+	}
+	seen = append(seen, repo.Tree{
+		{Path: "own/package.json"}, {Path: "own/node_modules/x/index.js"},
+		{Path: "file/package.json"}, {Path: "out/package.json"},
+	}...)
+	got := mounts(t, seen, func(dir string) {
+		for i := range 8 {
+			mkdirs(t, dir, fmt.Sprintf("p%d/node_modules", i))
+		}
+		mkdirs(t, dir, "own/node_modules", "file")
+		if err := os.WriteFile(filepath.Join(dir, "file", "node_modules"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		elsewhere := t.TempDir()
+		mkdirs(t, elsewhere, "node_modules")
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "out")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
