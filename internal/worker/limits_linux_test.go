@@ -231,6 +231,11 @@ func TestLimitsReleaseKillsAndRemoves(t *testing.T) {
 		if r.root != filepath.Join(rd.path, "disk") || !diskMounted(t, r.root) {
 			t.Fatalf("the run's file system is not mounted at %s/disk", rd.path)
 		}
+		// What ag-worker weighs its work directory's free space by, at its start, against its
+		// runs' disks: here a file system of 32 MiB, less ext4's own records.
+		if free, err := FreeBytes(r.root); err != nil || free < 24<<20 || free > 32<<20 {
+			t.Errorf("FreeBytes of a run's new file system of 32 MiB: %d, %v; want 24 to 32 MiB", free, err)
+		}
 		left := exec.Command("sleep", "600")
 		if err := left.Start(); err != nil {
 			t.Fatal(err)
