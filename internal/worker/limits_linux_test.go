@@ -616,3 +616,59 @@ func TestAWorkerReapsOnlyRunCgroupsLongEmpty(t *testing.T) {
 		t.Errorf("after the reaping: %q, want %q", left, want)
 	}
 }
+
+// TestWhatIsLeftInARunsCgroupIsKilled: what a run left in its cgroup is killed through
+// cgroup.kill on cgroup v2 where the kernel has it (5.14 on), and one process at a time
+// otherwise: on v1, whatever files its directory holds, and on a v2 without cgroup.kill.
+// (This machine may have no cgroup v2 to delegate: the cgroup here is a directory of the
+// files the kernel shows, and its process a real one.)
+func TestWhatIsLeftInARunsCgroupIsKilled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name           string
+		v2, cgroupKill bool
+		wantKilled     bool
+	}{
+		{"v1, with a file named cgroup.kill", false, true, true},
+		{"v2 without cgroup.kill", true, false, true},
+		{"v2 with cgroup.kill", true, true, false}, // the kernel kills them: the worker wrote 1
+	} {
+		dir := t.TempDir()
+		left := exec.Command("sleep", "600")
+		if err := left.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan error, 1)
+		go func() { ended <- left.Wait() }()
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprintf("%d\n", left.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if c.cgroupKill {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		killCgroup(dir, c.v2)
+		if !c.wantKilled {
+			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.kill")); string(b) != "1" {
+				t.Errorf("%s: cgroup.kill holds %q, want 1", c.name, b)
+			}
+			_ = left.Process.Kill()
+			<-ended
+			continue
+		}
+		select {
+		case err := <-ended:
+			if err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Errorf("%s: the process left ended with %v, want killed", c.name, err)
+			}
+		case <-time.After(time.Minute): // a bound on a failure, not a wait for success
+			t.Errorf("%s: the process left was not killed", c.name)
+			_ = left.Process.Kill()
+			<-ended
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.kill")); len(b) != 0 {
+			t.Errorf("%s: cgroup.kill was written %q", c.name, b)
+		}
+	}
+}
