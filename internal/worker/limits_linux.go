@@ -567,6 +567,13 @@ func findControllers() (map[string]cgroupController, map[string]string) {
 		}
 		return found, why
 	}
+	return controllersOf(mi, pcb)
+}
+
+// controllersOf is findControllers of the mountinfo mi and the /proc/PID/cgroup pcb of this
+// worker.
+func controllersOf(mi, pcb []byte) (map[string]cgroupController, map[string]string) {
+	found, why := map[string]cgroupController{}, map[string]string{}
 	mounts, own := parseMountinfo(bytes.NewReader(mi)), parseProcCgroup(bytes.NewReader(pcb))
 
 	v2Why := "no cgroup v2 file system is mounted"

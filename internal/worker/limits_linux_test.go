@@ -672,3 +672,33 @@ func TestWhatIsLeftInARunsCgroupIsKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestAWorkerFindsWhereItCanMakeCgroupsAndSaysWhyNot: of a machine's cgroup mounts and the
+// worker's own cgroups, where the worker makes its runs' cgroups for each controller (a v1
+// hierarchy that holds it), and why not where it cannot: a v1 hierarchy mounted that does
+// not hold it, none mounted, and a cgroup v2 that cannot give it the controller, with the
+// reason v2 gave.
+func TestAWorkerFindsWhereItCanMakeCgroupsAndSaysWhyNot(t *testing.T) {
+	t.Parallel()
+	memory, pids, unified := t.TempDir(), t.TempDir(), t.TempDir()
+	mountinfo := fmt.Sprintf(`30 22 0:26 / %s rw,relatime shared:9 - cgroup cgroup rw,memory
+32 22 0:28 / %s rw,relatime - cgroup cgroup rw,pids
+33 22 0:29 / %s rw,relatime - cgroup2 cgroup2 rw
+`, memory, pids, unified)
+	// In the memory hierarchy and in v2 (whose directory has no cgroup.controllers here), not
+	// in the pids one, though it is mounted; no cpu hierarchy is mounted.
+	found, why := controllersOf([]byte(mountinfo), []byte("4:memory:/ag\n0::/\n"))
+	if c, ok := found["memory"]; !ok || c.parent != filepath.Join(memory, "ag") || c.v2 {
+		t.Errorf("memory: %+v, %v; want a v1 controller making cgroups in %s/ag", c, ok, memory)
+	}
+	for _, name := range []string{"pids", "cpu"} {
+		if c, ok := found[name]; ok {
+			t.Errorf("%s: found %+v; want none", name, c)
+		}
+		for _, want := range []string{"no cgroup v1 " + name + " hierarchy holds this worker", "cgroup.controllers"} {
+			if !strings.Contains(why[name], want) {
+				t.Errorf("%s: why %q; want it to say %q", name, why[name], want)
+			}
+		}
+	}
+}
