@@ -702,3 +702,39 @@ func TestAWorkerFindsWhereItCanMakeCgroupsAndSaysWhyNot(t *testing.T) {
 		}
 	}
 }
+
+// TestAPreparePhaseThatFailsIsNotTakenForDone: a Go preset's prepare phase that fails (here,
+// for a module its go.sum does not hold) leaves the repository's caches unmarked, so that the
+// next run prepares them again, rather than taken as prepared for modules it did not fetch.
+func TestAPreparePhaseThatFailsIsNotTakenForDone(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Fatalf("the go command is not on PATH: %v", err)
+	}
+	sb := testSandbox(t, SandboxConfig{})
+	c, treeDigest, signer, _ := serveCandidate(t, map[string]string{
+		"go.mod": "module example.com/a\n\ngo 1.22\n\nrequire example.invalid/nothing v1.0.0\n",
+		"a.go":   "package a\n\nimport _ \"example.invalid/nothing\"\n",
+	})
+	v := &Validator{Client: c, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Sandbox: sb, KillGrace: 200 * time.Millisecond}
+	// Not warmed after the run (a repository being warmed is not warmed again): this is of the
+	// phase before the command, and a warm would outlive the test.
+	v.warming.Store("app", true)
+	payload, err := structpb.NewStruct(map[string]any{
+		"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
+		"command": []any{"true"}, "timeout": "2m", "preset": client.PresetGo,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}}); err != nil {
+		t.Fatal(err)
+	}
+	caches, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marks, err := os.ReadDir(filepath.Join(caches.dir, "modules")); err != nil || len(marks) != 0 {
+		t.Errorf("after a prepare phase that could not fetch a module: marks %v, %v; want none", marks, err)
+	}
+}
