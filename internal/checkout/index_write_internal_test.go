@@ -40,6 +40,18 @@ func stateContents(t *testing.T, root string) map[string]string {
 	return files
 }
 
+// writeFileAt writes content to the file at path, its mtime set to mtime: a file edited when
+// the test says, before a scan or within its racy window.
+func writeFileAt(t *testing.T, path, content string, mtime time.Time) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // indexWrites follows the .ag of co: each check says whether the scan since the last check
 // wrote it, and what edits the scan found.
 type indexWrites struct {
@@ -75,12 +87,7 @@ func TestAScanWritesTheIndexOnlyWhenTheNextScanGainsByIt(t *testing.T) {
 	path := func(p string) string { return filepath.Join(co.root, filepath.FromSlash(p)) }
 	edit := func(p, content string, mtime time.Time) {
 		t.Helper()
-		if err := os.WriteFile(path(p), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path(p), mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
+		writeFileAt(t, path(p), content, mtime)
 	}
 	w := followIndexWrites(t, co)
 	w.scan("the first scan, which hashes every file", true)
@@ -304,14 +311,7 @@ func TestAHashIsSettledOnlyAWindowBeforeTheScan(t *testing.T) {
 func TestAScanLeavesWhatItHashedToTheNextInTheSameProcess(t *testing.T) {
 	t.Parallel()
 	co := statTestCheckout(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
-	old := time.Now().Add(-time.Hour)
-	b := filepath.Join(co.root, "b.txt")
-	if err := os.WriteFile(b, []byte("bb\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(b, old, old); err != nil {
-		t.Fatal(err)
-	}
+	writeFileAt(t, filepath.Join(co.root, "b.txt"), "bb\n", time.Now().Add(-time.Hour))
 	co, err := Find(co.root)
 	if err != nil {
 		t.Fatal(err)
@@ -363,14 +363,7 @@ func TestAScanWritesANewBaseWhenItHashed(t *testing.T) {
 	scanned("a new base of the same files", 0, false, "rev_1")
 
 	// b.txt is edited an hour ahead: within the racy window of every scan until then.
-	ahead := time.Now().Add(time.Hour)
-	b := filepath.Join(co.root, "b.txt")
-	if err := os.WriteFile(b, []byte("B\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(b, ahead, ahead); err != nil {
-		t.Fatal(err)
-	}
+	writeFileAt(t, filepath.Join(co.root, "b.txt"), "B\n", time.Now().Add(time.Hour))
 	co.SetBase("rev_3", regularFiles(map[string]string{"a.txt": repo.Digest([]byte("a\n")), "b.txt": repo.Digest([]byte("B\n"))}))
 	scanned("a new base, a file of it hashed", 1, true, "rev_3")
 	if edits, _ := editsOf(t, co); len(edits) != 0 {

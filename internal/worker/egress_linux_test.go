@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
-	"github.com/ag-coord/ag/client"
-	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/egress"
 )
@@ -277,14 +273,10 @@ func TestAValidationAskingForEgressFindsTheProxy(t *testing.T) {
 		{attest.NetworkEgress, []string{"proxy: http://127.0.0.1:3128", "the proxy answers"}, ""},
 		{attest.NetworkNone, []string{"proxy: \n"}, "the proxy answers"},
 	} {
-		payload, err := structpb.NewStruct(map[string]any{
+		out, err := handleValidate(t, v, map[string]any{
 			"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
 			"command": []any{"bash", "-c", script}, "timeout": "1m", "network": c.network,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
 		if err != nil {
 			t.Fatalf("network %s: %v", c.network, err)
 		}

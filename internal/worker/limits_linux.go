@@ -225,28 +225,34 @@ func (r *runLimit) exceeded() string {
 	if r.sys.released {
 		return ""
 	}
-	for _, limit := range []string{limitProcesses, limitMemory} {
-		for _, cg := range r.sys.cgroups {
-			switch {
-			case limit == limitProcesses && r.limits.Pids > 0 && slices.Contains(cg.controllers, "pids"):
-				if cgroupCount(cg.dir, "pids.events", "max") > 0 {
-					return r.limits.describe(limitProcesses)
-				}
-			case limit == limitMemory && r.limits.Memory > 0 && slices.Contains(cg.controllers, "memory"):
-				file := "memory.oom_control"
-				if cg.v2 {
-					file = "memory.events"
-				}
-				if cgroupCount(cg.dir, file, "oom_kill") > 0 {
-					return r.limits.describe(limitMemory)
-				}
-			}
+	if r.limits.Pids > 0 && r.sys.counted("pids", func(cg *runCgroup) bool {
+		return cgroupCount(cg.dir, "pids.events", "max") > 0
+	}) {
+		return r.limits.describe(limitProcesses)
+	}
+	if r.limits.Memory > 0 && r.sys.counted("memory", func(cg *runCgroup) bool {
+		if cg.v2 {
+			return cgroupCount(cg.dir, "memory.events", "oom_kill") > 0
 		}
+		return cgroupCount(cg.dir, "memory.oom_control", "oom_kill") > 0
+	}) {
+		return r.limits.describe(limitMemory)
 	}
 	if r.sys.root != nil && diskFull(r.sys.root) {
 		return r.limits.describe(limitDisk)
 	}
 	return ""
+}
+
+// counted reports whether refused holds of one of the run's cgroups of the controller: a
+// cgroup of its own on cgroup v1, the one cgroup of every controller on v2.
+func (s *runSys) counted(controller string, refused func(*runCgroup) bool) bool {
+	for _, cg := range s.cgroups {
+		if slices.Contains(cg.controllers, controller) && refused(cg) {
+			return true
+		}
+	}
+	return false
 }
 
 // fullDiskSlack is what a file system a run filled has left, at most: ext4 keeps a little

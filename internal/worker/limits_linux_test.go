@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	agwpv1 "github.com/ag-coord/ag/gen/agwp/v1"
 	"github.com/ag-coord/ag/internal/attest"
 	"github.com/ag-coord/ag/internal/size"
+	"github.com/ag-coord/ag/internal/testutil/syncbuf"
 )
 
 // The attacks on a worker's machine rather than its secrets: a validation that allocates
@@ -716,19 +718,21 @@ func TestAPreparePhaseThatFailsIsNotTakenForDone(t *testing.T) {
 		"go.mod": "module example.com/a\n\ngo 1.22\n\nrequire example.invalid/nothing v1.0.0\n",
 		"a.go":   "package a\n\nimport _ \"example.invalid/nothing\"\n",
 	})
-	v := &Validator{Client: c, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Sandbox: sb, KillGrace: 200 * time.Millisecond}
+	var log syncbuf.Buffer
+	v := &Validator{Client: c, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Sandbox: sb, KillGrace: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}
 	// Not warmed after the run (a repository being warmed is not warmed again): this is of the
 	// phase before the command, and a warm would outlive the test.
 	v.warming.Store("app", true)
-	payload, err := structpb.NewStruct(map[string]any{
+	if _, err := handleValidate(t, v, map[string]any{
 		"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
 		"command": []any{"true"}, "timeout": "2m", "preset": client.PresetGo,
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}}); err != nil {
-		t.Fatal(err)
+	// The phase ran, and failed as it was made to: else nothing below is of a failed phase.
+	if said := log.Lines(`msg="the prepare phase did not finish"`, "exit_code=1", "missing go.sum entry"); len(said) != 1 {
+		t.Fatalf("the worker's log does not say the prepare phase failed for the missing go.sum entry:\n%s", log.String())
 	}
 	caches, err := v.preparedCaches("app")
 	if err != nil {

@@ -955,16 +955,13 @@ func TestAFailureAloneRunsOnce(t *testing.T) {
 	needUnix(t)
 	cl, treeDigest, signer, _ := serveCandidate(t, map[string]string{"a.txt": "broken\n"})
 	count := filepath.Join(t.TempDir(), "runs")
-	payload, err := structpb.NewStruct(map[string]any{
+	payload := map[string]any{
 		"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
 		"command": []any{"sh", "-c", `echo run >> "$COUNT"; exit 1`}, "timeout": "1m", "env": map[string]any{"COUNT": count},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	v := &Validator{Client: cl, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Unsandboxed: true}
 	for i := range 3 {
-		out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
+		out, err := handleValidate(t, v, payload)
 		if err != nil || out.Result.GetFields()["result"].GetStringValue() != attest.ResultFailed {
 			t.Fatalf("validation %d: %v, %v; want a failure", i+1, out.Result, err)
 		}
@@ -991,14 +988,10 @@ func TestAJobsResultSaysWhyItFailedAndNothingWhenItPassed(t *testing.T) {
 		{[]any{"true"}, "1m", attest.ResultPassed, ""},
 		{[]any{"sleep", "60"}, "300ms", attest.ResultFailed, "timed out after 300ms"},
 	} {
-		payload, err := structpb.NewStruct(map[string]any{
+		out, err := handleValidate(t, v, map[string]any{
 			"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
 			"command": c.command, "timeout": c.timeout,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
 		if err != nil {
 			t.Fatalf("%v: %v", c.command, err)
 		}
@@ -1018,14 +1011,10 @@ func TestAWorkerWithoutASandboxRunsNoPresetsPhase(t *testing.T) {
 	needUnix(t)
 	cl, treeDigest, signer, _ := serveCandidate(t, map[string]string{"go.mod": "module example.com/a\n", "a.go": "package a\n"})
 	v := &Validator{Client: cl, Signer: signer, CacheDir: t.TempDir(), WorkDir: t.TempDir(), Unsandboxed: true}
-	payload, err := structpb.NewStruct(map[string]any{
+	out, err := handleValidate(t, v, map[string]any{
 		"repository": "app", "candidate_revision": "rev_1", "tree_digest": treeDigest,
 		"command": []any{"true"}, "timeout": "1m", "preset": client.PresetGo,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: payload, Attempts: 1, ClaimedBy: "ci|w1"}})
 	if err != nil || out.Result.GetFields()["result"].GetStringValue() != attest.ResultPassed {
 		t.Fatalf("an unsandboxed run with the Go preset: %v, %v; want it passed", out.Result, err)
 	}

@@ -77,40 +77,22 @@ func TestPythonRequirementsKeepOnlyPackagesOfTheIndex(t *testing.T) {
 	}
 }
 
-// TestNodeModulesAreShownWhereTheirPackageIs: the Node preset shows each node_modules the
-// prepare phase made at its package's place in the checkout, read-only, but where the tree
-// has a node_modules of its own or a link stands on the way to it; the top one gets directories of the run's own over its .cache
-// and .vite.
-func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
-	t.Parallel()
+// nodeCommandSetup runs the Node preset's setup of a command over the tree seen, whose
+// prepared directory prepare fills first (as a prepare phase would), and answers that
+// directory, the run's directory, its box with the mounts made and the command's environment.
+func nodeCommandSetup(t *testing.T, seen repo.Tree, prepare func(dir string)) (string, string, boxDirs, []string) {
+	t.Helper()
 	v := &Validator{CacheDir: t.TempDir()}
 	c, err := v.preparedCaches("app")
 	if err != nil {
 		t.Fatal(err)
-	}
-	seen := repo.Tree{
-		{Path: "package.json"}, {Path: "package-lock.json"},
-		{Path: "packages/a/package.json"}, {Path: "packages/b/package.json"}, {Path: "packages/b/node_modules/x/index.js"},
-		{Path: ".github/package.json"}, {Path: "vendor/node_modules/y/package.json"},
-		{Path: "packages/c/package.json"}, // its directory a link out of the prepared one
 	}
 	key := nodePreset{}.key(seen)
 	dir, err := c.keyed("node", key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"node_modules/.cache", "node_modules/.vite", "packages/a/node_modules", "packages/b/node_modules", "vendor/node_modules/y/node_modules"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	elsewhere := t.TempDir()
-	if err := os.Mkdir(filepath.Join(elsewhere, "node_modules"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(elsewhere, filepath.Join(dir, "packages", "c")); err != nil {
-		t.Fatal(err)
-	}
+	prepare(dir)
 	if err := c.markModules(key); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +105,35 @@ func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, run, box, env
+}
+
+// TestNodeModulesAreShownWhereTheirPackageIs: the Node preset shows each node_modules the
+// prepare phase made at its package's place in the checkout, read-only, but where the tree
+// has a node_modules of its own or a link stands on the way to it; the top one gets directories of the run's own over its .cache
+// and .vite.
+func TestNodeModulesAreShownWhereTheirPackageIs(t *testing.T) {
+	t.Parallel()
+	seen := repo.Tree{
+		{Path: "package.json"}, {Path: "package-lock.json"},
+		{Path: "packages/a/package.json"}, {Path: "packages/b/package.json"}, {Path: "packages/b/node_modules/x/index.js"},
+		{Path: ".github/package.json"}, {Path: "vendor/node_modules/y/package.json"},
+		{Path: "packages/c/package.json"}, // its directory a link out of the prepared one
+	}
+	dir, run, box, env := nodeCommandSetup(t, seen, func(dir string) {
+		for _, d := range []string{"node_modules/.cache", "node_modules/.vite", "packages/a/node_modules", "packages/b/node_modules", "vendor/node_modules/y/node_modules"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		elsewhere := t.TempDir()
+		if err := os.Mkdir(filepath.Join(elsewhere, "node_modules"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "packages", "c")); err != nil {
+			t.Fatal(err)
+		}
+	})
 	var got []string
 	for _, m := range box.Mounts {
 		host, _ := filepath.Rel(dir, m.Host)
@@ -154,28 +165,7 @@ func TestNodeModulesAreShownOnlyWhereTheTreeHasNone(t *testing.T) {
 	t.Parallel()
 	mounts := func(t *testing.T, seen repo.Tree, prepared func(dir string)) []string {
 		t.Helper()
-		v := &Validator{CacheDir: t.TempDir()}
-		c, err := v.preparedCaches("app")
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := nodePreset{}.key(seen)
-		dir, err := c.keyed("node", key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prepared(dir)
-		if err := c.markModules(key); err != nil {
-			t.Fatal(err)
-		}
-		run := t.TempDir()
-		box, err := makeBoxDirs(run, filepath.Join(run, "tree"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := (nodePreset{}).commandSetup(c, key, seen, &box, nil, true); err != nil {
-			t.Fatal(err)
-		}
+		_, _, box, _ := nodeCommandSetup(t, seen, prepared)
 		var got []string
 		for _, m := range box.Mounts {
 			got = append(got, m.Inner)

@@ -404,6 +404,17 @@ func TestHandleRefusesABadPayloadForGood(t *testing.T) {
 	}
 }
 
+// handleValidate runs a validate job of payload through v.Handle, as a worker does the job
+// job_1 it claimed as ci|w1.
+func handleValidate(t testing.TB, v *Validator, payload map[string]any) (Outcome, error) {
+	t.Helper()
+	s, err := structpb.NewStruct(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Handle(context.Background(), &Job{Job: &agwpv1.Job{Id: "job_1", Kind: client.KindValidate, Payload: s, Attempts: 1, ClaimedBy: "ci|w1"}})
+}
+
 // serveCandidate serves files as the candidate rev_1, as a server does to the worker holding
 // its validate job, and answers a client of it, the tree's digest, and a signer with its public
 // key.
