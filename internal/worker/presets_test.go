@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ag-coord/ag/client"
 	"github.com/ag-coord/ag/internal/repo"
 )
 
@@ -272,6 +274,219 @@ func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
 	}
 	// k7 being prepared, k5 and k0 used last, then k1; k6 is the key in use; k2, k3 and k4 go.
 	if want := []string{"k0", "k1", "k5", "k6", "k7"}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+}
+
+// TestEachPresetsPrepareWritesOnlyItsOwnCaches: what each preset's prepare phase may write
+// (its caches, as the sandbox shows them) and the variables it runs with: Go from the module
+// proxy unless the policy names one, never "direct", and its modules read-only to the build;
+// npm and pip with their download caches beside the key's directory, pip reading no
+// configuration file of the repository's.
+func TestEachPresetsPrepareWritesOnlyItsOwnCaches(t *testing.T) {
+	t.Parallel()
+	v := &Validator{CacheDir: t.TempDir()}
+	c, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe := func(mounts []boxMount) []string {
+		var got []string
+		for _, m := range mounts {
+			host, err := filepath.Rel(c.dir, m.Host)
+			if err != nil || strings.HasPrefix(host, "..") {
+				host = m.Host
+			}
+			if fi, err := os.Stat(m.Host); err != nil || !fi.IsDir() {
+				t.Errorf("%s, shown at %s: not a directory made for the phase (%v)", m.Host, m.Inner, err)
+			}
+			got = append(got, host+" -> "+m.Inner+map[bool]string{true: " ro", false: " rw"}[m.ReadOnly])
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		preset     string
+		env        map[string]string
+		wantMounts []string
+		wantVars   map[string]string
+	}{
+		{
+			preset:     "go",
+			wantMounts: []string{"go-build -> /ag/cache/go-build rw", "go-mod -> /ag/cache/go-mod rw"},
+			wantVars: map[string]string{"GOCACHE": "/ag/cache/go-build", "GOMODCACHE": "/ag/cache/go-mod", "GOTOOLCHAIN": "local",
+				"GOPROXY": "https://proxy.golang.org", "GOFLAGS": "-mod=readonly"},
+		},
+		{
+			preset:     "go",
+			env:        map[string]string{"GOPROXY": "https://goproxy.example", "GOFLAGS": "-tags=integration"},
+			wantMounts: []string{"go-build -> /ag/cache/go-build rw", "go-mod -> /ag/cache/go-mod rw"},
+			// The policy's GOPROXY reaches the phase with the policy's other variables.
+			wantVars: map[string]string{"GOCACHE": "/ag/cache/go-build", "GOMODCACHE": "/ag/cache/go-mod", "GOTOOLCHAIN": "local",
+				"GOFLAGS": "-tags=integration -mod=readonly"},
+		},
+		{
+			preset:     "node",
+			wantMounts: []string{"npm -> /ag/cache/npm rw", "node/k1 -> /ag/cache/node rw"},
+			wantVars:   map[string]string{"npm_config_cache": "/ag/cache/npm"},
+		},
+		{
+			preset:     "python",
+			wantMounts: []string{"pip -> /ag/cache/pip rw", "python/k1 -> /ag/cache/python rw"},
+			wantVars:   map[string]string{"PIP_CONFIG_FILE": "/dev/null"},
+		},
+	} {
+		vars := map[string]string{}
+		mounts, err := workerPresets[tc.preset].prepareSetup(c, "k1", vars, client.ValidatePayload{Env: tc.env})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.preset, err)
+		}
+		if got := describe(mounts); !slices.Equal(got, tc.wantMounts) {
+			t.Errorf("%s with %v: the phase writes\n%s\nwant\n%s", tc.preset, tc.env, strings.Join(got, "\n"), strings.Join(tc.wantMounts, "\n"))
+		}
+		if !maps.Equal(vars, tc.wantVars) {
+			t.Errorf("%s with %v: variables %v, want %v", tc.preset, tc.env, vars, tc.wantVars)
+		}
+	}
+}
+
+// TestThePythonPresetShowsItsWheelsReadOnlyAfterThePolicysPaths: a command of the Python
+// preset sees the wheels its prepare phase installed read-only, their programs first on PATH
+// and their packages on PYTHONPATH after the policy's own directories; unprepared, it sees
+// nothing of them. Its key's directory is marked used now, and so kept from eviction.
+func TestThePythonPresetShowsItsWheelsReadOnlyAfterThePolicysPaths(t *testing.T) {
+	t.Parallel()
+	v := &Validator{CacheDir: t.TempDir()}
+	c, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.keyed("python", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.markModules("k1"); err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-30 * 24 * time.Hour)
+	if err := os.Chtimes(filepath.Join(c.dir, "modules", "k1"), long, long); err != nil {
+		t.Fatal(err)
+	}
+	setup := func(env []string, prepared bool) (boxDirs, []string) {
+		t.Helper()
+		run := t.TempDir()
+		box, err := makeBoxDirs(run, filepath.Join(run, "tree"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err = pythonPreset{}.commandSetup(c, "k1", nil, &box, env, prepared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return box, env
+	}
+
+	box, env := setup([]string{"PATH=/usr/bin", "PYTHONPATH=/ag/tree/src"}, false)
+	if len(box.Mounts) != 0 || !slices.Equal(env, []string{"PATH=/usr/bin", "PYTHONPATH=/ag/tree/src"}) {
+		t.Errorf("unprepared: mounts %v, environment %q; want none and the policy's", box.Mounts, env)
+	}
+	if fi, err := os.Stat(filepath.Join(c.dir, "modules", "k1")); err != nil || !fi.ModTime().Equal(long) {
+		t.Errorf("unprepared: the key's mark was touched (%v)", err)
+	}
+
+	box, env = setup([]string{"HOME=/ag/home", "PATH=/usr/bin", "PYTHONPATH=/ag/tree/src"}, true)
+	want := []boxMount{{Host: filepath.Join(c.dir, "python", "k1", "site"), Inner: "/ag/cache/python/site", ReadOnly: true}}
+	if !slices.Equal(box.Mounts, want) {
+		t.Errorf("mounts %v, want %v", box.Mounts, want)
+	}
+	if wantEnv := []string{"HOME=/ag/home", "PATH=/ag/cache/python/site/bin:/usr/bin", "PYTHONPATH=/ag/tree/src",
+		"PYTHONPATH=/ag/tree/src:/ag/cache/python/site"}; !slices.Equal(env, wantEnv) {
+		t.Errorf("environment %q, want %q (the last PYTHONPATH is the one the command gets)", env, wantEnv)
+	}
+	if fi, err := os.Stat(filepath.Join(c.dir, "modules", "k1")); err != nil || time.Since(fi.ModTime()) > time.Hour {
+		t.Errorf("the key's mark is not renewed by its use (%v)", err)
+	}
+
+	// A policy without a PYTHONPATH, or with an empty one, gets the wheels' alone.
+	for _, policy := range [][]string{{"PATH=/bin"}, {"PATH=/bin", "PYTHONPATH="}} {
+		_, env = setup(slices.Clone(policy), true)
+		if len(env) == 0 || env[len(env)-1] != "PYTHONPATH=/ag/cache/python/site" {
+			t.Errorf("policy %q: the command's environment %q, want the wheels' PYTHONPATH alone last", policy, env)
+		}
+	}
+}
+
+// TestPythonRequirementsAreTheFilesThePrepareReads: the Python preset's key is a digest of the
+// files its sanitizer reads, a .txt named for requirements or in a requirements directory, and
+// of no other: editing a README does not prepare the wheels again.
+func TestPythonRequirementsAreTheFilesThePrepareReads(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]bool{
+		"requirements.txt": true, "dev-requirements.txt": true, "requirements/dev.txt": true,
+		"tools/requirements/lint.txt": true, "docs/requirements.txt": true,
+		"requirements.in": false, "requirements/README.md": false, "notes.txt": false, "requirementsdir/x.txt": false,
+	} {
+		if got := pythonRequirements(p); got != want {
+			t.Errorf("pythonRequirements(%q) = %v, want %v", p, got, want)
+		}
+	}
+	seen := repo.Tree{{Path: "requirements.txt", Digest: "a"}, {Path: "README.md", Digest: "b"}}
+	edited := repo.Tree{{Path: "requirements.txt", Digest: "a"}, {Path: "README.md", Digest: "c"}}
+	key := pythonPreset{}.key
+	if key(seen) != key(edited) {
+		t.Error("editing README.md changed the Python preset's key")
+	}
+	if bumped := (repo.Tree{{Path: "requirements.txt", Digest: "z"}, {Path: "README.md", Digest: "b"}}); key(seen) == key(bumped) {
+		t.Error("editing requirements.txt left the Python preset's key as it was")
+	}
+}
+
+// TestAnEvictionGoesOnPastAMarkItCannotRemove: a prepared directory used a whole
+// preparedInUse ago is no longer in use and goes; one whose mark cannot be removed stays, said
+// in the error, with its mark, and those after it still go.
+func TestAnEvictionGoesOnPastAMarkItCannotRemove(t *testing.T) {
+	t.Parallel()
+	v := &Validator{CacheDir: t.TempDir()}
+	c, err := v.preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second) // whole seconds: any file system keeps them exactly
+	used := map[string]time.Time{"b": now.Add(-preparedInUse), "c": now.Add(-preparedInUse - time.Hour), "d": now.Add(-preparedInUse - 2*time.Hour)}
+	for i := range keptPrepared {
+		used[fmt.Sprintf("a%d", i)] = now.Add(-time.Duration(i) * time.Minute)
+	}
+	for k, last := range used {
+		if _, err := c.keyed("node", k); err != nil {
+			t.Fatal(err)
+		}
+		if k == "c" { // a mark that is a directory with something in it: os.Remove fails
+			if err := os.MkdirAll(filepath.Join(c.dir, "modules", k, "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := c.markModules(k); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{filepath.Join(c.dir, "node", k), filepath.Join(c.dir, "modules", k)} {
+			if err := os.Chtimes(p, last, last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	err = c.evict("node", "a0", now)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(c.dir, "modules", "c")) {
+		t.Errorf("evict: %v, want the error of c's mark", err)
+	}
+	var left []string
+	for _, k := range slices.Sorted(maps.Keys(used)) {
+		if _, err := os.Stat(filepath.Join(c.dir, "node", k)); err == nil {
+			left = append(left, k)
+			if !c.hasModules(k) {
+				t.Errorf("%s stays without its mark", k)
+			}
+		} else if c.hasModules(k) {
+			t.Errorf("%s went, its mark stays", k)
+		}
+	}
+	if want := []string{"a0", "a1", "a2", "a3", "c"}; !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
 }
