@@ -340,14 +340,20 @@ func TestParseCgroups(t *testing.T) {
 34 22 0:30 / /mnt/with\040space rw - ext4 /dev/vda rw
 35 22 0:31 / /cut/short rw - cgroup
 36 22 / /too/few - cgroup2 cgroup2 rw
+37 22 0:32 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 `
 	mounts := parseMountinfo(strings.NewReader(mountinfo))
-	if len(mounts) != 4 {
-		t.Fatalf("parseMountinfo found %d cgroup mounts, want 4: %+v", len(mounts), mounts)
+	// The lines cut short are passed over, and the mount after them is read.
+	if len(mounts) != 5 || mounts[4].point != "/sys/fs/cgroup/freezer" {
+		t.Fatalf("parseMountinfo found the cgroup mounts %+v, want 5, the freezer's last", mounts)
 	}
 	own := parseProcCgroup(strings.NewReader("9:pids:/docker/abc/sub\n4:memory:/process_api/x\n2:cpu,cpuacct:/\n0::/user.slice/w.service\n"))
 	if own.v2 != "/user.slice/w.service" || own.v1["memory"] != "/process_api/x" || own.v1["cpu"] != "/" || own.v1["cpuacct"] != "/" {
 		t.Errorf("parseProcCgroup = %+v", own)
+	}
+	// Read whatever the order of the lines, and past one that is not ID:CONTROLLERS:PATH.
+	if got := parseProcCgroup(strings.NewReader("garbage\n0::/w.service\n4:memory:/x\n")); got.v2 != "/w.service" || got.v1["memory"] != "/x" {
+		t.Errorf("parseProcCgroup with the v2 line first = %+v", got)
 	}
 	for _, c := range []struct {
 		mount int
