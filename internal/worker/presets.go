@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -245,7 +246,7 @@ func (nodePreset) commandSetup(c repoCaches, key string, seen repo.Tree, box *bo
 		return nil, err
 	}
 	var dirs []string
-	for d := range packages {
+	for _, d := range slices.Sorted(maps.Keys(packages)) { // a directory before those below it
 		if taken[d] {
 			continue
 		}
@@ -260,7 +261,6 @@ func (nodePreset) commandSetup(c repoCaches, key string, seen repo.Tree, box *bo
 		}
 		dirs = append(dirs, d)
 	}
-	sort.Strings(dirs) // a directory before those below it
 	for _, d := range dirs {
 		box.Mounts = append(box.Mounts, boxMount{
 			Host: filepath.Join(dir, filepath.FromSlash(d), "node_modules"), Inner: sandboxTree + d + "/node_modules", ReadOnly: true,

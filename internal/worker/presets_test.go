@@ -196,19 +196,19 @@ func TestNodeModulesAreShownOnlyWhereTheTreeHasNone(t *testing.T) {
 	}
 	seen = append(seen, repo.Tree{
 		{Path: "own/package.json"}, {Path: "own/node_modules/x/index.js"},
-		{Path: "file/package.json"}, {Path: "out/package.json"},
+		{Path: "a-file/package.json"}, {Path: "a-out/package.json"}, // met first: the others are still shown
 	}...)
 	got := mounts(t, seen, func(dir string) {
 		for i := range 8 {
 			mkdirs(t, dir, fmt.Sprintf("p%d/node_modules", i))
 		}
-		mkdirs(t, dir, "own/node_modules", "file")
-		if err := os.WriteFile(filepath.Join(dir, "file", "node_modules"), nil, 0o644); err != nil {
+		mkdirs(t, dir, "own/node_modules", "a-file")
+		if err := os.WriteFile(filepath.Join(dir, "a-file", "node_modules"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		elsewhere := t.TempDir()
 		mkdirs(t, elsewhere, "node_modules")
-		if err := os.Symlink(elsewhere, filepath.Join(dir, "out")); err != nil {
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "a-out")); err != nil {
 			t.Fatal(err)
 		}
 	})
