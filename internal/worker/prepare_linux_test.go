@@ -89,11 +89,7 @@ func TestThePreparedCacheServesTheToolchainsTools(t *testing.T) {
 // no mark of a build in the last toolsEvery.
 func TestThePrepareAfterARunBuildsTheToolsOnceADay(t *testing.T) {
 	t.Parallel()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	now := time.Now()
 	if c.toolsBuilt(now) {
 		t.Fatal("new caches: the tools are built, want not")

@@ -79,16 +79,22 @@ func TestPythonRequirementsKeepOnlyPackagesOfTheIndex(t *testing.T) {
 	}
 }
 
+// testCaches answers a repository's prepared caches in a worker's cache directory of its own.
+func testCaches(t *testing.T) repoCaches {
+	t.Helper()
+	c, err := (&Validator{CacheDir: t.TempDir()}).preparedCaches("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // nodeCommandSetup runs the Node preset's setup of a command over the tree seen, whose
 // prepared directory prepare fills first (as a prepare phase would), and answers that
 // directory, the run's directory, its box with the mounts made and the command's environment.
 func nodeCommandSetup(t *testing.T, seen repo.Tree, prepare func(dir string)) (string, string, boxDirs, []string) {
 	t.Helper()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	key := nodePreset{}.key(seen)
 	dir, err := c.keyed("node", key)
 	if err != nil {
@@ -222,11 +228,7 @@ func TestNodeModulesAreShownOnlyWhereTheTreeHasNone(t *testing.T) {
 // phase is filling among them; the others go, their marks first.
 func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
 	t.Parallel()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	now := time.Now()
 	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}
 	for i, k := range keys {
@@ -285,11 +287,7 @@ func TestPreparedDirectoriesAreEvictedWhenUnused(t *testing.T) {
 // configuration file of the repository's.
 func TestEachPresetsPrepareWritesOnlyItsOwnCaches(t *testing.T) {
 	t.Parallel()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	describe := func(mounts []boxMount) []string {
 		var got []string
 		for _, m := range mounts {
@@ -355,11 +353,7 @@ func TestEachPresetsPrepareWritesOnlyItsOwnCaches(t *testing.T) {
 // nothing of them. Its key's directory is marked used now, and so kept from eviction.
 func TestThePythonPresetShowsItsWheelsReadOnlyAfterThePolicysPaths(t *testing.T) {
 	t.Parallel()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	if _, err := c.keyed("python", "k1"); err != nil {
 		t.Fatal(err)
 	}
@@ -444,11 +438,7 @@ func TestPythonRequirementsAreTheFilesThePrepareReads(t *testing.T) {
 // in the error, with its mark, and those after it still go.
 func TestAnEvictionGoesOnPastAMarkItCannotRemove(t *testing.T) {
 	t.Parallel()
-	v := &Validator{CacheDir: t.TempDir()}
-	c, err := v.preparedCaches("app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCaches(t)
 	now := time.Now().Truncate(time.Second) // whole seconds: any file system keeps them exactly
 	used := map[string]time.Time{"b": now.Add(-preparedInUse), "c": now.Add(-preparedInUse - time.Hour), "d": now.Add(-preparedInUse - 2*time.Hour)}
 	for i := range keptPrepared {
@@ -471,7 +461,7 @@ func TestAnEvictionGoesOnPastAMarkItCannotRemove(t *testing.T) {
 			}
 		}
 	}
-	err = c.evict("node", "a0", now)
+	err := c.evict("node", "a0", now)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(c.dir, "modules", "c")) {
 		t.Errorf("evict: %v, want the error of c's mark", err)
 	}
