@@ -225,17 +225,10 @@ func (r *runLimit) exceeded() string {
 	if r.sys.released {
 		return ""
 	}
-	if r.limits.Pids > 0 && r.sys.counted("pids", func(cg *runCgroup) bool {
-		return cgroupCount(cg.dir, "pids.events", "max") > 0
-	}) {
+	if r.limits.Pids > 0 && r.sys.refused("pids", "pids.events", "pids.events", "max") {
 		return r.limits.describe(limitProcesses)
 	}
-	if r.limits.Memory > 0 && r.sys.counted("memory", func(cg *runCgroup) bool {
-		if cg.v2 {
-			return cgroupCount(cg.dir, "memory.events", "oom_kill") > 0
-		}
-		return cgroupCount(cg.dir, "memory.oom_control", "oom_kill") > 0
-	}) {
+	if r.limits.Memory > 0 && r.sys.refused("memory", "memory.oom_control", "memory.events", "oom_kill") {
 		return r.limits.describe(limitMemory)
 	}
 	if r.sys.root != nil && diskFull(r.sys.root) {
@@ -244,11 +237,16 @@ func (r *runLimit) exceeded() string {
 	return ""
 }
 
-// counted reports whether refused holds of one of the run's cgroups of the controller: a
-// cgroup of its own on cgroup v1, the one cgroup of every controller on v2.
-func (s *runSys) counted(controller string, refused func(*runCgroup) bool) bool {
+// refused reports whether one of the run's cgroups of the controller (a cgroup of its own on
+// cgroup v1, the one cgroup of every controller on v2) counts key above 0 in its file, v1File
+// or v2File.
+func (s *runSys) refused(controller, v1File, v2File, key string) bool {
 	for _, cg := range s.cgroups {
-		if slices.Contains(cg.controllers, controller) && refused(cg) {
+		file := v1File
+		if cg.v2 {
+			file = v2File
+		}
+		if slices.Contains(cg.controllers, controller) && cgroupCount(cg.dir, file, key) > 0 {
 			return true
 		}
 	}
